@@ -1,0 +1,326 @@
+"""Numba kernels of the network layer. Plain contiguous arrays in, status codes out.
+
+Dtypes: float64 for bytes, rates, capacities and times; int64 for CSR pointers and flow ids;
+int32 for link ids. Nothing here validates: the Python wrappers in ``maxmin.py`` and
+``engine.py`` do, and they own every buffer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# status codes returned by run_events
+STATUS_DONE = 0
+STATUS_STOPPED = 1      # a watched group completed; the caller may add flows and resume
+STATUS_DEADLOCK = 2     # flows wait on dependencies that can never complete
+STATUS_STALLED = 3      # active flows have zero rate (zero capacity somewhere)
+
+MODEL_ANALYTICAL = 0
+MODEL_FLOW = 1
+
+# flow states
+WAITING, SCHEDULED, SENDING, IN_FLIGHT, DONE = 0, 1, 2, 3, 4
+
+#: Relative and absolute time tolerance for events that tie (ns).
+TIME_RTOL = 1e-12
+TIME_ATOL = 1e-9
+
+
+# ---------------------------------------------------------------- binary min-heap on arrays
+@njit(cache=True, inline="always")
+def _less(keys, ids, i, j):
+    return keys[i] < keys[j] or (keys[i] == keys[j] and ids[i] < ids[j])
+
+
+@njit(cache=True)
+def heap_push(keys, ids, tags, size, key, ident, tag):
+    """Push ``(key, ident, tag)``; ties on ``key`` pop in ``ident`` order. Returns new size."""
+    i = size
+    keys[i] = key
+    ids[i] = ident
+    tags[i] = tag
+    while i > 0:
+        parent = (i - 1) >> 1
+        if not _less(keys, ids, i, parent):
+            break
+        keys[i], keys[parent] = keys[parent], keys[i]
+        ids[i], ids[parent] = ids[parent], ids[i]
+        tags[i], tags[parent] = tags[parent], tags[i]
+        i = parent
+    return size + 1
+
+
+@njit(cache=True)
+def heap_pop(keys, ids, tags, size):
+    """Remove the top entry (read it first at index 0). Returns the new size."""
+    size -= 1
+    keys[0] = keys[size]
+    ids[0] = ids[size]
+    tags[0] = tags[size]
+    i = 0
+    while True:
+        left = 2 * i + 1
+        if left >= size:
+            break
+        child = left
+        if left + 1 < size and _less(keys, ids, left + 1, left):
+            child = left + 1
+        if not _less(keys, ids, child, i):
+            break
+        keys[i], keys[child] = keys[child], keys[i]
+        ids[i], ids[child] = ids[child], ids[i]
+        tags[i], tags[child] = tags[child], tags[i]
+        i = child
+    return size
+
+
+# ---------------------------------------------------------------- max-min fair rates
+@njit(cache=True)
+def maxmin_active(capacity, indptr, links, active, n_active, rates,
+                  remaining_cap, unfrozen, link_start, link_fill, link_flows, touched,
+                  frozen, heap_keys, heap_ids, heap_tags, version):
+    """Max-min fair rates of the flows ``active[:n_active]`` by progressive filling.
+
+    The link with the smallest fair share ``remaining_cap / unfrozen`` saturates first; its
+    unfrozen flows are frozen at that share and their rate is taken off every other link on
+    their paths. Shares only grow as flows freeze, so a lazy min-heap keyed by share (with a
+    version per link to skip stale entries) finds the next bottleneck in O(log L).
+
+    Writes ``rates[f]`` for every active ``f`` (``inf`` for a flow without links). Workspaces:
+    ``remaining_cap, link_start, link_fill, version`` (float/int, size L), ``unfrozen`` (int, size
+    L, all zero on entry and on exit), ``touched`` (size L), ``link_flows`` and the heap arrays
+    (size >= incidences of the active flows + L), ``frozen`` (uint8, size F).
+    Returns the number of links touched.
+    """
+    n_touched = 0
+    for i in range(n_active):
+        f = active[i]
+        frozen[f] = 0
+        for e in range(indptr[f], indptr[f + 1]):
+            link = links[e]
+            if unfrozen[link] == 0:
+                touched[n_touched] = link
+                n_touched += 1
+            unfrozen[link] += 1
+    # link -> flows incidence over the touched links
+    pos = 0
+    for t in range(n_touched):
+        link = touched[t]
+        link_start[link] = pos
+        link_fill[link] = 0
+        pos += unfrozen[link]
+    for i in range(n_active):
+        f = active[i]
+        if indptr[f] == indptr[f + 1]:
+            rates[f] = np.inf
+            frozen[f] = 1
+            continue
+        for e in range(indptr[f], indptr[f + 1]):
+            link = links[e]
+            link_flows[link_start[link] + link_fill[link]] = f
+            link_fill[link] += 1
+    size = 0
+    for t in range(n_touched):
+        link = touched[t]
+        remaining_cap[link] = capacity[link]
+        version[link] = 0
+        size = heap_push(heap_keys, heap_ids, heap_tags, size,
+                         capacity[link] / unfrozen[link], link, 0)
+    while size > 0:
+        link = heap_ids[0]
+        ver = heap_tags[0]
+        size = heap_pop(heap_keys, heap_ids, heap_tags, size)
+        if ver != version[link] or unfrozen[link] == 0:
+            continue
+        share = remaining_cap[link] / unfrozen[link]
+        if share < 0.0:
+            share = 0.0
+        start = link_start[link]
+        for k in range(start, start + link_fill[link]):
+            f = link_flows[k]
+            if frozen[f]:
+                continue
+            frozen[f] = 1
+            rates[f] = share
+            for e in range(indptr[f], indptr[f + 1]):
+                other = links[e]
+                remaining_cap[other] -= share
+                unfrozen[other] -= 1
+                if other != link and unfrozen[other] > 0:
+                    version[other] += 1
+                    left = remaining_cap[other]
+                    if left < 0.0:
+                        left = 0.0
+                    size = heap_push(heap_keys, heap_ids, heap_tags, size,
+                                     left / unfrozen[other], other, version[other])
+    return n_touched
+
+
+# ---------------------------------------------------------------- the event loop
+@njit(cache=True)
+def run_events(model, capacity, indptr, links,
+               nbytes, latency, release, delay, bottleneck, group,
+               pending, ready, dep_ptr, dep_ids,
+               state, start_time, send_end, finish, remaining, rate, time_to_go,
+               group_pending, group_done, group_watch,
+               active, active_pos, link_count, active_links, link_pos, link_busy,
+               sched_keys, sched_ids, sched_tags, arr_keys, arr_ids, arr_tags,
+               ws_cap, ws_unfrozen, ws_start, ws_fill, ws_flows, ws_touched, ws_frozen,
+               ws_hkeys, ws_hids, ws_htags, ws_version,
+               counters, clock, first_new, n_flows):
+    """Advance flows from event to event until all are done or a watched group completes.
+
+    Flow ``f`` starts ``delay[f]`` after the later of ``release[f]`` and the arrival of its last
+    dependency, sends ``nbytes[f]`` at its current rate (max-min fair share under
+    ``MODEL_FLOW``, its path's bottleneck alone under ``MODEL_ANALYTICAL``), and arrives
+    ``latency[f]`` after its last byte left. ``counters`` holds (scheduled-heap size,
+    arrival-heap size, active flows, active links, done flows, rates-dirty flag, events,
+    rate computations); ``clock[0]`` is the current time. Flows ``first_new..n_flows-1`` were
+    added since the last call. Returns a status code.
+    """
+    n_sched = counters[0]
+    n_arr = counters[1]
+    n_act = counters[2]
+    n_links_active = counters[3]
+    n_done = counters[4]
+    dirty = counters[5]
+    now = clock[0]
+    stop = False
+    # flows added since the last call whose dependencies are already met
+    for f in range(first_new, n_flows):
+        if state[f] == WAITING and pending[f] == 0:
+            t = max(ready[f], release[f]) + delay[f]
+            state[f] = SCHEDULED
+            n_sched = heap_push(sched_keys, sched_ids, sched_tags, n_sched, t, f, 0)
+    status = STATUS_DONE
+    while True:
+        # ---- process everything due now: arrivals release dependants, starts activate
+        progressed = True
+        while progressed:
+            progressed = False
+            tol = TIME_RTOL * abs(now) + TIME_ATOL
+            while n_arr > 0 and arr_keys[0] <= now + tol:
+                t = arr_keys[0]
+                f = arr_ids[0]
+                n_arr = heap_pop(arr_keys, arr_ids, arr_tags, n_arr)
+                progressed = True
+                state[f] = DONE
+                finish[f] = t
+                n_done += 1
+                g = group[f]
+                if g >= 0:
+                    group_pending[g] -= 1
+                    if group_pending[g] == 0:
+                        group_done[g] = t
+                        if group_watch[g]:
+                            stop = True
+                for k in range(dep_ptr[f], dep_ptr[f + 1]):
+                    h = dep_ids[k]
+                    pending[h] -= 1
+                    if t > ready[h]:
+                        ready[h] = t
+                    if pending[h] == 0 and state[h] == WAITING:
+                        ts = max(ready[h], release[h]) + delay[h]
+                        state[h] = SCHEDULED
+                        n_sched = heap_push(sched_keys, sched_ids, sched_tags, n_sched, ts, h, 0)
+            while n_sched > 0 and sched_keys[0] <= now + tol:
+                t = sched_keys[0]
+                f = sched_ids[0]
+                n_sched = heap_pop(sched_keys, sched_ids, sched_tags, n_sched)
+                progressed = True
+                start_time[f] = t
+                if nbytes[f] <= 0.0 or indptr[f] == indptr[f + 1]:
+                    state[f] = IN_FLIGHT
+                    send_end[f] = t
+                    remaining[f] = 0.0
+                    n_arr = heap_push(arr_keys, arr_ids, arr_tags, n_arr, t + latency[f], f, 0)
+                else:
+                    state[f] = SENDING
+                    remaining[f] = nbytes[f]
+                    active_pos[f] = n_act
+                    active[n_act] = f
+                    n_act += 1
+                    rate[f] = bottleneck[f]
+                    dirty = 1
+                    for e in range(indptr[f], indptr[f + 1]):
+                        link = links[e]
+                        if link_count[link] == 0:
+                            link_pos[link] = n_links_active
+                            active_links[n_links_active] = link
+                            n_links_active += 1
+                        link_count[link] += 1
+        if stop:
+            status = STATUS_STOPPED
+            break
+        # ---- rates
+        if dirty and model == MODEL_FLOW and n_act > 0:
+            maxmin_active(capacity, indptr, links, active, n_act, rate,
+                          ws_cap, ws_unfrozen, ws_start, ws_fill, ws_flows, ws_touched,
+                          ws_frozen, ws_hkeys, ws_hids, ws_htags, ws_version)
+            counters[7] += 1
+        dirty = 0
+        # ---- next event
+        t_next = np.inf
+        for i in range(n_act):
+            f = active[i]
+            if rate[f] > 0.0:
+                tf = now + remaining[f] / rate[f]
+            else:
+                tf = np.inf
+            time_to_go[f] = tf
+            if tf < t_next:
+                t_next = tf
+        if n_sched > 0 and sched_keys[0] < t_next:
+            t_next = sched_keys[0]
+        if n_arr > 0 and arr_keys[0] < t_next:
+            t_next = arr_keys[0]
+        if t_next == np.inf:
+            if n_act > 0:
+                status = STATUS_STALLED
+            elif n_done < n_flows:
+                status = STATUS_DEADLOCK
+            else:
+                status = STATUS_DONE
+            break
+        counters[6] += 1
+        dt = t_next - now
+        for i in range(n_links_active):
+            link_busy[active_links[i]] += dt
+        now = t_next
+        tol = TIME_RTOL * abs(now) + TIME_ATOL
+        # ---- advance sending flows; retire those whose last byte leaves now (ties batched)
+        i = 0
+        while i < n_act:
+            f = active[i]
+            if time_to_go[f] <= now + tol:
+                state[f] = IN_FLIGHT
+                send_end[f] = now
+                remaining[f] = 0.0
+                n_arr = heap_push(arr_keys, arr_ids, arr_tags, n_arr, now + latency[f], f, 0)
+                last = active[n_act - 1]
+                active[i] = last
+                active_pos[last] = i
+                n_act -= 1
+                dirty = 1
+                for e in range(indptr[f], indptr[f + 1]):
+                    link = links[e]
+                    link_count[link] -= 1
+                    if link_count[link] == 0:
+                        p = link_pos[link]
+                        moved = active_links[n_links_active - 1]
+                        active_links[p] = moved
+                        link_pos[moved] = p
+                        n_links_active -= 1
+                # do not advance i: a new flow sits at position i
+            else:
+                remaining[f] -= rate[f] * dt
+                i += 1
+    counters[0] = n_sched
+    counters[1] = n_arr
+    counters[2] = n_act
+    counters[3] = n_links_active
+    counters[4] = n_done
+    counters[5] = dirty
+    clock[0] = now
+    return status

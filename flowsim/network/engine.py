@@ -1,0 +1,423 @@
+"""The flow engine: flows with release times, delays and dependencies, advanced from event
+to event under one of the two network models.
+
+``analytical``
+    Congestion-unaware, as ASTRA-sim's analytical backend: every flow runs alone at its path's
+    bottleneck bandwidth, so it takes ``bytes / bottleneck + path latency``.
+``flow``
+    Congestion-aware: the sending flows share links max-min fairly; rates are recomputed
+    whenever the set of sending flows changes.
+
+In both, a flow starts ``delay`` after the later of its release time and the arrival of its
+last dependency, and its data arrives one path latency after its last byte left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from ..errors import ConfigError, FlowSetError, SimulationError
+from . import _kernels
+from .maxmin import MaxMinWorkspace
+
+NetworkModel = Literal["analytical", "flow"]
+MODELS: tuple[str, ...] = ("analytical", "flow")
+_MODEL_CODES = {"analytical": _kernels.MODEL_ANALYTICAL, "flow": _kernels.MODEL_FLOW}
+
+
+def check_model(model: object, *, source: str = "argument", key: str = "model") -> str:
+    """Validate a network model name."""
+    if model not in _MODEL_CODES:
+        from ..errors import config_error
+        raise config_error(source, key, "'analytical' or 'flow'", model)
+    return str(model)
+
+
+class _Growable:
+    """A set of same-length 1-D buffers grown by doubling; ``n`` entries are in use."""
+
+    def __init__(self, spec: dict[str, tuple[type, float]], capacity: int = 1024) -> None:
+        self.spec = spec
+        self.n = 0
+        self.arrays = {name: np.full(capacity, fill, dtype) for name, (dtype, fill) in spec.items()}
+
+    def reserve(self, extra: int) -> None:
+        need = self.n + extra
+        cap = next(iter(self.arrays.values())).size
+        if need <= cap:
+            return
+        cap = max(need, 2 * cap)
+        for name, (dtype, fill) in self.spec.items():
+            grown = np.full(cap, fill, dtype)
+            grown[: self.n] = self.arrays[name][: self.n]
+            self.arrays[name] = grown
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+
+_FLOW_FIELDS: dict[str, tuple[type, float]] = {
+    "nbytes": (np.float64, 0.0), "latency": (np.float64, 0.0), "release": (np.float64, 0.0),
+    "delay": (np.float64, 0.0), "bottleneck": (np.float64, np.inf), "group": (np.int64, -1),
+    "pending": (np.int64, 0), "ready": (np.float64, 0.0), "state": (np.int8, 0),
+    "start": (np.float64, np.nan), "send_end": (np.float64, np.nan),
+    "finish": (np.float64, np.nan), "remaining": (np.float64, 0.0), "rate": (np.float64, 0.0),
+    "time_to_go": (np.float64, np.inf), "active": (np.int64, 0), "active_pos": (np.int64, 0),
+    "sched_keys": (np.float64, 0.0), "sched_ids": (np.int64, 0), "sched_tags": (np.int64, 0),
+    "arr_keys": (np.float64, 0.0), "arr_ids": (np.int64, 0), "arr_tags": (np.int64, 0),
+    "indptr_end": (np.int64, 0),
+}
+
+
+class FlowEngine:
+    """Incremental event-driven engine over flows on one set of links.
+
+    Flows can be added between runs (the system layer adds a collective's next step when the
+    previous one completes); dependencies may point at any flow added earlier.
+
+    Parameters
+    ----------
+    capacity : ndarray of float64, shape (L,)
+        Link capacities (bytes/ns).
+    link_latency : ndarray of float64, shape (L,)
+        Link latencies (ns); a flow's latency is the sum over its path.
+    model : {"analytical", "flow"}
+    """
+
+    def __init__(self, capacity: np.ndarray, link_latency: np.ndarray,
+                 model: NetworkModel = "flow") -> None:
+        self.model = check_model(model)
+        self.capacity = np.ascontiguousarray(capacity, dtype=np.float64)
+        self.link_latency = np.ascontiguousarray(link_latency, dtype=np.float64)
+        L = self.capacity.size
+        self._flows = _Growable(_FLOW_FIELDS)
+        self._links = np.zeros(1024, np.int32)
+        self._n_incidences = 0
+        self._edges_pred: list[np.ndarray] = []
+        self._edges_succ: list[np.ndarray] = []
+        self._dep_ptr = np.zeros(1, np.int64)
+        self._dep_ids = np.zeros(0, np.int64)
+        self._edges_dirty = False
+        self._groups = _Growable({"pending": (np.int64, 0), "done": (np.float64, np.nan),
+                                  "watch": (np.uint8, 0)}, capacity=64)
+        self._watched: list[int] = []
+        self.link_count = np.zeros(max(L, 1), np.int64)
+        self.active_links = np.zeros(max(L, 1), np.int64)
+        self.link_pos = np.zeros(max(L, 1), np.int64)
+        self.link_busy = np.zeros(max(L, 1), np.float64)
+        self._ws = MaxMinWorkspace(L, 1024, 1024)
+        # scheduled, arrivals, active, active links, done, dirty, events, rate computations
+        self.counters = np.zeros(8, np.int64)
+        self.clock = np.zeros(1, np.float64)
+        self._first_new = 0
+
+    # ------------------------------------------------------------------ building
+    @property
+    def now(self) -> float:
+        """Current simulated time (ns)."""
+        return float(self.clock[0])
+
+    @property
+    def num_flows(self) -> int:
+        return self._flows.n
+
+    def new_group(self, *, watch: bool = True) -> int:
+        """Register a group of flows; when all its flows have arrived the group is done, and if
+        ``watch`` the next :meth:`run` returns so the caller can react."""
+        self._groups.reserve(1)
+        g = self._groups.n
+        self._groups.n += 1
+        self._groups["watch"][g] = watch
+        self._groups["done"][g] = np.nan
+        if watch:
+            self._watched.append(g)
+        return g
+
+    def add(self, indptr: np.ndarray, links: np.ndarray, nbytes: np.ndarray, *,
+            release: np.ndarray | float | None = None, delay: np.ndarray | float | None = None,
+            dep_indptr: np.ndarray | None = None, dep_ids: np.ndarray | None = None,
+            group: int | np.ndarray | None = None) -> np.ndarray:
+        """Add flows; returns their engine ids.
+
+        Parameters
+        ----------
+        indptr, links : CSR path incidence of the new flows (link ids into ``capacity``).
+        nbytes : bytes of every flow (>= 0).
+        release : earliest start time (ns), default ``now``.
+        delay : wait between readiness and start (ns), default 0.
+        dep_indptr, dep_ids : CSR of engine ids each new flow waits for (any earlier flow).
+        group : group id (from :meth:`new_group`) per flow or for all.
+        """
+        n = indptr.size - 1
+        flows = self._flows
+        flows.reserve(n)
+        first = flows.n
+        ids = np.arange(first, first + n, dtype=np.int64)
+        m = int(indptr[-1])
+        if self._n_incidences + m > self._links.size:
+            grown = np.zeros(max(self._n_incidences + m, 2 * self._links.size), np.int32)
+            grown[: self._n_incidences] = self._links[: self._n_incidences]
+            self._links = grown
+        self._links[self._n_incidences: self._n_incidences + m] = links
+        flows["indptr_end"][first: first + n] = self._n_incidences + indptr[1:]
+        self._n_incidences += m
+        nbytes = np.broadcast_to(np.asarray(nbytes, np.float64), (n,))
+        flows["nbytes"][first: first + n] = nbytes
+        lat = np.add.reduceat(self.link_latency[links], indptr[:-1]) if m else np.zeros(n)
+        lat = np.where(np.diff(indptr) > 0, lat, 0.0) if m else lat
+        flows["latency"][first: first + n] = lat
+        if m:
+            nonempty = np.diff(indptr) > 0
+            bott = np.full(n, np.inf)
+            bott[nonempty] = np.minimum.reduceat(self.capacity[links], indptr[:-1][nonempty])
+            flows["bottleneck"][first: first + n] = bott
+        else:
+            flows["bottleneck"][first: first + n] = np.inf
+        flows["release"][first: first + n] = self.now if release is None else release
+        flows["delay"][first: first + n] = 0.0 if delay is None else delay
+        flows["state"][first: first + n] = _kernels.WAITING
+        if group is not None:
+            g = np.broadcast_to(np.asarray(group, np.int64), (n,))
+            flows["group"][first: first + n] = g
+            np.add.at(self._groups["pending"], g, 1)
+        else:
+            flows["group"][first: first + n] = -1
+        pending = np.zeros(n, np.int64)
+        ready = np.zeros(n, np.float64)
+        if dep_indptr is not None and dep_ids is not None and dep_ids.size:
+            dep_ids = np.asarray(dep_ids, np.int64)
+            owner = np.repeat(ids, np.diff(dep_indptr))
+            state = flows["state"][dep_ids]
+            done = state == _kernels.DONE
+            pending = np.bincount(owner[~done] - first, minlength=n).astype(np.int64)
+            if done.any():
+                np.maximum.at(ready, owner[done] - first, flows["finish"][dep_ids[done]])
+            self._edges_pred.append(dep_ids[~done])
+            self._edges_succ.append(owner[~done])
+            self._edges_dirty = True
+        flows["pending"][first: first + n] = pending
+        flows["ready"][first: first + n] = ready
+        flows.n += n
+        return ids
+
+    def _dependants_csr(self) -> None:
+        n = self._flows.n
+        if self._edges_pred:
+            pred = np.concatenate(self._edges_pred)
+            succ = np.concatenate(self._edges_succ)
+        else:
+            pred = succ = np.zeros(0, np.int64)
+        order = np.argsort(pred, kind="stable")
+        self._dep_ids = succ[order]
+        self._dep_ptr = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(pred, minlength=n), out=self._dep_ptr[1:])
+        self._edges_dirty = False
+
+    # ------------------------------------------------------------------ running
+    def run(self) -> tuple[int, np.ndarray]:
+        """Advance until every flow is done or watched groups complete.
+
+        Returns
+        -------
+        status : int
+            ``_kernels.STATUS_DONE`` or ``STATUS_STOPPED``.
+        groups : ndarray of int64
+            Watched groups completed since the last call, in completion order.
+
+        Raises
+        ------
+        SimulationError
+            On a deadlock (flows waiting forever) or a stall (zero-rate flows).
+        """
+        flows = self._flows
+        n = flows.n
+        if self._edges_dirty or self._dep_ptr.size != n + 1:
+            self._dependants_csr()
+        self._ws.ensure(n, self._n_incidences)
+        indptr = np.zeros(n + 1, np.int64)
+        indptr[1:] = flows["indptr_end"][:n]
+        a = flows.arrays
+        g = self._groups.arrays
+        status = _kernels.run_events(
+            _MODEL_CODES[self.model], self.capacity, indptr, self._links,
+            a["nbytes"], a["latency"], a["release"], a["delay"], a["bottleneck"], a["group"],
+            a["pending"], a["ready"], self._dep_ptr, self._dep_ids,
+            a["state"], a["start"], a["send_end"], a["finish"], a["remaining"], a["rate"],
+            a["time_to_go"], g["pending"], g["done"], g["watch"],
+            a["active"], a["active_pos"], self.link_count, self.active_links, self.link_pos,
+            self.link_busy, a["sched_keys"], a["sched_ids"], a["sched_tags"],
+            a["arr_keys"], a["arr_ids"], a["arr_tags"], *self._ws.kernel_args(),
+            self.counters, self.clock, self._first_new, n)
+        self._first_new = n
+        if status == _kernels.STATUS_DEADLOCK:
+            waiting = np.nonzero(a["state"][:n] == _kernels.WAITING)[0]
+            raise SimulationError(
+                f"deadlock at t={self.now:.6g} ns: {waiting.size} flow(s) wait on dependencies "
+                f"that never complete (first: {waiting[:5].tolist()})")
+        if status == _kernels.STATUS_STALLED:
+            raise SimulationError(f"stalled at t={self.now:.6g} ns: sending flows have zero rate")
+        done_groups = np.zeros(0, np.int64)
+        if self._watched:
+            watched = np.asarray(self._watched, np.int64)
+            finished = ~np.isnan(g["done"][watched])
+            if finished.any():
+                done_groups = watched[finished]
+                done_groups = done_groups[np.argsort(g["done"][done_groups], kind="stable")]
+                self._watched = watched[~finished].tolist()
+        return int(status), done_groups
+
+    def group_done_time(self, group: int) -> float:
+        return float(self._groups["done"][group])
+
+    # ------------------------------------------------------------------ results
+    def flow_arrays(self, name: str) -> np.ndarray:
+        """A per-flow array (``start``, ``send_end``, ``finish``, ``nbytes``, ...) of used length."""
+        return self._flows[name][: self._flows.n]
+
+    def incidence(self) -> tuple[np.ndarray, np.ndarray]:
+        """CSR path incidence of every flow added so far."""
+        indptr = np.zeros(self._flows.n + 1, np.int64)
+        indptr[1:] = self._flows["indptr_end"][: self._flows.n]
+        return indptr, self._links[: self._n_incidences]
+
+    def link_bytes(self) -> np.ndarray:
+        """Bytes carried by every link so far (finished flows count fully)."""
+        indptr, links = self.incidence()
+        done = self.flow_arrays("state") == _kernels.DONE
+        per_flow = np.where(done, self.flow_arrays("nbytes"), 0.0)
+        return np.bincount(links, weights=np.repeat(per_flow, np.diff(indptr)),
+                           minlength=self.capacity.size).astype(np.float64)
+
+    @property
+    def events(self) -> int:
+        return int(self.counters[6])
+
+    @property
+    def rate_computations(self) -> int:
+        return int(self.counters[7])
+
+
+@dataclass(frozen=True)
+class FlowResult:
+    """Timing of a flow set.
+
+    Attributes
+    ----------
+    start_ns, send_end_ns, finish_ns : ndarray, shape (F,)
+        When each flow started sending, when its last byte left, and when it arrived.
+    link_bytes : ndarray, shape (L,)
+        Bytes carried per link.
+    link_busy_ns : ndarray, shape (L,)
+        Time during which each link carried at least one sending flow.
+    time_ns : float
+        Arrival of the last flow.
+    events, rate_computations : int
+        Engine statistics.
+    """
+
+    start_ns: np.ndarray
+    send_end_ns: np.ndarray
+    finish_ns: np.ndarray
+    link_bytes: np.ndarray
+    link_busy_ns: np.ndarray
+    time_ns: float
+    events: int
+    rate_computations: int
+
+
+def _check_dependencies(n: int, dep_indptr: np.ndarray, dep_ids: np.ndarray) -> None:
+    if dep_indptr.size != n + 1 or dep_indptr[0] != 0 or np.any(np.diff(dep_indptr) < 0) \
+            or dep_indptr[-1] != dep_ids.size:
+        raise FlowSetError(f"dependencies: dep_indptr must have {n + 1} non-decreasing entries "
+                           f"from 0 to len(dep_ids)")
+    if dep_ids.size and (dep_ids.min() < 0 or dep_ids.max() >= n):
+        raise FlowSetError(f"dependencies: flow ids must be in 0..{n - 1}, "
+                           f"found {int(dep_ids.min() if dep_ids.min() < 0 else dep_ids.max())}")
+    # Kahn's algorithm, vectorized by levels: a cycle leaves flows with unmet dependencies.
+    owner = np.repeat(np.arange(n), np.diff(dep_indptr))
+    indeg = np.bincount(owner, minlength=n)
+    order = np.argsort(dep_ids, kind="stable")
+    succ_ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(dep_ids, minlength=n), out=succ_ptr[1:])
+    succ = owner[order]
+    frontier = np.nonzero(indeg == 0)[0]
+    seen = frontier.size
+    while frontier.size:
+        counts = succ_ptr[frontier + 1] - succ_ptr[frontier]
+        starts = np.repeat(succ_ptr[frontier], counts)
+        offs = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        targets = succ[starts + offs]
+        np.subtract.at(indeg, targets, 1)
+        frontier = np.unique(targets[indeg[targets] == 0])
+        seen += frontier.size
+    if seen < n:
+        stuck = np.nonzero(indeg > 0)[0]
+        raise FlowSetError(f"dependencies: cycle among flows {stuck[:10].tolist()}"
+                           + (" ..." if stuck.size > 10 else ""))
+
+
+def simulate_flows(capacity: np.ndarray, link_latency: np.ndarray, indptr: np.ndarray,
+                   links: np.ndarray, nbytes: np.ndarray, *, model: NetworkModel = "flow",
+                   release_ns: np.ndarray | None = None, delay_ns: np.ndarray | None = None,
+                   dep_indptr: np.ndarray | None = None,
+                   dep_ids: np.ndarray | None = None) -> FlowResult:
+    """Run a whole flow set (a DAG of flows) to completion.
+
+    Parameters
+    ----------
+    capacity, link_latency : ndarray, shape (L,)
+        Link capacity (bytes/ns, > 0) and latency (ns, >= 0).
+    indptr, links : CSR path incidence of the F flows.
+    nbytes : ndarray, shape (F,)
+        Bytes per flow, >= 0. Zero-byte flows arrive one path latency after they start.
+    model : {"analytical", "flow"}
+    release_ns, delay_ns : ndarray, shape (F,), optional
+        Earliest start time, and the wait between readiness and start.
+    dep_indptr, dep_ids : CSR, optional
+        Flow ``f`` starts only after flows ``dep_ids[dep_indptr[f]:dep_indptr[f+1]]`` arrived.
+
+    Raises
+    ------
+    FlowSetError
+        Negative bytes or times, bad indices, or a dependency cycle.
+    """
+    from .maxmin import validate_incidence
+
+    check_model(model)
+    capacity, indptr, links = validate_incidence(capacity, indptr, links, name="simulate_flows")
+    link_latency = np.ascontiguousarray(link_latency, np.float64)
+    if link_latency.shape != capacity.shape or np.any(link_latency < 0) \
+            or not np.all(np.isfinite(link_latency)):
+        raise FlowSetError("simulate_flows: link_latency must be finite, >= 0, one per link")
+    n = indptr.size - 1
+    nbytes = np.ascontiguousarray(np.broadcast_to(np.asarray(nbytes, np.float64), (n,)))
+    if np.any(~np.isfinite(nbytes)) or np.any(nbytes < 0):
+        bad = int(np.nonzero(~(nbytes >= 0) | ~np.isfinite(nbytes))[0][0])
+        raise FlowSetError(f"simulate_flows: nbytes[{bad}] = {nbytes[bad]!r}: expected a finite "
+                           f"number of bytes >= 0")
+    for name, arr in (("release_ns", release_ns), ("delay_ns", delay_ns)):
+        if arr is not None:
+            arr = np.asarray(arr, np.float64)
+            if np.any(~np.isfinite(arr)) or np.any(arr < 0):
+                raise FlowSetError(f"simulate_flows: {name} must be finite and >= 0")
+    if dep_indptr is not None or dep_ids is not None:
+        if dep_indptr is None or dep_ids is None:
+            raise FlowSetError("simulate_flows: give both dep_indptr and dep_ids")
+        dep_indptr = np.asarray(dep_indptr, np.int64)
+        dep_ids = np.asarray(dep_ids, np.int64)
+        _check_dependencies(n, dep_indptr, dep_ids)
+    engine = FlowEngine(capacity, link_latency, model)
+    engine.add(indptr, links, nbytes,
+               release=0.0 if release_ns is None else np.asarray(release_ns, np.float64),
+               delay=delay_ns, dep_indptr=dep_indptr, dep_ids=dep_ids)
+    engine.run()
+    finish = engine.flow_arrays("finish").copy()
+    return FlowResult(start_ns=engine.flow_arrays("start").copy(),
+                      send_end_ns=engine.flow_arrays("send_end").copy(), finish_ns=finish,
+                      link_bytes=engine.link_bytes(), link_busy_ns=engine.link_busy[
+                          : capacity.size].copy(),
+                      time_ns=float(finish.max()) if n else 0.0, events=engine.events,
+                      rate_computations=engine.rate_computations)

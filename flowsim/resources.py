@@ -1,0 +1,54 @@
+"""Where the bundled configs live, and how a config argument becomes a file path.
+
+A config argument is either a path to a file or the name of a bundled config (with or without
+its extension), e.g. ``ring8`` for ``topologies/ring8.yml``. Bundled configs are looked up in
+the source tree's ``topologies/`` (editable installs, the README's way) and then in
+``<prefix>/share/flowsim/`` (wheel installs).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from .errors import ConfigError
+
+_KIND_DIRS = {"network": "topologies", "system": "topologies/systems"}
+_KIND_SUFFIXES = {"network": (".yml", ".yaml"), "system": (".json",)}
+_SHARE_DIRS = {"network": "topologies", "system": "systems"}
+
+#: Bundled defaults used when a ``--network`` / ``--system`` option is not given.
+DEFAULT_NETWORK = "ring8"
+DEFAULT_SYSTEM = "ring_4chunks"
+
+
+def bundled_dir(kind: str) -> Path:
+    """Folder holding the bundled configs of ``kind`` (``"network"`` or ``"system"``)."""
+    source_tree = Path(__file__).resolve().parent.parent / _KIND_DIRS[kind]
+    if source_tree.is_dir():
+        return source_tree
+    return Path(sys.prefix) / "share" / "flowsim" / _SHARE_DIRS[kind]
+
+
+def bundled_names(kind: str) -> list[str]:
+    """Names of the bundled configs of ``kind``, sorted."""
+    folder = bundled_dir(kind)
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.iterdir() if p.suffix in _KIND_SUFFIXES[kind])
+
+
+def resolve_config_path(value: str | os.PathLike, *, kind: str) -> Path:
+    """Turn a path or a bundled config name into an existing file path."""
+    path = Path(value)
+    if path.is_file():
+        return path
+    folder = bundled_dir(kind)
+    for candidate in [folder / path.name] + [folder / (path.name + s)
+                                             for s in _KIND_SUFFIXES[kind]]:
+        if candidate.is_file():
+            return candidate
+    names = ", ".join(bundled_names(kind)) or "none found"
+    raise ConfigError(f"{value}: {kind} config not found (expected a file path or a bundled "
+                      f"name: {names})")

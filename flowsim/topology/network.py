@@ -1,0 +1,253 @@
+"""The ``Network``: a multi-dimensional topology as link arrays, with vectorized routing."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import RoutingError
+from .blocks import BLOCKS
+from .config import NetworkConfig, parse_network_config, read_network_config
+
+
+@dataclass(frozen=True, eq=False)
+class Network:
+    """A built network: NPUs, switch nodes and directed links as arrays.
+
+    Node ids ``0..npus-1`` are NPUs (mixed-radix coordinates, dimension 0 fastest, as in
+    ASTRA-sim); ``npus..npus+num_switches-1`` are switch nodes, one per instance of each
+    ``Switch`` dimension. Links are directed; a duplex connection is two links.
+
+    Attributes
+    ----------
+    config : NetworkConfig
+        The validated description this network was built from.
+    link_src, link_dst : ndarray of int64, shape (L,)
+        Node ids at each end of every link.
+    link_bandwidth : ndarray of float64, shape (L,)
+        Capacity of every link in bytes/ns.
+    link_latency : ndarray of float64, shape (L,)
+        Latency of every link in ns.
+    link_dim : ndarray of int64, shape (L,)
+        Dimension each link belongs to.
+    """
+
+    config: NetworkConfig
+    link_src: np.ndarray
+    link_dst: np.ndarray
+    link_bandwidth: np.ndarray
+    link_latency: np.ndarray
+    link_dim: np.ndarray
+    num_switches: int
+    _dim_link_offset: tuple[int, ...]
+    _dim_switch_offset: tuple[int, ...]
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_config(cls, config: NetworkConfig) -> "Network":
+        """Build the link arrays of every dimension instance of ``config``."""
+        npus = config.npus
+        srcs, dsts, bws, lats, dims = [], [], [], [], []
+        link_offset, switch_offset = [], []
+        n_links = 0
+        n_switches = 0
+        stride = 1
+        for d, (name, p) in enumerate(zip(config.topology, config.npus_count)):
+            block = BLOCKS[name]
+            instances = npus // p
+            local_src, local_dst = block.local_links(p)
+            # NPU id of local coordinate c in instance q: the other coordinates come from q.
+            q = np.arange(instances)[:, None]
+            base = (q // stride) * stride * p + (q % stride)
+
+            def node(local: np.ndarray) -> np.ndarray:
+                is_switch = local == p
+                npu = base + np.where(is_switch, 0, local)[None, :] * stride
+                sw = npus + n_switches + q
+                return np.where(is_switch[None, :], sw, npu).ravel()
+
+            link_offset.append(n_links)
+            switch_offset.append(n_switches)
+            srcs.append(node(local_src))
+            dsts.append(node(local_dst))
+            count = instances * block.num_links(p)
+            bws.append(np.full(count, config.bandwidth_bytes_per_ns[d]))
+            lats.append(np.full(count, config.latency_ns[d]))
+            dims.append(np.full(count, d))
+            n_links += count
+            n_switches += instances if block.has_switch else 0
+            stride *= p
+        return cls(config=config,
+                   link_src=np.concatenate(srcs).astype(np.int64),
+                   link_dst=np.concatenate(dsts).astype(np.int64),
+                   link_bandwidth=np.concatenate(bws).astype(np.float64),
+                   link_latency=np.concatenate(lats).astype(np.float64),
+                   link_dim=np.concatenate(dims).astype(np.int64),
+                   num_switches=n_switches,
+                   _dim_link_offset=tuple(link_offset),
+                   _dim_switch_offset=tuple(switch_offset))
+
+    # ------------------------------------------------------------------ shape
+    @property
+    def npus(self) -> int:
+        """Number of NPUs."""
+        return self.config.npus
+
+    @property
+    def num_nodes(self) -> int:
+        """NPUs plus switch nodes."""
+        return self.npus + self.num_switches
+
+    @property
+    def num_links(self) -> int:
+        return int(self.link_src.shape[0])
+
+    @property
+    def ndims(self) -> int:
+        return self.config.ndims
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        """NPUs per dimension."""
+        return self.config.npus_count
+
+    @cached_property
+    def strides(self) -> tuple[int, ...]:
+        """Id distance between neighbours along each dimension (1, p0, p0*p1, ...)."""
+        return tuple(int(math.prod(self.dims[:d])) for d in range(self.ndims))
+
+    def coords(self, npus: np.ndarray | int) -> np.ndarray:
+        """Coordinates of NPU ids, shape ``(n, ndims)``."""
+        ids = np.atleast_1d(np.asarray(npus, dtype=np.int64))
+        return np.stack([(ids // s) % p for s, p in zip(self.strides, self.dims)], axis=-1)
+
+    def instance_of(self, npus: np.ndarray, dim: int) -> np.ndarray:
+        """Index of the instance of dimension ``dim`` each NPU belongs to."""
+        s, p = self.strides[dim], self.dims[dim]
+        return (npus // (s * p)) * s + npus % s
+
+    def dim_groups(self, dim: int) -> np.ndarray:
+        """NPU ids of every instance of dimension ``dim``, shape ``(instances, p)``, rows in
+        instance order and columns in local-coordinate order."""
+        s, p = self.strides[dim], self.dims[dim]
+        q = np.arange(self.npus // p)[:, None]
+        return (q // s) * s * p + (q % s) + np.arange(p)[None, :] * s
+
+    # ------------------------------------------------------------------ routing
+    def routes(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Dimension-ordered routes of NPU pairs as a CSR flow-link incidence.
+
+        Parameters
+        ----------
+        src, dst : array_like of int, shape (n,)
+            NPU ids. A pair with ``src == dst`` gets an empty path.
+
+        Returns
+        -------
+        indptr : ndarray of int64, shape (n + 1,)
+            Path of pair ``i`` is ``link_ids[indptr[i]:indptr[i+1]]``, in traversal order.
+        link_ids : ndarray of int32, shape (indptr[-1],)
+        """
+        src = np.asarray(src, dtype=np.int64).ravel()
+        dst = np.asarray(dst, dtype=np.int64).ravel()
+        if src.shape != dst.shape:
+            raise RoutingError(f"routes: src and dst must have the same length, "
+                               f"found {src.size} and {dst.size}")
+        for name, arr in (("src", src), ("dst", dst)):
+            bad = (arr < 0) | (arr >= self.npus)
+            if bad.any():
+                raise RoutingError(f"routes: {name} NPU {int(arr[bad][0])} does not exist "
+                                   f"(expected an id in 0..{self.npus - 1})")
+        n = src.size
+        hops_per_dim = []
+        current = src.copy()
+        for d, name in enumerate(self.config.topology):
+            s, p = self.strides[d], self.dims[d]
+            a, b = (current // s) % p, (dst // s) % p
+            hops_per_dim.append(BLOCKS[name].hops(a, b, p).astype(np.int64))
+            current = current + (b - a) * s
+        total = np.sum(hops_per_dim, axis=0) if n else np.zeros(0, np.int64)
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(total, out=indptr[1:])
+        link_ids = np.empty(int(indptr[-1]), dtype=np.int32)
+        offset = indptr[:-1].copy()
+        current = src.copy()
+        for d, name in enumerate(self.config.topology):
+            block = BLOCKS[name]
+            s, p = self.strides[d], self.dims[d]
+            h = hops_per_dim[d]
+            a, b = (current // s) % p, (dst // s) % p
+            moving = np.nonzero(h)[0]
+            if moving.size:
+                rep = np.repeat(moving, h[moving])
+                # k = hop index within this dimension for every repeated entry
+                starts = np.cumsum(h[moving]) - h[moving]
+                k = np.arange(rep.size) - np.repeat(starts, h[moving])
+                local = block.hop_link(a[rep], b[rep], k, p)
+                inst = self.instance_of(current[rep], d)
+                link_ids[offset[rep] + k] = (self._dim_link_offset[d]
+                                             + inst * block.num_links(p) + local)
+                offset += h
+            current = current + (b - a) * s
+        return indptr, link_ids
+
+    def path_latency(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
+        """Sum of link latencies along each path (ns)."""
+        return _segment_sum(self.link_latency[link_ids], indptr)
+
+    def path_bottleneck(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
+        """Smallest link bandwidth along each path (bytes/ns); ``inf`` for empty paths."""
+        return _segment_min(self.link_bandwidth[link_ids], indptr)
+
+
+def _segment_sum(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
+    csum = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
+    return csum[indptr[1:]] - csum[indptr[:-1]]
+
+
+def _segment_min(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
+    out = np.full(indptr.size - 1, np.inf)
+    nonempty = indptr[1:] > indptr[:-1]
+    if values.size:
+        mins = np.minimum.reduceat(values, indptr[:-1][nonempty])
+        out[nonempty] = mins
+    return out
+
+
+_NETWORK_CACHE: dict[NetworkConfig, Network] = {}
+
+
+def load_network(source: "str | os.PathLike | Mapping[str, Any] | NetworkConfig | Network"
+                 ) -> Network:
+    """Load a network from a YAML path, a mapping of ASTRA-sim keys, a config or a network.
+
+    Built networks are cached by config, so repeated loads of the same topology are free.
+
+    Examples
+    --------
+    >>> net = load_network({"topology": ["Ring"], "npus_count": [8],
+    ...                     "bandwidth": [50], "latency": [500]})
+    >>> net.npus, net.num_links
+    (8, 16)
+    """
+    if isinstance(source, Network):
+        return source
+    if isinstance(source, NetworkConfig):
+        config = source
+    elif isinstance(source, Mapping):
+        config = parse_network_config(source)
+    else:
+        from ..resources import resolve_config_path
+        config = read_network_config(resolve_config_path(source, kind="network"))
+    network = _NETWORK_CACHE.get(config)
+    if network is None:
+        network = Network.from_config(config)
+        if len(_NETWORK_CACHE) > 64:
+            _NETWORK_CACHE.clear()
+        _NETWORK_CACHE[config] = network
+    return network

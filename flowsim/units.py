@@ -1,0 +1,81 @@
+"""Units and their conversions.
+
+Internally flowsim measures time in ns (float64), sizes in bytes and bandwidth in bytes/ns.
+Configs follow ASTRA-sim: network bandwidth is "GB/s" with GB = 2**30 bytes
+(``bw * 2**30 / 1e9`` bytes/ns), and the system json's ``local-mem-bw`` is GB/s with GB = 1e9.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from .errors import config_error
+
+#: bytes per ns in one "GB/s" of an ASTRA-sim network config (GB = 2**30 B).
+NETWORK_GBPS_TO_BYTES_PER_NS = float(1 << 30) / 1e9
+#: bytes per ns in one GB/s of ASTRA-sim's ``local-mem-bw`` (GB = 1e9 B).
+MEMORY_GBPS_TO_BYTES_PER_NS = 1.0
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
+}
+_SIZE_PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def network_bandwidth_to_bytes_per_ns(gbps: float) -> float:
+    """Convert an ASTRA-sim network bandwidth in "GB/s" (2**30 B/s) to bytes/ns."""
+    return gbps * NETWORK_GBPS_TO_BYTES_PER_NS
+
+
+def parse_size(value: object, *, source: str | None = None, key: str = "size",
+               allow_zero: bool = False) -> int:
+    """Parse a size in bytes: an integer, or a string such as ``"64MiB"``, ``"1GB"``, ``"4096"``.
+
+    Binary prefixes (KiB, MiB, GiB, and the bare K, M, G) are powers of 1024; KB, MB, GB are
+    powers of 1000. The result must be a whole, positive number of bytes (or zero when
+    ``allow_zero``).
+    """
+    expected = ("a whole number of bytes > 0" if not allow_zero else "a whole number of bytes >= 0") \
+        + " (e.g. 1048576, '64MiB', '1GB')"
+    if isinstance(value, bool):
+        raise config_error(source, key, expected, value)
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float):
+        if not math.isfinite(value) or value != int(value):
+            raise config_error(source, key, expected, value)
+        number = int(value)
+    elif isinstance(value, str):
+        match = _SIZE_PATTERN.match(value)
+        unit = match.group(2).lower() if match else None
+        if match is None or unit not in _SIZE_UNITS:
+            raise config_error(source, key, expected, value)
+        scaled = float(match.group(1)) * _SIZE_UNITS[unit]
+        if scaled != int(scaled):
+            raise config_error(source, key, expected, value)
+        number = int(scaled)
+    else:
+        raise config_error(source, key, expected, value)
+    if number < 0 or (number == 0 and not allow_zero):
+        raise config_error(source, key, expected, value)
+    return number
+
+
+def format_time(ns: float) -> str:
+    """Human form of a duration in ns, e.g. ``'2.326 ms'``."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.4g} {unit}"
+    return f"{ns:.4g} ns"
+
+
+def format_size(nbytes: float) -> str:
+    """Human form of a size in bytes with binary prefixes, e.g. ``'64 MiB'``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:.4g} {unit}"
+    return f"{nbytes:.4g} B"
