@@ -68,7 +68,6 @@ _FLOW_FIELDS: dict[str, tuple[type, float]] = {
     "time_to_go": (np.float64, np.inf), "active": (np.int64, 0), "active_pos": (np.int64, 0),
     "sched_keys": (np.float64, 0.0), "sched_ids": (np.int64, 0), "sched_tags": (np.int64, 0),
     "arr_keys": (np.float64, 0.0), "arr_ids": (np.int64, 0), "arr_tags": (np.int64, 0),
-    "indptr_end": (np.int64, 0),
 }
 
 
@@ -95,6 +94,7 @@ class FlowEngine:
         L = self.capacity.size
         self._flows = _Growable(_FLOW_FIELDS)
         self._links = np.zeros(1024, np.int32)
+        self._indptr = np.zeros(1025, np.int64)
         self._n_incidences = 0
         self._edges_pred: list[np.ndarray] = []
         self._edges_succ: list[np.ndarray] = []
@@ -155,6 +155,10 @@ class FlowEngine:
         flows = self._flows
         flows.reserve(n)
         first = flows.n
+        if first + n + 1 > self._indptr.size:
+            grown = np.zeros(max(first + n + 1, 2 * self._indptr.size), np.int64)
+            grown[: first + 1] = self._indptr[: first + 1]
+            self._indptr = grown
         ids = np.arange(first, first + n, dtype=np.int64)
         m = int(indptr[-1])
         if self._n_incidences + m > self._links.size:
@@ -162,7 +166,7 @@ class FlowEngine:
             grown[: self._n_incidences] = self._links[: self._n_incidences]
             self._links = grown
         self._links[self._n_incidences: self._n_incidences + m] = links
-        flows["indptr_end"][first: first + n] = self._n_incidences + indptr[1:]
+        self._indptr[first + 1: first + n + 1] = self._n_incidences + indptr[1:]
         self._n_incidences += m
         nbytes = np.broadcast_to(np.asarray(nbytes, np.float64), (n,))
         flows["nbytes"][first: first + n] = nbytes
@@ -234,11 +238,13 @@ class FlowEngine:
         """
         flows = self._flows
         n = flows.n
-        if self._edges_dirty or self._dep_ptr.size != n + 1:
+        if self._edges_dirty:
             self._dependants_csr()
+        elif self._dep_ptr.size < n + 1:  # new flows without dependants: extend the CSR
+            self._dep_ptr = np.concatenate(
+                [self._dep_ptr, np.full(n + 1 - self._dep_ptr.size, self._dep_ptr[-1])])
         self._ws.ensure(n, self._n_incidences)
-        indptr = np.zeros(n + 1, np.int64)
-        indptr[1:] = flows["indptr_end"][:n]
+        indptr = self._indptr
         a = flows.arrays
         g = self._groups.arrays
         status = _kernels.run_events(
@@ -279,9 +285,7 @@ class FlowEngine:
 
     def incidence(self) -> tuple[np.ndarray, np.ndarray]:
         """CSR path incidence of every flow added so far."""
-        indptr = np.zeros(self._flows.n + 1, np.int64)
-        indptr[1:] = self._flows["indptr_end"][: self._flows.n]
-        return indptr, self._links[: self._n_incidences]
+        return self._indptr[: self._flows.n + 1], self._links[: self._n_incidences]
 
     def link_bytes(self) -> np.ndarray:
         """Bytes carried by every link so far (finished flows count fully)."""

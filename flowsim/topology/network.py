@@ -131,21 +131,54 @@ class Network:
         s, p = self.strides[dim], self.dims[dim]
         return (npus // (s * p)) * s + npus % s
 
-    def dim_groups(self, dim: int) -> np.ndarray:
-        """NPU ids of every instance of dimension ``dim``, shape ``(instances, p)``, rows in
-        instance order and columns in local-coordinate order."""
-        s, p = self.strides[dim], self.dims[dim]
-        q = np.arange(self.npus // p)[:, None]
-        return (q // s) * s * p + (q % s) + np.arange(p)[None, :] * s
+    def dim_groups(self, dims: int | tuple[int, ...]) -> np.ndarray:
+        """NPU ids of every group spanning ``dims``, shape ``(groups, size)``.
+
+        A group is the set of NPUs that share every coordinate outside ``dims``; columns are
+        in mixed-radix order of the coordinates in ``dims`` (lowest dimension fastest), rows
+        in mixed-radix order of the other coordinates. With one dimension, the groups are its
+        instances.
+        """
+        dims = (dims,) if isinstance(dims, (int, np.integer)) else tuple(sorted(dims))
+        ids = np.arange(self.npus, dtype=np.int64)
+        coords = self.coords(ids)
+        inner = np.zeros(self.npus, np.int64)
+        outer = np.zeros(self.npus, np.int64)
+        inner_scale = outer_scale = 1
+        for d, p in enumerate(self.dims):
+            if d in dims:
+                inner += coords[:, d] * inner_scale
+                inner_scale *= p
+            else:
+                outer += coords[:, d] * outer_scale
+                outer_scale *= p
+        groups = np.empty((outer_scale, inner_scale), np.int64)
+        groups[outer, inner] = ids
+        return groups
+
+    def switch_links(self, dim: int) -> tuple[np.ndarray, np.ndarray]:
+        """Uplink and downlink ids of a Switch dimension, each shaped like ``dim_groups(dim)``."""
+        if self.config.topology[dim] != "Switch":
+            raise RoutingError(f"dimension {dim} is a {self.config.topology[dim]}, not a Switch")
+        p = self.dims[dim]
+        groups = self.dim_groups(dim)
+        base = self._dim_link_offset[dim] + np.arange(groups.shape[0])[:, None] * 2 * p
+        local = np.arange(p)[None, :]
+        return base + local, base + p + local
 
     # ------------------------------------------------------------------ routing
-    def routes(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def routes(self, src: np.ndarray, dst: np.ndarray, *,
+               lowest_dim_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Dimension-ordered routes of NPU pairs as a CSR flow-link incidence.
 
         Parameters
         ----------
         src, dst : array_like of int, shape (n,)
             NPU ids. A pair with ``src == dst`` gets an empty path.
+        lowest_dim_only : bool
+            Route only through the lowest dimension in which ``src`` and ``dst`` differ, the
+            way ASTRA-sim's congestion-unaware backend charges a message (it ignores the
+            other dimensions). Used by the analytical model for flat ``one*`` algorithms.
 
         Returns
         -------
@@ -166,10 +199,15 @@ class Network:
         n = src.size
         hops_per_dim = []
         current = src.copy()
+        routed = np.zeros(n, dtype=bool)
         for d, name in enumerate(self.config.topology):
             s, p = self.strides[d], self.dims[d]
             a, b = (current // s) % p, (dst // s) % p
-            hops_per_dim.append(BLOCKS[name].hops(a, b, p).astype(np.int64))
+            h = BLOCKS[name].hops(a, b, p).astype(np.int64)
+            if lowest_dim_only:
+                h[routed] = 0
+                routed |= h > 0
+            hops_per_dim.append(h)
             current = current + (b - a) * s
         total = np.sum(hops_per_dim, axis=0) if n else np.zeros(0, np.int64)
         indptr = np.zeros(n + 1, dtype=np.int64)

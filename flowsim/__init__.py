@@ -1,0 +1,21 @@
+"""flowsim: a fast analytical and flow-level simulator of distributed ML training platforms.
+
+The public API::
+
+    import flowsim
+    net = flowsim.load_network("topologies/ring8.yml")
+    ds = flowsim.simulate_collective(net, "all_reduce", "64MiB", model="flow")
+    ds.time_ns
+"""
+
+from ._version import __version__
+from .errors import (ConfigError, FlowSetError, FlowsimError, FlowsimWarning, RoutingError,
+                     SimulationError)
+from .network import FlowResult, maxmin_rates, simulate_flows
+from .system import SystemConfig, load_system, simulate_collective
+from .topology import Network, NetworkConfig, load_network
+
+__all__ = ["ConfigError", "FlowResult", "FlowSetError", "FlowsimError", "FlowsimWarning",
+           "Network", "NetworkConfig", "RoutingError", "SimulationError", "SystemConfig",
+           "__version__", "load_network", "load_system", "maxmin_rates", "simulate_collective",
+           "simulate_flows"]

@@ -1,0 +1,143 @@
+"""``simulate_collective``: one collective, end to end, as an xarray Dataset."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import numpy as np
+import xarray as xr
+
+from ..collectives import COLLECTIVES, canonical_collective
+from ..errors import ConfigError, config_error
+from ..network.engine import check_model
+from ..results import collective_dataset, union_length
+from ..topology import Network, NetworkConfig, load_network
+from ..units import parse_size
+from .config import SystemConfig, load_system
+from .phases import chunk_sizes, collective_phases
+from .scheduler import Schedule
+
+NetworkLike = "str | os.PathLike | Mapping[str, Any] | NetworkConfig | Network"
+
+
+def _check_dims(network: Network, dims: Any) -> tuple[int, ...] | None:
+    if dims is None:
+        return None
+    try:
+        out = tuple(int(d) for d in dims)
+    except (TypeError, ValueError):
+        raise config_error("argument", "dims", "a list of dimension indices", dims) from None
+    if not out or any(d < 0 or d >= network.ndims for d in out) or len(set(out)) != len(out):
+        raise config_error("argument", "dims",
+                           f"distinct dimension indices in 0..{network.ndims - 1}", dims)
+    return tuple(sorted(out))
+
+
+def _check_npu(network: Network, value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
+            not 0 <= int(value) < network.npus:
+        raise config_error("argument", key, f"an NPU id in 0..{network.npus - 1}", value)
+    return int(value)
+
+
+def simulate_collective(network: NetworkLike, collective: str, size: int | str,
+                        system: "str | os.PathLike | Mapping[str, Any] | SystemConfig | None" = None,
+                        model: str = "analytical", *, dims: Any = None, root: int = 0,
+                        src: int | None = None, dst: int | None = None) -> xr.Dataset:
+    """Simulate one collective and return its timing as an :class:`xarray.Dataset`.
+
+    Parameters
+    ----------
+    network : path, bundled name, mapping, NetworkConfig or Network
+        The topology (ASTRA-sim 2.x network YAML keys).
+    collective : str
+        ``"all_reduce"``, ``"reduce_scatter"``, ``"all_gather"``, ``"all_to_all"``,
+        ``"broadcast"``, ``"reduce"`` or ``"send_recv"`` (hyphens and CamelCase accepted).
+    size : int or str
+        Bytes, e.g. ``1 << 20`` or ``"64MiB"``. As in ASTRA-sim, for all-gather this is each
+        NPU's input (the output is ``npus * size``); for the others it is each NPU's buffer.
+    system : path, bundled name, mapping, SystemConfig or None
+        ASTRA-sim 2.x system json keys; ``None`` uses the defaults of :class:`SystemConfig`.
+    model : {"analytical", "flow"}
+        Congestion-unaware (ASTRA-sim's analytical backend) or max-min fair flow model.
+    dims : sequence of int, optional
+        Dimensions the collective spans (default all), like Chakra's ``involved_dim``.
+    root : int
+        Root NPU of a broadcast or reduce.
+    src, dst : int
+        Endpoints of a ``send_recv``.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``time_ns`` (scalar: when the last chunk finished), ``npu_finish_ns`` (npu),
+        ``link_bytes``, ``link_busy_ns``, ``link_utilization`` (link), ``dim_bytes`` and
+        ``dim_busy_ns`` (dim), with the topology and algorithm per dimension as coordinates.
+    """
+    net = load_network(network)
+    sys_cfg = load_system(system)
+    model = check_model(model)
+    name = canonical_collective(collective)
+    if name is None:
+        raise config_error("argument", "collective",
+                           "one of " + ", ".join(c.replace("_", "-") for c in COLLECTIVES),
+                           collective)
+    nbytes = parse_size(size, source="argument", key="size")
+    dims_t = _check_dims(net, dims)
+    root = _check_npu(net, root, "root")
+    schedule = Schedule(net, sys_cfg, model)
+    if name == "send_recv":
+        if src is None or dst is None:
+            raise ConfigError("argument 'src'/'dst': a send_recv needs both endpoints")
+        algorithms = ("p2p",) * net.ndims
+        _send_recv(schedule, _check_npu(net, src, "src"), _check_npu(net, dst, "dst"), nbytes)
+    else:
+        sizes = chunk_sizes(nbytes, sys_cfg.splits)
+        chunks = [collective_phases(net, sys_cfg, name, c, dims=dims_t, root=root)
+                  for c in sizes]
+        schedule.issue(chunks, at=0.0)
+        algorithms = tuple(_algorithm_names(sys_cfg, name, net.ndims))
+    schedule.run()
+    return _dataset(schedule, net, sys_cfg, name, nbytes, model, algorithms)
+
+
+def _algorithm_names(system: SystemConfig, collective: str, ndims: int) -> list[str]:
+    names = system.implementation(collective)
+    return list(names) * ndims if len(names) == 1 and ndims > 1 else list(names)
+
+
+def _send_recv(schedule: Schedule, src: int, dst: int, nbytes: int) -> None:
+    """A point-to-point message: one flow, one endpoint delay before and after."""
+    from .backends import make_template
+
+    net = schedule.network
+    indptr, links = net.routes(np.array([src]), np.array([dst]))
+    template = make_template(net, np.array([src]), np.array([dst]), indptr, links)
+    ed = schedule.system.endpoint_delay_ns
+
+    def arrived(t: float) -> None:
+        token = schedule.timer.timer(t + ed)
+        schedule._actions[token] = (finished, ())
+
+    def finished(t: float) -> None:
+        schedule.npu_finish[[src, dst]] = t
+        schedule.collective_end[0] = t
+
+    schedule.collective_end[0] = 0.0
+    token = schedule.timer.step(template, float(nbytes), 0.0, ed)
+    schedule._actions[token] = (arrived, ())
+
+
+def _dataset(schedule: Schedule, net: Network, system: SystemConfig, collective: str,
+             nbytes: int, model: str, algorithms: tuple[str, ...]) -> xr.Dataset:
+    timer = schedule.timer
+    time_ns = max(schedule.collective_end.values(), default=0.0)
+    link_bytes = np.asarray(timer.link_bytes, np.float64)
+    dim_bytes = np.bincount(net.link_dim, weights=link_bytes, minlength=net.ndims)
+    return collective_dataset(network=net, system=system, collective=collective, size=nbytes,
+                              model=model, algorithms=algorithms, time_ns=time_ns,
+                              npu_finish_ns=schedule.npu_finish.copy(), link_bytes=link_bytes,
+                              link_busy_ns=np.asarray(timer.link_busy, np.float64),
+                              dim_bytes=dim_bytes, dim_busy_ns=schedule.dim_busy_ns(),
+                              stats=timer.stats())

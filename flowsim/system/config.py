@@ -1,0 +1,227 @@
+"""System configs: ASTRA-sim 2.x system json into a frozen dataclass.
+
+Modelled keys (ASTRA-sim spelling and units):
+
+``preferred-dataset-splits``      chunks per collective (>= 1; default 1)
+``active-chunks-per-dimension``   chunks in flight per dimension queue (>= 1; default 1)
+``scheduling-policy``             ``LIFO`` or ``FIFO`` among collectives queued on a dimension
+``endpoint-delay``                ns per message hand-off: a phase of ``s`` steps pays ``s+1``
+``local-mem-bw``                  GB/s with GB = 1e9 B; a reduction of ``m`` bytes costs
+                                  ``3 m / local-mem-bw`` (one write, two reads)
+``collective-optimization``       ``baseline`` or ``localBWAware``
+``all-reduce-implementation`` (and ``reduce-scatter-``, ``all-gather-``, ``all-to-all-``)
+                                  one algorithm per dimension, or one flat ``one*`` algorithm
+``local-reduction-delay``         ns per reduction step, only with ``model-shared-bus: 1``
+                                  (as in ASTRA-sim, where only the LogGP bus model reads it)
+
+flowsim extensions: ``step-synchronization`` (``barrier``, ASTRA-sim's, or ``per_npu``),
+``broadcast-implementation`` and ``reduce-implementation`` (default: the all-reduce list).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .._io import read_mapping
+from ..collectives import ALGORITHMS, FLAT_PREFIX, canonical_algorithm
+from ..errors import FlowsimWarning, config_error
+
+IMPLEMENTATION_KEYS = {
+    "all_reduce": "all-reduce-implementation",
+    "reduce_scatter": "reduce-scatter-implementation",
+    "all_gather": "all-gather-implementation",
+    "all_to_all": "all-to-all-implementation",
+    "broadcast": "broadcast-implementation",
+    "reduce": "reduce-implementation",
+}
+SYNCHRONIZATIONS = ("barrier", "per_npu")
+OPTIMIZATIONS = ("baseline", "localBWAware")
+POLICIES = ("LIFO", "FIFO")
+
+_MODELLED = {"preferred-dataset-splits", "active-chunks-per-dimension", "scheduling-policy",
+             "endpoint-delay", "local-mem-bw", "collective-optimization",
+             "step-synchronization", "local-reduction-delay", "model-shared-bus",
+             *IMPLEMENTATION_KEYS.values()}
+#: Keys ASTRA-sim documents that flowsim reads but does not model, and why.
+_NOT_MODELLED = {
+    "boost-mode": "ASTRA-sim does not read it either",
+    "intra-dimension-scheduling": "flowsim schedules dimensions in ascending order, "
+                                  "ASTRA-sim's default",
+    "inter-dimension-scheduling": "flowsim schedules dimensions in ascending order, "
+                                  "ASTRA-sim's default",
+    "L": "LogGP bus model parameters are not modelled",
+    "o": "LogGP bus model parameters are not modelled",
+    "g": "LogGP bus model parameters are not modelled",
+    "G": "LogGP bus model parameters are not modelled",
+    "replay-only": "not modelled",
+    "track-local-mem": "not modelled",
+}
+#: Keys used by the compute model of the workload layer; accepted silently here.
+_COMPUTE_KEYS = {"roofline-enabled", "peak-perf", "compute-scale", "local-mem-bw-roofline"}
+#: Values of not-modelled keys that mean "off", for which no warning is needed.
+_HARMLESS = {0, "0", "baseline", "ascending", False}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemConfig:
+    """A validated system config (hashable).
+
+    Attributes
+    ----------
+    splits : int
+        ``preferred-dataset-splits``: chunks per collective.
+    active_chunks : int
+        ``active-chunks-per-dimension``.
+    scheduling_policy : {"LIFO", "FIFO"}
+    endpoint_delay_ns : float
+    local_mem_bw_gbps : float or None
+        ``None`` means reductions cost nothing.
+    local_reduction_delay_ns : float
+    collective_optimization : {"baseline", "localBWAware"}
+    implementations : tuple of (collective, tuple of algorithm names)
+        Algorithm per dimension for every collective type; a single ``one*`` entry means flat.
+    synchronization : {"barrier", "per_npu"}
+    source : str
+    """
+
+    splits: int = 1
+    active_chunks: int = 1
+    scheduling_policy: str = "LIFO"
+    endpoint_delay_ns: float = 10.0
+    local_mem_bw_gbps: float | None = None
+    local_reduction_delay_ns: float = 0.0
+    collective_optimization: str = "baseline"
+    implementations: tuple[tuple[str, tuple[str, ...]], ...] = (
+        ("all_reduce", ("ring",)), ("reduce_scatter", ("ring",)), ("all_gather", ("ring",)),
+        ("all_to_all", ("ring",)), ("broadcast", ("ring",)), ("reduce", ("ring",)))
+    synchronization: str = "barrier"
+    source: str = field(default="<default>", compare=False)
+
+    def implementation(self, collective: str) -> tuple[str, ...]:
+        """Algorithm names (per dimension, or one flat ``one*``) for a collective type."""
+        return dict(self.implementations)[collective]
+
+    def reduction_ns(self, nbytes: float) -> float:
+        """Local reduction cost of ``nbytes`` received bytes (ns), as ASTRA-sim charges it."""
+        cost = self.local_reduction_delay_ns if nbytes > 0 else 0.0
+        if self.local_mem_bw_gbps is None or nbytes <= 0:
+            return cost
+        return cost + 3.0 * math.floor(nbytes / self.local_mem_bw_gbps)
+
+
+def _int_at_least(data: Mapping[str, Any], key: str, source: str, default: int,
+                  minimum: int) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            (isinstance(value, float) and value != int(value)) or value < minimum:
+        raise config_error(source, key, f"an integer >= {minimum}", value)
+    return int(value)
+
+
+def _number_at_least(data: Mapping[str, Any], key: str, source: str, default: float | None,
+                     minimum: float, strict: bool = False) -> float | None:
+    value = data.get(key, default)
+    if value is None:
+        return None
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and \
+        math.isfinite(value) and (value > minimum if strict else value >= minimum)
+    if not ok:
+        raise config_error(source, key, f"a number {'>' if strict else '>='} {minimum}", value)
+    return float(value)
+
+
+def _choice(data: Mapping[str, Any], key: str, source: str, default: str,
+            choices: tuple[str, ...]) -> str:
+    value = data.get(key, default)
+    for choice in choices:
+        if isinstance(value, str) and value.lower() == choice.lower():
+            return choice
+    raise config_error(source, key, "one of " + ", ".join(choices), value)
+
+
+def _implementation(data: Mapping[str, Any], key: str, source: str,
+                    default: tuple[str, ...]) -> tuple[str, ...]:
+    value = data.get(key, list(default))
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise config_error(source, key, "a list of algorithm names, one per dimension", value)
+    names = []
+    for i, raw in enumerate(value):
+        name = canonical_algorithm(raw)
+        if name is None:
+            known = sorted(ALGORITHMS) + sorted(FLAT_PREFIX + n[0].upper() + n[1:]
+                                                for n in ALGORITHMS)
+            raise config_error(source, f"{key}[{i}]", "one of " + ", ".join(known), raw)
+        names.append(name)
+    flat = [n for n in names if n.startswith(FLAT_PREFIX)]
+    if flat and len(names) > 1:
+        raise config_error(source, key, f"a single flat algorithm ('{flat[0]}' treats all "
+                           f"dimensions as one) or one algorithm per dimension", value)
+    return tuple(names)
+
+
+def parse_system_config(data: Mapping[str, Any], source: str = "<dict>") -> SystemConfig:
+    """Validate an ASTRA-sim 2.x system mapping and return a :class:`SystemConfig`.
+
+    Unknown keys, and known keys flowsim does not model (with a value that would matter),
+    are reported as :class:`~flowsim.errors.FlowsimWarning` naming the key.
+    """
+    impls = {}
+    for collective, key in IMPLEMENTATION_KEYS.items():
+        default = impls.get("all_reduce", ("ring",)) if collective in ("broadcast", "reduce") \
+            else ("ring",)
+        impls[collective] = _implementation(data, key, source, default)
+    shared_bus = data.get("model-shared-bus", 0) in (1, True, "1")
+    config = SystemConfig(
+        splits=_int_at_least(data, "preferred-dataset-splits", source, 1, 1),
+        active_chunks=_int_at_least(data, "active-chunks-per-dimension", source, 1, 1),
+        scheduling_policy=_choice(data, "scheduling-policy", source, "LIFO", POLICIES),
+        endpoint_delay_ns=_number_at_least(data, "endpoint-delay", source, 10.0, 0.0),
+        local_mem_bw_gbps=_number_at_least(data, "local-mem-bw", source, None, 0.0, strict=True),
+        local_reduction_delay_ns=(_number_at_least(data, "local-reduction-delay", source, 0.0,
+                                                   0.0) if shared_bus else 0.0),
+        collective_optimization=_choice(data, "collective-optimization", source, "baseline",
+                                        OPTIMIZATIONS),
+        implementations=tuple(impls.items()),
+        synchronization=_choice(data, "step-synchronization", source, "barrier",
+                                SYNCHRONIZATIONS),
+        source=source)
+    for key, value in data.items():
+        if key in _MODELLED or key in _COMPUTE_KEYS or key.endswith("-implementation-custom"):
+            continue
+        if key in _NOT_MODELLED:
+            if value not in _HARMLESS:
+                warnings.warn(f"{source}: key '{key}' = {value!r} is not modelled by flowsim "
+                              f"({_NOT_MODELLED[key]})", FlowsimWarning, stacklevel=2)
+            continue
+        warnings.warn(f"{source}: unknown system key '{key}' ignored", FlowsimWarning,
+                      stacklevel=2)
+    if "local-reduction-delay" in data and not shared_bus and data["local-reduction-delay"]:
+        warnings.warn(f"{source}: key 'local-reduction-delay' is ignored without "
+                      f"'model-shared-bus: 1' (as in ASTRA-sim, only its LogGP bus model reads "
+                      f"it)", FlowsimWarning, stacklevel=2)
+    return config
+
+
+def read_system_config(path: str | os.PathLike) -> SystemConfig:
+    """Read and validate a system json file."""
+    return parse_system_config(read_mapping(path, what="system config"), source=str(Path(path)))
+
+
+def load_system(source: "str | os.PathLike | Mapping[str, Any] | SystemConfig | None"
+                ) -> SystemConfig:
+    """A system config from a path, a bundled name, a mapping, a config, or ``None`` (defaults)."""
+    if source is None:
+        return SystemConfig()
+    if isinstance(source, SystemConfig):
+        return source
+    if isinstance(source, Mapping):
+        return parse_system_config(source)
+    from ..resources import resolve_config_path
+    return read_system_config(resolve_config_path(source, kind="system"))

@@ -1,0 +1,155 @@
+"""From one collective to chunks and phases: ASTRA-sim's multi-dimensional composition.
+
+A collective of ``size`` bytes is cut into ``preferred-dataset-splits`` chunks (integers that
+add up to ``size`` exactly: the first ``size % splits`` chunks carry one byte more). Each chunk
+walks through a list of :class:`Phase`, one per dimension it crosses:
+
+* all-reduce, ``localBWAware``: reduce-scatter on dims ``0..D-2`` (the data shrinking by each
+  dimension's size), all-reduce on the last, all-gather on ``D-2..0`` (anticlockwise rings);
+* all-reduce, ``baseline``: a full all-reduce on every dimension in turn;
+* reduce-scatter: ascending dims, shrinking; all-gather: descending dims, growing (the size is
+  the per-NPU input, as in ASTRA-sim's Chakra ``comm_size``);
+* all-to-all: one all-to-all per dimension, each on the whole chunk;
+* broadcast / reduce: one phase per dimension from / towards the root;
+* a flat ``one*`` algorithm: a single phase over all involved dimensions as one group.
+
+Dimensions of size 1 (or not involved) are skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..collectives import FLAT_PREFIX, base_algorithm
+from ..errors import ConfigError
+from ..topology import Network
+from .config import SystemConfig
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One collective on every group of one dimension (or of several, for flat algorithms).
+
+    Attributes
+    ----------
+    dims : tuple of int
+        Dimensions the groups span (one, unless flat).
+    algorithm : str
+        Per-dimension algorithm name (``ring``, ``direct``, ...).
+    collective : str
+        Collective type run in this phase.
+    data : float
+        ``D``: bytes of the buffer the phase works on (see :mod:`flowsim.collectives.base`).
+    direction : int
+        +1 clockwise rings, -1 anticlockwise.
+    in_network : bool
+        All-reduce reduced by the dimension's switch.
+    root : int
+        Root NPU of a broadcast or reduce (global id), else 0.
+    flat : bool
+        The phase comes from a ``one*`` algorithm (ASTRA-sim charges its messages only for the
+        lowest dimension they cross).
+    """
+
+    dims: tuple[int, ...]
+    algorithm: str
+    collective: str
+    data: float
+    direction: int = 1
+    in_network: bool = False
+    root: int = 0
+    flat: bool = False
+
+    @property
+    def queue(self) -> int:
+        """The dimension queue this phase waits in."""
+        return self.dims[0]
+
+
+def chunk_sizes(size: int, splits: int) -> list[int]:
+    """Integer chunk sizes adding up to ``size`` exactly (the first ``size % splits`` get +1)."""
+    splits = max(1, min(splits, size)) if size > 0 else 1
+    base, extra = divmod(size, splits)
+    return [base + (1 if i < extra else 0) for i in range(splits)]
+
+
+def _check_algorithm(network: Network, system: SystemConfig, collective: str, name: str,
+                     dims: tuple[int, ...], key: str) -> None:
+    algorithm = base_algorithm(name)
+    if collective not in algorithm.supports:
+        raise ConfigError(f"{system.source}: key '{key}': {name} does not implement "
+                          f"{collective.replace('_', '-')}; choose ring or direct")
+    if algorithm.check_size is not None:
+        p = math.prod(network.dims[d] for d in dims)
+        try:
+            algorithm.check_size(p)
+        except ValueError as exc:
+            raise ConfigError(f"{system.source}: key '{key}': {exc}") from None
+
+
+def collective_phases(network: Network, system: SystemConfig, collective: str,
+                      chunk: float, *, dims: tuple[int, ...] | None = None,
+                      root: int = 0) -> list[Phase]:
+    """The phases of one chunk of ``chunk`` bytes of ``collective``.
+
+    Parameters
+    ----------
+    dims : tuple of int, optional
+        Dimensions the collective spans (default: all). Size-1 dimensions are dropped.
+    """
+    from .config import IMPLEMENTATION_KEYS
+
+    key = IMPLEMENTATION_KEYS[collective]
+    involved = tuple(d for d in (range(network.ndims) if dims is None else dims)
+                     if network.dims[d] > 1)
+    if not involved:
+        return []
+    names = system.implementation(collective)
+    if len(names) == 1 and names[0].startswith(FLAT_PREFIX):
+        name = base_algorithm(names[0]).name
+        _check_algorithm(network, system, collective, names[0], involved, key)
+        total = math.prod(network.dims[d] for d in involved)
+        data = chunk * total if collective == "all_gather" else chunk
+        return [Phase(involved, name, collective, data, root=root, flat=True)]
+    if len(names) != network.ndims:
+        raise ConfigError(f"{system.source}: key '{key}': expected {network.ndims} algorithm "
+                          f"names (one per network dimension), found {len(names)}: "
+                          f"{list(names)}")
+    for d in involved:
+        _check_algorithm(network, system, collective, names[d], (d,), f"{key}[{d}]")
+    inr = network.config.in_network_reduction
+
+    def phase(d: int, coll: str, data: float, direction: int = 1) -> Phase:
+        reducing = inr[d] and coll == "all_reduce"
+        return Phase((d,), names[d], coll, data, direction, reducing, root)
+
+    out: list[Phase] = []
+    if collective == "all_reduce" and system.collective_optimization == "localBWAware":
+        data = chunk
+        for d in involved[:-1]:
+            out.append(phase(d, "reduce_scatter", data))
+            data /= network.dims[d]
+        out.append(phase(involved[-1], "all_reduce", data))
+        for d in reversed(involved[:-1]):
+            data *= network.dims[d]
+            out.append(phase(d, "all_gather", data, -1))
+    elif collective in ("all_reduce", "all_to_all"):
+        out = [phase(d, collective, chunk) for d in involved]
+    elif collective == "reduce_scatter":
+        data = chunk
+        for d in involved:
+            out.append(phase(d, collective, data))
+            data /= network.dims[d]
+    elif collective == "all_gather":
+        data = chunk
+        for d in reversed(involved):
+            data *= network.dims[d]
+            out.append(phase(d, collective, data))
+    elif collective == "broadcast":
+        out = [phase(d, collective, chunk) for d in involved]
+    elif collective == "reduce":
+        out = [phase(d, collective, chunk) for d in involved]
+    else:
+        raise ConfigError(f"argument 'collective': {collective} has no phases")
+    return out

@@ -1,0 +1,255 @@
+"""The system layer's scheduler: chunks through dimension queues, steps onto a timer.
+
+Each chunk of a collective walks through its phases (see :mod:`.phases`). Every dimension is a
+queue that runs at most ``active-chunks-per-dimension`` chunks at once; waiting chunks are
+served by priority (LIFO: the most recently issued collective first; FIFO: the oldest), and in
+arrival order among equal priorities (all chunks of one collective share a priority, as in
+ASTRA-sim). A phase pays one endpoint delay before its first step and, after every step, one
+endpoint delay plus the local-reduction cost of what it received.
+
+Step synchronisation:
+
+``barrier`` (ASTRA-sim)
+    A step's messages on every group start together once the previous step has completely
+    finished.
+``per_npu``
+    A rank starts its next step as soon as it has received what the previous step sent it;
+    the phase ends when its last message has arrived.
+
+The network model only decides how long steps take (see :mod:`.backends`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..collectives import base_algorithm
+from ..collectives.base import Step
+from ..results import union_length
+from ..topology import Network
+from .backends import AnalyticalTimer, FlowTimer, StepTemplate, make_template
+from .config import SystemConfig
+from .phases import Phase
+
+
+@dataclass
+class _Chunk:
+    collective_id: int
+    index: int
+    phases: list[Phase]
+    key: int
+    phase: int = 0
+
+
+class Schedule:
+    """Runs collectives on one network under one system config and network model.
+
+    Parameters
+    ----------
+    network : Network
+    system : SystemConfig
+    model : {"analytical", "flow"}
+    """
+
+    def __init__(self, network: Network, system: SystemConfig, model: str) -> None:
+        self.network = network
+        self.system = system
+        self.model = model
+        self.timer = AnalyticalTimer(network) if model == "analytical" else FlowTimer(network)
+        self._queues: dict[int, list] = {}
+        self._running: dict[int, int] = {}
+        self._seq = itertools.count()
+        self._priority = itertools.count()
+        self._templates: dict[tuple, list[StepTemplate]] = {}
+        self._actions: dict[int, tuple[Callable, tuple]] = {}
+        self.collective_end: dict[int, float] = {}
+        self._chunks_left: dict[int, int] = {}
+        self.npu_finish = np.zeros(network.npus)
+        self._busy: dict[int, list[tuple[float, float]]] = {d: [] for d in
+                                                             range(network.ndims)}
+
+    # ------------------------------------------------------------------ public
+    def issue(self, chunks: list[list[Phase]], at: float = 0.0) -> int:
+        """Issue one collective (the phase list of each chunk) at time ``at``; returns its id."""
+        cid = len(self._chunks_left)
+        self._chunks_left[cid] = len(chunks)
+        self.collective_end[cid] = at
+        priority = next(self._priority)
+        # heapq pops the smallest key: LIFO serves newer collectives first
+        key = -priority if self.system.scheduling_policy == "LIFO" else priority
+        for i, phases in enumerate(chunks):
+            chunk = _Chunk(cid, i, phases, key)
+            if phases:
+                self._enqueue(chunk)
+            else:
+                self._chunk_done(chunk, at)
+        self._admit(at)
+        return cid
+
+    def run(self) -> None:
+        """Advance until every issued collective has finished."""
+        while self._actions:
+            for token, t in self.timer.run():
+                callback, args = self._actions.pop(token)
+                callback(*args, t)
+            self._admit(self.timer.now)
+
+    def dim_busy_ns(self) -> np.ndarray:
+        """Per dimension, the time during which at least one of its phases was running."""
+        out = np.zeros(self.network.ndims)
+        for d, spans in self._busy.items():
+            if spans:
+                arr = np.array(spans)
+                out[d] = union_length(arr[:, 0], arr[:, 1])
+        return out
+
+    # ------------------------------------------------------------------ queues
+    def _enqueue(self, chunk: _Chunk) -> None:
+        queue = chunk.phases[chunk.phase].queue
+        heapq.heappush(self._queues.setdefault(queue, []), (chunk.key, next(self._seq), chunk))
+
+    def _admit(self, now: float) -> None:
+        limit = self.system.active_chunks
+        for queue, waiting in self._queues.items():
+            while waiting and self._running.get(queue, 0) < limit:
+                _, _, chunk = heapq.heappop(waiting)
+                self._running[queue] = self._running.get(queue, 0) + 1
+                self._start_phase(chunk, now)
+
+    def _phase_done(self, chunk: _Chunk, start: float, t: float) -> None:
+        phase = chunk.phases[chunk.phase]
+        for d in phase.dims:
+            self._busy[d].append((start, t))
+        self.npu_finish[self._groups(phase).ravel()] = t
+        self._running[phase.queue] -= 1
+        chunk.phase += 1
+        if chunk.phase < len(chunk.phases):
+            self._enqueue(chunk)
+        else:
+            self._chunk_done(chunk, t)
+
+    def _chunk_done(self, chunk: _Chunk, t: float) -> None:
+        cid = chunk.collective_id
+        self._chunks_left[cid] -= 1
+        self.collective_end[cid] = max(self.collective_end[cid], t)
+
+    # ------------------------------------------------------------------ phases and steps
+    def _steps(self, phase: Phase) -> list[Step]:
+        if phase.in_network:
+            return [Step(np.zeros(1, np.int64), np.zeros(1, np.int64), 1.0)]
+        p = int(np.prod([self.network.dims[d] for d in phase.dims]))
+        return base_algorithm(phase.algorithm).steps(phase.collective, p, phase.direction,
+                                                     self._local_root(phase))
+
+    def _local_root(self, phase: Phase) -> int:
+        coords = self.network.coords(phase.root)[0]
+        local, scale = 0, 1
+        for d in phase.dims:
+            local += int(coords[d]) * scale
+            scale *= self.network.dims[d]
+        return local
+
+    def _groups(self, phase: Phase) -> np.ndarray:
+        """The groups taking part in a phase, shape (groups, size)."""
+        groups = self.network.dim_groups(phase.dims)
+        if phase.collective in ("broadcast", "reduce"):
+            # only groups that hold (broadcast) or still owe (reduce) the root's data
+            root = self.network.coords(phase.root)[0]
+            coords = self.network.coords(groups[:, 0])
+            d = phase.dims[0]
+            keep = np.ones(groups.shape[0], bool)
+            for e in range(self.network.ndims):
+                if e in phase.dims:
+                    continue
+                if (phase.collective == "broadcast" and e > d) or \
+                        (phase.collective == "reduce" and e < d):
+                    keep &= coords[:, e] == root[e]
+            groups = groups[keep]
+        return groups
+
+    def _templates_for(self, phase: Phase, steps: list[Step]) -> list[StepTemplate]:
+        # ASTRA-sim's analytical backend charges a message only for the lowest dimension it
+        # crosses; that matters only for flat (one*) algorithms, whose messages cross several.
+        lowest = phase.flat and self.model == "analytical"
+        key = (phase.dims, phase.algorithm, phase.collective, phase.direction,
+               phase.in_network, phase.root if phase.collective in ("broadcast", "reduce")
+               else 0, lowest)
+        cached = self._templates.get(key)
+        if cached is not None:
+            return cached
+        groups = self._groups(phase)
+        out = []
+        previous_dst = None
+        for step in steps:
+            if phase.in_network:
+                up, down = self.network.switch_links(phase.dims[0])
+                src = dst = groups.ravel()
+                links = np.stack([up.ravel(), down.ravel()], axis=1).ravel().astype(np.int32)
+                indptr = np.arange(0, links.size + 1, 2, dtype=np.int64)
+            else:
+                src = groups[:, step.src].ravel()
+                dst = groups[:, step.dst].ravel()
+                indptr, links = self.network.routes(src, dst, lowest_dim_only=lowest)
+            template = make_template(self.network, src, dst, indptr, links)
+            if previous_dst is not None:
+                template.dep_indptr, template.dep_local = _incoming(previous_dst, src)
+            previous_dst = dst
+            out.append(template)
+        self._templates[key] = out
+        return out
+
+    def _post_step_delay(self, phase: Phase, step: Step) -> float:
+        return self.system.endpoint_delay_ns + self.system.reduction_ns(
+            step.reduce_fraction * phase.data)
+
+    def _start_phase(self, chunk: _Chunk, t: float) -> None:
+        phase = chunk.phases[chunk.phase]
+        steps = self._steps(phase)
+        templates = self._templates_for(phase, steps)
+        if self.system.synchronization == "barrier":
+            self._start_step(chunk, steps, templates, 0, t, t,
+                             self.system.endpoint_delay_ns)
+            return
+        delays = [self.system.endpoint_delay_ns] + [self._post_step_delay(phase, s)
+                                                    for s in steps[:-1]]
+        token = self.timer.phase_per_npu(templates, [s.fraction * phase.data for s in steps],
+                                         delays, t)
+        self._actions[token] = (self._after_last_step, (chunk, steps, t))
+
+    def _start_step(self, chunk: _Chunk, steps: list[Step], templates: list[StepTemplate],
+                    index: int, phase_start: float, release: float, delay: float) -> None:
+        phase = chunk.phases[chunk.phase]
+        token = self.timer.step(templates[index], steps[index].fraction * phase.data,
+                                release, delay)
+        self._actions[token] = (self._step_done, (chunk, steps, templates, index, phase_start))
+
+    def _step_done(self, chunk: _Chunk, steps: list[Step], templates: list[StepTemplate],
+                   index: int, phase_start: float, t: float) -> None:
+        if index + 1 < len(steps):
+            post = self._post_step_delay(chunk.phases[chunk.phase], steps[index])
+            self._start_step(chunk, steps, templates, index + 1, phase_start, t, post)
+        else:
+            self._after_last_step(chunk, steps, phase_start, t)
+
+    def _after_last_step(self, chunk: _Chunk, steps: list[Step], phase_start: float,
+                         t: float) -> None:
+        post = self._post_step_delay(chunk.phases[chunk.phase], steps[-1])
+        token = self.timer.timer(t + post)
+        self._actions[token] = (self._phase_done, (chunk, phase_start))
+
+
+def _incoming(previous_dst: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR: for each message of a step, the messages of the previous step into its sender."""
+    order = np.argsort(previous_dst, kind="stable")
+    lo = np.searchsorted(previous_dst[order], src, side="left")
+    hi = np.searchsorted(previous_dst[order], src, side="right")
+    counts = hi - lo
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    starts = np.repeat(lo, counts)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    return indptr, order[starts + offsets].astype(np.int64)
