@@ -53,6 +53,10 @@ def config_error(source: str | None, key: str, expected: str, found: Any) -> Con
     found : Any
         The offending value (``...`` when the key is missing).
     """
+    if source == "argument":
+        if found is ...:
+            return ConfigError(f"argument '{key}' is missing: expected {expected}")
+        return ConfigError(f"argument '{key}': expected {expected}, found {describe(found)}")
     where = f"{source}: " if source else ""
     if found is ...:
         return ConfigError(f"{where}missing key '{key}': expected {expected}")

@@ -79,3 +79,20 @@ def collective_dataset(*, network, system, collective: str, size: int, model: st
         if name in ds.variables:
             ds[name].attrs["units"] = unit
     return ds
+
+
+def write_dataset(ds: xr.Dataset, path: str) -> None:
+    """Write a Dataset atomically (temporary file, then rename): NetCDF via scipy."""
+    import os
+    from pathlib import Path
+
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    clean = ds.copy()
+    clean.attrs = {k: v for k, v in ds.attrs.items() if not k.startswith("_")}
+    try:
+        clean.to_netcdf(tmp, engine="scipy")
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import direct, halving_doubling, ring  # noqa: F401  (registration)
+from . import direct, double_binary_tree, halving_doubling, ring  # noqa: F401  (registration)
 from .base import ALGORITHMS, COLLECTIVES, Algorithm, Step, register
 
 #: Prefix of the flat variants that treat all dimensions as one (``oneRing``, ...).

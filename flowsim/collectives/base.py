@@ -57,9 +57,10 @@ class Algorithm:
     name : str
         Name as written in a system config (``ring``, ``direct``, ...).
     steps : callable
-        ``steps(collective, p, direction, root) -> list[Step]``; ``direction`` is +1
+        ``steps(collective, p, direction, root, variant) -> list[Step]``; ``direction`` is +1
         (clockwise, to rank+1) or -1 for ring-like algorithms, ``root`` the root rank of a
-        broadcast or reduce.
+        broadcast or reduce, ``variant`` selects one of several shapes (the two trees of a
+        double binary tree, alternating between chunks).
     supports : frozenset of str
         Collective types this algorithm implements.
     check_size : callable or None
@@ -67,9 +68,11 @@ class Algorithm:
     """
 
     name: str
-    steps: Callable[[str, int, int, int], list[Step]]
+    steps: Callable[[str, int, int, int, int], list[Step]]
     supports: frozenset[str]
     check_size: Callable[[int], None] | None = None
+    #: ranks progress independently (no barrier between steps), as ASTRA-sim runs trees
+    per_npu_only: bool = False
 
 
 ALGORITHMS: dict[str, Algorithm] = {}

@@ -20,7 +20,8 @@ def _all_pairs(p: int) -> tuple[np.ndarray, np.ndarray]:
     return src, (src + k) % p
 
 
-def direct_steps(collective: str, p: int, direction: int = 1, root: int = 0) -> list[Step]:
+def direct_steps(collective: str, p: int, direction: int = 1, root: int = 0,
+                 variant: int = 0) -> list[Step]:
     """Steps of a direct collective on ``p`` ranks."""
     src, dst = _all_pairs(p)
     block = 1.0 / p

@@ -26,7 +26,7 @@ def _check_power_of_two(p: int) -> None:
 
 
 def halving_doubling_steps(collective: str, p: int, direction: int = 1,
-                           root: int = 0) -> list[Step]:
+                           root: int = 0, variant: int = 0) -> list[Step]:
     """Steps of a halving-doubling collective on ``p = 2^k`` ranks."""
     _check_power_of_two(p)
     k = p.bit_length() - 1

@@ -13,7 +13,8 @@ from __future__ import annotations
 from .base import Algorithm, Step, ranks, register
 
 
-def ring_steps(collective: str, p: int, direction: int = 1, root: int = 0) -> list[Step]:
+def ring_steps(collective: str, p: int, direction: int = 1, root: int = 0,
+               variant: int = 0) -> list[Step]:
     """Steps of a ring collective on ``p`` ranks sending to ``rank + direction``."""
     src = ranks(p)
     dst = (src + direction) % p

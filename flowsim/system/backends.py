@@ -106,25 +106,33 @@ class AnalyticalTimer:
     def timer(self, at: float) -> int:
         return self._push(at)
 
-    def phase_per_npu(self, templates: list[StepTemplate], nbytes: list[float],
-                      delays: list[float], release: float) -> int:
-        """A whole phase where each message waits only for the messages into its sender."""
-        previous_arrival = None
-        end = release
-        for template, size, delay in zip(templates, nbytes, delays):
+    def phase(self, dag: "PhaseDag", nbytes: list[float], delays: list[float],
+              posts: list[float], before: list[np.ndarray], at: float) -> np.ndarray:
+        """A phase with per-NPU synchronisation; returns each participant's exit time.
+
+        ``before`` holds per-NPU exit times (NaN: none) a participant must wait for before it
+        starts (its chunk's previous phase, the previous phase in its queue slot).
+        """
+        start = np.full(dag.npus.size, at)
+        for handles in before:
+            start = np.fmax(start, handles[dag.npus])
+        start_of = np.full(self.network.npus, np.nan)
+        start_of[dag.npus] = start
+        arrivals = []
+        for index, (template, size, delay) in enumerate(zip(dag.templates, nbytes, delays)):
             self._account(template, size)
-            if previous_arrival is None or template.dep_indptr is None:
-                ready = np.full(template.src.size, release)
-            else:
-                ready = np.full(template.src.size, release)
-                counts = np.diff(template.dep_indptr)
-                owner = np.repeat(np.arange(template.src.size), counts)
-                np.maximum.at(ready, owner, previous_arrival[template.dep_local])
-            arrival = ready + delay + template.arrivals(size)
-            if arrival.size:
-                end = max(end, float(arrival.max()))
-            previous_arrival = arrival
-        return self._push(end)
+            ready = start_of[template.src]
+            if index > 0 and template.dep_indptr is not None and template.dep_local.size:
+                owner = np.repeat(np.arange(template.src.size), np.diff(template.dep_indptr))
+                np.maximum.at(ready, owner, arrivals[-1][template.dep_local])
+            arrivals.append(ready + delay + template.arrivals(size))
+        return dag.exit_times(start, arrivals, posts)
+
+    def resolve(self, handles: np.ndarray) -> np.ndarray:
+        return handles
+
+    def run_all(self) -> None:
+        """Nothing to do: analytical phases are timed when they are added."""
 
     def run(self) -> list[tuple[int, float]]:
         """Pop every token due at the earliest pending time."""
@@ -169,26 +177,57 @@ class FlowTimer:
         self.engine.add(_MARKER_PTR, _NO_LINKS, 0.0, release=at, group=group)
         return group
 
-    def phase_per_npu(self, templates: list[StepTemplate], nbytes: list[float],
-                      delays: list[float], release: float) -> int:
-        first = self.engine.num_flows
+    def phase(self, dag: "PhaseDag", nbytes: list[float], delays: list[float],
+              posts: list[float], before: list[np.ndarray], at: float) -> np.ndarray:
+        """A phase with per-NPU synchronisation as a DAG of flows; returns each participant's
+        exit marker (a zero-byte flow whose arrival is the exit time).
+
+        ``before`` holds per-NPU marker ids (-1: none) a participant waits for.
+        """
+        engine = self.engine
+        deps = np.stack([h[dag.npus] for h in before], axis=1) if before else \
+            np.full((dag.npus.size, 0), -1, np.int64)
+        valid = deps >= 0
+        start_ids = engine.add(np.zeros(dag.npus.size + 1, np.int64), _NO_LINKS, 0.0,
+                               release=at, dep_indptr=np.concatenate(
+                                   [[0], np.cumsum(valid.sum(axis=1))]).astype(np.int64),
+                               dep_ids=deps[valid].astype(np.int64))
+        start_of = np.full(self.network.npus, -1, np.int64)
+        start_of[dag.npus] = start_ids
         previous = None
-        for template, size, delay in zip(templates, nbytes, delays):
-            kwargs = {}
-            if previous is not None and template.dep_indptr is not None:
-                kwargs = {"dep_indptr": template.dep_indptr,
-                          "dep_ids": previous + template.dep_local}
-            ids = self.engine.add(template.indptr, template.links, size, release=release,
-                                  delay=delay, **kwargs)
-            previous = ids[0] if ids.size else previous
+        step_ids = []
+        for index, (template, size, delay) in enumerate(zip(dag.templates, nbytes, delays)):
+            own = start_of[template.src]
+            if index > 0 and template.dep_indptr is not None:
+                counts = np.diff(template.dep_indptr)
+                dep_indptr = np.concatenate([[0], np.cumsum(counts + 1)]).astype(np.int64)
+                dep_ids = np.empty(dep_indptr[-1], np.int64)
+                dep_ids[dep_indptr[:-1]] = own
+                rest = np.ones(dep_ids.size, bool)
+                rest[dep_indptr[:-1]] = False
+                dep_ids[rest] = previous[template.dep_local]
+            else:
+                dep_indptr = np.arange(own.size + 1, dtype=np.int64)
+                dep_ids = own
+            ids = engine.add(template.indptr, template.links, size, release=at, delay=delay,
+                             dep_indptr=dep_indptr, dep_ids=dep_ids)
+            step_ids.append(ids)
+            previous = ids
             self.steps += 1
             self.flows += template.src.size
-        everything = np.arange(first, self.engine.num_flows, dtype=np.int64)
-        group = self.engine.new_group()
-        self.engine.add(_MARKER_PTR, _NO_LINKS, 0.0, release=release,
-                        dep_indptr=np.array([0, everything.size], np.int64),
-                        dep_ids=everything, group=group)
-        return group
+        # exit markers: after the start and the last step each participant receives in
+        ptr, flat_ids, delay = dag.exit_dependencies(start_ids, step_ids, posts)
+        return engine.add(np.zeros(dag.npus.size + 1, np.int64), _NO_LINKS, 0.0, release=at,
+                          delay=delay, dep_indptr=ptr, dep_ids=flat_ids)
+
+    def resolve(self, handles: np.ndarray) -> np.ndarray:
+        out = np.full(handles.shape, np.nan)
+        ok = handles >= 0
+        out[ok] = self.engine.flow_arrays("finish")[handles[ok]]
+        return out
+
+    def run_all(self) -> None:
+        self.engine.run()
 
     def run(self) -> list[tuple[int, float]]:
         _, groups = self.engine.run()
@@ -205,3 +244,102 @@ class FlowTimer:
     def stats(self) -> dict:
         return {"flows": self.flows, "steps": self.steps, "events": self.engine.events,
                 "rate_computations": self.engine.rate_computations}
+
+
+@dataclass
+class PhaseDag:
+    """Static structure of a phase run with per-NPU synchronisation.
+
+    Attributes
+    ----------
+    templates : list of StepTemplate
+        The steps, each with ``dep_indptr`` / ``dep_local`` to the previous step.
+    npus : ndarray
+        Participants, sorted.
+    exit_step : ndarray
+        Per participant, the last step in which it receives (-1: never).
+    exit_indptr, exit_flows : ndarray
+        Per participant, the messages of its ``exit_step`` addressed to it (CSR).
+    """
+
+    templates: list[StepTemplate]
+    npus: np.ndarray
+    exit_step: np.ndarray
+    exit_indptr: np.ndarray
+    exit_flows: np.ndarray
+
+    @classmethod
+    def build(cls, templates: list[StepTemplate], participants: np.ndarray) -> "PhaseDag":
+        npus = np.unique(participants)
+        position = np.full(int(npus.max()) + 1 if npus.size else 1, -1, np.int64)
+        position[npus] = np.arange(npus.size)
+        exit_step = np.full(npus.size, -1, np.int64)
+        for index, template in enumerate(templates):
+            exit_step[position[template.dst]] = index
+        counts = np.zeros(npus.size, np.int64)
+        per_step = {}
+        for index in np.unique(exit_step[exit_step >= 0]):
+            who = np.nonzero(exit_step == index)[0]
+            ptr, local = _incoming(templates[index].dst, npus[who])
+            per_step[int(index)] = (who, ptr, local)
+            counts[who] = np.diff(ptr)
+        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        flows = np.empty(indptr[-1], np.int64)
+        for who, ptr, local in per_step.values():
+            segment_starts = np.repeat(indptr[who], np.diff(ptr))
+            offsets = np.arange(ptr[-1]) - np.repeat(ptr[:-1], np.diff(ptr))
+            flows[segment_starts + offsets] = local
+        return cls(templates, npus, exit_step, indptr, flows)
+
+    def exit_times(self, start: np.ndarray, arrivals: list[np.ndarray],
+                   posts: list[float]) -> np.ndarray:
+        """Exit time of every participant: its start or its last receptions, plus the delay
+        after that step (one endpoint delay if it never receives)."""
+        exit_time = start.copy()
+        post = np.zeros(self.npus.size)
+        for index in np.unique(self.exit_step):
+            who = np.nonzero(self.exit_step == index)[0]
+            if index < 0:
+                post[who] = self.idle_exit_delay
+                continue
+            counts = self.exit_indptr[who + 1] - self.exit_indptr[who]
+            starts = np.repeat(self.exit_indptr[who], counts)
+            offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+            values = arrivals[index][self.exit_flows[starts + offsets]]
+            owner = np.repeat(who, counts)
+            np.maximum.at(exit_time, owner, values)
+            post[who] = posts[index]
+        return exit_time + post
+
+    def exit_dependencies(self, start_ids: np.ndarray, step_ids: list[np.ndarray],
+                          posts: list[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Dependency CSR and delays of the exit markers (flow model)."""
+        counts = 1 + np.diff(self.exit_indptr)
+        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        ids = np.empty(indptr[-1], np.int64)
+        ids[indptr[:-1]] = start_ids
+        delay = np.full(self.npus.size, self.idle_exit_delay)
+        for index in np.unique(self.exit_step[self.exit_step >= 0]):
+            who = np.nonzero(self.exit_step == index)[0]
+            n = counts[who] - 1
+            starts = np.repeat(indptr[who] + 1, n)
+            offsets = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+            src_starts = np.repeat(self.exit_indptr[who], n)
+            ids[starts + offsets] = step_ids[index][self.exit_flows[src_starts + offsets]]
+            delay[who] = posts[index]
+        return indptr, ids, delay
+
+    #: exit delay of a participant that receives nothing (one endpoint delay)
+    idle_exit_delay: float = 0.0
+
+
+def _incoming(previous_dst: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR: for each entry of ``src``, the indices of ``previous_dst`` equal to it."""
+    order = np.argsort(previous_dst, kind="stable")
+    lo = np.searchsorted(previous_dst[order], src, side="left")
+    hi = np.searchsorted(previous_dst[order], src, side="right")
+    counts = hi - lo
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    starts = np.repeat(lo, counts)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    return indptr, order[starts + offsets].astype(np.int64)

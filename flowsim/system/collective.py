@@ -15,7 +15,7 @@ from ..results import collective_dataset, union_length
 from ..topology import Network, NetworkConfig, load_network
 from ..units import parse_size
 from .config import SystemConfig, load_system
-from .phases import chunk_sizes, collective_phases
+from .phases import assign_variants, chunk_sizes, collective_phases
 from .scheduler import Schedule
 
 NetworkLike = "str | os.PathLike | Mapping[str, Any] | NetworkConfig | Network"
@@ -44,7 +44,8 @@ def _check_npu(network: Network, value: Any, key: str) -> int:
 def simulate_collective(network: NetworkLike, collective: str, size: int | str,
                         system: "str | os.PathLike | Mapping[str, Any] | SystemConfig | None" = None,
                         model: str = "analytical", *, dims: Any = None, root: int = 0,
-                        src: int | None = None, dst: int | None = None) -> xr.Dataset:
+                        src: int | None = None, dst: int | None = None,
+                        trace: "str | os.PathLike | None" = None) -> xr.Dataset:
     """Simulate one collective and return its timing as an :class:`xarray.Dataset`.
 
     Parameters
@@ -67,6 +68,8 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
         Root NPU of a broadcast or reduce.
     src, dst : int
         Endpoints of a ``send_recv``.
+    trace : path, optional
+        Write a Chrome-trace / Perfetto timeline of the steps and messages there.
 
     Returns
     -------
@@ -86,7 +89,7 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
     nbytes = parse_size(size, source="argument", key="size")
     dims_t = _check_dims(net, dims)
     root = _check_npu(net, root, "root")
-    schedule = Schedule(net, sys_cfg, model)
+    schedule = Schedule(net, sys_cfg, model, trace=trace is not None)
     if name == "send_recv":
         if src is None or dst is None:
             raise ConfigError("argument 'src'/'dst': a send_recv needs both endpoints")
@@ -96,14 +99,31 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
         sizes = chunk_sizes(nbytes, sys_cfg.splits)
         chunks = [collective_phases(net, sys_cfg, name, c, dims=dims_t, root=root)
                   for c in sizes]
-        schedule.issue(chunks, at=0.0)
+        schedule.issue(assign_variants(chunks), at=0.0)
         algorithms = tuple(_algorithm_names(sys_cfg, name, net.ndims))
     schedule.run()
+    if trace is not None:
+        _write_trace(schedule, trace)
     return _dataset(schedule, net, sys_cfg, name, nbytes, model, algorithms)
 
 
+def _write_trace(schedule: Schedule, path: "str | os.PathLike") -> None:
+    from ..trace import analytical_flow_times, chrome_trace, write_trace
+
+    if schedule.model == "analytical":
+        times = analytical_flow_times
+    else:
+        engine = schedule.timer.engine
+
+        def times(entry: dict):
+            ids = slice(entry["flows"], entry["flows"] + entry["template"].src.size)
+            return (engine.flow_arrays("start")[ids], engine.flow_arrays("send_end")[ids],
+                    engine.flow_arrays("finish")[ids])
+    write_trace(chrome_trace(schedule.trace_log or [], times), path)
+
+
 def _algorithm_names(system: SystemConfig, collective: str, ndims: int) -> list[str]:
-    names = system.implementation(collective)
+    names = system.implementation(collective) or ("ring",)
     return list(names) * ndims if len(names) == 1 and ndims > 1 else list(names)
 
 

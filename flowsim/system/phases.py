@@ -22,7 +22,9 @@ import math
 from dataclasses import dataclass
 
 from ..collectives import FLAT_PREFIX, base_algorithm
-from ..errors import ConfigError
+import warnings
+
+from ..errors import ConfigError, FlowsimWarning
 from ..topology import Network
 from .config import SystemConfig
 
@@ -47,6 +49,8 @@ class Phase:
         All-reduce reduced by the dimension's switch.
     root : int
         Root NPU of a broadcast or reduce (global id), else 0.
+    variant : int
+        Shape variant of the algorithm (which of the two trees of a double binary tree).
     flat : bool
         The phase comes from a ``one*`` algorithm (ASTRA-sim charges its messages only for the
         lowest dimension they cross).
@@ -60,6 +64,7 @@ class Phase:
     in_network: bool = False
     root: int = 0
     flat: bool = False
+    variant: int = 0
 
     @property
     def queue(self) -> int:
@@ -74,9 +79,19 @@ def chunk_sizes(size: int, splits: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(splits)]
 
 
+#: ASTRA-sim runs a tree all-reduce of the whole chunk for every collective type configured
+#: with doubleBinaryTree (Sys.cc); flowsim does the same, with a warning.
+TREE = "doubleBinaryTree"
+
+
 def _check_algorithm(network: Network, system: SystemConfig, collective: str, name: str,
                      dims: tuple[int, ...], key: str) -> None:
     algorithm = base_algorithm(name)
+    if algorithm.name == TREE and collective in ("reduce_scatter", "all_gather", "all_to_all"):
+        warnings.warn(f"{system.source}: key '{key}': doubleBinaryTree implements all-reduce "
+                      f"only; as in ASTRA-sim, the {collective.replace('_', '-')} runs as a "
+                      f"full-size tree all-reduce", FlowsimWarning, stacklevel=4)
+        collective = "all_reduce"
     if collective not in algorithm.supports:
         raise ConfigError(f"{system.source}: key '{key}': {name} does not implement "
                           f"{collective.replace('_', '-')}; choose ring or direct")
@@ -105,7 +120,12 @@ def collective_phases(network: Network, system: SystemConfig, collective: str,
                      if network.dims[d] > 1)
     if not involved:
         return []
-    names = system.implementation(collective)
+    names = system.implementation(collective) or ("ring",) * network.ndims
+    if len(names) == 1 and network.ndims > 1 and not names[0].startswith(FLAT_PREFIX):
+        warnings.warn(f"{system.source}: key '{key}': one algorithm for {network.ndims} "
+                      f"dimensions; using '{names[0]}' in every dimension (ASTRA-sim would "
+                      f"run the collective on dimension 0 only)", FlowsimWarning, stacklevel=3)
+        names = names * network.ndims
     if len(names) == 1 and names[0].startswith(FLAT_PREFIX):
         name = base_algorithm(names[0]).name
         _check_algorithm(network, system, collective, names[0], involved, key)
@@ -120,19 +140,27 @@ def collective_phases(network: Network, system: SystemConfig, collective: str,
         _check_algorithm(network, system, collective, names[d], (d,), f"{key}[{d}]")
     inr = network.config.in_network_reduction
 
+    tree = {d: names[d] == TREE for d in involved}
+
     def phase(d: int, coll: str, data: float, direction: int = 1) -> Phase:
+        if tree[d] and coll in ("reduce_scatter", "all_gather", "all_to_all"):
+            coll = "all_reduce"  # ASTRA-sim's tree all-reduce of the whole chunk
         reducing = inr[d] and coll == "all_reduce"
         return Phase((d,), names[d], coll, data, direction, reducing, root)
+
+    def shrink(d: int) -> int:
+        """How much the data shrinks (reduce-scatter) or grows (all-gather) on dim d."""
+        return 1 if tree[d] else network.dims[d]
 
     out: list[Phase] = []
     if collective == "all_reduce" and system.collective_optimization == "localBWAware":
         data = chunk
         for d in involved[:-1]:
             out.append(phase(d, "reduce_scatter", data))
-            data /= network.dims[d]
+            data /= shrink(d)
         out.append(phase(involved[-1], "all_reduce", data))
         for d in reversed(involved[:-1]):
-            data *= network.dims[d]
+            data *= shrink(d)
             out.append(phase(d, "all_gather", data, -1))
     elif collective in ("all_reduce", "all_to_all"):
         out = [phase(d, collective, chunk) for d in involved]
@@ -140,11 +168,11 @@ def collective_phases(network: Network, system: SystemConfig, collective: str,
         data = chunk
         for d in involved:
             out.append(phase(d, collective, data))
-            data /= network.dims[d]
+            data /= shrink(d)
     elif collective == "all_gather":
         data = chunk
         for d in reversed(involved):
-            data *= network.dims[d]
+            data *= shrink(d)
             out.append(phase(d, collective, data))
     elif collective == "broadcast":
         out = [phase(d, collective, chunk) for d in involved]
@@ -152,4 +180,21 @@ def collective_phases(network: Network, system: SystemConfig, collective: str,
         out = [phase(d, collective, chunk) for d in involved]
     else:
         raise ConfigError(f"argument 'collective': {collective} has no phases")
+    return out
+
+
+def assign_variants(chunks: list[list[Phase]]) -> list[list[Phase]]:
+    """Number the phases of each dimension in chunk order, as ASTRA-sim creates them, so that
+    successive uses of a double binary tree alternate between its two trees."""
+    from dataclasses import replace
+
+    counters: dict[tuple[int, ...], int] = {}
+    out = []
+    for phases in chunks:
+        numbered = []
+        for ph in phases:
+            n = counters.get(ph.dims, 0)
+            counters[ph.dims] = n + 1
+            numbered.append(replace(ph, variant=n % 2))
+        out.append(numbered)
     return out

@@ -32,7 +32,8 @@ from ..collectives import base_algorithm
 from ..collectives.base import Step
 from ..results import union_length
 from ..topology import Network
-from .backends import AnalyticalTimer, FlowTimer, StepTemplate, make_template
+from .backends import (AnalyticalTimer, FlowTimer, PhaseDag, StepTemplate, _incoming,
+                       make_template)
 from .config import SystemConfig
 from .phases import Phase
 
@@ -56,8 +57,11 @@ class Schedule:
     model : {"analytical", "flow"}
     """
 
-    def __init__(self, network: Network, system: SystemConfig, model: str) -> None:
+    def __init__(self, network: Network, system: SystemConfig, model: str,
+                 trace: bool = False) -> None:
         self.network = network
+        #: step log for timelines (see :mod:`flowsim.trace`), kept only when tracing
+        self.trace_log: list[dict] | None = [] if trace else None
         self.system = system
         self.model = model
         self.timer = AnalyticalTimer(network) if model == "analytical" else FlowTimer(network)
@@ -72,10 +76,17 @@ class Schedule:
         self.npu_finish = np.zeros(network.npus)
         self._busy: dict[int, list[tuple[float, float]]] = {d: [] for d in
                                                              range(network.ndims)}
+        # per-NPU synchronisation: phases added up front as DAGs (see _issue_per_npu)
+        self._static: list[tuple[int, Phase, np.ndarray, np.ndarray]] = []
+        self._slots: dict[int, list[np.ndarray]] = {}
+        self._slot_turn: dict[int, int] = {}
+        self._dags: dict[tuple, PhaseDag] = {}
 
     # ------------------------------------------------------------------ public
     def issue(self, chunks: list[list[Phase]], at: float = 0.0) -> int:
         """Issue one collective (the phase list of each chunk) at time ``at``; returns its id."""
+        if self._per_npu(chunks):
+            return self._issue_per_npu(chunks, at)
         cid = len(self._chunks_left)
         self._chunks_left[cid] = len(chunks)
         self.collective_end[cid] = at
@@ -93,6 +104,9 @@ class Schedule:
 
     def run(self) -> None:
         """Advance until every issued collective has finished."""
+        if self._static:
+            self.timer.run_all()
+            self._resolve_static()
         while self._actions:
             for token, t in self.timer.run():
                 callback, args = self._actions.pop(token)
@@ -107,6 +121,80 @@ class Schedule:
                 arr = np.array(spans)
                 out[d] = union_length(arr[:, 0], arr[:, 1])
         return out
+
+    # ------------------------------------------------------------------ per-NPU mode
+    def _per_npu(self, chunks: list[list[Phase]]) -> bool:
+        if self.system.synchronization == "per_npu":
+            return True
+        return any(base_algorithm(ph.algorithm).per_npu_only for phases in chunks
+                   for ph in phases)
+
+    def _none(self) -> np.ndarray:
+        if self.model == "analytical":
+            return np.full(self.network.npus, np.nan)
+        return np.full(self.network.npus, -1, np.int64)
+
+    def _issue_per_npu(self, chunks: list[list[Phase]], at: float) -> int:
+        """Add a whole collective as per-NPU DAGs.
+
+        Every NPU runs its own queue per dimension (at most ``active-chunks`` phases in
+        flight, in round-robin slots): a phase starts on an NPU once that NPU has left the
+        chunk's previous phase and the previous phase of its slot. Phases are queued in
+        phase-major order (every chunk's first phase, then every chunk's second, ...), the
+        order in which they reach the queues when chunks are alike; the same order on every
+        NPU, so unlike ASTRA-sim this never deadlocks.
+        """
+        cid = len(self._chunks_left)
+        self._chunks_left[cid] = 0
+        self.collective_end[cid] = at
+        exits = [self._none() for _ in chunks]
+        depth = max((len(p) for p in chunks), default=0)
+        for i in range(depth):
+            for k, phases in enumerate(chunks):
+                if i >= len(phases):
+                    continue
+                phase = phases[i]
+                slots = self._slots.setdefault(phase.queue, [self._none() for _ in range(
+                    self.system.active_chunks)])
+                turn = self._slot_turn.get(phase.queue, 0)
+                self._slot_turn[phase.queue] = turn + 1
+                slot = turn % len(slots)
+                dag, steps = self._dag(phase)
+                nbytes = [s.fraction * phase.data for s in steps]
+                delays = [self.system.endpoint_delay_ns] + [self._post_step_delay(phase, s)
+                                                            for s in steps[:-1]]
+                posts = [self._post_step_delay(phase, s) for s in steps]
+                handles = self.timer.phase(dag, nbytes, delays, posts,
+                                           [exits[k], slots[slot]], at)
+                updated = exits[k].copy()
+                updated[dag.npus] = handles
+                exits[k] = updated
+                slots[slot] = updated
+                self._static.append((cid, phase, dag.npus, handles))
+        return cid
+
+    def _dag(self, phase: Phase) -> tuple[PhaseDag, list[Step]]:
+        steps = self._steps(phase)
+        key = (phase.dims, phase.algorithm, phase.collective, phase.direction,
+               phase.in_network, phase.root, phase.variant, phase.flat)
+        dag = self._dags.get(key)
+        if dag is None:
+            templates = self._templates_for(phase, steps)
+            dag = PhaseDag.build(templates, self._groups(phase).ravel())
+            dag.idle_exit_delay = self.system.endpoint_delay_ns
+            self._dags[key] = dag
+        return dag, steps
+
+    def _resolve_static(self) -> None:
+        """Per-NPU exit times of the DAG phases -> finish times and busy spans."""
+        for cid, phase, npus, handles in self._static:
+            times = self.timer.resolve(handles)
+            np.maximum.at(self.npu_finish, npus, times)
+            end = float(np.max(times)) if times.size else 0.0
+            self.collective_end[cid] = max(self.collective_end[cid], end)
+            for d in phase.dims:
+                self._busy[d].append((float(np.min(times)), end))
+        self._static = []
 
     # ------------------------------------------------------------------ queues
     def _enqueue(self, chunk: _Chunk) -> None:
@@ -144,7 +232,7 @@ class Schedule:
             return [Step(np.zeros(1, np.int64), np.zeros(1, np.int64), 1.0)]
         p = int(np.prod([self.network.dims[d] for d in phase.dims]))
         return base_algorithm(phase.algorithm).steps(phase.collective, p, phase.direction,
-                                                     self._local_root(phase))
+                                                     self._local_root(phase), phase.variant)
 
     def _local_root(self, phase: Phase) -> int:
         coords = self.network.coords(phase.root)[0]
@@ -178,7 +266,7 @@ class Schedule:
         lowest = phase.flat and self.model == "analytical"
         key = (phase.dims, phase.algorithm, phase.collective, phase.direction,
                phase.in_network, phase.root if phase.collective in ("broadcast", "reduce")
-               else 0, lowest)
+               else 0, lowest, phase.variant)
         cached = self._templates.get(key)
         if cached is not None:
             return cached
@@ -211,25 +299,29 @@ class Schedule:
         phase = chunk.phases[chunk.phase]
         steps = self._steps(phase)
         templates = self._templates_for(phase, steps)
-        if self.system.synchronization == "barrier":
-            self._start_step(chunk, steps, templates, 0, t, t,
-                             self.system.endpoint_delay_ns)
-            return
-        delays = [self.system.endpoint_delay_ns] + [self._post_step_delay(phase, s)
-                                                    for s in steps[:-1]]
-        token = self.timer.phase_per_npu(templates, [s.fraction * phase.data for s in steps],
-                                         delays, t)
-        self._actions[token] = (self._after_last_step, (chunk, steps, t))
+        self._start_step(chunk, steps, templates, 0, t, t, self.system.endpoint_delay_ns)
 
     def _start_step(self, chunk: _Chunk, steps: list[Step], templates: list[StepTemplate],
                     index: int, phase_start: float, release: float, delay: float) -> None:
         phase = chunk.phases[chunk.phase]
-        token = self.timer.step(templates[index], steps[index].fraction * phase.data,
-                                release, delay)
-        self._actions[token] = (self._step_done, (chunk, steps, templates, index, phase_start))
+        nbytes = steps[index].fraction * phase.data
+        entry = None
+        if self.trace_log is not None:
+            entry = {"template": templates[index], "nbytes": nbytes, "chunk": chunk.index,
+                     "phase": chunk.phase, "step": index, "dims": phase.dims,
+                     "label": f"{phase.collective} {phase.algorithm}",
+                     "start": release + delay, "end": np.nan,
+                     "flows": getattr(self.timer, "engine", None) and
+                     self.timer.engine.num_flows}
+            self.trace_log.append(entry)
+        token = self.timer.step(templates[index], nbytes, release, delay)
+        self._actions[token] = (self._step_done,
+                                (chunk, steps, templates, index, phase_start, entry))
 
     def _step_done(self, chunk: _Chunk, steps: list[Step], templates: list[StepTemplate],
-                   index: int, phase_start: float, t: float) -> None:
+                   index: int, phase_start: float, entry: dict | None, t: float) -> None:
+        if entry is not None:
+            entry["end"] = t
         if index + 1 < len(steps):
             post = self._post_step_delay(chunk.phases[chunk.phase], steps[index])
             self._start_step(chunk, steps, templates, index + 1, phase_start, t, post)
@@ -242,14 +334,3 @@ class Schedule:
         token = self.timer.timer(t + post)
         self._actions[token] = (self._phase_done, (chunk, phase_start))
 
-
-def _incoming(previous_dst: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """CSR: for each message of a step, the messages of the previous step into its sender."""
-    order = np.argsort(previous_dst, kind="stable")
-    lo = np.searchsorted(previous_dst[order], src, side="left")
-    hi = np.searchsorted(previous_dst[order], src, side="right")
-    counts = hi - lo
-    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    starts = np.repeat(lo, counts)
-    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-    return indptr, order[starts + offsets].astype(np.int64)
