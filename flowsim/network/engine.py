@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import ConfigError, FlowSetError, SimulationError
 from . import _kernels
+from .csr import segment_min, segment_sum
 from .maxmin import MaxMinWorkspace
 
 NetworkModel = Literal["analytical", "flow"]
@@ -170,16 +171,8 @@ class FlowEngine:
         self._n_incidences += m
         nbytes = np.broadcast_to(np.asarray(nbytes, np.float64), (n,))
         flows["nbytes"][first: first + n] = nbytes
-        lat = np.add.reduceat(self.link_latency[links], indptr[:-1]) if m else np.zeros(n)
-        lat = np.where(np.diff(indptr) > 0, lat, 0.0) if m else lat
-        flows["latency"][first: first + n] = lat
-        if m:
-            nonempty = np.diff(indptr) > 0
-            bott = np.full(n, np.inf)
-            bott[nonempty] = np.minimum.reduceat(self.capacity[links], indptr[:-1][nonempty])
-            flows["bottleneck"][first: first + n] = bott
-        else:
-            flows["bottleneck"][first: first + n] = np.inf
+        flows["latency"][first: first + n] = segment_sum(self.link_latency[links], indptr)
+        flows["bottleneck"][first: first + n] = segment_min(self.capacity[links], indptr)
         flows["release"][first: first + n] = self.now if release is None else release
         flows["delay"][first: first + n] = 0.0 if delay is None else delay
         flows["state"][first: first + n] = _kernels.WAITING

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import RoutingError
+from ..network.csr import segment_min, segment_sum
 from .blocks import BLOCKS
 from .config import NetworkConfig, parse_network_config, read_network_config
 
@@ -236,25 +237,11 @@ class Network:
 
     def path_latency(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
         """Sum of link latencies along each path (ns)."""
-        return _segment_sum(self.link_latency[link_ids], indptr)
+        return segment_sum(self.link_latency[link_ids], indptr)
 
     def path_bottleneck(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
         """Smallest link bandwidth along each path (bytes/ns); ``inf`` for empty paths."""
-        return _segment_min(self.link_bandwidth[link_ids], indptr)
-
-
-def _segment_sum(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
-    csum = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
-    return csum[indptr[1:]] - csum[indptr[:-1]]
-
-
-def _segment_min(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
-    out = np.full(indptr.size - 1, np.inf)
-    nonempty = indptr[1:] > indptr[:-1]
-    if values.size:
-        mins = np.minimum.reduceat(values, indptr[:-1][nonempty])
-        out[nonempty] = mins
-    return out
+        return segment_min(self.link_bandwidth[link_ids], indptr)
 
 
 _NETWORK_CACHE: dict[NetworkConfig, Network] = {}

@@ -1,0 +1,49 @@
+"""Shared fixtures: small networks and the path to ASTRA-sim's reference data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import flowsim
+
+REPO = Path(__file__).resolve().parent.parent
+#: ASTRA-sim reference runs live beside the repository (``../shared/validation``) unless
+#: FLOWSIM_VALIDATION points elsewhere.
+VALIDATION = Path(os.environ.get("FLOWSIM_VALIDATION",
+                                 REPO.parent / "shared" / "validation"))
+
+
+def ring(p: int = 8, bw: float = 50.0, lat: float = 500.0) -> dict:
+    return {"topology": ["Ring"], "npus_count": [p], "bandwidth": [bw], "latency": [lat]}
+
+
+def block(name: str, p: int = 8, bw: float = 50.0, lat: float = 500.0) -> dict:
+    return {"topology": [name], "npus_count": [p], "bandwidth": [bw], "latency": [lat]}
+
+
+#: a system with no endpoint delay and free reductions: closed forms are pure network time
+PURE = {"preferred-dataset-splits": 1, "endpoint-delay": 0, "active-chunks-per-dimension": 1,
+        "collective-optimization": "localBWAware"}
+
+
+def pure(**overrides) -> dict:
+    out = dict(PURE)
+    out.update(overrides)
+    return out
+
+
+@pytest.fixture(scope="session")
+def astra_cases() -> Path:
+    path = VALIDATION / "astra_sim" / "cases.csv"
+    if not path.is_file():
+        pytest.skip(f"ASTRA-sim reference data not found at {path} "
+                    f"(set FLOWSIM_VALIDATION to the shared/validation folder)")
+    return path
+
+
+@pytest.fixture
+def net8():
+    return flowsim.load_network(ring())
