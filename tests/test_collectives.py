@@ -1,0 +1,338 @@
+"""Collectives end to end: closed forms per algorithm, both models, chunking, composition,
+byte conservation, and bad inputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import flowsim
+from flowsim.errors import ConfigError
+from flowsim.units import NETWORK_GBPS_TO_BYTES_PER_NS as GB
+
+from conftest import block, pure, ring
+
+N = 1 << 24  # 16 MiB
+B = 50 * GB  # bytes/ns of a 50 "GB/s" link
+L = 500.0
+MODELS = ("analytical", "flow")
+
+
+def time_of(network, collective, size=N, system=None, model="analytical", **kw):
+    return float(flowsim.simulate_collective(network, collective, size, system or pure(),
+                                             model=model, **kw).time_ns)
+
+
+def system_with(algorithm, **overrides):
+    keys = ("all-reduce-implementation", "reduce-scatter-implementation",
+            "all-gather-implementation", "all-to-all-implementation",
+            "broadcast-implementation", "reduce-implementation")
+    return pure(**{k: [algorithm] for k in keys}, **overrides)
+
+
+HOPS = {"Ring": 1, "FullyConnected": 1, "Switch": 2}
+
+
+# ---------------------------------------------------------------- closed forms, one dimension
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("topology", ["Ring", "FullyConnected", "Switch"])
+@pytest.mark.parametrize("p", [2, 5, 8])
+def test_ring_all_reduce_textbook(topology, p, model):
+    h = HOPS[topology]
+    expected = 2 * (p - 1) / p * N / B + 2 * (p - 1) * h * L
+    assert time_of(block(topology, p), "all_reduce", model=model) == pytest.approx(expected,
+                                                                                   rel=1e-12)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("collective,steps,frac", [
+    ("reduce_scatter", lambda p: p - 1, lambda p: 1 / p),
+    ("all_gather", lambda p: p - 1, lambda p: 1.0),       # N is each NPU's input
+    ("all_to_all", lambda p: p * (p - 1) // 2, lambda p: 1 / p),
+    ("broadcast", lambda p: p - 1, lambda p: 1.0),
+    ("reduce", lambda p: p - 1, lambda p: 1.0),
+])
+def test_ring_other_collectives(collective, steps, frac, model):
+    p = 6
+    expected = steps(p) * (frac(p) * N / B + L)
+    assert time_of(ring(p), collective, model=model) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("topology", ["Ring", "FullyConnected", "Switch"])
+def test_direct_analytical_closed_forms(topology):
+    p = 8
+    hmax = {"Ring": p // 2, "FullyConnected": 1, "Switch": 2}[topology]
+    one_round = hmax * L + N / p / B
+    net, sys = block(topology, p), system_with("direct")
+    assert time_of(net, "reduce_scatter", system=sys) == pytest.approx(one_round)
+    assert time_of(net, "all_to_all", system=sys) == pytest.approx(one_round)
+    assert time_of(net, "all_reduce", system=sys) == pytest.approx(2 * one_round)
+    assert time_of(net, "all_gather", system=sys) == pytest.approx(hmax * L + N / B)
+
+
+def test_direct_flow_model_sees_contention():
+    p, sys = 8, system_with("direct")
+    # FullyConnected: every message has its own link, nothing is shared
+    fc = block("FullyConnected", p)
+    assert time_of(fc, "all_to_all", system=sys, model="flow") == \
+        pytest.approx(time_of(fc, "all_to_all", system=sys))
+    # Switch: p-1 messages leave through one uplink
+    sw = block("Switch", p)
+    assert time_of(sw, "all_to_all", system=sys, model="flow") == \
+        pytest.approx((p - 1) * N / p / B + 2 * L)
+    # Ring: multi-hop messages share links, strictly slower than congestion-unaware
+    r = ring(p)
+    assert time_of(r, "all_to_all", system=sys, model="flow") > \
+        1.5 * time_of(r, "all_to_all", system=sys)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_halving_doubling_closed_form(model):
+    p, k = 8, 3
+    sys = system_with("halvingDoubling")
+    fc = block("FullyConnected", p)
+    rs = sum(N / 2**i / B + L for i in range(1, k + 1))
+    ag = sum(2**i * N / p / B + L for i in range(k))
+    assert time_of(fc, "reduce_scatter", system=sys, model=model) == pytest.approx(rs)
+    assert time_of(fc, "all_gather", size=N // p, system=sys, model=model) == \
+        pytest.approx(ag)
+    assert time_of(fc, "all_reduce", system=sys, model=model) == \
+        pytest.approx(2 * (p - 1) / p * N / B + 2 * k * L)
+    # on a ring, partners at distance 2^i are min(2^i, p - 2^i) hops away
+    hops = sum(min(2**i, p - 2**i) for i in range(k))
+    assert time_of(ring(p), "reduce_scatter", system=sys) == \
+        pytest.approx(sum(N / 2**i / B for i in range(1, k + 1)) + hops * L)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("p", [2, 4, 16])
+def test_double_binary_tree_closed_form(p, model):
+    # one chunk, no delays: d levels up and d down, the whole buffer per message
+    d = int(math.log2(p))
+    sys = system_with("doubleBinaryTree")
+    fc = block("FullyConnected", p)
+    assert time_of(fc, "all_reduce", system=sys, model=model) == \
+        pytest.approx(2 * d * (N / B + L))
+
+
+def test_double_binary_tree_pipelines_chunks_per_npu():
+    # ASTRA-sim's closed form (validation README, checked there on 27 rows): with S chunks,
+    # a chunk enters the tree on an NPU as soon as that NPU is done with the previous one.
+    p, S, ed, mem = 8, 4, 10.0, 1600.0
+    sys = system_with("doubleBinaryTree", **{"preferred-dataset-splits": S,
+                                             "endpoint-delay": ed, "local-mem-bw": mem})
+    c = (1 << 20) / S
+    red = 3 * math.floor(c / mem)
+    a = ed + red
+    d = 3
+    D = c / B + L  # FullyConnected: every edge costs the same
+    period = (2 * d - 1) * (D + a) + ed
+    expected = S * period + D + ed
+    got = time_of(block("FullyConnected", p), "all_reduce", size=1 << 20, system=sys)
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_tree_on_reduce_scatter_runs_a_full_all_reduce_with_a_warning():
+    sys = system_with("doubleBinaryTree")
+    with pytest.warns(flowsim.FlowsimWarning, match="runs as a full-size tree all-reduce"):
+        rs = time_of(ring(8), "reduce_scatter", system=sys)
+    assert rs == pytest.approx(time_of(ring(8), "all_reduce", system=sys))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_direct_and_tree_broadcast_reduce(model):
+    p = 8
+    fc = block("FullyConnected", p)
+    assert time_of(fc, "broadcast", system=system_with("direct"), model=model, root=3) == \
+        pytest.approx(N / B + L)
+    assert time_of(fc, "reduce", system=system_with("halvingDoubling"), model=model,
+                   root=5) == pytest.approx(3 * (N / B + L))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_send_recv(model):
+    ds = flowsim.simulate_collective(ring(8), "send-recv", N, pure(), model=model, src=1, dst=4)
+    assert float(ds.time_ns) == pytest.approx(N / B + 3 * L)
+    assert ds.npu_finish_ns.values[[1, 4]].tolist() == [float(ds.time_ns)] * 2
+
+
+# ---------------------------------------------------------------- system settings
+def test_astra_sim_ring_formula_with_chunks_and_delays():
+    # validation README (A): T = S [ s floor(hL + m/B) + (s+1) ed + r red(m) ], here exact
+    p, S, ed, mem = 8, 4, 10.0, 1600.0
+    sys = {"preferred-dataset-splits": S, "endpoint-delay": ed, "local-mem-bw": mem,
+           "active-chunks-per-dimension": 1}
+    size = 1 << 30
+    m = size / S / p
+    red = 3 * math.floor(m / mem)
+    s, r = 2 * (p - 1), p - 1
+    expected = S * (s * (L + m / B) + (s + 1) * ed + r * red)
+    assert time_of(ring(p), "all_reduce", size, sys) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_active_chunks_overlap_in_analytical_model_share_in_flow_model(k):
+    sys = pure(**{"preferred-dataset-splits": 4, "active-chunks-per-dimension": k})
+    one = time_of(ring(8), "all_reduce", system=pure(**{"preferred-dataset-splits": 4}))
+    analytical = time_of(ring(8), "all_reduce", system=sys)
+    flow = time_of(ring(8), "all_reduce", system=sys, model="flow")
+    assert analytical == pytest.approx(one / k, rel=1e-9)  # no sharing: k times faster
+    # the flow model cannot beat the bandwidth bound 2 (p-1)/p N / B
+    assert flow >= 2 * 7 / 8 * N / B * (1 - 1e-9)
+    assert flow == pytest.approx(2 * 7 / 8 * N / B + 2 * 7 * 4 / k * L, rel=0.05)
+
+
+def test_local_bw_aware_and_baseline_composition():
+    net = {"topology": ["Ring", "Ring"], "npus_count": [4, 3], "bandwidth": [100, 25],
+           "latency": [100, 1000]}
+    b0, b1 = 100 * GB, 25 * GB
+    rs0 = 3 * (N / 4 / b0 + 100)
+    ar1 = 2 * 2 * (N / 12 / b1 + 1000)
+    assert time_of(net, "all_reduce", system=pure(**{"all-reduce-implementation":
+                                                     ["ring", "ring"]})) == \
+        pytest.approx(rs0 + ar1 + rs0)
+    base = pure(**{"collective-optimization": "baseline",
+                   "all-reduce-implementation": ["ring", "ring"]})
+    full0 = 2 * 3 * (N / 4 / b0 + 100)
+    full1 = 2 * 2 * (N / 3 / b1 + 1000)
+    assert time_of(net, "all_reduce", system=base) == pytest.approx(full0 + full1)
+    # involved dims: only dimension 1
+    assert time_of(net, "all_reduce", system=base, dims=[1]) == pytest.approx(full1)
+
+
+def test_in_network_reduction_sends_up_once():
+    inr = {"topology": ["Switch"], "npus_count": [16], "bandwidth": [50], "latency": [500],
+           "in_network_reduction": [True]}
+    for model in MODELS:
+        assert time_of(inr, "all_reduce", model=model) == pytest.approx(N / B + 2 * L)
+
+
+def test_barrier_and_per_npu_agree_when_symmetric():
+    for algorithm in ("ring", "direct", "halvingDoubling"):
+        for model in MODELS:
+            a = time_of(ring(8), "all_reduce", system=system_with(
+                algorithm, **{"preferred-dataset-splits": 3, "endpoint-delay": 10}),
+                model=model)
+            b = time_of(ring(8), "all_reduce", system=system_with(
+                algorithm, **{"preferred-dataset-splits": 3, "endpoint-delay": 10,
+                              "step-synchronization": "per_npu"}), model=model)
+            assert a == pytest.approx(b, rel=1e-12), (algorithm, model)
+
+
+# ---------------------------------------------------------------- conservation, coverage
+@pytest.mark.parametrize("model", MODELS)
+def test_bytes_are_conserved_with_remainders(model):
+    size = 1_000_003  # prime: divides neither among 7 chunks nor among 8 ranks
+    sys = pure(**{"preferred-dataset-splits": 7})
+    ds = flowsim.simulate_collective(ring(8), "all_reduce", size, sys, model=model)
+    # every NPU sends 2 (p-1) blocks of size/p, each over one link
+    assert float(ds.link_bytes.sum()) == pytest.approx(2 * 7 * size, rel=1e-12)
+    assert float(ds.dim_bytes.sum()) == pytest.approx(float(ds.link_bytes.sum()))
+
+
+ALGORITHMS = ["ring", "direct", "halvingDoubling", "doubleBinaryTree", "oneRing",
+              "oneDirect", "oneHalvingDoubling"]
+TYPES = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"]
+
+
+def _supported(algorithm, collective):
+    if "alvingDoubling" in algorithm and collective == "all_to_all":
+        return False
+    return True
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("collective", TYPES)
+@pytest.mark.parametrize("topology", ["Ring", "FullyConnected", "Switch", "2d"])
+def test_every_combination_runs_under_both_models(algorithm, collective, topology):
+    if topology == "2d":
+        net = {"topology": ["Ring", "Switch"], "npus_count": [4, 2], "bandwidth": [50, 25],
+               "latency": [100, 700]}
+    else:
+        net = block(topology, 8)
+    dims = 2 if topology == "2d" else 1
+    name = algorithm if algorithm.startswith("one") else [algorithm] * dims
+    keys = {c: f"{c.replace('_', '-')}-implementation" for c in TYPES}
+    sys = pure(**{keys[collective]: name if isinstance(name, list) else [name],
+                  "preferred-dataset-splits": 2, "endpoint-delay": 5})
+    if not _supported(algorithm, collective):
+        with pytest.raises(ConfigError, match="does not implement"):
+            time_of(net, collective, system=sys)
+        return
+    with np.errstate(all="raise"):
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", flowsim.FlowsimWarning)
+            times = {m: flowsim.simulate_collective(net, collective, N, sys, model=m, root=1)
+                     for m in MODELS}
+    for ds in times.values():
+        assert float(ds.time_ns) > 0
+        assert np.isfinite(ds.npu_finish_ns).all()
+        assert float(ds.link_bytes.sum()) > 0
+    # congestion can only slow things down (flat algorithms: the analytical model charges
+    # only the lowest dimension, as ASTRA-sim does, so it is a lower bound as well)
+    assert float(times["flow"].time_ns) >= float(times["analytical"].time_ns) * (1 - 1e-9)
+
+
+# ---------------------------------------------------------------- bad inputs
+@pytest.mark.parametrize("system,match", [
+    ({"all-reduce-implementation": ["ring", "ring"]}, "expected 1 algorithm names"),
+    ({"all-reduce-implementation": ["bogus"]}, r"all-reduce-implementation\[0\]'"),
+    ({"preferred-dataset-splits": 0}, "preferred-dataset-splits"),
+    ({"active-chunks-per-dimension": -1}, "active-chunks-per-dimension"),
+    ({"endpoint-delay": "slow"}, "endpoint-delay"),
+    ({"collective-optimization": "fast"}, "collective-optimization"),
+    ({"step-synchronization": "sometimes"}, "step-synchronization"),
+    ({"all-reduce-implementation": ["oneRing", "ring"]}, "single flat algorithm"),
+])
+def test_bad_system_configs(system, match):
+    with pytest.raises(ConfigError, match=match):
+        time_of(ring(8), "all_reduce", system=system)
+
+
+def test_unsupported_algorithm_sizes_are_refused():
+    with pytest.raises(ConfigError, match="power-of-two"):
+        time_of(ring(6), "all_reduce", system=system_with("halvingDoubling"))
+    with pytest.raises(ConfigError, match="power-of-two"):
+        time_of(ring(6), "all_reduce", system=system_with("doubleBinaryTree"))
+    with pytest.raises(ConfigError, match="does not implement all-to-all"):
+        time_of(ring(8), "all_to_all", system=system_with("halvingDoubling"))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"collective": "allreduce-ish"}, "'collective'"),
+    ({"size": 0}, "'size'"),
+    ({"size": "12 parsecs"}, "'size'"),
+    ({"size": -5}, "'size'"),
+    ({"size": 1.5}, "'size'"),
+    ({"model": "quantum"}, "'model'"),
+    ({"dims": [3]}, "'dims'"),
+    ({"root": 8}, "'root'"),
+    ({"collective": "send_recv", "src": 0, "dst": 99}, "'dst'"),
+])
+def test_bad_arguments(kwargs, match):
+    args = {"collective": "all_reduce", "size": N, "model": "analytical"}
+    args.update(kwargs)
+    collective, size, model = args.pop("collective"), args.pop("size"), args.pop("model")
+    with pytest.raises(ConfigError, match=match):
+        flowsim.simulate_collective(ring(8), collective, size, pure(), model=model, **args)
+
+
+def test_unknown_system_keys_warn_and_unmodelled_keys_say_so():
+    with pytest.warns(flowsim.FlowsimWarning, match="unknown system key 'colour'"):
+        flowsim.load_system({"colour": 1})
+    with pytest.warns(flowsim.FlowsimWarning, match="'L' = 5 is not modelled"):
+        flowsim.load_system({"L": 5})
+    with pytest.warns(flowsim.FlowsimWarning, match="ignored without 'model-shared-bus: 1'"):
+        flowsim.load_system({"local-reduction-delay": 3})
+    assert flowsim.load_system({"local-reduction-delay": 3,
+                                "model-shared-bus": 1}).local_reduction_delay_ns == 3
+
+
+def test_one_algorithm_for_several_dimensions_warns():
+    net = {"topology": ["Ring", "Ring"], "npus_count": [4, 2], "bandwidth": [1, 1],
+           "latency": [1, 1]}
+    with pytest.warns(flowsim.FlowsimWarning, match="using 'ring' in every dimension"):
+        time_of(net, "all_reduce", system={"all-reduce-implementation": ["ring"]})
