@@ -157,11 +157,22 @@ def maxmin_active(capacity, indptr, links, active, n_active, rates,
     return n_touched
 
 
+# ---------------------------------------------------------------- dependency lists
+@njit(cache=True)
+def append_edges(dep_head, edge_next, edge_succ, first_edge, preds, succs):
+    """Append edges ``preds[i] -> succs[i]`` to per-flow linked lists of dependants."""
+    for i in range(preds.size):
+        e = first_edge + i
+        edge_succ[e] = succs[i]
+        edge_next[e] = dep_head[preds[i]]
+        dep_head[preds[i]] = e
+
+
 # ---------------------------------------------------------------- the event loop
 @njit(cache=True)
 def run_events(model, capacity, indptr, links,
                nbytes, latency, release, delay, bottleneck, group,
-               pending, ready, dep_ptr, dep_ids,
+               pending, ready, dep_head, edge_next, edge_succ,
                state, start_time, send_end, finish, remaining, rate, time_to_go,
                group_pending, group_done, group_watch,
                active, active_pos, link_count, active_links, link_pos, link_busy,
@@ -215,8 +226,10 @@ def run_events(model, capacity, indptr, links,
                         group_done[g] = t
                         if group_watch[g]:
                             stop = True
-                for k in range(dep_ptr[f], dep_ptr[f + 1]):
-                    h = dep_ids[k]
+                k = dep_head[f]
+                while k >= 0:
+                    h = edge_succ[k]
+                    k = edge_next[k]
                     pending[h] -= 1
                     if t > ready[h]:
                         ready[h] = t

@@ -69,6 +69,7 @@ _FLOW_FIELDS: dict[str, tuple[type, float]] = {
     "time_to_go": (np.float64, np.inf), "active": (np.int64, 0), "active_pos": (np.int64, 0),
     "sched_keys": (np.float64, 0.0), "sched_ids": (np.int64, 0), "sched_tags": (np.int64, 0),
     "arr_keys": (np.float64, 0.0), "arr_ids": (np.int64, 0), "arr_tags": (np.int64, 0),
+    "dep_head": (np.int64, -1),
 }
 
 
@@ -97,11 +98,8 @@ class FlowEngine:
         self._links = np.zeros(1024, np.int32)
         self._indptr = np.zeros(1025, np.int64)
         self._n_incidences = 0
-        self._edges_pred: list[np.ndarray] = []
-        self._edges_succ: list[np.ndarray] = []
-        self._dep_ptr = np.zeros(1, np.int64)
-        self._dep_ids = np.zeros(0, np.int64)
-        self._edges_dirty = False
+        # dependants as linked lists: dep_head per flow, then edge_next / edge_succ per edge
+        self._edges = _Growable({"next": (np.int64, -1), "succ": (np.int64, -1)})
         self._groups = _Growable({"pending": (np.int64, 0), "done": (np.float64, np.nan),
                                   "watch": (np.uint8, 0)}, capacity=64)
         self._watched: list[int] = []
@@ -182,6 +180,7 @@ class FlowEngine:
             np.add.at(self._groups["pending"], g, 1)
         else:
             flows["group"][first: first + n] = -1
+        flows["dep_head"][first: first + n] = -1
         pending = np.zeros(n, np.int64)
         ready = np.zeros(n, np.float64)
         if dep_indptr is not None and dep_ids is not None and dep_ids.size:
@@ -192,26 +191,15 @@ class FlowEngine:
             pending = np.bincount(owner[~done] - first, minlength=n).astype(np.int64)
             if done.any():
                 np.maximum.at(ready, owner[done] - first, flows["finish"][dep_ids[done]])
-            self._edges_pred.append(dep_ids[~done])
-            self._edges_succ.append(owner[~done])
-            self._edges_dirty = True
+            preds, succs = dep_ids[~done], owner[~done]
+            self._edges.reserve(preds.size)
+            _kernels.append_edges(flows["dep_head"], self._edges["next"], self._edges["succ"],
+                                  self._edges.n, preds, succs)
+            self._edges.n += preds.size
         flows["pending"][first: first + n] = pending
         flows["ready"][first: first + n] = ready
         flows.n += n
         return ids
-
-    def _dependants_csr(self) -> None:
-        n = self._flows.n
-        if self._edges_pred:
-            pred = np.concatenate(self._edges_pred)
-            succ = np.concatenate(self._edges_succ)
-        else:
-            pred = succ = np.zeros(0, np.int64)
-        order = np.argsort(pred, kind="stable")
-        self._dep_ids = succ[order]
-        self._dep_ptr = np.zeros(n + 1, np.int64)
-        np.cumsum(np.bincount(pred, minlength=n), out=self._dep_ptr[1:])
-        self._edges_dirty = False
 
     # ------------------------------------------------------------------ running
     def run(self) -> tuple[int, np.ndarray]:
@@ -231,11 +219,6 @@ class FlowEngine:
         """
         flows = self._flows
         n = flows.n
-        if self._edges_dirty:
-            self._dependants_csr()
-        elif self._dep_ptr.size < n + 1:  # new flows without dependants: extend the CSR
-            self._dep_ptr = np.concatenate(
-                [self._dep_ptr, np.full(n + 1 - self._dep_ptr.size, self._dep_ptr[-1])])
         self._ws.ensure(n, self._n_incidences)
         indptr = self._indptr
         a = flows.arrays
@@ -243,7 +226,7 @@ class FlowEngine:
         status = _kernels.run_events(
             _MODEL_CODES[self.model], self.capacity, indptr, self._links,
             a["nbytes"], a["latency"], a["release"], a["delay"], a["bottleneck"], a["group"],
-            a["pending"], a["ready"], self._dep_ptr, self._dep_ids,
+            a["pending"], a["ready"], a["dep_head"], self._edges["next"], self._edges["succ"],
             a["state"], a["start"], a["send_end"], a["finish"], a["remaining"], a["rate"],
             a["time_to_go"], g["pending"], g["done"], g["watch"],
             a["active"], a["active_pos"], self.link_count, self.active_links, self.link_pos,
