@@ -9,8 +9,14 @@ The public API::
 """
 
 from ._version import __version__
-from .errors import (ConfigError, FlowSetError, FlowsimError, FlowsimWarning, RoutingError,
-                     SimulationError)
+from .errors import (
+                     ConfigError,
+                     FlowSetError,
+                     FlowsimError,
+                     FlowsimWarning,
+                     RoutingError,
+                     SimulationError,
+)
 from .network import FlowResult, maxmin_rates, simulate_flows
 from .system import SystemConfig, load_system, simulate_collective
 from .topology import Network, NetworkConfig, load_network

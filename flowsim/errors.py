@@ -45,7 +45,8 @@ def config_error(source: str | None, key: str, expected: str, found: Any) -> Con
     Parameters
     ----------
     source : str or None
-        File path or a label such as ``"<dict>"`` or ``"argument"`` naming where the value came from.
+        File path, or a label such as ``"<dict>"`` or ``"argument"``, naming where the
+        value came from.
     key : str
         The key (or argument name) holding the value, e.g. ``"bandwidth[1]"``.
     expected : str

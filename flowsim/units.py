@@ -39,8 +39,8 @@ def parse_size(value: object, *, source: str | None = None, key: str = "size",
     powers of 1000. The result must be a whole, positive number of bytes (or zero when
     ``allow_zero``).
     """
-    expected = ("a whole number of bytes > 0" if not allow_zero else "a whole number of bytes >= 0") \
-        + " (e.g. 1048576, '64MiB', '1GB')"
+    bound = ">= 0" if allow_zero else "> 0"
+    expected = f"a whole number of bytes {bound} (e.g. 1048576, '64MiB', '1GB')"
     if isinstance(value, bool):
         raise config_error(source, key, expected, value)
     if isinstance(value, int):

@@ -53,11 +53,11 @@ def main(argv: list[str]) -> int:
               f"{np.mean(np.abs(rel)):.4%}, worst {rel[np.argmax(np.abs(rel))]:+.3%}, "
               f"within 1%: {np.mean(np.abs(rel) <= 0.01):.1%}")
         groups = defaultdict(list)
-        for (row, t), e in zip(pairs, rel):
+        for (row, _), e in zip(pairs, rel):
             groups[(row["topology"], row["npus_count"], row["collective"],
                     row["algorithm"])].append(e)
-        print(f"| topology | NPUs | collective | algorithm | runs | flowsim/ASTRA-sim - 1 "
-              f"(min .. max) |")
+        print("| topology | NPUs | collective | algorithm | runs | flowsim/ASTRA-sim - 1 "
+              "(min .. max) |")
         print("|---|---|---|---|---|---|")
         for (topo, npus, coll, alg), errs in sorted(groups.items()):
             print(f"| {topo} | {npus} | {coll} | {alg} | {len(errs)} | "

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 import flowsim
+from conftest import block, pure, ring
 from flowsim.errors import ConfigError
 from flowsim.units import NETWORK_GBPS_TO_BYTES_PER_NS as GB
-
-from conftest import block, pure, ring
 
 N = 1 << 24  # 16 MiB
 B = 50 * GB  # bytes/ns of a 50 "GB/s" link

@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 import flowsim
+from conftest import REPO, block, ring
 from flowsim.errors import ConfigError, RoutingError
 from flowsim.units import NETWORK_GBPS_TO_BYTES_PER_NS
-
-from conftest import REPO, block, ring
 
 
 def test_bandwidth_uses_astra_sim_gigabytes():

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import csv
 import warnings
-from pathlib import Path
 
 import pytest
 
 import flowsim
-
 from conftest import VALIDATION
 
 CASES = VALIDATION / "astra_sim" / "cases.csv"

@@ -16,8 +16,9 @@ The system layer maps local ranks to NPUs, routes the messages and times the ste
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import numpy as np
 

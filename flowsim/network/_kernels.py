@@ -33,6 +33,13 @@ def _less(keys, ids, i, j):
     return keys[i] < keys[j] or (keys[i] == keys[j] and ids[i] < ids[j])
 
 
+@njit(cache=True, inline="always")
+def _swap(keys, ids, tags, i, j):
+    keys[i], keys[j] = keys[j], keys[i]
+    ids[i], ids[j] = ids[j], ids[i]
+    tags[i], tags[j] = tags[j], tags[i]
+
+
 @njit(cache=True)
 def heap_push(keys, ids, tags, size, key, ident, tag):
     """Push ``(key, ident, tag)``; ties on ``key`` pop in ``ident`` order. Returns new size."""
@@ -44,9 +51,7 @@ def heap_push(keys, ids, tags, size, key, ident, tag):
         parent = (i - 1) >> 1
         if not _less(keys, ids, i, parent):
             break
-        keys[i], keys[parent] = keys[parent], keys[i]
-        ids[i], ids[parent] = ids[parent], ids[i]
-        tags[i], tags[parent] = tags[parent], tags[i]
+        _swap(keys, ids, tags, i, parent)
         i = parent
     return size + 1
 
@@ -68,9 +73,7 @@ def heap_pop(keys, ids, tags, size):
             child = left + 1
         if not _less(keys, ids, child, i):
             break
-        keys[i], keys[child] = keys[child], keys[i]
-        ids[i], ids[child] = ids[child], ids[i]
-        tags[i], tags[child] = tags[child], tags[i]
+        _swap(keys, ids, tags, i, child)
         i = child
     return size
 

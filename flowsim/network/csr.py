@@ -18,3 +18,14 @@ def segment_min(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
     if nonempty.any():
         out[nonempty] = np.minimum.reduceat(values, indptr[:-1][nonempty])
     return out
+
+
+def segment_offsets(counts: np.ndarray) -> np.ndarray:
+    """``0..counts[i]-1`` for every segment, concatenated: ``[0,1,2, 0, 0,1]`` for ``[3,1,2]``."""
+    counts = np.asarray(counts, np.int64)
+    return np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def gather_segments(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Indices ``starts[i] .. starts[i]+counts[i]-1`` for every segment, concatenated."""
+    return np.repeat(starts, counts) + segment_offsets(counts)

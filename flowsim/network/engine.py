@@ -19,9 +19,9 @@ from typing import Literal
 
 import numpy as np
 
-from ..errors import ConfigError, FlowSetError, SimulationError
+from ..errors import FlowSetError, SimulationError
 from . import _kernels
-from .csr import segment_min, segment_sum
+from .csr import gather_segments, segment_min, segment_sum
 from .maxmin import MaxMinWorkspace
 
 NetworkModel = Literal["analytical", "flow"]
@@ -256,7 +256,7 @@ class FlowEngine:
 
     # ------------------------------------------------------------------ results
     def flow_arrays(self, name: str) -> np.ndarray:
-        """A per-flow array (``start``, ``send_end``, ``finish``, ``nbytes``, ...) of used length."""
+        """A per-flow array (``start``, ``send_end``, ``finish``, ``nbytes``, ...)."""
         return self._flows[name][: self._flows.n]
 
     def incidence(self) -> tuple[np.ndarray, np.ndarray]:
@@ -327,9 +327,7 @@ def _check_dependencies(n: int, dep_indptr: np.ndarray, dep_ids: np.ndarray) -> 
     seen = frontier.size
     while frontier.size:
         counts = succ_ptr[frontier + 1] - succ_ptr[frontier]
-        starts = np.repeat(succ_ptr[frontier], counts)
-        offs = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-        targets = succ[starts + offs]
+        targets = succ[gather_segments(succ_ptr[frontier], counts)]
         np.subtract.at(indeg, targets, 1)
         frontier = np.unique(targets[indeg[targets] == 0])
         seen += frontier.size

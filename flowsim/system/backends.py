@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..network.csr import gather_segments
 from ..network.engine import FlowEngine
 from ..topology import Network
 
@@ -106,7 +107,7 @@ class AnalyticalTimer:
     def timer(self, at: float) -> int:
         return self._push(at)
 
-    def phase(self, dag: "PhaseDag", nbytes: list[float], delays: list[float],
+    def phase(self, dag: PhaseDag, nbytes: list[float], delays: list[float],
               posts: list[float], before: list[np.ndarray], at: float) -> np.ndarray:
         """A phase with per-NPU synchronisation; returns each participant's exit time.
 
@@ -177,7 +178,7 @@ class FlowTimer:
         self.engine.add(_MARKER_PTR, _NO_LINKS, 0.0, release=at, group=group)
         return group
 
-    def phase(self, dag: "PhaseDag", nbytes: list[float], delays: list[float],
+    def phase(self, dag: PhaseDag, nbytes: list[float], delays: list[float],
               posts: list[float], before: list[np.ndarray], at: float) -> np.ndarray:
         """A phase with per-NPU synchronisation as a DAG of flows; returns each participant's
         exit marker (a zero-byte flow whose arrival is the exit time).
@@ -269,7 +270,7 @@ class PhaseDag:
     exit_flows: np.ndarray
 
     @classmethod
-    def build(cls, templates: list[StepTemplate], participants: np.ndarray) -> "PhaseDag":
+    def build(cls, templates: list[StepTemplate], participants: np.ndarray) -> PhaseDag:
         npus = np.unique(participants)
         position = np.full(int(npus.max()) + 1 if npus.size else 1, -1, np.int64)
         position[npus] = np.arange(npus.size)
@@ -286,9 +287,7 @@ class PhaseDag:
         indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         flows = np.empty(indptr[-1], np.int64)
         for who, ptr, local in per_step.values():
-            segment_starts = np.repeat(indptr[who], np.diff(ptr))
-            offsets = np.arange(ptr[-1]) - np.repeat(ptr[:-1], np.diff(ptr))
-            flows[segment_starts + offsets] = local
+            flows[gather_segments(indptr[who], np.diff(ptr))] = local
         return cls(templates, npus, exit_step, indptr, flows)
 
     def exit_times(self, start: np.ndarray, arrivals: list[np.ndarray],
@@ -303,9 +302,8 @@ class PhaseDag:
                 post[who] = self.idle_exit_delay
                 continue
             counts = self.exit_indptr[who + 1] - self.exit_indptr[who]
-            starts = np.repeat(self.exit_indptr[who], counts)
-            offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-            values = arrivals[index][self.exit_flows[starts + offsets]]
+            values = arrivals[index][self.exit_flows[gather_segments(self.exit_indptr[who],
+                                                                     counts)]]
             owner = np.repeat(who, counts)
             np.maximum.at(exit_time, owner, values)
             post[who] = posts[index]
@@ -322,10 +320,8 @@ class PhaseDag:
         for index in np.unique(self.exit_step[self.exit_step >= 0]):
             who = np.nonzero(self.exit_step == index)[0]
             n = counts[who] - 1
-            starts = np.repeat(indptr[who] + 1, n)
-            offsets = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
-            src_starts = np.repeat(self.exit_indptr[who], n)
-            ids[starts + offsets] = step_ids[index][self.exit_flows[src_starts + offsets]]
+            ids[gather_segments(indptr[who] + 1, n)] = \
+                step_ids[index][self.exit_flows[gather_segments(self.exit_indptr[who], n)]]
             delay[who] = posts[index]
         return indptr, ids, delay
 
@@ -340,6 +336,4 @@ def _incoming(previous_dst: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np
     hi = np.searchsorted(previous_dst[order], src, side="right")
     counts = hi - lo
     indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    starts = np.repeat(lo, counts)
-    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-    return indptr, order[starts + offsets].astype(np.int64)
+    return indptr, order[gather_segments(lo, counts)].astype(np.int64)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -11,8 +12,8 @@ import xarray as xr
 from ..collectives import COLLECTIVES, canonical_collective
 from ..errors import ConfigError, config_error
 from ..network.engine import check_model
-from ..results import collective_dataset, union_length
-from ..topology import Network, NetworkConfig, load_network
+from ..results import collective_dataset
+from ..topology import Network, load_network
 from ..units import parse_size
 from .config import SystemConfig, load_system
 from .phases import assign_variants, chunk_sizes, collective_phases
@@ -42,10 +43,10 @@ def _check_npu(network: Network, value: Any, key: str) -> int:
 
 
 def simulate_collective(network: NetworkLike, collective: str, size: int | str,
-                        system: "str | os.PathLike | Mapping[str, Any] | SystemConfig | None" = None,
+                        system: str | os.PathLike | Mapping[str, Any] | SystemConfig | None = None,
                         model: str = "analytical", *, dims: Any = None, root: int = 0,
                         src: int | None = None, dst: int | None = None,
-                        trace: "str | os.PathLike | None" = None) -> xr.Dataset:
+                        trace: str | os.PathLike | None = None) -> xr.Dataset:
     """Simulate one collective and return its timing as an :class:`xarray.Dataset`.
 
     Parameters
@@ -107,7 +108,7 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
     return _dataset(schedule, net, sys_cfg, name, nbytes, model, algorithms)
 
 
-def _write_trace(schedule: Schedule, path: "str | os.PathLike") -> None:
+def _write_trace(schedule: Schedule, path: str | os.PathLike) -> None:
     from ..trace import analytical_flow_times, chrome_trace, write_trace
 
     if schedule.model == "analytical":

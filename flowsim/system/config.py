@@ -23,9 +23,10 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .._io import read_mapping
 from ..collectives import ALGORITHMS, FLAT_PREFIX, canonical_algorithm
@@ -64,7 +65,7 @@ _NOT_MODELLED = {
 #: Keys used by the compute model of the workload layer; accepted silently here.
 _COMPUTE_KEYS = {"roofline-enabled", "peak-perf", "compute-scale", "local-mem-bw-roofline"}
 #: Values of not-modelled keys that mean "off", for which no warning is needed.
-_HARMLESS = {0, "0", "baseline", "ascending", False}
+_HARMLESS = {0, "0", "baseline", "ascending"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,7 +222,7 @@ def read_system_config(path: str | os.PathLike) -> SystemConfig:
     return parse_system_config(read_mapping(path, what="system config"), source=str(Path(path)))
 
 
-def load_system(source: "str | os.PathLike | Mapping[str, Any] | SystemConfig | None"
+def load_system(source: str | os.PathLike | Mapping[str, Any] | SystemConfig | None
                 ) -> SystemConfig:
     """A system config from a path, a bundled name, a mapping, a config, or ``None`` (defaults)."""
     if source is None:

@@ -19,11 +19,10 @@ Dimensions of size 1 (or not involved) are skipped.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 from ..collectives import FLAT_PREFIX, base_algorithm
-import warnings
-
 from ..errors import ConfigError, FlowsimWarning
 from ..topology import Network
 from .config import SystemConfig

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -32,8 +32,7 @@ from ..collectives import base_algorithm
 from ..collectives.base import Step
 from ..results import union_length
 from ..topology import Network
-from .backends import (AnalyticalTimer, FlowTimer, PhaseDag, StepTemplate, _incoming,
-                       make_template)
+from .backends import AnalyticalTimer, FlowTimer, PhaseDag, StepTemplate, _incoming, make_template
 from .config import SystemConfig
 from .phases import Phase
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .._io import read_mapping
 from ..errors import config_error
@@ -126,8 +127,9 @@ def parse_network_config(data: Mapping[str, Any], source: str = "<dict>") -> Net
     ConfigError
         Naming ``source`` and the offending key for every unusable value.
     """
-    from ..errors import FlowsimWarning
     import warnings
+
+    from ..errors import FlowsimWarning
 
     topo_raw = _as_list(data, "topology", source, None)
     ndims = len(topo_raw)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from ..errors import RoutingError
-from ..network.csr import segment_min, segment_sum
+from ..network.csr import segment_min, segment_offsets, segment_sum
 from .blocks import BLOCKS
 from .config import NetworkConfig, parse_network_config, read_network_config
 
@@ -50,7 +51,7 @@ class Network:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_config(cls, config: NetworkConfig) -> "Network":
+    def from_config(cls, config: NetworkConfig) -> Network:
         """Build the link arrays of every dimension instance of ``config``."""
         npus = config.npus
         srcs, dsts, bws, lats, dims = [], [], [], [], []
@@ -66,16 +67,11 @@ class Network:
             q = np.arange(instances)[:, None]
             base = (q // stride) * stride * p + (q % stride)
 
-            def node(local: np.ndarray) -> np.ndarray:
-                is_switch = local == p
-                npu = base + np.where(is_switch, 0, local)[None, :] * stride
-                sw = npus + n_switches + q
-                return np.where(is_switch[None, :], sw, npu).ravel()
-
             link_offset.append(n_links)
             switch_offset.append(n_switches)
-            srcs.append(node(local_src))
-            dsts.append(node(local_dst))
+            first_switch = npus + n_switches
+            srcs.append(_instance_nodes(local_src, p, base, stride, q, first_switch))
+            dsts.append(_instance_nodes(local_dst, p, base, stride, q, first_switch))
             count = instances * block.num_links(p)
             bws.append(np.full(count, config.bandwidth_bytes_per_ns[d]))
             lats.append(np.full(count, config.latency_ns[d]))
@@ -224,9 +220,7 @@ class Network:
             moving = np.nonzero(h)[0]
             if moving.size:
                 rep = np.repeat(moving, h[moving])
-                # k = hop index within this dimension for every repeated entry
-                starts = np.cumsum(h[moving]) - h[moving]
-                k = np.arange(rep.size) - np.repeat(starts, h[moving])
+                k = segment_offsets(h[moving])  # hop index within this dimension
                 local = block.hop_link(a[rep], b[rep], k, p)
                 inst = self.instance_of(current[rep], d)
                 link_ids[offset[rep] + k] = (self._dim_link_offset[d]
@@ -247,7 +241,15 @@ class Network:
 _NETWORK_CACHE: dict[NetworkConfig, Network] = {}
 
 
-def load_network(source: "str | os.PathLike | Mapping[str, Any] | NetworkConfig | Network"
+def _instance_nodes(local: np.ndarray, p: int, base: np.ndarray, stride: int, q: np.ndarray,
+                    first_switch: int) -> np.ndarray:
+    """Node ids of local indices (``p`` = the instance's switch) in every instance ``q``."""
+    is_switch = local == p
+    npu = base + np.where(is_switch, 0, local)[None, :] * stride
+    return np.where(is_switch[None, :], first_switch + q, npu).ravel()
+
+
+def load_network(source: str | os.PathLike | Mapping[str, Any] | NetworkConfig | Network
                  ) -> Network:
     """Load a network from a YAML path, a mapping of ASTRA-sim keys, a config or a network.
 
