@@ -73,6 +73,12 @@ _FLOW_FIELDS: dict[str, tuple[type, float]] = {
 }
 
 
+#: per-flow fields (indexed by flow id); the others are pools indexed by position
+_PER_FLOW_FIELDS = ("nbytes", "latency", "release", "delay", "bottleneck", "group", "pending",
+                    "ready", "state", "start", "send_end", "finish", "remaining", "rate",
+                    "time_to_go", "dep_head")
+
+
 class FlowEngine:
     """Incremental event-driven engine over flows on one set of links.
 
@@ -86,11 +92,16 @@ class FlowEngine:
     link_latency : ndarray of float64, shape (L,)
         Link latencies (ns); a flow's latency is the sum over its path.
     model : {"analytical", "flow"}
+    retire : bool
+        Drop finished flows once they are the majority (their bytes are kept in
+        :meth:`link_bytes`), so memory follows the flows in flight. Only while no flow has
+        dependencies; per-flow results then cover the flows still held.
     """
 
     def __init__(self, capacity: np.ndarray, link_latency: np.ndarray,
-                 model: NetworkModel = "flow") -> None:
+                 model: NetworkModel = "flow", *, retire: bool = False) -> None:
         self.model = check_model(model)
+        self.retire = retire
         self.capacity = np.ascontiguousarray(capacity, dtype=np.float64)
         self.link_latency = np.ascontiguousarray(link_latency, dtype=np.float64)
         L = self.capacity.size
@@ -112,6 +123,8 @@ class FlowEngine:
         self.counters = np.zeros(8, np.int64)
         self.clock = np.zeros(1, np.float64)
         self._first_new = 0
+        self._retired_link_bytes = np.zeros(max(L, 1), np.float64)
+        self.retired_flows = 0
 
     # ------------------------------------------------------------------ building
     @property
@@ -234,6 +247,8 @@ class FlowEngine:
             a["arr_keys"], a["arr_ids"], a["arr_tags"], *self._ws.kernel_args(),
             self.counters, self.clock, self._first_new, n)
         self._first_new = n
+        if self.retire and self._edges.n == 0 and self.counters[4] > max(1 << 16, n // 2):
+            self._compact()
         if status == _kernels.STATUS_DEADLOCK:
             waiting = np.nonzero(a["state"][:n] == _kernels.WAITING)[0]
             raise SimulationError(
@@ -250,6 +265,40 @@ class FlowEngine:
                 done_groups = done_groups[np.argsort(g["done"][done_groups], kind="stable")]
                 self._watched = watched[~finished].tolist()
         return int(status), done_groups
+
+    def _compact(self) -> None:
+        """Remove finished flows (no dependencies exist), keeping their link bytes."""
+        flows = self._flows
+        n = flows.n
+        a = flows.arrays
+        keep = a["state"][:n] != _kernels.DONE
+        indptr, links = self.incidence()
+        counts = np.diff(indptr)
+        done = np.nonzero(~keep)[0]
+        self._retired_link_bytes += np.bincount(
+            links[gather_segments(indptr[done], counts[done])],
+            weights=np.repeat(a["nbytes"][done], counts[done]),
+            minlength=self._retired_link_bytes.size)
+        kept = np.nonzero(keep)[0]
+        new_links = links[gather_segments(indptr[kept], counts[kept])]
+        m = kept.size
+        new_id = np.cumsum(keep) - 1
+        for name in _PER_FLOW_FIELDS:
+            a[name][:m] = a[name][:n][keep]
+        self._links[: new_links.size] = new_links
+        self._n_incidences = new_links.size
+        self._indptr[0] = 0
+        np.cumsum(counts[kept], out=self._indptr[1: m + 1])
+        n_sched, n_arr, n_act = (int(c) for c in self.counters[:3])
+        a["sched_ids"][:n_sched] = new_id[a["sched_ids"][:n_sched]]
+        a["arr_ids"][:n_arr] = new_id[a["arr_ids"][:n_arr]]
+        active = new_id[a["active"][:n_act]]
+        a["active"][:n_act] = active
+        a["active_pos"][active] = np.arange(n_act)
+        flows.n = m
+        self._first_new = m
+        self.counters[4] -= n - m
+        self.retired_flows += n - m
 
     def group_done_time(self, group: int) -> float:
         return float(self._groups["done"][group])
@@ -268,8 +317,9 @@ class FlowEngine:
         indptr, links = self.incidence()
         done = self.flow_arrays("state") == _kernels.DONE
         per_flow = np.where(done, self.flow_arrays("nbytes"), 0.0)
-        return np.bincount(links, weights=np.repeat(per_flow, np.diff(indptr)),
+        held = np.bincount(links, weights=np.repeat(per_flow, np.diff(indptr)),
                            minlength=self.capacity.size).astype(np.float64)
+        return held + self._retired_link_bytes[: self.capacity.size]
 
     @property
     def events(self) -> int:

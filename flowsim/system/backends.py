@@ -155,9 +155,11 @@ class AnalyticalTimer:
 class FlowTimer:
     """Times steps on the max-min fair flow engine."""
 
-    def __init__(self, network: Network, model: str = "flow") -> None:
+    def __init__(self, network: Network, model: str = "flow", *, keep_flows: bool = False
+                 ) -> None:
         self.network = network
-        self.engine = FlowEngine(network.link_bandwidth, network.link_latency, model)
+        self.engine = FlowEngine(network.link_bandwidth, network.link_latency, model,
+                                 retire=not keep_flows)
         self.steps = 0
         self.flows = 0
 

@@ -63,7 +63,8 @@ class Schedule:
         self.trace_log: list[dict] | None = [] if trace else None
         self.system = system
         self.model = model
-        self.timer = AnalyticalTimer(network) if model == "analytical" else FlowTimer(network)
+        self.timer = AnalyticalTimer(network) if model == "analytical" else \
+            FlowTimer(network, keep_flows=trace)
         self._queues: dict[int, list] = {}
         self._running: dict[int, int] = {}
         self._seq = itertools.count()
