@@ -39,6 +39,12 @@ def run():
     return flowsim.simulate_collective('r16_fc16_sw16', 'all_reduce', '1GiB',
                                        'ring_16chunks_3d', model='flow').attrs['stats']
 """,
+    "same, flow, every group simulated (symmetry=False)": """
+def run():
+    return flowsim.simulate_collective('r16_fc16_sw16', 'all_reduce', '1GiB',
+                                       'ring_16chunks_3d', model='flow',
+                                       symmetry=False).attrs['stats']
+""",
     "direct all-to-all 1GiB, 1024-NPU switch, analytical": """
 net = {'topology': ['Switch'], 'npus_count': [1024], 'bandwidth': [50], 'latency': [500]}
 sys_ = {'preferred-dataset-splits': 1, 'all-to-all-implementation': ['direct']}

@@ -3,6 +3,7 @@ byte conservation, and bad inputs."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -335,3 +336,27 @@ def test_one_algorithm_for_several_dimensions_warns():
            "latency": [1, 1]}
     with pytest.warns(flowsim.FlowsimWarning, match="using 'ring' in every dimension"):
         time_of(net, "all_reduce", system={"all-reduce-implementation": ["ring"]})
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter", "all_gather",
+                                        "all_to_all"])
+@pytest.mark.parametrize("algorithm", ["ring", "direct", "halvingDoubling"])
+def test_simulating_one_group_per_dimension_is_exact(model, collective, algorithm):
+    if algorithm == "halvingDoubling" and collective == "all_to_all":
+        return
+    net = {"topology": ["Ring", "FullyConnected", "Switch"], "npus_count": [4, 2, 4],
+           "bandwidth": [200, 100, 50], "latency": [100, 200, 500]}
+    keys = {c: f"{c.replace('_', '-')}-implementation" for c in TYPES}
+    sys = pure(**{keys[collective]: [algorithm] * 3, "preferred-dataset-splits": 3,
+                  "active-chunks-per-dimension": 2, "endpoint-delay": 7,
+                  "local-mem-bw": 1000})
+    fast = flowsim.simulate_collective(net, collective, N, sys, model=model)
+    full = flowsim.simulate_collective(net, collective, N, sys, model=model, symmetry=False)
+    assert float(fast.time_ns) == float(full.time_ns)
+    np.testing.assert_allclose(fast.link_bytes, full.link_bytes, rtol=1e-12)
+    np.testing.assert_allclose(fast.link_busy_ns, full.link_busy_ns, rtol=1e-9, atol=1e-6)
+    np.testing.assert_array_equal(fast.npu_finish_ns, full.npu_finish_ns)
+    fast_stats, full_stats = json.loads(fast.attrs["stats"]), json.loads(full.attrs["stats"])
+    assert fast_stats["flows"] == full_stats["flows"]
+    assert fast_stats["simulated_flows"] < full_stats["simulated_flows"]

@@ -17,7 +17,7 @@ from ..topology import Network, load_network
 from ..units import parse_size
 from .config import SystemConfig, load_system
 from .phases import assign_variants, chunk_sizes, collective_phases
-from .scheduler import Schedule
+from .scheduler import Schedule, can_replicate
 
 NetworkLike = "str | os.PathLike | Mapping[str, Any] | NetworkConfig | Network"
 
@@ -46,7 +46,8 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
                         system: str | os.PathLike | Mapping[str, Any] | SystemConfig | None = None,
                         model: str = "analytical", *, dims: Any = None, root: int = 0,
                         src: int | None = None, dst: int | None = None,
-                        trace: str | os.PathLike | None = None) -> xr.Dataset:
+                        trace: str | os.PathLike | None = None,
+                        symmetry: bool = True) -> xr.Dataset:
     """Simulate one collective and return its timing as an :class:`xarray.Dataset`.
 
     Parameters
@@ -71,6 +72,9 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
         Endpoints of a ``send_recv``.
     trace : path, optional
         Write a Chrome-trace / Perfetto timeline of the steps and messages there.
+    symmetry : bool
+        Simulate one group per dimension when all groups are exact replicas (barrier
+        synchronisation, per-dimension phases); ``False`` simulates every group, for checks.
 
     Returns
     -------
@@ -90,17 +94,19 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
     nbytes = parse_size(size, source="argument", key="size")
     dims_t = _check_dims(net, dims)
     root = _check_npu(net, root, "root")
-    schedule = Schedule(net, sys_cfg, model, trace=trace is not None)
     if name == "send_recv":
+        schedule = Schedule(net, sys_cfg, model, trace=trace is not None)
         if src is None or dst is None:
             raise ConfigError("argument 'src'/'dst': a send_recv needs both endpoints")
         algorithms = ("p2p",) * net.ndims
         _send_recv(schedule, _check_npu(net, src, "src"), _check_npu(net, dst, "dst"), nbytes)
     else:
         sizes = chunk_sizes(nbytes, sys_cfg.splits)
-        chunks = [collective_phases(net, sys_cfg, name, c, dims=dims_t, root=root)
-                  for c in sizes]
-        schedule.issue(assign_variants(chunks), at=0.0)
+        chunks = assign_variants([collective_phases(net, sys_cfg, name, c, dims=dims_t,
+                                                    root=root) for c in sizes])
+        replicate = symmetry and can_replicate(net, sys_cfg, chunks, trace is not None)
+        schedule = Schedule(net, sys_cfg, model, trace=trace is not None, replicate=replicate)
+        schedule.issue(chunks, at=0.0)
         algorithms = tuple(_algorithm_names(sys_cfg, name, net.ndims))
     schedule.run()
     if trace is not None:
@@ -154,11 +160,21 @@ def _dataset(schedule: Schedule, net: Network, system: SystemConfig, collective:
              nbytes: int, model: str, algorithms: tuple[str, ...]) -> xr.Dataset:
     timer = schedule.timer
     time_ns = max(schedule.collective_end.values(), default=0.0)
-    link_bytes = np.asarray(timer.link_bytes, np.float64)
+    link_bytes = schedule.expand_replicated(np.asarray(timer.link_bytes, np.float64))
     dim_bytes = np.bincount(net.link_dim, weights=link_bytes, minlength=net.ndims)
     return collective_dataset(network=net, system=system, collective=collective, size=nbytes,
                               model=model, algorithms=algorithms, time_ns=time_ns,
                               npu_finish_ns=schedule.npu_finish.copy(), link_bytes=link_bytes,
-                              link_busy_ns=np.asarray(timer.link_busy, np.float64),
+                              link_busy_ns=schedule.expand_replicated(
+                                  np.asarray(timer.link_busy, np.float64)),
                               dim_bytes=dim_bytes, dim_busy_ns=schedule.dim_busy_ns(),
-                              stats=timer.stats())
+                              stats=_stats(schedule))
+
+
+def _stats(schedule: Schedule) -> dict:
+    stats = schedule.timer.stats()
+    stats["simulated_flows"] = stats["flows"]
+    if schedule.replicate:
+        # every simulated flow stands for one flow in each group of its dimension
+        stats["flows"] = schedule.represented_flows
+    return stats

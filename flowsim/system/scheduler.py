@@ -57,8 +57,11 @@ class Schedule:
     """
 
     def __init__(self, network: Network, system: SystemConfig, model: str,
-                 trace: bool = False) -> None:
+                 trace: bool = False, replicate: bool = False) -> None:
         self.network = network
+        #: simulate only the first group of every phase (see :func:`can_replicate`)
+        self.replicate = replicate
+        self.represented_flows = 0
         #: step log for timelines (see :mod:`flowsim.trace`), kept only when tracing
         self.trace_log: list[dict] | None = [] if trace else None
         self.system = system
@@ -112,6 +115,21 @@ class Schedule:
                 callback, args = self._actions.pop(token)
                 callback(*args, t)
             self._admit(self.timer.now)
+
+    def expand_replicated(self, per_link: np.ndarray) -> np.ndarray:
+        """Copy the first instance's per-link values of every dimension to all its instances
+        (the identity unless this schedule replicates)."""
+        if not self.replicate:
+            return per_link
+        net = self.network
+        out = per_link.copy()
+        offsets = list(net._dim_link_offset) + [net.num_links]
+        for d in range(net.ndims):
+            start, stop = offsets[d], offsets[d + 1]
+            instances = net.npus // net.dims[d]
+            per_instance = (stop - start) // instances
+            out[start:stop] = np.tile(per_link[start: start + per_instance], instances)
+        return out
 
     def dim_busy_ns(self) -> np.ndarray:
         """Per dimension, the time during which at least one of its phases was running."""
@@ -271,6 +289,8 @@ class Schedule:
         if cached is not None:
             return cached
         groups = self._groups(phase)
+        if self.replicate:
+            groups = groups[:1]
         out = []
         previous_dst = None
         for step in steps:
@@ -315,6 +335,8 @@ class Schedule:
                      self.timer.engine.num_flows}
             self.trace_log.append(entry)
         token = self.timer.step(templates[index], nbytes, release, delay)
+        groups = self.network.npus // int(np.prod([self.network.dims[d] for d in phase.dims]))
+        self.represented_flows += templates[index].src.size * (groups if self.replicate else 1)
         self._actions[token] = (self._step_done,
                                 (chunk, steps, templates, index, phase_start, entry))
 
@@ -334,3 +356,22 @@ class Schedule:
         token = self.timer.timer(t + post)
         self._actions[token] = (self._phase_done, (chunk, phase_start))
 
+
+
+def can_replicate(network: Network, system: SystemConfig, chunks: list[list[Phase]],
+                  trace: bool) -> bool:
+    """Whether simulating one group per phase gives every group's timing exactly.
+
+    The groups of one dimension are replicas: the same link structure, bandwidth and latency,
+    and their flows never share a link with another group's. Under barrier synchronisation they
+    all start every step together, so each sees exactly what the first one sees. That holds for
+    per-dimension phases of all-reduce, reduce-scatter, all-gather and all-to-all; not for flat
+    (``one*``) phases, whose messages cross dimensions, nor for broadcast and reduce, which run
+    on some groups only.
+    """
+    if trace or system.synchronization != "barrier":
+        return False
+    return all(len(ph.dims) == 1 and not ph.flat and
+               ph.collective in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+               and not base_algorithm(ph.algorithm).per_npu_only
+               for phases in chunks for ph in phases)
