@@ -360,3 +360,33 @@ def test_simulating_one_group_per_dimension_is_exact(model, collective, algorith
     fast_stats, full_stats = json.loads(fast.attrs["stats"]), json.loads(full.attrs["stats"])
     assert fast_stats["flows"] == full_stats["flows"]
     assert fast_stats["simulated_flows"] < full_stats["simulated_flows"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_explicit_group(model):
+    ds = flowsim.simulate_collective(ring(8), "all_reduce", N, pure(), model=model,
+                                     group=[0, 2, 4, 6])
+    # a ring over every second NPU: each step crosses two ring links
+    assert float(ds.time_ns) == pytest.approx(6 * (N / 4 / B + 2 * L))
+    assert float(ds.npu_finish_ns[1]) == 0.0  # not in the group
+    for bad in ([0], [0, 0], [0, 9], "all"):
+        with pytest.raises(ConfigError, match="'group'"):
+            flowsim.simulate_collective(ring(8), "all_reduce", N, pure(), group=bad)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("policy", ["LIFO", "FIFO"])
+def test_scheduling_policy_orders_collectives_waiting_for_a_dimension(policy, model):
+    from flowsim.system.phases import collective_phases
+    from flowsim.system.scheduler import Schedule
+
+    net = flowsim.load_network(ring(8))
+    system = flowsim.load_system(pure(**{"scheduling-policy": policy}))
+    schedule = Schedule(net, system, model)
+    first = schedule.issue([collective_phases(net, system, "all_reduce", N)])
+    second = schedule.issue([collective_phases(net, system, "all_reduce", N)])
+    schedule.run()
+    one = 2 * 7 / 8 * N / B + 14 * L
+    early, late = (second, first) if policy == "LIFO" else (first, second)
+    assert schedule.collective_end[early] == pytest.approx(one)
+    assert schedule.collective_end[late] == pytest.approx(2 * one)

@@ -35,6 +35,23 @@ def _check_dims(network: Network, dims: Any) -> tuple[int, ...] | None:
     return tuple(sorted(out))
 
 
+def _check_group(network: Network, group: Any) -> tuple[int, ...]:
+    if group is None:
+        return ()
+    try:
+        members = [int(m) for m in group]
+    except (TypeError, ValueError):
+        raise config_error("argument", "group", "a list of NPU ids", group) from None
+    if len(members) < 2 or len(set(members)) != len(members):
+        raise config_error("argument", "group", "at least 2 distinct NPU ids", group)
+    for m in members:
+        if not 0 <= m < network.npus:
+            raise config_error("argument", "group",
+                               f"NPU ids in 0..{network.npus - 1} (NPU {m} does not exist)",
+                               group)
+    return tuple(members)
+
+
 def _check_npu(network: Network, value: Any, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
             not 0 <= int(value) < network.npus:
@@ -47,7 +64,7 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
                         model: str = "analytical", *, dims: Any = None, root: int = 0,
                         src: int | None = None, dst: int | None = None,
                         trace: str | os.PathLike | None = None,
-                        symmetry: bool = True) -> xr.Dataset:
+                        symmetry: bool = True, group: Any = None) -> xr.Dataset:
     """Simulate one collective and return its timing as an :class:`xarray.Dataset`.
 
     Parameters
@@ -72,6 +89,9 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
         Endpoints of a ``send_recv``.
     trace : path, optional
         Write a Chrome-trace / Perfetto timeline of the steps and messages there.
+    group : sequence of int, optional
+        An explicit communicator (NPU ids in rank order, at least 2) instead of whole
+        dimensions; runs one flat phase over it with the first algorithm of the list.
     symmetry : bool
         Simulate one group per dimension when all groups are exact replicas (barrier
         synchronisation, per-dimension phases); ``False`` simulates every group, for checks.
@@ -93,6 +113,7 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
                            collective)
     nbytes = parse_size(size, source="argument", key="size")
     dims_t = _check_dims(net, dims)
+    members = _check_group(net, group)
     root = _check_npu(net, root, "root")
     if name == "send_recv":
         schedule = Schedule(net, sys_cfg, model, trace=trace is not None)
@@ -103,7 +124,8 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
     else:
         sizes = chunk_sizes(nbytes, sys_cfg.splits)
         chunks = assign_variants([collective_phases(net, sys_cfg, name, c, dims=dims_t,
-                                                    root=root) for c in sizes])
+                                                    root=root, group=members)
+                                  for c in sizes])
         replicate = symmetry and can_replicate(net, sys_cfg, chunks, trace is not None)
         schedule = Schedule(net, sys_cfg, model, trace=trace is not None, replicate=replicate)
         schedule.issue(chunks, at=0.0)

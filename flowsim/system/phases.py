@@ -51,8 +51,10 @@ class Phase:
     variant : int
         Shape variant of the algorithm (which of the two trees of a double binary tree).
     flat : bool
-        The phase comes from a ``one*`` algorithm (ASTRA-sim charges its messages only for the
-        lowest dimension they cross).
+        The phase comes from a ``one*`` algorithm or an explicit group (ASTRA-sim charges
+        such messages only for the lowest dimension they cross).
+    members : tuple of int
+        NPUs of an explicit group, in rank order (empty: the groups of ``dims``).
     """
 
     dims: tuple[int, ...]
@@ -64,11 +66,12 @@ class Phase:
     root: int = 0
     flat: bool = False
     variant: int = 0
+    members: tuple[int, ...] = ()
 
     @property
     def queue(self) -> int:
-        """The dimension queue this phase waits in."""
-        return self.dims[0]
+        """The dimension queue this phase waits in (an explicit group has its own, -1)."""
+        return -1 if self.members else self.dims[0]
 
 
 def chunk_sizes(size: int, splits: int) -> list[int]:
@@ -104,17 +107,36 @@ def _check_algorithm(network: Network, system: SystemConfig, collective: str, na
 
 def collective_phases(network: Network, system: SystemConfig, collective: str,
                       chunk: float, *, dims: tuple[int, ...] | None = None,
-                      root: int = 0) -> list[Phase]:
+                      root: int = 0, group: tuple[int, ...] = ()) -> list[Phase]:
     """The phases of one chunk of ``chunk`` bytes of ``collective``.
 
     Parameters
     ----------
     dims : tuple of int, optional
         Dimensions the collective spans (default: all). Size-1 dimensions are dropped.
+    root : int
+        Root NPU of a broadcast or reduce.
+    group : tuple of int
+        An explicit communicator (NPU ids in rank order): one flat phase over these NPUs with
+        the first listed algorithm, like a ``one*`` algorithm.
     """
     from .config import IMPLEMENTATION_KEYS
 
     key = IMPLEMENTATION_KEYS[collective]
+    if group:
+        name = base_algorithm((system.implementation(collective) or ("ring",))[0]).name
+        algorithm = base_algorithm(name)
+        if collective not in algorithm.supports:
+            raise ConfigError(f"{system.source}: key '{key}': {name} does not implement "
+                              f"{collective.replace('_', '-')}; choose ring or direct")
+        if algorithm.check_size is not None:
+            try:
+                algorithm.check_size(len(group))
+            except ValueError as exc:
+                raise ConfigError(f"argument 'group': {exc}") from None
+        data = chunk * len(group) if collective == "all_gather" else chunk
+        return [Phase(tuple(range(network.ndims)), name, collective, data, root=root,
+                      flat=True, members=tuple(group))]
     involved = tuple(d for d in (range(network.ndims) if dims is None else dims)
                      if network.dims[d] > 1)
     if not involved:

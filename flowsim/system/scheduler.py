@@ -102,7 +102,6 @@ class Schedule:
                 self._enqueue(chunk)
             else:
                 self._chunk_done(chunk, at)
-        self._admit(at)
         return cid
 
     def run(self) -> None:
@@ -110,6 +109,8 @@ class Schedule:
         if self._static:
             self.timer.run_all()
             self._resolve_static()
+        # collectives issued together compete for the queues by priority (LIFO / FIFO)
+        self._admit(self.timer.now)
         while self._actions:
             for token, t in self.timer.run():
                 callback, args = self._actions.pop(token)
@@ -194,7 +195,7 @@ class Schedule:
     def _dag(self, phase: Phase) -> tuple[PhaseDag, list[Step]]:
         steps = self._steps(phase)
         key = (phase.dims, phase.algorithm, phase.collective, phase.direction,
-               phase.in_network, phase.root, phase.variant, phase.flat)
+               phase.in_network, phase.root, phase.variant, phase.flat, phase.members)
         dag = self._dags.get(key)
         if dag is None:
             templates = self._templates_for(phase, steps)
@@ -210,7 +211,7 @@ class Schedule:
             np.maximum.at(self.npu_finish, npus, times)
             end = float(np.max(times)) if times.size else 0.0
             self.collective_end[cid] = max(self.collective_end[cid], end)
-            for d in phase.dims:
+            for d in self._dims_used(phase):
                 self._busy[d].append((float(np.min(times)), end))
         self._static = []
 
@@ -229,7 +230,7 @@ class Schedule:
 
     def _phase_done(self, chunk: _Chunk, start: float, t: float) -> None:
         phase = chunk.phases[chunk.phase]
-        for d in phase.dims:
+        for d in self._dims_used(phase):
             self._busy[d].append((start, t))
         self.npu_finish[self._groups(phase).ravel()] = t
         self._running[phase.queue] -= 1
@@ -248,11 +249,13 @@ class Schedule:
     def _steps(self, phase: Phase) -> list[Step]:
         if phase.in_network:
             return [Step(np.zeros(1, np.int64), np.zeros(1, np.int64), 1.0)]
-        p = int(np.prod([self.network.dims[d] for d in phase.dims]))
+        p = len(phase.members) or int(np.prod([self.network.dims[d] for d in phase.dims]))
         return base_algorithm(phase.algorithm).steps(phase.collective, p, phase.direction,
                                                      self._local_root(phase), phase.variant)
 
     def _local_root(self, phase: Phase) -> int:
+        if phase.members:
+            return phase.members.index(phase.root) if phase.root in phase.members else 0
         coords = self.network.coords(phase.root)[0]
         local, scale = 0, 1
         for d in phase.dims:
@@ -260,8 +263,17 @@ class Schedule:
             scale *= self.network.dims[d]
         return local
 
+    def _dims_used(self, phase: Phase) -> tuple[int, ...]:
+        """Dimensions whose links a phase may use (for an explicit group: where it varies)."""
+        if not phase.members:
+            return phase.dims
+        coords = self.network.coords(np.array(phase.members))
+        return tuple(d for d in range(self.network.ndims) if np.ptp(coords[:, d]) > 0)
+
     def _groups(self, phase: Phase) -> np.ndarray:
         """The groups taking part in a phase, shape (groups, size)."""
+        if phase.members:
+            return np.array([phase.members], dtype=np.int64)
         groups = self.network.dim_groups(phase.dims)
         if phase.collective in ("broadcast", "reduce"):
             # only groups that hold (broadcast) or still owe (reduce) the root's data
@@ -284,7 +296,7 @@ class Schedule:
         lowest = phase.flat and self.model == "analytical"
         key = (phase.dims, phase.algorithm, phase.collective, phase.direction,
                phase.in_network, phase.root if phase.collective in ("broadcast", "reduce")
-               else 0, lowest, phase.variant)
+               else 0, lowest, phase.variant, phase.members)
         cached = self._templates.get(key)
         if cached is not None:
             return cached
@@ -335,7 +347,8 @@ class Schedule:
                      self.timer.engine.num_flows}
             self.trace_log.append(entry)
         token = self.timer.step(templates[index], nbytes, release, delay)
-        groups = self.network.npus // int(np.prod([self.network.dims[d] for d in phase.dims]))
+        groups = 1 if phase.members else \
+            self.network.npus // int(np.prod([self.network.dims[d] for d in phase.dims]))
         self.represented_flows += templates[index].src.size * (groups if self.replicate else 1)
         self._actions[token] = (self._step_done,
                                 (chunk, steps, templates, index, phase_start, entry))
