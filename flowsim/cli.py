@@ -57,7 +57,67 @@ def _parser() -> argparse.ArgumentParser:
                       help="write the full result Dataset (NetCDF, .nc)")
     coll.add_argument("--trace", default=None,
                       help="write a Chrome-trace / Perfetto timeline (.json)")
+    sw = commands.add_parser(
+        "sweep", help="run a sweep spec (grid of configurations)",
+        description="Run every point of a sweep spec and write one xarray Dataset.")
+    sw.add_argument("spec", help="sweep spec YAML (see README, 'Sweeps and clusters')")
+    sw.add_argument("-o", "--output", required=True,
+                    help="result file (.nc, or .zarr with zarr installed); with --shard, the "
+                         "folder that receives shard files")
+    sw.add_argument("--jobs", type=int, default=None,
+                    help="processes (default: all cores)")
+    sw.add_argument("--shard", default=None,
+                    help="run shard I/N only (default in a Slurm array job: "
+                         "SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT)")
+    sw.add_argument("--dask", default=None, metavar="ADDRESS",
+                    help="run on the dask.distributed scheduler at ADDRESS")
+    sw.add_argument("--no-progress", action="store_true", help="no progress bar")
+    mg = commands.add_parser(
+        "merge", help="merge the shard files of a sweep",
+        description="Check that every shard of one sweep is present and write the result.")
+    mg.add_argument("folder", help="folder with shard-IIIII-of-NNNNN.nc files")
+    mg.add_argument("-o", "--output", required=True, help="result file (.nc or .zarr)")
     return parser
+
+
+def _run_sweep(args: argparse.Namespace) -> int:
+    from .sweep import SweepInterrupted, sweep
+
+    client = None
+    if args.dask:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise FlowsimError("--dask needs dask.distributed: pip install 'flowsim[dask]'") \
+                from None
+        client = Client(args.dask)
+    try:
+        ds = sweep(args.spec, args.output, jobs=args.jobs, client=client, shard=args.shard,
+                   progress=not args.no_progress)
+    except SweepInterrupted as stop:
+        print(f"flowsim: interrupted; {len(stop.results)} finished point(s) kept, run the "
+              f"same command again to resume", file=sys.stderr)
+        return 130
+    finally:
+        if client is not None:
+            client.close()
+    failed = int((ds.error != "").sum())
+    print(f"wrote {args.output}: {ds.sizes.get('point', None) or _grid(ds)} point(s)"
+          + (f", {failed} failed (see the 'error' variable)" if failed else ""))
+    return 0
+
+
+def _grid(ds) -> int:
+    import math
+    return math.prod(ds.time_ns.shape)
+
+
+def _run_merge(args: argparse.Namespace) -> int:
+    from .sweep import merge
+
+    ds = merge(args.folder, args.output)
+    print(f"wrote {args.output}: {_grid(ds)} point(s) from {args.folder}")
+    return 0
 
 
 def _run_collective(args: argparse.Namespace) -> int:
@@ -125,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("always", FlowsimWarning)
             warnings.showwarning = _warning_line  # type: ignore[assignment]
-            return _run_collective(args)
+            return {"collective": _run_collective, "sweep": _run_sweep,
+                    "merge": _run_merge}[args.command](args)
     except FlowsimError as exc:
         print(f"flowsim: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,206 @@
+"""Sweeps: grid expansion, identical results however they run, shards, merge, resume, Dask,
+and every bad spec."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import flowsim
+from flowsim.errors import ConfigError, FlowsimError
+from flowsim.sweep import SweepInterrupted, load_spec, merge, sweep
+from flowsim.sweep import run as sweep_run
+from flowsim.sweep.run import parse_shard
+
+SPEC = {
+    "base": {"network": {"topology": ["Ring", "Switch"], "npus_count": [4, 4],
+                         "bandwidth": [100, 25], "latency": [200, 1000]},
+             "system": {"preferred-dataset-splits": 2,
+                        "all-reduce-implementation": ["ring", "ring"],
+                        "all-to-all-implementation": ["direct", "direct"]},
+             "collective": "all_reduce", "size": "1MiB"},
+    "axes": {"network.bandwidth[1]": [25, 50], "size": ["1MiB", "4MiB"],
+             "model": ["analytical", "flow"]},
+    "zip": {"kind": {"collective": ["all_reduce", "all_to_all"],
+                     "system.endpoint-delay": [10, 20]}},
+}
+
+
+def test_grid_shape_coords_and_values():
+    ds = sweep(SPEC, jobs=1)
+    assert dict(ds.sizes) == {"network_bandwidth_1": 2, "size": 2, "model": 2, "kind": 2}
+    assert ds["size"].values.tolist() == [1 << 20, 4 << 20]  # sizes as bytes
+    assert ds["kind__collective"].values.tolist() == ["all_reduce", "all_to_all"]
+    assert (ds.error == "").all()
+    # one point, computed directly
+    direct = flowsim.simulate_collective(
+        {**SPEC["base"]["network"], "bandwidth": [100, 50]}, "all_to_all", "4MiB",
+        {**SPEC["base"]["system"], "endpoint-delay": 20}, model="flow")
+    point = ds.time_ns.sel(network_bandwidth_1=50, size=4 << 20, model="flow").isel(kind=1)
+    assert float(point) == float(direct.time_ns)
+    assert "spec" in ds.attrs and ds.time_ns.attrs["units"] == "ns"
+
+
+def test_processes_shards_and_merge_are_bit_identical(tmp_path):
+    serial = sweep(SPEC, jobs=1)
+    parallel = sweep(SPEC, jobs=2)
+    xr.testing.assert_identical(serial.drop_attrs(), parallel.drop_attrs())
+    for i in range(3):
+        sweep(SPEC, tmp_path / "shards", shard=f"{i}/3", jobs=1)
+    merged = merge(tmp_path / "shards", tmp_path / "merged.nc")
+    xr.testing.assert_identical(serial.drop_attrs(), merged.drop_attrs())
+    on_disk = xr.open_dataset(tmp_path / "merged.nc", engine="scipy").load()
+    np.testing.assert_array_equal(on_disk.time_ns.values, serial.time_ns.values)
+
+
+def test_rerunning_a_shard_skips_it(tmp_path, monkeypatch):
+    sweep(SPEC, tmp_path, shard="0/2", jobs=1)
+    monkeypatch.setattr(sweep_run, "evaluate_point", _forbidden)
+    again = sweep(SPEC, tmp_path, shard="0/2", jobs=1)
+    assert again.sizes["point"] == 8
+
+
+def _forbidden(point):
+    raise AssertionError("a finished point was computed again")
+
+
+def test_merge_reports_missing_and_foreign_shards(tmp_path):
+    sweep(SPEC, tmp_path / "a", shard="0/3", jobs=1)
+    sweep(SPEC, tmp_path / "a", shard="2/3", jobs=1)
+    with pytest.raises(FlowsimError, match=r"1 of 3 shards missing: indices \[1\]"):
+        merge(tmp_path / "a")
+    other = {**SPEC, "axes": {**SPEC["axes"], "size": ["2MiB", "4MiB"]}}
+    sweep(other, tmp_path / "b", shard="0/3", jobs=1)
+    (tmp_path / "b" / "shard-00000-of-00003.nc").rename(tmp_path / "a" /
+                                                       "shard-00001-of-00003.nc")
+    with pytest.raises(FlowsimError, match="shards of different sweeps"):
+        merge(tmp_path / "a")
+    (tmp_path / "a" / "shard-00001-of-00003.nc").write_bytes(b"not netcdf")
+    with pytest.raises(FlowsimError, match="corrupt or unreadable shard"):
+        merge(tmp_path / "a")
+
+
+def test_a_shard_of_another_sweep_is_never_overwritten(tmp_path):
+    sweep(SPEC, tmp_path, shard="0/2", jobs=1)
+    before = (tmp_path / "shard-00000-of-00002.nc").read_bytes()
+    other = {**SPEC, "axes": {**SPEC["axes"], "size": ["2MiB", "4MiB"]}}
+    with pytest.raises(ConfigError, match="belongs to another sweep"):
+        sweep(other, tmp_path, shard="0/2", jobs=1)
+    assert (tmp_path / "shard-00000-of-00002.nc").read_bytes() == before
+
+
+def test_interrupted_sweep_keeps_finished_points_and_resumes(tmp_path, monkeypatch):
+    calls = {"n": 0}
+    real = sweep_run.evaluate_point
+
+    def flaky(point):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real(point)
+
+    monkeypatch.setattr(sweep_run, "evaluate_point", flaky)
+    out = tmp_path / "result.nc"
+    with pytest.raises(SweepInterrupted) as stop:
+        sweep(SPEC, out, jobs=1)
+    assert len(stop.value.results) == 4
+    assert not out.exists() and (tmp_path / "result.nc.parts").is_dir()
+    calls["n"] = -1000  # no more interruptions
+    ds = sweep(SPEC, out, jobs=1)
+    assert calls["n"] == -1000 + 16 - 4  # only the unfinished points ran
+    xr.testing.assert_identical(ds.drop_attrs(), sweep(SPEC, jobs=1).drop_attrs())
+    assert out.exists() and not (tmp_path / "result.nc.parts").exists()
+
+
+def test_dask_local_cluster_gives_identical_results():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        on_dask = sweep(SPEC, client=client)
+    xr.testing.assert_identical(on_dask.drop_attrs(), sweep(SPEC, jobs=1).drop_attrs())
+
+
+def test_slurm_and_pbs_array_variables(monkeypatch):
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "5")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_MIN", "4")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "3")
+    assert parse_shard(None) == (1, 3)
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "9")
+    with pytest.raises(ConfigError, match="out of range"):
+        parse_shard(None)
+    for name in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_COUNT"):
+        monkeypatch.delenv(name)
+    assert parse_shard(None) is None
+    monkeypatch.setenv("PBS_ARRAY_INDEX", "2")
+    with pytest.raises(ConfigError, match="FLOWSIM_SHARDS"):
+        parse_shard(None)
+    monkeypatch.setenv("FLOWSIM_SHARDS", "4")
+    assert parse_shard(None) == (2, 4)
+
+
+def test_invalid_points_are_recorded_not_fatal():
+    spec = {**SPEC, "axes": {"system.all-reduce-implementation": [
+        ["ring", "ring"], ["halvingDoubling", "halvingDoubling"], ["ring", "direct"]]},
+        "zip": {}}
+    spec["base"] = {**SPEC["base"], "network": {**SPEC["base"]["network"],
+                                                "npus_count": [3, 4]}}
+    ds = sweep(spec, jobs=1)
+    assert np.isnan(ds.time_ns.values[1]) and "power-of-two" in str(ds.error.values[1])
+    assert np.isfinite(ds.time_ns.values[[0, 2]]).all()
+    assert ds.attrs["points_failed"] == 1
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"axes": {"network.colour": [1]}}, "unknown network key 'colour'"),
+    ({"axes": {"network.bandwidth[5]": [1]}}, r"index 5 is past the end"),
+    ({"axes": {"size": []}}, "at least one value"),
+    ({"axes": {"size": "1MiB"}}, "expected a list"),
+    ({"axes": {"flavour": [1]}}, "key 'flavour'"),
+    ({"zip": {"g": {"size": ["1MiB"], "model": ["flow", "analytical"]}}}, "unequal length"),
+    ({"extra": 1}, "unknown key 'extra'"),
+    ({"base": {"collective": "all_reduce"}}, "missing key 'base.network'"),
+    ({"base": {**SPEC["base"], "colour": 1}}, "base.colour"),
+])
+def test_bad_specs(change, match):
+    with pytest.raises(ConfigError, match=match):
+        load_spec({**SPEC, **change})
+
+
+def test_bad_shard_arguments(tmp_path):
+    for text in ("3/3", "-1/2", "x", "1/0"):
+        with pytest.raises(ConfigError, match="shard"):
+            sweep(SPEC, tmp_path, shard=text)
+
+
+def test_spec_file_paths_are_relative_to_the_spec(tmp_path):
+    (tmp_path / "net.yml").write_text("topology: [Ring]\nnpus_count: [4]\nbandwidth: [50]\n"
+                                      "latency: [500]\n")
+    (tmp_path / "spec.yml").write_text("base:\n  network: net.yml\n  size: 1MiB\n"
+                                       "axes:\n  network.latency[0]: [100, 500]\n")
+    ds = sweep(tmp_path / "spec.yml", jobs=1)
+    assert ds.time_ns.values[0] < ds.time_ns.values[1]
+    (tmp_path / "bad.yml").write_text("base: [1, 2\n")
+    with pytest.raises(ConfigError, match="bad.yml: YAML syntax error"):
+        load_spec(tmp_path / "bad.yml")
+
+
+def test_cli_sweep_and_merge(tmp_path, capsys):
+    import yaml
+
+    from flowsim.cli import main
+
+    spec = tmp_path / "spec.yml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    assert main(["sweep", str(spec), "-o", str(tmp_path / "all.nc"), "--jobs", "1",
+                 "--no-progress"]) == 0
+    for i in range(2):
+        assert main(["sweep", str(spec), "-o", str(tmp_path / "sh"), "--shard", f"{i}/2",
+                     "--jobs", "1", "--no-progress"]) == 0
+    assert main(["merge", str(tmp_path / "sh"), "-o", str(tmp_path / "merged.nc")]) == 0
+    a = xr.open_dataset(tmp_path / "all.nc", engine="scipy").load()
+    b = xr.open_dataset(tmp_path / "merged.nc", engine="scipy").load()
+    np.testing.assert_array_equal(a.time_ns.values, b.time_ns.values)
+    assert main(["merge", str(tmp_path / "nothing"), "-o", str(tmp_path / "x.nc")]) == 2
+    assert "no shard files" in capsys.readouterr().err
