@@ -17,11 +17,13 @@ from .errors import (
                      RoutingError,
                      SimulationError,
 )
+from .estimate import estimate, estimate_batch
 from .network import FlowResult, maxmin_rates, simulate_flows
+from .sweep import merge, sweep
 from .system import SystemConfig, load_system, simulate_collective
 from .topology import Network, NetworkConfig, load_network
 
 __all__ = ["ConfigError", "FlowResult", "FlowSetError", "FlowsimError", "FlowsimWarning",
            "Network", "NetworkConfig", "RoutingError", "SimulationError", "SystemConfig",
-           "__version__", "load_network", "load_system", "maxmin_rates", "simulate_collective",
-           "simulate_flows"]
+           "__version__", "estimate", "estimate_batch", "load_network", "load_system",
+           "maxmin_rates", "merge", "simulate_collective", "simulate_flows", "sweep"]

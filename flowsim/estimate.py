@@ -1,0 +1,311 @@
+"""The estimator API for optimizers: one collective's time in microseconds to milliseconds,
+and a batched analytical form over arrays of sizes, bandwidths and latencies.
+
+``estimate``
+    One point, either model; networks and system configs are cached between calls, and no
+    Dataset is built.
+``estimate_batch``
+    The analytical model over a broadcast grid. The collective's structure (chunks, phases,
+    steps, hop counts) is derived once; every grid point then gets its phase durations from
+    one numpy expression, and a jitted loop runs ASTRA-sim's dimension queues per point.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from .collectives import canonical_collective
+from .errors import ConfigError, config_error
+from .network.engine import check_model
+from .system.collective import _check_dims
+from .system.config import SystemConfig, load_system
+from .system.phases import assign_variants, chunk_sizes, collective_phases
+from .system.scheduler import Schedule, can_replicate
+from .topology import Network, load_network
+from .units import NETWORK_GBPS_TO_BYTES_PER_NS, parse_size
+
+
+@functools.lru_cache(maxsize=256)
+def _system_from_key(key: str) -> SystemConfig:
+    return load_system(json.loads(key)) if key.startswith("{") else load_system(key)
+
+
+def _system(system: Any) -> SystemConfig:
+    if system is None or isinstance(system, SystemConfig):
+        return load_system(system)
+    if isinstance(system, Mapping):
+        return _system_from_key(json.dumps(dict(system), sort_keys=True))
+    return _system_from_key(os.fspath(system))
+
+
+def _collective(collective: str) -> str:
+    name = canonical_collective(collective)
+    if name is None or name == "send_recv":
+        raise config_error("argument", "collective",
+                           "all-reduce, reduce-scatter, all-gather, all-to-all, broadcast or "
+                           "reduce", collective)
+    return name
+
+
+def estimate(network: Any, collective: str, size: int | str, system: Any = None,
+             model: str = "analytical", *, dims: Any = None, root: int = 0) -> float:
+    """Time of one collective in ns (what :func:`flowsim.simulate_collective` reports as
+    ``time_ns``), without building a Dataset. Repeated calls reuse built networks, parsed
+    system configs and compiled kernels."""
+    net = load_network(network)
+    sys_cfg = _system(system)
+    model = check_model(model)
+    name = _collective(collective)
+    nbytes = parse_size(size, source="argument", key="size")
+    chunks = assign_variants([collective_phases(net, sys_cfg, name, c, dims=_check_dims(net, dims),
+                                                root=root)
+                              for c in chunk_sizes(nbytes, sys_cfg.splits)])
+    schedule = Schedule(net, sys_cfg, model, replicate=can_replicate(net, sys_cfg, chunks, False))
+    schedule.issue(chunks)
+    schedule.run()
+    return max(schedule.collective_end.values(), default=0.0)
+
+
+# ---------------------------------------------------------------- batched analytical model
+@njit(cache=True)
+def _queue_schedule(durations, queues, n_queues, active):
+    """Finish time of every grid point: chunks through FIFO dimension queues.
+
+    ``durations[p, c, i]`` is phase ``i`` of chunk ``c`` at point ``p``; ``queues[i]`` its
+    queue. All chunks are queued for their first phase at time 0 (in chunk order); a queue
+    runs at most ``active`` phases at once; a chunk that finishes a phase joins the queue of
+    its next one; phases ending together are handled in the order they started.
+    """
+    n_points, n_chunks, n_phases = durations.shape
+    out = np.zeros(n_points)
+    total = n_chunks * n_phases
+    if n_chunks == 1:  # one chunk: its phases in a row
+        for p in range(n_points):
+            acc = 0.0
+            for i in range(n_phases):
+                acc += durations[p, 0, i]
+            out[p] = acc
+        return out
+    phase_of = np.zeros(n_chunks, np.int64)
+    end = np.zeros(n_chunks)
+    start_seq = np.zeros(n_chunks, np.int64)
+    waiting_since = np.zeros(n_chunks, np.int64)  # enqueue sequence, -1: not waiting
+    running = np.zeros(n_queues, np.int64)
+    for p in range(n_points):
+        phase_of[:] = 0
+        end[:] = np.inf
+        running[:] = 0
+        for c in range(n_chunks):
+            waiting_since[c] = c
+        seq = n_chunks
+        now = 0.0
+        done = 0
+        started = 0
+        finish = 0.0
+        while done < total:
+            # admit: queues in order, oldest waiter first
+            for q in range(n_queues):
+                while running[q] < active:
+                    best = -1
+                    for c in range(n_chunks):
+                        if waiting_since[c] >= 0 and phase_of[c] < n_phases and \
+                                queues[phase_of[c]] == q:
+                            if best < 0 or waiting_since[c] < waiting_since[best]:
+                                best = c
+                    if best < 0:
+                        break
+                    waiting_since[best] = -1
+                    running[q] += 1
+                    end[best] = now + durations[p, best, phase_of[best]]
+                    start_seq[best] = started
+                    started += 1
+            # next completion(s)
+            t = np.inf
+            for c in range(n_chunks):
+                if end[c] < t:
+                    t = end[c]
+            now = t
+            while True:
+                first = -1
+                for c in range(n_chunks):
+                    if end[c] == t and (first < 0 or start_seq[c] < start_seq[first]):
+                        first = c
+                if first < 0:
+                    break
+                c = first
+                end[c] = np.inf
+                running[queues[phase_of[c]]] -= 1
+                phase_of[c] += 1
+                done += 1
+                if phase_of[c] < n_phases:
+                    waiting_since[c] = seq
+                    seq += 1
+                else:
+                    finish = max(finish, t)
+        out[p] = finish
+    return out
+
+
+def _broadcast_dims(value: Any, ndims: int, name: str, default: np.ndarray) -> list[np.ndarray]:
+    """Per-dimension arrays from None (the network's values), a scalar-per-dim list, or an
+    array whose last axis is the dimension."""
+    if value is None:
+        return [np.asarray(v, np.float64) for v in default]
+    if isinstance(value, (list, tuple)):
+        if len(value) != ndims:
+            raise config_error("argument", name, f"{ndims} values (one per dimension)", value)
+        # xarray objects are kept as they are: they broadcast by dimension name
+        return [v if hasattr(v, "dims") else np.asarray(v, np.float64) for v in value]
+    arr = np.asarray(value, np.float64)
+    if arr.shape[-1:] != (ndims,):
+        raise config_error("argument", name,
+                           f"an array whose last axis has length {ndims} (one per dimension)",
+                           f"shape {arr.shape}")
+    return [arr[..., d] for d in range(ndims)]
+
+
+def estimate_batch(network: Any, collective: str, size: Any, system: Any = None, *,
+                   bandwidth: Any = None, latency: Any = None, dims: Any = None) -> np.ndarray:
+    """Analytical times (ns) over a broadcast grid of sizes, bandwidths and latencies.
+
+    Parameters
+    ----------
+    network : path, name, mapping or Network
+        Fixes the topology shape; its bandwidths and latencies are the defaults.
+    size : array_like of int
+        Bytes (as in :func:`flowsim.simulate_collective`).
+    bandwidth, latency : list of array_like (one per dimension) or array (..., ndims)
+        Link bandwidth in GB/s (2^30 B/s) and latency in ns per dimension; broadcast with
+        ``size`` and with each other (xarray DataArrays broadcast by name and come back
+        as a DataArray).
+
+    Returns
+    -------
+    ndarray (or DataArray) of float64
+        The time of every point, equal to ``simulate_collective(..., model="analytical")``
+        at that point. Barrier synchronisation and per-dimension or flat phases are
+        supported (not ``per_npu`` / ``doubleBinaryTree``, which are per-NPU DAGs).
+    """
+    net = load_network(network)
+    sys_cfg = _system(system)
+    name = _collective(collective)
+    if sys_cfg.synchronization != "barrier":
+        raise ConfigError("estimate_batch: 'step-synchronization: per_npu' needs the per-point "
+                          "estimate() (the batched model covers barrier synchronisation)")
+    cfg = net.config
+    bws = _broadcast_dims(bandwidth, net.ndims, "bandwidth", np.array(cfg.bandwidth_gbps))
+    lats = _broadcast_dims(latency, net.ndims, "latency", np.array(cfg.latency_ns))
+    try:
+        import xarray as xr
+        if any(isinstance(v, xr.DataArray) for v in [size, *bws, *lats]):
+            args = xr.broadcast(*[v if isinstance(v, xr.DataArray) else xr.DataArray(v)
+                                  for v in [xr.DataArray(size) if not isinstance(
+                                      size, xr.DataArray) else size, *bws, *lats]])
+            values = estimate_batch(net, collective, args[0].values, sys_cfg,
+                                    bandwidth=[a.values for a in args[1:1 + net.ndims]],
+                                    latency=[a.values for a in args[1 + net.ndims:]],
+                                    dims=dims)
+            return xr.DataArray(values, coords=args[0].coords, dims=args[0].dims,
+                                attrs={"units": "ns"})
+    except ImportError:  # pragma: no cover - xarray is a dependency
+        pass
+    size = np.asarray(size)
+    if size.dtype.kind not in "iu" or np.any(size < 1):
+        raise config_error("argument", "size", "whole numbers of bytes > 0", size)
+    if any(np.any(~(b > 0)) for b in bws) or any(np.any(~(la >= 0)) for la in lats):
+        raise ConfigError("argument 'bandwidth'/'latency': bandwidths must be > 0 and "
+                          "latencies >= 0 (ns)")
+    arrays = np.broadcast_arrays(size, *bws, *lats)
+    shape = arrays[0].shape
+    sizes = arrays[0].ravel().astype(np.int64)
+    bw = np.stack([a.ravel() for a in arrays[1:1 + net.ndims]], axis=1) * \
+        NETWORK_GBPS_TO_BYTES_PER_NS
+    lat = np.stack([a.ravel() for a in arrays[1 + net.ndims:]], axis=1)
+    structure = _structure(net, sys_cfg, name, _check_dims(net, dims))
+    splits = sys_cfg.splits
+    n_points = sizes.size
+    # chunk sizes per point: floor or floor + 1 (the first size % splits chunks get +1)
+    n_chunks = np.minimum(splits, sizes)
+    if np.any(n_chunks != n_chunks.flat[0]):
+        raise ConfigError("estimate_batch: sizes smaller than preferred-dataset-splits; "
+                          "use estimate() for those points")
+    n_chunks = int(n_chunks.flat[0])
+    base, extra = np.divmod(sizes, n_chunks)
+    phases = structure["phases"]
+    durations = np.empty((n_points, n_chunks, len(phases)))
+    for i, phase in enumerate(phases):
+        # chunks are floor(size / n) bytes, the first size % n of them one byte more
+        small = _phase_duration(phase, base.astype(np.float64), bw, lat, sys_cfg)
+        large = _phase_duration(phase, (base + 1).astype(np.float64), bw, lat, sys_cfg)
+        durations[:, :, i] = np.where(np.arange(n_chunks)[None, :] < extra[:, None],
+                                      large[:, None], small[:, None])
+    queues = np.array([ph["queue"] for ph in phases], np.int64)
+    _, queues = np.unique(queues, return_inverse=True)
+    out = _queue_schedule(durations, queues.astype(np.int64), int(queues.max()) + 1,
+                          sys_cfg.active_chunks)
+    return out.reshape(shape)
+
+
+def _phase_duration(phase: dict, chunk: np.ndarray, bw: np.ndarray, lat: np.ndarray,
+                    system: SystemConfig) -> np.ndarray:
+    data = chunk * phase["data_factor"]
+    total = np.full(chunk.shape, system.endpoint_delay_ns * (1 + sum(phase["steps"].values())))
+    for (frac, rfrac, pairs), count in phase["steps"].items():
+        nbytes = frac * data
+        slowest = None
+        for d, h in pairs:
+            t = nbytes / bw[:, d]
+            if h:
+                t += h * lat[:, d]
+            slowest = t if slowest is None else np.maximum(slowest, t)
+        if count != 1:
+            slowest *= count
+        total += slowest
+        if rfrac:
+            if system.local_mem_bw_gbps is not None:
+                total += count * 3.0 * np.floor(rfrac * data / system.local_mem_bw_gbps)
+            total += count * system.local_reduction_delay_ns
+    return total
+
+
+def _structure(net: Network, system: SystemConfig, collective: str,
+               dims: tuple[int, ...] | None) -> dict:
+    """Phases of one chunk with, per step, the (dimension, hops) pairs that can be slowest."""
+    unit = 1 << 20
+    phases = collective_phases(net, system, collective, float(unit), dims=dims)
+    if any(base_per_npu(ph) for ph in phases):
+        raise ConfigError("estimate_batch: doubleBinaryTree runs per NPU; use estimate()")
+    schedule = Schedule(net, system, "analytical", replicate=True)
+    out = []
+    for phase in phases:
+        steps = schedule._steps(phase)
+        templates = schedule._templates_for(phase, steps)
+        step_info: dict[tuple, int] = {}
+        for step, template in zip(steps, templates):
+            indptr, links = template.indptr, template.links
+            hops = np.diff(indptr)
+            first_link = links[indptr[:-1][hops > 0]]
+            pairs = sorted({(int(net.link_dim[link]), int(h))
+                            for link, h in zip(first_link, hops[hops > 0])})
+            # keep, per dimension, the largest hop count (it is the slowest there)
+            best: dict[int, int] = {}
+            for d, h in pairs:
+                best[d] = max(best.get(d, 0), h)
+            key = (step.fraction, step.reduce_fraction, tuple(sorted(best.items())))
+            step_info[key] = step_info.get(key, 0) + 1  # identical steps are timed once
+        out.append({"queue": phase.queue, "data_factor": phase.data / unit,
+                    "steps": step_info})
+    return {"phases": out}
+
+
+def base_per_npu(phase) -> bool:
+    from .collectives import base_algorithm
+    return base_algorithm(phase.algorithm).per_npu_only
+
