@@ -9,6 +9,7 @@ The public API::
 """
 
 from ._version import __version__
+from ._warmup import warmup
 from .errors import (
                      ConfigError,
                      FlowSetError,
@@ -26,4 +27,5 @@ from .topology import Network, NetworkConfig, load_network
 __all__ = ["ConfigError", "FlowResult", "FlowSetError", "FlowsimError", "FlowsimWarning",
            "Network", "NetworkConfig", "RoutingError", "SimulationError", "SystemConfig",
            "__version__", "estimate", "estimate_batch", "load_network", "load_system",
-           "maxmin_rates", "merge", "simulate_collective", "simulate_flows", "sweep"]
+           "maxmin_rates", "merge", "simulate_collective", "simulate_flows", "sweep",
+           "warmup"]

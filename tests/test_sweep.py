@@ -204,3 +204,28 @@ def test_cli_sweep_and_merge(tmp_path, capsys):
     np.testing.assert_array_equal(a.time_ns.values, b.time_ns.values)
     assert main(["merge", str(tmp_path / "nothing"), "-o", str(tmp_path / "x.nc")]) == 2
     assert "no shard files" in capsys.readouterr().err
+
+
+def test_zarr_output_when_the_path_says_so(tmp_path):
+    pytest.importorskip("zarr")
+    ds = sweep(SPEC, tmp_path / "result.zarr", jobs=1)
+    back = xr.open_zarr(tmp_path / "result.zarr", consolidated=False).load()
+    np.testing.assert_array_equal(back.time_ns.values, ds.time_ns.values)
+
+
+def test_plot_script_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    import importlib.util
+
+    from conftest import REPO
+
+    sweep(SPEC, tmp_path / "r.nc", jobs=1)
+    spec = importlib.util.spec_from_file_location("plot_sweep", REPO / "scripts" /
+                                                  "plot_sweep.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    png = tmp_path / "r.png"
+    assert module.main([str(tmp_path / "r.nc"), "--x", "network_bandwidth_1", "--hue", "size",
+                        "--select", "model=flow", "--select", "kind=0",
+                        "-o", str(png)]) == 0
+    assert png.stat().st_size > 1000

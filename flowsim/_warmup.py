@@ -1,0 +1,25 @@
+"""``flowsim.warmup()``: compile (or load from the on-disk cache) every jitted kernel."""
+
+from __future__ import annotations
+
+import time
+
+
+def warmup() -> float:
+    """Run a tiny case through every kernel so that later calls pay no compilation; returns
+    the seconds it took. Call it once at the start of an array-job task or a worker."""
+    import numpy as np
+
+    from .estimate import estimate_batch
+    from .network import maxmin_rates
+    from .system import simulate_collective
+
+    start = time.perf_counter()
+    net = {"topology": ["Ring"], "npus_count": [4], "bandwidth": [1], "latency": [1]}
+    maxmin_rates([1.0, 1.0], [0, 1, 2], [0, 1])
+    for model in ("analytical", "flow"):
+        simulate_collective(net, "all_reduce", 1 << 10, model=model)
+        simulate_collective(net, "all_reduce", 1 << 10, {"step-synchronization": "per_npu"},
+                            model=model)
+    estimate_batch(net, "all_reduce", np.array([1 << 10]))
+    return time.perf_counter() - start
