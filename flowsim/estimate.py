@@ -172,7 +172,8 @@ def _broadcast_dims(value: Any, ndims: int, name: str, default: np.ndarray) -> l
 
 
 def estimate_batch(network: Any, collective: str, size: Any, system: Any = None, *,
-                   bandwidth: Any = None, latency: Any = None, dims: Any = None) -> np.ndarray:
+                   bandwidth: Any = None, latency: Any = None, dims: Any = None,
+                   model: str = "analytical") -> np.ndarray:
     """Analytical times (ns) over a broadcast grid of sizes, bandwidths and latencies.
 
     Parameters
@@ -186,17 +187,21 @@ def estimate_batch(network: Any, collective: str, size: Any, system: Any = None,
         ``size`` and with each other (xarray DataArrays broadcast by name and come back
         as a DataArray).
 
+    model : {"analytical", "flow"}
+        ``"flow"`` runs the flow model point by point (each an :func:`estimate` call).
+
     Returns
     -------
     ndarray (or DataArray) of float64
-        The time of every point, equal to ``simulate_collective(..., model="analytical")``
+        The time of every point, equal to ``simulate_collective(..., model=model)``
         at that point. Barrier synchronisation and per-dimension or flat phases are
         supported (not ``per_npu`` / ``doubleBinaryTree``, which are per-NPU DAGs).
     """
     net = load_network(network)
     sys_cfg = _system(system)
     name = _collective(collective)
-    if sys_cfg.synchronization != "barrier":
+    model = check_model(model)
+    if sys_cfg.synchronization != "barrier" and model == "analytical":
         raise ConfigError("estimate_batch: 'step-synchronization: per_npu' needs the per-point "
                           "estimate() (the batched model covers barrier synchronisation)")
     cfg = net.config
@@ -211,7 +216,7 @@ def estimate_batch(network: Any, collective: str, size: Any, system: Any = None,
             values = estimate_batch(net, collective, args[0].values, sys_cfg,
                                     bandwidth=[a.values for a in args[1:1 + net.ndims]],
                                     latency=[a.values for a in args[1 + net.ndims:]],
-                                    dims=dims)
+                                    dims=dims, model=model)
             return xr.DataArray(values, coords=args[0].coords, dims=args[0].dims,
                                 attrs={"units": "ns"})
     except ImportError:  # pragma: no cover - xarray is a dependency
@@ -228,6 +233,14 @@ def estimate_batch(network: Any, collective: str, size: Any, system: Any = None,
     bw = np.stack([a.ravel() for a in arrays[1:1 + net.ndims]], axis=1) * \
         NETWORK_GBPS_TO_BYTES_PER_NS
     lat = np.stack([a.ravel() for a in arrays[1 + net.ndims:]], axis=1)
+    if model == "flow":
+        out = np.empty(sizes.size)
+        config = net.config.to_dict()
+        gbps = bw / NETWORK_GBPS_TO_BYTES_PER_NS
+        for p in range(sizes.size):
+            point = {**config, "bandwidth": gbps[p].tolist(), "latency": lat[p].tolist()}
+            out[p] = estimate(point, name, int(sizes[p]), sys_cfg, "flow", dims=dims)
+        return out.reshape(shape)
     structure = _structure(net, sys_cfg, name, _check_dims(net, dims))
     splits = sys_cfg.splits
     n_points = sizes.size

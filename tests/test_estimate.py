@@ -87,3 +87,17 @@ def test_batched_bad_inputs(kwargs, match):
     collective, size, system = args.pop("collective"), args.pop("size"), args.pop("system")
     with pytest.raises(ConfigError, match=match):
         flowsim.estimate_batch(NET, collective, size, system, **args)
+
+
+def test_batched_flow_model_point_by_point():
+    sizes = np.array([1 << 20, 1 << 24])
+    bw = np.array([[200.0, 100.0, 25.0], [200.0, 100.0, 100.0]])
+    system = _system("all_to_all", "direct")
+    out = flowsim.estimate_batch(NET, "all_to_all", sizes[:, None], system,
+                                 bandwidth=bw[None, :, :], model="flow")
+    assert out.shape == (2, 2)
+    for i in range(2):
+        for j in range(2):
+            net = {**NET, "bandwidth": bw[j].tolist()}
+            assert out[i, j] == float(flowsim.simulate_collective(
+                net, "all_to_all", int(sizes[i]), system, model="flow").time_ns)
