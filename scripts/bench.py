@@ -45,6 +45,18 @@ def run():
                                        'ring_16chunks_3d', model='flow',
                                        symmetry=False).attrs['stats']
 """,
+    "ring all-reduce 1GiB, 1024-NPU switch, 4 chunks, analytical": """
+net = {'topology': ['Switch'], 'npus_count': [1024], 'bandwidth': [50], 'latency': [500]}
+def run():
+    return flowsim.simulate_collective(net, 'all_reduce', '1GiB', 'ring_4chunks',
+                                       model='analytical').attrs['stats']
+""",
+    "ring all-reduce 1GiB, 1024-NPU switch, 4 chunks, flow": """
+net = {'topology': ['Switch'], 'npus_count': [1024], 'bandwidth': [50], 'latency': [500]}
+def run():
+    return flowsim.simulate_collective(net, 'all_reduce', '1GiB', 'ring_4chunks',
+                                       model='flow').attrs['stats']
+""",
     "direct all-to-all 1GiB, 1024-NPU switch, analytical": """
 net = {'topology': ['Switch'], 'npus_count': [1024], 'bandwidth': [50], 'latency': [500]}
 sys_ = {'preferred-dataset-splits': 1, 'all-to-all-implementation': ['direct']}

@@ -78,8 +78,9 @@ class AnalyticalTimer:
         self.now = 0.0
         self._heap: list[tuple[float, int, int]] = []
         self._tokens = itertools.count()
-        self.link_bytes = np.zeros(network.num_links)
-        self.link_busy = np.zeros(network.num_links)
+        self._link_bytes = np.zeros(network.num_links)
+        self._link_busy = np.zeros(network.num_links)
+        self._usage: dict[int, list] = {}
         self.flows = 0
         self.steps = 0
 
@@ -89,15 +90,34 @@ class AnalyticalTimer:
         return token
 
     def _account(self, template: StepTemplate, nbytes: float) -> None:
-        ids, counts = template.link_counts
-        self.link_bytes[ids] += counts * nbytes
-        # busy: each message occupies its links for bytes / bottleneck (no sharing modelled)
-        if nbytes > 0:
-            per_flow = nbytes / template.bottleneck
-            busy = np.repeat(per_flow, np.diff(template.indptr))
-            np.add.at(self.link_busy, template.links, busy)
+        # link bytes and busy time are linear in the bytes of a step: add them up per
+        # template and spread them over the links once, at the end
+        entry = self._usage.get(id(template))
+        if entry is None:
+            self._usage[id(template)] = [template, nbytes]
+        else:
+            entry[1] += nbytes
         self.flows += template.src.size
         self.steps += 1
+
+    def _spread_usage(self) -> None:
+        for template, total in self._usage.values():
+            ids, counts = template.link_counts
+            self._link_bytes[ids] += counts * total
+            # busy: each message occupies its links for bytes / bottleneck (no sharing)
+            per_byte = np.repeat(1.0 / template.bottleneck, np.diff(template.indptr))
+            np.add.at(self._link_busy, template.links, per_byte * total)
+        self._usage.clear()
+
+    @property
+    def link_bytes(self) -> np.ndarray:
+        self._spread_usage()
+        return self._link_bytes
+
+    @property
+    def link_busy(self) -> np.ndarray:
+        self._spread_usage()
+        return self._link_busy
 
     def step(self, template: StepTemplate, nbytes: float, release: float, delay: float) -> int:
         """A barrier step: all messages start at ``release + delay``."""

@@ -198,7 +198,7 @@ class Schedule:
                phase.in_network, phase.root, phase.variant, phase.flat, phase.members)
         dag = self._dags.get(key)
         if dag is None:
-            templates = self._templates_for(phase, steps)
+            templates = self._templates_for(phase, steps, with_dependencies=True)
             dag = PhaseDag.build(templates, self._groups(phase).ravel())
             dag.idle_exit_delay = self.system.endpoint_delay_ns
             self._dags[key] = dag
@@ -290,13 +290,16 @@ class Schedule:
             groups = groups[keep]
         return groups
 
-    def _templates_for(self, phase: Phase, steps: list[Step]) -> list[StepTemplate]:
+    def _templates_for(self, phase: Phase, steps: list[Step], *,
+                       with_dependencies: bool = False) -> list[StepTemplate]:
+        """Routed steps of a phase on its groups (cached). ``with_dependencies`` adds, per
+        message, the previous step's messages into its sender (per-NPU synchronisation)."""
         # ASTRA-sim's analytical backend charges a message only for the lowest dimension it
         # crosses; that matters only for flat (one*) algorithms, whose messages cross several.
         lowest = phase.flat and self.model == "analytical"
         key = (phase.dims, phase.algorithm, phase.collective, phase.direction,
                phase.in_network, phase.root if phase.collective in ("broadcast", "reduce")
-               else 0, lowest, phase.variant, phase.members)
+               else 0, lowest, phase.variant, phase.members, with_dependencies)
         cached = self._templates.get(key)
         if cached is not None:
             return cached
@@ -304,24 +307,38 @@ class Schedule:
         if self.replicate:
             groups = groups[:1]
         out = []
+        previous: tuple[bytes, bytes] | None = None
         previous_dst = None
+        # steps with the same messages (every step of a ring) share one routed template
+        same: dict[tuple, StepTemplate] = {}
         for step in steps:
-            if phase.in_network:
-                up, down = self.network.switch_links(phase.dims[0])
-                src = dst = groups.ravel()
-                links = np.stack([up.ravel(), down.ravel()], axis=1).ravel().astype(np.int32)
-                indptr = np.arange(0, links.size + 1, 2, dtype=np.int64)
-            else:
-                src = groups[:, step.src].ravel()
-                dst = groups[:, step.dst].ravel()
-                indptr, links = self.network.routes(src, dst, lowest_dim_only=lowest)
-            template = make_template(self.network, src, dst, indptr, links)
-            if previous_dst is not None:
-                template.dep_indptr, template.dep_local = _incoming(previous_dst, src)
-            previous_dst = dst
+            shape = (step.src.tobytes(), step.dst.tobytes(),
+                     previous if with_dependencies else None)
+            template = same.get(shape)
+            if template is None:
+                template = self._route_step(phase, groups, step, lowest)
+                if previous_dst is not None and with_dependencies:
+                    template.dep_indptr, template.dep_local = _incoming(previous_dst,
+                                                                        template.src)
+                same[shape] = template
+            previous = shape[:2]
+            previous_dst = template.dst
             out.append(template)
         self._templates[key] = out
         return out
+
+    def _route_step(self, phase: Phase, groups: np.ndarray, step: Step,
+                    lowest: bool) -> StepTemplate:
+        if phase.in_network:
+            up, down = self.network.switch_links(phase.dims[0])
+            src = dst = groups.ravel()
+            links = np.stack([up.ravel(), down.ravel()], axis=1).ravel().astype(np.int32)
+            indptr = np.arange(0, links.size + 1, 2, dtype=np.int64)
+        else:
+            src = groups[:, step.src].ravel()
+            dst = groups[:, step.dst].ravel()
+            indptr, links = self.network.routes(src, dst, lowest_dim_only=lowest)
+        return make_template(self.network, src, dst, indptr, links)
 
     def _post_step_delay(self, phase: Phase, step: Step) -> float:
         return self.system.endpoint_delay_ns + self.system.reduction_ns(
