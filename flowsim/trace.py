@@ -71,5 +71,5 @@ def analytical_flow_times(entry: dict):
     """Message times of a barrier step under the analytical model (each message alone)."""
     template = entry["template"]
     start = np.full(template.src.size, entry["start"])
-    transfer = entry["nbytes"] / template.bottleneck
+    transfer = entry["nbytes"] * template.per_byte
     return start, start + transfer, start + transfer + template.latency

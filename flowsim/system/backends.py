@@ -32,8 +32,20 @@ _NO_LINKS = np.zeros(0, np.int32)
 class StepTemplate:
     """Routed messages of one step on every group of a phase (reused across chunks).
 
-    ``dep_indptr`` / ``dep_local`` (``per_npu`` only): for every message, the messages of the
-    previous step into its sender, as indices into that step's arrays.
+    Each message travels as one flow, or, on a fabric with ECMP, as several flows that split
+    it over equal-cost paths; arrays are per flow.
+
+    Attributes
+    ----------
+    src, dst, indptr, links : the flows and their paths (CSR).
+    weight : fraction of its message's bytes each flow carries (1 on a single path).
+    latency : the latency of each flow's message (the longest of its paths), ns.
+    per_byte : ns per byte of each flow's message when it is alone on the network (its own
+        max-min share: 1 / bottleneck on a single path).
+    link_bytes_per_byte : (link ids, bytes carried per byte of message) over the step.
+    link_busy_per_byte : (link ids, ns of transmission per byte of message) over the step.
+    dep_indptr, dep_local : ``per_npu`` only: for every flow, the flows of the previous step
+        into its sender, as indices into that step's arrays.
     """
 
     src: np.ndarray
@@ -41,33 +53,73 @@ class StepTemplate:
     indptr: np.ndarray
     links: np.ndarray
     npus: np.ndarray
+    weight: np.ndarray
     latency: np.ndarray
-    bottleneck: np.ndarray
-    link_counts: np.ndarray  # (link ids, multiplicity) of the incidence, for link bytes
+    per_byte: np.ndarray
+    link_bytes_per_byte: tuple[np.ndarray, np.ndarray]
+    link_busy_per_byte: tuple[np.ndarray, np.ndarray]
     dep_indptr: np.ndarray | None = None
     dep_local: np.ndarray | None = None
     _durations: dict = field(default_factory=dict)
+
+    @property
+    def single_path(self) -> bool:
+        return bool(np.all(self.weight == 1.0))
 
     def duration(self, nbytes: float) -> float:
         """Slowest message of the step when every message runs alone (ns)."""
         d = self._durations.get(nbytes)
         if d is None:
-            d = float(np.max(self.latency + nbytes / self.bottleneck)) if self.src.size else 0.0
+            d = float(np.max(self.arrivals(nbytes))) if self.src.size else 0.0
             self._durations[nbytes] = d
         return d
 
     def arrivals(self, nbytes: float) -> np.ndarray:
-        return self.latency + nbytes / self.bottleneck
+        """Arrival of each flow's message, after its start, when it runs alone (ns)."""
+        return self.latency + nbytes * self.per_byte
+
+    def flow_bytes(self, nbytes: float) -> np.ndarray | float:
+        """Bytes of each flow for messages of ``nbytes``."""
+        return nbytes if self.single_path else nbytes * self.weight
 
 
 def make_template(network: Network, src: np.ndarray, dst: np.ndarray, indptr: np.ndarray,
-                  links: np.ndarray) -> StepTemplate:
-    """Bundle a routed step with the per-message numbers both backends need."""
-    lat = network.path_latency(indptr, links)
-    bott = network.path_bottleneck(indptr, links)
-    ids, counts = np.unique(links, return_counts=True)
+                  links: np.ndarray, message: np.ndarray | None = None,
+                  weight: np.ndarray | None = None) -> StepTemplate:
+    """Bundle a routed step with the per-message numbers both timers need.
+
+    ``message[f]`` is the message flow ``f`` belongs to and ``weight[f]`` its share of the
+    bytes (default: one flow per message).
+    """
+    n = src.size
+    lengths = np.diff(indptr)
     npus = np.unique(np.concatenate([src, dst]))
-    return StepTemplate(src, dst, indptr, links, npus, lat, bott, (ids, counts.astype(float)))
+    path_latency = network.path_latency(indptr, links)
+    L = network.num_links
+    if message is None:
+        weight = np.ones(n)
+        bottleneck = network.path_bottleneck(indptr, links)
+        per_byte = np.where(np.isfinite(bottleneck), 1.0 / bottleneck, 0.0)
+        ids, counts = np.unique(links, return_counts=True)
+        busy = np.bincount(links, weights=np.repeat(per_byte, lengths), minlength=L)
+        return StepTemplate(src, dst, indptr, links, npus, weight, path_latency, per_byte,
+                            (ids, counts.astype(float)),
+                            (np.nonzero(busy)[0], busy[busy > 0]))
+    n_messages = int(message.max()) + 1 if n else 0
+    latency = np.zeros(n_messages)
+    np.maximum.at(latency, message, path_latency)
+    # a message alone: the link it loads most (relative to capacity) sets its pace
+    owner = np.repeat(message, lengths)
+    key, inverse = np.unique(owner * L + links, return_inverse=True)
+    load = np.bincount(inverse, weights=np.repeat(weight, lengths))
+    message_per_byte = np.zeros(n_messages)
+    np.maximum.at(message_per_byte, key // L, load / network.link_bandwidth[key % L])
+    carried = np.bincount(links, weights=np.repeat(weight, lengths), minlength=L)
+    busy = np.bincount(key % L, weights=message_per_byte[key // L], minlength=L)
+    return StepTemplate(src, dst, indptr, links, npus, weight, latency[message],
+                        message_per_byte[message],
+                        (np.nonzero(carried)[0], carried[carried > 0]),
+                        (np.nonzero(busy)[0], busy[busy > 0]))
 
 
 class AnalyticalTimer:
@@ -102,11 +154,11 @@ class AnalyticalTimer:
 
     def _spread_usage(self) -> None:
         for template, total in self._usage.values():
-            ids, counts = template.link_counts
-            self._link_bytes[ids] += counts * total
-            # busy: each message occupies its links for bytes / bottleneck (no sharing)
-            per_byte = np.repeat(1.0 / template.bottleneck, np.diff(template.indptr))
-            np.add.at(self._link_busy, template.links, per_byte * total)
+            ids, per_byte = template.link_bytes_per_byte
+            self._link_bytes[ids] += per_byte * total
+            # busy: a message occupies its links for as long as it takes alone (no sharing)
+            ids, per_byte = template.link_busy_per_byte
+            self._link_busy[ids] += per_byte * total
         self._usage.clear()
 
     @property
@@ -189,8 +241,8 @@ class FlowTimer:
 
     def step(self, template: StepTemplate, nbytes: float, release: float, delay: float) -> int:
         group = self.engine.new_group()
-        self.engine.add(template.indptr, template.links, nbytes, release=release, delay=delay,
-                        group=group)
+        self.engine.add(template.indptr, template.links, template.flow_bytes(nbytes),
+                        release=release, delay=delay, group=group)
         self.steps += 1
         self.flows += template.src.size
         return group
@@ -232,8 +284,8 @@ class FlowTimer:
             else:
                 dep_indptr = np.arange(own.size + 1, dtype=np.int64)
                 dep_ids = own
-            ids = engine.add(template.indptr, template.links, size, release=at, delay=delay,
-                             dep_indptr=dep_indptr, dep_ids=dep_ids)
+            ids = engine.add(template.indptr, template.links, template.flow_bytes(size),
+                             release=at, delay=delay, dep_indptr=dep_indptr, dep_ids=dep_ids)
             step_ids.append(ids)
             previous = ids
             self.steps += 1
