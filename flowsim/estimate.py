@@ -198,6 +198,9 @@ def estimate_batch(network: Any, collective: str, size: Any, system: Any = None,
         supported (not ``per_npu`` / ``doubleBinaryTree``, which are per-NPU DAGs).
     """
     net = load_network(network)
+    if not isinstance(net, Network):
+        raise ConfigError("estimate_batch: the batched model needs a multi-dimensional "
+                          "network (Ring / FullyConnected / Switch); use estimate() on fabrics")
     sys_cfg = _system(system)
     name = _collective(collective)
     model = check_model(model)

@@ -36,6 +36,9 @@ def collective_dataset(*, network, system, collective: str, size: int, model: st
                        dim_bytes: np.ndarray, dim_busy_ns: np.ndarray, stats: dict) -> xr.Dataset:
     """Assemble the Dataset of one collective run (see :func:`flowsim.simulate_collective`)."""
     cfg = network.config
+    per_link = len(cfg.bandwidth_gbps) != network.ndims or cfg.topology[0] == "Fabric"
+    dim_bandwidth = np.full(network.ndims, np.nan) if per_link else np.array(cfg.bandwidth_gbps)
+    dim_latency = np.full(network.ndims, np.nan) if per_link else np.array(cfg.latency_ns)
     utilization = link_bytes / (network.link_bandwidth * time_ns) if time_ns > 0 \
         else np.zeros_like(link_bytes)
     ds = xr.Dataset(
@@ -58,8 +61,8 @@ def collective_dataset(*, network, system, collective: str, size: int, model: st
             "dim": np.arange(network.ndims),
             "topology": (("dim",), np.array(cfg.topology, dtype=str)),
             "npus_count": (("dim",), np.array(cfg.npus_count)),
-            "bandwidth_gbps": (("dim",), np.array(cfg.bandwidth_gbps)),
-            "latency_ns": (("dim",), np.array(cfg.latency_ns)),
+            "bandwidth_gbps": (("dim",), dim_bandwidth),
+            "latency_ns": (("dim",), dim_latency),
             "algorithm": (("dim",), np.array(algorithms, dtype=str)),
         },
         attrs={

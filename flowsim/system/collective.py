@@ -161,8 +161,9 @@ def _send_recv(schedule: Schedule, src: int, dst: int, nbytes: int) -> None:
     from .backends import make_template
 
     net = schedule.network
-    indptr, links = net.routes(np.array([src]), np.array([dst]))
-    template = make_template(net, np.array([src]), np.array([dst]), indptr, links)
+    message, weight, indptr, links = net.routes_multipath(np.array([src]), np.array([dst]))
+    template = make_template(net, np.full(message.size, src), np.full(message.size, dst),
+                             indptr, links, message=message, weight=weight)
     ed = schedule.system.endpoint_delay_ns
 
     def arrived(t: float) -> None:
@@ -183,7 +184,10 @@ def _dataset(schedule: Schedule, net: Network, system: SystemConfig, collective:
     timer = schedule.timer
     time_ns = max(schedule.collective_end.values(), default=0.0)
     link_bytes = schedule.expand_replicated(np.asarray(timer.link_bytes, np.float64))
-    dim_bytes = np.bincount(net.link_dim, weights=link_bytes, minlength=net.ndims)
+    if np.any(net.link_dim < 0):  # a fabric: links belong to no logical dimension
+        dim_bytes = np.full(net.ndims, np.nan)
+    else:
+        dim_bytes = np.bincount(net.link_dim, weights=link_bytes, minlength=net.ndims)
     return collective_dataset(network=net, system=system, collective=collective, size=nbytes,
                               model=model, algorithms=algorithms, time_ns=time_ns,
                               npu_finish_ns=schedule.npu_finish.copy(), link_bytes=link_bytes,

@@ -337,7 +337,11 @@ class Schedule:
         else:
             src = groups[:, step.src].ravel()
             dst = groups[:, step.dst].ravel()
-            indptr, links = self.network.routes(src, dst, lowest_dim_only=lowest)
+            message, weight, indptr, links = self.network.routes_multipath(
+                src, dst, lowest_dim_only=lowest)
+            if not np.array_equal(message, np.arange(src.size)):  # split over several paths
+                return make_template(self.network, src[message], dst[message], indptr, links,
+                                     message=message, weight=weight)
         return make_template(self.network, src, dst, indptr, links)
 
     def _post_step_delay(self, phase: Phase, step: Step) -> float:
@@ -399,7 +403,7 @@ def can_replicate(network: Network, system: SystemConfig, chunks: list[list[Phas
     (``one*``) phases, whose messages cross dimensions, nor for broadcast and reduce, which run
     on some groups only.
     """
-    if trace or system.synchronization != "barrier":
+    if trace or system.synchronization != "barrier" or not network.replicable:
         return False
     return all(len(ph.dims) == 1 and not ph.flat and
                ph.collective in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")

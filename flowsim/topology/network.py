@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -14,11 +13,63 @@ import numpy as np
 from ..errors import RoutingError
 from ..network.csr import segment_min, segment_offsets, segment_sum
 from .blocks import BLOCKS
-from .config import NetworkConfig, parse_network_config, read_network_config
+from .config import NetworkConfig, parse_network_config
+
+
+class LogicalGrid:
+    """NPU ids as mixed-radix coordinates over ``dims`` (dimension 0 fastest), shared by the
+    multi-dimensional networks and the fabrics (whose dims are logical)."""
+
+    dims: tuple[int, ...]
+    npus: int
+
+    @property
+    def ndims(self) -> int:
+        return len(self.dims)
+
+    @cached_property
+    def strides(self) -> tuple[int, ...]:
+        """Id distance between neighbours along each dimension (1, p0, p0*p1, ...)."""
+        return tuple(int(math.prod(self.dims[:d])) for d in range(self.ndims))
+
+    def coords(self, npus: np.ndarray | int) -> np.ndarray:
+        """Coordinates of NPU ids, shape ``(n, ndims)``."""
+        ids = np.atleast_1d(np.asarray(npus, dtype=np.int64))
+        return np.stack([(ids // s) % p for s, p in zip(self.strides, self.dims)], axis=-1)
+
+    def instance_of(self, npus: np.ndarray, dim: int) -> np.ndarray:
+        """Index of the instance of dimension ``dim`` each NPU belongs to."""
+        s, p = self.strides[dim], self.dims[dim]
+        return (npus // (s * p)) * s + npus % s
+
+    def dim_groups(self, dims: int | tuple[int, ...]) -> np.ndarray:
+        """NPU ids of every group spanning ``dims``, shape ``(groups, size)``.
+
+        A group is the set of NPUs that share every coordinate outside ``dims``; columns are
+        in mixed-radix order of the coordinates in ``dims`` (lowest dimension fastest), rows
+        in mixed-radix order of the other coordinates. With one dimension, the groups are its
+        instances.
+        """
+        dims = (dims,) if isinstance(dims, (int, np.integer)) else tuple(sorted(dims))
+        ids = np.arange(self.npus, dtype=np.int64)
+        coords = self.coords(ids)
+        inner = np.zeros(self.npus, np.int64)
+        outer = np.zeros(self.npus, np.int64)
+        inner_scale = outer_scale = 1
+        for d, p in enumerate(self.dims):
+            if d in dims:
+                inner += coords[:, d] * inner_scale
+                inner_scale *= p
+            else:
+                outer += coords[:, d] * outer_scale
+                outer_scale *= p
+        groups = np.empty((outer_scale, inner_scale), np.int64)
+        groups[outer, inner] = ids
+        return groups
 
 
 @dataclass(frozen=True, eq=False)
-class Network:
+class Network(LogicalGrid):
     """A built network: NPUs, switch nodes and directed links as arrays.
 
     Node ids ``0..npus-1`` are NPUs (mixed-radix coordinates, dimension 0 fastest, as in
@@ -105,53 +156,21 @@ class Network:
         return int(self.link_src.shape[0])
 
     @property
-    def ndims(self) -> int:
-        return self.config.ndims
-
-    @property
     def dims(self) -> tuple[int, ...]:
         """NPUs per dimension."""
         return self.config.npus_count
 
-    @cached_property
-    def strides(self) -> tuple[int, ...]:
-        """Id distance between neighbours along each dimension (1, p0, p0*p1, ...)."""
-        return tuple(int(math.prod(self.dims[:d])) for d in range(self.ndims))
+    #: groups of a dimension are exact replicas (same links, disjoint): see can_replicate
+    replicable = True
 
-    def coords(self, npus: np.ndarray | int) -> np.ndarray:
-        """Coordinates of NPU ids, shape ``(n, ndims)``."""
-        ids = np.atleast_1d(np.asarray(npus, dtype=np.int64))
-        return np.stack([(ids // s) % p for s, p in zip(self.strides, self.dims)], axis=-1)
-
-    def instance_of(self, npus: np.ndarray, dim: int) -> np.ndarray:
-        """Index of the instance of dimension ``dim`` each NPU belongs to."""
-        s, p = self.strides[dim], self.dims[dim]
-        return (npus // (s * p)) * s + npus % s
-
-    def dim_groups(self, dims: int | tuple[int, ...]) -> np.ndarray:
-        """NPU ids of every group spanning ``dims``, shape ``(groups, size)``.
-
-        A group is the set of NPUs that share every coordinate outside ``dims``; columns are
-        in mixed-radix order of the coordinates in ``dims`` (lowest dimension fastest), rows
-        in mixed-radix order of the other coordinates. With one dimension, the groups are its
-        instances.
-        """
-        dims = (dims,) if isinstance(dims, (int, np.integer)) else tuple(sorted(dims))
-        ids = np.arange(self.npus, dtype=np.int64)
-        coords = self.coords(ids)
-        inner = np.zeros(self.npus, np.int64)
-        outer = np.zeros(self.npus, np.int64)
-        inner_scale = outer_scale = 1
-        for d, p in enumerate(self.dims):
-            if d in dims:
-                inner += coords[:, d] * inner_scale
-                inner_scale *= p
-            else:
-                outer += coords[:, d] * outer_scale
-                outer_scale *= p
-        groups = np.empty((outer_scale, inner_scale), np.int64)
-        groups[outer, inner] = ids
-        return groups
+    def routes_multipath(self, src: np.ndarray, dst: np.ndarray, *,
+                         lowest_dim_only: bool = False) -> tuple[np.ndarray, np.ndarray,
+                                                                 np.ndarray, np.ndarray]:
+        """Routes as flows of messages: ``(message, weight, indptr, link_ids)``. On this
+        network every message is one flow on one path."""
+        indptr, links = self.routes(src, dst, lowest_dim_only=lowest_dim_only)
+        n = indptr.size - 1
+        return np.arange(n), np.ones(n), indptr, links
 
     def switch_links(self, dim: int) -> tuple[np.ndarray, np.ndarray]:
         """Uplink and downlink ids of a Switch dimension, each shaped like ``dim_groups(dim)``."""
@@ -238,7 +257,7 @@ class Network:
         return segment_min(self.link_bandwidth[link_ids], indptr)
 
 
-_NETWORK_CACHE: dict[NetworkConfig, Network] = {}
+_NETWORK_CACHE: dict = {}
 
 
 def _instance_nodes(local: np.ndarray, p: int, base: np.ndarray, stride: int, q: np.ndarray,
@@ -249,8 +268,7 @@ def _instance_nodes(local: np.ndarray, p: int, base: np.ndarray, stride: int, q:
     return np.where(is_switch[None, :], first_switch + q, npu).ravel()
 
 
-def load_network(source: str | os.PathLike | Mapping[str, Any] | NetworkConfig | Network
-                 ) -> Network:
+def load_network(source: Any) -> Network | FabricNetwork:
     """Load a network from a YAML path, a mapping of ASTRA-sim keys, a config or a network.
 
     Built networks are cached by config, so repeated loads of the same topology are free.
@@ -262,19 +280,34 @@ def load_network(source: str | os.PathLike | Mapping[str, Any] | NetworkConfig |
     >>> net.npus, net.num_links
     (8, 16)
     """
-    if isinstance(source, Network):
+    if isinstance(source, (Network, FabricNetwork)):
         return source
-    if isinstance(source, NetworkConfig):
+    if isinstance(source, (NetworkConfig, FabricConfig)):
         config = source
     elif isinstance(source, Mapping):
-        config = parse_network_config(source)
+        config = _parse_any(source, "<dict>")
     else:
+        from .._io import read_mapping
         from ..resources import resolve_config_path
-        config = read_network_config(resolve_config_path(source, kind="network"))
+        path = resolve_config_path(source, kind="network")
+        config = _parse_any(read_mapping(path, what="network config"), str(path))
     network = _NETWORK_CACHE.get(config)
     if network is None:
-        network = Network.from_config(config)
+        if isinstance(config, FabricConfig):
+            network = FabricNetwork.from_config(config)
+        else:
+            network = Network.from_config(config)
         if len(_NETWORK_CACHE) > 64:
             _NETWORK_CACHE.clear()
         _NETWORK_CACHE[config] = network
     return network
+
+
+def _parse_any(data: Mapping[str, Any], source: str) -> NetworkConfig | FabricConfig:
+    if "fabric" in data:
+        from .fabric import parse_fabric_config
+        return parse_fabric_config(data, source)
+    return parse_network_config(data, source)
+
+
+from .graph import FabricConfig, FabricNetwork  # noqa: E402  (graph imports LogicalGrid)

@@ -1,0 +1,278 @@
+"""Fabric configs: explicit graphs and generators into a :class:`~.graph.FabricConfig`.
+
+Explicit::
+
+    fabric:
+      npus: 4
+      switches: [s0, s1]
+      links:                       # duplex unless said otherwise
+        - [npu0, s0, 100, 500]     # a, b, bandwidth GB/s (2^30 B/s), latency ns
+        - {src: s0, dst: s1, bandwidth: 200, latency: 500, duplex: false, name: trunk}
+      logical_dims: [2, 2]         # default [npus]
+      routing: ecmp                # or hash
+      fail: ["s0->s1"]             # link or node names (glob patterns) taken out
+      degrade: {"s1->*": 0.5}      # bandwidth factors
+
+Generators (``generator: leaf_spine`` or ``torus`` / ``mesh``): see :func:`leaf_spine` and
+:func:`torus`. Duplex links are named ``a->b`` and ``b->a``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import ConfigError, config_error
+from .graph import ROUTINGS, FabricConfig
+
+_FABRIC_KEYS = {"npus", "switches", "links", "logical_dims", "routing", "fail", "degrade",
+                "generator"}
+
+
+def _number(value: Any, source: str, key: str, *, positive: bool) -> float:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and \
+        math.isfinite(value) and (value > 0 if positive else value >= 0)
+    if not ok:
+        raise config_error(source, key, "a number > 0" if positive else "a number >= 0", value)
+    return float(value)
+
+
+def _integer(value: Any, source: str, key: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise config_error(source, key, f"an integer >= {minimum}", value)
+    return value
+
+
+class _Builder:
+    """Collects nodes and directed links, checking names as it goes."""
+
+    def __init__(self, npus: int, source: str) -> None:
+        self.source = source
+        self.npus = npus
+        self.names = [f"npu{i}" for i in range(npus)]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.links: list[tuple[int, int, float, float, str]] = []
+
+    def switch(self, name: str, key: str) -> int:
+        if not isinstance(name, str) or not name or name in self.index:
+            raise config_error(self.source, key, "a new, non-empty switch name", name)
+        self.index[name] = len(self.names)
+        self.names.append(name)
+        return self.index[name]
+
+    def node(self, ref: Any, key: str) -> int:
+        if isinstance(ref, int) and not isinstance(ref, bool) and 0 <= ref < self.npus:
+            return ref
+        if isinstance(ref, str) and ref in self.index:
+            return self.index[ref]
+        raise config_error(self.source, key, f"an NPU (npu0..npu{self.npus - 1}) or a declared "
+                           f"switch", ref)
+
+    def link(self, a: int, b: int, bandwidth: float, latency: float, duplex: bool = True,
+             name: str | None = None) -> None:
+        forward = name or f"{self.names[a]}->{self.names[b]}"
+        self.links.append((a, b, bandwidth, latency, forward))
+        if duplex:
+            back = f"{name}:back" if name else f"{self.names[b]}->{self.names[a]}"
+            self.links.append((b, a, bandwidth, latency, back))
+
+
+def _explicit(fabric: Mapping[str, Any], source: str) -> _Builder:
+    builder = _Builder(_integer(fabric.get("npus"), source, "fabric.npus", 2), source)
+    for i, name in enumerate(fabric.get("switches") or []):
+        builder.switch(name, f"fabric.switches[{i}]")
+    links = fabric.get("links")
+    if not isinstance(links, list) or not links:
+        raise config_error(source, "fabric.links", "a non-empty list of links", links)
+    for i, item in enumerate(links):
+        key = f"fabric.links[{i}]"
+        if isinstance(item, list):
+            if len(item) != 4:
+                raise config_error(source, key, "[a, b, bandwidth GB/s, latency ns]", item)
+            spec = dict(zip(("src", "dst", "bandwidth", "latency"), item))
+        elif isinstance(item, Mapping):
+            spec = dict(item)
+            extra = set(spec) - {"src", "dst", "bandwidth", "latency", "duplex", "name"}
+            if extra:
+                raise config_error(source, f"{key}.{sorted(extra)[0]}",
+                                   "one of src, dst, bandwidth, latency, duplex, name", ...)
+        else:
+            raise config_error(source, key, "a list [a, b, bw, lat] or a mapping", item)
+        a = builder.node(spec.get("src"), f"{key}.src")
+        b = builder.node(spec.get("dst"), f"{key}.dst")
+        if a == b:
+            raise config_error(source, key, "a link between two different nodes", item)
+        builder.link(a, b, _number(spec.get("bandwidth"), source, f"{key}.bandwidth",
+                                   positive=True),
+                     _number(spec.get("latency"), source, f"{key}.latency", positive=False),
+                     bool(spec.get("duplex", True)), spec.get("name"))
+    return builder
+
+
+def leaf_spine(spec: Mapping[str, Any], source: str) -> tuple[_Builder, tuple[int, ...]]:
+    """Hosts of ``npus_per_host`` NPUs (optionally on a ``scale_up`` switch each), one NIC per
+    NPU to a leaf, every leaf to every spine.
+
+    Keys: ``hosts``, ``npus_per_host``, ``scale_up: {bandwidth, latency}`` (optional),
+    ``nic: {bandwidth, latency}``, ``hosts_per_leaf``, ``rail_optimized`` (NIC ``r`` of a group
+    of hosts on leaf ``r`` of that group, instead of all NICs of a host on one leaf),
+    ``oversubscription`` (a leaf's downlink bandwidth over its uplink bandwidth, default 1:
+    a leaf gets ``NICs x nic bandwidth / (oversubscription x uplink_bandwidth)`` uplinks),
+    ``uplink_bandwidth`` (per port, default the NIC's), ``spines`` (default one per uplink;
+    a leaf's uplinks are spread evenly over them), ``spine_latency``. NPU
+    ``h * npus_per_host + g`` is NPU ``g`` of host ``h``; the logical dims are
+    ``[npus_per_host, hosts]``.
+    """
+    hosts = _integer(spec.get("hosts"), source, "fabric.hosts", 1)
+    per_host = _integer(spec.get("npus_per_host", 1), source, "fabric.npus_per_host", 1)
+    if hosts * per_host < 2:
+        raise config_error(source, "fabric.hosts", "at least 2 NPUs in total", hosts)
+    nic = spec.get("nic") or {}
+    nic_bw = _number(nic.get("bandwidth"), source, "fabric.nic.bandwidth", positive=True)
+    nic_lat = _number(nic.get("latency", 500), source, "fabric.nic.latency", positive=False)
+    per_leaf = _integer(spec.get("hosts_per_leaf", hosts), source, "fabric.hosts_per_leaf", 1)
+    ratio = _number(spec.get("oversubscription", 1), source, "fabric.oversubscription",
+                    positive=True)
+    uplink_bw = _number(spec.get("uplink_bandwidth", nic_bw), source,
+                        "fabric.uplink_bandwidth", positive=True)
+    spine_lat = _number(spec.get("spine_latency", nic_lat), source, "fabric.spine_latency",
+                        positive=False)
+    rails = bool(spec.get("rail_optimized", False))
+    b = _Builder(hosts * per_host, source)
+    scale_up = spec.get("scale_up")
+    if scale_up and per_host > 1:
+        up_bw = _number(scale_up.get("bandwidth"), source, "fabric.scale_up.bandwidth",
+                        positive=True)
+        up_lat = _number(scale_up.get("latency", 100), source, "fabric.scale_up.latency",
+                         positive=False)
+        for h in range(hosts):
+            switch = b.switch(f"host{h}.sw", "fabric")
+            for g in range(per_host):
+                b.link(h * per_host + g, switch, up_bw, up_lat)
+    if hosts % per_leaf:
+        raise config_error(source, "fabric.hosts_per_leaf", f"a divisor of hosts ({hosts})",
+                           per_leaf)
+    groups = hosts // per_leaf
+    n_leaves = groups * (per_host if rails else 1)
+    down = per_leaf * (1 if rails else per_host)  # NICs on each leaf
+    # oversubscription = downlink bandwidth / uplink bandwidth, with ports of uplink_bandwidth
+    uplinks = down * nic_bw / (ratio * uplink_bw)
+    if uplinks < 1 or abs(uplinks - round(uplinks)) > 1e-9:
+        raise config_error(source, "fabric.oversubscription",
+                           f"a ratio giving a whole number of uplinks per leaf ({down} NICs "
+                           f"of {nic_bw:g} GB/s, uplinks of {uplink_bw:g} GB/s)", ratio)
+    uplinks = int(round(uplinks))
+    spines = _integer(spec.get("spines", uplinks), source, "fabric.spines", 1)
+    if uplinks % spines:
+        raise config_error(source, "fabric.spines",
+                           f"a divisor of the {uplinks} uplinks of each leaf", spines)
+    leaves = [b.switch(f"leaf{i}", "fabric") for i in range(n_leaves)]
+    spine_ids = [b.switch(f"spine{i}", "fabric") for i in range(spines)]
+    for h in range(hosts):
+        for g in range(per_host):
+            leaf = (h // per_leaf) * per_host + g if rails else h // per_leaf
+            b.link(h * per_host + g, leaves[leaf], nic_bw, nic_lat)
+    for i, leaf in enumerate(leaves):
+        for j, spine in enumerate(spine_ids):
+            for k in range(uplinks // spines):
+                suffix = f"#{k}" if uplinks > spines else ""
+                b.link(leaf, spine, uplink_bw, spine_lat,
+                       name=f"leaf{i}->spine{j}{suffix}")
+    dims = (per_host, hosts) if per_host > 1 and hosts > 1 else (hosts * per_host,)
+    return b, dims
+
+
+def torus(spec: Mapping[str, Any], source: str, wrap: bool) -> tuple[_Builder, tuple[int, ...]]:
+    """A ``dims``-shaped grid of NPUs with a link to each neighbour (and around, for a
+    torus): keys ``dims``, ``bandwidth``, ``latency``; logical dims = ``dims``."""
+    dims = spec.get("dims")
+    if not isinstance(dims, list) or not dims:
+        raise config_error(source, "fabric.dims", "a list of sizes, e.g. [4, 4]", dims)
+    dims_t = tuple(_integer(d, source, f"fabric.dims[{i}]", 2) for i, d in enumerate(dims))
+    bw = _number(spec.get("bandwidth"), source, "fabric.bandwidth", positive=True)
+    lat = _number(spec.get("latency", 0), source, "fabric.latency", positive=False)
+    b = _Builder(math.prod(dims_t), source)
+    stride = 1
+    for p in dims_t:
+        for npu in range(b.npus):
+            c = (npu // stride) % p
+            if c + 1 < p:
+                b.link(npu, npu + stride, bw, lat)
+            elif wrap and p > 2:
+                b.link(npu, npu - c * stride, bw, lat)
+        stride *= p
+    return b, dims_t
+
+
+def _apply_failures(b: _Builder, fabric: Mapping[str, Any], source: str) -> list:
+    links = list(b.links)
+    fail = fabric.get("fail") or []
+    if not isinstance(fail, list):
+        raise config_error(source, "fabric.fail", "a list of link or node names (globs)", fail)
+    for i, pattern in enumerate(fail):
+        matched = [link for link in links if fnmatch.fnmatchcase(link[4], pattern)
+                   or fnmatch.fnmatchcase(b.names[link[0]], pattern)
+                   or fnmatch.fnmatchcase(b.names[link[1]], pattern)]
+        if not matched:
+            raise config_error(source, f"fabric.fail[{i}]", "a pattern matching a link or node",
+                               pattern)
+        links = [link for link in links if link not in matched]
+    degrade = fabric.get("degrade") or {}
+    if not isinstance(degrade, Mapping):
+        raise config_error(source, "fabric.degrade", "a mapping of pattern -> factor", degrade)
+    for pattern, factor in degrade.items():
+        f = _number(factor, source, f"fabric.degrade[{pattern}]", positive=True)
+        hit = False
+        for k, link in enumerate(links):
+            if fnmatch.fnmatchcase(link[4], pattern):
+                links[k] = (link[0], link[1], link[2] * f, link[3], link[4])
+                hit = True
+        if not hit:
+            raise config_error(source, f"fabric.degrade[{pattern}]", "a pattern matching a link",
+                               pattern)
+    return links
+
+
+def parse_fabric_config(data: Mapping[str, Any], source: str = "<dict>") -> FabricConfig:
+    """Validate a ``fabric:`` network config (see the module docstring)."""
+    fabric = data.get("fabric")
+    if not isinstance(fabric, Mapping):
+        raise config_error(source, "fabric", "a mapping describing the fabric", fabric)
+    generator = fabric.get("generator")
+    if generator is None:
+        unknown = set(fabric) - _FABRIC_KEYS
+        if unknown:
+            raise config_error(source, f"fabric.{sorted(unknown)[0]}",
+                               "one of " + ", ".join(sorted(_FABRIC_KEYS)), ...)
+        builder, dims = _explicit(fabric, source), None
+    elif generator in ("leaf_spine", "clos"):
+        builder, dims = leaf_spine(fabric, source)
+    elif generator in ("torus", "mesh"):
+        builder, dims = torus(fabric, source, wrap=generator == "torus")
+    else:
+        raise config_error(source, "fabric.generator", "leaf_spine, torus or mesh", generator)
+    links = _apply_failures(builder, fabric, source)
+    connected = {a for a, *_ in links} | {b for _, b, *_ in links}
+    for npu in range(builder.npus):
+        if npu not in connected:
+            raise ConfigError(f"{source}: NPU npu{npu} has no links (disconnected)")
+    raw_dims = fabric.get("logical_dims", list(dims) if dims else [builder.npus])
+    if not isinstance(raw_dims, list) or not raw_dims:
+        raise config_error(source, "fabric.logical_dims", "a list of sizes", raw_dims)
+    logical = tuple(_integer(d, source, f"fabric.logical_dims[{i}]", 1)
+                    for i, d in enumerate(raw_dims))
+    if math.prod(logical) != builder.npus:
+        raise config_error(source, "fabric.logical_dims",
+                           f"sizes whose product is the NPU count {builder.npus}", raw_dims)
+    routing = fabric.get("routing", "ecmp")
+    if routing not in ROUTINGS:
+        raise config_error(source, "fabric.routing", "ecmp or hash", routing)
+    return FabricConfig(npus=builder.npus, node_names=tuple(builder.names),
+                        link_src=tuple(a for a, *_ in links),
+                        link_dst=tuple(b for _, b, *_ in links),
+                        bandwidth_gbps=tuple(link[2] for link in links),
+                        latency_ns=tuple(link[3] for link in links),
+                        link_names=tuple(link[4] for link in links),
+                        logical_dims=logical, routing=routing, source=source)

@@ -1,0 +1,286 @@
+"""Fabrics: networks given as a graph of nodes and links, routed by shortest paths with ECMP.
+
+A fabric config (YAML key ``fabric``) lists NPUs, switches and links explicitly, or asks a
+generator for them (see :mod:`.generators`). Collectives see the fabric through *logical
+dimensions* (``logical_dims``, e.g. ``[8, 128]``: 8 GPUs of a host, then 128 hosts) over the
+NPU ids, dimension 0 fastest, as ASTRA-sim's ns-3 backend maps its logical topology onto the
+physical one; every algorithm of the system layer runs unchanged.
+
+Routing: shortest paths by latency (plus a tiny cost per hop, so zero-latency links count),
+computed with ``scipy.sparse.csgraph``. ``ecmp`` splits a message evenly at every hop over the
+next hops on shortest paths (per-packet spraying: the fluid limit of ECMP); ``hash`` sends it
+on one of them, chosen by a deterministic hash of (source, destination), as per-flow ECMP
+hashing does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
+
+from ..errors import RoutingError
+from ..network.csr import gather_segments, segment_min, segment_offsets, segment_sum
+from ..units import network_bandwidth_to_bytes_per_ns
+from .network import LogicalGrid
+
+ROUTINGS = ("ecmp", "hash")
+#: cost of one hop added to the latency when choosing shortest paths (ns)
+HOP_COST = 1e-3
+#: relative tolerance for "equal cost" paths
+COST_RTOL = 1e-9
+
+
+@dataclass(frozen=True, kw_only=True)
+class FabricConfig:
+    """A validated fabric (hashable).
+
+    Attributes
+    ----------
+    npus : int
+    node_names : tuple of str
+        Every node, NPUs first (``npu0`` ...).
+    link_src, link_dst : tuple of int
+        Node indices of every directed link.
+    bandwidth_gbps, latency_ns : tuple of float
+        Per directed link.
+    link_names : tuple of str
+    logical_dims : tuple of int
+    routing : {"ecmp", "hash"}
+    """
+
+    npus: int
+    node_names: tuple[str, ...]
+    link_src: tuple[int, ...]
+    link_dst: tuple[int, ...]
+    bandwidth_gbps: tuple[float, ...]
+    latency_ns: tuple[float, ...]
+    link_names: tuple[str, ...]
+    logical_dims: tuple[int, ...]
+    routing: str = "ecmp"
+    source: str = field(default="<dict>", compare=False)
+
+    # the attributes of a multi-dimensional config that the system layer reads
+    @property
+    def ndims(self) -> int:
+        return len(self.logical_dims)
+
+    @property
+    def npus_count(self) -> tuple[int, ...]:
+        return self.logical_dims
+
+    @property
+    def topology(self) -> tuple[str, ...]:
+        return ("Fabric",) * self.ndims
+
+    @property
+    def in_network_reduction(self) -> tuple[bool, ...]:
+        return (False,) * self.ndims
+
+    @property
+    def latency_per_dim(self) -> tuple[float, ...]:
+        return (math.nan,) * self.ndims
+
+
+@dataclass(frozen=True, eq=False)
+class FabricNetwork(LogicalGrid):
+    """A network built from a :class:`FabricConfig`; same interface as ``Network``."""
+
+    config: FabricConfig
+    link_src: np.ndarray
+    link_dst: np.ndarray
+    link_bandwidth: np.ndarray
+    link_latency: np.ndarray
+    link_dim: np.ndarray
+    num_switches: int
+
+    #: groups of a logical dimension share physical links: simulate them all
+    replicable = False
+
+    @classmethod
+    def from_config(cls, config: FabricConfig) -> FabricNetwork:
+        n_links = len(config.link_src)
+        bandwidth = np.array([network_bandwidth_to_bytes_per_ns(b)
+                              for b in config.bandwidth_gbps], np.float64)
+        return cls(config=config, link_src=np.array(config.link_src, np.int64),
+                   link_dst=np.array(config.link_dst, np.int64), link_bandwidth=bandwidth,
+                   link_latency=np.array(config.latency_ns, np.float64),
+                   link_dim=np.full(n_links, -1, np.int64),
+                   num_switches=len(config.node_names) - config.npus)
+
+    @property
+    def npus(self) -> int:
+        return self.config.npus
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return self.config.logical_dims
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.config.node_names)
+
+    @property
+    def num_links(self) -> int:
+        return int(self.link_src.size)
+
+    def switch_links(self, dim: int):
+        raise RoutingError("in-network reduction is not modelled on fabrics")
+
+    # ------------------------------------------------------------------ routing
+    @cached_property
+    def _out_links(self) -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(self.link_src, kind="stable")
+        ptr = np.zeros(self.num_nodes + 1, np.int64)
+        np.cumsum(np.bincount(self.link_src, minlength=self.num_nodes), out=ptr[1:])
+        return ptr, order
+
+    @cached_property
+    def _cost_to(self) -> np.ndarray:
+        """``cost[t, v]``: cheapest path cost from node ``v`` to NPU ``t`` (inf: none)."""
+        cost = self.link_latency + HOP_COST
+        # distances *to* each NPU: shortest paths from it on the reversed graph; parallel
+        # links between two nodes keep the cheapest
+        reversed_graph = _min_duplicates(self.link_dst, self.link_src, cost, self.num_nodes)
+        return shortest_path(reversed_graph, method="D", directed=True,
+                             indices=np.arange(self.npus))
+
+    def routes_multipath(self, src: np.ndarray, dst: np.ndarray, *,
+                         lowest_dim_only: bool = False) -> tuple[np.ndarray, np.ndarray,
+                                                                 np.ndarray, np.ndarray]:
+        """Shortest-path routes of NPU pairs as flows: ``(message, weight, indptr, links)``.
+
+        With ``ecmp`` a message is split evenly at every hop over the next links on shortest
+        paths; with ``hash`` it takes one of them.
+
+        Raises
+        ------
+        RoutingError
+            For an NPU that does not exist or a pair with no path (e.g. after failures).
+        """
+        src = np.asarray(src, np.int64).ravel()
+        dst = np.asarray(dst, np.int64).ravel()
+        for name, arr in (("src", src), ("dst", dst)):
+            bad = (arr < 0) | (arr >= self.npus)
+            if bad.any():
+                raise RoutingError(f"routes: {name} NPU {int(arr[bad][0])} does not exist "
+                                   f"(expected an id in 0..{self.npus - 1})")
+        cost = self._cost_to
+        unreachable = ~np.isfinite(cost[dst, src])
+        if unreachable.any():
+            i = int(np.nonzero(unreachable)[0][0])
+            raise RoutingError(f"{self.config.source}: no path from "
+                               f"{self.config.node_names[src[i]]} to "
+                               f"{self.config.node_names[dst[i]]}")
+        return _shortest_path_flows(self, src, dst, self.config.routing == "hash")
+
+    def routes(self, src: np.ndarray, dst: np.ndarray, *,
+               lowest_dim_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """One path per pair (the hash choice), for callers that need single paths."""
+        src = np.asarray(src, np.int64).ravel()
+        dst = np.asarray(dst, np.int64).ravel()
+        self.routes_multipath(src[:0], dst[:0])
+        _, _, indptr, links = _shortest_path_flows(self, src, dst, True)
+        return indptr, links
+
+    def path_latency(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
+        return segment_sum(self.link_latency[link_ids], indptr)
+
+    def path_bottleneck(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
+        return segment_min(self.link_bandwidth[link_ids], indptr)
+
+
+def _min_duplicates(rows: np.ndarray, cols: np.ndarray, values: np.ndarray,
+                    n: int) -> csr_matrix:
+    """Sparse matrix keeping the smallest value among duplicate entries."""
+    key = rows * n + cols
+    order = np.lexsort((values, key))
+    first = np.ones(order.size, bool)
+    first[1:] = key[order][1:] != key[order][:-1]
+    keep = order[first]
+    return csr_matrix((values[keep], (rows[keep], cols[keep])), shape=(n, n))
+
+
+def _shortest_path_flows(net: FabricNetwork, src: np.ndarray, dst: np.ndarray,
+                         single: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Hop-by-hop expansion of every pair along next links on shortest paths, vectorized
+    over all pairs at once; each state is one partial path with its share of the bytes."""
+    cost = net._cost_to
+    link_cost = net.link_latency + HOP_COST
+    out_ptr, out_links = net._out_links
+    n = src.size
+    state_pair = np.arange(n)
+    state_node = src.copy()
+    state_weight = np.ones(n)
+    hist_link: list[np.ndarray] = []     # per hop: the link each state took
+    hist_parent: list[np.ndarray] = []   # per hop: the state it came from (previous hop)
+    hist_pair = [state_pair]             # per hop: the pair (message) of each state
+    hist_weight = [state_weight]         # per hop: the share of the message's bytes
+    finals: list[tuple[int, np.ndarray]] = []  # (hop count, states arrived at that hop)
+    done = state_node == dst
+    finals.append((0, np.nonzero(done)[0]))
+    alive = np.nonzero(~done)[0]
+    hop = 0
+    hash_key = (src * 1_000_003 + dst * 998_244_353) % 2_147_483_647
+    while alive.size:
+        node = state_node[alive]
+        target = dst[state_pair[alive]]
+        degree = out_ptr[node + 1] - out_ptr[node]
+        candidates = out_links[gather_segments(out_ptr[node], degree)]
+        owner = np.repeat(np.arange(alive.size), degree)
+        head = net.link_dst[candidates]
+        here = cost[target[owner], node[owner]]
+        there = cost[target[owner], head] + link_cost[candidates]
+        ok = np.isfinite(there) & (np.abs(there - here) <= COST_RTOL * np.maximum(here, 1.0))
+        candidates, owner, head = candidates[ok], owner[ok], head[ok]
+        count = np.bincount(owner, minlength=alive.size)
+        if single:
+            rank = segment_offsets(count)
+            choice = hash_key[state_pair[alive[owner]]] % np.maximum(count[owner], 1)
+            keep = rank == choice
+            candidates, owner, head = candidates[keep], owner[keep], head[keep]
+            weight = state_weight[alive[owner]]
+        else:
+            weight = state_weight[alive[owner]] / count[owner]
+        hop += 1
+        hist_link.append(candidates)
+        hist_parent.append(alive[owner])
+        state_pair = state_pair[alive[owner]]
+        state_node = head
+        state_weight = weight
+        hist_pair.append(state_pair)
+        hist_weight.append(state_weight)
+        arrived = head == dst[state_pair]
+        finals.append((hop, np.nonzero(arrived)[0]))
+        alive = np.nonzero(~arrived)[0]
+        if hop > net.num_nodes:
+            raise RoutingError("routing did not converge (a cycle of zero-cost links?)")
+    # rebuild the paths of the final states, hop by hop backwards
+    messages, weights, lengths, paths = [], [], [], []
+    for length, idx in finals:
+        if idx.size == 0:
+            continue
+        links = np.empty((idx.size, length), np.int32)
+        cursor = idx
+        for k in range(length - 1, -1, -1):
+            links[:, k] = hist_link[k][cursor]
+            cursor = hist_parent[k][cursor]
+        messages.append(hist_pair[length][idx])
+        weights.append(hist_weight[length][idx])
+        lengths.append(np.full(idx.size, length, np.int64))
+        paths.append(links.ravel())
+    if not messages:
+        return (np.zeros(0, np.int64), np.zeros(0), np.zeros(1, np.int64),
+                np.zeros(0, np.int32))
+    message = np.concatenate(messages)
+    length = np.concatenate(lengths)
+    flat = np.concatenate(paths)
+    starts = np.concatenate([[0], np.cumsum(length)[:-1]])
+    order = np.argsort(message, kind="stable")
+    indptr = np.concatenate([[0], np.cumsum(length[order])]).astype(np.int64)
+    links = flat[gather_segments(starts[order], length[order])].astype(np.int32)
+    return message[order], np.concatenate(weights)[order], indptr, links
