@@ -71,11 +71,12 @@ class _Builder:
                            f"switch", ref)
 
     def link(self, a: int, b: int, bandwidth: float, latency: float, duplex: bool = True,
-             name: str | None = None) -> None:
+             name: str | None = None, back_name: str | None = None) -> None:
         forward = name or f"{self.names[a]}->{self.names[b]}"
         self.links.append((a, b, bandwidth, latency, forward))
         if duplex:
-            back = f"{name}:back" if name else f"{self.names[b]}->{self.names[a]}"
+            back = back_name or (f"{name}:back" if name else
+                                 f"{self.names[b]}->{self.names[a]}")
             self.links.append((b, a, bandwidth, latency, back))
 
 
@@ -178,8 +179,8 @@ def leaf_spine(spec: Mapping[str, Any], source: str) -> tuple[_Builder, tuple[in
         for j, spine in enumerate(spine_ids):
             for k in range(uplinks // spines):
                 suffix = f"#{k}" if uplinks > spines else ""
-                b.link(leaf, spine, uplink_bw, spine_lat,
-                       name=f"leaf{i}->spine{j}{suffix}")
+                b.link(leaf, spine, uplink_bw, spine_lat, name=f"leaf{i}->spine{j}{suffix}",
+                       back_name=f"spine{j}->leaf{i}{suffix}")
     dims = (per_host, hosts) if per_host > 1 and hosts > 1 else (hosts * per_host,)
     return b, dims
 

@@ -1,0 +1,159 @@
+"""Fabrics: graphs, generators, ECMP / hash routing, logical dims, failures, bad inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import flowsim
+from flowsim.errors import ConfigError, RoutingError
+from flowsim.units import NETWORK_GBPS_TO_BYTES_PER_NS as GB
+
+N = 1 << 24
+DIRECT = {"preferred-dataset-splits": 1, "endpoint-delay": 0,
+          "all-to-all-implementation": ["direct", "direct"],
+          "all-reduce-implementation": ["ring", "ring"]}
+
+
+DIRECT_1D = {**DIRECT, "all-to-all-implementation": ["direct"],
+             "all-reduce-implementation": ["ring"]}
+
+
+def pod(ratio: float, hosts: int = 2, rails: bool = False, routing: str = "ecmp",
+        per_leaf: int = 1) -> dict:
+    return {"fabric": {"generator": "leaf_spine", "hosts": hosts, "npus_per_host": 4,
+                       "scale_up": {"bandwidth": 400, "latency": 100},
+                       "nic": {"bandwidth": 50, "latency": 500}, "hosts_per_leaf": per_leaf,
+                       "rail_optimized": rails, "oversubscription": ratio,
+                       "routing": routing}}
+
+
+def test_oversubscription_slows_the_flow_model_only():
+    # all-to-all between the two hosts' matching GPUs (logical dim 1): all traffic crosses
+    # the spines; at 4:1 a leaf has one uplink for its four NICs
+    times = {}
+    for ratio in (1, 4):
+        for model in ("analytical", "flow"):
+            ds = flowsim.simulate_collective(pod(ratio), "all_to_all", N, DIRECT, model=model,
+                                             dims=[1])
+            times[ratio, model] = float(ds.time_ns)
+    assert times[4, "analytical"] == times[1, "analytical"]
+    message = N / 2 / (50 * GB)
+    latency = 4 * 500
+    assert times[1, "flow"] == pytest.approx(message + latency)
+    assert times[4, "flow"] == pytest.approx(4 * message + latency)
+
+
+def test_ecmp_spreads_load_evenly_on_a_symmetric_clos():
+    net = {"fabric": {"generator": "leaf_spine", "hosts": 8, "npus_per_host": 1,
+                      "nic": {"bandwidth": 50, "latency": 500}, "hosts_per_leaf": 4,
+                      "oversubscription": 1}}
+    ds = flowsim.simulate_collective(net, "all_to_all", N, DIRECT_1D, model="flow")
+    network = flowsim.load_network(net)
+    names = np.array(network.config.link_names)
+    up = np.array([n.startswith("leaf") and "->spine" in n for n in names])
+    loads = ds.link_bytes.values[up]
+    assert loads.size == 8 and np.all(loads > 0)
+    np.testing.assert_allclose(loads, loads[0], rtol=1e-12)
+    # hash routing puts every message on one path: some spine links carry more
+    hashed = dict(net["fabric"], routing="hash")
+    ds_hash = flowsim.simulate_collective({"fabric": hashed}, "all_to_all", N, DIRECT_1D,
+                                          model="flow")
+    assert float(ds_hash.time_ns) >= float(ds.time_ns)
+    total = float(ds.link_bytes.sum())
+    assert float(ds_hash.link_bytes.sum()) == pytest.approx(total)
+
+
+def ring_of_switches(fail=None):
+    fabric = {"npus": 4, "switches": ["s0", "s1", "s2", "s3"],
+              "links": [[f"npu{i}", f"s{i}", 100, 100] for i in range(4)] +
+                       [[f"s{i}", f"s{(i + 1) % 4}", 50, 500] for i in range(4)]}
+    if fail:
+        fabric["fail"] = fail
+    return {"fabric": fabric}
+
+
+def test_link_failure_reroutes_exactly_the_flows_that_crossed_it():
+    src, dst = np.array([0, 1, 2, 3]), np.array([1, 2, 3, 0])
+    healthy = flowsim.load_network(ring_of_switches())
+    broken = flowsim.load_network(ring_of_switches(fail=["s0->s1"]))
+    for net in (healthy, broken):
+        assert net.npus == 4
+    result = {}
+    for name, net in (("healthy", healthy), ("broken", broken)):
+        message, weight, indptr, links = net.routes_multipath(src, dst)
+        result[name] = flowsim.simulate_flows(net.link_bandwidth, net.link_latency, indptr,
+                                              links, N * weight, model="flow")
+        result[name + "_hops"] = np.diff(indptr)
+    assert result["healthy_hops"].tolist() == [3, 3, 3, 3]
+    # 0 -> 1 now goes the long way round (5 hops) and shares s0->s3 ... with the others
+    assert result["broken_hops"].tolist() == [5, 3, 3, 3]
+    slowed = result["broken"].finish_ns > result["healthy"].finish_ns * (1 + 1e-9)
+    assert slowed[0]
+    assert result["broken"].finish_ns[0] > result["broken"].finish_ns[1]
+
+
+def test_unreachable_pair_is_a_clear_error():
+    cut = flowsim.load_network(ring_of_switches(fail=["s0->s1", "s0->s3"]))
+    with pytest.raises(RoutingError, match="no path from npu0 to npu1"):
+        cut.routes_multipath(np.array([0]), np.array([1]))
+
+
+def test_degraded_link_and_rail_optimized_pod():
+    slow = ring_of_switches()
+    slow["fabric"]["degrade"] = {"s1->s2": 0.5}
+    net = flowsim.load_network(slow)
+    i = net.config.link_names.index("s1->s2")
+    assert net.link_bandwidth[i] == pytest.approx(25 * GB)
+    rails = flowsim.load_network(pod(1, hosts=4, rails=True, per_leaf=4))
+    # NIC g of every host lands on leaf g: the same-rank GPUs of two hosts share a leaf
+    message, weight, indptr, links = rails.routes_multipath(np.array([1]), np.array([5]))
+    assert np.diff(indptr).tolist() == [2]
+
+
+@pytest.mark.parametrize("model", ["analytical", "flow"])
+@pytest.mark.parametrize("collective", ["all_reduce", "all_to_all", "all_gather"])
+def test_every_algorithm_runs_on_a_fabric(model, collective):
+    for algorithm in ("ring", "direct", "halvingDoubling"):
+        if algorithm == "halvingDoubling" and collective == "all_to_all":
+            continue
+        key = f"{collective.replace('_', '-')}-implementation"
+        system = {**DIRECT, key: [algorithm, algorithm]}
+        ds = flowsim.simulate_collective(pod(2, hosts=2), collective, N, system, model=model)
+        assert float(ds.time_ns) > 0 and np.isnan(ds.dim_bytes).all()
+
+
+def test_torus_fabric_matches_a_ring_network():
+    # a 1-D torus fabric of 8 NPUs is the Ring block of the multi-dimensional notation
+    torus = {"fabric": {"generator": "torus", "dims": [8], "bandwidth": 50, "latency": 500}}
+    ring = {"topology": ["Ring"], "npus_count": [8], "bandwidth": [50], "latency": [500]}
+    system = {"preferred-dataset-splits": 2, "endpoint-delay": 10}
+    for model in ("analytical", "flow"):
+        a = flowsim.simulate_collective(torus, "all_reduce", N, system, model=model)
+        b = flowsim.simulate_collective(ring, "all_reduce", N, system, model=model)
+        assert float(a.time_ns) == pytest.approx(float(b.time_ns), rel=1e-12)
+
+
+@pytest.mark.parametrize("fabric,match", [
+    ({"npus": 2, "links": [["npu0", "nowhere", 1, 1]]}, r"fabric.links\[0\].dst"),
+    ({"npus": 2, "links": [["npu0", "npu1", 0, 1]]}, r"fabric.links\[0\].bandwidth"),
+    ({"npus": 2, "links": [["npu0", "npu1", -3, 1]]}, r"fabric.links\[0\].bandwidth"),
+    ({"npus": 3, "links": [["npu0", "npu1", 1, 1]]}, "npu2 has no links"),
+    ({"npus": 2, "links": [["npu0", "npu1", 1, 1]], "logical_dims": [3]},
+     "fabric.logical_dims"),
+    ({"npus": 2, "links": [["npu0", "npu1", 1, 1]], "routing": "random"}, "fabric.routing"),
+    ({"npus": 2, "links": [["npu0", "npu1", 1, 1]], "fail": ["zzz"]}, r"fabric.fail\[0\]"),
+    ({"npus": 2, "links": [["npu0", "npu1", 1, 1]], "colour": 1}, "fabric.colour"),
+    ({"generator": "hypercube"}, "fabric.generator"),
+    ({"generator": "leaf_spine", "hosts": 4, "npus_per_host": 1,
+      "nic": {"bandwidth": 50}, "hosts_per_leaf": 2, "oversubscription": 3},
+     "fabric.oversubscription"),
+])
+def test_bad_fabrics(fabric, match):
+    with pytest.raises(ConfigError, match=match):
+        flowsim.load_network({"fabric": fabric})
+
+
+def test_batched_estimator_refuses_fabrics():
+    with pytest.raises(ConfigError, match="multi-dimensional"):
+        flowsim.estimate_batch(pod(1), "all_reduce", np.array([N]))
