@@ -51,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--root", type=int, default=0, help="root NPU of broadcast / reduce")
     coll.add_argument("--src", type=int, default=None, help="sender of send-recv")
     coll.add_argument("--dst", type=int, default=None, help="receiver of send-recv")
+    coll.add_argument("--fail", action="append", default=[], metavar="PATTERN",
+                      help="fabrics: take out links or switches whose name matches (glob, "
+                           "repeatable), e.g. 'spine3' or 'leaf0->*'")
+    coll.add_argument("--degrade", action="append", default=[], metavar="PATTERN=FACTOR",
+                      help="fabrics: scale the bandwidth of matching links, e.g. "
+                           "'leaf0->spine1=0.5' (repeatable)")
     coll.add_argument("--json", action="store_true",
                       help="print one JSON object (time_ns, model, npus, ...) instead of text")
     coll.add_argument("-o", "--output", default=None,
@@ -120,6 +126,32 @@ def _run_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_failures(args: argparse.Namespace) -> dict:
+    """The fabric config of ``--network`` with ``--fail`` / ``--degrade`` added."""
+    from ._io import read_mapping
+    from .resources import resolve_config_path
+
+    path = resolve_config_path(args.network, kind="network")
+    data = read_mapping(path, what="network config")
+    if "fabric" not in data:
+        raise FlowsimError(f"{path}: --fail and --degrade need a fabric network (a 'fabric:' "
+                           f"config); Ring / FullyConnected / Switch dimensions have no "
+                           f"alternative routes")
+    fabric = dict(data["fabric"])
+    fabric["fail"] = list(fabric.get("fail") or []) + list(args.fail)
+    degrade = dict(fabric.get("degrade") or {})
+    for item in args.degrade:
+        pattern, sep, factor = item.rpartition("=")
+        try:
+            degrade[pattern] = float(factor)
+        except ValueError:
+            sep = ""
+        if not sep or not pattern:
+            raise FlowsimError(f"argument --degrade: expected PATTERN=FACTOR, found {item!r}")
+    fabric["degrade"] = degrade
+    return {"fabric": fabric}
+
+
 def _run_collective(args: argparse.Namespace) -> int:
     from .system import simulate_collective
     from .topology import load_network
@@ -131,7 +163,7 @@ def _run_collective(args: argparse.Namespace) -> int:
         except ValueError:
             raise FlowsimError(f"argument --dims: expected comma-separated integers, "
                                f"found {args.dims!r}") from None
-    network = load_network(args.network)
+    network = load_network(_with_failures(args) if args.fail or args.degrade else args.network)
     ds = simulate_collective(network, args.collective, args.size, args.system,
                              model=args.model, dims=dims, root=args.root, src=args.src,
                              dst=args.dst, trace=args.trace)

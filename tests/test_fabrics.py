@@ -157,3 +157,30 @@ def test_bad_fabrics(fabric, match):
 def test_batched_estimator_refuses_fabrics():
     with pytest.raises(ConfigError, match="multi-dimensional"):
         flowsim.estimate_batch(pod(1), "all_reduce", np.array([N]))
+
+
+def test_cli_fail_and_degrade(capsys):
+    import json
+
+    from flowsim.cli import main
+
+    base = ["collective", "--network", "dgx_pod_64_leafspine_4to1", "--collective",
+            "all-to-all", "--size", "4MiB", "--model", "flow", "--json", "--system",
+            "direct_4chunks_3d"]
+    # the bundled 3-D system has three algorithm entries; the pod has two logical dims
+    code = main(base)
+    assert code == 2 and "expected 2 algorithm names" in capsys.readouterr().err
+    base = base[:-2]
+    assert main(base) == 0
+    healthy = json.loads(capsys.readouterr().out)["time_ns"]
+    assert main(base + ["--degrade", "leaf*->spine*=0.5"]) == 0
+    degraded = json.loads(capsys.readouterr().out)["time_ns"]
+    assert degraded > healthy
+    assert main(base + ["--fail", "spine0"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_ns"] > healthy
+    assert main(base + ["--fail", "nothing-matches"]) == 2
+    assert "fabric.fail[0]" in capsys.readouterr().err
+    assert main(["collective", "--fail", "x"]) == 2
+    assert "need a fabric network" in capsys.readouterr().err
+    assert main(base + ["--degrade", "novalue"]) == 2
+    assert "PATTERN=FACTOR" in capsys.readouterr().err

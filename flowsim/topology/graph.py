@@ -133,13 +133,6 @@ class FabricNetwork(LogicalGrid):
 
     # ------------------------------------------------------------------ routing
     @cached_property
-    def _out_links(self) -> tuple[np.ndarray, np.ndarray]:
-        order = np.argsort(self.link_src, kind="stable")
-        ptr = np.zeros(self.num_nodes + 1, np.int64)
-        np.cumsum(np.bincount(self.link_src, minlength=self.num_nodes), out=ptr[1:])
-        return ptr, order
-
-    @cached_property
     def _cost_to(self) -> np.ndarray:
         """``cost[t, v]``: cheapest path cost from node ``v`` to NPU ``t`` (inf: none)."""
         cost = self.link_latency + HOP_COST
@@ -148,6 +141,21 @@ class FabricNetwork(LogicalGrid):
         reversed_graph = _min_duplicates(self.link_dst, self.link_src, cost, self.num_nodes)
         return shortest_path(reversed_graph, method="D", directed=True,
                              indices=np.arange(self.npus))
+
+    @cached_property
+    def _next_hops(self) -> tuple[np.ndarray, np.ndarray]:
+        """CSR over (node, destination NPU): the links that start a shortest path."""
+        cost = self._cost_to                                  # (npus, nodes)
+        link_cost = self.link_latency + HOP_COST
+        here = cost[:, self.link_src]                         # (npus, links)
+        there = cost[:, self.link_dst] + link_cost[None, :]
+        ok = np.isfinite(there) & (np.abs(there - here) <= COST_RTOL * np.maximum(here, 1.0))
+        target, link = np.nonzero(ok)
+        key = self.link_src[link] * self.npus + target
+        order = np.argsort(key, kind="stable")
+        ptr = np.zeros(self.num_nodes * self.npus + 1, np.int64)
+        np.cumsum(np.bincount(key, minlength=self.num_nodes * self.npus), out=ptr[1:])
+        return ptr, link[order]
 
     def routes_multipath(self, src: np.ndarray, dst: np.ndarray, *,
                          lowest_dim_only: bool = False) -> tuple[np.ndarray, np.ndarray,
@@ -209,9 +217,7 @@ def _shortest_path_flows(net: FabricNetwork, src: np.ndarray, dst: np.ndarray,
                          single: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Hop-by-hop expansion of every pair along next links on shortest paths, vectorized
     over all pairs at once; each state is one partial path with its share of the bytes."""
-    cost = net._cost_to
-    link_cost = net.link_latency + HOP_COST
-    out_ptr, out_links = net._out_links
+    hop_ptr, hop_links = net._next_hops
     n = src.size
     state_pair = np.arange(n)
     state_node = src.copy()
@@ -227,17 +233,11 @@ def _shortest_path_flows(net: FabricNetwork, src: np.ndarray, dst: np.ndarray,
     hop = 0
     hash_key = (src * 1_000_003 + dst * 998_244_353) % 2_147_483_647
     while alive.size:
-        node = state_node[alive]
-        target = dst[state_pair[alive]]
-        degree = out_ptr[node + 1] - out_ptr[node]
-        candidates = out_links[gather_segments(out_ptr[node], degree)]
-        owner = np.repeat(np.arange(alive.size), degree)
+        slot = state_node[alive] * net.npus + dst[state_pair[alive]]
+        count = hop_ptr[slot + 1] - hop_ptr[slot]
+        candidates = hop_links[gather_segments(hop_ptr[slot], count)]
+        owner = np.repeat(np.arange(alive.size), count)
         head = net.link_dst[candidates]
-        here = cost[target[owner], node[owner]]
-        there = cost[target[owner], head] + link_cost[candidates]
-        ok = np.isfinite(there) & (np.abs(there - here) <= COST_RTOL * np.maximum(here, 1.0))
-        candidates, owner, head = candidates[ok], owner[ok], head[ok]
-        count = np.bincount(owner, minlength=alive.size)
         if single:
             rank = segment_offsets(count)
             choice = hash_key[state_pair[alive[owner]]] % np.maximum(count[owner], 1)
