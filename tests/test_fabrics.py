@@ -184,3 +184,30 @@ def test_cli_fail_and_degrade(capsys):
     assert "need a fabric network" in capsys.readouterr().err
     assert main(base + ["--degrade", "novalue"]) == 2
     assert "PATTERN=FACTOR" in capsys.readouterr().err
+
+
+def test_fat_tree_is_non_blocking_and_dragonfly_routes_minimally():
+    tree = flowsim.load_network({"fabric": {"generator": "fat_tree", "k": 4,
+                                            "bandwidth": 50, "latency": 100}})
+    assert tree.npus == 16 and tree.num_switches == 20
+    # inter-pod pairs have (k/2)^2 = 4 equal-cost paths of 6 hops
+    message, weight, indptr, links = tree.routes_multipath(np.array([0]), np.array([15]))
+    assert message.size == 4 and np.all(np.diff(indptr) == 6)
+    np.testing.assert_allclose(weight, 0.25)
+    # a permutation across pods runs at full NIC speed in the flow model (non-blocking)
+    system = {"preferred-dataset-splits": 1, "endpoint-delay": 0,
+              "all-to-all-implementation": ["direct"]}
+    shift = flowsim.simulate_collective({"fabric": {"generator": "fat_tree", "k": 4,
+                                                    "bandwidth": 50, "latency": 0}},
+                                        "send_recv", N, system, model="flow", src=0, dst=15)
+    assert float(shift.time_ns) == pytest.approx(N / (50 * GB))
+    fly = flowsim.load_network({"fabric": {"generator": "dragonfly", "routers": 2,
+                                           "hosts_per_router": 2, "global_links": 1,
+                                           "bandwidth": 100, "latency": 100,
+                                           "global_latency": 1000}})
+    assert fly.npus == 12 and fly.dims == (2, 2, 3)
+    message, weight, indptr, links = fly.routes_multipath(np.array([0]), np.array([11]))
+    hops = np.diff(indptr)[0]
+    assert 3 <= hops <= 5  # host, at most local + global + local, host
+    globals_used = sum(fly.link_latency[links] == 1000)
+    assert globals_used == 1  # minimal routing crosses one global link

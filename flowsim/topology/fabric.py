@@ -13,8 +13,8 @@ Explicit::
       fail: ["s0->s1"]             # link or node names (glob patterns) taken out
       degrade: {"s1->*": 0.5}      # bandwidth factors
 
-Generators (``generator: leaf_spine`` or ``torus`` / ``mesh``): see :func:`leaf_spine` and
-:func:`torus`. Duplex links are named ``a->b`` and ``b->a``.
+Generators (``generator: leaf_spine``, ``fat_tree``, ``dragonfly``, ``torus`` or ``mesh``):
+see the functions of the same names. Duplex links are named ``a->b`` and ``b->a``.
 """
 
 from __future__ import annotations
@@ -207,6 +207,74 @@ def torus(spec: Mapping[str, Any], source: str, wrap: bool) -> tuple[_Builder, t
     return b, dims_t
 
 
+def fat_tree(spec: Mapping[str, Any], source: str) -> tuple[_Builder, tuple[int, ...]]:
+    """A k-ary fat-tree (k pods of k/2 edge and k/2 aggregation switches, (k/2)^2 core
+    switches, k/2 hosts per edge switch): keys ``k`` (even), ``bandwidth``, ``latency``
+    (every link), ``npus_per_host`` (default 1; each NPU has its own link to the edge
+    switch). Non-blocking; NPU ids go host by host."""
+    k = _integer(spec.get("k"), source, "fabric.k", 2)
+    if k % 2:
+        raise config_error(source, "fabric.k", "an even number", k)
+    bw = _number(spec.get("bandwidth"), source, "fabric.bandwidth", positive=True)
+    lat = _number(spec.get("latency", 0), source, "fabric.latency", positive=False)
+    per_host = _integer(spec.get("npus_per_host", 1), source, "fabric.npus_per_host", 1)
+    half = k // 2
+    hosts = k * half * half
+    b = _Builder(hosts * per_host, source)
+    core = [b.switch(f"core{i}", "fabric") for i in range(half * half)]
+    for pod in range(k):
+        edges = [b.switch(f"pod{pod}.edge{i}", "fabric") for i in range(half)]
+        aggs = [b.switch(f"pod{pod}.agg{i}", "fabric") for i in range(half)]
+        for i, edge in enumerate(edges):
+            for h in range(half):
+                host = (pod * half + i) * half + h
+                for g in range(per_host):
+                    b.link(host * per_host + g, edge, bw, lat)
+            for agg in aggs:
+                b.link(edge, agg, bw, lat)
+        for j, agg in enumerate(aggs):
+            for c in range(half):
+                b.link(agg, core[j * half + c], bw, lat)
+    dims = (per_host, hosts) if per_host > 1 else (hosts,)
+    return b, dims
+
+
+def dragonfly(spec: Mapping[str, Any], source: str) -> tuple[_Builder, tuple[int, ...]]:
+    """A dragonfly: ``groups`` (default ``a*h + 1``) of ``routers`` routers (``a``), all
+    connected inside a group, each router with ``hosts_per_router`` NPUs (``p``) and
+    ``global_links`` links to other groups (``h``); one global link between every two groups.
+    Keys also ``bandwidth`` / ``latency`` (local) and ``global_bandwidth`` /
+    ``global_latency``."""
+    a = _integer(spec.get("routers"), source, "fabric.routers", 1)
+    p = _integer(spec.get("hosts_per_router"), source, "fabric.hosts_per_router", 1)
+    h = _integer(spec.get("global_links"), source, "fabric.global_links", 1)
+    g = _integer(spec.get("groups", a * h + 1), source, "fabric.groups", 2)
+    if g - 1 > a * h:
+        raise config_error(source, "fabric.groups",
+                           f"at most routers x global_links + 1 = {a * h + 1}", g)
+    bw = _number(spec.get("bandwidth"), source, "fabric.bandwidth", positive=True)
+    lat = _number(spec.get("latency", 0), source, "fabric.latency", positive=False)
+    gbw = _number(spec.get("global_bandwidth", bw), source, "fabric.global_bandwidth",
+                  positive=True)
+    glat = _number(spec.get("global_latency", lat), source, "fabric.global_latency",
+                   positive=False)
+    b = _Builder(g * a * p, source)
+    routers = [[b.switch(f"g{i}.r{r}", "fabric") for r in range(a)] for i in range(g)]
+    for i in range(g):
+        for r in range(a):
+            for k in range(p):
+                b.link((i * a + r) * p + k, routers[i][r], bw, lat)
+            for r2 in range(r + 1, a):
+                b.link(routers[i][r], routers[i][r2], bw, lat)
+    for i in range(g):
+        for j in range(i + 1, g):
+            # the router of group i that owns the link to group j, and vice versa
+            ri = ((j - i - 1) % g) // h
+            rj = ((i - j - 1) % g) // h
+            b.link(routers[i][ri], routers[j][rj], gbw, glat)
+    return b, (p, a, g) if p > 1 else (a, g)
+
+
 def _apply_failures(b: _Builder, fabric: Mapping[str, Any], source: str) -> list:
     links = list(b.links)
     fail = fabric.get("fail") or []
@@ -252,8 +320,13 @@ def parse_fabric_config(data: Mapping[str, Any], source: str = "<dict>") -> Fabr
         builder, dims = leaf_spine(fabric, source)
     elif generator in ("torus", "mesh"):
         builder, dims = torus(fabric, source, wrap=generator == "torus")
+    elif generator == "fat_tree":
+        builder, dims = fat_tree(fabric, source)
+    elif generator == "dragonfly":
+        builder, dims = dragonfly(fabric, source)
     else:
-        raise config_error(source, "fabric.generator", "leaf_spine, torus or mesh", generator)
+        raise config_error(source, "fabric.generator",
+                           "leaf_spine, fat_tree, dragonfly, torus or mesh", generator)
     links = _apply_failures(builder, fabric, source)
     connected = {a for a, *_ in links} | {b for _, b, *_ in links}
     for npu in range(builder.npus):
