@@ -24,7 +24,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from ..errors import RoutingError
-from ..network.csr import gather_segments, segment_min, segment_offsets, segment_sum
+from ..network.csr import gather_segments, segment_offsets
 from ..units import network_bandwidth_to_bytes_per_ns
 from .network import LogicalGrid
 
@@ -194,12 +194,6 @@ class FabricNetwork(LogicalGrid):
         self.routes_multipath(src[:0], dst[:0])
         _, _, indptr, links = _shortest_path_flows(self, src, dst, True)
         return indptr, links
-
-    def path_latency(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
-        return segment_sum(self.link_latency[link_ids], indptr)
-
-    def path_bottleneck(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
-        return segment_min(self.link_bandwidth[link_ids], indptr)
 
 
 def _min_duplicates(rows: np.ndarray, cols: np.ndarray, values: np.ndarray,

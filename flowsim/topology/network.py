@@ -22,6 +22,16 @@ class LogicalGrid:
 
     dims: tuple[int, ...]
     npus: int
+    link_latency: np.ndarray
+    link_bandwidth: np.ndarray
+
+    def path_latency(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
+        """Sum of link latencies along each path (ns)."""
+        return segment_sum(self.link_latency[link_ids], indptr)
+
+    def path_bottleneck(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
+        """Smallest link bandwidth along each path (bytes/ns); ``inf`` for empty paths."""
+        return segment_min(self.link_bandwidth[link_ids], indptr)
 
     @property
     def ndims(self) -> int:
@@ -248,13 +258,6 @@ class Network(LogicalGrid):
             current = current + (b - a) * s
         return indptr, link_ids
 
-    def path_latency(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
-        """Sum of link latencies along each path (ns)."""
-        return segment_sum(self.link_latency[link_ids], indptr)
-
-    def path_bottleneck(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
-        """Smallest link bandwidth along each path (bytes/ns); ``inf`` for empty paths."""
-        return segment_min(self.link_bandwidth[link_ids], indptr)
 
 
 _NETWORK_CACHE: dict = {}
