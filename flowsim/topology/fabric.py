@@ -327,23 +327,32 @@ def parse_fabric_config(data: Mapping[str, Any], source: str = "<dict>") -> Fabr
     else:
         raise config_error(source, "fabric.generator",
                            "leaf_spine, fat_tree, dragonfly, torus or mesh", generator)
+    return finish_fabric(builder.npus, builder.names, builder.links, fabric, source,
+                         default_dims=dims)
+
+
+def finish_fabric(npus: int, names: list[str], links: list[tuple], fabric: Mapping[str, Any],
+                  source: str, default_dims: tuple[int, ...] | None) -> FabricConfig:
+    """Failures, connectivity, logical dims and routing: the checks every fabric passes."""
+    builder = _Builder(0, source)
+    builder.npus, builder.names, builder.links = npus, list(names), list(links)
     links = _apply_failures(builder, fabric, source)
     connected = {a for a, *_ in links} | {b for _, b, *_ in links}
-    for npu in range(builder.npus):
+    for npu in range(npus):
         if npu not in connected:
-            raise ConfigError(f"{source}: NPU npu{npu} has no links (disconnected)")
-    raw_dims = fabric.get("logical_dims", list(dims) if dims else [builder.npus])
+            raise ConfigError(f"{source}: NPU {names[npu]} has no links (disconnected)")
+    raw_dims = fabric.get("logical_dims") or (list(default_dims) if default_dims else [npus])
     if not isinstance(raw_dims, list) or not raw_dims:
         raise config_error(source, "fabric.logical_dims", "a list of sizes", raw_dims)
     logical = tuple(_integer(d, source, f"fabric.logical_dims[{i}]", 1)
                     for i, d in enumerate(raw_dims))
-    if math.prod(logical) != builder.npus:
+    if math.prod(logical) != npus:
         raise config_error(source, "fabric.logical_dims",
-                           f"sizes whose product is the NPU count {builder.npus}", raw_dims)
-    routing = fabric.get("routing", "ecmp")
+                           f"sizes whose product is the NPU count {npus}", raw_dims)
+    routing = fabric.get("routing") or "ecmp"
     if routing not in ROUTINGS:
         raise config_error(source, "fabric.routing", "ecmp or hash", routing)
-    return FabricConfig(npus=builder.npus, node_names=tuple(builder.names),
+    return FabricConfig(npus=npus, node_names=tuple(names),
                         link_src=tuple(a for a, *_ in links),
                         link_dst=tuple(b for _, b, *_ in links),
                         bandwidth_gbps=tuple(link[2] for link in links),

@@ -310,6 +310,9 @@ def _parse_any(data: Mapping[str, Any], source: str) -> NetworkConfig | FabricCo
     if "fabric" in data:
         from .fabric import parse_fabric_config
         return parse_fabric_config(data, source)
+    if "infragraph" in data:
+        from .infragraph import parse_infragraph_config
+        return parse_infragraph_config(data, source)
     return parse_network_config(data, source)
 
 

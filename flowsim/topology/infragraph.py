@@ -1,0 +1,254 @@
+"""InfraGraph input: an InfraGraph ``Infrastructure`` (https://infragraph.dev, the
+``infragraph`` package, an optional extra) as a flowsim fabric.
+
+A network file points at the description and says how collectives see it::
+
+    infragraph: pod.infragraph.yaml     # path (relative to this file) or an inline mapping
+    logical_dims: [8, 2]                # default: [number of xpus]
+    routing: ecmp                       # or hash; fail / degrade as for fabrics
+    default_bandwidth: 450              # GB/s for InfraGraph links that give none (optional)
+
+Mapping (strict: what InfraGraph's own expansion passes over silently is an error here):
+
+* every component of every device instance becomes a node ``instance.k.component.j`` (nested
+  devices extend the name: ``host.0.nic.1.port.0``); ``xpu`` components are the NPUs, in
+  expansion order; every other node (switches, NICs, ports, CPUs, ...) forwards traffic;
+* device edges are copied into every instance, infrastructure edges join instances;
+  endpoints take Python slices (``xpu[0:4]``, ``nic[-1]``); ``one2one`` pairs the two lists
+  (which must be as long), ``many2many`` every pair; each edge is a duplex link;
+* bandwidth in ``gigabits_per_second`` or ``gigabytes_per_second`` (10^9 B/s) is converted to
+  flowsim's GB/s (2^30 B/s, ASTRA-sim's); latency in ``ns``, ``us`` or ``ms``.
+
+When the ``infragraph`` package is installed the description is also validated by it, and its
+error is reported with the file name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .._io import read_mapping
+from ..errors import ConfigError
+from .graph import FabricConfig
+
+_ENDPOINT = re.compile(r"^([A-Za-z0-9_\-()<> ]+)(?:\[([^\]]*)\])?$")
+_GIB_PER_GB = 1e9 / 2**30  # one 10^9-byte GB in ASTRA-sim "GB" (2^30 bytes)
+
+
+class _Expander:
+    def __init__(self, infra: Mapping[str, Any], where: str) -> None:
+        self.where = where
+        self.devices = {d.get("name"): d for d in infra.get("devices") or []}
+        self.infra_links = {link.get("name"): link for link in infra.get("links") or []}
+        self.nodes: list[tuple[str, str]] = []
+        self.edges: list[tuple[str, str, Mapping[str, Any] | None, str]] = []
+
+    def fail(self, element: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.where}: {element}: {message}")
+
+    def device(self, name: str, element: str) -> Mapping[str, Any]:
+        if name not in self.devices:
+            raise self.fail(element, f"unknown device '{name}'")
+        return self.devices[name]
+
+    def components(self, device: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+        return {c.get("name"): c for c in device.get("components") or []}
+
+    @staticmethod
+    def indices(text: str | None, count: int, element: str, where: str) -> list[int]:
+        if text is None or text.strip() == "":
+            return list(range(count))
+        try:
+            if ":" not in text:
+                i = int(text)
+                i = i + count if i < 0 else i
+                if not 0 <= i < count:
+                    raise ValueError
+                return [i]
+            parts = [int(p) if p.strip() else None for p in text.split(":")]
+            if len(parts) > 3 or any(v is not None and not -count <= v <= count
+                                     for v in parts[:2]):
+                raise ValueError  # unlike InfraGraph, no silent clipping
+            chosen = list(range(*slice(*parts).indices(count)))
+        except ValueError:
+            raise ConfigError(f"{where}: {element}: index or slice [{text}] outside "
+                              f"0..{count - 1}") from None
+        if not chosen:
+            raise ConfigError(f"{where}: {element}: slice [{text}] selects nothing "
+                              f"(count {count})")
+        return chosen
+
+    def expand_device(self, name: str, prefix: str, element: str) -> None:
+        device = self.device(name, element)
+        for comp in device.get("components") or []:
+            cname, count, choice = comp.get("name"), comp.get("count"), comp.get("choice")
+            if not isinstance(count, int) or count < 1:
+                raise self.fail(f"{element} component '{cname}'", "count must be an integer >= 1")
+            for j in range(count):
+                path = f"{prefix}.{cname}.{j}"
+                if choice == "device":
+                    self.expand_device(cname, path, f"{element} > {cname}")
+                elif choice == "custom":
+                    self.nodes.append((path, str((comp.get("custom") or {}).get("type",
+                                                                               "custom"))))
+                else:
+                    self.nodes.append((path, str(choice)))
+        links = {link.get("name"): link for link in device.get("links") or []}
+        for i, edge in enumerate(device.get("edges") or []):
+            label = f"device '{name}' edges[{i}]"
+            ends = []
+            for key in ("ep1", "ep2"):
+                ep = edge.get(key) or {}
+                path = (ep["device"] + "." if ep.get("device") else "") + str(ep.get("component"))
+                ends.append([f"{prefix}.{rel}" for rel in self.paths(device, path, label)])
+            self.connect(ends[0], ends[1], edge, links, label)
+
+    def paths(self, device: Mapping[str, Any], path: str, element: str) -> list[str]:
+        """``cx5[0].port[1:3]`` inside ``device`` -> ``["cx5.0.port.1", "cx5.0.port.2"]``."""
+        out = [""]
+        current = device
+        for part in path.split("."):
+            match = _ENDPOINT.match(part)
+            comps = self.components(current)
+            if match is None or match.group(1) not in comps:
+                raise self.fail(element, f"unknown component '{part}' in device "
+                                f"'{current.get('name')}'")
+            comp = comps[match.group(1)]
+            picks = self.indices(match.group(2), comp.get("count", 0), element, self.where)
+            out = [f"{p}.{match.group(1)}.{j}".lstrip(".") for p in out for j in picks]
+            if comp.get("choice") == "device":
+                current = self.device(match.group(1), element)
+        return out
+
+    def connect(self, a: list[str], b: list[str], edge: Mapping[str, Any],
+                links: Mapping[str, Any], element: str) -> None:
+        scheme = edge.get("scheme")
+        link_name = edge.get("link")
+        if link_name not in links:
+            raise self.fail(element, f"unknown link '{link_name}'")
+        if scheme == "one2one":
+            if len(a) != len(b):
+                raise self.fail(element, f"one2one between {len(a)} and {len(b)} endpoints")
+            pairs = list(zip(a, b))
+        elif scheme == "many2many":
+            pairs = [(x, y) for x in a for y in b if x != y]
+        else:
+            raise self.fail(element, f"scheme '{scheme}' is not supported (one2one, many2many)")
+        for x, y in pairs:
+            self.edges.append((x, y, links[link_name], element))
+
+    def run(self, infra: Mapping[str, Any]) -> None:
+        instances = {}
+        for i, inst in enumerate(infra.get("instances") or []):
+            name, count = inst.get("name"), inst.get("count")
+            if not isinstance(count, int) or count < 1:
+                raise self.fail(f"instances[{i}]", "count must be an integer >= 1")
+            instances[name] = inst
+            for k in range(count):
+                self.expand_device(inst.get("device"), f"{name}.{k}", f"instance '{name}'")
+        for i, edge in enumerate(infra.get("edges") or []):
+            label = f"edges[{i}]"
+            ends = []
+            for key in ("ep1", "ep2"):
+                ep = edge.get(key) or {}
+                match = _ENDPOINT.match(str(ep.get("instance")))
+                if match is None or match.group(1) not in instances:
+                    raise self.fail(label, f"unknown instance '{ep.get('instance')}'")
+                inst = instances[match.group(1)]
+                picks = self.indices(match.group(2), inst["count"], label, self.where)
+                device = self.device(inst.get("device"), label)
+                rel = self.paths(device, str(ep.get("component")), label)
+                ends.append([f"{match.group(1)}.{k}.{r}" for k in picks for r in rel])
+            self.connect(ends[0], ends[1], edge, self.infra_links, label)
+
+
+def _bandwidth_gbps(link: Mapping[str, Any], default: float | None, where: str) -> float:
+    bw = ((link.get("physical") or {}).get("bandwidth")) or {}
+    for key, factor in (("gigabits_per_second", _GIB_PER_GB / 8),
+                        ("gigabytes_per_second", _GIB_PER_GB)):
+        if key in bw:
+            value = bw[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"{where}: link '{link.get('name')}': bandwidth must be > 0, "
+                                  f"found {value!r}")
+            return float(value) * factor
+    if default is not None:
+        return default
+    raise ConfigError(f"{where}: link '{link.get('name')}' has no bandwidth in "
+                      f"gigabits_per_second or gigabytes_per_second (set default_bandwidth)")
+
+
+def _latency_ns(link: Mapping[str, Any]) -> float:
+    lat = ((link.get("physical") or {}).get("latency")) or {}
+    for key, factor in (("ns", 1.0), ("us", 1e3), ("ms", 1e6)):
+        if key in lat:
+            return float(lat[key]) * factor
+    return 0.0
+
+
+def _validate_with_package(infra: Mapping[str, Any], where: str) -> None:
+    try:
+        from infragraph import Infrastructure  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    try:
+        Infrastructure().deserialize(dict(infra)).validate()
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: not a valid InfraGraph description: {exc}") from None
+
+
+def parse_infragraph_config(data: Mapping[str, Any], source: str = "<dict>") -> FabricConfig:
+    """A network config with an ``infragraph`` key -> :class:`FabricConfig`."""
+    raw = data.get("infragraph")
+    where = source
+    if isinstance(raw, (str, os.PathLike)):
+        path = Path(raw)
+        if not path.is_absolute() and source not in ("<dict>",):
+            path = Path(source).parent / path
+        infra = read_mapping(path, what="InfraGraph description")
+        where = str(path)
+    elif isinstance(raw, Mapping):
+        infra = raw
+    else:
+        raise ConfigError(f"{source}: key 'infragraph': expected a path or a mapping, "
+                          f"found {raw!r}")
+    _validate_with_package(infra, where)
+    expander = _Expander(infra, where)
+    expander.run(infra)
+    default = data.get("default_bandwidth")
+    default_gbps = float(default) if isinstance(default, (int, float)) and default > 0 else None
+    npu_names = [name for name, kind in expander.nodes if kind == "xpu"]
+    if len(npu_names) < 2:
+        raise ConfigError(f"{where}: expected at least 2 xpu components (the NPUs), found "
+                          f"{len(npu_names)}")
+    others = [name for name, kind in expander.nodes if kind != "xpu"]
+    names = npu_names + others
+    index = {name: i for i, name in enumerate(names)}
+    # one duplex link per node pair, as InfraGraph's graph has
+    pairs: dict[frozenset, tuple[str, str, Mapping[str, Any]]] = {}
+    for a, b, link, element in expander.edges:
+        if a not in index or b not in index:
+            raise ConfigError(f"{where}: {element}: endpoint {a if a not in index else b} "
+                              f"is not a component node")
+        pairs[frozenset((a, b))] = (a, b, link)
+    src, dst, bws, lats, link_names = [], [], [], [], []
+    for a, b, link in pairs.values():
+        bw = _bandwidth_gbps(link, default_gbps, where)
+        lat = _latency_ns(link)
+        for x, y in ((a, b), (b, a)):
+            src.append(index[x])
+            dst.append(index[y])
+            bws.append(bw)
+            lats.append(lat)
+            link_names.append(f"{x}->{y}")
+    fabric = {"logical_dims": data.get("logical_dims", [len(npu_names)]),
+              "routing": data.get("routing", "ecmp"),
+              "fail": data.get("fail"), "degrade": data.get("degrade")}
+    from .fabric import finish_fabric
+    return finish_fabric(len(npu_names), names, list(zip(src, dst, bws, lats, link_names)),
+                         fabric, source, default_dims=None)
+
