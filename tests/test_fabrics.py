@@ -211,3 +211,28 @@ def test_fat_tree_is_non_blocking_and_dragonfly_routes_minimally():
     assert 3 <= hops <= 5  # host, at most local + global + local, host
     globals_used = sum(fly.link_latency[links] == 1000)
     assert globals_used == 1  # minimal routing crosses one global link
+
+
+def test_three_tier_clos_with_per_tier_oversubscription_and_shared_nics():
+    def clos(spine_ratio):
+        return {"fabric": {"generator": "leaf_spine", "hosts": 8, "npus_per_host": 2,
+                           "scale_up": {"bandwidth": 400, "latency": 100},
+                           "nics_per_host": 1, "nic": {"bandwidth": 50, "latency": 500},
+                           "hosts_per_leaf": 2, "pods": 2, "spines": 2,
+                           "oversubscription": [1, spine_ratio]}}
+    net = flowsim.load_network(clos(1))
+    names = net.config.node_names
+    assert {"super0", "pod1.spine1", "host3.nic0", "leaf3"} <= set(names)
+    # hosts 0 and 7 sit in different pods: the path climbs to a super spine
+    _, _, indptr, links = net.routes_multipath(np.array([0]), np.array([14]))
+    first = [net.config.link_names[k] for k in links[indptr[0]:indptr[1]]]
+    assert any("super" in name for name in first) and first[0] == "npu0->host0.sw"
+    system = {"preferred-dataset-splits": 1, "endpoint-delay": 0,
+              "all-to-all-implementation": ["direct", "direct"]}
+    fast = flowsim.simulate_collective(clos(1), "all_to_all", N, system, model="flow",
+                                       dims=[1])
+    slow = flowsim.simulate_collective(clos(2), "all_to_all", N, system, model="flow",
+                                       dims=[1])
+    assert float(slow.time_ns) > float(fast.time_ns)
+    with pytest.raises(ConfigError, match="fabric.oversubscription"):
+        flowsim.load_network({"fabric": {**clos(1)["fabric"], "oversubscription": 1}})

@@ -122,7 +122,10 @@ def leaf_spine(spec: Mapping[str, Any], source: str) -> tuple[_Builder, tuple[in
     ``oversubscription`` (a leaf's downlink bandwidth over its uplink bandwidth, default 1:
     a leaf gets ``NICs x nic bandwidth / (oversubscription x uplink_bandwidth)`` uplinks),
     ``uplink_bandwidth`` (per port, default the NIC's), ``spines`` (default one per uplink;
-    a leaf's uplinks are spread evenly over them), ``spine_latency``. NPU
+    a leaf's uplinks are spread evenly over them), ``spine_latency``, ``nics_per_host``
+    (default one per NPU, each NPU's own port; fewer NICs hang off the host's scale-up
+    switch), and for three tiers ``pods`` (leaves split evenly; ``spines`` per pod),
+    ``oversubscription: [leaf, spine]`` and ``super_spines``. NPU
     ``h * npus_per_host + g`` is NPU ``g`` of host ``h``; the logical dims are
     ``[npus_per_host, hosts]``.
     """
@@ -134,55 +137,104 @@ def leaf_spine(spec: Mapping[str, Any], source: str) -> tuple[_Builder, tuple[in
     nic_bw = _number(nic.get("bandwidth"), source, "fabric.nic.bandwidth", positive=True)
     nic_lat = _number(nic.get("latency", 500), source, "fabric.nic.latency", positive=False)
     per_leaf = _integer(spec.get("hosts_per_leaf", hosts), source, "fabric.hosts_per_leaf", 1)
-    ratio = _number(spec.get("oversubscription", 1), source, "fabric.oversubscription",
-                    positive=True)
+    raw_ratio = spec.get("oversubscription", 1)
+    ratios = raw_ratio if isinstance(raw_ratio, list) else [raw_ratio]
+    ratios = [_number(r, source, f"fabric.oversubscription[{i}]", positive=True)
+              for i, r in enumerate(ratios)]
+    pods = spec.get("pods")
+    if len(ratios) != (2 if pods else 1):
+        raise config_error(source, "fabric.oversubscription",
+                           "one ratio (two tiers) or, with pods, [leaf, spine] (three tiers)",
+                           raw_ratio)
     uplink_bw = _number(spec.get("uplink_bandwidth", nic_bw), source,
                         "fabric.uplink_bandwidth", positive=True)
     spine_lat = _number(spec.get("spine_latency", nic_lat), source, "fabric.spine_latency",
                         positive=False)
     rails = bool(spec.get("rail_optimized", False))
+    nics = _integer(spec.get("nics_per_host", per_host), source, "fabric.nics_per_host", 1)
     b = _Builder(hosts * per_host, source)
     scale_up = spec.get("scale_up")
+    host_switch = []
     if scale_up and per_host > 1:
         up_bw = _number(scale_up.get("bandwidth"), source, "fabric.scale_up.bandwidth",
                         positive=True)
         up_lat = _number(scale_up.get("latency", 100), source, "fabric.scale_up.latency",
                          positive=False)
         for h in range(hosts):
-            switch = b.switch(f"host{h}.sw", "fabric")
+            host_switch.append(b.switch(f"host{h}.sw", "fabric"))
             for g in range(per_host):
-                b.link(h * per_host + g, switch, up_bw, up_lat)
+                b.link(h * per_host + g, host_switch[h], up_bw, up_lat)
+    if nics != per_host and not host_switch:
+        raise config_error(source, "fabric.nics_per_host",
+                           f"{per_host} (one per NPU) unless the host has a scale_up switch "
+                           f"that leads to its NICs", nics)
     if hosts % per_leaf:
         raise config_error(source, "fabric.hosts_per_leaf", f"a divisor of hosts ({hosts})",
                            per_leaf)
     groups = hosts // per_leaf
-    n_leaves = groups * (per_host if rails else 1)
-    down = per_leaf * (1 if rails else per_host)  # NICs on each leaf
-    # oversubscription = downlink bandwidth / uplink bandwidth, with ports of uplink_bandwidth
-    uplinks = down * nic_bw / (ratio * uplink_bw)
-    if uplinks < 1 or abs(uplinks - round(uplinks)) > 1e-9:
-        raise config_error(source, "fabric.oversubscription",
-                           f"a ratio giving a whole number of uplinks per leaf ({down} NICs "
-                           f"of {nic_bw:g} GB/s, uplinks of {uplink_bw:g} GB/s)", ratio)
-    uplinks = int(round(uplinks))
+    n_leaves = groups * (nics if rails else 1)
+    down = per_leaf * (1 if rails else nics)  # NICs on each leaf
+    uplinks = _ports(down * nic_bw, ratios[0], uplink_bw, source, "leaf")
     spines = _integer(spec.get("spines", uplinks), source, "fabric.spines", 1)
     if uplinks % spines:
         raise config_error(source, "fabric.spines",
                            f"a divisor of the {uplinks} uplinks of each leaf", spines)
     leaves = [b.switch(f"leaf{i}", "fabric") for i in range(n_leaves)]
-    spine_ids = [b.switch(f"spine{i}", "fabric") for i in range(spines)]
     for h in range(hosts):
-        for g in range(per_host):
-            leaf = (h // per_leaf) * per_host + g if rails else h // per_leaf
-            b.link(h * per_host + g, leaves[leaf], nic_bw, nic_lat)
-    for i, leaf in enumerate(leaves):
-        for j, spine in enumerate(spine_ids):
-            for k in range(uplinks // spines):
-                suffix = f"#{k}" if uplinks > spines else ""
-                b.link(leaf, spine, uplink_bw, spine_lat, name=f"leaf{i}->spine{j}{suffix}",
-                       back_name=f"spine{j}->leaf{i}{suffix}")
+        for n in range(nics):
+            leaf = leaves[(h // per_leaf) * nics + n if rails else h // per_leaf]
+            if nics == per_host:  # one NIC per NPU: the NPU's own port
+                b.link(h * per_host + n, leaf, nic_bw, nic_lat)
+            else:  # NICs behind the host's scale-up switch
+                card = b.switch(f"host{h}.nic{n}", "fabric")
+                b.link(host_switch[h], card, nic_bw, 0.0)
+                b.link(card, leaf, nic_bw, nic_lat)
+    n_pods = _integer(pods, source, "fabric.pods", 1) if pods else 1
+    if n_leaves % n_pods:
+        raise config_error(source, "fabric.pods", f"a divisor of the {n_leaves} leaves", pods)
+    per_pod = n_leaves // n_pods
+    spine_ids = []
+    for pod in range(n_pods):
+        label = f"pod{pod}." if pods else ""
+        pod_spines = [b.switch(f"{label}spine{j}", "fabric") for j in range(spines)]
+        spine_ids.append(pod_spines)
+        for i in range(pod * per_pod, (pod + 1) * per_pod):
+            for j, spine in enumerate(pod_spines):
+                for k in range(uplinks // spines):
+                    suffix = f"#{k}" if uplinks > spines else ""
+                    b.link(leaves[i], spine, uplink_bw, spine_lat,
+                           name=f"leaf{i}->{label}spine{j}{suffix}",
+                           back_name=f"{label}spine{j}->leaf{i}{suffix}")
+    if pods:  # third tier: every pod spine to the super spines
+        spine_down = per_pod * (uplinks // spines)
+        up = _ports(spine_down * uplink_bw, ratios[1], uplink_bw, source, "spine")
+        supers = _integer(spec.get("super_spines", up), source, "fabric.super_spines", 1)
+        if up % supers:
+            raise config_error(source, "fabric.super_spines",
+                               f"a divisor of the {up} uplinks of each spine", supers)
+        top = [b.switch(f"super{t}", "fabric") for t in range(supers)]
+        for pod, pod_spines in enumerate(spine_ids):
+            for j, spine in enumerate(pod_spines):
+                for t, sup in enumerate(top):
+                    for k in range(up // supers):
+                        suffix = f"#{k}" if up > supers else ""
+                        b.link(spine, sup, uplink_bw, spine_lat,
+                               name=f"pod{pod}.spine{j}->super{t}{suffix}",
+                               back_name=f"super{t}->pod{pod}.spine{j}{suffix}")
     dims = (per_host, hosts) if per_host > 1 and hosts > 1 else (hosts * per_host,)
     return b, dims
+
+
+def _ports(down_bandwidth: float, ratio: float, port_bandwidth: float, source: str,
+           tier: str) -> int:
+    """Uplink ports of ``port_bandwidth`` giving ``down / up = ratio`` (a whole number)."""
+    ports = down_bandwidth / (ratio * port_bandwidth)
+    if ports < 1 or abs(ports - round(ports)) > 1e-9:
+        raise config_error(source, "fabric.oversubscription",
+                           f"a ratio giving a whole number of uplinks per {tier} "
+                           f"({down_bandwidth:g} GB/s down, uplinks of {port_bandwidth:g} "
+                           f"GB/s)", ratio)
+    return int(round(ports))
 
 
 def torus(spec: Mapping[str, Any], source: str, wrap: bool) -> tuple[_Builder, tuple[int, ...]]:
