@@ -79,6 +79,17 @@ class _Builder:
                                  f"{self.names[b]}->{self.names[a]}")
             self.links.append((b, a, bandwidth, latency, back))
 
+    def connect_tiers(self, lower: dict[str, int], upper: dict[str, int], parallel: int,
+                      bandwidth: float, latency: float) -> None:
+        """Every node of ``lower`` to every node of ``upper`` with ``parallel`` duplex links,
+        named ``low->up`` (``#k`` for parallel ones) and ``up->low`` back."""
+        for low_name, low in lower.items():
+            for up_name, up in upper.items():
+                for k in range(parallel):
+                    suffix = f"#{k}" if parallel > 1 else ""
+                    self.link(low, up, bandwidth, latency, name=f"{low_name}->{up_name}{suffix}",
+                              back_name=f"{up_name}->{low_name}{suffix}")
+
 
 def _explicit(fabric: Mapping[str, Any], source: str) -> _Builder:
     builder = _Builder(_integer(fabric.get("npus"), source, "fabric.npus", 2), source)
@@ -198,13 +209,9 @@ def leaf_spine(spec: Mapping[str, Any], source: str) -> tuple[_Builder, tuple[in
         label = f"pod{pod}." if pods else ""
         pod_spines = [b.switch(f"{label}spine{j}", "fabric") for j in range(spines)]
         spine_ids.append(pod_spines)
-        for i in range(pod * per_pod, (pod + 1) * per_pod):
-            for j, spine in enumerate(pod_spines):
-                for k in range(uplinks // spines):
-                    suffix = f"#{k}" if uplinks > spines else ""
-                    b.link(leaves[i], spine, uplink_bw, spine_lat,
-                           name=f"leaf{i}->{label}spine{j}{suffix}",
-                           back_name=f"{label}spine{j}->leaf{i}{suffix}")
+        lower = {f"leaf{i}": leaves[i] for i in range(pod * per_pod, (pod + 1) * per_pod)}
+        upper = {f"{label}spine{j}": spine for j, spine in enumerate(pod_spines)}
+        b.connect_tiers(lower, upper, uplinks // spines, uplink_bw, spine_lat)
     if pods:  # third tier: every pod spine to the super spines
         spine_down = per_pod * (uplinks // spines)
         up = _ports(spine_down * uplink_bw, ratios[1], uplink_bw, source, "spine")
@@ -213,14 +220,10 @@ def leaf_spine(spec: Mapping[str, Any], source: str) -> tuple[_Builder, tuple[in
             raise config_error(source, "fabric.super_spines",
                                f"a divisor of the {up} uplinks of each spine", supers)
         top = [b.switch(f"super{t}", "fabric") for t in range(supers)]
-        for pod, pod_spines in enumerate(spine_ids):
-            for j, spine in enumerate(pod_spines):
-                for t, sup in enumerate(top):
-                    for k in range(up // supers):
-                        suffix = f"#{k}" if up > supers else ""
-                        b.link(spine, sup, uplink_bw, spine_lat,
-                               name=f"pod{pod}.spine{j}->super{t}{suffix}",
-                               back_name=f"super{t}->pod{pod}.spine{j}{suffix}")
+        lower = {f"pod{pod}.spine{j}": spine for pod, pod_spines in enumerate(spine_ids)
+                 for j, spine in enumerate(pod_spines)}
+        b.connect_tiers(lower, {f"super{t}": sup for t, sup in enumerate(top)},
+                        up // supers, uplink_bw, spine_lat)
     dims = (per_host, hosts) if per_host > 1 and hosts > 1 else (hosts * per_host,)
     return b, dims
 
