@@ -18,9 +18,9 @@ _KIND_DIRS = {"network": "topologies", "system": "topologies/systems"}
 _KIND_SUFFIXES = {"network": (".yml", ".yaml"), "system": (".json",)}
 _SHARE_DIRS = {"network": "topologies", "system": "systems"}
 
-#: Bundled defaults used when a ``--network`` / ``--system`` option is not given.
+#: Bundled network used when ``--network`` is not given (without ``--system`` the defaults of
+#: :class:`flowsim.SystemConfig` apply: ASTRA-sim's Ring_4chunks settings in every dimension).
 DEFAULT_NETWORK = "ring8"
-DEFAULT_SYSTEM = "ring_4chunks"
 
 
 def bundled_dir(kind: str) -> Path:

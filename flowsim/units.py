@@ -14,8 +14,6 @@ from .errors import config_error
 
 #: bytes per ns in one "GB/s" of an ASTRA-sim network config (GB = 2**30 B).
 NETWORK_GBPS_TO_BYTES_PER_NS = float(1 << 30) / 1e9
-#: bytes per ns in one GB/s of ASTRA-sim's ``local-mem-bw`` (GB = 1e9 B).
-MEMORY_GBPS_TO_BYTES_PER_NS = 1.0
 
 _SIZE_UNITS = {
     "": 1, "b": 1,

@@ -124,7 +124,6 @@ class FlowEngine:
         self.clock = np.zeros(1, np.float64)
         self._first_new = 0
         self._retired_link_bytes = np.zeros(max(L, 1), np.float64)
-        self.retired_flows = 0
 
     # ------------------------------------------------------------------ building
     @property
@@ -298,7 +297,6 @@ class FlowEngine:
         flows.n = m
         self._first_new = m
         self.counters[4] -= n - m
-        self.retired_flows += n - m
 
     def group_done_time(self, group: int) -> float:
         return float(self._groups["done"][group])

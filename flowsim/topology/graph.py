@@ -15,7 +15,6 @@ hashing does.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -80,10 +79,6 @@ class FabricConfig:
     @property
     def in_network_reduction(self) -> tuple[bool, ...]:
         return (False,) * self.ndims
-
-    @property
-    def latency_per_dim(self) -> tuple[float, ...]:
-        return (math.nan,) * self.ndims
 
 
 @dataclass(frozen=True, eq=False)
