@@ -65,7 +65,7 @@ def write_result(ds: xr.Dataset, output: Path) -> None:
         tmp = output.with_name(f".{output.name}.tmp{os.getpid()}")
         if tmp.exists():
             shutil.rmtree(tmp)
-        ds.to_zarr(tmp, mode="w", consolidated=False)
+        ds.to_zarr(tmp, mode="w", consolidated=False, zarr_format=2)  # portable strings
         if output.exists():
             shutil.rmtree(output)
         os.replace(tmp, output)
