@@ -3,7 +3,7 @@
 The public API::
 
     import flowsim
-    net = flowsim.load_network("topologies/ring8.yml")
+    net = flowsim.load_network("ring8")  # bundled name or path to a YAML file
     ds = flowsim.simulate_collective(net, "all_reduce", "64MiB", model="flow")
     ds.time_ns
 """

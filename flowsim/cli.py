@@ -13,6 +13,8 @@ import json
 import sys
 import warnings
 
+import numpy as np
+
 from . import __version__
 from .errors import FlowsimError, FlowsimWarning
 from .resources import DEFAULT_NETWORK, bundled_names
@@ -126,18 +128,20 @@ def _run_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _with_failures(args: argparse.Namespace) -> dict:
+def _with_failures(args: argparse.Namespace):
     """The fabric config of ``--network`` with ``--fail`` / ``--degrade`` added."""
     from ._io import read_mapping
     from .resources import resolve_config_path
+    from .topology.network import _parse_any
 
     path = resolve_config_path(args.network, kind="network")
-    data = read_mapping(path, what="network config")
-    if "fabric" not in data:
+    data = dict(read_mapping(path, what="network config"))
+    if "fabric" not in data and "infragraph" not in data:
         raise FlowsimError(f"{path}: --fail and --degrade need a fabric network (a 'fabric:' "
-                           f"config); Ring / FullyConnected / Switch dimensions have no "
-                           f"alternative routes")
-    fabric = dict(data["fabric"])
+                           f"or 'infragraph:' config); Ring / FullyConnected / Switch "
+                           f"dimensions have no alternative routes")
+    # failures sit in the fabric mapping, or at the top level of an InfraGraph network file
+    fabric = data if "infragraph" in data else dict(data["fabric"])
     fabric["fail"] = list(fabric.get("fail") or []) + list(args.fail)
     degrade = dict(fabric.get("degrade") or {})
     for item in args.degrade:
@@ -149,7 +153,9 @@ def _with_failures(args: argparse.Namespace) -> dict:
         if not sep or not pattern:
             raise FlowsimError(f"argument --degrade: expected PATTERN=FACTOR, found {item!r}")
     fabric["degrade"] = degrade
-    return {"fabric": fabric}
+    if "fabric" in data:
+        data["fabric"] = fabric
+    return _parse_any(data, str(path))
 
 
 def _run_collective(args: argparse.Namespace) -> int:
@@ -180,7 +186,8 @@ def _run_collective(args: argparse.Namespace) -> int:
         "system": str(args.system) if args.system else "default",
         "topology": [str(t) for t in ds.topology.values],
         "algorithm": [str(a) for a in ds.algorithm.values],
-        "dim_bytes": [float(b) for b in ds.dim_bytes.values],
+        # fabrics: links belong to no logical dimension (NaN in the Dataset, null here)
+        "dim_bytes": [float(b) if np.isfinite(b) else None for b in ds.dim_bytes.values],
         "stats": json.loads(ds.attrs["stats"]),
     }
     if args.json:
@@ -195,7 +202,9 @@ def _run_collective(args: argparse.Namespace) -> int:
     print(f"  algorithms: {', '.join(summary['algorithm'])}")
     busy = ds.dim_busy_ns.values
     for d in range(len(busy)):
-        print(f"  dim {d}: {format_size(ds.dim_bytes.values[d])} over links, busy "
+        carried = ds.dim_bytes.values[d]
+        over = f"{format_size(carried)} over links, " if np.isfinite(carried) else ""
+        print(f"  dim {d}: {over}busy "
               f"{format_time(busy[d])}")
     stats = summary["stats"]
     print(f"  flows: {stats['flows']}, steps: {stats['steps']}, events: {stats['events']}")

@@ -39,6 +39,13 @@ def describe(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def unknown_key_error(source: str | None, key: str, known: Any) -> ConfigError:
+    """The uniform error for a key that is not part of a config."""
+    where = f"{source}: " if source else ""
+    return ConfigError(f"{where}unknown key '{key}' (expected one of "
+                       f"{', '.join(sorted(known))})")
+
+
 def config_error(source: str | None, key: str, expected: str, found: Any) -> ConfigError:
     """Build the uniform error for a bad configuration value.
 

@@ -44,11 +44,14 @@ def resolve_config_path(value: str | os.PathLike, *, kind: str) -> Path:
     path = Path(value)
     if path.is_file():
         return path
-    folder = bundled_dir(kind)
-    for candidate in [folder / path.name] + [folder / (path.name + s)
-                                             for s in _KIND_SUFFIXES[kind]]:
-        if candidate.is_file():
-            return candidate
+    if path.is_dir():
+        raise ConfigError(f"{value}: is a directory, not a {kind} config file")
+    # a bare name (no folder, no extension) may name a bundled config
+    if path.name == str(value) and not path.suffix:
+        folder = bundled_dir(kind)
+        for candidate in [folder / (path.name + s) for s in _KIND_SUFFIXES[kind]]:
+            if candidate.is_file():
+                return candidate
     names = ", ".join(bundled_names(kind)) or "none found"
     raise ConfigError(f"{value}: {kind} config not found (expected a file path or a bundled "
                       f"name: {names})")

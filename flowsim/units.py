@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
+
 from .errors import config_error
 
 #: bytes per ns in one "GB/s" of an ASTRA-sim network config (GB = 2**30 B).
@@ -41,6 +43,8 @@ def parse_size(value: object, *, source: str | None = None, key: str = "size",
     expected = f"a whole number of bytes {bound} (e.g. 1048576, '64MiB', '1GB')"
     if isinstance(value, bool):
         raise config_error(source, key, expected, value)
+    if isinstance(value, np.integer):
+        value = int(value)
     if isinstance(value, int):
         number = value
     elif isinstance(value, float):
@@ -53,7 +57,7 @@ def parse_size(value: object, *, source: str | None = None, key: str = "size",
         if match is None or unit not in _SIZE_UNITS:
             raise config_error(source, key, expected, value)
         scaled = float(match.group(1)) * _SIZE_UNITS[unit]
-        if scaled != int(scaled):
+        if not math.isfinite(scaled) or scaled != int(scaled):
             raise config_error(source, key, expected, value)
         number = int(scaled)
     else:

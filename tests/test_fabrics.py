@@ -236,3 +236,27 @@ def test_three_tier_clos_with_per_tier_oversubscription_and_shared_nics():
     assert float(slow.time_ns) > float(fast.time_ns)
     with pytest.raises(ConfigError, match="fabric.oversubscription"):
         flowsim.load_network({"fabric": {**clos(1)["fabric"], "oversubscription": 1}})
+
+
+@pytest.mark.parametrize("fabric,match", [
+    ({"generator": "leaf_spine", "hosts": 4, "nic": 50}, "fabric.nic"),
+    ({"generator": "leaf_spine", "hosts": 4, "nic": {"bandwidth": 50},
+      "oversubscripton": 4}, "unknown key 'fabric.oversubscripton'"),
+    ({"npus": 2, "links": [["npu0", "npu1", 1, 1]], "fail": [3]}, r"fabric.fail\[0\]"),
+    ({"npus": 2, "links": [["npu0", "npu1", 1, 1]], "routng": "ecmp"},
+     "unknown key 'fabric.routng'"),
+    ({"npus": 2, "links": [{"src": "npu0", "dst": "npu1", "bandwidth": 1, "latency": 1,
+                            "bw": 2}]}, r"unknown key 'fabric.links\[0\].bw'"),
+    ({"generator": "torus", "dims": [100000, 100000], "bandwidth": 1}, "at most"),
+])
+def test_bad_fabric_values_are_one_clear_error(fabric, match):
+    with pytest.raises(ConfigError, match=match):
+        flowsim.load_network({"fabric": fabric})
+
+
+def test_single_path_routes_check_their_endpoints():
+    net = flowsim.load_network(ring_of_switches())
+    with pytest.raises(RoutingError, match="NPU -1 does not exist"):
+        net.routes(np.array([-1]), np.array([2]))
+    with pytest.raises(RoutingError, match="NPU 100 does not exist"):
+        net.routes(np.array([0]), np.array([100]))

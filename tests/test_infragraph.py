@@ -98,3 +98,26 @@ def test_logical_mapping_must_cover_the_npus():
     with pytest.raises(ConfigError, match="product is the NPU count 16"):
         load(example(), logical_dims=[8, 3])
     assert load(copy.deepcopy(example()), logical_dims=[4, 4]).dims == (4, 4)
+
+
+def test_bad_latency_self_containing_device_and_wrapper_keys():
+    infra = example()
+    infra["links"][0]["physical"]["latency"] = {"choice": "ns", "ns": -5}
+    with pytest.raises(ConfigError, match="latency must be a number >= 0"):
+        load(infra)
+    infra = example()
+    infra["devices"][0]["components"].append({"name": "host", "count": 1, "choice": "device"})
+    with pytest.raises(ConfigError, match="contains itself"):
+        load(infra)
+    infra = example()
+    infra["devices"] = ["not a mapping"]
+    with pytest.raises(ConfigError, match="expected a list of mappings|not a valid InfraGraph"):
+        load(infra)
+    with pytest.raises(ConfigError, match="unknown key 'logical_dim'"):
+        load(example(), logical_dim=[8, 2])
+    with pytest.raises(ConfigError, match="key 'default_bandwidth'"):
+        load(example(), default_bandwidth=-5)
+    with pytest.raises(ConfigError, match="key 'routing'"):
+        load(example(), routing="spray")
+    with pytest.raises(ConfigError, match="key 'infragraph'.*not found"):
+        flowsim.load_network({"infragraph": "/no/such/file.json"})

@@ -156,3 +156,18 @@ def test_route_to_missing_npu_is_an_error(net8):
         net8.routes(np.array([0]), np.array([8]))
     with pytest.raises(RoutingError, match="NPU -1 does not exist"):
         net8.routes(np.array([-1]), np.array([2]))
+
+
+def test_only_bare_names_fall_back_to_bundled_configs(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        flowsim.load_network(tmp_path / "ring8.yml")   # a missing path is not 'ring8'
+    with pytest.raises(ConfigError, match="is a directory"):
+        flowsim.load_network(tmp_path)
+    assert flowsim.load_network("ring8").npus == 8
+
+
+def test_sizes_accept_numpy_integers_and_refuse_overflow():
+    from flowsim.units import parse_size
+    assert parse_size(np.int64(1024)) == 1024
+    with pytest.raises(ConfigError, match="'size'"):
+        parse_size("1e400")

@@ -12,6 +12,11 @@ Accepted keys (one list entry per dimension, scalars are broadcast to every dime
     Per-link latency in ns, >= 0.
 ``in_network_reduction`` (flowsim extension)
     Booleans; ``true`` marks a Switch dimension whose switch reduces (SHARP-like).
+``name``
+    Free text, ignored.
+
+A file with a ``fabric`` or ``infragraph`` key describes a graph instead (see
+:mod:`.fabric` and :mod:`.infragraph`); :func:`flowsim.load_network` reads every kind.
 """
 
 from __future__ import annotations

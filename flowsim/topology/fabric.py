@@ -24,11 +24,32 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ConfigError, config_error
+from ..errors import ConfigError, config_error, unknown_key_error
+from .config import MAX_NPUS
 from .graph import ROUTINGS, FabricConfig
 
-_FABRIC_KEYS = {"npus", "switches", "links", "logical_dims", "routing", "fail", "degrade",
-                "generator"}
+_COMMON_KEYS = {"logical_dims", "routing", "fail", "degrade", "generator"}
+_FABRIC_KEYS = _COMMON_KEYS | {"npus", "switches", "links"}
+_GENERATOR_KEYS = {
+    "leaf_spine": {"hosts", "npus_per_host", "scale_up", "nic", "hosts_per_leaf",
+                   "oversubscription", "uplink_bandwidth", "spine_latency", "rail_optimized",
+                   "nics_per_host", "spines", "pods", "super_spines"},
+    "fat_tree": {"k", "bandwidth", "latency", "npus_per_host"},
+    "dragonfly": {"routers", "hosts_per_router", "global_links", "groups", "bandwidth",
+                  "latency", "global_bandwidth", "global_latency"},
+    "torus": {"dims", "bandwidth", "latency"},
+}
+_GENERATOR_KEYS["clos"] = _GENERATOR_KEYS["leaf_spine"]
+_GENERATOR_KEYS["mesh"] = _GENERATOR_KEYS["torus"]
+
+
+def _mapping(value: Any, source: str, key: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise config_error(source, key, "a mapping such as {bandwidth: 50, latency: 500}",
+                           value)
+    return value
 
 
 def _number(value: Any, source: str, key: str, *, positive: bool) -> float:
@@ -49,6 +70,8 @@ class _Builder:
     """Collects nodes and directed links, checking names as it goes."""
 
     def __init__(self, npus: int, source: str) -> None:
+        if npus > MAX_NPUS:
+            raise config_error(source, "fabric", f"at most {MAX_NPUS} NPUs", npus)
         self.source = source
         self.npus = npus
         self.names = [f"npu{i}" for i in range(npus)]
@@ -108,14 +131,17 @@ def _explicit(fabric: Mapping[str, Any], source: str) -> _Builder:
             spec = dict(item)
             extra = set(spec) - {"src", "dst", "bandwidth", "latency", "duplex", "name"}
             if extra:
-                raise config_error(source, f"{key}.{sorted(extra)[0]}",
-                                   "one of src, dst, bandwidth, latency, duplex, name", ...)
+                raise unknown_key_error(source, f"{key}.{sorted(extra)[0]}",
+                                        ("src", "dst", "bandwidth", "latency", "duplex", "name"))
         else:
             raise config_error(source, key, "a list [a, b, bw, lat] or a mapping", item)
         a = builder.node(spec.get("src"), f"{key}.src")
         b = builder.node(spec.get("dst"), f"{key}.dst")
         if a == b:
             raise config_error(source, key, "a link between two different nodes", item)
+        name = spec.get("name")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise config_error(source, f"{key}.name", "a non-empty string", name)
         builder.link(a, b, _number(spec.get("bandwidth"), source, f"{key}.bandwidth",
                                    positive=True),
                      _number(spec.get("latency"), source, f"{key}.latency", positive=False),
@@ -144,7 +170,7 @@ def leaf_spine(spec: Mapping[str, Any], source: str) -> tuple[_Builder, tuple[in
     per_host = _integer(spec.get("npus_per_host", 1), source, "fabric.npus_per_host", 1)
     if hosts * per_host < 2:
         raise config_error(source, "fabric.hosts", "at least 2 NPUs in total", hosts)
-    nic = spec.get("nic") or {}
+    nic = _mapping(spec.get("nic"), source, "fabric.nic")
     nic_bw = _number(nic.get("bandwidth"), source, "fabric.nic.bandwidth", positive=True)
     nic_lat = _number(nic.get("latency", 500), source, "fabric.nic.latency", positive=False)
     per_leaf = _integer(spec.get("hosts_per_leaf", hosts), source, "fabric.hosts_per_leaf", 1)
@@ -164,7 +190,7 @@ def leaf_spine(spec: Mapping[str, Any], source: str) -> tuple[_Builder, tuple[in
     rails = bool(spec.get("rail_optimized", False))
     nics = _integer(spec.get("nics_per_host", per_host), source, "fabric.nics_per_host", 1)
     b = _Builder(hosts * per_host, source)
-    scale_up = spec.get("scale_up")
+    scale_up = _mapping(spec.get("scale_up"), source, "fabric.scale_up")
     host_switch = []
     if scale_up and per_host > 1:
         up_bw = _number(scale_up.get("bandwidth"), source, "fabric.scale_up.bandwidth",
@@ -266,7 +292,8 @@ def fat_tree(spec: Mapping[str, Any], source: str) -> tuple[_Builder, tuple[int,
     """A k-ary fat-tree (k pods of k/2 edge and k/2 aggregation switches, (k/2)^2 core
     switches, k/2 hosts per edge switch): keys ``k`` (even), ``bandwidth``, ``latency``
     (every link), ``npus_per_host`` (default 1; each NPU has its own link to the edge
-    switch). Non-blocking; NPU ids go host by host."""
+    switch). Non-blocking with one NPU per host; with ``n`` per host the edge switches are
+    ``n``:1 oversubscribed. NPU ids go host by host."""
     k = _integer(spec.get("k"), source, "fabric.k", 2)
     if k % 2:
         raise config_error(source, "fabric.k", "an even number", k)
@@ -330,31 +357,37 @@ def dragonfly(spec: Mapping[str, Any], source: str) -> tuple[_Builder, tuple[int
     return b, (p, a, g) if p > 1 else (a, g)
 
 
-def _apply_failures(b: _Builder, fabric: Mapping[str, Any], source: str) -> list:
+def _apply_failures(b: _Builder, fabric: Mapping[str, Any], source: str,
+                    prefix: str = "fabric.") -> list:
     links = list(b.links)
     fail = fabric.get("fail") or []
     if not isinstance(fail, list):
-        raise config_error(source, "fabric.fail", "a list of link or node names (globs)", fail)
+        raise config_error(source, f"{prefix}fail", "a list of link or node names (globs)", fail)
     for i, pattern in enumerate(fail):
+        if not isinstance(pattern, str):
+            raise config_error(source, f"{prefix}fail[{i}]", "a name or glob pattern", pattern)
         matched = [link for link in links if fnmatch.fnmatchcase(link[4], pattern)
                    or fnmatch.fnmatchcase(b.names[link[0]], pattern)
                    or fnmatch.fnmatchcase(b.names[link[1]], pattern)]
         if not matched:
-            raise config_error(source, f"fabric.fail[{i}]", "a pattern matching a link or node",
+            raise config_error(source, f"{prefix}fail[{i}]", "a pattern matching a link or node",
                                pattern)
         links = [link for link in links if link not in matched]
     degrade = fabric.get("degrade") or {}
     if not isinstance(degrade, Mapping):
-        raise config_error(source, "fabric.degrade", "a mapping of pattern -> factor", degrade)
+        raise config_error(source, f"{prefix}degrade", "a mapping of pattern -> factor", degrade)
     for pattern, factor in degrade.items():
-        f = _number(factor, source, f"fabric.degrade[{pattern}]", positive=True)
+        if not isinstance(pattern, str):
+            raise config_error(source, f"{prefix}degrade", "names or glob patterns as keys",
+                               pattern)
+        f = _number(factor, source, f"{prefix}degrade[{pattern}]", positive=True)
         hit = False
         for k, link in enumerate(links):
             if fnmatch.fnmatchcase(link[4], pattern):
                 links[k] = (link[0], link[1], link[2] * f, link[3], link[4])
                 hit = True
         if not hit:
-            raise config_error(source, f"fabric.degrade[{pattern}]", "a pattern matching a link",
+            raise config_error(source, f"{prefix}degrade[{pattern}]", "a pattern matching a link",
                                pattern)
     return links
 
@@ -368,9 +401,13 @@ def parse_fabric_config(data: Mapping[str, Any], source: str = "<dict>") -> Fabr
     if generator is None:
         unknown = set(fabric) - _FABRIC_KEYS
         if unknown:
-            raise config_error(source, f"fabric.{sorted(unknown)[0]}",
-                               "one of " + ", ".join(sorted(_FABRIC_KEYS)), ...)
+            raise unknown_key_error(source, f"fabric.{sorted(unknown, key=str)[0]}",
+                                    _FABRIC_KEYS)
         builder, dims = _explicit(fabric, source), None
+    elif generator in _GENERATOR_KEYS and set(fabric) - _COMMON_KEYS - _GENERATOR_KEYS[generator]:
+        unknown = set(fabric) - _COMMON_KEYS - _GENERATOR_KEYS[generator]
+        raise unknown_key_error(source, f"fabric.{sorted(unknown, key=str)[0]}",
+                                _COMMON_KEYS | _GENERATOR_KEYS[generator])
     elif generator in ("leaf_spine", "clos"):
         builder, dims = leaf_spine(fabric, source)
     elif generator in ("torus", "mesh"):
@@ -387,26 +424,30 @@ def parse_fabric_config(data: Mapping[str, Any], source: str = "<dict>") -> Fabr
 
 
 def finish_fabric(npus: int, names: list[str], links: list[tuple], fabric: Mapping[str, Any],
-                  source: str, default_dims: tuple[int, ...] | None) -> FabricConfig:
-    """Failures, connectivity, logical dims and routing: the checks every fabric passes."""
+                  source: str, default_dims: tuple[int, ...] | None,
+                  prefix: str = "fabric.") -> FabricConfig:
+    """Failures, connectivity, logical dims and routing: the checks every fabric passes.
+    ``prefix`` is how keys are named in errors (``fabric.`` or nothing, for InfraGraph)."""
     builder = _Builder(0, source)
     builder.npus, builder.names, builder.links = npus, list(names), list(links)
-    links = _apply_failures(builder, fabric, source)
+    links = _apply_failures(builder, fabric, source, prefix)
     connected = {a for a, *_ in links} | {b for _, b, *_ in links}
     for npu in range(npus):
         if npu not in connected:
             raise ConfigError(f"{source}: NPU {names[npu]} has no links (disconnected)")
-    raw_dims = fabric.get("logical_dims") or (list(default_dims) if default_dims else [npus])
+    raw_dims = fabric.get("logical_dims")
+    if raw_dims is None:
+        raw_dims = list(default_dims) if default_dims else [npus]
     if not isinstance(raw_dims, list) or not raw_dims:
-        raise config_error(source, "fabric.logical_dims", "a list of sizes", raw_dims)
-    logical = tuple(_integer(d, source, f"fabric.logical_dims[{i}]", 1)
+        raise config_error(source, f"{prefix}logical_dims", "a list of sizes", raw_dims)
+    logical = tuple(_integer(d, source, f"{prefix}logical_dims[{i}]", 1)
                     for i, d in enumerate(raw_dims))
     if math.prod(logical) != npus:
-        raise config_error(source, "fabric.logical_dims",
+        raise config_error(source, f"{prefix}logical_dims",
                            f"sizes whose product is the NPU count {npus}", raw_dims)
     routing = fabric.get("routing") or "ecmp"
     if routing not in ROUTINGS:
-        raise config_error(source, "fabric.routing", "ecmp or hash", routing)
+        raise config_error(source, f"{prefix}routing", "ecmp or hash", routing)
     return FabricConfig(npus=npus, node_names=tuple(names),
                         link_src=tuple(a for a, *_ in links),
                         link_dst=tuple(b for _, b, *_ in links),

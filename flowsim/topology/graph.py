@@ -1,7 +1,7 @@
 """Fabrics: networks given as a graph of nodes and links, routed by shortest paths with ECMP.
 
 A fabric config (YAML key ``fabric``) lists NPUs, switches and links explicitly, or asks a
-generator for them (see :mod:`.generators`). Collectives see the fabric through *logical
+generator for them (see :mod:`.fabric`). Collectives see the fabric through *logical
 dimensions* (``logical_dims``, e.g. ``[8, 128]``: 8 GPUs of a host, then 128 hosts) over the
 NPU ids, dimension 0 fastest, as ASTRA-sim's ns-3 backend maps its logical topology onto the
 physical one; every algorithm of the system layer runs unchanged.
@@ -144,7 +144,8 @@ class FabricNetwork(LogicalGrid):
         link_cost = self.link_latency + HOP_COST
         here = cost[:, self.link_src]                         # (npus, links)
         there = cost[:, self.link_dst] + link_cost[None, :]
-        ok = np.isfinite(there) & (np.abs(there - here) <= COST_RTOL * np.maximum(here, 1.0))
+        with np.errstate(invalid="ignore"):  # inf - inf where failures cut nodes off
+            ok = np.isfinite(there) & (np.abs(there - here) <= COST_RTOL * np.maximum(here, 1.0))
         target, link = np.nonzero(ok)
         key = self.link_src[link] * self.npus + target
         order = np.argsort(key, kind="stable")
@@ -167,6 +168,11 @@ class FabricNetwork(LogicalGrid):
         """
         src = np.asarray(src, np.int64).ravel()
         dst = np.asarray(dst, np.int64).ravel()
+        self._check_pairs(src, dst)
+        return _shortest_path_flows(self, src, dst, self.config.routing == "hash")
+
+    def _check_pairs(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Both ends exist and are connected (raises RoutingError)."""
         for name, arr in (("src", src), ("dst", dst)):
             bad = (arr < 0) | (arr >= self.npus)
             if bad.any():
@@ -179,14 +185,13 @@ class FabricNetwork(LogicalGrid):
             raise RoutingError(f"{self.config.source}: no path from "
                                f"{self.config.node_names[src[i]]} to "
                                f"{self.config.node_names[dst[i]]}")
-        return _shortest_path_flows(self, src, dst, self.config.routing == "hash")
 
     def routes(self, src: np.ndarray, dst: np.ndarray, *,
                lowest_dim_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """One path per pair (the hash choice), for callers that need single paths."""
         src = np.asarray(src, np.int64).ravel()
         dst = np.asarray(dst, np.int64).ravel()
-        self.routes_multipath(src[:0], dst[:0])
+        self._check_pairs(src, dst)
         _, _, indptr, links = _shortest_path_flows(self, src, dst, True)
         return indptr, links
 

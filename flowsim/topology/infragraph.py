@@ -25,6 +25,7 @@ error is reported with the file name.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -32,20 +33,31 @@ from pathlib import Path
 from typing import Any
 
 from .._io import read_mapping
-from ..errors import ConfigError
+from ..errors import ConfigError, config_error, unknown_key_error
 from .graph import FabricConfig
 
 _ENDPOINT = re.compile(r"^([A-Za-z0-9_\-()<> ]+)(?:\[([^\]]*)\])?$")
 _GIB_PER_GB = 1e9 / 2**30  # one 10^9-byte GB in ASTRA-sim "GB" (2^30 bytes)
+_WRAPPER_KEYS = {"infragraph", "logical_dims", "routing", "fail", "degrade",
+                 "default_bandwidth"}
 
 
 class _Expander:
     def __init__(self, infra: Mapping[str, Any], where: str) -> None:
         self.where = where
-        self.devices = {d.get("name"): d for d in infra.get("devices") or []}
-        self.infra_links = {link.get("name"): link for link in infra.get("links") or []}
+        self.devices = {d.get("name"): d for d in self.entries(infra, "devices")}
+        self.infra_links = {link.get("name"): link for link in self.entries(infra, "links")}
+        self.expanding: list[str] = []
         self.nodes: list[tuple[str, str]] = []
         self.edges: list[tuple[str, str, Mapping[str, Any] | None, str]] = []
+
+    def entries(self, parent: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+        """A list of mappings under ``key`` (e.g. devices, components, edges)."""
+        items = parent.get(key) or []
+        if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
+            raise self.fail(f"'{parent.get('name', 'infrastructure')}' {key}",
+                            "expected a list of mappings")
+        return items
 
     def fail(self, element: str, message: str) -> ConfigError:
         return ConfigError(f"{self.where}: {element}: {message}")
@@ -84,7 +96,11 @@ class _Expander:
 
     def expand_device(self, name: str, prefix: str, element: str) -> None:
         device = self.device(name, element)
-        for comp in device.get("components") or []:
+        if name in self.expanding:
+            raise self.fail(element, f"device '{name}' contains itself "
+                            f"({' > '.join(self.expanding + [name])})")
+        self.expanding.append(name)
+        for comp in self.entries(device, "components"):
             cname, count, choice = comp.get("name"), comp.get("count"), comp.get("choice")
             if not isinstance(count, int) or count < 1:
                 raise self.fail(f"{element} component '{cname}'", "count must be an integer >= 1")
@@ -97,8 +113,8 @@ class _Expander:
                                                                                "custom"))))
                 else:
                     self.nodes.append((path, str(choice)))
-        links = {link.get("name"): link for link in device.get("links") or []}
-        for i, edge in enumerate(device.get("edges") or []):
+        links = {link.get("name"): link for link in self.entries(device, "links")}
+        for i, edge in enumerate(self.entries(device, "edges")):
             label = f"device '{name}' edges[{i}]"
             ends = []
             for key in ("ep1", "ep2"):
@@ -106,6 +122,7 @@ class _Expander:
                 path = (ep["device"] + "." if ep.get("device") else "") + str(ep.get("component"))
                 ends.append([f"{prefix}.{rel}" for rel in self.paths(device, path, label)])
             self.connect(ends[0], ends[1], edge, links, label)
+        self.expanding.pop()
 
     def paths(self, device: Mapping[str, Any], path: str, element: str) -> list[str]:
         """``cx5[0].port[1:3]`` inside ``device`` -> ``["cx5.0.port.1", "cx5.0.port.2"]``."""
@@ -143,14 +160,14 @@ class _Expander:
 
     def run(self, infra: Mapping[str, Any]) -> None:
         instances = {}
-        for i, inst in enumerate(infra.get("instances") or []):
+        for i, inst in enumerate(self.entries(infra, "instances")):
             name, count = inst.get("name"), inst.get("count")
             if not isinstance(count, int) or count < 1:
                 raise self.fail(f"instances[{i}]", "count must be an integer >= 1")
             instances[name] = inst
             for k in range(count):
                 self.expand_device(inst.get("device"), f"{name}.{k}", f"instance '{name}'")
-        for i, edge in enumerate(infra.get("edges") or []):
+        for i, edge in enumerate(self.entries(infra, "edges")):
             label = f"edges[{i}]"
             ends = []
             for key in ("ep1", "ep2"):
@@ -172,7 +189,8 @@ def _bandwidth_gbps(link: Mapping[str, Any], default: float | None, where: str) 
                         ("gigabytes_per_second", _GIB_PER_GB)):
         if key in bw:
             value = bw[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    not math.isfinite(value) or value <= 0:
                 raise ConfigError(f"{where}: link '{link.get('name')}': bandwidth must be > 0, "
                                   f"found {value!r}")
             return float(value) * factor
@@ -182,11 +200,16 @@ def _bandwidth_gbps(link: Mapping[str, Any], default: float | None, where: str) 
                       f"gigabits_per_second or gigabytes_per_second (set default_bandwidth)")
 
 
-def _latency_ns(link: Mapping[str, Any]) -> float:
+def _latency_ns(link: Mapping[str, Any], where: str) -> float:
     lat = ((link.get("physical") or {}).get("latency")) or {}
     for key, factor in (("ns", 1.0), ("us", 1e3), ("ms", 1e6)):
         if key in lat:
-            return float(lat[key]) * factor
+            value = lat[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    not math.isfinite(value) or value < 0:
+                raise ConfigError(f"{where}: link '{link.get('name')}': latency must be a "
+                                  f"number >= 0, found {value!r}")
+            return float(value) * factor
     return 0.0
 
 
@@ -197,19 +220,26 @@ def _validate_with_package(infra: Mapping[str, Any], where: str) -> None:
         return
     try:
         Infrastructure().deserialize(dict(infra)).validate()
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: not a valid InfraGraph description: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - whatever the reference reader rejects
+        raise ConfigError(f"{where}: not a valid InfraGraph description: "
+                          f"{type(exc).__name__}: {exc}") from None
 
 
 def parse_infragraph_config(data: Mapping[str, Any], source: str = "<dict>") -> FabricConfig:
     """A network config with an ``infragraph`` key -> :class:`FabricConfig`."""
+    unknown = set(data) - _WRAPPER_KEYS
+    if unknown:
+        raise unknown_key_error(source, sorted(unknown, key=str)[0], _WRAPPER_KEYS)
     raw = data.get("infragraph")
     where = source
     if isinstance(raw, (str, os.PathLike)):
         path = Path(raw)
         if not path.is_absolute() and source not in ("<dict>",):
             path = Path(source).parent / path
-        infra = read_mapping(path, what="InfraGraph description")
+        try:
+            infra = read_mapping(path, what="InfraGraph description")
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: key 'infragraph': {exc}") from None
         where = str(path)
     elif isinstance(raw, Mapping):
         infra = raw
@@ -220,7 +250,12 @@ def parse_infragraph_config(data: Mapping[str, Any], source: str = "<dict>") -> 
     expander = _Expander(infra, where)
     expander.run(infra)
     default = data.get("default_bandwidth")
-    default_gbps = float(default) if isinstance(default, (int, float)) and default > 0 else None
+    default_gbps = None
+    if default is not None:
+        if isinstance(default, bool) or not isinstance(default, (int, float)) or \
+                not math.isfinite(default) or default <= 0:
+            raise config_error(source, "default_bandwidth", "a bandwidth in GB/s > 0", default)
+        default_gbps = float(default)
     npu_names = [name for name, kind in expander.nodes if kind == "xpu"]
     if len(npu_names) < 2:
         raise ConfigError(f"{where}: expected at least 2 xpu components (the NPUs), found "
@@ -238,7 +273,7 @@ def parse_infragraph_config(data: Mapping[str, Any], source: str = "<dict>") -> 
     src, dst, bws, lats, link_names = [], [], [], [], []
     for a, b, link in pairs.values():
         bw = _bandwidth_gbps(link, default_gbps, where)
-        lat = _latency_ns(link)
+        lat = _latency_ns(link, where)
         for x, y in ((a, b), (b, a)):
             src.append(index[x])
             dst.append(index[y])
@@ -250,5 +285,5 @@ def parse_infragraph_config(data: Mapping[str, Any], source: str = "<dict>") -> 
               "fail": data.get("fail"), "degrade": data.get("degrade")}
     from .fabric import finish_fabric
     return finish_fabric(len(npu_names), names, list(zip(src, dst, bws, lats, link_names)),
-                         fabric, source, default_dims=None)
+                         fabric, source, default_dims=None, prefix="")
 
