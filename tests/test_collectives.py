@@ -390,3 +390,26 @@ def test_scheduling_policy_orders_collectives_waiting_for_a_dimension(policy, mo
     early, late = (second, first) if policy == "LIFO" else (first, second)
     assert schedule.collective_end[early] == pytest.approx(one)
     assert schedule.collective_end[late] == pytest.approx(2 * one)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_per_npu_busy_time_and_a_broadcast_root_that_only_sends(model):
+    net = {"topology": ["Ring", "Ring"], "npus_count": [4, 2], "bandwidth": [50, 50],
+           "latency": [500, 500]}
+    per_npu = {"step-synchronization": "per_npu", "endpoint-delay": 10,
+               "all-reduce-implementation": ["ring", "ring"],
+               "broadcast-implementation": ["ring", "ring"]}
+    ds = flowsim.simulate_collective(net, "all_reduce", N, per_npu, model=model)
+    barrier = flowsim.simulate_collective(net, "all_reduce", N,
+                                          {**per_npu, "step-synchronization": "barrier"},
+                                          model=model)
+    assert np.all(ds.dim_busy_ns.values > 0)
+    np.testing.assert_allclose(ds.dim_busy_ns, barrier.dim_busy_ns, rtol=1e-9)
+    # the root of a chain broadcast only sends: with one chunk in flight per dimension its
+    # chunks must not overlap on its link, so splitting cannot beat the bandwidth bound
+    one = pure(**{"step-synchronization": "per_npu", "broadcast-implementation": ["ring"]})
+    four = {**one, "preferred-dataset-splits": 4}
+    t1 = time_of(ring(4), "broadcast", system=one, model=model)
+    t4 = time_of(ring(4), "broadcast", system=four, model=model)
+    assert t4 >= N / B
+    assert t4 < t1  # pipelining through the chain still helps

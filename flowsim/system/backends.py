@@ -181,7 +181,8 @@ class AnalyticalTimer:
 
     def phase(self, dag: PhaseDag, nbytes: list[float], delays: list[float],
               posts: list[float], before: list[np.ndarray], at: float) -> np.ndarray:
-        """A phase with per-NPU synchronisation; returns each participant's exit time.
+        """A phase with per-NPU synchronisation; returns each participant's exit and start
+        times.
 
         ``before`` holds per-NPU exit times (NaN: none) a participant must wait for before it
         starts (its chunk's previous phase, the previous phase in its queue slot).
@@ -199,7 +200,7 @@ class AnalyticalTimer:
                 owner = np.repeat(np.arange(template.src.size), np.diff(template.dep_indptr))
                 np.maximum.at(ready, owner, arrivals[-1][template.dep_local])
             arrivals.append(ready + delay + template.arrivals(size))
-        return dag.exit_times(start, arrivals, posts)
+        return dag.exit_times(start, arrivals, posts), start
 
     def resolve(self, handles: np.ndarray) -> np.ndarray:
         return handles
@@ -255,7 +256,7 @@ class FlowTimer:
     def phase(self, dag: PhaseDag, nbytes: list[float], delays: list[float],
               posts: list[float], before: list[np.ndarray], at: float) -> np.ndarray:
         """A phase with per-NPU synchronisation as a DAG of flows; returns each participant's
-        exit marker (a zero-byte flow whose arrival is the exit time).
+        exit and start markers (zero-byte flows whose arrival is that time).
 
         ``before`` holds per-NPU marker ids (-1: none) a participant waits for.
         """
@@ -292,8 +293,9 @@ class FlowTimer:
             self.flows += template.src.size
         # exit markers: after the start and the last step each participant receives in
         ptr, flat_ids, delay = dag.exit_dependencies(start_ids, step_ids, posts)
-        return engine.add(np.zeros(dag.npus.size + 1, np.int64), _NO_LINKS, 0.0, release=at,
-                          delay=delay, dep_indptr=ptr, dep_ids=flat_ids)
+        exits = engine.add(np.zeros(dag.npus.size + 1, np.int64), _NO_LINKS, 0.0, release=at,
+                           delay=delay, dep_indptr=ptr, dep_ids=flat_ids)
+        return exits, start_ids
 
     def resolve(self, handles: np.ndarray) -> np.ndarray:
         out = np.full(handles.shape, np.nan)
@@ -342,6 +344,9 @@ class PhaseDag:
     exit_step: np.ndarray
     exit_indptr: np.ndarray
     exit_flows: np.ndarray
+    #: per step: (step, participant positions, flow indices) of the sends of participants
+    #: that never receive
+    idle_sends: list[tuple[int, np.ndarray, np.ndarray]] = field(default_factory=list)
 
     @classmethod
     def build(cls, templates: list[StepTemplate], participants: np.ndarray) -> PhaseDag:
@@ -362,13 +367,23 @@ class PhaseDag:
         flows = np.empty(indptr[-1], np.int64)
         for who, ptr, local in per_step.values():
             flows[gather_segments(indptr[who], np.diff(ptr))] = local
-        return cls(templates, npus, exit_step, indptr, flows)
+        # participants that only send (a broadcast root) leave once their data has arrived
+        idle_sends = []
+        for index, template in enumerate(templates):
+            sender = position[template.src]
+            mine = np.nonzero(exit_step[sender] < 0)[0]
+            if mine.size:
+                idle_sends.append((index, sender[mine], mine))
+        return cls(templates, npus, exit_step, indptr, flows, idle_sends)
 
     def exit_times(self, start: np.ndarray, arrivals: list[np.ndarray],
                    posts: list[float]) -> np.ndarray:
         """Exit time of every participant: its start or its last receptions, plus the delay
-        after that step (one endpoint delay if it never receives)."""
+        after that step; a participant that never receives leaves one endpoint delay after
+        the arrival of what it sent."""
         exit_time = start.copy()
+        for index, owner, flows in self.idle_sends:
+            np.maximum.at(exit_time, owner, arrivals[index][flows])
         post = np.zeros(self.npus.size)
         for index in np.unique(self.exit_step):
             who = np.nonzero(self.exit_step == index)[0]
@@ -385,19 +400,26 @@ class PhaseDag:
 
     def exit_dependencies(self, start_ids: np.ndarray, step_ids: list[np.ndarray],
                           posts: list[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Dependency CSR and delays of the exit markers (flow model)."""
-        counts = 1 + np.diff(self.exit_indptr)
-        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        ids = np.empty(indptr[-1], np.int64)
-        ids[indptr[:-1]] = start_ids
+        """Dependency CSR and delays of the exit markers (flow model): the participant's
+        start, and its last receptions (or, if it never receives, its own sends)."""
+        owners = [np.arange(self.npus.size)]
+        ids = [start_ids]
         delay = np.full(self.npus.size, self.idle_exit_delay)
         for index in np.unique(self.exit_step[self.exit_step >= 0]):
             who = np.nonzero(self.exit_step == index)[0]
-            n = counts[who] - 1
-            ids[gather_segments(indptr[who] + 1, n)] = \
-                step_ids[index][self.exit_flows[gather_segments(self.exit_indptr[who], n)]]
+            n = self.exit_indptr[who + 1] - self.exit_indptr[who]
+            owners.append(np.repeat(who, n))
+            ids.append(step_ids[index][self.exit_flows[gather_segments(self.exit_indptr[who],
+                                                                       n)]])
             delay[who] = posts[index]
-        return indptr, ids, delay
+        for index, owner, flows in self.idle_sends:
+            owners.append(owner)
+            ids.append(step_ids[index][flows])
+        owner = np.concatenate(owners)
+        order = np.argsort(owner, kind="stable")
+        indptr = np.zeros(self.npus.size + 1, np.int64)
+        np.cumsum(np.bincount(owner, minlength=self.npus.size), out=indptr[1:])
+        return indptr, np.concatenate(ids)[order].astype(np.int64), delay
 
     #: exit delay of a participant that receives nothing (one endpoint delay)
     idle_exit_delay: float = 0.0

@@ -80,7 +80,7 @@ class Schedule:
         self._busy: dict[int, list[tuple[float, float]]] = {d: [] for d in
                                                              range(network.ndims)}
         # per-NPU synchronisation: phases added up front as DAGs (see _issue_per_npu)
-        self._static: list[tuple[int, Phase, np.ndarray, np.ndarray]] = []
+        self._static: list[tuple[int, Phase, np.ndarray, np.ndarray, np.ndarray]] = []
         self._slots: dict[int, list[np.ndarray]] = {}
         self._slot_turn: dict[int, int] = {}
         self._dags: dict[tuple, PhaseDag] = {}
@@ -183,13 +183,13 @@ class Schedule:
                 delays = [self.system.endpoint_delay_ns] + [self._post_step_delay(phase, s)
                                                             for s in steps[:-1]]
                 posts = [self._post_step_delay(phase, s) for s in steps]
-                handles = self.timer.phase(dag, nbytes, delays, posts,
-                                           [exits[k], slots[slot]], at)
+                handles, starts = self.timer.phase(dag, nbytes, delays, posts,
+                                                   [exits[k], slots[slot]], at)
                 updated = exits[k].copy()
                 updated[dag.npus] = handles
                 exits[k] = updated
                 slots[slot] = updated
-                self._static.append((cid, phase, dag.npus, handles))
+                self._static.append((cid, phase, dag.npus, handles, starts))
         return cid
 
     def _dag(self, phase: Phase) -> tuple[PhaseDag, list[Step]]:
@@ -206,13 +206,14 @@ class Schedule:
 
     def _resolve_static(self) -> None:
         """Per-NPU exit times of the DAG phases -> finish times and busy spans."""
-        for cid, phase, npus, handles in self._static:
+        for cid, phase, npus, handles, starts in self._static:
             times = self.timer.resolve(handles)
+            begin = float(np.min(self.timer.resolve(starts))) if starts.size else 0.0
             np.maximum.at(self.npu_finish, npus, times)
             end = float(np.max(times)) if times.size else 0.0
             self.collective_end[cid] = max(self.collective_end[cid], end)
             for d in self._dims_used(phase):
-                self._busy[d].append((float(np.min(times)), end))
+                self._busy[d].append((begin, end))
         self._static = []
 
     # ------------------------------------------------------------------ queues
