@@ -5,7 +5,8 @@ and a batched analytical form over arrays of sizes, bandwidths and latencies.
     One point, either model; networks and system configs are cached between calls, and no
     Dataset is built.
 ``estimate_batch``
-    The analytical model over a broadcast grid. The collective's structure (chunks, phases,
+    A broadcast grid: the analytical model vectorized (or, with ``model="flow"``, the flow
+    model point by point). The collective's structure (chunks, phases,
     steps, hop counts) is derived once; every grid point then gets its phase durations from
     one numpy expression, and a jitted loop runs ASTRA-sim's dimension queues per point.
 """
@@ -24,7 +25,7 @@ from numba import njit
 from .collectives import canonical_collective
 from .errors import ConfigError, config_error
 from .network.engine import check_model
-from .system.collective import _check_dims
+from .system.collective import _check_dims, _check_npu
 from .system.config import SystemConfig, load_system
 from .system.phases import assign_variants, chunk_sizes, collective_phases
 from .system.scheduler import Schedule, can_replicate
@@ -64,8 +65,8 @@ def estimate(network: Any, collective: str, size: int | str, system: Any = None,
     model = check_model(model)
     name = _collective(collective)
     nbytes = parse_size(size, source="argument", key="size")
-    chunks = assign_variants([collective_phases(net, sys_cfg, name, c, dims=_check_dims(net, dims),
-                                                root=root)
+    dims_t, root = _check_dims(net, dims), _check_npu(net, root, "root")
+    chunks = assign_variants([collective_phases(net, sys_cfg, name, c, dims=dims_t, root=root)
                               for c in chunk_sizes(nbytes, sys_cfg.splits)])
     schedule = Schedule(net, sys_cfg, model, replicate=can_replicate(net, sys_cfg, chunks, False))
     schedule.issue(chunks)
@@ -230,7 +231,12 @@ def estimate_batch(network: Any, collective: str, size: Any, system: Any = None,
     if any(np.any(~(b > 0)) for b in bws) or any(np.any(~(la >= 0)) for la in lats):
         raise ConfigError("argument 'bandwidth'/'latency': bandwidths must be > 0 and "
                           "latencies >= 0 (ns)")
-    arrays = np.broadcast_arrays(size, *bws, *lats)
+    try:
+        arrays = np.broadcast_arrays(size, *bws, *lats)
+    except ValueError:
+        shapes = [np.shape(a) for a in (size, *bws, *lats)]
+        raise ConfigError(f"estimate_batch: size, bandwidth and latency do not broadcast "
+                          f"together (shapes {shapes})") from None
     shape = arrays[0].shape
     sizes = arrays[0].ravel().astype(np.int64)
     bw = np.stack([a.ravel() for a in arrays[1:1 + net.ndims]], axis=1) * \

@@ -413,3 +413,28 @@ def test_per_npu_busy_time_and_a_broadcast_root_that_only_sends(model):
     t4 = time_of(ring(4), "broadcast", system=four, model=model)
     assert t4 >= N / B
     assert t4 < t1  # pipelining through the chain still helps
+
+
+def test_more_bad_arguments_and_in_network_reduction_on_one_group():
+    with pytest.raises(ConfigError, match="'root'"):
+        flowsim.simulate_collective(ring(8), "broadcast", N, pure(), group=[0, 2], root=1)
+    with pytest.raises(ConfigError, match="'group' and 'dims'"):
+        flowsim.simulate_collective(ring(8), "all_reduce", N, pure(), group=[0, 2], dims=[0])
+    with pytest.raises(ConfigError, match="'dst'"):
+        flowsim.simulate_collective(ring(8), "send_recv", N, pure(), src=3, dst=3)
+    with pytest.raises(ConfigError, match="'root'"):
+        flowsim.estimate(ring(8), "broadcast", N, pure(), root=99)
+    with pytest.raises(ConfigError, match="preferred-dataset-splits"):
+        flowsim.load_system({"preferred-dataset-splits": float("nan")})
+    with pytest.raises(ConfigError, match="string keys"):
+        flowsim.load_system({1: 2})
+    inr = {"topology": ["Ring", "Switch"], "npus_count": [2, 4], "bandwidth": [50, 50],
+           "latency": [500, 500], "in_network_reduction": [False, True]}
+    two = pure(**{"all-reduce-implementation": ["ring", "ring"]})
+    fast = flowsim.simulate_collective(inr, "all_reduce", N, two, model="flow")
+    full = flowsim.simulate_collective(inr, "all_reduce", N, two, model="flow",
+                                       symmetry=False)
+    assert float(fast.time_ns) == float(full.time_ns)
+    np.testing.assert_allclose(fast.link_bytes, full.link_bytes)
+    assert json.loads(fast.attrs["stats"])["simulated_flows"] < \
+        json.loads(full.attrs["stats"])["simulated_flows"]

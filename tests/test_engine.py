@@ -135,3 +135,8 @@ def test_engine_reports_deadlock_instead_of_hanging():
                dep_indptr=np.array([0, 1]), dep_ids=first + 1)
     with pytest.raises(SimulationError, match="deadlock"):
         engine.run()
+
+
+def test_arrays_of_the_wrong_length_are_refused():
+    with pytest.raises(FlowSetError, match="release_ns has 3 entries for 1 flows"):
+        _run([1.0], [0.0], [0, 1], [0], [1.0], release_ns=[0, 0, 0])

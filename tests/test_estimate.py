@@ -101,3 +101,9 @@ def test_batched_flow_model_point_by_point():
             net = {**NET, "bandwidth": bw[j].tolist()}
             assert out[i, j] == float(flowsim.simulate_collective(
                 net, "all_to_all", int(sizes[i]), system, model="flow").time_ns)
+
+
+def test_batched_shapes_that_do_not_broadcast():
+    with pytest.raises(ConfigError, match="do not broadcast"):
+        flowsim.estimate_batch(NET, "all_reduce", np.array([1 << 20, 1 << 21]),
+                               bandwidth=[np.ones(3) * 50, 100, 50])

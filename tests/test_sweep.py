@@ -229,3 +229,10 @@ def test_plot_script_writes_a_png(tmp_path):
                         "--select", "model=flow", "--select", "kind=0",
                         "-o", str(png)]) == 0
     assert png.stat().st_size > 1000
+
+
+def test_bad_sizes_and_keys_fail_before_anything_runs():
+    with pytest.raises(ConfigError, match="axes.size"):
+        load_spec({**SPEC, "axes": {"size": ["1XB", "1MiB"]}})
+    with pytest.raises(ConfigError, match="axis 1"):
+        load_spec({**SPEC, "axes": {1: [1, 2]}})

@@ -93,8 +93,8 @@ class FlowEngine:
         Link latencies (ns); a flow's latency is the sum over its path.
     model : {"analytical", "flow"}
     retire : bool
-        Drop finished flows once they are the majority (their bytes are kept in
-        :meth:`link_bytes`), so memory follows the flows in flight. Only while no flow has
+        Drop finished flows once they are the majority and more than 65 536 (their bytes are
+        kept in :meth:`link_bytes`), so memory follows the flows in flight. Only while no flow has
         dependencies; per-flow results then cover the flows still held.
     """
 
@@ -419,6 +419,10 @@ def simulate_flows(capacity: np.ndarray, link_latency: np.ndarray, indptr: np.nd
             or not np.all(np.isfinite(link_latency)):
         raise FlowSetError("simulate_flows: link_latency must be finite, >= 0, one per link")
     n = indptr.size - 1
+    for name, arr in (("nbytes", nbytes), ("release_ns", release_ns), ("delay_ns", delay_ns)):
+        if arr is not None and np.ndim(arr) and np.size(arr) != n:
+            raise FlowSetError(f"simulate_flows: {name} has {np.size(arr)} entries for {n} "
+                               f"flows")
     nbytes = np.ascontiguousarray(np.broadcast_to(np.asarray(nbytes, np.float64), (n,)))
     if np.any(~np.isfinite(nbytes)) or np.any(nbytes < 0):
         bad = int(np.nonzero(~(nbytes >= 0) | ~np.isfinite(nbytes))[0][0])

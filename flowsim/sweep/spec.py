@@ -19,8 +19,10 @@ A spec is YAML (or a mapping)::
 
 Keys: ``network.<key>`` and ``system.<key>`` (with an optional ``[i]`` index into a list)
 override that config; ``collective``, ``size``, ``model``, ``dims``, ``root`` the
-collective's parameters. Every point is checked when the spec is loaded, so an index past a
-list's end or an unknown key fails before anything runs.
+collective's parameters. The keys, list indices and sizes of every axis value are checked
+when the spec is loaded, so an index past a list's end, an unknown key or a bad size fails
+before anything runs; a point whose configuration is otherwise invalid runs as an error
+entry.
 """
 
 from __future__ import annotations
@@ -200,6 +202,9 @@ def load_spec(spec: str | os.PathLike | Mapping[str, Any]) -> SweepSpec:
     if not isinstance(raw_axes, Mapping):
         raise ConfigError(f"{source}: key 'axes': expected a mapping of key -> list of values")
     for key, raw in raw_axes.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"{source}: axis {key!r}: expected a key such as 'size' or "
+                              f"'network.bandwidth[1]'")
         values = _values(raw, key, source)
         axes.append(Axis(dimension_name(key), (key,), tuple((v,) for v in values)))
     raw_zip = data.get("zip") or {}
@@ -223,9 +228,13 @@ def load_spec(spec: str | os.PathLike | Mapping[str, Any]) -> SweepSpec:
                           f"{sorted({n for n in names if names.count(n) > 1})}")
     result = SweepSpec(base=base, axes=tuple(axes), source=source, text=text)
     # check every override once (cheap: one point per axis value, not the whole grid)
+    from ..units import parse_size
+    parse_size(base["size"], source=source, key="base.size")
     for axis in result.axes:
         for row in axis.values:
             probe = copy.deepcopy(base)
             for key, value in zip(axis.keys, row):
                 apply_override(probe, key, value, source)
+                if key == "size":  # sizes become coordinates: they must parse up front
+                    parse_size(value, source=source, key=f"axes.{key}")
     return result

@@ -115,12 +115,19 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
     dims_t = _check_dims(net, dims)
     members = _check_group(net, group)
     root = _check_npu(net, root, "root")
+    if members and dims_t is not None:
+        raise ConfigError("arguments 'group' and 'dims': give one or the other")
+    if members and name in ("broadcast", "reduce") and root not in members:
+        raise config_error("argument", "root", f"an NPU of the group {list(members)}", root)
     if name == "send_recv":
         schedule = Schedule(net, sys_cfg, model, trace=trace is not None)
         if src is None or dst is None:
             raise ConfigError("argument 'src'/'dst': a send_recv needs both endpoints")
         algorithms = ("p2p",) * net.ndims
-        _send_recv(schedule, _check_npu(net, src, "src"), _check_npu(net, dst, "dst"), nbytes)
+        src, dst = _check_npu(net, src, "src"), _check_npu(net, dst, "dst")
+        if src == dst:
+            raise config_error("argument", "dst", "an NPU other than src", dst)
+        _send_recv(schedule, src, dst, nbytes)
     else:
         sizes = chunk_sizes(nbytes, sys_cfg.splits)
         chunks = assign_variants([collective_phases(net, sys_cfg, name, c, dims=dims_t,

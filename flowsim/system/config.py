@@ -124,7 +124,8 @@ def _int_at_least(data: Mapping[str, Any], key: str, source: str, default: int,
                   minimum: int) -> int:
     value = data.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            (isinstance(value, float) and value != int(value)) or value < minimum:
+            (isinstance(value, float) and (not math.isfinite(value) or value != int(value))) \
+            or value < minimum:
         raise config_error(source, key, f"an integer >= {minimum}", value)
     return int(value)
 
@@ -201,6 +202,9 @@ def parse_system_config(data: Mapping[str, Any], source: str = "<dict>") -> Syst
                                 SYNCHRONIZATIONS),
         source=source)
     for key, value in data.items():
+        if not isinstance(key, str):
+            raise config_error(source, str(key), "string keys (ASTRA-sim system json keys)",
+                               key)
         if key in _MODELLED or key in _COMPUTE_KEYS or key.endswith("-implementation-custom"):
             continue
         if key in _NOT_MODELLED:

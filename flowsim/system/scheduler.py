@@ -332,8 +332,10 @@ class Schedule:
                     lowest: bool) -> StepTemplate:
         if phase.in_network:
             up, down = self.network.switch_links(phase.dims[0])
+            rows = self.network.instance_of(groups[:, 0], phase.dims[0])  # groups simulated
             src = dst = groups.ravel()
-            links = np.stack([up.ravel(), down.ravel()], axis=1).ravel().astype(np.int32)
+            links = np.stack([up[rows].ravel(), down[rows].ravel()],
+                             axis=1).ravel().astype(np.int32)
             indptr = np.arange(0, links.size + 1, 2, dtype=np.int64)
         else:
             src = groups[:, step.src].ravel()
