@@ -2,6 +2,9 @@
 
 ``flowsim collective``  simulate one collective (defaults: bundled ring of 8 NPUs, ASTRA-sim's
                         Ring_4chunks system, a 64 MiB all-reduce, analytical model).
+``flowsim sweep``       run a sweep spec (a grid of configurations), locally, as a shard of
+                        an array job, or on Dask.
+``flowsim merge``       assemble the shards of a sweep.
 
 Every error about an input is one line on stderr and exit status 2, never a traceback.
 """

@@ -70,7 +70,7 @@ def collective_dataset(*, network, system, collective: str, size: int, model: st
             "size_bytes": int(size),
             "model": model,
             "npus": int(network.npus),
-            "chunks": int(system.splits),
+            "chunks": int(max(1, min(system.splits, size))),
             "active_chunks_per_dimension": int(system.active_chunks),
             "synchronization": system.synchronization,
             "collective_optimization": system.collective_optimization,

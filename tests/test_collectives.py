@@ -229,7 +229,8 @@ def test_bytes_are_conserved_with_remainders(model):
     ds = flowsim.simulate_collective(ring(8), "all_reduce", size, sys, model=model)
     # every NPU sends 2 (p-1) blocks of size/p, each over one link
     assert float(ds.link_bytes.sum()) == pytest.approx(2 * 7 * size, rel=1e-12)
-    assert float(ds.dim_bytes.sum()) == pytest.approx(float(ds.link_bytes.sum()))
+    # and each link of the ring carries its share: 2 (p-1)/p of the size
+    np.testing.assert_allclose(ds.link_bytes.values[:8], 2 * 7 / 8 * size, rtol=1e-12)
 
 
 ALGORITHMS = ["ring", "direct", "halvingDoubling", "doubleBinaryTree", "oneRing",
@@ -339,12 +340,11 @@ def test_one_algorithm_for_several_dimensions_warns():
 
 
 @pytest.mark.parametrize("model", MODELS)
-@pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter", "all_gather",
-                                        "all_to_all"])
-@pytest.mark.parametrize("algorithm", ["ring", "direct", "halvingDoubling"])
+@pytest.mark.parametrize("collective,algorithm", [
+    (c, a) for c in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+    for a in ("ring", "direct", "halvingDoubling")
+    if not (a == "halvingDoubling" and c == "all_to_all")])
 def test_simulating_one_group_per_dimension_is_exact(model, collective, algorithm):
-    if algorithm == "halvingDoubling" and collective == "all_to_all":
-        return
     net = {"topology": ["Ring", "FullyConnected", "Switch"], "npus_count": [4, 2, 4],
            "bandwidth": [200, 100, 50], "latency": [100, 200, 500]}
     keys = {c: f"{c.replace('_', '-')}-implementation" for c in TYPES}

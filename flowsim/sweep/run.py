@@ -165,7 +165,7 @@ def part_dataset(spec: SweepSpec, results: dict[int, tuple[tuple, str]],
     data = {name: ("point", np.array([results[i][0][k] for i in index], dtype=np.float64))
             for k, name in enumerate(OUTPUTS)}
     data["error"] = ("point", np.array([results[i][1] for i in index], dtype=str))
-    attrs = {"spec_digest": spec.digest, "grid_size": spec.size,
+    attrs = {"spec_digest": spec.digest,
              "flowsim_version": __version__}
     if shard is not None:
         attrs.update({"shard": shard[0], "shards": shard[1]})

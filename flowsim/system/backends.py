@@ -52,7 +52,6 @@ class StepTemplate:
     dst: np.ndarray
     indptr: np.ndarray
     links: np.ndarray
-    npus: np.ndarray
     weight: np.ndarray
     latency: np.ndarray
     per_byte: np.ndarray
@@ -93,7 +92,6 @@ def make_template(network: Network, src: np.ndarray, dst: np.ndarray, indptr: np
     """
     n = src.size
     lengths = np.diff(indptr)
-    npus = np.unique(np.concatenate([src, dst]))
     path_latency = network.path_latency(indptr, links)
     L = network.num_links
     if message is None:
@@ -102,7 +100,7 @@ def make_template(network: Network, src: np.ndarray, dst: np.ndarray, indptr: np
         per_byte = np.where(np.isfinite(bottleneck), 1.0 / bottleneck, 0.0)
         ids, counts = np.unique(links, return_counts=True)
         busy = np.bincount(links, weights=np.repeat(per_byte, lengths), minlength=L)
-        return StepTemplate(src, dst, indptr, links, npus, weight, path_latency, per_byte,
+        return StepTemplate(src, dst, indptr, links, weight, path_latency, per_byte,
                             (ids, counts.astype(float)),
                             (np.nonzero(busy)[0], busy[busy > 0]))
     n_messages = int(message.max()) + 1 if n else 0
@@ -116,7 +114,7 @@ def make_template(network: Network, src: np.ndarray, dst: np.ndarray, indptr: np
     np.maximum.at(message_per_byte, key // L, load / network.link_bandwidth[key % L])
     carried = np.bincount(links, weights=np.repeat(weight, lengths), minlength=L)
     busy = np.bincount(key % L, weights=message_per_byte[key // L], minlength=L)
-    return StepTemplate(src, dst, indptr, links, npus, weight, latency[message],
+    return StepTemplate(src, dst, indptr, links, weight, latency[message],
                         message_per_byte[message],
                         (np.nonzero(carried)[0], carried[carried > 0]),
                         (np.nonzero(busy)[0], busy[busy > 0]))

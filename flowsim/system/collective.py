@@ -10,7 +10,7 @@ import numpy as np
 import xarray as xr
 
 from ..collectives import COLLECTIVES, canonical_collective
-from ..errors import ConfigError, config_error
+from ..errors import ConfigError, FlowsimWarning, config_error
 from ..network.engine import check_model
 from ..results import collective_dataset
 from ..topology import Network, load_network
@@ -139,6 +139,11 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
         algorithms = tuple(_algorithm_names(sys_cfg, name, net.ndims))
     schedule.run()
     if trace is not None:
+        if not schedule.trace_log:
+            import warnings
+            warnings.warn("the timeline covers barrier-synchronised steps; this run (per-NPU "
+                          "synchronisation, a tree, or a send-recv) has none, so the trace "
+                          "file is empty", FlowsimWarning, stacklevel=2)
         _write_trace(schedule, trace)
     return _dataset(schedule, net, sys_cfg, name, nbytes, model, algorithms)
 

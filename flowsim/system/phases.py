@@ -47,7 +47,7 @@ class Phase:
     in_network : bool
         All-reduce reduced by the dimension's switch.
     root : int
-        Root NPU of a broadcast or reduce (global id), else 0.
+        Root NPU (global id); used by broadcast and reduce.
     variant : int
         Shape variant of the algorithm (which of the two trees of a double binary tree).
     flat : bool

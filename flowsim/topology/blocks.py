@@ -40,9 +40,6 @@ class Ring:
         d = (b - a) % p
         return np.minimum(d, p - d)
 
-    @staticmethod
-    def max_hops(p: int) -> int:
-        return p // 2
 
     @staticmethod
     def hop_link(a: np.ndarray, b: np.ndarray, k: np.ndarray, p: int) -> np.ndarray:
@@ -75,9 +72,6 @@ class FullyConnected:
     def hops(a: np.ndarray, b: np.ndarray, p: int) -> np.ndarray:
         return (a != b).astype(np.int64)
 
-    @staticmethod
-    def max_hops(p: int) -> int:
-        return 1
 
     @staticmethod
     def hop_link(a: np.ndarray, b: np.ndarray, k: np.ndarray, p: int) -> np.ndarray:
@@ -105,9 +99,6 @@ class Switch:
     def hops(a: np.ndarray, b: np.ndarray, p: int) -> np.ndarray:
         return 2 * (a != b).astype(np.int64)
 
-    @staticmethod
-    def max_hops(p: int) -> int:
-        return 2
 
     @staticmethod
     def hop_link(a: np.ndarray, b: np.ndarray, k: np.ndarray, p: int) -> np.ndarray:

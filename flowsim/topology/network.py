@@ -108,7 +108,6 @@ class Network(LogicalGrid):
     link_dim: np.ndarray
     num_switches: int
     _dim_link_offset: tuple[int, ...]
-    _dim_switch_offset: tuple[int, ...]
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -116,7 +115,7 @@ class Network(LogicalGrid):
         """Build the link arrays of every dimension instance of ``config``."""
         npus = config.npus
         srcs, dsts, bws, lats, dims = [], [], [], [], []
-        link_offset, switch_offset = [], []
+        link_offset = []
         n_links = 0
         n_switches = 0
         stride = 1
@@ -129,7 +128,6 @@ class Network(LogicalGrid):
             base = (q // stride) * stride * p + (q % stride)
 
             link_offset.append(n_links)
-            switch_offset.append(n_switches)
             first_switch = npus + n_switches
             srcs.append(_instance_nodes(local_src, p, base, stride, q, first_switch))
             dsts.append(_instance_nodes(local_dst, p, base, stride, q, first_switch))
@@ -147,8 +145,7 @@ class Network(LogicalGrid):
                    link_latency=np.concatenate(lats).astype(np.float64),
                    link_dim=np.concatenate(dims).astype(np.int64),
                    num_switches=n_switches,
-                   _dim_link_offset=tuple(link_offset),
-                   _dim_switch_offset=tuple(switch_offset))
+                   _dim_link_offset=tuple(link_offset))
 
     # ------------------------------------------------------------------ shape
     @property
