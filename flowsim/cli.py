@@ -237,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("flowsim: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `flowsim collective | head -2`: the reader left, fine
+        sys.stderr.close()
+        return 0
     except OSError as exc:
         print(f"flowsim: error: {exc}", file=sys.stderr)
         return 2
