@@ -106,6 +106,9 @@ class SystemConfig:
         ("all_reduce", ()), ("reduce_scatter", ()), ("all_gather", ()),
         ("all_to_all", ()), ("broadcast", ()), ("reduce", ()))
     synchronization: str = "barrier"
+    #: every NPU leaves a per-NPU (tree) phase when the last one does: ASTRA-sim 1.0's streams
+    #: (set by the 1.0 system reader); ASTRA-sim 2.x lets each NPU go on by itself
+    phase_barrier: bool = False
     source: str = field(default="<default>", compare=False)
 
     def implementation(self, collective: str) -> tuple[str, ...]:
@@ -118,6 +121,15 @@ class SystemConfig:
         if self.local_mem_bw_gbps is None or nbytes <= 0:
             return cost
         return cost + 3.0 * math.floor(nbytes / self.local_mem_bw_gbps)
+
+
+def warn_not_modelled(source: str, key: str, value: Any, why: str, stacklevel: int = 2
+                      ) -> None:
+    """The uniform :class:`~flowsim.errors.FlowsimWarning` for a key flowsim reads but does
+    not model, set to a value that would matter in ASTRA-sim (``why`` says what flowsim does
+    instead)."""
+    warnings.warn(f"{source}: key '{key}' = {value!r} is not modelled by flowsim ({why})",
+                  FlowsimWarning, stacklevel=stacklevel + 1)
 
 
 def _int_at_least(data: Mapping[str, Any], key: str, source: str, default: int,
@@ -209,8 +221,7 @@ def parse_system_config(data: Mapping[str, Any], source: str = "<dict>") -> Syst
             continue
         if key in _NOT_MODELLED:
             if value not in _HARMLESS:
-                warnings.warn(f"{source}: key '{key}' = {value!r} is not modelled by flowsim "
-                              f"({_NOT_MODELLED[key]})", FlowsimWarning, stacklevel=2)
+                warn_not_modelled(source, key, value, _NOT_MODELLED[key], stacklevel=2)
             continue
         warnings.warn(f"{source}: unknown system key '{key}' ignored", FlowsimWarning,
                       stacklevel=2)
@@ -222,13 +233,20 @@ def parse_system_config(data: Mapping[str, Any], source: str = "<dict>") -> Syst
 
 
 def read_system_config(path: str | os.PathLike) -> SystemConfig:
-    """Read and validate a system json file."""
+    """Read and validate a system json file (or an ASTRA-sim 1.0 ``.txt`` system file)."""
+    if Path(path).suffix.lower() == ".txt":
+        from .astra1 import read_astra1_system
+        return read_astra1_system(path)
     return parse_system_config(read_mapping(path, what="system config"), source=str(Path(path)))
 
 
 def load_system(source: str | os.PathLike | Mapping[str, Any] | SystemConfig | None
                 ) -> SystemConfig:
-    """A system config from a path, a bundled name, a mapping, a config, or ``None`` (defaults)."""
+    """A system config from a path, a bundled name, a mapping, a config, or ``None`` (defaults).
+
+    A path ending in ``.txt`` is read as an ASTRA-sim 1.0 system file
+    (:func:`flowsim.system.astra1.parse_astra1_system`).
+    """
     if source is None:
         return SystemConfig()
     if isinstance(source, SystemConfig):

@@ -55,6 +55,8 @@ class Phase:
         such messages only for the lowest dimension they cross).
     members : tuple of int
         NPUs of an explicit group, in rank order (empty: the groups of ``dims``).
+    scope : tuple of int
+        With ``dims``: only the groups made of these NPUs take part (empty: every group).
     """
 
     dims: tuple[int, ...]
@@ -67,6 +69,7 @@ class Phase:
     flat: bool = False
     variant: int = 0
     members: tuple[int, ...] = ()
+    scope: tuple[int, ...] = ()
 
     @property
     def queue(self) -> int:
@@ -107,7 +110,8 @@ def _check_algorithm(network: Network, system: SystemConfig, collective: str, na
 
 def collective_phases(network: Network, system: SystemConfig, collective: str,
                       chunk: float, *, dims: tuple[int, ...] | None = None,
-                      root: int = 0, group: tuple[int, ...] = ()) -> list[Phase]:
+                      root: int = 0, group: tuple[int, ...] = (),
+                      scope: tuple[int, ...] = ()) -> list[Phase]:
     """The phases of one chunk of ``chunk`` bytes of ``collective``.
 
     Parameters
@@ -119,6 +123,9 @@ def collective_phases(network: Network, system: SystemConfig, collective: str,
     group : tuple of int
         An explicit communicator (NPU ids in rank order): one flat phase over these NPUs with
         the first listed algorithm, like a ``one*`` algorithm.
+    scope : tuple of int
+        Only the groups of ``dims`` made of these NPUs take part (a program of a workload
+        that runs on part of the network); empty: every group.
     """
     from .config import IMPLEMENTATION_KEYS
 
@@ -152,7 +159,7 @@ def collective_phases(network: Network, system: SystemConfig, collective: str,
         _check_algorithm(network, system, collective, names[0], involved, key)
         total = math.prod(network.dims[d] for d in involved)
         data = chunk * total if collective == "all_gather" else chunk
-        return [Phase(involved, name, collective, data, root=root, flat=True)]
+        return [Phase(involved, name, collective, data, root=root, flat=True, scope=scope)]
     if len(names) != network.ndims:
         raise ConfigError(f"{system.source}: key '{key}': expected {network.ndims} algorithm "
                           f"names (one per network dimension), found {len(names)}: "
@@ -167,7 +174,7 @@ def collective_phases(network: Network, system: SystemConfig, collective: str,
         if tree[d] and coll in ("reduce_scatter", "all_gather", "all_to_all"):
             coll = "all_reduce"  # ASTRA-sim's tree all-reduce of the whole chunk
         reducing = inr[d] and coll == "all_reduce"
-        return Phase((d,), names[d], coll, data, direction, reducing, root)
+        return Phase((d,), names[d], coll, data, direction, reducing, root, scope=scope)
 
     def shrink(d: int) -> int:
         """How much the data shrinks (reduce-scatter) or grows (all-gather) on dim d."""

@@ -71,7 +71,10 @@ class Schedule:
         self._queues: dict[int, list] = {}
         self._running: dict[int, int] = {}
         self._seq = itertools.count()
-        self._priority = itertools.count()
+        self._counter = 0
+        self._on_done: dict[int, Callable[[float], None]] = {}
+        #: bytes sent per dimension, every group counted
+        self.dim_bytes = np.zeros(network.ndims)
         self._templates: dict[tuple, list[StepTemplate]] = {}
         self._actions: dict[int, tuple[Callable, tuple]] = {}
         self.collective_end: dict[int, float] = {}
@@ -86,16 +89,22 @@ class Schedule:
         self._dags: dict[tuple, PhaseDag] = {}
 
     # ------------------------------------------------------------------ public
-    def issue(self, chunks: list[list[Phase]], at: float = 0.0) -> int:
-        """Issue one collective (the phase list of each chunk) at time ``at``; returns its id."""
+    def issue(self, chunks: list[list[Phase]], at: float = 0.0, *,
+              on_done: Callable[[float], None] | None = None,
+              policy: str | None = None) -> int:
+        """Issue one collective (the phase list of each chunk) at time ``at``; returns its id.
+
+        ``on_done(t)`` is called when its last chunk has finished. ``policy`` (``LIFO``,
+        ``FIFO`` or ``highest``) overrides the system's scheduling policy for this collective.
+        """
+        if on_done is not None:
+            self._on_done[len(self._chunks_left)] = on_done
         if self._per_npu(chunks):
             return self._issue_per_npu(chunks, at)
         cid = len(self._chunks_left)
         self._chunks_left[cid] = len(chunks)
         self.collective_end[cid] = at
-        priority = next(self._priority)
-        # heapq pops the smallest key: LIFO serves newer collectives first
-        key = -priority if self.system.scheduling_policy == "LIFO" else priority
+        key = self._priority_key(policy or self.system.scheduling_policy)
         for i, phases in enumerate(chunks):
             chunk = _Chunk(cid, i, phases, key)
             if phases:
@@ -109,13 +118,55 @@ class Schedule:
         if self._static:
             self.timer.run_all()
             self._resolve_static()
-        # collectives issued together compete for the queues by priority (LIFO / FIFO)
+        while self.advance():
+            pass
+
+    def advance(self) -> bool:
+        """Handle the next batch of due events (step and phase ends, timers); ``False`` when
+        nothing is pending. Collectives issued since the last call compete for the queues
+        by priority (LIFO / FIFO) before time moves on."""
         self._admit(self.timer.now)
-        while self._actions:
-            for token, t in self.timer.run():
-                callback, args = self._actions.pop(token)
-                callback(*args, t)
-            self._admit(self.timer.now)
+        if not self._actions:
+            return False
+        for token, t in self.timer.run():
+            callback, args = self._actions.pop(token)
+            callback(*args, t)
+        self._admit(self.timer.now)
+        return True
+
+    def at(self, t: float, callback: Callable[..., None], *args) -> None:
+        """Call ``callback(*args, t)`` at time ``t`` (>= now) from :meth:`advance`."""
+        self._actions[self.timer.timer(t)] = (callback, args)
+
+    def finish(self) -> None:
+        """After the last :meth:`advance`: resolve per-NPU phases for the statistics."""
+        self._resolve_static()
+
+    @property
+    def now(self) -> float:
+        return self.timer.now
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight or queued: time may jump to the next issue."""
+        return not self._actions and not any(self._queues.values())
+
+    def message(self, template: StepTemplate, nbytes: float, release: float, delay: float,
+                callback: Callable[[float], None]) -> None:
+        """Send the messages of ``template`` (``nbytes`` each) after ``release + delay``;
+        ``callback(t)`` when the last has arrived."""
+        token = self.timer.step(template, nbytes, release, delay)
+        self._count_dim_bytes(template, nbytes)
+        self._actions[token] = (callback, ())
+
+    def _priority_key(self, policy: str) -> float:
+        """Queue key (smallest served first) from ASTRA-sim's priorities: one counter that
+        LIFO issues count up and FIFO issues count down; ``highest`` beats both."""
+        if policy == "highest":
+            return -1e18
+        priority = self._counter
+        self._counter += 1 if policy == "LIFO" else -1
+        return -priority
 
     def expand_replicated(self, per_link: np.ndarray) -> np.ndarray:
         """Copy the first instance's per-link values of every dimension to all its instances
@@ -185,17 +236,24 @@ class Schedule:
                 posts = [self._post_step_delay(phase, s) for s in steps]
                 handles, starts = self.timer.phase(dag, nbytes, delays, posts,
                                                    [exits[k], slots[slot]], at)
+                if self.system.phase_barrier:
+                    handles = self.timer.barrier(handles, at)
                 updated = exits[k].copy()
                 updated[dag.npus] = handles
                 exits[k] = updated
                 slots[slot] = updated
                 self._static.append((cid, phase, dag.npus, handles, starts))
+        callback = self._on_done.pop(cid, None)
+        if callback is not None:
+            token = self.timer.join([h for h in exits], at)
+            self._actions[token] = (lambda t: callback(t), ())
         return cid
 
     def _dag(self, phase: Phase) -> tuple[PhaseDag, list[Step]]:
         steps = self._steps(phase)
         key = (phase.dims, phase.algorithm, phase.collective, phase.direction,
-               phase.in_network, phase.root, phase.variant, phase.flat, phase.members)
+               phase.in_network, phase.root, phase.variant, phase.flat, phase.members,
+               phase.scope)
         dag = self._dags.get(key)
         if dag is None:
             templates = self._templates_for(phase, steps, with_dependencies=True)
@@ -245,6 +303,8 @@ class Schedule:
         cid = chunk.collective_id
         self._chunks_left[cid] -= 1
         self.collective_end[cid] = max(self.collective_end[cid], t)
+        if self._chunks_left[cid] == 0 and cid in self._on_done:
+            self._on_done.pop(cid)(t)
 
     # ------------------------------------------------------------------ phases and steps
     def _steps(self, phase: Phase) -> list[Step]:
@@ -289,6 +349,8 @@ class Schedule:
                         (phase.collective == "reduce" and e < d):
                     keep &= coords[:, e] == root[e]
             groups = groups[keep]
+        if phase.scope:
+            groups = groups[np.isin(groups[:, 0], phase.scope)]
         return groups
 
     def _templates_for(self, phase: Phase, steps: list[Step], *,
@@ -300,13 +362,14 @@ class Schedule:
         lowest = phase.flat and self.model == "analytical"
         key = (phase.dims, phase.algorithm, phase.collective, phase.direction,
                phase.in_network, phase.root if phase.collective in ("broadcast", "reduce")
-               else 0, lowest, phase.variant, phase.members, with_dependencies)
+               else 0, lowest, phase.variant, phase.members, with_dependencies, phase.scope)
         cached = self._templates.get(key)
         if cached is not None:
             return cached
         groups = self._groups(phase)
-        if self.replicate:
-            groups = groups[:1]
+        copies = 1
+        if self.replicate and replicable_phase(phase) and not with_dependencies:
+            groups, copies = groups[:1], groups.shape[0]
         out = []
         previous: tuple[bytes, bytes] | None = None
         previous_dst = None
@@ -322,6 +385,7 @@ class Schedule:
                     template.dep_indptr, template.dep_local = _incoming(previous_dst,
                                                                         template.src)
                 same[shape] = template
+            template.copies = copies
             previous = shape[:2]
             previous_dst = template.dst
             out.append(template)
@@ -347,6 +411,12 @@ class Schedule:
                                      message=message, weight=weight)
         return make_template(self.network, src, dst, indptr, links)
 
+    def _count_dim_bytes(self, template: StepTemplate, nbytes: float) -> None:
+        ids, per_byte = template.link_bytes_per_byte
+        dims = self.network.link_dim[ids]
+        known = dims >= 0  # fabric links belong to no logical dimension
+        np.add.at(self.dim_bytes, dims[known], per_byte[known] * nbytes * template.copies)
+
     def _post_step_delay(self, phase: Phase, step: Step) -> float:
         return self.system.endpoint_delay_ns + self.system.reduction_ns(
             step.reduce_fraction * phase.data)
@@ -370,10 +440,10 @@ class Schedule:
                      "flows": getattr(self.timer, "engine", None) and
                      self.timer.engine.num_flows}
             self.trace_log.append(entry)
-        token = self.timer.step(templates[index], nbytes, release, delay)
-        groups = 1 if phase.members else \
-            self.network.npus // int(np.prod([self.network.dims[d] for d in phase.dims]))
-        self.represented_flows += templates[index].src.size * (groups if self.replicate else 1)
+        template = templates[index]
+        token = self.timer.step(template, nbytes, release, delay)
+        self.represented_flows += template.src.size * template.copies
+        self._count_dim_bytes(template, nbytes)
         self._actions[token] = (self._step_done,
                                 (chunk, steps, templates, index, phase_start, entry))
 
@@ -408,7 +478,11 @@ def can_replicate(network: Network, system: SystemConfig, chunks: list[list[Phas
     """
     if trace or system.synchronization != "barrier" or not network.replicable:
         return False
-    return all(len(ph.dims) == 1 and not ph.flat and
-               ph.collective in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
-               and not base_algorithm(ph.algorithm).per_npu_only
-               for phases in chunks for ph in phases)
+    return all(replicable_phase(ph) for phases in chunks for ph in phases)
+
+
+def replicable_phase(phase: Phase) -> bool:
+    """Whether one group of this phase stands for all of them (see :func:`can_replicate`)."""
+    return (len(phase.dims) == 1 and not phase.flat and not phase.members and
+            phase.collective in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+            and not base_algorithm(phase.algorithm).per_npu_only)

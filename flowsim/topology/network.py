@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import RoutingError
 from ..network.csr import segment_min, segment_offsets, segment_sum
+from .astra1 import is_astra1_network, parse_astra1_network
 from .blocks import BLOCKS
 from .config import NetworkConfig, parse_network_config
 
@@ -310,6 +311,8 @@ def _parse_any(data: Mapping[str, Any], source: str) -> NetworkConfig | FabricCo
     if "infragraph" in data:
         from .infragraph import parse_infragraph_config
         return parse_infragraph_config(data, source)
+    if is_astra1_network(data):
+        return parse_astra1_network(data, source)
     return parse_network_config(data, source)
 
 

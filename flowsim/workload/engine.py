@@ -1,0 +1,402 @@
+"""The training-loop engine: workload ops, collectives and flows in one event loop.
+
+Every NPU has one compute resource (one compute op at a time, granted in order of readiness)
+and hands its collectives to the system layer's :class:`~flowsim.system.scheduler.Schedule`,
+whose dimension queues decide how many run at once (one chunk per dimension by default, as in
+ASTRA-sim); ``collective_streams`` optionally caps the collectives a program has in flight.
+Point-to-point messages go straight to the network model. Time only moves forward: an op
+becomes ready when its dependencies have finished, waits in a heap keyed by that time, and is
+started when the network side has caught up with it.
+
+A program run by many NPUs is simulated once, with per-NPU time arrays (speed factors make
+NPUs differ); one collective op of such a program is one collective instance over all its
+groups, issued when the last of its NPUs reaches it. One-NPU programs (Chakra traces) meet
+in a collective when every NPU taking part has reached its matching op (the k-th op on the
+same communicator).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import SimulationError
+from ..system.config import SystemConfig
+from ..system.phases import assign_variants, chunk_sizes, collective_phases
+from ..system.scheduler import Schedule
+from ..topology import Network
+from .graph import PASSES, Op, Program, Workload, topological_order
+from .memory import MemoryConfig, MemoryServers
+
+if TYPE_CHECKING:
+    from .roofline import Roofline
+
+_COMM = ("collective", "send", "recv")
+
+
+@dataclass
+class _State:
+    """Run-time state of one program."""
+
+    index: int
+    program: Program
+    npus: np.ndarray
+    scope: tuple[int, ...]
+    order: dict[int, int]
+    ops: dict[int, Op]
+    users: dict[int, list[int]]
+    remaining: dict[int, int]
+    end: dict[int, np.ndarray] = field(default_factory=dict)
+    seen: dict[int, np.ndarray] = field(default_factory=dict)
+    start: dict[int, np.ndarray] = field(default_factory=dict)
+    ready: dict[int, np.ndarray] = field(default_factory=dict)
+    counters: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
+    inflight: int = 0
+    waiting: deque = field(default_factory=deque)
+
+
+@dataclass
+class RunRecord:
+    """What a workload run measured (plain arrays; :mod:`.results` makes a Dataset)."""
+
+    time_ns: float
+    npu_finish_ns: np.ndarray
+    npu_compute_ns: np.ndarray
+    npu_exposed_ns: np.ndarray
+    layer_compute_ns: np.ndarray     # (layers + 1, 3): the last row collects unlabelled ops
+    layer_exposed_ns: np.ndarray
+    layer_comm_ns: np.ndarray
+    dim_bytes: np.ndarray
+    dim_busy_ns: np.ndarray
+    collectives: int
+    messages: int
+    stats: dict
+    timeline: list[dict]
+
+
+class WorkloadEngine:
+    """Runs a :class:`Workload` on a network under a system config and a network model.
+
+    Parameters
+    ----------
+    network, system, model : as for :func:`flowsim.simulate_collective`.
+    workload : Workload
+        Validated programs (see :func:`flowsim.workload.validate.check_workload`).
+    speed : ndarray, shape (npus,)
+        Compute speed factor per NPU (compute time is divided by it).
+    roofline : Roofline, optional
+        Times compute ops given as FLOPs and bytes.
+    memory : MemoryConfig
+    collective_streams : int, optional
+        At most this many collectives of one program in flight (``None``: no cap beyond the
+        dimension queues, ASTRA-sim's behaviour).
+    timeline : bool
+        Keep op start and end times for a Chrome trace.
+    """
+
+    def __init__(self, network: Network, workload: Workload, system: SystemConfig,
+                 model: str, *, speed: np.ndarray, roofline: Roofline | None = None,
+                 memory: MemoryConfig | None = None, collective_streams: int | None = None,
+                 timeline: bool = False) -> None:
+        self.net = network
+        self.workload = workload
+        self.system = system
+        self.speed = speed
+        self.roofline = roofline
+        self.streams = collective_streams
+        self.keep_timeline = timeline
+        replicable = network.replicable and system.synchronization == "barrier"
+        self.schedule = Schedule(network, system, model, replicate=replicable)
+        self.memory = MemoryServers(memory or MemoryConfig(), network.npus,
+                                    system.local_mem_bw_gbps or math.inf)
+        self.compute_free = np.zeros(network.npus)
+        self.npu_compute = np.zeros(network.npus)
+        self.npu_exposed = np.zeros(network.npus)
+        self.npu_finish = np.zeros(network.npus)
+        n_layers = len(workload.layers) + 1
+        self.layer_compute = np.zeros((n_layers, len(PASSES)))
+        self.layer_exposed = np.zeros((n_layers, len(PASSES)))
+        self.layer_comm = np.zeros((n_layers, len(PASSES)))
+        self.states = [self._state(i, p) for i, p in enumerate(workload.programs)]
+        self._heap: list[tuple[float, int, int, int]] = []
+        self._wakeups: set[float] = set()
+        self._instances: dict[tuple, list] = {}
+        self._mailbox: dict[tuple, deque] = defaultdict(deque)
+        self._receivers: dict[tuple, deque] = defaultdict(deque)
+        self._templates: dict[tuple, object] = {}
+        self.collectives = 0
+        self.messages = 0
+        self.timeline: list[dict] = []
+
+    # ------------------------------------------------------------------ set-up
+    def _state(self, index: int, program: Program) -> _State:
+        order = topological_order(program)
+        npus = np.sort(program.npus)
+        scope = () if npus.size == self.net.npus else tuple(int(n) for n in npus)
+        users: dict[int, list[int]] = {op.id: [] for op in order}
+        remaining = {}
+        for op in order:
+            deps = {*op.deps, *op.ctrl_deps}
+            remaining[op.id] = len(deps)
+            for d in deps:
+                users[d].append(op.id)
+        return _State(index, program, npus, scope, {op.id: k for k, op in enumerate(order)},
+                      {op.id: op for op in order}, users, remaining)
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> RunRecord:
+        for st in self.states:
+            for op_id, left in st.remaining.items():
+                if left == 0:
+                    self._make_ready(st, st.ops[op_id])
+        schedule = self.schedule
+        while True:
+            while self._heap and self._heap[0][0] <= schedule.now:
+                t, index, _, op_id = heapq.heappop(self._heap)
+                st = self.states[index]
+                self._start(st, st.ops[op_id], max(t, schedule.now))
+            if self._heap and self._heap[0][0] not in self._wakeups:
+                t = self._heap[0][0]
+                self._wakeups.add(t)
+                schedule.at(t, self._woken)
+            if not schedule.advance():
+                if not self._heap:
+                    break
+        schedule.finish()
+        self._check_finished()
+        return self._record()
+
+    def _woken(self, t: float) -> None:
+        self._wakeups.discard(t)
+
+    def _make_ready(self, st: _State, op: Op) -> None:
+        """All dependencies known: compute when the op may start and what it waited for."""
+        n = st.npus.size
+        ctrl = np.zeros(n)
+        if op.ctrl_deps:
+            ctrl = np.max([st.end[d] for d in op.ctrl_deps], axis=0) + op.gap_ns
+        base = ctrl
+        comm_ids = [d for d in op.deps if st.ops[d].kind in _COMM]
+        other = [d for d in op.deps if st.ops[d].kind not in _COMM]
+        if other:
+            base = np.maximum(base, np.max([st.seen[d] for d in other], axis=0))
+        ready = base
+        if comm_ids:
+            times = np.array([st.seen[d] for d in comm_ids])
+            latest = times.max(axis=0)
+            exposed = np.maximum(latest - base, 0.0)
+            if exposed.any():
+                self.npu_exposed[st.npus] += exposed
+                binding = times.argmax(axis=0)
+                for j, d in enumerate(comm_ids):
+                    share = float(exposed[binding == j].sum()) / n
+                    if share:
+                        self._charge(self.layer_exposed, st.ops[d], share)
+            ready = np.maximum(base, latest)
+        st.ready[op.id] = ready
+        heapq.heappush(self._heap, (float(ready.max()), st.index, st.order[op.id], op.id))
+
+    def _charge(self, table: np.ndarray, op: Op, value: float) -> None:
+        row = op.layer if op.layer >= 0 else table.shape[0] - 1
+        col = PASSES.index(op.pass_) if op.pass_ in PASSES else PASSES.index("fwd")
+        table[row, col] += value
+
+    def _complete(self, st: _State, op: Op, end: np.ndarray, seen: np.ndarray | None = None
+                  ) -> None:
+        st.end[op.id] = end
+        st.seen[op.id] = end if seen is None else seen
+        np.maximum.at(self.npu_finish, st.npus, end)
+        if self.keep_timeline:
+            self.timeline.append({"program": st.index, "npu": int(st.npus[0]), "op": op,
+                                  "start": float(st.start[op.id][0]), "end": float(end[0])})
+        for user in st.users[op.id]:
+            st.remaining[user] -= 1
+            if st.remaining[user] == 0:
+                self._make_ready(st, st.ops[user])
+
+    # ------------------------------------------------------------------ op kinds
+    def _start(self, st: _State, op: Op, t: float) -> None:
+        ready = st.ready[op.id]
+        st.start[op.id] = ready
+        if op.kind == "compute":
+            self._compute(st, op, ready)
+        elif op.kind == "memory":
+            self._complete(st, op, self.memory.serve(st.npus, ready, float(op.size),
+                                                     op.remote))
+        elif op.kind == "collective":
+            if self.streams is not None and st.inflight >= self.streams:
+                st.waiting.append(op)
+            else:
+                self._arrive(st, op, t)
+        elif op.kind == "send":
+            self._send(st, op, t)
+        else:
+            self._recv(st, op)
+
+    def _compute(self, st: _State, op: Op, ready: np.ndarray) -> None:
+        duration = op.duration_ns
+        if duration == 0.0 and self.roofline is not None and (op.flops or op.mem_bytes):
+            duration = float(self.roofline.time_ns(op.flops, op.mem_bytes))
+        durations = duration / self.speed[st.npus]
+        start = np.maximum(ready, self.compute_free[st.npus])
+        st.start[op.id] = start
+        end = start + durations
+        self.compute_free[st.npus] = end
+        self.npu_compute[st.npus] += durations
+        self._charge(self.layer_compute, op, float(durations.mean()))
+        self._complete(st, op, end)
+
+    # collectives
+    def _arrive(self, st: _State, op: Op, t: float) -> None:
+        """An op reaches a collective; issue it once every NPU taking part has."""
+        st.inflight += 1
+        if st.npus.size > 1 or len(self.states) == 1:
+            self._issue(op, [(st, op)], t, st.scope)
+            return
+        # one-NPU programs: the k-th op on a communicator meets its peers' k-th
+        key: tuple = ("group", op.group) if op.group else ("dims", op.dims)
+        members = len(op.group) if op.group else len(self.states)
+        k = st.counters[key]
+        st.counters[key] = k + 1
+        entry = self._instances.setdefault((key, k), [])
+        entry.append((st, op))
+        if sum(s.npus.size for s, _ in entry) == members:
+            del self._instances[(key, k)]
+            scope = () if members == self.net.npus or op.group else \
+                tuple(sorted(int(s.npus[0]) for s, _ in entry))
+            self._issue(op, entry, t, scope)
+
+    def _issue(self, op: Op, members: list[tuple[_State, Op]], t: float,
+               scope: tuple[int, ...]) -> None:
+        chunks = assign_variants([collective_phases(
+            self.net, self.system, op.collective, c, dims=op.dims, group=op.group, scope=scope)
+            for c in chunk_sizes(op.size, self.system.splits)])
+        self.collectives += 1
+
+        def done(t_end: float) -> None:
+            for st, member in members:
+                st.inflight -= 1
+                end = np.full(st.npus.size, t_end)
+                # a collective that never ran (no dimension left) has no update delay either
+                seen = end + (member.update_delay_ns if any(chunks) else 0.0)
+                self._charge(self.layer_comm, member, float(seen[0] - t) / len(members))
+                self._complete(st, member, end, seen)
+                if st.waiting:
+                    self._arrive(st, st.waiting.popleft(), t_end)
+
+        if not any(chunks):
+            done(t)
+            return
+        policy = None if op.priority == "default" else op.priority
+        self.schedule.issue(chunks, at=t, on_done=done, policy=policy)
+
+    # point-to-point
+    def _peers(self, st: _State, op: Op) -> np.ndarray:
+        if op.peer is not None:
+            return np.array([op.peer], np.int64)
+        return st.npus + int(op.peer_offset or 0)
+
+    def _send(self, st: _State, op: Op, t: float) -> None:
+        dst = self._peers(st, op)
+        key = (int(dst[0]), int(st.npus[0]), op.tag)
+        template = self._template(st.npus, dst)
+        delay = self.system.endpoint_delay_ns
+        self.messages += st.npus.size
+
+        def arrived(t_arrival: float) -> None:
+            end = np.full(st.npus.size, t_arrival + delay)
+            self._complete(st, op, end)
+            waiting = self._receivers[key]
+            if waiting:
+                self._deliver(waiting.popleft(), end)
+            else:
+                self._mailbox[key].append((end, st, op))
+
+        self.schedule.message(template, float(op.size), t, delay, arrived)
+
+    def _recv(self, st: _State, op: Op) -> None:
+        src = self._peers(st, op)
+        key = (int(st.npus[0]), int(src[0]), op.tag)
+        box = self._mailbox[key]
+        if box:
+            self._deliver((st, op), box.popleft()[0])
+        else:
+            self._receivers[key].append((st, op))
+
+    def _deliver(self, receiver: tuple[_State, Op], arrival: np.ndarray) -> None:
+        st, op = receiver
+        self._complete(st, op, np.maximum(st.ready[op.id], arrival))
+
+    def _template(self, src: np.ndarray, dst: np.ndarray):
+        from ..system.backends import make_template
+
+        key = (src.tobytes(), dst.tobytes())
+        template = self._templates.get(key)
+        if template is None:
+            message, weight, indptr, links = self.net.routes_multipath(src, dst)
+            template = make_template(self.net, src[message], dst[message], indptr, links,
+                                     message=message, weight=weight)
+            self._templates[key] = template
+        return template
+
+    # ------------------------------------------------------------------ the end
+    def _check_finished(self) -> None:
+        stuck = []
+        for st in self.states:
+            left = [op for op in st.ops.values() if op.id not in st.end]
+            if left:
+                stuck.append((st, left))
+        unreceived = [(k, v) for k, v in self._mailbox.items() if v]
+        if unreceived:
+            (dst, src, tag), box = unreceived[0]
+            _, st, op = box[0]
+            raise SimulationError(
+                f"{st.program.source}: send node {op.id} ({op.name or 'send'}) from NPU {src} "
+                f"to NPU {dst} with tag {tag} has no matching recv on NPU {dst}")
+        if not stuck:
+            return
+        lines = []
+        for st, left in stuck[:8]:
+            blocked = []
+            for op in sorted(left, key=lambda o: st.order[o.id])[:4]:
+                if op.id in st.ready and op.kind == "recv":
+                    why = f"waits for a message from NPU {int(self._peers(st, op)[0])} " \
+                          f"tag {op.tag}"
+                elif op.id in st.ready and op.kind == "collective":
+                    why = "waits for the other NPUs of its collective"
+                elif op.id in st.ready:
+                    why = "was never started"
+                else:
+                    deps = [d for d in (*op.deps, *op.ctrl_deps) if d not in st.end]
+                    why = f"waits for node(s) {deps[:5]}"
+                blocked.append(f"node {op.id} ({op.name or op.kind}) {why}")
+            npus = st.npus.tolist()
+            who = f"NPU {npus[0]}" if len(npus) == 1 else f"NPUs {npus[:4]}..."
+            lines.append(f"{who} ({st.program.source}): " + "; ".join(blocked))
+        raise SimulationError("deadlock: " + f"{sum(len(x) for _, x in stuck)} op(s) never "
+                              "finished\n  " + "\n  ".join(lines))
+
+    def _record(self) -> RunRecord:
+        sched = self.schedule
+        time_ns = max(float(self.npu_finish.max(initial=0.0)),
+                      max(sched.collective_end.values(), default=0.0))
+        return RunRecord(
+            time_ns=time_ns, npu_finish_ns=self.npu_finish.copy(),
+            npu_compute_ns=self.npu_compute.copy(), npu_exposed_ns=self.npu_exposed.copy(),
+            layer_compute_ns=self.layer_compute, layer_exposed_ns=self.layer_exposed,
+            layer_comm_ns=self.layer_comm, dim_bytes=sched.dim_bytes.copy(),
+            dim_busy_ns=sched.dim_busy_ns(), collectives=self.collectives,
+            messages=self.messages, stats=sched.timer.stats(), timeline=self.timeline)
+
+
+def run_workload(network: Network, workload: Workload, system: SystemConfig, model: str,
+                 **options) -> RunRecord:
+    """Run ``workload`` to completion (see :class:`WorkloadEngine`)."""
+    return WorkloadEngine(network, workload, system, model, **options).run()
+
+

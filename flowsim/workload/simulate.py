@@ -1,0 +1,249 @@
+"""``flowsim.simulate``: a workload on a platform, end to end, as an xarray Dataset."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from .._version import __version__
+from ..errors import ConfigError, config_error
+from ..network.engine import check_model
+from ..system import SystemConfig, load_system
+from ..topology import Network, load_network
+from .astra_text import TextWorkload, read_astra_text
+from .engine import RunRecord, run_workload
+from .graph import PASSES, Op, Program, Workload
+from .memory import load_memory
+from .training_loops import build_training_loop
+from .validate import check_workload
+
+WorkloadLike = str | os.PathLike | Workload | TextWorkload | Mapping
+
+
+def load_workload(source: WorkloadLike, network: Network, iterations: int = 1, *,
+                  compute_scale: float = 1.0, comm_scale: float = 1.0,
+                  comm_groups: Any = None) -> tuple[Workload, Network]:
+    """Any workload form into programs for ``network`` with ``iterations`` iterations.
+
+    Sources: an ASTRA-sim text file (``.txt``), a flowsim YAML graph or generator spec
+    (``.yml``/``.yaml`` or a mapping), Chakra traces (``<prefix>.<rank>.et`` files: give the
+    prefix, one ``.et`` file or their folder), a parsed :class:`TextWorkload` or a
+    :class:`Workload`. Returns the workload and the network it runs on (a text
+    ``HYBRID_TRANSFORMER`` may split a dimension, as ASTRA-sim does).
+    """
+    if isinstance(source, TextWorkload):
+        return build_training_loop(source, network, iterations)
+    if isinstance(source, Workload):
+        return repeat_iterations(source, iterations), network
+    if isinstance(source, Mapping):
+        from .yaml_graph import parse_workload_mapping
+
+        return repeat_iterations(parse_workload_mapping(source, "<dict>", network),
+                                 iterations), network
+    path = Path(source)
+    if path.suffix == ".txt":
+        text = read_astra_text(path, compute_scale=compute_scale, comm_scale=comm_scale)
+        return build_training_loop(text, network, iterations)
+    if path.suffix in (".yml", ".yaml"):
+        from .yaml_graph import read_workload_yaml
+
+        return repeat_iterations(read_workload_yaml(path, network), iterations), network
+    if path.suffix == ".et" or path.is_dir() or not path.exists():
+        from .chakra import load_chakra
+
+        return repeat_iterations(load_chakra(path, comm_group=comm_groups),
+                                 iterations), network
+    raise ConfigError(f"{path}: unknown workload format (expected .txt, .yml/.yaml or Chakra "
+                      ".et files)")
+
+
+def repeat_iterations(workload: Workload, iterations: int) -> Workload:
+    """``iterations`` copies of every program's graph, each copy starting after the previous
+    one's last ops (its sinks) on that program."""
+    if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
+        raise config_error("argument", "iterations", "an integer >= 1", iterations)
+    if iterations == 1:
+        return workload
+    programs = []
+    for program in workload.programs:
+        ops = program.ops
+        span = max((op.id for op in ops), default=-1) + 1
+        used = {d for op in ops for d in (*op.deps, *op.ctrl_deps)}
+        sinks = tuple(op.id for op in ops if op.id not in used)
+        out: list[Op] = []
+        for k in range(iterations):
+            shift = k * span
+            for op in ops:
+                ctrl = tuple(d + shift for d in op.ctrl_deps)
+                if k and not op.deps and not op.ctrl_deps:
+                    ctrl = tuple(s + shift - span for s in sinks)
+                out.append(_shifted(op, shift, ctrl))
+        programs.append(Program(out, program.npus, program.source))
+    return Workload(programs, workload.layers, workload.name)
+
+
+def _shifted(op: Op, shift: int, ctrl: tuple[int, ...]) -> Op:
+    from dataclasses import replace
+
+    return replace(op, id=op.id + shift, deps=tuple(d + shift for d in op.deps),
+                   ctrl_deps=ctrl)
+
+
+def simulate(network: Any, workload: WorkloadLike, system: Any = None,
+             model: str = "analytical", iterations: int = 1, *,
+             compute_scale: float = 1.0, comm_scale: float = 1.0,
+             speed: Any = None, roofline: Any = None, memory: Any = None,
+             collective_streams: int | None = None, comm_groups: Any = None,
+             trace: str | os.PathLike | None = None) -> xr.Dataset:
+    """Simulate a training workload and return its timing as an :class:`xarray.Dataset`.
+
+    Parameters
+    ----------
+    network : path, bundled name, mapping, NetworkConfig or Network
+        2.x YAML, 1.0 analytical JSON, fabric or InfraGraph (see :func:`load_network`).
+    workload : path, mapping, TextWorkload or Workload
+        See :func:`load_workload`.
+    system : path, bundled name, mapping, SystemConfig or None
+        2.x json or 1.0 txt system config.
+    model : {"analytical", "flow"}
+    iterations : int
+        Training iterations (ASTRA-sim's ``--num-passes``; for ``MICRO``, concurrent copies).
+    compute_scale, comm_scale : float
+        Multiply a text workload's compute cycles (1 cycle = 1 ns at ASTRA-sim's 1 GHz
+        clock) and byte counts, like ASTRA-sim's ``--compute-scale`` / ``--comm-scale``.
+    speed : float or array of shape (npus,)
+        Compute speed factor per NPU (0.5: a straggler taking twice as long).
+    roofline : Roofline or mapping, optional
+        Times compute ops given as FLOPs and bytes (``peak_tflops``, ``memory_bandwidth_GBps``,
+        ``efficiency``).
+    memory : path, mapping or MemoryConfig, optional
+        Remote-memory config for memory ops (ASTRA-sim's remote-memory json).
+    collective_streams : int, optional
+        Cap on collectives a program has in flight (default: none beyond the system's
+        dimension queues, ASTRA-sim's behaviour).
+    comm_groups : path or mapping, optional
+        Chakra communicator groups ``{"<pg_name>": [ranks]}``.
+    trace : path, optional
+        Write a Chrome-trace / Perfetto timeline of ops and collectives there.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``time_ns`` (when the last iteration and every collective it issued have finished);
+        per NPU ``finish_ns``, ``compute_ns``, ``exposed_comm_ns`` (time blocked waiting for
+        communication) and ``idle_ns``; per layer and pass (``fwd``/``ig``/``wg``)
+        ``layer_compute_ns``, ``layer_exposed_comm_ns`` and ``layer_comm_ns`` (issue to finish
+        plus update delay of the layer's collectives), averaged over the NPUs that run them;
+        per dimension ``dim_bytes`` and ``dim_busy_ns``.
+    """
+    net = load_network(network)
+    sys_cfg = load_system(system)
+    model = check_model(model)
+    for key, value in (("compute_scale", compute_scale), ("comm_scale", comm_scale)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or \
+                not np.isfinite(value) or value < 0:
+            raise config_error("argument", key, "a non-negative number", value)
+    work, net = load_workload(workload, net, iterations, compute_scale=compute_scale,
+                              comm_scale=comm_scale, comm_groups=comm_groups)
+    check_workload(work, net)
+    speeds = _speeds(speed, net.npus)
+    rl = _roofline(roofline)
+    record = run_workload(net, work, sys_cfg, model, speed=speeds, roofline=rl,
+                          memory=load_memory(memory), collective_streams=_streams(
+                              collective_streams), timeline=trace is not None)
+    if trace is not None:
+        from .trace import write_workload_trace
+
+        write_workload_trace(record, work, trace)
+    return workload_dataset(record, net, sys_cfg, model, work, iterations)
+
+
+def _speeds(speed: Any, npus: int) -> np.ndarray:
+    if speed is None:
+        return np.ones(npus)
+    try:
+        arr = np.broadcast_to(np.asarray(speed, dtype=float), (npus,)).copy()
+    except (TypeError, ValueError):
+        raise config_error("argument", "speed", f"a positive number or {npus} of them",
+                           speed) from None
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise config_error("argument", "speed", "positive finite speed factors", speed)
+    return arr
+
+
+def _roofline(roofline: Any):
+    if roofline is None:
+        return None
+    from .roofline import Roofline, parse_roofline
+
+    if isinstance(roofline, Roofline):
+        return roofline
+    if isinstance(roofline, Mapping):
+        return parse_roofline(roofline, "argument 'roofline'")
+    raise config_error("argument", "roofline", "a Roofline or a mapping", roofline)
+
+
+def _streams(value: Any) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise config_error("argument", "collective_streams", "an integer >= 1", value)
+    return value
+
+
+def workload_dataset(record: RunRecord, network: Network, system: SystemConfig, model: str,
+                     workload: Workload, iterations: int) -> xr.Dataset:
+    """Assemble the Dataset of one workload run (see :func:`simulate`)."""
+    layers = list(workload.layers) + ["(other)"]
+    keep = np.ones(len(layers), bool)
+    keep[-1] = bool(record.layer_compute_ns[-1].any() or record.layer_exposed_ns[-1].any()
+                    or record.layer_comm_ns[-1].any())
+    cfg = network.config
+    per_link = len(cfg.bandwidth_gbps) != network.ndims or cfg.topology[0] == "Fabric"
+    total = float(record.time_ns)
+    idle = np.maximum(record.npu_finish_ns - record.npu_compute_ns - record.npu_exposed_ns, 0)
+    ds = xr.Dataset(
+        data_vars={
+            "time_ns": ((), total),
+            "finish_ns": (("npu",), record.npu_finish_ns),
+            "compute_ns": (("npu",), record.npu_compute_ns),
+            "exposed_comm_ns": (("npu",), record.npu_exposed_ns),
+            "idle_ns": (("npu",), idle),
+            "layer_compute_ns": (("layer", "pass"), record.layer_compute_ns[keep]),
+            "layer_exposed_comm_ns": (("layer", "pass"), record.layer_exposed_ns[keep]),
+            "layer_comm_ns": (("layer", "pass"), record.layer_comm_ns[keep]),
+            "dim_bytes": (("dim",), record.dim_bytes),
+            "dim_busy_ns": (("dim",), record.dim_busy_ns),
+        },
+        coords={
+            "npu": np.arange(network.npus),
+            "layer": np.array(layers, dtype=str)[keep],
+            "pass": np.array(PASSES, dtype=str),
+            "dim": np.arange(network.ndims),
+            "topology": (("dim",), np.array(cfg.topology[: network.ndims] if not per_link
+                                            else ["Fabric"] * network.ndims, dtype=str)),
+            "npus_count": (("dim",), np.array(network.dims)),
+        },
+        attrs={
+            "workload": workload.name,
+            "model": model,
+            "iterations": int(iterations),
+            "npus": int(network.npus),
+            # ASTRA-sim 1.0's "total exposed comm": end time minus compute (NPU 0)
+            "exposed_comm_total_ns": total - float(record.npu_compute_ns[0]),
+            "collectives": int(record.collectives),
+            "messages": int(record.messages),
+            "chunks_per_collective": int(system.splits),
+            "flowsim_version": __version__,
+            "stats": json.dumps(record.stats),
+        },
+    )
+    for name in ds.data_vars:
+        ds[name].attrs["units"] = "bytes" if name == "dim_bytes" else "ns"
+    return ds

@@ -1,0 +1,120 @@
+"""Checks of a workload against the network it will run on (the engine trusts them)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from ..collectives import COLLECTIVES
+from ..errors import ConfigError
+from ..topology import Network
+from .graph import OP_KINDS, PRIORITIES, Op, Program, Workload, topological_order
+
+
+def _where(program: Program, op: Op) -> str:
+    return f"{program.source}: node {op.id} ({op.name or op.kind})"
+
+
+def check_workload(workload: Workload, network: Network) -> None:
+    """Raise :class:`ConfigError` naming the file and node for anything the engine cannot run.
+
+    Checks: NPUs of programs exist and belong to one program each; op kinds, sizes, durations,
+    priorities; collective types, dimensions and groups (ranks inside the network, a program's
+    collectives over whole groups of its dimensions); send/recv peers inside the network, and
+    every send matched by a recv (same sender, receiver and tag) and vice versa; no missing
+    dependency and no cycle.
+    """
+    npus = network.npus
+    owner = np.full(npus, -1)
+    for k, program in enumerate(workload.programs):
+        if program.npus.size == 0:
+            raise ConfigError(f"{program.source}: a program without NPUs")
+        bad = program.npus[(program.npus < 0) | (program.npus >= npus)]
+        if bad.size:
+            raise ConfigError(f"{program.source}: NPU {int(bad[0])} is outside the network "
+                              f"(0..{npus - 1})")
+        taken = owner[program.npus] >= 0
+        if taken.any():
+            raise ConfigError(f"{program.source}: NPU {int(program.npus[taken][0])} runs two "
+                              "programs")
+        owner[program.npus] = k
+        topological_order(program)
+        for op in program.ops:
+            _check_op(program, op, network)
+    _check_pairs(workload, network)
+
+
+def _check_op(program: Program, op: Op, network: Network) -> None:
+    where = _where(program, op)
+    if op.kind not in OP_KINDS:
+        raise ConfigError(f"{where}: kind must be one of {', '.join(OP_KINDS)}, "
+                          f"found {op.kind!r}")
+    if not isinstance(op.size, (int, np.integer)) or isinstance(op.size, bool) or op.size < 0:
+        raise ConfigError(f"{where}: size must be a non-negative integer (bytes), "
+                          f"found {op.size!r}")
+    for name in ("duration_ns", "flops", "mem_bytes", "gap_ns", "update_delay_ns"):
+        value = getattr(op, name)
+        if not np.isfinite(value) or value < 0:
+            raise ConfigError(f"{where}: {name} must be a non-negative number, found {value!r}")
+    if op.priority not in PRIORITIES:
+        raise ConfigError(f"{where}: priority must be one of {', '.join(PRIORITIES)}, "
+                          f"found {op.priority!r}")
+    if op.kind == "collective":
+        if op.collective not in COLLECTIVES or op.collective == "send_recv":
+            raise ConfigError(f"{where}: unknown collective {op.collective!r}")
+        if op.dims is not None:
+            bad = [d for d in op.dims if not 0 <= d < network.ndims]
+            if bad:
+                raise ConfigError(f"{where}: dimension {bad[0]} does not exist (the network "
+                                  f"has {network.ndims})")
+        if op.group:
+            bad = [r for r in op.group if not 0 <= r < network.npus]
+            if bad or len(set(op.group)) != len(op.group) or len(op.group) < 2:
+                raise ConfigError(f"{where}: communicator {list(op.group)[:8]} must hold "
+                                  f"distinct NPUs of 0..{network.npus - 1}, at least 2")
+        elif program.npus.size > 1 and program.npus.size < network.npus:
+            dims = tuple(range(network.ndims)) if op.dims is None else op.dims
+            groups = network.dim_groups(dims) if dims else np.zeros((0, 1), np.int64)
+            inside = np.isin(groups, program.npus)
+            if np.any(inside.any(axis=1) & ~inside.all(axis=1)):
+                raise ConfigError(f"{where}: the groups of dimensions {list(dims)} reach "
+                                  "NPUs outside this program; give an explicit group")
+    if op.kind in ("send", "recv"):
+        if (op.peer is None) == (op.peer_offset is None):
+            raise ConfigError(f"{where}: a {op.kind} needs exactly one of peer, peer_offset")
+        if op.peer is not None and program.npus.size != 1:
+            raise ConfigError(f"{where}: an absolute peer needs a one-NPU program; use "
+                              "peer_offset")
+        peers = np.array([op.peer]) if op.peer is not None else program.npus + op.peer_offset
+        outside = peers[(peers < 0) | (peers >= network.npus)]
+        if outside.size:
+            raise ConfigError(f"{where}: peer NPU {int(outside[0])} is outside the network "
+                              f"(0..{network.npus - 1})")
+        if np.any(peers == program.npus):
+            raise ConfigError(f"{where}: an NPU cannot {op.kind} to itself")
+
+
+def _check_pairs(workload: Workload, network: Network) -> None:
+    """Every send has a recv posted by its receiver for it, and vice versa."""
+    sends: Counter = Counter()
+    recvs: Counter = Counter()
+    first: dict[tuple, str] = {}
+    for program in workload.programs:
+        for op in program.ops:
+            if op.kind not in ("send", "recv"):
+                continue
+            peers = np.array([op.peer]) if op.peer is not None else \
+                program.npus + op.peer_offset
+            for me, peer in zip(program.npus.tolist(), peers.tolist()):
+                key = (me, peer, op.tag) if op.kind == "send" else (peer, me, op.tag)
+                (sends if op.kind == "send" else recvs)[key] += 1
+                first.setdefault((op.kind, key), _where(program, op))
+    for key in (sends - recvs):
+        src, dst, tag = key
+        raise ConfigError(f"{first[('send', key)]}: send from NPU {src} to NPU {dst} with tag "
+                          f"{tag} has no matching recv on NPU {dst}")
+    for key in (recvs - sends):
+        src, dst, tag = key
+        raise ConfigError(f"{first[('recv', key)]}: recv on NPU {dst} from NPU {src} with tag "
+                          f"{tag} has no matching send on NPU {src}")
