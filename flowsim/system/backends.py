@@ -202,11 +202,6 @@ class AnalyticalTimer:
             arrivals.append(ready + delay + template.arrivals(size))
         return dag.exit_times(start, arrivals, posts), start
 
-    def barrier(self, handles: np.ndarray, at: float) -> np.ndarray:
-        """Per-NPU exits replaced by the last of them."""
-        return np.full(handles.shape, max(at, float(np.nanmax(handles)))) if handles.size \
-            else handles
-
     def join(self, handles: list[np.ndarray], at: float) -> int:
         """A timer due when every handle (per-NPU exit time, NaN: none) has passed."""
         last = max((float(np.nanmax(h)) for h in handles if np.any(~np.isnan(h))), default=at)
@@ -306,13 +301,6 @@ class FlowTimer:
         exits = engine.add(np.zeros(dag.npus.size + 1, np.int64), _NO_LINKS, 0.0, release=at,
                            delay=delay, dep_indptr=ptr, dep_ids=flat_ids)
         return exits, start_ids
-
-    def barrier(self, handles: np.ndarray, at: float) -> np.ndarray:
-        """Per-NPU exit markers replaced by one marker after all of them."""
-        ids = handles[handles >= 0].astype(np.int64)
-        marker = self.engine.add(_MARKER_PTR, _NO_LINKS, 0.0, release=at,
-                                 dep_indptr=np.array([0, ids.size], np.int64), dep_ids=ids)
-        return np.where(handles >= 0, marker[0], -1)
 
     def join(self, handles: list[np.ndarray], at: float) -> int:
         """A watched marker due when every handle (marker flow id, -1: none) has arrived."""

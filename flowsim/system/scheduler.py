@@ -196,8 +196,9 @@ class Schedule:
     def _per_npu(self, chunks: list[list[Phase]]) -> bool:
         if self.system.synchronization == "per_npu":
             return True
-        return any(base_algorithm(ph.algorithm).per_npu_only for phases in chunks
-                   for ph in phases)
+        # ASTRA-sim 1.0 queues tree phases like any other and leaves them together
+        return not self.system.phase_barrier and any(
+            base_algorithm(ph.algorithm).per_npu_only for phases in chunks for ph in phases)
 
     def _none(self) -> np.ndarray:
         if self.model == "analytical":
@@ -236,8 +237,6 @@ class Schedule:
                 posts = [self._post_step_delay(phase, s) for s in steps]
                 handles, starts = self.timer.phase(dag, nbytes, delays, posts,
                                                    [exits[k], slots[slot]], at)
-                if self.system.phase_barrier:
-                    handles = self.timer.barrier(handles, at)
                 updated = exits[k].copy()
                 updated[dag.npus] = handles
                 exits[k] = updated
@@ -417,12 +416,29 @@ class Schedule:
         known = dims >= 0  # fabric links belong to no logical dimension
         np.add.at(self.dim_bytes, dims[known], per_byte[known] * nbytes * template.copies)
 
+    def _start_dag_phase(self, chunk: _Chunk, phase: Phase, t: float) -> None:
+        """A per-NPU phase (a tree) taken from a queue: its steps run per NPU, and the chunk
+        leaves the phase when its last NPU does (ASTRA-sim 1.0's stream barrier)."""
+        dag, steps = self._dag(phase)
+        nbytes = [s.fraction * phase.data for s in steps]
+        delays = [self.system.endpoint_delay_ns] + [self._post_step_delay(phase, s)
+                                                    for s in steps[:-1]]
+        posts = [self._post_step_delay(phase, s) for s in steps]
+        handles, _ = self.timer.phase(dag, nbytes, delays, posts, [], t)
+        for template, size in zip(dag.templates, nbytes):
+            self._count_dim_bytes(template, size)
+        token = self.timer.join([handles], t)
+        self._actions[token] = (self._phase_done, (chunk, t))
+
     def _post_step_delay(self, phase: Phase, step: Step) -> float:
         return self.system.endpoint_delay_ns + self.system.reduction_ns(
             step.reduce_fraction * phase.data)
 
     def _start_phase(self, chunk: _Chunk, t: float) -> None:
         phase = chunk.phases[chunk.phase]
+        if base_algorithm(phase.algorithm).per_npu_only:
+            self._start_dag_phase(chunk, phase, t)
+            return
         steps = self._steps(phase)
         templates = self._templates_for(phase, steps)
         self._start_step(chunk, steps, templates, 0, t, t, self.system.endpoint_delay_ns)

@@ -236,6 +236,7 @@ def _model_pass(loop: _Loop, layers, dims, wg, ig, kind: str, text: TextWorkload
             # activation recomputation: re-run the forward from the previous checkpoint
             for j in range(_previous_checkpoint(text.checkpoints, i), i):
                 loop.compute(j, "fwd", layers[j].fwd_compute)
+                loop.block(loop.collective(j, "fwd", dims[j]["fwd"]))
         loop.compute(i, "ig", layers[i].ig_compute)
         ig[i] = loop.collective(i, "ig", dims[i]["ig"], "LIFO") if (i > 0 or transformer) \
             else None
