@@ -20,7 +20,7 @@ import numpy as np
 
 from . import __version__
 from .errors import FlowsimError, FlowsimWarning
-from .resources import DEFAULT_NETWORK, bundled_names
+from .resources import DEFAULT_NETWORK, DEFAULT_WORKLOAD, bundled_names
 from .units import format_size, format_time
 
 
@@ -68,6 +68,39 @@ def _parser() -> argparse.ArgumentParser:
                       help="write the full result Dataset (NetCDF, .nc)")
     coll.add_argument("--trace", default=None,
                       help="write a Chrome-trace / Perfetto timeline (.json)")
+    run = commands.add_parser(
+        "run", help="simulate a training workload",
+        description="Simulate a training workload (iterations of compute and communication) "
+                    "and print its iteration time and exposed communication.")
+    run.add_argument("--network", default=DEFAULT_NETWORK,
+                     help="network: ASTRA-sim 2.x YAML, 1.0 analytical JSON, fabric or "
+                          f"bundled name (default: {DEFAULT_NETWORK})")
+    run.add_argument("--system", default=None,
+                     help="system: 2.x json, 1.0 txt or bundled name (default: ASTRA-sim's "
+                          "Ring_4chunks settings)")
+    run.add_argument("--workload", default=DEFAULT_WORKLOAD,
+                     help="ASTRA-sim text workload (.txt), flowsim YAML graph or generator "
+                          "spec (.yml), Chakra traces (<prefix> of <prefix>.<rank>.et) or a "
+                          f"bundled name (default: {DEFAULT_WORKLOAD}; bundled: "
+                          + ", ".join(bundled_names("workload")) + ")")
+    run.add_argument("--model", default="analytical", choices=["analytical", "flow"],
+                     help="analytical (congestion-unaware, as ASTRA-sim) or flow")
+    run.add_argument("--iterations", type=int, default=1,
+                     help="training iterations (ASTRA-sim's --num-passes; default 1)")
+    run.add_argument("--compute-scale", type=float, default=1.0,
+                     help="multiply text-workload compute (cycles of a 1 GHz clock = ns); "
+                          "e.g. 0.5 for a 2 GHz part")
+    run.add_argument("--comm-scale", type=float, default=1.0,
+                     help="multiply text-workload communication sizes")
+    run.add_argument("--memory", default=None,
+                     help="remote-memory json (ASTRA-sim keys) for memory ops")
+    run.add_argument("--comm-group", default=None,
+                     help="Chakra communicator groups json {\"<pg_name>\": [ranks]}")
+    run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.add_argument("-o", "--output", default=None, help="write the Dataset (NetCDF, .nc)")
+    run.add_argument("--csv", default=None, metavar="DIR",
+                     help="write end_to_end.csv (per layer, as ASTRA-sim 1.0) and npus.csv")
+    run.add_argument("--trace", default=None, help="write a Chrome-trace timeline (.json)")
     sw = commands.add_parser(
         "sweep", help="run a sweep spec (grid of configurations)",
         description="Run every point of a sweep spec and write one xarray Dataset.")
@@ -218,6 +251,56 @@ def _run_collective(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_workload(args: argparse.Namespace) -> int:
+    from .workload.simulate import simulate
+
+    ds = simulate(args.network, args.workload, args.system, model=args.model,
+                  iterations=args.iterations, compute_scale=args.compute_scale,
+                  comm_scale=args.comm_scale, memory=args.memory,
+                  comm_groups=args.comm_group, trace=args.trace)
+    written = []
+    if args.output:
+        from .results import write_dataset
+        write_dataset(ds, args.output)
+        written.append(args.output)
+    if args.csv:
+        from .workload.outputs import write_csvs
+        written += [str(p) for p in write_csvs(ds, args.csv)]
+    if args.trace:
+        written.append(args.trace)
+    compute = float(ds.compute_ns.mean())
+    exposed = float(ds.exposed_comm_ns.mean())
+    summary = {"time_ns": float(ds.time_ns), "model": ds.attrs["model"],
+               "workload": ds.attrs["workload"], "npus": ds.attrs["npus"],
+               "iterations": ds.attrs["iterations"], "compute_ns": compute,
+               "exposed_comm_ns": exposed, "idle_ns": float(ds.idle_ns.mean()),
+               "dim_bytes": ds.dim_bytes.values.tolist(),
+               "collectives": ds.attrs["collectives"], "stats": json.loads(ds.attrs["stats"])}
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    total = summary["time_ns"]
+    print(f"flowsim {__version__}: {summary['workload']} on {summary['npus']} NPUs, "
+          f"{summary['iterations']} iteration(s), {summary['model']} model")
+    print(f"  time:          {format_time(total)}  ({total:.1f} ns)")
+    share = (lambda v: f"{100 * v / total:5.1f}%") if total > 0 else (lambda v: "  -  ")
+    print(f"  compute:       {format_time(compute)}  {share(compute)} (mean over NPUs)")
+    print(f"  exposed comm:  {format_time(exposed)}  {share(exposed)}")
+    print(f"  idle:          {format_time(summary['idle_ns'])}")
+    by_layer = ds.layer_exposed_comm_ns.sum("pass")
+    if float(by_layer.sum()) > 0:
+        top = by_layer.sortby(by_layer, ascending=False)[:3]
+        print("  most exposed:  " + ", ".join(f"{str(layer)} {format_time(float(v))}"
+                                             for layer, v in zip(top.layer.values, top.values)
+                                             if v > 0))
+    for d in range(ds.sizes["dim"]):
+        print(f"  dim {d}: {format_size(float(ds.dim_bytes[d]))} over links, busy "
+              f"{format_time(float(ds.dim_busy_ns[d]))}")
+    for path in written:
+        print(f"  wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``flowsim`` console command."""
     parser = _parser()
@@ -229,8 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("always", FlowsimWarning)
             warnings.showwarning = _warning_line  # type: ignore[assignment]
-            return {"collective": _run_collective, "sweep": _run_sweep,
-                    "merge": _run_merge}[args.command](args)
+            return {"collective": _run_collective, "run": _run_workload,
+                    "sweep": _run_sweep, "merge": _run_merge}[args.command](args)
     except FlowsimError as exc:
         print(f"flowsim: error: {exc}", file=sys.stderr)
         return 2

@@ -14,13 +14,17 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-_KIND_DIRS = {"network": "topologies", "system": "topologies/systems"}
-_KIND_SUFFIXES = {"network": (".yml", ".yaml"), "system": (".json",)}
-_SHARE_DIRS = {"network": "topologies", "system": "systems"}
+_KIND_DIRS = {"network": "topologies", "system": "topologies/systems",
+              "workload": "workloads"}
+_KIND_SUFFIXES = {"network": (".yml", ".yaml"), "system": (".json", ".txt"),
+                  "workload": (".txt", ".yml", ".yaml")}
+_SHARE_DIRS = {"network": "topologies", "system": "systems", "workload": "workloads"}
 
 #: Bundled network used when ``--network`` is not given (without ``--system`` the defaults of
 #: :class:`flowsim.SystemConfig` apply: ASTRA-sim's Ring_4chunks settings in every dimension).
 DEFAULT_NETWORK = "ring8"
+#: Bundled workload ``flowsim run`` runs when ``--workload`` is not given.
+DEFAULT_WORKLOAD = "resnet50_dp"
 
 
 def bundled_dir(kind: str) -> Path:

@@ -24,6 +24,8 @@ _SIZE_UNITS = {
     "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
 }
 _SIZE_PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_TIME_UNITS = {"": 1.0, "ns": 1.0, "us": 1e3, "\u00b5s": 1e3, "ms": 1e6, "s": 1e9}
+_TIME_PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z\u00b5]*)\s*$")
 
 
 def network_bandwidth_to_bytes_per_ns(gbps: float) -> float:
@@ -63,6 +65,30 @@ def parse_size(value: object, *, source: str | None = None, key: str = "size",
     else:
         raise config_error(source, key, expected, value)
     if number < 0 or (number == 0 and not allow_zero):
+        raise config_error(source, key, expected, value)
+    return number
+
+
+def parse_duration(value: object, *, source: str | None = None, key: str = "duration") -> float:
+    """Parse a duration in ns: a number (ns), or a string such as ``"2us"``, ``"1.5ms"``,
+    ``"300ns"``, ``"1e3"`` (units ns, us or \u00b5s, ms, s).
+
+    The result must be finite and non-negative.
+    """
+    expected = "a duration >= 0: a number of ns or a string such as '2us', '1.5ms'"
+    if isinstance(value, bool):
+        raise config_error(source, key, expected, value)
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        number = float(value)
+    elif isinstance(value, str):
+        match = _TIME_PATTERN.match(value)
+        unit = match.group(2).lower() if match else None
+        if match is None or unit not in _TIME_UNITS:
+            raise config_error(source, key, expected, value)
+        number = float(match.group(1)) * _TIME_UNITS[unit]
+    else:
+        raise config_error(source, key, expected, value)
+    if not math.isfinite(number) or number < 0:
         raise config_error(source, key, expected, value)
     return number
 

@@ -55,6 +55,7 @@ class _State:
     seen: dict[int, np.ndarray] = field(default_factory=dict)
     start: dict[int, np.ndarray] = field(default_factory=dict)
     ready: dict[int, np.ndarray] = field(default_factory=dict)
+    waits: dict[int, tuple] = field(default_factory=dict)
     counters: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
     inflight: int = 0
     waiting: deque = field(default_factory=deque)
@@ -67,7 +68,8 @@ class RunRecord:
     time_ns: float
     npu_finish_ns: np.ndarray
     npu_compute_ns: np.ndarray
-    npu_exposed_ns: np.ndarray
+    npu_exposed_ns: np.ndarray       # blocked on communication, then its tail after the last op
+    npu_blocked_ns: np.ndarray       # blocked only (ASTRA-sim 1.0's per-layer sums)
     layer_compute_ns: np.ndarray     # (layers + 1, 3): the last row collects unlabelled ops
     layer_exposed_ns: np.ndarray
     layer_comm_ns: np.ndarray
@@ -118,6 +120,7 @@ class WorkloadEngine:
         self.npu_compute = np.zeros(network.npus)
         self.npu_exposed = np.zeros(network.npus)
         self.npu_finish = np.zeros(network.npus)
+        self.local_end = np.zeros(network.npus)  # last compute or memory op of each NPU
         n_layers = len(workload.layers) + 1
         self.layer_compute = np.zeros((n_layers, len(PASSES)))
         self.layer_exposed = np.zeros((n_layers, len(PASSES)))
@@ -188,18 +191,27 @@ class WorkloadEngine:
         ready = base
         if comm_ids:
             times = np.array([st.seen[d] for d in comm_ids])
-            latest = times.max(axis=0)
-            exposed = np.maximum(latest - base, 0.0)
-            if exposed.any():
-                self.npu_exposed[st.npus] += exposed
-                binding = times.argmax(axis=0)
-                for j, d in enumerate(comm_ids):
-                    share = float(exposed[binding == j].sum()) / n
-                    if share:
-                        self._charge(self.layer_exposed, st.ops[d], share)
-            ready = np.maximum(base, latest)
+            ready = np.maximum(base, times.max(axis=0))
+            if op.kind == "compute":
+                st.waits[op.id] = (base, times, comm_ids)
         st.ready[op.id] = ready
         heapq.heappush(self._heap, (float(ready.max()), st.index, st.order[op.id], op.id))
+
+    def _charge_exposure(self, st: _State, op: Op, free: np.ndarray) -> None:
+        """Charge the time this compute op's NPUs sat idle waiting for communication: from
+        when the compute resource and the op's other inputs were ready to when the last
+        communication it waits for had finished (so idle gaps are never counted twice)."""
+        base, times, comm_ids = st.waits.pop(op.id)
+        latest = times.max(axis=0)
+        exposed = np.maximum(latest - np.maximum(base, free), 0.0)
+        if not exposed.any():
+            return
+        self.npu_exposed[st.npus] += exposed
+        binding = times.argmax(axis=0)
+        for j, d in enumerate(comm_ids):
+            share = float(exposed[binding == j].sum()) / st.npus.size
+            if share:
+                self._charge(self.layer_exposed, st.ops[d], share)
 
     def _charge(self, table: np.ndarray, op: Op, value: float) -> None:
         row = op.layer if op.layer >= 0 else table.shape[0] - 1
@@ -226,8 +238,9 @@ class WorkloadEngine:
         if op.kind == "compute":
             self._compute(st, op, ready)
         elif op.kind == "memory":
-            self._complete(st, op, self.memory.serve(st.npus, ready, float(op.size),
-                                                     op.remote))
+            end = self.memory.serve(st.npus, ready, float(op.size), op.remote)
+            np.maximum.at(self.local_end, st.npus, end)
+            self._complete(st, op, end)
         elif op.kind == "collective":
             if self.streams is not None and st.inflight >= self.streams:
                 st.waiting.append(op)
@@ -243,10 +256,14 @@ class WorkloadEngine:
         if duration == 0.0 and self.roofline is not None and (op.flops or op.mem_bytes):
             duration = float(self.roofline.time_ns(op.flops, op.mem_bytes))
         durations = duration / self.speed[st.npus]
-        start = np.maximum(ready, self.compute_free[st.npus])
+        free = self.compute_free[st.npus]
+        if op.id in st.waits:
+            self._charge_exposure(st, op, free)
+        start = np.maximum(ready, free)
         st.start[op.id] = start
         end = start + durations
         self.compute_free[st.npus] = end
+        np.maximum.at(self.local_end, st.npus, end)
         self.npu_compute[st.npus] += durations
         self._charge(self.layer_compute, op, float(durations.mean()))
         self._complete(st, op, end)
@@ -387,7 +404,9 @@ class WorkloadEngine:
                       max(sched.collective_end.values(), default=0.0))
         return RunRecord(
             time_ns=time_ns, npu_finish_ns=self.npu_finish.copy(),
-            npu_compute_ns=self.npu_compute.copy(), npu_exposed_ns=self.npu_exposed.copy(),
+            npu_compute_ns=self.npu_compute.copy(),
+            npu_exposed_ns=self.npu_exposed + np.maximum(self.npu_finish - self.local_end, 0),
+            npu_blocked_ns=self.npu_exposed.copy(),
             layer_compute_ns=self.layer_compute, layer_exposed_ns=self.layer_exposed,
             layer_comm_ns=self.layer_comm, dim_bytes=sched.dim_bytes.copy(),
             dim_busy_ns=sched.dim_busy_ns(), collectives=self.collectives,

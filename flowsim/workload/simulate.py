@@ -47,6 +47,11 @@ def load_workload(source: WorkloadLike, network: Network, iterations: int = 1, *
         return repeat_iterations(parse_workload_mapping(source, "<dict>", network),
                                  iterations), network
     path = Path(source)
+    if not path.exists() and path.name == str(source) and not path.suffix:
+        from ..resources import bundled_dir
+
+        bundled = [bundled_dir("workload") / (path.name + s) for s in (".txt", ".yml", ".yaml")]
+        path = next((p for p in bundled if p.is_file()), path)
     if path.suffix == ".txt":
         text = read_astra_text(path, compute_scale=compute_scale, comm_scale=comm_scale)
         return build_training_loop(text, network, iterations)
@@ -57,8 +62,8 @@ def load_workload(source: WorkloadLike, network: Network, iterations: int = 1, *
     if path.suffix == ".et" or path.is_dir() or not path.exists():
         from .chakra import load_chakra
 
-        return repeat_iterations(load_chakra(path, comm_group=comm_groups),
-                                 iterations), network
+        return repeat_iterations(load_chakra(path, npus=network.npus, ndims=network.ndims,
+                                             comm_group=comm_groups), iterations), network
     raise ConfigError(f"{path}: unknown workload format (expected .txt, .yml/.yaml or Chakra "
                       ".et files)")
 
@@ -136,11 +141,14 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
     -------
     xarray.Dataset
         ``time_ns`` (when the last iteration and every collective it issued have finished);
-        per NPU ``finish_ns``, ``compute_ns``, ``exposed_comm_ns`` (time blocked waiting for
-        communication) and ``idle_ns``; per layer and pass (``fwd``/``ig``/``wg``)
-        ``layer_compute_ns``, ``layer_exposed_comm_ns`` and ``layer_comm_ns`` (issue to finish
-        plus update delay of the layer's collectives), averaged over the NPUs that run them;
-        per dimension ``dim_bytes`` and ``dim_busy_ns``.
+        per NPU ``finish_ns`` (its last op or collective), ``compute_ns``,
+        ``exposed_comm_ns`` (communication not hidden by compute: time blocked waiting for it,
+        plus collectives still running after the NPU's last op), ``blocked_comm_ns`` (the
+        blocked part only, ASTRA-sim 1.0's per-layer definition) and ``idle_ns`` (the rest:
+        memory, one-cycle transitions, waiting for other NPUs' compute); per layer and pass
+        (``fwd``/``ig``/``wg``) ``layer_compute_ns``, ``layer_exposed_comm_ns`` and
+        ``layer_comm_ns`` (issue to finish plus update delay of the layer's collectives),
+        averaged over the NPUs that run them; per dimension ``dim_bytes`` and ``dim_busy_ns``.
     """
     net = load_network(network)
     sys_cfg = load_system(system)
@@ -158,7 +166,7 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
                           memory=load_memory(memory), collective_streams=_streams(
                               collective_streams), timeline=trace is not None)
     if trace is not None:
-        from .trace import write_workload_trace
+        from .outputs import write_workload_trace
 
         write_workload_trace(record, work, trace)
     return workload_dataset(record, net, sys_cfg, model, work, iterations)
@@ -214,6 +222,7 @@ def workload_dataset(record: RunRecord, network: Network, system: SystemConfig, 
             "finish_ns": (("npu",), record.npu_finish_ns),
             "compute_ns": (("npu",), record.npu_compute_ns),
             "exposed_comm_ns": (("npu",), record.npu_exposed_ns),
+            "blocked_comm_ns": (("npu",), record.npu_blocked_ns),
             "idle_ns": (("npu",), idle),
             "layer_compute_ns": (("layer", "pass"), record.layer_compute_ns[keep]),
             "layer_exposed_comm_ns": (("layer", "pass"), record.layer_exposed_ns[keep]),
