@@ -65,6 +65,7 @@ KIND_KEYS = {
 #: Two spellings of one field: the short one and the Op field name.
 _SPELLINGS = {"duration_ns": "duration", "gap_ns": "gap", "update_delay_ns": "update_delay",
               "mem_bytes": "bytes"}
+_LONG = {short: long for long, short in _SPELLINGS.items()}
 _REQUIRED = {"collective": ("collective", "size"), "send": ("size",), "memory": ("size",)}
 _USER_COLLECTIVES = tuple(c for c in COLLECTIVES if c != "send_recv")
 
@@ -248,16 +249,13 @@ def _op(spec: Any, where: str, layers: list[str], declared: bool) -> Op:
         if key not in spec:
             raise config_error(where, key, f"a value (a {kind} op needs '{key}')", ...)
 
-    def get(key: str) -> Any:
-        long = next((k for k, s in _SPELLINGS.items() if s == key), None)
-        return spec[long] if long is not None and long in spec else spec.get(key, ...)
-
-    def key_of(key: str) -> str:
-        long = next((k for k, s in _SPELLINGS.items() if s == key), None)
-        return long if long is not None and long in spec else key
+    def spelled(short: str) -> tuple[str, Any]:
+        """The key as written and its value (``...`` if absent) of a two-spelling field."""
+        long = _LONG[short]
+        return (long, spec[long]) if long in spec else (short, spec.get(short, ...))
 
     fields: dict[str, Any] = {"id": op_id, "kind": kind}
-    name = get("name")
+    name = spec.get("name", ...)
     if name is not ...:
         if not _is_name(name):
             raise config_error(where, "name", "a string", name)
@@ -265,11 +263,11 @@ def _op(spec: Any, where: str, layers: list[str], declared: bool) -> Op:
     for key in ("deps", "ctrl_deps"):
         if key in spec:
             fields[key] = _ids(spec[key], where, key, "op ids")
-    for key, field in (("gap", "gap_ns"), ("duration", "duration_ns"),
-                       ("update_delay", "update_delay_ns")):
-        value = get(key)
+    for short, field in (("gap", "gap_ns"), ("duration", "duration_ns"),
+                         ("update_delay", "update_delay_ns")):
+        key, value = spelled(short)
         if value is not ...:
-            fields[field] = parse_duration(value, source=where, key=key_of(key))
+            fields[field] = parse_duration(value, source=where, key=key)
     if "layer" in spec:
         fields["layer"] = _layer(spec["layer"], where, layers, declared)
     if "pass" in spec:
@@ -278,39 +276,48 @@ def _op(spec: Any, where: str, layers: list[str], declared: bool) -> Op:
         fields["pass_"] = spec["pass"]
     if "flops" in spec:
         fields["flops"] = _number(spec["flops"], where, "flops")
-    value = get("bytes")
+    key, value = spelled("bytes")
     if value is not ...:
-        fields["mem_bytes"] = float(parse_size(value, source=where, key=key_of("bytes"),
-                                               allow_zero=True)) \
-            if isinstance(value, str) and not _is_float_text(value) else \
-            _number(value, where, key_of("bytes"))
+        # a size with units, or a plain number (a roofline's byte count may be fractional)
+        if isinstance(value, str) and not _is_float_text(value):
+            fields["mem_bytes"] = float(parse_size(value, source=where, key=key,
+                                                   allow_zero=True))
+        else:
+            fields["mem_bytes"] = _number(value, where, key)
     if "size" in spec:
         fields["size"] = parse_size(spec["size"], source=where, key="size", allow_zero=True)
     if kind == "collective":
         fields.update(_collective_fields(spec, where))
     if kind in ("send", "recv"):
-        if ("peer" in spec) == ("peer_offset" in spec):
-            raise config_error(where, "peer", f"exactly one of 'peer' (an NPU id) and "
-                               f"'peer_offset' (added to each NPU of the program) for a {kind}",
-                               "both" if "peer" in spec else ...)
-        if "peer" in spec:
-            if not _is_int(spec["peer"]) or spec["peer"] < 0:
-                raise config_error(where, "peer", "an NPU id (an integer >= 0)", spec["peer"])
-            fields["peer"] = int(spec["peer"])
-        else:
-            if not _is_int(spec["peer_offset"]) or spec["peer_offset"] == 0:
-                raise config_error(where, "peer_offset", "a non-zero integer",
-                                   spec["peer_offset"])
-            fields["peer_offset"] = int(spec["peer_offset"])
-        if "tag" in spec:
-            if not _is_int(spec["tag"]):
-                raise config_error(where, "tag", "an integer", spec["tag"])
-            fields["tag"] = int(spec["tag"])
+        fields.update(_peer_fields(spec, where, kind))
     if "remote" in spec:
         if not isinstance(spec["remote"], bool):
             raise config_error(where, "remote", "true or false", spec["remote"])
         fields["remote"] = spec["remote"]
     return Op(**fields)
+
+
+def _peer_fields(spec: Mapping, where: str, kind: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "peer" in spec and "peer_offset" in spec:
+        raise ConfigError(f"{where}: give one of 'peer' and 'peer_offset', not both")
+    if "peer" not in spec and "peer_offset" not in spec:
+        raise config_error(where, "peer_offset", f"the peer of the {kind}: 'peer_offset' "
+                           "(added to each NPU of the program) or 'peer' (an NPU id)", ...)
+    if "peer" in spec:
+        if not _is_int(spec["peer"]) or spec["peer"] < 0:
+            raise config_error(where, "peer", "an NPU id (an integer >= 0)", spec["peer"])
+        out["peer"] = int(spec["peer"])
+    else:
+        if not _is_int(spec["peer_offset"]) or spec["peer_offset"] == 0:
+            raise config_error(where, "peer_offset", "a non-zero integer",
+                               spec["peer_offset"])
+        out["peer_offset"] = int(spec["peer_offset"])
+    if "tag" in spec:
+        if not _is_int(spec["tag"]):
+            raise config_error(where, "tag", "an integer", spec["tag"])
+        out["tag"] = int(spec["tag"])
+    return out
 
 
 def _collective_fields(spec: Mapping, where: str) -> dict[str, Any]:
@@ -472,7 +479,7 @@ def _npus_text(npus: np.ndarray) -> str:
         step = ids[1] - ids[0]
         if step > 0 and all(b - a == step for a, b in zip(ids, ids[1:])):
             tail = f", step: {step}" if step != 1 else ""
-            return f"{{start: {ids[0]}, stop: {ids[-1] + 1}{tail}}}"
+            return f"{{start: {ids[0]}, stop: {ids[-1] + step}{tail}}}"
     return _scalar(ids)
 
 
