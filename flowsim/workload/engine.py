@@ -128,6 +128,7 @@ class WorkloadEngine:
         self.states = [self._state(i, p) for i, p in enumerate(workload.programs)]
         self._heap: list[tuple[float, int, int, int]] = []
         self._wakeups: set[float] = set()
+        self._due = 0.0
         self._instances: dict[tuple, list] = {}
         self._mailbox: dict[tuple, deque] = defaultdict(deque)
         self._receivers: dict[tuple, deque] = defaultdict(deque)
@@ -159,7 +160,7 @@ class WorkloadEngine:
                     self._make_ready(st, st.ops[op_id])
         schedule = self.schedule
         while True:
-            while self._heap and self._heap[0][0] <= schedule.now:
+            while self._heap and self._heap[0][0] <= max(schedule.now, self._due):
                 t, index, _, op_id = heapq.heappop(self._heap)
                 st = self.states[index]
                 self._start(st, st.ops[op_id], max(t, schedule.now))
@@ -175,7 +176,9 @@ class WorkloadEngine:
         return self._record()
 
     def _woken(self, t: float) -> None:
+        # ops due at t run now even if the network model's clock reads a hair earlier
         self._wakeups.discard(t)
+        self._due = max(self._due, t)
 
     def _make_ready(self, st: _State, op: Op) -> None:
         """All dependencies known: compute when the op may start and what it waited for."""

@@ -1,0 +1,185 @@
+"""The training-loop engine on small hand-computable cases, its options and its bad inputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import pure, ring
+from flowsim import ConfigError, simulate
+from flowsim.cli import main
+from flowsim.units import network_bandwidth_to_bytes_per_ns
+from flowsim.workload import Op, Program, Workload, spmd
+from flowsim.workload.astra_text import parse_astra_text
+
+B = network_bandwidth_to_bytes_per_ns(50.0)  # bytes/ns of a 50 GB/s link
+
+
+def ring_all_reduce_ns(p: int, size: float, lat: float = 500.0) -> float:
+    """Closed form of a ring all-reduce with no endpoint delay (see DESIGN.md)."""
+    return 2 * (p - 1) / p * size / B + 2 * (p - 1) * lat
+
+
+def text(body: str, kind: str = "DATA") -> str:
+    lines = body.strip().splitlines()
+    return f"{kind}\n{len(lines)}\n" + "\n".join(lines) + "\n"
+
+
+ONE_LAYER = text("L0 -1 1000 NONE 0 500 NONE 0 2000 ALLREDUCE 800000 0")
+
+
+def test_one_layer_data_parallel_loop_by_hand():
+    """fwd [0, 1000], one-cycle transition, wg [1001, 3001], then the all-reduce; the end-of-run
+    wait blocks from 3002 until it finishes."""
+    ds = simulate(ring(4), parse_astra_text(ONE_LAYER), pure())
+    allreduce = ring_all_reduce_ns(4, 800000)
+    assert float(ds.time_ns) == pytest.approx(3001 + allreduce)
+    assert float(ds.compute_ns[0]) == 3000
+    assert float(ds.blocked_comm_ns[0]) == pytest.approx(3001 + allreduce - 3002)
+    assert float(ds.layer_exposed_comm_ns.sel(layer="L0", **{"pass": "wg"})) == \
+        pytest.approx(allreduce - 1)
+
+
+def test_flow_model_agrees_when_nothing_shares_a_link():
+    workload = parse_astra_text(text("""
+        L0 -1 1000 NONE 0 500 NONE 0 2000 ALLREDUCE 800000 0
+        L1 -1 3000 NONE 0 700 NONE 0 900 ALLREDUCE 1600000 100"""))
+    a = simulate(ring(8), workload, pure(), iterations=2)
+    f = simulate(ring(8), workload, pure(), model="flow", iterations=2)
+    assert float(f.time_ns) == pytest.approx(float(a.time_ns), rel=1e-9)
+    np.testing.assert_allclose(f.exposed_comm_ns, a.exposed_comm_ns, rtol=1e-9)
+
+
+def test_a_straggler_delays_the_collective_and_exposes_the_others():
+    ds = simulate(ring(4), parse_astra_text(ONE_LAYER), pure(), speed=[1, 1, 1, 0.5])
+    allreduce = ring_all_reduce_ns(4, 800000)
+    # the slow NPU computes 2000 + 4000; the collective starts when it issues it
+    assert float(ds.time_ns) == pytest.approx(6001 + allreduce)
+    np.testing.assert_allclose(ds.compute_ns, [3000, 3000, 3000, 6000])
+    assert float(ds.blocked_comm_ns[0]) == pytest.approx(6001 + allreduce - 3002)
+    assert float(ds.blocked_comm_ns[3]) == pytest.approx(allreduce - 1)
+    parts = ds.compute_ns + ds.exposed_comm_ns + ds.idle_ns
+    np.testing.assert_allclose(parts, ds.finish_ns)
+
+
+def test_iterations_repeat_a_plain_graph():
+    ops = [Op(0, "compute", duration_ns=100.0), Op(1, "compute", duration_ns=50.0, deps=(0,))]
+    one = simulate(ring(4), spmd(ops, 4), pure())
+    three = simulate(ring(4), spmd(ops, 4), pure(), iterations=3)
+    assert float(one.time_ns) == 150 and float(three.time_ns) == 450
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("none", (1 << 20) / 1600.0),        # local memory, 1600 GB/s, no latency
+    ("per_npu", 1000 + (1 << 20) / 10.0),
+    ("pool", 4 * (1000 + (1 << 20) / 10.0)),
+    ("per_node", 2 * (1000 + (1 << 20) / 10.0)),
+])
+def test_memory_ops_against_each_remote_memory_kind(kind, expected):
+    names = {"none": "NO_MEMORY_EXPANSION", "per_npu": "PER_NPU_MEMORY_EXPANSION",
+             "pool": "MEMORY_POOL", "per_node": "PER_NODE_MEMORY_EXPANSION"}
+    memory = {"memory-type": names[kind]}
+    if kind != "none":
+        memory.update({"remote-mem-latency": 1000, "remote-mem-bw": 10,
+                       "num-npus-per-node": 2})
+    ops = [Op(0, "memory", size=1 << 20, remote=True)]
+    system = pure(**{"local-mem-bw": 1600})
+    ds = simulate(ring(4), spmd(ops, 4), system, memory=memory)
+    assert float(ds.time_ns) == pytest.approx(expected)
+
+
+def test_collective_streams_cap_serialises_independent_collectives():
+    net = {"topology": ["Ring", "Ring"], "npus_count": [4, 4], "bandwidth": [50, 50],
+           "latency": [500, 500]}
+    ops = [Op(0, "collective", collective="all_reduce", size=800000, dims=(0,)),
+           Op(1, "collective", collective="all_reduce", size=800000, dims=(1,))]
+    system = pure(**{"all-reduce-implementation": ["ring", "ring"]})
+    free = simulate(net, spmd(ops, 16), system)
+    capped = simulate(net, spmd(ops, 16), system, collective_streams=1)
+    one = ring_all_reduce_ns(4, 800000)
+    assert float(free.time_ns) == pytest.approx(one)        # different dimension queues
+    assert float(capped.time_ns) == pytest.approx(2 * one)
+
+
+@pytest.mark.parametrize("body, kind, message", [
+    ("L0 -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 0", "PIPELINE", "unknown parallelism keyword"),
+    ("L0 -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8", "DATA", ":3: a DATA layer line has 12"),
+    ("L0 -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8.5 0", "DATA", ":3: wg comm size must be"),
+    ("L0 -1 1 NONE 0 1 NONE 0 1 ALLREDUCE -8 0", "DATA", ":3: wg comm size must be"),
+    ("L0 -1 x NONE 0 1 NONE 0 1 ALLREDUCE 8 0", "DATA", ":3: fwd compute must be"),
+    ("L0 -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 0", "HYBRID_TRANSFORMER", "model_parallel_NPU"),
+])
+def test_bad_text_workloads_name_file_and_line(tmp_path, body, kind, message):
+    path = tmp_path / "w.txt"
+    path.write_text(text(body, kind))
+    with pytest.raises(ConfigError, match=message) as info:
+        simulate(ring(4), path, pure())
+    assert "w.txt" in str(info.value)
+
+
+def test_layer_count_must_match(tmp_path):
+    path = tmp_path / "w.txt"
+    path.write_text("DATA\n2\nL0 -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 0\n")
+    with pytest.raises(ConfigError, match="announces 2 layers"):
+        simulate(ring(4), path, pure())
+
+
+@pytest.mark.parametrize("ops, message", [
+    ([Op(0, "compute", deps=(5,))], "depends on node 5, which does not exist"),
+    ([Op(0, "compute", deps=(1,)), Op(1, "compute", deps=(0,))], "dependency cycle"),
+    ([Op(0, "collective", collective="all_reduce", size=8, group=(0, 9))], "communicator"),
+    ([Op(0, "collective", collective="all_reduce", size=8, dims=(3,))], "dimension 3"),
+    ([Op(0, "compute", duration_ns=-1.0)], "duration_ns must be"),
+])
+def test_bad_graphs_name_the_node(ops, message):
+    with pytest.raises(ConfigError, match=message):
+        simulate(ring(4), spmd(ops, 4), pure())
+
+
+def test_a_send_without_recv_is_reported_as_a_pair():
+    work = Workload([Program([Op(0, "send", peer_offset=2, size=8)], [0, 1], "first"),
+                     Program([Op(0, "compute", duration_ns=1.0)], [2, 3], "second")])
+    with pytest.raises(ConfigError, match="first: node 0 .*from NPU 0 to NPU 2 with tag 0 "
+                                          "has no matching recv on NPU 2"):
+        simulate(ring(4), work, pure())
+
+
+@pytest.mark.parametrize("kwargs, key", [
+    ({"iterations": 0}, "iterations"), ({"speed": [1, 0, 1, 1]}, "speed"),
+    ({"collective_streams": 0}, "collective_streams"), ({"compute_scale": -1}, "compute_scale"),
+])
+def test_bad_arguments(kwargs, key):
+    with pytest.raises(ConfigError, match=key):
+        simulate(ring(4), parse_astra_text(ONE_LAYER), pure(), **kwargs)
+
+
+def test_cli_run_writes_dataset_csv_and_trace(tmp_path, capsys):
+    workload = tmp_path / "w.txt"
+    workload.write_text(ONE_LAYER)
+    out = tmp_path / "out"
+    assert main(["run", "--workload", str(workload), "--iterations", "2", "-o",
+                 str(tmp_path / "r.nc"), "--csv", str(out), "--trace",
+                 str(tmp_path / "t.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "2 iteration(s)" in printed and "exposed comm" in printed
+    rows = (out / "end_to_end.csv").read_text().splitlines()
+    assert rows[0].startswith("layer,fwd_compute_us") and rows[1].startswith("L0,2.0")
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert {e["name"] for e in events} >= {"L0.fwd", "L0.wg", "L0.wg.all_reduce"}
+    assert main(["run", "--workload", str(workload), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["time_ns"] > summary["compute_ns"] == 3000
+
+
+def test_cli_run_default_runs_a_bundled_workload(capsys):
+    assert main(["run"]) == 0
+    assert "resnet50_dp" in capsys.readouterr().out
+
+
+def test_cli_run_bad_workload_is_one_line(tmp_path, capsys):
+    path = tmp_path / "w.txt"
+    path.write_text("NOPE\n")
+    assert main(["run", "--workload", str(path)]) == 2
+    assert "unknown parallelism keyword" in capsys.readouterr().err
