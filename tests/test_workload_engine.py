@@ -183,3 +183,34 @@ def test_cli_run_bad_workload_is_one_line(tmp_path, capsys):
     path.write_text("NOPE\n")
     assert main(["run", "--workload", str(path)]) == 2
     assert "unknown parallelism keyword" in capsys.readouterr().err
+
+
+def test_custom_collective_trace_runs_in_place_of_the_native_algorithm():
+    """ASTRA-sim's example: a ring all-reduce given as 8 per-rank send/recv traces (14 sends
+    of 1 MiB / 8 in one chain per rank, with 7 reduction nodes of 7 us), selected by the
+    system json's all-reduce-implementation-custom."""
+    from conftest import VALIDATION
+
+    examples = VALIDATION / "astra_sim" / "examples"
+    system = json.loads((examples / "custom_collectives" / "custom_collective.json").read_text())
+    system["all-reduce-implementation-custom"] = [str(
+        examples / "custom_collectives" / "custom_ring_allreduce_8npus_1MB" / "custom_allreduce")]
+    workload = examples / "microbenchmarks" / "all_reduce" / "8npus_1MB" / "all_reduce"
+    network = examples / "configs" / "Ring_8npus.yml"
+    message = 10 + 500 + (1 << 20) / 8 / network_bandwidth_to_bytes_per_ns(50.0) + 10
+    for model in ("analytical", "flow"):
+        ds = simulate(network, workload, system, model=model)
+        assert float(ds.time_ns) == pytest.approx(14 * message + 7 * 7000.0)
+        assert ds.attrs["messages"] == 8 * 14
+
+
+def test_custom_collective_with_the_wrong_rank_count_is_an_error(tmp_path):
+    from conftest import VALIDATION
+    from flowsim import SimulationError
+
+    prefix = VALIDATION / "astra_sim" / "examples" / "custom_collectives" / \
+        "custom_ring_allreduce_8npus_1MB" / "custom_allreduce"
+    ops = [Op(0, "collective", collective="all_reduce", size=1 << 20)]
+    with pytest.raises(SimulationError, match="has 8 ranks"):
+        simulate(ring(4), spmd(ops, 4), pure(**{"all-reduce-implementation-custom":
+                                                 [str(prefix)]}))

@@ -106,6 +106,9 @@ class SystemConfig:
         ("all_reduce", ()), ("reduce_scatter", ()), ("all_gather", ()),
         ("all_to_all", ()), ("broadcast", ()), ("reduce", ()))
     synchronization: str = "barrier"
+    #: custom algorithms given as Chakra send/recv traces: (collective, trace prefix), from the
+    #: ``*-implementation-custom`` keys (relative prefixes resolved against the system file)
+    custom: tuple[tuple[str, str], ...] = ()
     #: every NPU leaves a per-NPU (tree) phase when the last one does: ASTRA-sim 1.0's streams
     #: (set by the 1.0 system reader); ASTRA-sim 2.x lets each NPU go on by itself
     phase_barrier: bool = False
@@ -212,6 +215,7 @@ def parse_system_config(data: Mapping[str, Any], source: str = "<dict>") -> Syst
         implementations=tuple(impls.items()),
         synchronization=_choice(data, "step-synchronization", source, "barrier",
                                 SYNCHRONIZATIONS),
+        custom=_custom_implementations(data, source),
         source=source)
     for key, value in data.items():
         if not isinstance(key, str):
@@ -230,6 +234,27 @@ def parse_system_config(data: Mapping[str, Any], source: str = "<dict>") -> Syst
                       f"'model-shared-bus: 1' (as in ASTRA-sim, only its LogGP bus model reads "
                       f"it)", FlowsimWarning, stacklevel=2)
     return config
+
+
+def _custom_implementations(data: Mapping[str, Any], source: str
+                            ) -> tuple[tuple[str, str], ...]:
+    """``<collective>-implementation-custom: [prefix]`` keys: one trace prefix each."""
+    out = []
+    for collective, key in IMPLEMENTATION_KEYS.items():
+        value = data.get(key + "-custom")
+        if value is None:
+            continue
+        if isinstance(value, str):
+            value = [value]
+        if not (isinstance(value, list) and len(value) == 1 and isinstance(value[0], str)):
+            raise config_error(source, key + "-custom", "a list with one Chakra trace prefix "
+                               "(<prefix>.<rank>.et)", value)
+        prefix = Path(value[0])
+        if not prefix.is_absolute() and source not in ("<dict>", "<default>"):
+            beside = Path(source).parent / prefix
+            prefix = beside if beside.parent.is_dir() else prefix
+        out.append((collective, str(prefix)))
+    return tuple(out)
 
 
 def read_system_config(path: str | os.PathLike) -> SystemConfig:

@@ -59,6 +59,8 @@ class _State:
     counters: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
     inflight: int = 0
     waiting: deque = field(default_factory=deque)
+    origin: float = 0.0          # no op starts earlier (ops of a custom collective)
+    on_finish: object = None     # called with the time when every op has finished
 
 
 @dataclass
@@ -133,6 +135,7 @@ class WorkloadEngine:
         self._mailbox: dict[tuple, deque] = defaultdict(deque)
         self._receivers: dict[tuple, deque] = defaultdict(deque)
         self._templates: dict[tuple, object] = {}
+        self._custom: dict[str, list] = {}
         self.collectives = 0
         self.messages = 0
         self.timeline: list[dict] = []
@@ -183,9 +186,10 @@ class WorkloadEngine:
     def _make_ready(self, st: _State, op: Op) -> None:
         """All dependencies known: compute when the op may start and what it waited for."""
         n = st.npus.size
-        ctrl = np.zeros(n)
+        ctrl = np.full(n, st.origin)
         if op.ctrl_deps:
-            ctrl = np.max([st.end[d] for d in op.ctrl_deps], axis=0) + op.gap_ns
+            ctrl = np.maximum(ctrl, np.max([st.end[d] for d in op.ctrl_deps], axis=0)
+                              + op.gap_ns)
         base = ctrl
         comm_ids = [d for d in op.deps if st.ops[d].kind in _COMM]
         other = [d for d in op.deps if st.ops[d].kind not in _COMM]
@@ -233,6 +237,8 @@ class WorkloadEngine:
             st.remaining[user] -= 1
             if st.remaining[user] == 0:
                 self._make_ready(st, st.ops[user])
+        if st.on_finish is not None and len(st.end) == len(st.ops):
+            st.on_finish(float(end.max()))
 
     # ------------------------------------------------------------------ op kinds
     def _start(self, st: _State, op: Op, t: float) -> None:
@@ -309,11 +315,53 @@ class WorkloadEngine:
                 if st.waiting:
                     self._arrive(st, st.waiting.popleft(), t_end)
 
+        custom = dict(self.system.custom).get(op.collective)
+        if custom is not None:
+            self._issue_custom(op, custom, t, done)
+            return
         if not any(chunks):
             done(t)
             return
         policy = None if op.priority == "default" else op.priority
         self.schedule.issue(chunks, at=t, on_done=done, policy=policy)
+
+    def _issue_custom(self, op: Op, prefix: str, t: float, done) -> None:
+        """Run a custom algorithm (per-rank send/recv traces) for one collective: each rank's
+        ops become a one-NPU program starting at ``t``; the collective ends with the last."""
+        from .chakra import read_custom_collective
+
+        ranks = self._custom.get(prefix)
+        if ranks is None:
+            ranks = self._custom[prefix] = read_custom_collective(prefix)
+        members = list(op.group) if op.group else list(range(self.net.npus))
+        if len(ranks) != len(members):
+            raise SimulationError(f"{prefix}: the custom {op.collective} has {len(ranks)} "
+                                  f"ranks, the collective {op.name or op.id} spans "
+                                  f"{len(members)} NPUs")
+        instance = self.collectives
+        left = [len(ranks)]
+        finish = [t]
+
+        def rank_done(t_end: float) -> None:
+            left[0] -= 1
+            finish[0] = max(finish[0], t_end)
+            if left[0] == 0:
+                done(finish[0])
+
+        from dataclasses import replace
+
+        for rank, ops in enumerate(ranks):
+            mapped = [replace(o, peer=None if o.peer is None else members[o.peer],
+                              tag=(instance, o.tag)) for o in ops]
+            program = Program(mapped, np.array([members[rank]]), f"{prefix}.{rank}.et")
+            st = self._state(len(self.states), program)
+            st.origin, st.on_finish = t, rank_done
+            self.states.append(st)
+            if not mapped:
+                rank_done(t)
+            for op_id, n in st.remaining.items():
+                if n == 0:
+                    self._make_ready(st, st.ops[op_id])
 
     # point-to-point
     def _peers(self, st: _State, op: Op) -> np.ndarray:
