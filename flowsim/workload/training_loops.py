@@ -16,6 +16,8 @@ Which dimensions a collective spans depends on the loop (data / model / hybrid p
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..errors import ConfigError
 from ..topology import Network
 from ..topology.config import NetworkConfig
@@ -179,7 +181,7 @@ def build_training_loop(text: TextWorkload, network: Network, passes: int = 1
         dims = _policy_dims("DATA", ndims, split)["wg"]
         ids = [loop.collective(0, "wg", dims) for _ in range(passes)]
         ops = loop.finish(ids)
-        return spmd(ops, network.npus, layers=[x.name for x in layers], name=text.source,
+        return spmd(ops, network.npus, layers=[x.name for x in layers], name=Path(text.source).name,
                     source=text.source), network
 
     def dims_of(i: int) -> dict[str, tuple[int, ...]]:
@@ -209,7 +211,7 @@ def build_training_loop(text: TextWorkload, network: Network, passes: int = 1
         else:
             _model_pass(loop, layers, dims, wg, ig, kind, text)
     ops = loop.finish([wg[0]] if L else [])
-    return spmd(ops, network.npus, layers=[x.name for x in layers], name=text.source,
+    return spmd(ops, network.npus, layers=[x.name for x in layers], name=Path(text.source).name,
                 source=text.source), network
 
 
