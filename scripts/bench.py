@@ -71,6 +71,18 @@ def run():
     return flowsim.simulate_collective(net, 'all_to_all', '1GiB', sys_,
                                        model='flow').attrs['stats']
 """,
+    "transformer iteration, 1024 NPUs (GPT-3 class, TP8 x DP8 x PP16, 16 micro-batches), "
+    "analytical": """
+net = flowsim.load_network('gpt_1024')
+def run():
+    return flowsim.simulate(net, 'gpt3_3d', model='analytical').attrs['stats']
+""",
+    "transformer iteration, 1024 NPUs (GPT-3 class, TP8 x DP8 x PP16, 16 micro-batches), "
+    "flow": """
+net = flowsim.load_network('gpt_1024')
+def run():
+    return flowsim.simulate(net, 'gpt3_3d', model='flow').attrs['stats']
+""",
 }
 
 _CHILD = """

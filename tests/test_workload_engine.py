@@ -214,3 +214,27 @@ def test_custom_collective_with_the_wrong_rank_count_is_an_error(tmp_path):
     with pytest.raises(SimulationError, match="has 8 ranks"):
         simulate(ring(4), spmd(ops, 4), pure(**{"all-reduce-implementation-custom":
                                                  [str(prefix)]}))
+
+
+BUNDLED = {"resnet50_dp": "ring8", "microbench_allreduce": "ring8", "dlrm_128": "hier_128",
+           "gpt3_3d": "gpt_1024"}
+
+
+@pytest.mark.parametrize("name", sorted(BUNDLED))
+def test_bundled_workloads_build_and_validate(name):
+    from flowsim import load_network, load_workload
+    from flowsim.workload.validate import check_workload
+
+    network = load_network(BUNDLED[name])
+    workload, network = load_workload(name, network)
+    check_workload(workload, network)
+    assert sum(len(p.ops) for p in workload.programs) > 0
+
+
+@pytest.mark.parametrize("name", ["resnet50_dp", "microbench_allreduce", "dlrm_128"])
+def test_bundled_workloads_run_under_both_models(name):
+    analytical = simulate(BUNDLED[name], name)
+    flow = simulate(BUNDLED[name], name, model="flow")
+    assert float(analytical.time_ns) > 0
+    # these platforms have no shared links under their mappings: both models agree
+    assert float(flow.time_ns) == pytest.approx(float(analytical.time_ns), rel=1e-6)
