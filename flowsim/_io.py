@@ -12,6 +12,18 @@ import yaml
 from .errors import ConfigError
 
 
+def read_text(path: str | os.PathLike, what: str) -> str:
+    """A text file's contents; a missing or unreadable file is a :class:`ConfigError`
+    naming it and ``what`` it should hold."""
+    file = Path(path)
+    try:
+        return file.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{file}: {what} file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file}: cannot read {what}: {exc}") from None
+
+
 def read_mapping(path: str | os.PathLike, *, what: str) -> dict[str, Any]:
     """Read a YAML or JSON file whose top level must be a mapping.
 
@@ -23,12 +35,7 @@ def read_mapping(path: str | os.PathLike, *, what: str) -> dict[str, Any]:
         What the file should hold, for error messages (e.g. ``"network config"``).
     """
     file = Path(path)
-    try:
-        text = file.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{file}: {what} file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{file}: cannot read {what}: {exc}") from None
+    text = read_text(file, what)
     try:
         if file.suffix.lower() == ".json":
             data = json.loads(text)

@@ -44,6 +44,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from .._io import read_text
 from ..errors import ConfigError, config_error, unknown_key_error
 from .config import (
     IMPLEMENTATION_KEYS,
@@ -211,11 +212,4 @@ def parse_astra1_system(text: str, source: str = "<text>") -> SystemConfig:
 
 def read_astra1_system(path: str | os.PathLike) -> SystemConfig:
     """Read and validate an ASTRA-sim 1.0 system file (errors name the file)."""
-    file = Path(path)
-    try:
-        text = file.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{file}: system config file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{file}: cannot read system config: {exc}") from None
-    return parse_astra1_system(text, str(file))
+    return parse_astra1_system(read_text(path, "system config"), str(Path(path)))
