@@ -150,7 +150,8 @@ class FlowEngine:
     def add(self, indptr: np.ndarray, links: np.ndarray, nbytes: np.ndarray, *,
             release: np.ndarray | float | None = None, delay: np.ndarray | float | None = None,
             dep_indptr: np.ndarray | None = None, dep_ids: np.ndarray | None = None,
-            group: int | np.ndarray | None = None) -> np.ndarray:
+            group: int | np.ndarray | None = None, path_latency: np.ndarray | None = None,
+            path_bottleneck: np.ndarray | None = None) -> np.ndarray:
         """Add flows; returns their engine ids.
 
         Parameters
@@ -161,6 +162,8 @@ class FlowEngine:
         delay : wait between readiness and start (ns), default 0.
         dep_indptr, dep_ids : CSR of engine ids each new flow waits for (any earlier flow).
         group : group id (from :meth:`new_group`) per flow or for all.
+        path_latency, path_bottleneck : each flow's path latency and smallest capacity, when
+            the caller already has them (routed templates are reused many times).
         """
         n = indptr.size - 1
         flows = self._flows
@@ -179,20 +182,25 @@ class FlowEngine:
         self._links[self._n_incidences: self._n_incidences + m] = links
         self._indptr[first + 1: first + n + 1] = self._n_incidences + indptr[1:]
         self._n_incidences += m
-        nbytes = np.broadcast_to(np.asarray(nbytes, np.float64), (n,))
-        flows["nbytes"][first: first + n] = nbytes
-        flows["latency"][first: first + n] = segment_sum(self.link_latency[links], indptr)
-        flows["bottleneck"][first: first + n] = segment_min(self.capacity[links], indptr)
-        flows["release"][first: first + n] = self.now if release is None else release
-        flows["delay"][first: first + n] = 0.0 if delay is None else delay
-        flows["state"][first: first + n] = _kernels.WAITING
-        if group is not None:
-            g = np.broadcast_to(np.asarray(group, np.int64), (n,))
-            flows["group"][first: first + n] = g
-            np.add.at(self._groups["pending"], g, 1)
+        a = flows.arrays
+        span = slice(first, first + n)
+        a["nbytes"][span] = nbytes
+        a["latency"][span] = segment_sum(self.link_latency[links], indptr) \
+            if path_latency is None else path_latency
+        a["bottleneck"][span] = segment_min(self.capacity[links], indptr) \
+            if path_bottleneck is None else path_bottleneck
+        a["release"][span] = self.now if release is None else release
+        a["delay"][span] = 0.0 if delay is None else delay
+        a["state"][span] = _kernels.WAITING
+        if group is None:
+            a["group"][span] = -1
+        elif np.ndim(group) == 0:
+            a["group"][span] = group
+            self._groups["pending"][group] += n
         else:
-            flows["group"][first: first + n] = -1
-        flows["dep_head"][first: first + n] = -1
+            a["group"][span] = group
+            np.add.at(self._groups["pending"], np.asarray(group, np.int64), 1)
+        a["dep_head"][span] = -1
         pending = np.zeros(n, np.int64)
         ready = np.zeros(n, np.float64)
         if dep_indptr is not None and dep_ids is not None and dep_ids.size:

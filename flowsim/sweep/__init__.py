@@ -1,4 +1,5 @@
-"""Sweeps: grids of collectives over configurations, run locally, as array jobs or on Dask.
+"""Sweeps: grids of collectives or training runs over configurations, run locally, as array
+jobs or on Dask.
 
 ``flowsim.sweep(spec, output=...)`` and ``flowsim.merge(folder, output=...)``; the spec
 format is in :mod:`flowsim.sweep.spec`.

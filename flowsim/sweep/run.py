@@ -22,15 +22,25 @@ from ..errors import ConfigError, FlowsimError, FlowsimWarning
 from ..results import write_dataset
 from .spec import SweepSpec
 
-#: scalar results of every point (name, units)
+#: scalar results of every point of a collective sweep (name, units)
 OUTPUTS = {"time_ns": "ns", "total_link_bytes": "bytes", "max_link_utilization": "1",
            "flows": "1"}
+#: scalar results of every point of a workload sweep: the run's end, and per NPU compute
+#: and exposed communication averaged over the NPUs
+WORKLOAD_OUTPUTS = {"time_ns": "ns", "compute_ns": "ns", "exposed_comm_ns": "ns"}
+
+
+def outputs(spec: SweepSpec) -> dict[str, str]:
+    """The scalar results (name: units) every point of ``spec`` gives."""
+    return WORKLOAD_OUTPUTS if spec.kind == "workload" else OUTPUTS
 
 
 def evaluate_point(point: dict) -> tuple[tuple[float, ...], str]:
-    """Simulate one resolved point; returns the outputs (see :data:`OUTPUTS`) and an error
-    message ('' when it ran). A point whose configuration is invalid records its error
-    instead of stopping the sweep."""
+    """Simulate one resolved point; returns the outputs (see :data:`OUTPUTS` and
+    :data:`WORKLOAD_OUTPUTS`) and an error message ('' when it ran). A point whose
+    configuration is invalid records its error instead of stopping the sweep."""
+    if "workload" in point:
+        return _evaluate_workload(point)
     import json
 
     from ..system import simulate_collective
@@ -46,6 +56,20 @@ def evaluate_point(point: dict) -> tuple[tuple[float, ...], str]:
     stats = json.loads(ds.attrs["stats"])
     return (float(ds.time_ns), float(ds.link_bytes.sum()),
             float(ds.link_utilization.max()), float(stats["flows"])), ""
+
+
+def _evaluate_workload(point: dict) -> tuple[tuple[float, ...], str]:
+    from ..workload import simulate
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FlowsimWarning)
+            ds = simulate(point["network"], point["workload"], point["system"],
+                          model=point["model"], iterations=point["iterations"])
+    except FlowsimError as exc:
+        return (np.nan,) * len(WORKLOAD_OUTPUTS), str(exc)
+    return (float(ds.time_ns), float(ds.compute_ns.mean()),
+            float(ds.exposed_comm_ns.mean())), ""
 
 
 def evaluate_batch(spec: SweepSpec, indices: list[int]) -> list[tuple[int, tuple, str]]:
@@ -163,7 +187,7 @@ def part_dataset(spec: SweepSpec, results: dict[int, tuple[tuple, str]],
     """Flat Dataset of some points (dimension ``point``), as stored in part / shard files."""
     index = np.array(sorted(results), dtype=np.int64)
     data = {name: ("point", np.array([results[i][0][k] for i in index], dtype=np.float64))
-            for k, name in enumerate(OUTPUTS)}
+            for k, name in enumerate(outputs(spec))}
     data["error"] = ("point", np.array([results[i][1] for i in index], dtype=str))
     attrs = {"spec_digest": spec.digest,
              "flowsim_version": __version__}
@@ -183,9 +207,9 @@ def grid_dataset(spec: SweepSpec, results: dict[int, tuple[tuple, str]]) -> xr.D
     shape = spec.shape
     data = {}
     names = [a.name for a in spec.axes]
-    for k, name in enumerate(OUTPUTS):
+    for k, (name, units) in enumerate(outputs(spec).items()):
         values = np.array([results[i][0][k] for i in range(spec.size)], dtype=np.float64)
-        data[name] = (names, values.reshape(shape), {"units": OUTPUTS[name]})
+        data[name] = (names, values.reshape(shape), {"units": units})
     errors = np.array([results[i][1] for i in range(spec.size)], dtype=str)
     data["error"] = (names, errors.reshape(shape))
     coords = {}
@@ -222,8 +246,10 @@ def read_parts(folder: Path, spec: SweepSpec | None = None) -> dict[int, tuple[t
             if spec is not None and ds.attrs.get("spec_digest") != spec.digest:
                 continue
             ds = ds.load()
+        names = outputs(spec) if spec is not None else \
+            OUTPUTS if "flows" in ds else WORKLOAD_OUTPUTS
         for pos, index in enumerate(ds.point.values.tolist()):
-            results[int(index)] = (tuple(float(ds[name].values[pos]) for name in OUTPUTS),
+            results[int(index)] = (tuple(float(ds[name].values[pos]) for name in names),
                                    str(ds.error.values[pos]))
     return results
 

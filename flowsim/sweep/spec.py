@@ -23,6 +23,22 @@ collective's parameters. The keys, list indices and sizes of every axis value ar
 when the spec is loaded, so an index past a list's end, an unknown key or a bad size fails
 before anything runs; a point whose configuration is otherwise invalid runs as an error
 entry.
+
+A base with ``workload:`` makes a sweep of training runs (``flowsim.simulate``) instead of
+collectives::
+
+    base:
+      network: hier_128
+      workload: {generator: dlrm, batch_per_npu: 512}   # or a path / bundled name
+      iterations: 2
+    axes:
+      workload.batch_per_npu: [256, 512]
+      system.endpoint-delay: [10, 1000]
+
+Its keys are ``network``, ``system``, ``workload``, ``iterations`` and ``model``;
+``workload.<key>`` (optional ``[i]``) overrides a key of a generator spec (a workload given
+as a path to a generator YAML is read into a mapping for that), and every generator spec the
+grid reaches is validated when the spec is loaded.
 """
 
 from __future__ import annotations
@@ -42,15 +58,17 @@ import yaml
 
 from .._io import read_mapping
 from ..errors import ConfigError
-from ..resources import resolve_config_path
+from ..resources import bundled_dir, resolve_config_path
 from ..system.config import _COMPUTE_KEYS, _MODELLED, _NOT_MODELLED, IMPLEMENTATION_KEYS
 from ..topology.config import _KNOWN_KEYS as NETWORK_KEYS
 
 #: Top-level keys of ``base`` (and of axes that address them).
 POINT_KEYS = ("network", "system", "collective", "size", "model", "dims", "root")
+#: Top-level keys of a workload sweep's ``base``.
+WORKLOAD_POINT_KEYS = ("network", "system", "workload", "iterations", "model")
 SYSTEM_KEYS = set(_MODELLED) | set(_NOT_MODELLED) | set(_COMPUTE_KEYS) | set(
     IMPLEMENTATION_KEYS.values())
-_KEY = re.compile(r"^(network|system)\.([A-Za-z0-9_-]+)(?:\[(\d+)\])?$")
+_KEY = re.compile(r"^(network|system|workload)\.([A-Za-z0-9_-]+)(?:\[(\d+)\])?$")
 
 
 @dataclass(frozen=True)
@@ -81,6 +99,11 @@ class SweepSpec:
     @property
     def size(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def kind(self) -> str:
+        """``"workload"`` (training runs, :func:`flowsim.simulate`) or ``"collective"``."""
+        return "workload" if "workload" in self.base else "collective"
 
     @property
     def digest(self) -> str:
@@ -115,18 +138,28 @@ def dimension_name(key: str) -> str:
 
 def apply_override(point: dict, key: str, value: Any, source: str) -> None:
     """Set ``key`` (``size``, ``network.bandwidth[1]``, ...) of a resolved point in place."""
-    if key in POINT_KEYS and key not in ("network", "system"):
+    workload = "workload" in point
+    top = WORKLOAD_POINT_KEYS if workload else POINT_KEYS
+    if key in top and key not in ("network", "system"):
         point[key] = value
         return
     match = _KEY.match(key)
-    if match is None:
-        raise ConfigError(f"{source}: key '{key}': expected one of {', '.join(POINT_KEYS)} or "
-                          f"network.<key>[i] / system.<key>[i]")
+    if match is None or (match.group(1) == "workload" and not workload):
+        sections = "network.<key>[i] / system.<key>[i]" + (
+            " / workload.<key>[i]" if workload else "")
+        raise ConfigError(f"{source}: key '{key}': expected one of {', '.join(top)} or "
+                          f"{sections}")
     section, name, index = match.group(1), match.group(2), match.group(3)
-    known = NETWORK_KEYS if section == "network" else SYSTEM_KEYS
-    if name not in known:
-        raise ConfigError(f"{source}: key '{key}': unknown {section} key '{name}' (expected "
-                          f"one of {', '.join(sorted(known))})")
+    if section == "workload":
+        if not isinstance(point["workload"], Mapping) or "generator" not in point["workload"]:
+            raise ConfigError(f"{source}: key '{key}': workload keys can be varied only for a "
+                              f"generator spec ({{generator: ..., ...}} or a YAML file holding "
+                              f"one), found {point['workload']!r}")
+    else:
+        known = NETWORK_KEYS if section == "network" else SYSTEM_KEYS
+        if name not in known:
+            raise ConfigError(f"{source}: key '{key}': unknown {section} key '{name}' "
+                              f"(expected one of {', '.join(sorted(known))})")
     config = point[section]
     if index is None:
         config[name] = copy.deepcopy(value)
@@ -157,6 +190,71 @@ def _resolve_config(value: Any, kind: str, folder: Path, source: str) -> dict:
     return read_mapping(resolve_config_path(path, kind=kind), what=what)
 
 
+def _resolve_workload(value: Any, folder: Path, source: str) -> Any:
+    """A generator spec as a mapping (read from its YAML file when given as a path or a
+    bundled name, so that axes can vary its keys); any other workload as a path string."""
+    if isinstance(value, Mapping):
+        return copy.deepcopy(dict(value))
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"{source}: key 'base.workload': expected a path, a bundled name or "
+                          f"a generator mapping, found {value!r}")
+    path = Path(value)
+    if not path.is_absolute() and (folder / path).exists():
+        path = folder / path
+    elif not path.exists() and path.name == str(value) and not path.suffix:
+        bundled = [bundled_dir("workload") / (path.name + s) for s in (".txt", ".yml", ".yaml")]
+        path = next((p for p in bundled if p.is_file()), path)
+    if path.suffix in (".yml", ".yaml") and path.is_file():
+        data = read_mapping(path, what="workload")
+        if "generator" in data:
+            return data
+    return str(path)
+
+
+def _check_workload(point: dict, source: str) -> None:
+    """Validate a point's generator spec (keys and values; the network is checked when the
+    point runs)."""
+    spec = point["workload"]
+    if not isinstance(spec, Mapping) or "generator" not in spec:
+        return
+    from ..workload.generators import GENERATORS
+
+    name = spec["generator"]
+    if not isinstance(name, str) or name not in GENERATORS:
+        raise ConfigError(f"{source}: key 'workload.generator': expected one of "
+                          f"{', '.join(sorted(GENERATORS))}, found {name!r}")
+    params = {key: value for key, value in spec.items() if key != "generator"}
+    GENERATORS[name].parse(params, f"{source}: workload")
+
+
+def _base(raw_base: Mapping, folder: Path, source: str) -> dict:
+    """The resolved base point: a collective's, or with ``workload`` a training run's."""
+    keys = WORKLOAD_POINT_KEYS if "workload" in raw_base else POINT_KEYS
+    bad = set(raw_base) - set(keys)
+    if bad:
+        extra = " with a workload" if "workload" in raw_base else ""
+        raise ConfigError(f"{source}: key 'base.{sorted(bad)[0]}': unknown{extra} (expected "
+                          f"{', '.join(keys)})")
+    if "network" not in raw_base:
+        raise ConfigError(f"{source}: missing key 'base.network': expected a network config")
+    network = _resolve_config(raw_base["network"], "network", folder, source)
+    system = _resolve_config(raw_base.get("system"), "system", folder, source)
+    if "workload" in raw_base:
+        return {"network": network, "system": system,
+                "workload": _resolve_workload(raw_base["workload"], folder, source),
+                "iterations": raw_base.get("iterations", 1),
+                "model": raw_base.get("model", "analytical")}
+    return {
+        "network": network,
+        "system": system,
+        "collective": raw_base.get("collective", "all_reduce"),
+        "size": raw_base.get("size", "64MiB"),
+        "model": raw_base.get("model", "analytical"),
+        "dims": raw_base.get("dims"),
+        "root": raw_base.get("root", 0),
+    }
+
+
 def _values(raw: Any, key: str, source: str) -> tuple:
     if not isinstance(raw, (list, tuple)):
         raise ConfigError(f"{source}: axis '{key}': expected a list of values, found {raw!r}")
@@ -182,21 +280,7 @@ def load_spec(spec: str | os.PathLike | Mapping[str, Any]) -> SweepSpec:
     if not isinstance(raw_base, Mapping):
         raise ConfigError(f"{source}: key 'base': expected a mapping with network, collective, "
                           f"size, ..., found {raw_base!r}")
-    bad = set(raw_base) - set(POINT_KEYS)
-    if bad:
-        raise ConfigError(f"{source}: key 'base.{sorted(bad)[0]}': unknown (expected "
-                          f"{', '.join(POINT_KEYS)})")
-    if "network" not in raw_base:
-        raise ConfigError(f"{source}: missing key 'base.network': expected a network config")
-    base = {
-        "network": _resolve_config(raw_base["network"], "network", folder, source),
-        "system": _resolve_config(raw_base.get("system"), "system", folder, source),
-        "collective": raw_base.get("collective", "all_reduce"),
-        "size": raw_base.get("size", "64MiB"),
-        "model": raw_base.get("model", "analytical"),
-        "dims": raw_base.get("dims"),
-        "root": raw_base.get("root", 0),
-    }
+    base = _base(raw_base, folder, source)
     axes: list[Axis] = []
     raw_axes = data.get("axes") or {}
     if not isinstance(raw_axes, Mapping):
@@ -229,7 +313,10 @@ def load_spec(spec: str | os.PathLike | Mapping[str, Any]) -> SweepSpec:
     result = SweepSpec(base=base, axes=tuple(axes), source=source, text=text)
     # check every override once (cheap: one point per axis value, not the whole grid)
     from ..units import parse_size
-    parse_size(base["size"], source=source, key="base.size")
+    if result.kind == "workload":
+        _check_workload(base, source)
+    else:
+        parse_size(base["size"], source=source, key="base.size")
     for axis in result.axes:
         for row in axis.values:
             probe = copy.deepcopy(base)
@@ -237,4 +324,6 @@ def load_spec(spec: str | os.PathLike | Mapping[str, Any]) -> SweepSpec:
                 apply_override(probe, key, value, source)
                 if key == "size":  # sizes become coordinates: they must parse up front
                     parse_size(value, source=source, key=f"axes.{key}")
+            if result.kind == "workload" and any(k.startswith("workload") for k in axis.keys):
+                _check_workload(probe, source)
     return result

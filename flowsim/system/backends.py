@@ -62,10 +62,28 @@ class StepTemplate:
     #: groups this template stands for (more than 1 when one group is simulated for all)
     copies: int = 1
     _durations: dict = field(default_factory=dict)
+    _cache: dict = field(default_factory=dict)
 
     @property
     def single_path(self) -> bool:
-        return bool(np.all(self.weight == 1.0))
+        single = self._cache.get("single_path")
+        if single is None:
+            single = self._cache["single_path"] = bool(np.all(self.weight == 1.0))
+        return single
+
+    def engine_paths(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Per-flow path latency and bottleneck for the flow engine (computed once; ``None``
+        for multi-path messages, whose numbers here are per message)."""
+        cached = self._cache.get("paths")
+        if cached is None:
+            if self.single_path:
+                with np.errstate(divide="ignore"):
+                    bottleneck = np.where(self.per_byte > 0, 1.0 / self.per_byte, np.inf)
+                cached = (self.latency, bottleneck)
+            else:
+                cached = (None, None)
+            self._cache["paths"] = cached
+        return cached
 
     def duration(self, nbytes: float) -> float:
         """Slowest message of the step when every message runs alone (ns)."""
@@ -247,8 +265,10 @@ class FlowTimer:
 
     def step(self, template: StepTemplate, nbytes: float, release: float, delay: float) -> int:
         group = self.engine.new_group()
+        latency, bottleneck = template.engine_paths()
         self.engine.add(template.indptr, template.links, template.flow_bytes(nbytes),
-                        release=release, delay=delay, group=group)
+                        release=release, delay=delay, group=group, path_latency=latency,
+                        path_bottleneck=bottleneck)
         self.steps += 1
         self.flows += template.src.size
         return group

@@ -411,10 +411,15 @@ class Schedule:
         return make_template(self.network, src, dst, indptr, links)
 
     def _count_dim_bytes(self, template: StepTemplate, nbytes: float) -> None:
-        ids, per_byte = template.link_bytes_per_byte
-        dims = self.network.link_dim[ids]
-        known = dims >= 0  # fabric links belong to no logical dimension
-        np.add.at(self.dim_bytes, dims[known], per_byte[known] * nbytes * template.copies)
+        per_dim = template._cache.get("dim_bytes")
+        if per_dim is None:
+            ids, per_byte = template.link_bytes_per_byte
+            dims = self.network.link_dim[ids]
+            known = dims >= 0  # fabric links belong to no logical dimension
+            per_dim = np.bincount(dims[known], weights=per_byte[known],
+                                  minlength=self.network.ndims) * template.copies
+            template._cache["dim_bytes"] = per_dim
+        self.dim_bytes += per_dim * nbytes
 
     def _start_dag_phase(self, chunk: _Chunk, phase: Phase, t: float) -> None:
         """A per-NPU phase (a tree) taken from a queue: its steps run per NPU, and the chunk
