@@ -87,6 +87,7 @@ class Schedule:
         self._slots: dict[int, list[np.ndarray]] = {}
         self._slot_turn: dict[int, int] = {}
         self._dags: dict[tuple, PhaseDag] = {}
+        self._group_cache: dict[Phase, np.ndarray] = {}
 
     # ------------------------------------------------------------------ public
     def issue(self, chunks: list[list[Phase]], at: float = 0.0, *,
@@ -331,7 +332,13 @@ class Schedule:
         return tuple(d for d in range(self.network.ndims) if np.ptp(coords[:, d]) > 0)
 
     def _groups(self, phase: Phase) -> np.ndarray:
-        """The groups taking part in a phase, shape (groups, size)."""
+        """The groups taking part in a phase, shape (groups, size) (cached per phase)."""
+        groups = self._group_cache.get(phase)
+        if groups is None:
+            groups = self._group_cache[phase] = self._find_groups(phase)
+        return groups
+
+    def _find_groups(self, phase: Phase) -> np.ndarray:
         if phase.members:
             return np.array([phase.members], dtype=np.int64)
         groups = self.network.dim_groups(phase.dims)
