@@ -236,3 +236,95 @@ def test_bad_sizes_and_keys_fail_before_anything_runs():
         load_spec({**SPEC, "axes": {"size": ["1XB", "1MiB"]}})
     with pytest.raises(ConfigError, match="axis 1"):
         load_spec({**SPEC, "axes": {1: [1, 2]}})
+
+
+# ------------------------------------------------------------------ sweeps of training runs
+WORKLOAD_SPEC = {
+    "base": {"network": {"topology": ["Switch"], "npus_count": [8], "bandwidth": [50],
+                         "latency": [500]},
+             "system": {"preferred-dataset-splits": 2, "all-reduce-implementation": ["ring"],
+                        "all-to-all-implementation": ["direct"]},
+             "workload": {"generator": "dlrm", "batch_per_npu": 64, "bottom_mlp": [256, 64],
+                          "top_mlp": [256, 1]},
+             "iterations": 2},
+    "axes": {"workload.batch_per_npu": [32, 128], "model": ["analytical", "flow"],
+             "system.endpoint-delay": [10, 10000]},
+}
+
+
+def test_workload_sweep_runs_flowsim_simulate_per_point():
+    ds = sweep(WORKLOAD_SPEC, jobs=1)
+    assert dict(ds.sizes) == {"workload_batch_per_npu": 2, "model": 2,
+                              "system_endpoint_delay": 2}
+    assert set(ds.data_vars) == {"time_ns", "compute_ns", "exposed_comm_ns",
+                                 "blocked_comm_ns", "error"}
+    assert (ds.error == "").all() and ds.compute_ns.attrs["units"] == "ns"
+    base = WORKLOAD_SPEC["base"]
+    direct = flowsim.simulate(base["network"], {**base["workload"], "batch_per_npu": 128},
+                              {**base["system"], "endpoint-delay": 10000}, model="flow",
+                              iterations=2)
+    point = ds.sel(workload_batch_per_npu=128, model="flow", system_endpoint_delay=10000)
+    assert float(point.time_ns) == float(direct.time_ns)
+    assert float(point.compute_ns) == float(direct.compute_ns.mean())
+    assert float(point.exposed_comm_ns) == float(direct.exposed_comm_ns.mean())
+    assert float(point.blocked_comm_ns) == float(direct.blocked_comm_ns.mean())
+    # more samples per NPU: more compute; a larger hand-off delay: more exposed communication
+    assert (ds.compute_ns.sel(workload_batch_per_npu=128) >
+            ds.compute_ns.sel(workload_batch_per_npu=32)).all()
+    assert (ds.exposed_comm_ns.sel(system_endpoint_delay=10000) >
+            ds.exposed_comm_ns.sel(system_endpoint_delay=10)).all()
+
+
+def test_workload_sweep_serial_processes_and_resume_are_identical(tmp_path, monkeypatch):
+    serial = sweep(WORKLOAD_SPEC, jobs=1)
+    xr.testing.assert_identical(serial.drop_attrs(), sweep(WORKLOAD_SPEC, jobs=2).drop_attrs())
+    for i in range(2):
+        sweep(WORKLOAD_SPEC, tmp_path / "shards", shard=f"{i}/2", jobs=1)
+    merged = merge(tmp_path / "shards")
+    xr.testing.assert_identical(serial.drop_attrs(), merged.drop_attrs())
+
+
+def test_workload_from_a_generator_file_and_a_bundled_name(tmp_path):
+    (tmp_path / "w.yml").write_text("generator: dlrm\nbatch_per_npu: 16\n"
+                                    "bottom_mlp: [128, 64]\ntop_mlp: [128, 1]\n")
+    spec = {"base": {**WORKLOAD_SPEC["base"], "workload": str(tmp_path / "w.yml")},
+            "axes": {"workload.bottom_mlp[0]": [128, 512]}}
+    ds = sweep(spec, jobs=1)
+    assert (ds.error == "").all()
+    assert ds.compute_ns.values[1] > ds.compute_ns.values[0]
+    bundled = load_spec({"base": {**WORKLOAD_SPEC["base"], "workload": "dlrm_128"}})
+    assert bundled.base["workload"]["generator"] == "dlrm"
+    # a workload that is not a generator spec runs from its path
+    text = load_spec({"base": {**WORKLOAD_SPEC["base"], "workload": "microbench_allreduce"}})
+    assert text.base["workload"].endswith("microbench_allreduce.txt")
+
+
+def test_workload_points_that_do_not_fit_the_network_are_recorded():
+    spec = {"base": {**WORKLOAD_SPEC["base"], "workload": {
+        "generator": "transformer", "layers": 2, "hidden": 256, "sequence": 128,
+        "micro_batch": 1, "micro_batches": 2, "tp": 8}},
+        "axes": {"workload.tp": [8, 4]}}
+    ds = sweep(spec, jobs=1)
+    assert ds.error.values[0] == "" and "tp * dp * pp" in str(ds.error.values[1])
+    assert np.isnan(ds.time_ns.values[1])
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"axes": {"workload.batch_size": [1, 2]}}, "workload: unknown key 'batch_size'"),
+    ({"axes": {"workload.batch_per_npu": [0]}}, "key 'batch_per_npu': expected an integer"),
+    ({"axes": {"workload.generator": ["gpt"]}}, "key 'workload.generator'"),
+    ({"axes": {"size": ["1MiB"]}}, "key 'size': expected one of network, system, workload"),
+    ({"base": {**WORKLOAD_SPEC["base"], "collective": "all_reduce"}},
+     "base.collective': unknown with a workload"),
+    ({"base": {**WORKLOAD_SPEC["base"], "workload": 3}}, "key 'base.workload'"),
+    ({"base": {**WORKLOAD_SPEC["base"], "workload": "microbench_allreduce"},
+      "axes": {"workload.layers": [1]}}, "only for a generator spec"),
+])
+def test_bad_workload_specs(change, match):
+    with pytest.raises(ConfigError, match=match):
+        load_spec({**WORKLOAD_SPEC, **change})
+
+
+def test_workload_keys_are_refused_in_a_collective_sweep():
+    with pytest.raises(ConfigError, match="key 'workload.batch_per_npu'"):
+        load_spec({**SPEC, "axes": {"workload.batch_per_npu": [1]}})

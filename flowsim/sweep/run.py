@@ -25,9 +25,11 @@ from .spec import SweepSpec
 #: scalar results of every point of a collective sweep (name, units)
 OUTPUTS = {"time_ns": "ns", "total_link_bytes": "bytes", "max_link_utilization": "1",
            "flows": "1"}
-#: scalar results of every point of a workload sweep: the run's end, and per NPU compute
-#: and exposed communication averaged over the NPUs
-WORKLOAD_OUTPUTS = {"time_ns": "ns", "compute_ns": "ns", "exposed_comm_ns": "ns"}
+#: scalar results of every point of a workload sweep: the run's end, and per NPU compute,
+#: exposed communication and its blocked part (time an op waited for a collective; the rest
+#: is collectives still running after the NPU's last op), averaged over the NPUs
+WORKLOAD_OUTPUTS = {"time_ns": "ns", "compute_ns": "ns", "exposed_comm_ns": "ns",
+                    "blocked_comm_ns": "ns"}
 
 
 def outputs(spec: SweepSpec) -> dict[str, str]:
@@ -68,8 +70,8 @@ def _evaluate_workload(point: dict) -> tuple[tuple[float, ...], str]:
                           model=point["model"], iterations=point["iterations"])
     except FlowsimError as exc:
         return (np.nan,) * len(WORKLOAD_OUTPUTS), str(exc)
-    return (float(ds.time_ns), float(ds.compute_ns.mean()),
-            float(ds.exposed_comm_ns.mean())), ""
+    return (float(ds.time_ns), float(ds.compute_ns.mean()), float(ds.exposed_comm_ns.mean()),
+            float(ds.blocked_comm_ns.mean())), ""
 
 
 def evaluate_batch(spec: SweepSpec, indices: list[int]) -> list[tuple[int, tuple, str]]:
