@@ -35,7 +35,6 @@ and the figures ``topology_budget_*.png``.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
 import time
@@ -48,6 +47,9 @@ import xarray as xr
 
 import flowsim
 from flowsim.results import write_dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cli import load_datasets, study_main  # noqa: E402  (beside this script)
 
 BUDGET_GBPS = 400.0
 LINK_LATENCY_NS = 500.0
@@ -474,32 +476,15 @@ def summary(results: dict[str, xr.Dataset]) -> str:
 
 def load_results(out: Path) -> dict[str, xr.Dataset]:
     """The datasets :func:`run_study` wrote to ``out``."""
-    results = {}
-    for name in [build(FULL).name for build in SWEEPS] + ["rankings"]:
-        with xr.open_dataset(out / f"topology_budget_{name}.nc", engine="scipy") as ds:
-            results[name] = ds.load()
-    return results
+    names = [build(FULL).name for build in SWEEPS] + ["rankings"]
+    return load_datasets(out, "topology_budget", names)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="docs/case_studies", help="output folder")
-    parser.add_argument("--quick", action="store_true", help="a tiny grid (smoke test)")
-    parser.add_argument("--jobs", type=int, default=None, help="processes (default: all)")
-    parser.add_argument("--plot-only", action="store_true",
-                        help="redraw the figures from the NetCDF files in --out")
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    if args.plot_only:
-        results = load_results(Path(args.out))
-        plot_all(results, Path(args.out))
-        print(summary(results))
-        return 0
-    flowsim.warmup()
-    results = run_study(Path(args.out), QUICK if args.quick else FULL, jobs=args.jobs)
-    print(summary(results))
-    print(f"wall time {time.perf_counter() - start:.0f} s; results in {args.out}")
-    return 0
+    return study_main(argv, description=__doc__.splitlines()[0],
+                      run=lambda out, grid, jobs: run_study(out, grid, jobs=jobs),
+                      load=load_results, plot=plot_all, summary=summary, full=FULL,
+                      quick=QUICK)
 
 
 if __name__ == "__main__":

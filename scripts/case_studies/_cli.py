@@ -1,0 +1,47 @@
+"""What the two case-study scripts share: their command line and reading their results back."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import xarray as xr
+
+import flowsim
+
+
+def load_datasets(out: Path, prefix: str, names: Sequence[str]) -> dict[str, xr.Dataset]:
+    """The NetCDF files ``<prefix>_<name>.nc`` a study wrote to ``out``, loaded."""
+    results = {}
+    for name in names:
+        with xr.open_dataset(out / f"{prefix}_{name}.nc", engine="scipy") as ds:
+            results[name] = ds.load()
+    return results
+
+
+def study_main(argv: list[str] | None, *, description: str,
+               run: Callable[[Path, object, int | None], dict], load: Callable[[Path], dict],
+               plot: Callable[[dict, Path], None], summary: Callable[[dict], str],
+               full: object, quick: object) -> int:
+    """``--out``, ``--quick``, ``--jobs`` and ``--plot-only``, then run, plot and summarise."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", default="docs/case_studies", help="output folder")
+    parser.add_argument("--quick", action="store_true", help="a tiny grid (smoke test)")
+    parser.add_argument("--jobs", type=int, default=None, help="processes (default: all)")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="redraw the figures from the NetCDF files in --out")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    out = Path(args.out)
+    if args.plot_only:
+        results = load(out)
+        plot(results, out)
+        print(summary(results))
+        return 0
+    flowsim.warmup()
+    results = run(out, quick if args.quick else full, args.jobs)
+    print(summary(results))
+    print(f"wall time {time.perf_counter() - start:.0f} s; results in {args.out}")
+    return 0
