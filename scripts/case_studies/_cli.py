@@ -45,3 +45,26 @@ def study_main(argv: list[str] | None, *, description: str,
     print(summary(results))
     print(f"wall time {time.perf_counter() - start:.0f} s; results in {args.out}")
     return 0
+
+
+def run_sweeps(out: Path, prefix: str, builders: Sequence[Callable], grid: object,
+               tidy: Callable, *, jobs: int | None, progress: bool) -> dict[str, xr.Dataset]:
+    """Run each sweep a builder makes of ``grid``, tidy it and write ``<prefix>_<name>.nc``
+    (a rerun resumes from the sweep's part files)."""
+    from flowsim.results import write_dataset
+
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for build in builders:
+        sweep = build(grid)
+        start = time.perf_counter()
+        path = out / f"{prefix}_{sweep.name}.nc"
+        raw = flowsim.sweep(sweep.spec, path, jobs=jobs, progress=progress)
+        ds = tidy(raw, sweep)
+        write_dataset(ds, path)
+        results[sweep.name] = ds
+        failed = int((ds.error != "").sum())
+        print(f"{sweep.name}: {raw.time_ns.size} points in "
+              f"{time.perf_counter() - start:.1f} s" + (f", {failed} failed" if failed else ""),
+              flush=True)
+    return results

@@ -36,7 +36,6 @@ from __future__ import annotations
 import copy
 import os
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,7 @@ from flowsim.results import write_dataset
 from flowsim.workload.generators import DLRMSpec, parse_dlrm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _cli import load_datasets, study_main  # noqa: E402  (beside this script)
+from _cli import load_datasets, run_sweeps, study_main  # noqa: E402  (beside this script)
 
 #: flowsim's "GB/s" is 2^30 bytes/s (ASTRA-sim's unit)
 GIB = 2**30
@@ -258,20 +257,7 @@ def tidy(ds: xr.Dataset, sweep: Sweep) -> xr.Dataset:
 def run_study(out: Path, grid: Grid = FULL, *, jobs: int | None = None,
               progress: bool = True, figures: bool = True) -> dict[str, xr.Dataset]:
     """Run every sweep of the study, write ``dlrm_128_<name>.nc`` (and the figures)."""
-    out.mkdir(parents=True, exist_ok=True)
-    results = {}
-    for build in SWEEPS:
-        sweep = build(grid)
-        start = time.perf_counter()
-        path = out / f"dlrm_128_{sweep.name}.nc"
-        raw = flowsim.sweep(sweep.spec, path, jobs=jobs, progress=progress)
-        ds = tidy(raw, sweep)
-        write_dataset(ds, path)
-        results[sweep.name] = ds
-        failed = int((ds.error != "").sum())
-        print(f"{sweep.name}: {raw.time_ns.size} points in "
-              f"{time.perf_counter() - start:.1f} s" + (f", {failed} failed" if failed else ""),
-              flush=True)
+    results = run_sweeps(out, "dlrm_128", SWEEPS, grid, tidy, jobs=jobs, progress=progress)
     results["layers"] = layer_breakdown(grid, jobs=jobs)
     write_dataset(results["layers"], out / "dlrm_128_layers.nc")
     if figures:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import copy
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,11 +44,10 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-import flowsim
 from flowsim.results import write_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _cli import load_datasets, study_main  # noqa: E402  (beside this script)
+from _cli import load_datasets, run_sweeps, study_main  # noqa: E402  (beside this script)
 
 BUDGET_GBPS = 400.0
 LINK_LATENCY_NS = 500.0
@@ -213,20 +211,7 @@ def tidy(ds: xr.Dataset, sweep: Sweep) -> xr.Dataset:
 def run_study(out: Path, grid: Grid = FULL, *, jobs: int | None = None,
               progress: bool = True, figures: bool = True) -> dict[str, xr.Dataset]:
     """Run the sweeps, write ``topology_budget_<name>.nc``, the ranking table and figures."""
-    out.mkdir(parents=True, exist_ok=True)
-    results = {}
-    for build in SWEEPS:
-        sweep = build(grid)
-        start = time.perf_counter()
-        path = out / f"topology_budget_{sweep.name}.nc"
-        raw = flowsim.sweep(sweep.spec, path, jobs=jobs, progress=progress)
-        ds = tidy(raw, sweep)
-        write_dataset(ds, path)
-        results[sweep.name] = ds
-        failed = int((ds.error != "").sum())
-        print(f"{sweep.name}: {raw.time_ns.size} points in "
-              f"{time.perf_counter() - start:.1f} s" + (f", {failed} failed" if failed else ""),
-              flush=True)
+    results = run_sweeps(out, "topology_budget", SWEEPS, grid, tidy, jobs=jobs, progress=progress)
     results["rankings"] = rankings(results)
     write_dataset(results["rankings"], out / "topology_budget_rankings.nc")
     if figures:
