@@ -43,16 +43,14 @@ output widths of the layers, ``(1024,) * 6 + (64,)``. Likewise "top MLP 10+2 of 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import numpy as np
-
-from ...errors import config_error, unknown_key_error
+from ...errors import config_error
 from ..graph import Op, Workload, spmd
 from ..roofline import Roofline, parse_roofline
+from ._common import check_keys, positive_integer
 
 #: One NPU of the seed case study: 60 TFLOP/s, 900 GB/s.
 DLRM_ROOFLINE = Roofline(60e12, 900e9, 1.0)
@@ -143,16 +141,14 @@ def parse_dlrm(values: Mapping[str, Any], source: str) -> DLRMSpec:
     ConfigError
         Naming ``source``, the key, what was expected and what was found.
     """
-    for key in values:
-        if key not in KEYS:
-            raise unknown_key_error(source, str(key), KEYS)
+    check_keys(values, source, KEYS)
     defaults = DLRMSpec()
-    v: dict[str, Any] = {key: _integer(values.get(key, getattr(defaults, key)), source, key)
+    v: dict[str, Any] = {key: positive_integer(values.get(key, getattr(defaults, key)), source, key)
                          for key in _INTEGERS}
     for key in ("bottom_mlp", "top_mlp"):
         raw = values.get(key, getattr(defaults, key))
         ok = isinstance(raw, (list, tuple)) and len(raw) > 0
-        v[key] = tuple(_integer(w, source, f"{key}[{i}]") for i, w in enumerate(raw)) \
+        v[key] = tuple(positive_integer(w, source, f"{key}[{i}]") for i, w in enumerate(raw)) \
             if ok else ()
         if not ok:
             raise config_error(source, key, "a non-empty list of layer widths", raw)
@@ -164,16 +160,6 @@ def parse_dlrm(values: Mapping[str, Any], source: str) -> DLRMSpec:
     v["roofline"] = parse_roofline(values.get("roofline", DLRM_ROOFLINE), source,
                                    default=DLRM_ROOFLINE)
     return DLRMSpec(**v, source=source)
-
-
-def _integer(value: Any, source: str, key: str) -> int:
-    if isinstance(value, np.integer):
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            (isinstance(value, float) and (not math.isfinite(value) or value != int(value))) \
-            or value < 1:
-        raise config_error(source, key, "an integer >= 1", value)
-    return int(value)
 
 
 def build_dlrm(network: Any, spec: DLRMSpec) -> Workload:

@@ -74,6 +74,7 @@ import numpy as np
 from ...errors import ConfigError, config_error, unknown_key_error
 from ..graph import Op, Program, Workload
 from ..roofline import Roofline, parse_roofline
+from ._common import check_keys, positive_integer
 
 SCHEDULES = ("1f1b", "gpipe")
 #: The parallelisms in the order the default mapping gives them dims, innermost first.
@@ -209,18 +210,16 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     ConfigError
         Naming ``source``, the key, what was expected and what was found.
     """
-    for key in values:
-        if key not in KEYS:
-            raise unknown_key_error(source, str(key), KEYS)
+    check_keys(values, source, KEYS)
     for key in _REQUIRED:
         if key not in values:
             raise config_error(source, key, "an integer >= 1", ...)
-    v = {key: _integer(values[key], source, key) for key in _REQUIRED}
+    v = {key: positive_integer(values[key], source, key) for key in _REQUIRED}
     for key in ("dp", "tp", "pp", "dtype_bytes"):
-        v[key] = _integer(values.get(key, 1 if key != "dtype_bytes" else 2), source, key)
+        v[key] = positive_integer(values.get(key, 1 if key != "dtype_bytes" else 2), source, key)
     for key in ("heads", "ffn", "vocab"):
         value = values.get(key)
-        v[key] = None if value is None else _integer(value, source, key)
+        v[key] = None if value is None else positive_integer(value, source, key)
     for key in ("sp", "zero"):
         value = values.get(key, False)
         if not isinstance(value, (bool, np.bool_)):
@@ -236,16 +235,6 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     spec = TransformerSpec(**v, source=source)
     _check_consistent(spec)
     return spec
-
-
-def _integer(value: Any, source: str, key: str) -> int:
-    if isinstance(value, np.integer):
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            (isinstance(value, float) and (not math.isfinite(value) or value != int(value))) \
-            or value < 1:
-        raise config_error(source, key, "an integer >= 1", value)
-    return int(value)
 
 
 def _parse_dims(value: Any, source: str) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
