@@ -5,11 +5,22 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import xarray as xr
 
 import flowsim
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep spec and what labels its ``run`` axis (and, for collectives, its ``op`` axis)."""
+
+    name: str
+    spec: dict
+    rows: list[dict]
+    ops: list | None = None
 
 
 def load_datasets(out: Path, prefix: str, names: Sequence[str]) -> dict[str, xr.Dataset]:

@@ -48,7 +48,7 @@ from flowsim.results import write_dataset
 from flowsim.workload.generators import DLRMSpec, parse_dlrm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _cli import load_datasets, run_sweeps, study_main  # noqa: E402  (beside this script)
+from _cli import Sweep, load_datasets, run_sweeps, study_main  # noqa: E402  (beside this script)
 
 #: flowsim's "GB/s" is 2^30 bytes/s (ASTRA-sim's unit)
 GIB = 2**30
@@ -162,16 +162,6 @@ def dlrm_collectives(workload: dict | None = None) -> list[tuple[str, str, int, 
         name = layers[0] if len(layers) == 1 else f"{layers[0]}-{layers[-1]}"
         out.append((f"AR {name}", "all_reduce", size, len(layers)))
     return out
-
-
-@dataclass(frozen=True)
-class Sweep:
-    """A sweep spec and what labels its ``run`` (and ``op``) axis."""
-
-    name: str
-    spec: dict
-    rows: list[dict]
-    ops: list | None = None
 
 
 def _sweep(name: str, rows: list[dict], grid: Grid, *, ops: list | None = None,

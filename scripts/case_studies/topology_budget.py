@@ -47,7 +47,7 @@ import xarray as xr
 from flowsim.results import write_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _cli import load_datasets, run_sweeps, study_main  # noqa: E402  (beside this script)
+from _cli import Sweep, load_datasets, run_sweeps, study_main  # noqa: E402  (beside this script)
 
 BUDGET_GBPS = 400.0
 LINK_LATENCY_NS = 500.0
@@ -142,15 +142,6 @@ def configs(grid: Grid = FULL, *, switch_algorithms: tuple[str, ...] | None = No
                                                 in_network=switch == "in-network"),
                              "algorithms": algorithms(shape, switch, grid)})
     return rows
-
-
-@dataclass(frozen=True)
-class Sweep:
-    """A sweep spec and the labels of its ``run`` axis."""
-
-    name: str
-    spec: dict
-    rows: list[dict]
 
 
 def _sweep(name: str, rows: list[dict], grid: Grid, base: dict,
