@@ -238,3 +238,22 @@ def test_bundled_workloads_run_under_both_models(name):
     assert float(analytical.time_ns) > 0
     # these platforms have no shared links under their mappings: both models agree
     assert float(flow.time_ns) == pytest.approx(float(analytical.time_ns), rel=1e-6)
+
+
+def test_custom_collectives_back_to_back_in_per_rank_programs():
+    """Two custom all-reduces in a row on one-NPU programs take twice one: the ranks of the
+    first must not count as NPUs the second waits for."""
+    from conftest import VALIDATION
+
+    examples = VALIDATION / "astra_sim" / "examples"
+    prefix = examples / "custom_collectives" / "custom_ring_allreduce_8npus_1MB" / \
+        "custom_allreduce"
+    system = {"preferred-dataset-splits": 1, "all-reduce-implementation-custom": [str(prefix)]}
+    programs = [Program([Op(0, "collective", collective="all_reduce", size=1 << 20),
+                         Op(1, "collective", collective="all_reduce", size=1 << 20, deps=(0,))],
+                        [rank], f"rank{rank}") for rank in range(8)]
+    network = examples / "configs" / "Ring_8npus.yml"
+    one = simulate(network, Workload([Program(p.ops[:1], p.npus, p.source) for p in programs]),
+                   system)
+    two = simulate(network, Workload(programs), system)
+    assert float(two.time_ns) == pytest.approx(2 * float(one.time_ns))

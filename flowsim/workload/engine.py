@@ -128,6 +128,8 @@ class WorkloadEngine:
         self.layer_exposed = np.zeros((n_layers, len(PASSES)))
         self.layer_comm = np.zeros((n_layers, len(PASSES)))
         self.states = [self._state(i, p) for i, p in enumerate(workload.programs)]
+        #: the workload's own programs (custom collectives append states of their own)
+        self.programs = len(self.states)
         self._heap: list[tuple[float, int, int, int]] = []
         self._wakeups: set[float] = set()
         self._due = 0.0
@@ -281,12 +283,12 @@ class WorkloadEngine:
     def _arrive(self, st: _State, op: Op, t: float) -> None:
         """An op reaches a collective; issue it once every NPU taking part has."""
         st.inflight += 1
-        if st.npus.size > 1 or len(self.states) == 1:
+        if st.npus.size > 1 or self.programs == 1:
             self._issue(op, [(st, op)], t, st.scope)
             return
         # one-NPU programs: the k-th op on a communicator meets its peers' k-th
         key: tuple = ("group", op.group) if op.group else ("dims", op.dims)
-        members = len(op.group) if op.group else len(self.states)
+        members = len(op.group) if op.group else self.programs
         k = st.counters[key]
         st.counters[key] = k + 1
         entry = self._instances.setdefault((key, k), [])
