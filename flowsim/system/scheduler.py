@@ -147,11 +147,6 @@ class Schedule:
     def now(self) -> float:
         return self.timer.now
 
-    @property
-    def idle(self) -> bool:
-        """Nothing in flight or queued: time may jump to the next issue."""
-        return not self._actions and not any(self._queues.values())
-
     def message(self, template: StepTemplate, nbytes: float, release: float, delay: float,
                 callback: Callable[[float], None]) -> None:
         """Send the messages of ``template`` (``nbytes`` each) after ``release + delay``;
