@@ -103,7 +103,7 @@ HAND = [  # network, system, collective, bytes, ASTRA-sim 1.0's time (ns)
 def test_hand_collectives_match_astra_sim_1(network, system, collective, size, expected):
     ds = flowsim.simulate_collective(CONFIGS / "network" / network, collective, size,
                                      system=CONFIGS / "system" / system)
-    assert float(ds.time_ns) == pytest.approx(expected, rel=1e-3)
+    assert float(ds.time_ns) == pytest.approx(expected, abs=0.5)  # ASTRA-sim's own times
 
 
 @needs_configs

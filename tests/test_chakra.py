@@ -517,4 +517,6 @@ def test_microbenchmark_trace_times_like_the_collective(model):
     alone = flowsim.simulate_collective(network, "all_reduce", 1048576, system, model=model)
     in_workload = simulate(network, trace, system, model=model)
     assert float(in_workload.time_ns) == pytest.approx(float(alone.time_ns), rel=1e-12)
-    assert float(alone.time_ns) > 0
+    # ASTRA-sim 2.x ran this trace's collective on this config: 64440 ns (validation cases.csv,
+    # a_ring8__cu__all_reduce__ring__1MiB__ex); flowsim keeps fractional ns
+    assert float(in_workload.time_ns) == pytest.approx(64440, rel=1e-3)

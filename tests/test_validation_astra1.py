@@ -46,10 +46,18 @@ def test_end_to_end_time_matches_astra_sim_1(row):
     ds = _run(row)
     reference = float(row["end_to_end_ns"])
     error = (float(ds.time_ns) - reference) / reference
-    assert abs(error) <= 0.02, f"{row['run']}: {float(ds.time_ns):.0f} ns vs {reference:.0f}"
+    # the issue's bound is 2%; every row is within 0.15% today, so guard that
+    assert abs(error) <= 3e-3, f"{row['run']}: {float(ds.time_ns):.0f} ns vs {reference:.0f}"
     # compute is what the loop executed: layer 0's ig never runs in DATA, recomputation adds
     assert float(ds.compute_ns[0]) / 1000 == pytest.approx(float(row["total_compute_us"]),
                                                            rel=1e-9, abs=1e-3)
+    if row["parallelism"] != "MICRO":
+        # time the loop was blocked; ResNet-50's end-of-run wait starts a few events later in
+        # ASTRA-sim (up to 5.2% on its small total), everything else is within 0.5%
+        blocked_us = float(ds.layer_exposed_comm_ns.sum()) / 1000
+        rel = 0.06 if "resnet50" in row["run"] else 5e-3
+        assert blocked_us == pytest.approx(float(row["sum_layer_exposed_us"]), rel=rel,
+                                           abs=0.01)
 
 
 @pytest.mark.parametrize("row", [r for r in OK if r["run"].startswith("h_")],
@@ -58,10 +66,13 @@ def test_hand_checked_loops_agree_to_the_nanosecond(row):
     """The hand-made loops: every transition tick and wait as ASTRA-sim counts them."""
     ds = _run(row)
     assert float(ds.time_ns) == pytest.approx(float(row["end_to_end_ns"]), abs=2.0)
-    if row["parallelism"] == "MICRO":
-        return  # ASTRA-sim starts MICRO's end wait at the first completion; flowsim at 0
     blocked_us = float(ds.layer_exposed_comm_ns.sum()) / 1000
-    assert blocked_us == pytest.approx(float(row["sum_layer_exposed_us"]), abs=0.01)
+    if row["parallelism"] == "MICRO":
+        # ASTRA-sim starts MICRO's end wait at the first completion; flowsim at time 0 (no
+        # op precedes it), so the whole run is blocked
+        assert blocked_us == pytest.approx(float(ds.time_ns) / 1000, abs=0.01)
+    else:
+        assert blocked_us == pytest.approx(float(row["sum_layer_exposed_us"]), abs=0.01)
 
 
 def test_per_layer_breakdown_matches_the_end_to_end_csv():
@@ -75,6 +86,7 @@ def test_per_layer_breakdown_matches_the_end_to_end_csv():
                          for r in layers])
     np.testing.assert_allclose(compute.values[: len(layers)] / 1000, expected, atol=1e-3)
     exposed = ds.layer_exposed_comm_ns.sel({"pass": "wg"}).values[: len(layers)] / 1000
+    reference = [float(r["wg_exposed_us"]) for r in layers]
     # layer 0 includes the end-of-run wait, which ASTRA-sim starts a few events later
-    np.testing.assert_allclose(exposed, [float(r["wg_exposed_us"]) for r in layers],
-                               rtol=0.06, atol=0.05)
+    assert exposed[0] == pytest.approx(reference[0], rel=0.06)
+    np.testing.assert_allclose(exposed[1:], reference[1:], rtol=5e-3, atol=1e-3)
