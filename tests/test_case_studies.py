@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+import flowsim
 from conftest import REPO
 from flowsim.sweep import load_spec
 
@@ -106,6 +107,9 @@ def test_dlrm_study_core_on_tiny_systems(tmp_path):
         assert (tmp_path / f"dlrm_128_{name}.nc").is_file()
     for name in ("collectives", "iteration", "injection", "chunks", "layers"):
         assert (tmp_path / f"dlrm_128_{name}.png").stat().st_size > 5000
+    for name, ds in results.items():   # no point failed (skipped points are NaN, not errors)
+        if "error" in ds:
+            assert (ds.error == "").all(), name
     it = xr.open_dataset(tmp_path / "dlrm_128_iteration.nc", engine="scipy").load()
     assert dict(it.sizes) == {"system": 4, "allreduce": 2, "model": 2}
     assert (it.error == "").all()
@@ -122,13 +126,14 @@ def test_dlrm_study_core_on_tiny_systems(tmp_path):
 
 # ------------------------------------------------------------------------------ study 2
 def test_budget_splits_keep_the_per_npu_budget():
-    for shape, (topology, npus) in topo.SHAPES.items():
+    for shape, (_, npus) in topo.SHAPES.items():
         assert math.prod(npus) == 1024
         for split in topo.SPLITS:
             net = topo.network(shape, split)
-            per_npu = sum(bw * topo.links_per_npu(t, n) for bw, t, n in
-                          zip(net["bandwidth"], topology, npus))
-            assert per_npu == pytest.approx(topo.BUDGET_GBPS)
+            # measured on the built network: bandwidth of NPU 0's outgoing links
+            built = flowsim.load_network(net)
+            out_gbps = built.link_bandwidth[built.link_src == 0].sum() * 1e9 / 2**30
+            assert out_gbps == pytest.approx(topo.BUDGET_GBPS)
     inner = topo.shares("inner", 3)
     assert inner[0] > inner[1] > inner[2] and inner.sum() == pytest.approx(1)
     net = topo.network("3D", "even", in_network=True)
@@ -164,8 +169,10 @@ def test_budget_study_core_on_tiny_systems(tmp_path):
         assert (tmp_path / f"topology_budget_{name}.nc").is_file()
     for name in ("collectives", "allreduce_variants", "ranking", "transformer"):
         assert (tmp_path / f"topology_budget_{name}.png").stat().st_size > 5000
+    for name, ds in results.items():
+        if "error" in ds:
+            assert (ds.error == "").all(), name
     ar = results["allreduce"]
-    assert (ar.error == "").all()
     assert set(ar.dims) == {"shape", "split", "switch", "model",
                             "system_collective_optimization", "size"}
     # halving-doubling, ring and direct on fully connected dims do not contend: both models
@@ -177,5 +184,9 @@ def test_budget_study_core_on_tiny_systems(tmp_path):
     assert np.all(direct.sel(model="flow") > direct.sel(model="analytical"))
     ranks = results["rankings"]
     assert ranks.sizes["case"] == 2 * 2 + 2 + 2
-    assert np.all(np.abs(ranks.kendall_tau) <= 1)
+    tau = ranks.kendall_tau.values
+    assert np.all(np.isfinite(tau)) and np.all(np.abs(tau) <= 1)
+    # a ranking the flow model reorders has tau < 1; the all-reduce cases include direct on
+    # a switch, which the flow model slows down by far the most
+    assert np.all((ranks.pairs_reordered.values == 0) | (tau < 1))
     assert "tau" in topo.summary(results)
