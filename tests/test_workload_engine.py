@@ -273,3 +273,59 @@ def test_custom_collectives_back_to_back_in_per_rank_programs():
                    system)
     two = simulate(network, Workload(programs), system)
     assert float(two.time_ns) == pytest.approx(2 * float(one.time_ns))
+
+
+def test_scales_apply_to_every_workload_format():
+    ops = [Op(0, "compute", duration_ns=1000.0),
+           Op(1, "collective", collective="all_reduce", size=800000, deps=(0,))]
+    base = simulate(ring(4), spmd(ops, 4), pure())
+    scaled = simulate(ring(4), spmd(ops, 4), pure(), compute_scale=0.5, comm_scale=2)
+    assert float(scaled.compute_ns[0]) == 500
+    assert float(scaled.time_ns) == pytest.approx(500 + ring_all_reduce_ns(4, 1600000))
+    assert float(base.time_ns) == pytest.approx(1000 + ring_all_reduce_ns(4, 800000))
+    text = simulate(ring(4), parse_astra_text(ONE_LAYER), pure(), compute_scale=2)
+    assert float(text.compute_ns[0]) == 6000
+
+
+@pytest.mark.parametrize("ops, message", [
+    ([Op(0, "compute", flops=1e9)], "needs a roofline"),
+    ([Op(0, "collective", collective="all_reduce", size=8, group=(0, 1))],
+     "must be the NPUs that run this op"),
+])
+def test_more_bad_graphs(ops, message):
+    with pytest.raises(ConfigError, match=message):
+        simulate(ring(4), spmd(ops, 4), pure())
+
+
+def test_mismatched_collectives_and_message_sizes_are_errors():
+    from flowsim import SimulationError
+
+    programs = [Program([Op(0, "collective", collective=c, size=s)], [r], f"rank{r}")
+                for r, (c, s) in enumerate([("all_reduce", 1024), ("all_gather", 2048)])]
+    with pytest.raises(SimulationError, match="node 0 .*meets node 0 of rank0"):
+        simulate(ring(2), Workload(programs), pure())
+    pair = [Program([Op(0, "send", peer=1, size=65536)], [0], "sender"),
+            Program([Op(0, "recv", peer=0, size=1024)], [1], "receiver")]
+    with pytest.raises(SimulationError, match="expects 1024 B, but the matching send"):
+        simulate(ring(2), Workload(pair), pure())
+
+
+def test_memory_config_from_a_file(tmp_path):
+    path = tmp_path / "memory.json"
+    path.write_text('{"memory-type": "MEMORY_POOL", "remote-mem-latency": 1000, '
+                    '"remote-mem-bw": 10}')
+    ds = simulate(ring(4), spmd([Op(0, "memory", size=1 << 20, remote=True)], 4), pure(),
+                  memory=path)
+    assert float(ds.time_ns) == pytest.approx(4 * (1000 + (1 << 20) / 10.0))
+    path.write_text('{"memory-type": "SOMETIMES"}')
+    with pytest.raises(ConfigError, match="memory.json: key 'memory-type'"):
+        simulate(ring(4), spmd([Op(0, "memory", size=8)], 4), pure(), memory=path)
+
+
+def test_unknown_comm_type_and_bad_bundled_name(tmp_path):
+    path = tmp_path / "w.txt"
+    path.write_text(text("L0 -1 1 NONE 0 1 NONE 0 1 ALLREDUSE 8 0"))
+    with pytest.raises(ConfigError, match=":3: wg comm type must be one of"):
+        simulate(ring(4), path, pure())
+    with pytest.raises(ConfigError, match="resnet50: workload not found .*resnet50_dp"):
+        simulate(ring(4), "resnet50", pure())

@@ -6,11 +6,12 @@ line per layer of whitespace-separated fields::
     name  reserved  fwd_compute fwd_type fwd_bytes  ig_compute ig_type ig_bytes
           wg_compute wg_type wg_bytes  update_delay  [parallelism, HYBRID_CUSTOMIZED only]
 
-Compute values are cycles of ASTRA-sim's 1 GHz clock, i.e. **ns**; ``compute_scale`` multiplies
-them (use it for another clock: a 2 GHz part takes ``compute_scale=0.5``), ``comm_scale``
-multiplies the byte counts, as ASTRA-sim's ``--compute-scale`` and ``--comm-scale`` do. Comm
-types are ``ALLREDUCE``, ``ALLTOALL``, ``ALLGATHER``, ``REDUCESCATTER``; anything else
-(``NONE``) means no collective.
+Compute values are cycles of ASTRA-sim's 1 GHz clock, i.e. **ns**; ``flowsim.simulate``'s
+``compute_scale`` multiplies them (use it for another clock: a 2 GHz part takes
+``compute_scale=0.5``), ``comm_scale`` multiplies the byte counts, as ASTRA-sim's
+``--compute-scale`` and ``--comm-scale`` do. Comm types are ``ALLREDUCE``, ``ALLTOALL``,
+``ALLGATHER``, ``REDUCESCATTER`` or ``NONE`` (no collective); ASTRA-sim reads any other word as
+``NONE``, flowsim reports it, since it is almost always a typo.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ LAYER_POLICIES = ("DATA", "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA")
 
 @dataclass(frozen=True)
 class TextLayer:
-    """One layer line; compute in ns (already scaled), bytes (already scaled)."""
+    """One layer line; compute in ns, bytes."""
 
     name: str
     fwd_compute: float
@@ -102,6 +103,8 @@ def _header(tokens: list[str], source: str) -> dict:
             raise ConfigError(f"{source}:1: {keyword} needs 'model_parallel_NPU_group: N'")
         out["model_parallel_group"] = int(_number(rest[1], source, 1,
                                                   "model_parallel_NPU_group", integer=True))
+        if out["model_parallel_group"] < 1:
+            raise ConfigError(f"{source}:1: model_parallel_NPU_group must be >= 1, found 0")
         rest = rest[2:]
         if keyword.endswith("FWD_IN_BCKWD"):
             for name in ("checkpoints", "checkpoint_initiates"):
@@ -127,8 +130,7 @@ def _header(tokens: list[str], source: str) -> dict:
     return out
 
 
-def parse_astra_text(text: str, source: str = "<text>", *, compute_scale: float = 1.0,
-                     comm_scale: float = 1.0) -> TextWorkload:
+def parse_astra_text(text: str, source: str = "<text>") -> TextWorkload:
     """Parse a text workload (see the module docstring).
 
     Raises
@@ -165,16 +167,17 @@ def parse_astra_text(text: str, source: str = "<text>", *, compute_scale: float 
         for k, name in enumerate(names):
             base = 2 + 3 * k
             values[f"{name}_compute"] = _number(tokens[base], source, n,
-                                                f"{name} compute", integer=False) \
-                * compute_scale
+                                                f"{name} compute", integer=False)
             values[f"{name}_type"] = COMM_TYPES.get(tokens[base + 1])
             if tokens[base + 1] == "ALLREDUCEALLTOALL":
                 raise ConfigError(f"{source}:{n}: ALLREDUCEALLTOALL is parsed by ASTRA-sim "
                                   "but never run (it panics); use ALLREDUCE or ALLTOALL")
-            values[f"{name}_bytes"] = int(round(_number(tokens[base + 2], source, n,
-                                                        f"{name} comm size", integer=True)
-                                                * comm_scale))
-        delay = _number(tokens[11], source, n, "update delay", integer=False) * compute_scale
+            if tokens[base + 1] not in COMM_TYPES and tokens[base + 1] != "NONE":
+                raise ConfigError(f"{source}:{n}: {name} comm type must be one of "
+                                  f"{', '.join(COMM_TYPES)} or NONE, found {tokens[base + 1]!r}")
+            values[f"{name}_bytes"] = int(_number(tokens[base + 2], source, n,
+                                                  f"{name} comm size", integer=True))
+        delay = _number(tokens[11], source, n, "update delay", integer=False)
         policy = ""
         if keyword == "HYBRID_CUSTOMIZED":
             policy = tokens[12]
@@ -185,10 +188,10 @@ def parse_astra_text(text: str, source: str = "<text>", *, compute_scale: float 
     return TextWorkload(keyword, tuple(layers), source=source, **header)
 
 
-def read_astra_text(path: str | os.PathLike, **scales: float) -> TextWorkload:
+def read_astra_text(path: str | os.PathLike) -> TextWorkload:
     """Read a text workload file (see :func:`parse_astra_text`)."""
     try:
         text = Path(path).read_text()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read workload file ({exc.strerror})") from None
-    return parse_astra_text(text, str(path), **scales)
+    return parse_astra_text(text, str(path))

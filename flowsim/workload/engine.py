@@ -292,6 +292,14 @@ class WorkloadEngine:
         k = st.counters[key]
         st.counters[key] = k + 1
         entry = self._instances.setdefault((key, k), [])
+        if entry:
+            first_st, first = entry[0]
+            if (first.collective, first.size) != (op.collective, op.size):
+                raise SimulationError(
+                    f"{st.program.source}: node {op.id} ({op.collective} of {op.size} B) meets "
+                    f"node {first.id} of {first_st.program.source} ({first.collective} of "
+                    f"{first.size} B) as collective #{k} on the same communicator; the NPUs "
+                    "of one collective must issue the same type and size")
         entry.append((st, op))
         if sum(s.npus.size for s, _ in entry) == members:
             del self._instances[(key, k)]
@@ -383,7 +391,7 @@ class WorkloadEngine:
             self._complete(st, op, end)
             waiting = self._receivers[key]
             if waiting:
-                self._deliver(waiting.popleft(), end)
+                self._deliver(waiting.popleft(), end, op)
             else:
                 self._mailbox[key].append((end, st, op))
 
@@ -394,12 +402,17 @@ class WorkloadEngine:
         key = (int(st.npus[0]), int(src[0]), op.tag)
         box = self._mailbox[key]
         if box:
-            self._deliver((st, op), box.popleft()[0])
+            arrival, _, send = box.popleft()
+            self._deliver((st, op), arrival, send)
         else:
             self._receivers[key].append((st, op))
 
-    def _deliver(self, receiver: tuple[_State, Op], arrival: np.ndarray) -> None:
+    def _deliver(self, receiver: tuple[_State, Op], arrival: np.ndarray, send: Op) -> None:
         st, op = receiver
+        if op.size and op.size != send.size:
+            raise SimulationError(
+                f"{st.program.source}: recv node {op.id} expects {op.size} B, but the matching "
+                f"send (node {send.id}, tag {op.tag}) sends {send.size} B")
         self._complete(st, op, np.maximum(st.ready[op.id], arrival))
 
     def _template(self, src: np.ndarray, dst: np.ndarray):
@@ -438,7 +451,13 @@ class WorkloadEngine:
                     why = f"waits for a message from NPU {int(self._peers(st, op)[0])} " \
                           f"tag {op.tag}"
                 elif op.id in st.ready and op.kind == "collective":
-                    why = "waits for the other NPUs of its collective"
+                    arrived = {int(s.npus[0]) for entry in self._instances.values()
+                               if any(o is op for _, o in entry) for s, _ in entry}
+                    expected = set(op.group) if op.group else \
+                        {int(s.npus[0]) for s in self.states[: self.programs]}
+                    absent = sorted(expected - arrived)
+                    why = "waits for the other NPUs of its collective" + \
+                        (f" (never reached by NPU(s) {absent[:8]})" if absent else "")
                 elif op.id in st.ready:
                     why = "was never started"
                 else:
@@ -446,10 +465,12 @@ class WorkloadEngine:
                     why = f"waits for node(s) {deps[:5]}"
                 blocked.append(f"node {op.id} ({op.name or op.kind}) {why}")
             npus = st.npus.tolist()
-            who = f"NPU {npus[0]}" if len(npus) == 1 else f"NPUs {npus[:4]}..."
+            who = f"NPU {npus[0]}" if len(npus) == 1 else \
+                f"NPUs {npus[:4]}" + ("..." if len(npus) > 4 else "")
             lines.append(f"{who} ({st.program.source}): " + "; ".join(blocked))
-        raise SimulationError("deadlock: " + f"{sum(len(x) for _, x in stuck)} op(s) never "
-                              "finished\n  " + "\n  ".join(lines))
+        count = sum(len(x) * st.npus.size for st, x in stuck)
+        raise SimulationError(f"deadlock: {count} op(s) never finished (counted per NPU)\n  "
+                              + "\n  ".join(lines))
 
     def _record(self) -> RunRecord:
         sched = self.schedule

@@ -91,7 +91,7 @@ def load_memory(source: str | os.PathLike | Mapping[str, Any] | MemoryConfig | N
         return source
     if isinstance(source, Mapping):
         return parse_memory_config(source)
-    return parse_memory_config(read_mapping(source), str(source))
+    return parse_memory_config(read_mapping(source, what="remote-memory config"), str(source))
 
 
 class MemoryServers:

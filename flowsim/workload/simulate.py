@@ -33,39 +33,94 @@ def load_workload(source: WorkloadLike, network: Network, iterations: int = 1, *
 
     Sources: an ASTRA-sim text file (``.txt``), a flowsim YAML graph or generator spec
     (``.yml``/``.yaml`` or a mapping), Chakra traces (``<prefix>.<rank>.et`` files: give the
-    prefix, one ``.et`` file or their folder), a parsed :class:`TextWorkload` or a
-    :class:`Workload`. Returns the workload and the network it runs on (a text
+    prefix, one ``.et`` file or their folder), a parsed :class:`TextWorkload`, a
+    :class:`Workload`, or the name of a bundled workload. ``compute_scale`` and
+    ``comm_scale`` multiply every compute time and communication size; ``comm_groups`` are
+    Chakra communicators. Returns the workload and the network it runs on (a text
     ``HYBRID_TRANSFORMER`` may split a dimension, as ASTRA-sim does).
     """
-    if isinstance(source, TextWorkload):
-        return build_training_loop(source, network, iterations)
+    path = None if isinstance(source, (TextWorkload, Workload, Mapping)) else \
+        _workload_path(source)
+    if comm_groups is not None and (path is None or path.suffix in (".txt", ".yml", ".yaml")):
+        raise ConfigError("argument 'comm_groups': communicator groups apply to Chakra traces "
+                          "only")
+    if isinstance(source, TextWorkload) or (path is not None and path.suffix == ".txt"):
+        text = source if path is None else read_astra_text(path)
+        text = scale_text(text, compute_scale, comm_scale)
+        return build_training_loop(text, network, iterations)
     if isinstance(source, Workload):
-        return repeat_iterations(source, iterations), network
-    if isinstance(source, Mapping):
+        work = source
+    elif isinstance(source, Mapping):
         from .yaml_graph import parse_workload_mapping
 
-        return repeat_iterations(parse_workload_mapping(source, "<dict>", network),
-                                 iterations), network
-    path = Path(source)
-    if not path.exists() and path.name == str(source) and not path.suffix:
-        from ..resources import bundled_dir
-
-        bundled = [bundled_dir("workload") / (path.name + s) for s in (".txt", ".yml", ".yaml")]
-        path = next((p for p in bundled if p.is_file()), path)
-    if path.suffix == ".txt":
-        text = read_astra_text(path, compute_scale=compute_scale, comm_scale=comm_scale)
-        return build_training_loop(text, network, iterations)
-    if path.suffix in (".yml", ".yaml"):
+        work = parse_workload_mapping(source, "<dict>", network)
+    elif path.suffix in (".yml", ".yaml"):
         from .yaml_graph import read_workload_yaml
 
-        return repeat_iterations(read_workload_yaml(path, network), iterations), network
-    if path.suffix == ".et" or path.is_dir() or not path.exists():
+        work = read_workload_yaml(path, network)
+    elif path.suffix == ".et" or path.is_dir() or not path.exists():
         from .chakra import load_chakra
 
-        return repeat_iterations(load_chakra(path, npus=network.npus, ndims=network.ndims,
-                                             comm_group=comm_groups), iterations), network
-    raise ConfigError(f"{path}: unknown workload format (expected .txt, .yml/.yaml or Chakra "
-                      ".et files)")
+        work = load_chakra(path, npus=network.npus, ndims=network.ndims,
+                           comm_group=comm_groups)
+    else:
+        raise ConfigError(f"{path}: unknown workload format (expected .txt, .yml/.yaml or "
+                          "Chakra .et files)")
+    return repeat_iterations(scale_workload(work, compute_scale, comm_scale),
+                             iterations), network
+
+
+def _workload_path(source: str | os.PathLike) -> Path:
+    """A workload path, a bundled workload's file, or a Chakra prefix (which need not exist);
+    a bare name that is none of them is an error listing the bundled workloads."""
+    path = Path(source)
+    if path.exists() or path.name != str(source) or path.suffix:
+        return path
+    from ..resources import bundled_dir, bundled_names
+
+    bundled = [bundled_dir("workload") / (path.name + s) for s in (".txt", ".yml", ".yaml")]
+    found = next((p for p in bundled if p.is_file()), None)
+    if found is not None:
+        return found
+    if not any(Path(".").glob(f"{path.name}.*.et")):
+        raise ConfigError(f"{source}: workload not found (expected a file, Chakra traces "
+                          f"'{source}.<rank>.et', or a bundled name: "
+                          f"{', '.join(bundled_names('workload'))})")
+    return path
+
+
+def scale_text(text: TextWorkload, compute_scale: float, comm_scale: float) -> TextWorkload:
+    """A text workload with compute times and byte counts multiplied."""
+    if compute_scale == 1 and comm_scale == 1:
+        return text
+    from dataclasses import replace
+
+    layers = tuple(replace(
+        layer, fwd_compute=layer.fwd_compute * compute_scale,
+        ig_compute=layer.ig_compute * compute_scale, wg_compute=layer.wg_compute * compute_scale,
+        update_delay=layer.update_delay * compute_scale,
+        fwd_bytes=int(round(layer.fwd_bytes * comm_scale)),
+        ig_bytes=int(round(layer.ig_bytes * comm_scale)),
+        wg_bytes=int(round(layer.wg_bytes * comm_scale))) for layer in text.layers)
+    return replace(text, layers=layers)
+
+
+def scale_workload(work: Workload, compute_scale: float, comm_scale: float) -> Workload:
+    """A workload with compute (durations, FLOPs, bytes) and communication sizes multiplied."""
+    if compute_scale == 1 and comm_scale == 1:
+        return work
+    from dataclasses import replace
+
+    def scaled(op: Op) -> Op:
+        if op.kind == "compute":
+            return replace(op, duration_ns=op.duration_ns * compute_scale,
+                           flops=op.flops * compute_scale, mem_bytes=op.mem_bytes * compute_scale)
+        if op.kind in ("collective", "send", "recv"):
+            return replace(op, size=int(round(op.size * comm_scale)))
+        return op
+
+    return Workload([Program([scaled(op) for op in p.ops], p.npus, p.source)
+                     for p in work.programs], work.layers, work.name)
 
 
 def repeat_iterations(workload: Workload, iterations: int) -> Workload:
@@ -159,9 +214,9 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
             raise config_error("argument", key, "a non-negative number", value)
     work, net = load_workload(workload, net, iterations, compute_scale=compute_scale,
                               comm_scale=comm_scale, comm_groups=comm_groups)
-    check_workload(work, net)
-    speeds = _speeds(speed, net.npus)
     rl = _roofline(roofline)
+    check_workload(work, net, roofline=rl is not None)
+    speeds = _speeds(speed, net.npus)
     record = run_workload(net, work, sys_cfg, model, speed=speeds, roofline=rl,
                           memory=load_memory(memory), collective_streams=_streams(
                               collective_streams), timeline=trace is not None)

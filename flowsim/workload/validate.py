@@ -16,7 +16,7 @@ def _where(program: Program, op: Op) -> str:
     return f"{program.source}: node {op.id} ({op.name or op.kind})"
 
 
-def check_workload(workload: Workload, network: Network) -> None:
+def check_workload(workload: Workload, network: Network, *, roofline: bool = False) -> None:
     """Raise :class:`ConfigError` naming the file and node for anything the engine cannot run.
 
     Checks: NPUs of programs exist and belong to one program each; op kinds, sizes, durations,
@@ -42,6 +42,11 @@ def check_workload(workload: Workload, network: Network) -> None:
         topological_order(program)
         for op in program.ops:
             _check_op(program, op, network)
+            if op.kind == "compute" and not op.duration_ns and (op.flops or op.mem_bytes) \
+                    and not roofline:
+                raise ConfigError(f"{_where(program, op)}: compute given as FLOPs / bytes needs "
+                                  "a roofline (simulate(..., roofline=...) or flowsim run "
+                                  "--roofline)")
     _check_pairs(workload, network)
 
 
@@ -73,6 +78,13 @@ def _check_op(program: Program, op: Op, network: Network) -> None:
             if bad or len(set(op.group)) != len(op.group) or len(op.group) < 2:
                 raise ConfigError(f"{where}: communicator {list(op.group)[:8]} must hold "
                                   f"distinct NPUs of 0..{network.npus - 1}, at least 2")
+            # every NPU that runs the op takes part; a multi-NPU program is the whole group
+            members = set(op.group)
+            npus = set(program.npus.tolist())
+            if not npus <= members or (len(npus) > 1 and npus != members):
+                raise ConfigError(f"{where}: communicator {sorted(members)[:8]} must be the "
+                                  f"NPUs that run this op ({sorted(npus)[:8]}): every NPU of "
+                                  "a program issues its collectives")
         elif program.npus.size > 1 and program.npus.size < network.npus:
             dims = tuple(range(network.ndims)) if op.dims is None else op.dims
             groups = network.dim_groups(dims) if dims else np.zeros((0, 1), np.int64)
