@@ -85,15 +85,18 @@ def _parser() -> argparse.ArgumentParser:
                           + ", ".join(bundled_names("workload")) + ")")
     run.add_argument("--model", default="analytical", choices=["analytical", "flow"],
                      help="analytical (congestion-unaware, as ASTRA-sim) or flow")
-    run.add_argument("--iterations", type=int, default=1,
+    run.add_argument("--iterations", type=_at_least_one, default=1,
                      help="training iterations (ASTRA-sim's --num-passes; default 1)")
-    run.add_argument("--compute-scale", type=float, default=1.0,
+    run.add_argument("--compute-scale", type=_non_negative, default=1.0,
                      help="multiply text-workload compute (cycles of a 1 GHz clock = ns); "
                           "e.g. 0.5 for a 2 GHz part")
-    run.add_argument("--comm-scale", type=float, default=1.0,
+    run.add_argument("--comm-scale", type=_non_negative, default=1.0,
                      help="multiply text-workload communication sizes")
     run.add_argument("--memory", default=None,
                      help="remote-memory json (ASTRA-sim keys) for memory ops")
+    run.add_argument("--roofline", default=None, metavar="TFLOPS,GBPS[,EFF]",
+                     help="time compute ops given as FLOPs and bytes: peak TFLOP/s, memory "
+                          "GB/s (1e9 B/s) and efficiency, e.g. 312,2039,0.5")
     run.add_argument("--comm-group", default=None,
                      help="Chakra communicator groups json {\"<pg_name>\": [ranks]}")
     run.add_argument("--json", action="store_true", help="print one JSON object")
@@ -251,13 +254,69 @@ def _run_collective(args: argparse.Namespace) -> int:
     return 0
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, found {text!r}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 and np.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, found {text!r}")
+    return value
+
+
+def _roofline_option(text: str | None) -> dict | None:
+    if text is None:
+        return None
+    parts = text.split(",")
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        values = []
+    if len(values) not in (2, 3):
+        raise FlowsimError(f"argument --roofline: expected TFLOPS,GBPS[,EFFICIENCY], found "
+                           f"{text!r}")
+    keys = ("peak_tflops", "memory_bandwidth_GBps", "efficiency")
+    return dict(zip(keys, values))
+
+
+def _check_output(option: str, path: str | None, *, folder: bool = False) -> None:
+    """Fail before simulating when an output cannot be written."""
+    if path is None:
+        return
+    from pathlib import Path
+
+    target = Path(path)
+    if folder:
+        if target.exists() and not target.is_dir():
+            raise FlowsimError(f"argument {option}: {path} exists and is not a folder")
+        return
+    if target.is_dir():
+        raise FlowsimError(f"argument {option}: {path} is a folder, expected a file name")
+    if not target.resolve().parent.is_dir():
+        raise FlowsimError(f"argument {option}: folder {target.parent} does not exist")
+
+
 def _run_workload(args: argparse.Namespace) -> int:
     from .workload.simulate import simulate
 
+    _check_output("-o", args.output)
+    _check_output("--trace", args.trace)
+    _check_output("--csv", args.csv, folder=True)
     ds = simulate(args.network, args.workload, args.system, model=args.model,
                   iterations=args.iterations, compute_scale=args.compute_scale,
                   comm_scale=args.comm_scale, memory=args.memory,
-                  comm_groups=args.comm_group, trace=args.trace)
+                  roofline=_roofline_option(args.roofline), comm_groups=args.comm_group,
+                  trace=args.trace)
     written = []
     if args.output:
         from .results import write_dataset
@@ -280,22 +339,25 @@ def _run_workload(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
         return 0
     total = summary["time_ns"]
+    span = float(ds.finish_ns.mean())  # an NPU's time: until its last op or collective
     print(f"flowsim {__version__}: {summary['workload']} on {summary['npus']} NPUs, "
           f"{summary['iterations']} iteration(s), {summary['model']} model")
     print(f"  time:          {format_time(total)}  ({total:.1f} ns)")
-    share = (lambda v: f"{100 * v / total:5.1f}%") if total > 0 else (lambda v: "  -  ")
-    print(f"  compute:       {format_time(compute)}  {share(compute)} (mean over NPUs)")
+    share = (lambda v: f"{100 * v / span:5.1f}%") if span > 0 else (lambda v: "  -  ")
+    print(f"  compute:       {format_time(compute)}  {share(compute)} (means over NPUs, "
+          "shares of their time)")
     print(f"  exposed comm:  {format_time(exposed)}  {share(exposed)}")
-    print(f"  idle:          {format_time(summary['idle_ns'])}")
+    print(f"  idle:          {format_time(summary['idle_ns'])}  {share(summary['idle_ns'])}")
     by_layer = ds.layer_exposed_comm_ns.sum("pass")
     if float(by_layer.sum()) > 0:
         top = by_layer.sortby(by_layer, ascending=False)[:3]
         print("  most exposed:  " + ", ".join(f"{str(layer)} {format_time(float(v))}"
                                              for layer, v in zip(top.layer.values, top.values)
-                                             if v > 0))
+                                             if v > 0) + " (per layer, mean over its NPUs)")
     for d in range(ds.sizes["dim"]):
-        print(f"  dim {d}: {format_size(float(ds.dim_bytes[d]))} over links, busy "
-              f"{format_time(float(ds.dim_busy_ns[d]))}")
+        carried = float(ds.dim_bytes[d])
+        over = f"{format_size(carried)} over links, " if np.isfinite(carried) else ""
+        print(f"  dim {d}: {over}busy {format_time(float(ds.dim_busy_ns[d]))}")
     for path in written:
         print(f"  wrote {path}")
     return 0

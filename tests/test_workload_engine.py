@@ -329,3 +329,33 @@ def test_unknown_comm_type_and_bad_bundled_name(tmp_path):
         simulate(ring(4), path, pure())
     with pytest.raises(ConfigError, match="resnet50: workload not found .*resnet50_dp"):
         simulate(ring(4), "resnet50", pure())
+
+
+def test_messages_count_as_busy_time_and_fabrics_report_no_dimension_bytes():
+    pair = [Program([Op(0, "send", peer_offset=2, size=1 << 20)], [0, 1], "senders"),
+            Program([Op(0, "recv", peer_offset=-2, size=1 << 20)], [2, 3], "receivers")]
+    ds = simulate(ring(4), Workload(pair), pure())
+    assert float(ds.dim_busy_ns[0]) == pytest.approx(float(ds.time_ns))
+    fabric = simulate("dgx_pod_64_leafspine_4to1", "microbench_allreduce")
+    assert np.isnan(fabric.dim_bytes).all() and float(fabric.time_ns) > 0
+
+
+def test_cli_run_options_are_checked_before_running(tmp_path, capsys):
+    assert main(["run", "-o", str(tmp_path / "no" / "x.nc")]) == 2
+    assert "argument -o: folder" in capsys.readouterr().err
+    (tmp_path / "f").write_text("")
+    assert main(["run", "--csv", str(tmp_path / "f")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    assert main(["run", "--roofline", "fast"]) == 2
+    assert "argument --roofline" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "--iterations", "0"])
+    assert "argument --iterations: expected an integer >= 1" in capsys.readouterr().err
+
+
+def test_cli_roofline_times_flop_ops(tmp_path, capsys):
+    path = tmp_path / "w.yml"
+    path.write_text("ops:\n  - {id: 0, kind: compute, flops: 1.0e12, bytes: 1000}\n")
+    assert main(["run", "--workload", str(path), "--roofline", "100,1000,0.5", "--json"]) == 0
+    # 1e12 FLOP at 100 TFLOP/s and 50% efficiency: 20 ms
+    assert json.loads(capsys.readouterr().out)["time_ns"] == pytest.approx(2e7)

@@ -153,7 +153,20 @@ class Schedule:
         ``callback(t)`` when the last has arrived."""
         token = self.timer.step(template, nbytes, release, delay)
         self._count_dim_bytes(template, nbytes)
-        self._actions[token] = (callback, ())
+        dims = self._template_dims(template)
+        start = release + delay
+
+        def arrived(t: float) -> None:
+            for d in dims:
+                self._busy[d].append((start, t))
+            callback(t)
+
+        self._actions[token] = (arrived, ())
+
+    def _template_dims(self, template: StepTemplate) -> tuple[int, ...]:
+        """Logical dimensions whose links a template's messages cross."""
+        ids, _ = template.link_bytes_per_byte
+        return tuple(int(d) for d in np.unique(self.network.link_dim[ids]) if d >= 0)
 
     def _priority_key(self, policy: str) -> float:
         """Queue key (smallest served first) from ASTRA-sim's priorities: one counter that

@@ -88,14 +88,16 @@ _MIN_HOPS = {"Ring": 1, "FullyConnected": 1, "Switch": 2}
 
 
 def is_astra1_network(data: Any) -> bool:
-    """Whether a mapping is an ASTRA-sim 1.0 analytical network config (it has ``topology-name``).
+    """Whether a mapping is an ASTRA-sim 1.0 analytical network config (it has one of the
+    1.0-only keys ``topology-name``, ``units-count``, ``topologies-per-dim``).
 
     Examples
     --------
     >>> is_astra1_network({"topology-name": "Hierarchical"}), is_astra1_network({"topology": []})
     (True, False)
     """
-    return isinstance(data, Mapping) and "topology-name" in data
+    return isinstance(data, Mapping) and any(
+        key in data for key in ("topology-name", "units-count", "topologies-per-dim"))
 
 
 def parse_astra1_network(data: Mapping[str, Any], source: str = "<dict>") -> NetworkConfig:

@@ -391,12 +391,16 @@ def _rank_files(prefix_or_dir: str | os.PathLike, npus: int | None) -> tuple[Pat
         raise ConfigError(f"argument 'npus': expected a positive integer, found "
                           f"{describe(npus)}")
     count = max(ranks) + 1 if npus is None else int(npus)
+    if len(ranks) == max(ranks) + 1 and len(ranks) != count:
+        raise ConfigError(f"{given}: trace files for {len(ranks)} ranks, but the network has "
+                          f"{count} NPUs (one trace per NPU)")
     missing = [r for r in range(count) if r not in ranks]
     if missing:
         raise ConfigError(f"{given}: missing trace file(s) for rank(s) {_some(missing)} "
                           f"(expected {given.name}.0.et .. {given.name}.{count - 1}.et)")
     if len(ranks) > count:
-        raise ConfigError(f"{given}: trace files for {len(ranks)} ranks, but npus={npus}")
+        raise ConfigError(f"{given}: trace files for {len(ranks)} ranks, but the network has "
+                          f"{npus} NPUs (one trace per NPU)")
     return given, [ranks[r] for r in range(count)]
 
 

@@ -282,7 +282,9 @@ def workload_dataset(record: RunRecord, network: Network, system: SystemConfig, 
             "layer_compute_ns": (("layer", "pass"), record.layer_compute_ns[keep]),
             "layer_exposed_comm_ns": (("layer", "pass"), record.layer_exposed_ns[keep]),
             "layer_comm_ns": (("layer", "pass"), record.layer_comm_ns[keep]),
-            "dim_bytes": (("dim",), record.dim_bytes),
+            # a fabric's links belong to no logical dimension: unknown, as for collectives
+            "dim_bytes": (("dim",), np.full(network.ndims, np.nan) if per_link
+                          else record.dim_bytes),
             "dim_busy_ns": (("dim",), record.dim_busy_ns),
         },
         coords={

@@ -167,8 +167,9 @@ def build_training_loop(text: TextWorkload, network: Network, passes: int = 1
 
         config = getattr(network, "config", None)
         if not isinstance(config, NetworkConfig):
-            raise ConfigError(f"{text.source}: {kind} needs a multi-dimensional network "
-                              "(its model-parallel group is made of whole dimensions)")
+            raise ConfigError(f"{text.source}: {kind} needs a network of Ring / "
+                              "FullyConnected / Switch dimensions, not a fabric (its "
+                              "model-parallel group is made of whole or split dimensions)")
         new_config, split = model_parallel_split(config, text.model_parallel_group,
                                                  text.source)
         if new_config is not config:
