@@ -359,3 +359,17 @@ def test_cli_roofline_times_flop_ops(tmp_path, capsys):
     assert main(["run", "--workload", str(path), "--roofline", "100,1000,0.5", "--json"]) == 0
     # 1e12 FLOP at 100 TFLOP/s and 50% efficiency: 20 ms
     assert json.loads(capsys.readouterr().out)["time_ns"] == pytest.approx(2e7)
+
+
+def test_readme_yaml_example_runs(tmp_path):
+    """The graph example of the README's Training workloads section, as printed there."""
+    from conftest import REPO
+
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("```yaml\nname: two stages") + len("```yaml\n")
+    path = tmp_path / "two_stages.yml"
+    path.write_text(readme[start: readme.index("```", start)])
+    ds = simulate("ring8", path, roofline={"peak_tflops": 312, "memory_bandwidth_GBps": 2039,
+                                           "efficiency": 0.5})
+    # stage 1 receives 64 KiB before it computes; its remote memory op has no expansion here
+    assert float(ds.compute_ns[4]) == 2000 and float(ds.time_ns) > float(ds.compute_ns[0])
