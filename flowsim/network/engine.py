@@ -222,13 +222,24 @@ class FlowEngine:
         return ids
 
     # ------------------------------------------------------------------ running
-    def run(self) -> tuple[int, np.ndarray]:
-        """Advance until every flow is done or watched groups complete.
+    @property
+    def idle(self) -> bool:
+        """Whether every flow added so far has arrived."""
+        return int(self.counters[4]) == self._flows.n
+
+    def skip_to(self, t: float) -> None:
+        """Move the clock of an idle engine forward to ``t``."""
+        if t > self.clock[0]:
+            self.clock[0] = t
+
+    def run(self, until: float = np.inf) -> tuple[int, np.ndarray]:
+        """Advance until every flow is done, watched groups complete, or the next event lies
+        beyond ``until`` (the clock then stands at ``until``).
 
         Returns
         -------
         status : int
-            ``_kernels.STATUS_DONE`` or ``STATUS_STOPPED``.
+            ``_kernels.STATUS_DONE``, ``STATUS_STOPPED`` or ``STATUS_HORIZON``.
         groups : ndarray of int64
             Watched groups completed since the last call, in completion order.
 
@@ -252,7 +263,7 @@ class FlowEngine:
             a["active"], a["active_pos"], self.link_count, self.active_links, self.link_pos,
             self.link_busy, a["sched_keys"], a["sched_ids"], a["sched_tags"],
             a["arr_keys"], a["arr_ids"], a["arr_tags"], *self._ws.kernel_args(),
-            self.counters, self.clock, self._first_new, n)
+            self.counters, self.clock, self._first_new, n, float(until))
         self._first_new = n
         if self.retire and self._edges.n == 0 and self.counters[4] > max(1 << 16, n // 2):
             self._compact()

@@ -21,11 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..network.csr import gather_segments
-from ..network.engine import FlowEngine
 from ..topology import Network
-
-_MARKER_PTR = np.zeros(2, np.int64)  # one flow without links: a timer
-_NO_LINKS = np.zeros(0, np.int32)
 
 
 @dataclass
@@ -246,116 +242,6 @@ class AnalyticalTimer:
     def stats(self) -> dict:
         return {"flows": self.flows, "steps": self.steps, "events": self.steps,
                 "rate_computations": 0}
-
-
-class FlowTimer:
-    """Times steps on the max-min fair flow engine."""
-
-    def __init__(self, network: Network, model: str = "flow", *, keep_flows: bool = False
-                 ) -> None:
-        self.network = network
-        self.engine = FlowEngine(network.link_bandwidth, network.link_latency, model,
-                                 retire=not keep_flows)
-        self.steps = 0
-        self.flows = 0
-
-    @property
-    def now(self) -> float:
-        return self.engine.now
-
-    def step(self, template: StepTemplate, nbytes: float, release: float, delay: float) -> int:
-        group = self.engine.new_group()
-        latency, bottleneck = template.engine_paths()
-        self.engine.add(template.indptr, template.links, template.flow_bytes(nbytes),
-                        release=release, delay=delay, group=group, path_latency=latency,
-                        path_bottleneck=bottleneck)
-        self.steps += 1
-        self.flows += template.src.size
-        return group
-
-    def timer(self, at: float) -> int:
-        group = self.engine.new_group()
-        self.engine.add(_MARKER_PTR, _NO_LINKS, 0.0, release=at, group=group)
-        return group
-
-    def phase(self, dag: PhaseDag, nbytes: list[float], delays: list[float],
-              posts: list[float], before: list[np.ndarray], at: float) -> np.ndarray:
-        """A phase with per-NPU synchronisation as a DAG of flows; returns each participant's
-        exit and start markers (zero-byte flows whose arrival is that time).
-
-        ``before`` holds per-NPU marker ids (-1: none) a participant waits for.
-        """
-        engine = self.engine
-        deps = np.stack([h[dag.npus] for h in before], axis=1) if before else \
-            np.full((dag.npus.size, 0), -1, np.int64)
-        valid = deps >= 0
-        start_ids = engine.add(np.zeros(dag.npus.size + 1, np.int64), _NO_LINKS, 0.0,
-                               release=at, dep_indptr=np.concatenate(
-                                   [[0], np.cumsum(valid.sum(axis=1))]).astype(np.int64),
-                               dep_ids=deps[valid].astype(np.int64))
-        start_of = np.full(self.network.npus, -1, np.int64)
-        start_of[dag.npus] = start_ids
-        previous = None
-        step_ids = []
-        for index, (template, size, delay) in enumerate(zip(dag.templates, nbytes, delays)):
-            own = start_of[template.src]
-            if index > 0 and template.dep_indptr is not None:
-                counts = np.diff(template.dep_indptr)
-                dep_indptr = np.concatenate([[0], np.cumsum(counts + 1)]).astype(np.int64)
-                dep_ids = np.empty(dep_indptr[-1], np.int64)
-                dep_ids[dep_indptr[:-1]] = own
-                rest = np.ones(dep_ids.size, bool)
-                rest[dep_indptr[:-1]] = False
-                dep_ids[rest] = previous[template.dep_local]
-            else:
-                dep_indptr = np.arange(own.size + 1, dtype=np.int64)
-                dep_ids = own
-            ids = engine.add(template.indptr, template.links, template.flow_bytes(size),
-                             release=at, delay=delay, dep_indptr=dep_indptr, dep_ids=dep_ids)
-            step_ids.append(ids)
-            previous = ids
-            self.steps += 1
-            self.flows += template.src.size
-        # exit markers: after the start and the last step each participant receives in
-        ptr, flat_ids, delay = dag.exit_dependencies(start_ids, step_ids, posts)
-        exits = engine.add(np.zeros(dag.npus.size + 1, np.int64), _NO_LINKS, 0.0, release=at,
-                           delay=delay, dep_indptr=ptr, dep_ids=flat_ids)
-        return exits, start_ids
-
-    def join(self, handles: list[np.ndarray], at: float) -> int:
-        """A watched marker due when every handle (marker flow id, -1: none) has arrived."""
-        ids = np.concatenate([h[h >= 0] for h in handles]) if handles else \
-            np.zeros(0, np.int64)
-        group = self.engine.new_group()
-        self.engine.add(_MARKER_PTR, _NO_LINKS, 0.0, release=at, group=group,
-                        dep_indptr=np.array([0, ids.size], np.int64),
-                        dep_ids=ids.astype(np.int64))
-        return group
-
-    def resolve(self, handles: np.ndarray) -> np.ndarray:
-        out = np.full(handles.shape, np.nan)
-        ok = handles >= 0
-        out[ok] = self.engine.flow_arrays("finish")[handles[ok]]
-        return out
-
-    def run_all(self) -> None:
-        self.engine.run()
-
-    def run(self) -> list[tuple[int, float]]:
-        _, groups = self.engine.run()
-        return [(int(g), self.engine.group_done_time(int(g))) for g in groups]
-
-    @property
-    def link_bytes(self) -> np.ndarray:
-        return self.engine.link_bytes()[: self.network.num_links]
-
-    @property
-    def link_busy(self) -> np.ndarray:
-        return self.engine.link_busy[: self.network.num_links].copy()
-
-    def stats(self) -> dict:
-        return {"flows": self.flows, "steps": self.steps, "events": self.engine.events,
-                "rate_computations": self.engine.rate_computations}
 
 
 @dataclass

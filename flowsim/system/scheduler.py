@@ -32,8 +32,9 @@ from ..collectives import base_algorithm
 from ..collectives.base import Step
 from ..results import union_length
 from ..topology import Network
-from .backends import AnalyticalTimer, FlowTimer, PhaseDag, StepTemplate, _incoming, make_template
+from .backends import AnalyticalTimer, PhaseDag, StepTemplate, _incoming, make_template
 from .config import SystemConfig
+from .flow_timer import FlowTimer
 from .phases import Phase
 
 

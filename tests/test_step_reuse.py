@@ -1,0 +1,139 @@
+"""Reuse of isolated steps in the flow model (``flowsim.system.flow_timer``).
+
+A step whose links carry nothing else while it sends is replayed from its solution alone;
+anything that could share its links materialises it. These tests run the same schedules with
+and without reuse and demand the same times, finish times, link bytes and busy times.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import flowsim
+from flowsim.system.config import load_system
+from flowsim.system.flow_timer import FlowTimer
+from flowsim.system.phases import assign_variants, chunk_sizes, collective_phases
+from flowsim.system.scheduler import Schedule
+
+NETWORKS = {
+    "ring8": {"topology": ["Ring"], "npus_count": [8], "bandwidth": [50], "latency": [500]},
+    "switch8": {"topology": ["Switch"], "npus_count": [8], "bandwidth": [50],
+                "latency": [500]},
+    "fc6": {"topology": ["FullyConnected"], "npus_count": [6], "bandwidth": [25],
+            "latency": [200]},
+    "ring4_sw4": {"topology": ["Ring", "Switch"], "npus_count": [4, 4],
+                  "bandwidth": [100, 25], "latency": [100, 700]},
+}
+
+
+def _run(network, system, issues, reuse, monkeypatch):
+    """Issue collectives ``(at, collective, size, dims)`` and run; returns the schedule."""
+    monkeypatch.setattr(FlowTimer, "reuse_isolated_steps", reuse)
+    net = flowsim.load_network(network)
+    sys_cfg = load_system(system)
+    schedule = Schedule(net, sys_cfg, "flow")
+
+    def issue(collective, size, dims, t=None):
+        # ``t`` is the time Schedule.at passes; the collective is issued now
+        chunks = assign_variants([collective_phases(net, sys_cfg, collective, c, dims=dims)
+                                  for c in chunk_sizes(size, sys_cfg.splits)])
+        schedule.issue(chunks, at=schedule.now)
+
+    for at, collective, size, dims in issues:
+        if at == 0:
+            issue(collective, size, dims)
+        else:
+            schedule.at(at, issue, collective, size, dims)
+    schedule.run()
+    return schedule
+
+
+def _compare(a: Schedule, b: Schedule) -> None:
+    ends_a = np.array(sorted(a.collective_end.items()))
+    ends_b = np.array(sorted(b.collective_end.items()))
+    np.testing.assert_allclose(ends_a, ends_b, rtol=1e-9)
+    np.testing.assert_allclose(a.npu_finish, b.npu_finish, rtol=1e-9)
+    np.testing.assert_allclose(a.timer.link_bytes, b.timer.link_bytes, rtol=1e-9, atol=1e-6)
+    np.testing.assert_allclose(a.timer.link_busy, b.timer.link_busy, rtol=1e-9, atol=1e-6)
+    np.testing.assert_allclose(a.dim_busy_ns(), b.dim_busy_ns(), rtol=1e-9, atol=1e-6)
+
+
+@pytest.mark.parametrize("network", sorted(NETWORKS))
+@pytest.mark.parametrize("at", [5_000.0, 13_000.0, 37_000.0])
+def test_a_second_collective_mid_step_materialises_the_first(monkeypatch, network, at):
+    """Two all-reduces on one dimension queue with two chunks in flight, the second issued
+    while the first is sending: the first's step goes back into the engine with what it
+    has left, and nothing changes."""
+    ndims = len(NETWORKS[network]["npus_count"])
+    system = {"active-chunks-per-dimension": 2, "preferred-dataset-splits": 1,
+              "all-reduce-implementation": ["ring"] * ndims}
+    issues = [(0, "all_reduce", 1 << 20, None), (at, "all_reduce", 1 << 20, None)]
+    reused = _run(NETWORKS[network], system, issues, True, monkeypatch)
+    plain = _run(NETWORKS[network], system, issues, False, monkeypatch)
+    assert reused.timer.materialised[1] >= 1   # at least one step materialised mid-send
+    assert reused.timer.reused_steps > 0 and plain.timer.reused_steps == 0
+    _compare(reused, plain)
+    # the shared links slowed the first all-reduce down: reuse must not hide that
+    alone = _run(NETWORKS[network], system, issues[:1], True, monkeypatch)
+    assert reused.collective_end[0] > alone.collective_end[0] * 1.02
+
+
+def test_an_isolated_collective_is_replayed_step_by_step(monkeypatch):
+    """A lone ring all-reduce: every step is replayed, the engine sees no flow, and the
+    time is the alpha-beta closed form of a ring on a switch."""
+    system = {"preferred-dataset-splits": 1, "all-reduce-implementation": ["ring"],
+              "endpoint-delay": 0}
+    net = NETWORKS["switch8"]
+    schedule = _run(net, system, [(0, "all_reduce", 8 << 20, None)], True, monkeypatch)
+    assert schedule.timer.reused_steps == schedule.timer.steps == 2 * 7
+    assert schedule.timer.engine.num_flows == 0
+    p, size = 8, 8 << 20
+    bandwidth = 50 * 2**30 / 1e9                         # bytes/ns
+    per_step = 2 * 500 + size / p / bandwidth            # up and down link of the switch
+    assert schedule.collective_end[0] == pytest.approx(2 * (p - 1) * per_step, rel=1e-9)
+
+
+issue_strategy = st.tuples(
+    st.one_of(st.just(0.0), st.floats(1.0, 150_000.0)),
+    st.sampled_from(["all_reduce", "all_to_all", "reduce_scatter", "all_gather"]),
+    st.sampled_from([64 << 10, 1 << 20, 3 << 20]),
+    st.sampled_from([None, (0,)]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(network=st.sampled_from(sorted(NETWORKS)),
+       algorithm=st.sampled_from(["ring", "direct", "halvingDoubling"]),
+       active=st.integers(1, 3), splits=st.integers(1, 3),
+       issues=st.lists(issue_strategy, min_size=1, max_size=3))
+def test_reuse_never_changes_a_result(network, algorithm, active, splits, issues):
+    """Random overlapping collectives on small systems: same results with and without reuse
+    (the hypothesis runs cover steps replayed whole, materialised before they start and
+    materialised mid-send)."""
+    if algorithm == "halvingDoubling" and network == "fc6":
+        algorithm = "ring"  # halving-doubling needs a power of two
+    ndims = len(NETWORKS[network]["npus_count"])
+    system = {"active-chunks-per-dimension": active, "preferred-dataset-splits": splits,
+              "all-reduce-implementation": [algorithm] * ndims,
+              "all-to-all-implementation": ["direct" if algorithm != "ring" else "ring"] * ndims}
+    with pytest.MonkeyPatch.context() as mp:
+        reused = _run(NETWORKS[network], system, issues, True, mp)
+        plain = _run(NETWORKS[network], system, issues, False, mp)
+    _compare(reused, plain)
+
+
+@pytest.mark.parametrize("workload,network,iterations", [
+    ("resnet50_dp", "dgx_pod_64_leafspine_4to1", 1),
+    ("microbench_allreduce", "switch16_inr", 3),
+])
+def test_workloads_agree_with_and_without_reuse(monkeypatch, workload, network, iterations):
+    out = {}
+    for reuse in (True, False):
+        monkeypatch.setattr(FlowTimer, "reuse_isolated_steps", reuse)
+        out[reuse] = flowsim.simulate(network, workload, model="flow", iterations=iterations)
+    for name in ("time_ns", "npu_finish_ns", "exposed_comm_ns", "dim_busy_ns"):
+        if name in out[True]:
+            np.testing.assert_allclose(out[True][name].values, out[False][name].values,
+                                       rtol=1e-9, err_msg=name)
