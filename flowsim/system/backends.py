@@ -155,7 +155,9 @@ class AnalyticalTimer:
         heapq.heappush(self._heap, (t, token, token))
         return token
 
-    def _account(self, template: StepTemplate, nbytes: float) -> None:
+    def account(self, template: StepTemplate, nbytes: float, steps: int = 1) -> None:
+        """Count ``steps`` steps of ``template`` sending ``nbytes`` per message in all, timed
+        elsewhere (a whole phase at once): their flows and link usage."""
         # link bytes and busy time are linear in the bytes of a step: add them up per
         # template and spread them over the links once, at the end
         entry = self._usage.get(id(template))
@@ -163,8 +165,8 @@ class AnalyticalTimer:
             self._usage[id(template)] = [template, nbytes]
         else:
             entry[1] += nbytes
-        self.flows += template.src.size
-        self.steps += 1
+        self.flows += template.src.size * steps
+        self.steps += steps
 
     def _spread_usage(self) -> None:
         for template, total in self._usage.values():
@@ -187,7 +189,7 @@ class AnalyticalTimer:
 
     def step(self, template: StepTemplate, nbytes: float, release: float, delay: float) -> int:
         """A barrier step: all messages start at ``release + delay``."""
-        self._account(template, nbytes)
+        self.account(template, nbytes)
         return self._push(release + delay + template.duration(nbytes))
 
     def timer(self, at: float) -> int:
@@ -208,7 +210,7 @@ class AnalyticalTimer:
         start_of[dag.npus] = start
         arrivals = []
         for index, (template, size, delay) in enumerate(zip(dag.templates, nbytes, delays)):
-            self._account(template, size)
+            self.account(template, size)
             ready = start_of[template.src]
             if index > 0 and template.dep_indptr is not None and template.dep_local.size:
                 owner = np.repeat(np.arange(template.src.size), np.diff(template.dep_indptr))

@@ -139,6 +139,7 @@ class WorkloadEngine:
         self._templates: dict[tuple, object] = {}
         self._custom: dict[str, list] = {}
         self.collectives = 0
+        self._phase_cache: dict[tuple, list] = {}
         self.messages = 0
         self.timeline: list[dict] = []
 
@@ -309,9 +310,12 @@ class WorkloadEngine:
 
     def _issue(self, op: Op, members: list[tuple[_State, Op]], t: float,
                scope: tuple[int, ...]) -> None:
-        chunks = assign_variants([collective_phases(
-            self.net, self.system, op.collective, c, dims=op.dims, group=op.group, scope=scope)
-            for c in chunk_sizes(op.size, self.system.splits)])
+        key = (op.collective, op.size, op.dims, op.group, scope)
+        chunks = self._phase_cache.get(key)
+        if chunks is None:   # phases are immutable: collectives of one shape share them
+            chunks = self._phase_cache[key] = assign_variants([collective_phases(
+                self.net, self.system, op.collective, c, dims=op.dims, group=op.group,
+                scope=scope) for c in chunk_sizes(op.size, self.system.splits)])
         self.collectives += 1
 
         def done(t_end: float) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import numpy as np
@@ -14,6 +15,10 @@ from .graph import OP_KINDS, PRIORITIES, Op, Program, Workload, topological_orde
 
 def _where(program: Program, op: Op) -> str:
     return f"{program.source}: node {op.id} ({op.name or op.kind})"
+
+
+def _error(program: Program, op: Op, message: str) -> ConfigError:
+    return ConfigError(f"{_where(program, op)}: {message}")
 
 
 def check_workload(workload: Workload, network: Network, *, roofline: bool = False) -> None:
@@ -40,8 +45,9 @@ def check_workload(workload: Workload, network: Network, *, roofline: bool = Fal
                               "programs")
         owner[program.npus] = k
         topological_order(program)
+        whole_groups: dict[tuple[int, ...] | None, bool] = {}
         for op in program.ops:
-            _check_op(program, op, network)
+            _check_op(program, op, network, whole_groups)
             if op.kind == "compute" and not op.duration_ns and (op.flops or op.mem_bytes) \
                     and not roofline:
                 raise ConfigError(f"{_where(program, op)}: compute given as FLOPs / bytes needs "
@@ -50,61 +56,69 @@ def check_workload(workload: Workload, network: Network, *, roofline: bool = Fal
     _check_pairs(workload, network)
 
 
-def _check_op(program: Program, op: Op, network: Network) -> None:
-    where = _where(program, op)
+def _check_op(program: Program, op: Op, network: Network,
+              whole_groups: dict[tuple[int, ...] | None, bool]) -> None:
+    """Check one op; ``whole_groups`` caches, per dims, whether the program holds whole groups
+    of them."""
     if op.kind not in OP_KINDS:
-        raise ConfigError(f"{where}: kind must be one of {', '.join(OP_KINDS)}, "
-                          f"found {op.kind!r}")
+        raise _error(program, op, f"kind must be one of {', '.join(OP_KINDS)}, "
+                                  f"found {op.kind!r}")
     if not isinstance(op.size, (int, np.integer)) or isinstance(op.size, bool) or op.size < 0:
-        raise ConfigError(f"{where}: size must be a non-negative integer (bytes), "
-                          f"found {op.size!r}")
+        raise _error(program, op, f"size must be a non-negative integer (bytes), "
+                                  f"found {op.size!r}")
     for name in ("duration_ns", "flops", "mem_bytes", "gap_ns", "update_delay_ns"):
         value = getattr(op, name)
-        if not np.isfinite(value) or value < 0:
-            raise ConfigError(f"{where}: {name} must be a non-negative number, found {value!r}")
+        if not isinstance(value, (int, float, np.number)) or not math.isfinite(value) \
+                or value < 0:
+            raise _error(program, op, f"{name} must be a non-negative number, found {value!r}")
     if op.priority not in PRIORITIES:
-        raise ConfigError(f"{where}: priority must be one of {', '.join(PRIORITIES)}, "
-                          f"found {op.priority!r}")
+        raise _error(program, op, f"priority must be one of {', '.join(PRIORITIES)}, "
+                                  f"found {op.priority!r}")
     if op.kind == "collective":
         if op.collective not in COLLECTIVES or op.collective == "send_recv":
-            raise ConfigError(f"{where}: unknown collective {op.collective!r}")
+            raise _error(program, op, f"unknown collective {op.collective!r}")
         if op.dims is not None:
             bad = [d for d in op.dims if not 0 <= d < network.ndims]
             if bad:
-                raise ConfigError(f"{where}: dimension {bad[0]} does not exist (the network "
-                                  f"has {network.ndims})")
+                raise _error(program, op, f"dimension {bad[0]} does not exist (the network "
+                                          f"has {network.ndims})")
         if op.group:
             bad = [r for r in op.group if not 0 <= r < network.npus]
             if bad or len(set(op.group)) != len(op.group) or len(op.group) < 2:
-                raise ConfigError(f"{where}: communicator {list(op.group)[:8]} must hold "
-                                  f"distinct NPUs of 0..{network.npus - 1}, at least 2")
+                raise _error(program, op, f"communicator {list(op.group)[:8]} must hold "
+                                          f"distinct NPUs of 0..{network.npus - 1}, at least 2")
             # every NPU that runs the op takes part; a multi-NPU program is the whole group
             members = set(op.group)
             npus = set(program.npus.tolist())
             if not npus <= members or (len(npus) > 1 and npus != members):
-                raise ConfigError(f"{where}: communicator {sorted(members)[:8]} must be the "
-                                  f"NPUs that run this op ({sorted(npus)[:8]}): every NPU of "
-                                  "a program issues its collectives")
+                raise _error(program, op,
+                             f"communicator {sorted(members)[:8]} must be the NPUs that run "
+                             f"this op ({sorted(npus)[:8]}): every NPU of a program issues its "
+                             "collectives")
         elif program.npus.size > 1 and program.npus.size < network.npus:
-            dims = tuple(range(network.ndims)) if op.dims is None else op.dims
-            groups = network.dim_groups(dims) if dims else np.zeros((0, 1), np.int64)
-            inside = np.isin(groups, program.npus)
-            if np.any(inside.any(axis=1) & ~inside.all(axis=1)):
-                raise ConfigError(f"{where}: the groups of dimensions {list(dims)} reach "
-                                  "NPUs outside this program; give an explicit group")
+            dims = tuple(range(network.ndims)) if op.dims is None else tuple(op.dims)
+            whole = whole_groups.get(dims)
+            if whole is None:
+                groups = network.dim_groups(dims) if dims else np.zeros((0, 1), np.int64)
+                inside = np.isin(groups, program.npus)
+                whole = whole_groups[dims] = not np.any(inside.any(axis=1) &
+                                                        ~inside.all(axis=1))
+            if not whole:
+                raise _error(program, op, f"the groups of dimensions {list(dims)} reach "
+                                          "NPUs outside this program; give an explicit group")
     if op.kind in ("send", "recv"):
         if (op.peer is None) == (op.peer_offset is None):
-            raise ConfigError(f"{where}: a {op.kind} needs exactly one of peer, peer_offset")
+            raise _error(program, op, f"a {op.kind} needs exactly one of peer, peer_offset")
         if op.peer is not None and program.npus.size != 1:
-            raise ConfigError(f"{where}: an absolute peer needs a one-NPU program; use "
-                              "peer_offset")
+            raise _error(program, op, "an absolute peer needs a one-NPU program; use "
+                                      "peer_offset")
         peers = np.array([op.peer]) if op.peer is not None else program.npus + op.peer_offset
         outside = peers[(peers < 0) | (peers >= network.npus)]
         if outside.size:
-            raise ConfigError(f"{where}: peer NPU {int(outside[0])} is outside the network "
-                              f"(0..{network.npus - 1})")
+            raise _error(program, op, f"peer NPU {int(outside[0])} is outside the network "
+                                      f"(0..{network.npus - 1})")
         if np.any(peers == program.npus):
-            raise ConfigError(f"{where}: an NPU cannot {op.kind} to itself")
+            raise _error(program, op, f"an NPU cannot {op.kind} to itself")
 
 
 def _check_pairs(workload: Workload, network: Network) -> None:
