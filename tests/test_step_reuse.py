@@ -137,3 +137,44 @@ def test_workloads_agree_with_and_without_reuse(monkeypatch, workload, network, 
         if name in out[True]:
             np.testing.assert_allclose(out[True][name].values, out[False][name].values,
                                        rtol=1e-9, err_msg=name)
+
+
+@pytest.mark.parametrize("at", [10_000.0, 30_000.0, 47_000.0])
+def test_a_replayed_phase_resumes_in_a_gap_between_steps(monkeypatch, at):
+    """Long endpoint delays leave gaps between steps; a collective arriving in a gap hands
+    the replayed phase back to the scheduler at its next step, with the same result as
+    simulating every step."""
+    system = {"active-chunks-per-dimension": 2, "preferred-dataset-splits": 1,
+              "all-reduce-implementation": ["ring"], "endpoint-delay": 20_000}
+    issues = [(0, "all_reduce", 1 << 20, None), (at, "all_reduce", 1 << 20, None)]
+    reused = _run(NETWORKS["switch8"], system, issues, True, monkeypatch)
+    plain = _run(NETWORKS["switch8"], system, issues, False, monkeypatch)
+    assert reused.timer.resumed_phases >= 1
+    _compare(reused, plain)
+
+
+def test_resuming_a_phase_names_the_step_it_is_in(monkeypatch):
+    """``resume(index, release)``: finished steps count as done, the release is the end of
+    the last finished one (or the phase start), and after the last step it is the end."""
+    net = flowsim.load_network(NETWORKS["switch8"])
+    sys_cfg = load_system({"preferred-dataset-splits": 1, "all-reduce-implementation": ["ring"],
+                           "endpoint-delay": 1_000})
+    phase = collective_phases(net, sys_cfg, "all_reduce", 1 << 20)[0]
+    for probe, expected_index in ((0.0, 0), (0.5, 0), (1.5, 1), (13.99, 13), (14.2, 14)):
+        schedule = Schedule(net, sys_cfg, "flow")
+        steps = schedule._steps(phase)
+        plan = schedule._plan(phase, steps, schedule._templates_for(phase, steps))
+        timer = schedule.timer
+        calls = []
+        token = timer.replay_phase(plan, 0.0, lambda i, r, calls=calls: calls.append((i, r)))
+        ends = [step.end for step in timer._virtual_phases[token].steps]
+        assert len(ends) == 2 * 7
+        # probe k.x: x of the way from the end of step k-1 to the end of step k
+        k, frac = int(probe), probe - int(probe)
+        before = 0.0 if k == 0 else ends[k - 1]
+        timer.engine.skip_to(before + frac * ((ends[k] if k < len(ends) else before + 1.0)
+                                              - before))
+        timer._materialise_phase(token)
+        index, release = calls[0]
+        assert index == expected_index
+        assert release == (0.0 if index == 0 else ends[index - 1])

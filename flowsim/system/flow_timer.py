@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,7 @@ from ..network.csr import gather_segments
 from ..network.engine import FlowEngine
 from ..topology import Network
 from .backends import PhaseDag, StepTemplate
+from .phase_plan import PhasePlan
 
 _MARKER_PTR = np.zeros(2, np.int64)  # one flow without links: a timer
 _NO_LINKS = np.zeros(0, np.int32)
@@ -57,6 +59,20 @@ class _Virtual:
     @property
     def start(self) -> float:
         return self.release + self.delay
+
+    @property
+    def end(self) -> float:
+        return self.start + self.alone.duration
+
+
+@dataclass
+class _VirtualPhase:
+    """A barrier phase replayed step after step from the steps' solutions alone; ``resume``
+    hands it back to the scheduler (index of the first unfinished step, its release)."""
+
+    steps: list[_Virtual]
+    start: float
+    resume: Callable[[int, float], None]
 
 
 class FlowTimer:
@@ -90,6 +106,8 @@ class FlowTimer:
         self.reused_steps = 0
         #: virtual steps put back into the engine (before they started / while sending)
         self.materialised = [0, 0]
+        #: replayed phases handed back to the scheduler
+        self.resumed_phases = 0
         self._reuse = self.reuse_isolated_steps and not keep_flows and model == "flow"
         L = network.num_links
         #: real steps in flight per link (counted down when the step has arrived)
@@ -99,6 +117,8 @@ class FlowTimer:
         self._virtual_until = np.full(L, -np.inf)
         self._virtual_owner = np.full(L, -1, np.int64)
         self._virtual: dict[int, _Virtual] = {}
+        self._virtual_phases: dict[int, _VirtualPhase] = {}
+        self._phase_links: dict[int, np.ndarray] = {}
         self._tokens = itertools.count()
         #: (due time, token) of timers and virtual steps
         self._heap: list[tuple[float, int]] = []
@@ -121,8 +141,7 @@ class FlowTimer:
     # ------------------------------------------------------------------ requests
     def step(self, template: StepTemplate, nbytes: float, release: float, delay: float) -> int:
         """A barrier step: all its messages start at ``release + delay``; returns a token."""
-        self.steps += 1
-        self.flows += template.src.size
+        self._count_steps((template,), 0)
         links = template.link_bytes_per_byte[0]
         start = release + delay
         self._materialise_overlapping(links, start)
@@ -138,6 +157,38 @@ class FlowTimer:
         heapq.heappush(self._heap, (at, token))
         return token
 
+    def replay_phase(self, plan: PhasePlan, at: float,
+                     resume: Callable[[int, float], None]) -> int | None:
+        """Replay a whole barrier phase that starts at ``at`` if none of its links carries
+        anything; returns a token due when it has ended (after its last delay), or ``None``.
+
+        Should anything need its links before it ends, ``resume(index, release)`` is called
+        with the first step not yet finished and the time that step was released: the
+        scheduler then runs the rest step by step (the finished steps count as done).
+        """
+        if not self._reuse:
+            return None
+        links = self._phase_links.get(id(plan))
+        if links is None:
+            links = self._phase_links[id(plan)] = np.unique(np.concatenate(
+                [tp.link_bytes_per_byte[0] for tp in plan.templates]))
+        self._materialise_overlapping(links, at + plan.delays[0])
+        if self._outstanding[links].any():
+            return None
+        steps = []
+        end = at
+        for template, size, delay in zip(plan.templates, plan.sizes, plan.delays):
+            step = _Virtual(template, size, end, delay, self._alone(template, size))
+            end = step.end
+            steps.append(step)
+        token = self.timer(end + plan.delays[-1])
+        self._virtual_phases[token] = _VirtualPhase(steps, at, resume)
+        # conservative: every link of the phase is taken until its last step has arrived
+        self._virtual_until[links] = end
+        self._virtual_owner[links] = token
+        self._count_steps(plan.templates, len(steps))
+        return token
+
     def phase(self, dag: PhaseDag, nbytes: list[float], delays: list[float],
               posts: list[float], before: list[np.ndarray], at: float) -> np.ndarray:
         """A phase with per-NPU synchronisation as a DAG of flows; returns each participant's
@@ -147,6 +198,8 @@ class FlowTimer:
         flows start at times only the engine knows, so from here on every step is real.
         """
         self._reuse = False
+        for token in list(self._virtual_phases):
+            self._materialise_phase(token)
         for token in list(self._virtual):
             self._materialise(token)
         engine = self.engine
@@ -239,6 +292,10 @@ class FlowTimer:
                 virtual = self._virtual.pop(token, None)
                 if virtual is not None:
                     self._account_alone(virtual)
+                replayed = self._virtual_phases.pop(token, None)
+                if replayed is not None:
+                    for step in replayed.steps:
+                        self._account_alone(step)
                 done.append((token, t))
             if done:
                 done.sort(key=lambda pair: (pair[1], pair[0]))
@@ -280,7 +337,7 @@ class FlowTimer:
                      delay: float) -> int:
         alone = self._alone(template, nbytes)
         virtual = _Virtual(template, nbytes, release, delay, alone)
-        token = self.timer(virtual.start + alone.duration)
+        token = self.timer(virtual.end)
         self._virtual[token] = virtual
         self._virtual_until[alone.busy_links] = virtual.start + alone.busy_ns
         self._virtual_owner[alone.busy_links] = token
@@ -336,17 +393,47 @@ class FlowTimer:
             self._extra_busy[virtual.alone.busy_links] += virtual.alone.busy_ns * count
         self._arrived.clear()
 
+    def _count_steps(self, templates, reused: int) -> None:
+        self.steps += len(templates)
+        self.flows += sum(tp.src.size for tp in templates)
+        self.reused_steps += reused
+
     def _materialise_overlapping(self, links: np.ndarray, start: float) -> None:
-        """Materialise the virtual steps still sending on ``links`` at ``start``."""
-        if not self._virtual:
-            return
+        """Materialise the virtual steps and phases still using ``links`` at ``start``
+        (a resumed phase may start a virtual step there: look again until none is left)."""
         tol = _kernels.TIME_RTOL * abs(start) + _kernels.TIME_ATOL
-        until = self._virtual_until[links]
-        hit = until > start + tol
-        if hit.any():
-            for token in np.unique(self._virtual_owner[links[hit]]).tolist():
-                if token in self._virtual:
+        while self._virtual or self._virtual_phases:
+            hit = self._virtual_until[links] > start + tol
+            if not hit.any():
+                return
+            live = [token for token in np.unique(self._virtual_owner[links[hit]]).tolist()
+                    if token in self._virtual or token in self._virtual_phases]
+            if not live:
+                return
+            for token in live:
+                if token in self._virtual_phases:
+                    self._materialise_phase(token)
+                elif token in self._virtual:
                     self._materialise(token)
+
+    def _materialise_phase(self, token: int) -> None:
+        """Hand a replayed phase back to the scheduler at the step it is in now."""
+        replayed = self._virtual_phases.pop(token)
+        self._cancelled.add(token)
+        self.resumed_phases += 1
+        now = self.engine.now
+        index, release = 0, replayed.start
+        for step in replayed.steps:
+            if step.end > now:
+                break
+            self._account_alone(step)
+            index, release = index + 1, step.end
+        rest = [step.template for step in replayed.steps[index:]]
+        # the unfinished steps are counted again when the scheduler re-issues them
+        self.steps -= len(rest)
+        self.flows -= sum(tp.src.size for tp in rest)
+        self.reused_steps -= len(rest)
+        replayed.resume(index, release)
 
     def _materialise(self, token: int) -> None:
         """Put a virtual step's flows into the engine as they are now (its timer is void;

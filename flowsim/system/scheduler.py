@@ -35,6 +35,7 @@ from ..topology import Network
 from .backends import AnalyticalTimer, PhaseDag, StepTemplate, _incoming, make_template
 from .config import SystemConfig
 from .flow_timer import FlowTimer
+from .phase_plan import PhasePlan
 from .phases import Phase
 
 
@@ -90,7 +91,7 @@ class Schedule:
         self._dags: dict[tuple, PhaseDag] = {}
         self._group_cache: dict[tuple, np.ndarray] = {}
         #: analytical model: per (phase templates, bytes), how to time the phase at once
-        self._phase_plans: dict[tuple[int, float], tuple] = {}
+        self._phase_plans: dict[tuple[int, float], PhasePlan] = {}
         self._step_cache: dict[tuple, list[Step]] = {}
 
     # ------------------------------------------------------------------ public
@@ -479,46 +480,68 @@ class Schedule:
             return
         steps = self._steps(phase)
         templates = self._templates_for(phase, steps)
-        if self.model == "analytical" and self.trace_log is None:
-            self._time_phase(chunk, phase, steps, templates, t)
-            return
+        if self.trace_log is None:
+            plan = self._plan(phase, steps, templates)
+            if self.model == "analytical":
+                self._time_phase(chunk, plan, t)
+                return
+            if self._replay_phase(chunk, steps, plan, t):
+                return
         self._start_step(chunk, steps, templates, 0, t, t, self.system.endpoint_delay_ns)
 
-    def _time_phase(self, chunk: _Chunk, phase: Phase, steps: list[Step],
-                    templates: list[StepTemplate], t: float) -> None:
+    def _plan(self, phase: Phase, steps: list[Step], templates: list[StepTemplate]
+              ) -> PhasePlan:
+        """Sizes, delays and accounting of a barrier phase, for timing it at once (cached)."""
+        key = (id(templates), phase.data)
+        plan = self._phase_plans.get(key)
+        if plan is None:
+            sizes = [s.fraction * phase.data for s in steps]
+            delays = [self.system.endpoint_delay_ns] + [self._post_step_delay(phase, s)
+                                                        for s in steps]
+            per_dim = [self._dim_bytes_per_byte(tp) * size for tp, size in zip(templates, sizes)]
+            # the plan references the templates, so their ids stay unique
+            plan = self._phase_plans[key] = PhasePlan(templates, sizes, delays, per_dim)
+        return plan
+
+    def _time_phase(self, chunk: _Chunk, plan: PhasePlan, t: float) -> None:
         """The analytical model: a phase's steps never wait for anything but each other, so
         its end is known when it starts; one timer instead of an event per step (the same
         additions, in the same order, as step by step)."""
-        key = (id(templates), phase.data)
-        entry = self._phase_plans.get(key)
-        if entry is None:
-            sizes = [s.fraction * phase.data for s in steps]
-            durations = [tp.duration(size) for tp, size in zip(templates, sizes)]
-            delays = [self.system.endpoint_delay_ns] + [self._post_step_delay(phase, s)
-                                                        for s in steps]
-            per_dim = sum((self._dim_bytes_per_byte(tp) * size
-                           for tp, size in zip(templates, sizes)), np.zeros(self.network.ndims))
-            represented = sum(tp.src.size * tp.copies for tp in templates)
-            usage: dict[int, list] = {}   # per distinct template: bytes and steps
-            for tp, size in zip(templates, sizes):
-                entry = usage.setdefault(id(tp), [tp, 0.0, 0])
-                entry[1] += size
-                entry[2] += 1
-            # the templates stay referenced, so their ids stay unique
-            entry = self._phase_plans[key] = (templates, (
-                list(zip(delays, durations)), delays[-1], list(usage.values()), per_dim,
-                represented))
-        _, plan = entry
-        timed, last_post, usage, per_dim, represented = plan
-        end = t
-        for delay, duration in timed:
-            end = end + delay + duration
-        for template, size, count in usage:
+        for template, size, count in plan.usage:
             self.timer.account(template, size, count)
-        self.dim_bytes += per_dim
-        self.represented_flows += represented
-        token = self.timer.timer(end + last_post)
+        self.dim_bytes += plan.dim_bytes
+        self.represented_flows += plan.represented
+        token = self.timer.timer(plan.analytical_end(t))
         self._actions[token] = (self._phase_done, (chunk, t))
+
+    def _replay_phase(self, chunk: _Chunk, steps: list[Step], plan: PhasePlan,
+                      t: float) -> bool:
+        """The flow model: replay a whole phase whose links are free from its steps'
+        solutions alone (see :meth:`FlowTimer.replay_phase`); ``False`` if they are not.
+
+        If something later needs its links, the phase goes back to the step path from the
+        step it is in."""
+        token = -1
+
+        def resume(index: int, release: float) -> None:
+            del self._actions[token]
+            # the steps from ``index`` on were counted with the phase; the step path recounts
+            for per_dim, template in zip(plan.step_dim_bytes[index:], plan.templates[index:]):
+                self.dim_bytes -= per_dim
+                self.represented_flows -= template.src.size * template.copies
+            if index < len(steps):
+                self._start_step(chunk, steps, plan.templates, index, t, release,
+                                 plan.delays[index])
+            else:
+                self._after_last_step(chunk, steps, t, release)
+
+        token = self.timer.replay_phase(plan, t, resume)
+        if token is None:
+            return False
+        self.dim_bytes += plan.dim_bytes
+        self.represented_flows += plan.represented
+        self._actions[token] = (self._phase_done, (chunk, t))
+        return True
 
     def _start_step(self, chunk: _Chunk, steps: list[Step], templates: list[StepTemplate],
                     index: int, phase_start: float, release: float, delay: float) -> None:
