@@ -27,61 +27,70 @@ offsets = np.cumsum(step) - np.repeat(np.cumsum(step)[indptr[:-1]] - step[indptr
 links = ((start + offsets - step[first]) % L).astype(np.int32)
 capacity = rng.uniform(1, 100, L)
 def run():
-    return flowsim.maxmin_rates(capacity, indptr, links).size
+    flowsim.maxmin_rates(capacity, indptr, links)
+    return {'npus': 0, 'flows': F, 'steps': 0, 'events': 0, 'rate_computations': 1}
 """,
     "ring all-reduce 1GiB, 4096 NPUs 16x16x16, 16 chunks, analytical": """
 def run():
     return flowsim.simulate_collective('r16_fc16_sw16', 'all_reduce', '1GiB',
-                                       'ring_16chunks_3d', model='analytical').attrs['stats']
+                                       'ring_16chunks_3d', model='analytical')
 """,
     "ring all-reduce 1GiB, 4096 NPUs 16x16x16, 16 chunks, flow": """
 def run():
     return flowsim.simulate_collective('r16_fc16_sw16', 'all_reduce', '1GiB',
-                                       'ring_16chunks_3d', model='flow').attrs['stats']
+                                       'ring_16chunks_3d', model='flow')
 """,
     "same, flow, every group simulated (symmetry=False)": """
 def run():
     return flowsim.simulate_collective('r16_fc16_sw16', 'all_reduce', '1GiB',
                                        'ring_16chunks_3d', model='flow',
-                                       symmetry=False).attrs['stats']
+                                       symmetry=False)
 """,
     "ring all-reduce 1GiB, 1024-NPU switch, 4 chunks, analytical": """
 net = {'topology': ['Switch'], 'npus_count': [1024], 'bandwidth': [50], 'latency': [500]}
 def run():
     return flowsim.simulate_collective(net, 'all_reduce', '1GiB', 'ring_4chunks',
-                                       model='analytical').attrs['stats']
+                                       model='analytical')
 """,
     "ring all-reduce 1GiB, 1024-NPU switch, 4 chunks, flow": """
 net = {'topology': ['Switch'], 'npus_count': [1024], 'bandwidth': [50], 'latency': [500]}
 def run():
     return flowsim.simulate_collective(net, 'all_reduce', '1GiB', 'ring_4chunks',
-                                       model='flow').attrs['stats']
+                                       model='flow')
+""",
+    "same, flow, raw engine (every step's flows simulated, no replay)": """
+from flowsim.system.flow_timer import FlowTimer
+FlowTimer.reuse_isolated_steps = False
+net = {'topology': ['Switch'], 'npus_count': [1024], 'bandwidth': [50], 'latency': [500]}
+def run():
+    return flowsim.simulate_collective(net, 'all_reduce', '1GiB', 'ring_4chunks',
+                                       model='flow')
 """,
     "direct all-to-all 1GiB, 1024-NPU switch, analytical": """
 net = {'topology': ['Switch'], 'npus_count': [1024], 'bandwidth': [50], 'latency': [500]}
 sys_ = {'preferred-dataset-splits': 1, 'all-to-all-implementation': ['direct']}
 def run():
     return flowsim.simulate_collective(net, 'all_to_all', '1GiB', sys_,
-                                       model='analytical').attrs['stats']
+                                       model='analytical')
 """,
     "direct all-to-all 1GiB, 1024-NPU switch, flow": """
 net = {'topology': ['Switch'], 'npus_count': [1024], 'bandwidth': [50], 'latency': [500]}
 sys_ = {'preferred-dataset-splits': 1, 'all-to-all-implementation': ['direct']}
 def run():
     return flowsim.simulate_collective(net, 'all_to_all', '1GiB', sys_,
-                                       model='flow').attrs['stats']
+                                       model='flow')
 """,
     "transformer iteration, 1024 NPUs (GPT-3 class, TP8 x DP8 x PP16, 16 micro-batches), "
     "analytical": """
 net = flowsim.load_network('gpt_1024')
 def run():
-    return flowsim.simulate(net, 'gpt3_3d', model='analytical').attrs['stats']
+    return flowsim.simulate(net, 'gpt3_3d', model='analytical')
 """,
     "transformer iteration, 1024 NPUs (GPT-3 class, TP8 x DP8 x PP16, 16 micro-batches), "
     "flow": """
 net = flowsim.load_network('gpt_1024')
 def run():
-    return flowsim.simulate(net, 'gpt3_3d', model='flow').attrs['stats']
+    return flowsim.simulate(net, 'gpt3_3d', model='flow')
 """,
 }
 
@@ -92,7 +101,12 @@ import numpy as np
 import flowsim
 {setup}
 t1 = time.perf_counter()
-info = run()
+result = run()
+if isinstance(result, dict):
+    info = result
+else:  # a Dataset: its size and the work the simulation did
+    info = json.loads(result.attrs['stats'])
+    info['npus'] = result.sizes['npu']
 cold = time.perf_counter() - t1
 repeats = {repeats}
 warm = []
@@ -101,7 +115,7 @@ for _ in range(repeats):
     run()
     warm.append(time.perf_counter() - t)
 print(json.dumps({{"import_s": t1 - t0, "cold_s": cold, "warm_s": statistics.median(warm),
-                  "info": str(info),
+                  "info": info,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
 """
 
@@ -109,7 +123,8 @@ print(json.dumps({{"import_s": t1 - t0, "cold_s": cold, "warm_s": statistics.med
 def main(argv: list[str]) -> int:
     pattern = argv[0] if argv else ""
     repeats = 5
-    print(f"{'case':<66} {'import':>7} {'cold':>8} {'warm':>8} {'RSS MB':>7}  info")
+    print(f"{'case':<66} {'NPUs':>6} {'flows':>9} {'steps':>7} {'reused':>7} {'events':>7} "
+          f"{'rates':>6} {'import':>6} {'cold s':>7} {'warm s':>7} {'RSS MB':>6}")
     for name, setup in CASES.items():
         if pattern not in name:
             continue
@@ -119,8 +134,10 @@ def main(argv: list[str]) -> int:
             print(f"{name:<66} FAILED: {done.stderr.strip().splitlines()[-1]}")
             continue
         r = json.loads(done.stdout.strip().splitlines()[-1])
-        print(f"{name:<66} {r['import_s']:7.2f} {r['cold_s']:8.3f} {r['warm_s']:8.3f} "
-              f"{r['rss_mb']:7.0f}  {r['info']}")
+        i = r["info"]
+        print(f"{name:<66} {i['npus']:>6} {i['flows']:>9} {i['steps']:>7} "
+              f"{i.get('reused_steps', 0):>7} {i['events']:>7} {i['rate_computations']:>6} "
+              f"{r['import_s']:6.2f} {r['cold_s']:7.3f} {r['warm_s']:7.3f} {r['rss_mb']:6.0f}")
     return 0
 
 

@@ -1,7 +1,8 @@
 """Scaling series: ring all-reduce (1 GiB, 16 chunks, localBWAware) on 3-D Ring x
-FullyConnected x Switch systems from 64 to 16384 NPUs, both models, warm medians; prints a
-table and draws docs/scaling.png (wall time against NPUs and against flows x rate
-recomputations, log-log).
+FullyConnected x Switch systems from 64 to 16384 NPUs, warm medians, for the analytical
+model, the flow model, and the flow model's raw engine (every step's flows simulated: no
+replay of isolated steps); prints a table and draws docs/scaling.png (wall time against NPUs,
+and the raw engine's against simulated flows x rate recomputations, log-log).
 
     python scripts/bench_scaling.py [--repeats 3] [--no-symmetry]
 """
@@ -15,6 +16,11 @@ import sys
 import time
 
 import flowsim
+from flowsim.system.flow_timer import FlowTimer
+
+#: (label, model, replay isolated steps)
+RUNS = [("analytical", "analytical", True), ("flow", "flow", True),
+        ("flow, raw engine", "flow", False)]
 
 SHAPES = [(4, 4, 4), (8, 8, 4), (8, 8, 8), (16, 8, 8), (16, 16, 16), (16, 32, 16),
           (16, 32, 32)]
@@ -37,21 +43,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     flowsim.warmup()
     rows = []
-    print(f"{'NPUs':>6} {'model':>10} {'flows':>10} {'simulated':>10} {'rate comp.':>10} "
+    print(f"{'NPUs':>6} {'model':>16} {'flows':>10} {'simulated':>10} {'rate comp.':>10} "
           f"{'events':>7} {'wall s':>8}")
     for shape in SHAPES:
-        for model in ("analytical", "flow"):
+        for label, model, replay in RUNS:
+            FlowTimer.reuse_isolated_steps = replay
             times = []
             for _ in range(args.repeats):
                 start = time.perf_counter()
                 ds = flowsim.simulate_collective(network(shape), "all_reduce", "1GiB", SYSTEM,
                                                  model=model, symmetry=not args.no_symmetry)
                 times.append(time.perf_counter() - start)
+            FlowTimer.reuse_isolated_steps = True
             stats = json.loads(ds.attrs["stats"])
             npus = shape[0] * shape[1] * shape[2]
             wall = statistics.median(times)
-            rows.append((npus, model, stats, wall))
-            print(f"{npus:>6} {model:>10} {stats['flows']:>10} {stats['simulated_flows']:>10} "
+            rows.append((npus, label, stats, wall))
+            print(f"{npus:>6} {label:>16} {stats['flows']:>10} {stats['simulated_flows']:>10} "
                   f"{stats['rate_computations']:>10} {stats['events']:>7} {wall:>8.3f}")
     try:
         import matplotlib
@@ -60,18 +68,18 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         return 0
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for model, marker in (("analytical", "o"), ("flow", "s")):
-        pts = [r for r in rows if r[1] == model]
-        axes[0].loglog([r[0] for r in pts], [r[3] for r in pts], marker=marker, label=model)
-    flow = [r for r in rows if r[1] == "flow"]
-    work = [max(r[2]["simulated_flows"], 1) * max(r[2]["rate_computations"], 1) for r in flow]
-    axes[1].loglog(work, [r[3] for r in flow], marker="s", color="C1", label="flow")
+    for (label, _, _), marker in zip(RUNS, "os^"):
+        pts = [r for r in rows if r[1] == label]
+        axes[0].loglog([r[0] for r in pts], [r[3] for r in pts], marker=marker, label=label)
+    raw = [r for r in rows if r[1] == RUNS[2][0]]
+    work = [max(r[2]["simulated_flows"], 1) * max(r[2]["rate_computations"], 1) for r in raw]
+    axes[1].loglog(work, [r[3] for r in raw], marker="^", color="C2", label=RUNS[2][0])
     axes[0].set_xlabel("NPUs")
     axes[0].set_ylabel("wall time (s), warm median")
     axes[0].set_title("ring all-reduce 1 GiB, 16 chunks, 3-D")
     axes[1].set_xlabel("simulated flows x rate recomputations")
     axes[1].set_ylabel("wall time (s)")
-    axes[1].set_title("flow model cost")
+    axes[1].set_title("flow engine cost")
     for ax in axes:
         ax.grid(alpha=0.3, which="both")
         ax.legend()
