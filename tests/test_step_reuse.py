@@ -26,6 +26,11 @@ NETWORKS = {
             "latency": [200]},
     "ring4_sw4": {"topology": ["Ring", "Switch"], "npus_count": [4, 4],
                   "bandwidth": [100, 25], "latency": [100, 700]},
+    # 4 hosts of 2 NPUs, two hosts per leaf, 2:1 oversubscribed to 2 spines (ECMP)
+    "leafspine8": {"fabric": {"generator": "leaf_spine", "hosts": 4, "npus_per_host": 2,
+                              "scale_up": {"bandwidth": 200, "latency": 150},
+                              "nic": {"bandwidth": 50, "latency": 500}, "hosts_per_leaf": 2,
+                              "oversubscription": 2, "spines": 2, "spine_latency": 500}},
 }
 
 
@@ -67,7 +72,7 @@ def test_a_second_collective_mid_step_materialises_the_first(monkeypatch, networ
     """Two all-reduces on one dimension queue with two chunks in flight, the second issued
     while the first is sending: the first's step goes back into the engine with what it
     has left, and nothing changes."""
-    ndims = len(NETWORKS[network]["npus_count"])
+    ndims = flowsim.load_network(NETWORKS[network]).ndims
     system = {"active-chunks-per-dimension": 2, "preferred-dataset-splits": 1,
               "all-reduce-implementation": ["ring"] * ndims}
     issues = [(0, "all_reduce", 1 << 20, None), (at, "all_reduce", 1 << 20, None)]
@@ -114,7 +119,7 @@ def test_reuse_never_changes_a_result(network, algorithm, active, splits, issues
     materialised mid-send)."""
     if algorithm == "halvingDoubling" and network == "fc6":
         algorithm = "ring"  # halving-doubling needs a power of two
-    ndims = len(NETWORKS[network]["npus_count"])
+    ndims = flowsim.load_network(NETWORKS[network]).ndims
     system = {"active-chunks-per-dimension": active, "preferred-dataset-splits": splits,
               "all-reduce-implementation": [algorithm] * ndims,
               "all-to-all-implementation": ["direct" if algorithm != "ring" else "ring"] * ndims}
@@ -178,3 +183,35 @@ def test_resuming_a_phase_names_the_step_it_is_in(monkeypatch):
         index, release = calls[0]
         assert index == expected_index
         assert release == (0.0 if index == 0 else ends[index - 1])
+
+
+TINY_TRANSFORMER = {"generator": "transformer", "layers": 8, "hidden": 1024, "sequence": 512,
+                    "heads": 16, "micro_batch": 1, "micro_batches": 4, "tp": 8,
+                    "schedule": "1f1b", "roofline": {"peak_tflops": 312,
+                                                     "memory_bandwidth_GBps": 2039,
+                                                     "efficiency": 0.5}}
+
+
+@pytest.mark.parametrize("parallel", [{"dp": 1, "pp": 8}, {"dp": 8, "pp": 1}])
+def test_pipeline_messages_on_a_shared_fabric(monkeypatch, parallel):
+    """Pipeline-parallel sends between hosts share leaf and spine links (ECMP over several
+    paths): steps are materialised mid-send, and every output matches simulating every
+    flow."""
+    spec = dict(TINY_TRANSFORMER, **parallel)
+    out, timers = {}, []
+    init = FlowTimer.__init__
+
+    def recording_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        timers.append(self)
+
+    monkeypatch.setattr(FlowTimer, "__init__", recording_init)
+    for reuse in (True, False):
+        monkeypatch.setattr(FlowTimer, "reuse_isolated_steps", reuse)
+        out[reuse] = flowsim.simulate("dgx_pod_64_leafspine_4to1", spec, model="flow",
+                                      iterations=2)
+    if parallel["pp"] > 1:
+        assert timers[0].materialised[1] > 0
+    for name, values in out[True].data_vars.items():
+        np.testing.assert_allclose(values.values, out[False][name].values, rtol=1e-9,
+                                   atol=1e-6, err_msg=name)
