@@ -108,7 +108,7 @@ issue_strategy = st.tuples(
     st.sampled_from([None, (0,)]))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(network=st.sampled_from(sorted(NETWORKS)),
        algorithm=st.sampled_from(["ring", "direct", "halvingDoubling"]),
        active=st.integers(1, 3), splits=st.integers(1, 3),
@@ -122,6 +122,8 @@ def test_reuse_never_changes_a_result(network, algorithm, active, splits, issues
     ndims = flowsim.load_network(NETWORKS[network]).ndims
     system = {"active-chunks-per-dimension": active, "preferred-dataset-splits": splits,
               "all-reduce-implementation": [algorithm] * ndims,
+              "reduce-scatter-implementation": [algorithm] * ndims,
+              "all-gather-implementation": [algorithm] * ndims,
               "all-to-all-implementation": ["direct" if algorithm != "ring" else "ring"] * ndims}
     with pytest.MonkeyPatch.context() as mp:
         reused = _run(NETWORKS[network], system, issues, True, mp)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..network._messages import message_loads
 from ..network.csr import gather_segments
 from ..topology import Network
 
@@ -120,16 +121,14 @@ def make_template(network: Network, src: np.ndarray, dst: np.ndarray, indptr: np
                             (ids, counts.astype(float)),
                             (np.nonzero(busy)[0], busy[busy > 0]))
     n_messages = int(message.max()) + 1 if n else 0
-    latency = np.zeros(n_messages)
-    np.maximum.at(latency, message, path_latency)
-    # a message alone: the link it loads most (relative to capacity) sets its pace
-    owner = np.repeat(message, lengths)
-    key, inverse = np.unique(owner * L + links, return_inverse=True)
-    load = np.bincount(inverse, weights=np.repeat(weight, lengths))
-    message_per_byte = np.zeros(n_messages)
-    np.maximum.at(message_per_byte, key // L, load / network.link_bandwidth[key % L])
+    if np.any(message[1:] < message[:-1]):
+        raise ValueError("make_template: flows must be sorted by message")
+    latency, message_per_byte, busy = message_loads(
+        np.ascontiguousarray(indptr, np.int64), np.ascontiguousarray(links, np.int64),
+        np.ascontiguousarray(weight, np.float64), np.ascontiguousarray(message, np.int64),
+        np.ascontiguousarray(path_latency, np.float64),
+        np.ascontiguousarray(network.link_bandwidth, np.float64), n_messages)
     carried = np.bincount(links, weights=np.repeat(weight, lengths), minlength=L)
-    busy = np.bincount(key % L, weights=message_per_byte[key // L], minlength=L)
     return StepTemplate(src, dst, indptr, links, weight, latency[message],
                         message_per_byte[message],
                         (np.nonzero(carried)[0], carried[carried > 0]),

@@ -23,8 +23,9 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from ..errors import RoutingError
-from ..network.csr import gather_segments, segment_offsets
+from ..network.csr import gather_segments
 from ..units import network_bandwidth_to_bytes_per_ns
+from ._paths import EXPANDED, expand_paths
 from .network import LogicalGrid
 
 ROUTINGS = ("ecmp", "hash")
@@ -209,72 +210,25 @@ def _min_duplicates(rows: np.ndarray, cols: np.ndarray, values: np.ndarray,
 
 def _shortest_path_flows(net: FabricNetwork, src: np.ndarray, dst: np.ndarray,
                          single: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Hop-by-hop expansion of every pair along next links on shortest paths, vectorized
-    over all pairs at once; each state is one partial path with its share of the bytes."""
+    """Every pair's shortest paths as flows ``(message, weight, indptr, links)``, sorted by
+    message, each message's paths by length and then in next-link order: a depth-first walk
+    per pair (jitted), splitting the bytes evenly at every hop (or following the hash
+    choice if ``single``)."""
     hop_ptr, hop_links = net._next_hops
-    n = src.size
-    state_pair = np.arange(n)
-    state_node = src.copy()
-    state_weight = np.ones(n)
-    hist_link: list[np.ndarray] = []     # per hop: the link each state took
-    hist_parent: list[np.ndarray] = []   # per hop: the state it came from (previous hop)
-    hist_pair = [state_pair]             # per hop: the pair (message) of each state
-    hist_weight = [state_weight]         # per hop: the share of the message's bytes
-    finals: list[tuple[int, np.ndarray]] = []  # (hop count, states arrived at that hop)
-    done = state_node == dst
-    finals.append((0, np.nonzero(done)[0]))
-    alive = np.nonzero(~done)[0]
-    hop = 0
     hash_key = (src * 1_000_003 + dst * 998_244_353) % 2_147_483_647
-    while alive.size:
-        slot = state_node[alive] * net.npus + dst[state_pair[alive]]
-        count = hop_ptr[slot + 1] - hop_ptr[slot]
-        candidates = hop_links[gather_segments(hop_ptr[slot], count)]
-        owner = np.repeat(np.arange(alive.size), count)
-        head = net.link_dst[candidates]
-        if single:
-            rank = segment_offsets(count)
-            choice = hash_key[state_pair[alive[owner]]] % np.maximum(count[owner], 1)
-            keep = rank == choice
-            candidates, owner, head = candidates[keep], owner[keep], head[keep]
-            weight = state_weight[alive[owner]]
-        else:
-            weight = state_weight[alive[owner]] / count[owner]
-        hop += 1
-        hist_link.append(candidates)
-        hist_parent.append(alive[owner])
-        state_pair = state_pair[alive[owner]]
-        state_node = head
-        state_weight = weight
-        hist_pair.append(state_pair)
-        hist_weight.append(state_weight)
-        arrived = head == dst[state_pair]
-        finals.append((hop, np.nonzero(arrived)[0]))
-        alive = np.nonzero(~arrived)[0]
-        if hop > net.num_nodes:
-            raise RoutingError("routing did not converge (a cycle of zero-cost links?)")
-    # rebuild the paths of the final states, hop by hop backwards
-    messages, weights, lengths, paths = [], [], [], []
-    for length, idx in finals:
-        if idx.size == 0:
-            continue
-        links = np.empty((idx.size, length), np.int32)
-        cursor = idx
-        for k in range(length - 1, -1, -1):
-            links[:, k] = hist_link[k][cursor]
-            cursor = hist_parent[k][cursor]
-        messages.append(hist_pair[length][idx])
-        weights.append(hist_weight[length][idx])
-        lengths.append(np.full(idx.size, length, np.int64))
-        paths.append(links.ravel())
-    if not messages:
-        return (np.zeros(0, np.int64), np.zeros(0), np.zeros(1, np.int64),
-                np.zeros(0, np.int32))
-    message = np.concatenate(messages)
-    length = np.concatenate(lengths)
-    flat = np.concatenate(paths)
-    starts = np.concatenate([[0], np.cumsum(length)[:-1]])
-    order = np.argsort(message, kind="stable")
-    indptr = np.concatenate([[0], np.cumsum(length[order])]).astype(np.int64)
-    links = flat[gather_segments(starts[order], length[order])].astype(np.int32)
-    return message[order], np.concatenate(weights)[order], indptr, links
+    message, weight, indptr, links, mixed, status = expand_paths(
+        hop_ptr, np.ascontiguousarray(hop_links, np.int64),
+        np.ascontiguousarray(net.link_dst, np.int64), net.npus,
+        np.ascontiguousarray(src, np.int64), np.ascontiguousarray(dst, np.int64), single,
+        np.ascontiguousarray(hash_key, np.int64), net.num_nodes + 1)
+    if status != EXPANDED:
+        raise RoutingError("routing did not converge (a cycle of zero-cost links?)")
+    if mixed:  # shorter paths of a message first (stable: next-link order within a length)
+        length = np.diff(indptr)
+        order = np.lexsort((length, message))
+        starts = indptr[:-1][order]
+        message, weight, length = message[order], weight[order], length[order]
+        links = links[gather_segments(starts, length)]
+        indptr = np.concatenate([[0], np.cumsum(length)]).astype(np.int64)
+    return message, weight, indptr, links
+
