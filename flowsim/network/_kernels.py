@@ -85,16 +85,17 @@ def heap_pop(keys, ids, tags, size):
 @njit(cache=True)
 def maxmin_active(capacity, indptr, links, active, n_active, rates,
                   remaining_cap, unfrozen, link_start, link_fill, link_flows, touched,
-                  frozen, heap_keys, heap_ids, heap_tags, version):
+                  frozen, heap_keys, heap_ids, heap_tags):
     """Max-min fair rates of the flows ``active[:n_active]`` by progressive filling.
 
     The link with the smallest fair share ``remaining_cap / unfrozen`` saturates first; its
     unfrozen flows are frozen at that share and their rate is taken off every other link on
-    their paths. Shares only grow as flows freeze, so a lazy min-heap keyed by share (with a
-    version per link to skip stale entries) finds the next bottleneck in O(log L).
+    their paths. Shares only grow as flows freeze, so every link sits in a min-heap once,
+    keyed by a lower bound of its share: a popped link whose share has grown goes back with
+    its new share; one whose share is its key is the next bottleneck.
 
     Writes ``rates[f]`` for every active ``f`` (``inf`` for a flow without links). Workspaces:
-    ``remaining_cap, link_start, link_fill, version`` (float/int, size L), ``unfrozen`` (int, size
+    ``remaining_cap, link_start, link_fill`` (float/int, size L), ``unfrozen`` (int, size
     L, all zero on entry and on exit), ``touched`` (size L), ``link_flows`` and the heap arrays
     (size >= incidences of the active flows + L), ``frozen`` (uint8, size F).
     Returns the number of links touched.
@@ -130,18 +131,22 @@ def maxmin_active(capacity, indptr, links, active, n_active, rates,
     for t in range(n_touched):
         link = touched[t]
         remaining_cap[link] = capacity[link]
-        version[link] = 0
         size = heap_push(heap_keys, heap_ids, heap_tags, size,
                          capacity[link] / unfrozen[link], link, 0)
     while size > 0:
         link = heap_ids[0]
-        ver = heap_tags[0]
+        key = heap_keys[0]
         size = heap_pop(heap_keys, heap_ids, heap_tags, size)
-        if ver != version[link] or unfrozen[link] == 0:
+        if unfrozen[link] == 0:
             continue
-        share = remaining_cap[link] / unfrozen[link]
-        if share < 0.0:
-            share = 0.0
+        left = remaining_cap[link]
+        if left < 0.0:
+            left = 0.0
+        share = left / unfrozen[link]
+        if share > key:
+            # the key was a lower bound (shares only grow as flows freeze): re-queue
+            size = heap_push(heap_keys, heap_ids, heap_tags, size, share, link, 0)
+            continue
         start = link_start[link]
         for k in range(start, start + link_fill[link]):
             f = link_flows[k]
@@ -153,13 +158,6 @@ def maxmin_active(capacity, indptr, links, active, n_active, rates,
                 other = links[e]
                 remaining_cap[other] -= share
                 unfrozen[other] -= 1
-                if other != link and unfrozen[other] > 0:
-                    version[other] += 1
-                    left = remaining_cap[other]
-                    if left < 0.0:
-                        left = 0.0
-                    size = heap_push(heap_keys, heap_ids, heap_tags, size,
-                                     left / unfrozen[other], other, version[other])
     return n_touched
 
 
@@ -184,7 +182,7 @@ def run_events(model, capacity, indptr, links,
                active, active_pos, link_count, active_links, link_pos, link_busy,
                sched_keys, sched_ids, sched_tags, arr_keys, arr_ids, arr_tags,
                ws_cap, ws_unfrozen, ws_start, ws_fill, ws_flows, ws_touched, ws_frozen,
-               ws_hkeys, ws_hids, ws_htags, ws_version,
+               ws_hkeys, ws_hids, ws_htags,
                counters, clock, first_new, n_flows, until):
     """Advance flows from event to event until all are done, a watched group completes, or
     the next event lies beyond ``until`` (then flows are advanced to ``until``).
@@ -277,7 +275,7 @@ def run_events(model, capacity, indptr, links,
         if dirty and model == MODEL_FLOW and n_act > 0:
             maxmin_active(capacity, indptr, links, active, n_act, rate,
                           ws_cap, ws_unfrozen, ws_start, ws_fill, ws_flows, ws_touched,
-                          ws_frozen, ws_hkeys, ws_hids, ws_htags, ws_version)
+                          ws_frozen, ws_hkeys, ws_hids, ws_htags)
             counters[7] += 1
         dirty = 0
         # ---- next event

@@ -23,7 +23,6 @@ class MaxMinWorkspace:
         self.start = np.zeros(L, np.int64)
         self.fill = np.zeros(L, np.int64)
         self.touched = np.zeros(L, np.int64)
-        self.version = np.zeros(L, np.int64)
         self.frozen = np.zeros(max(num_flows, 1), np.uint8)
         self.flows = np.zeros(max(num_incidences, 1), np.int64)
         heap = max(num_incidences + num_links, 1)
@@ -44,7 +43,7 @@ class MaxMinWorkspace:
 
     def kernel_args(self) -> tuple:
         return (self.cap, self.unfrozen, self.start, self.fill, self.flows, self.touched,
-                self.frozen, self.hkeys, self.hids, self.htags, self.version)
+                self.frozen, self.hkeys, self.hids, self.htags)
 
 
 def validate_incidence(capacity: np.ndarray, indptr: np.ndarray, links: np.ndarray,
