@@ -35,25 +35,45 @@ NETWORKS = {
 
 
 def _run(network, system, issues, reuse, monkeypatch):
-    """Issue collectives ``(at, collective, size, dims)`` and run; returns the schedule."""
+    """Issue collectives ``(at, collective, size, dims[, extra])`` and run; returns the
+    schedule. ``extra`` holds ``root`` / ``group`` / ``scope`` and system keys that change
+    for that collective only (e.g. another algorithm)."""
     monkeypatch.setattr(FlowTimer, "reuse_isolated_steps", reuse)
     net = flowsim.load_network(network)
     sys_cfg = load_system(system)
     schedule = Schedule(net, sys_cfg, "flow")
 
-    def issue(collective, size, dims, t=None):
+    def issue(collective, size, dims, extra, t=None):
         # ``t`` is the time Schedule.at passes; the collective is issued now
-        chunks = assign_variants([collective_phases(net, sys_cfg, collective, c, dims=dims)
-                                  for c in chunk_sizes(size, sys_cfg.splits)])
+        extra = dict(extra or {})
+        where = {k: extra.pop(k) for k in ("root", "group", "scope") if k in extra}
+        cfg = load_system(dict(system, **extra)) if extra else sys_cfg
+        chunks = assign_variants([collective_phases(net, cfg, collective, c, dims=dims, **where)
+                                  for c in chunk_sizes(size, cfg.splits)])
         schedule.issue(chunks, at=schedule.now)
 
-    for at, collective, size, dims in issues:
+    for at, collective, size, dims, *extra in issues:
         if at == 0:
-            issue(collective, size, dims)
+            issue(collective, size, dims, extra[0] if extra else None)
         else:
-            schedule.at(at, issue, collective, size, dims)
+            schedule.at(at, issue, collective, size, dims, extra[0] if extra else None)
     schedule.run()
     return schedule
+
+
+def _step_ends(network, system, issues, monkeypatch) -> list[tuple[int, int, float]]:
+    """(collective, step, end) of every barrier step, simulating every flow."""
+    ends = []
+    step_done = Schedule._step_done
+
+    def spy(self, chunk, steps, templates, index, phase_start, entry, t):
+        ends.append((chunk.collective_id, index, t))
+        return step_done(self, chunk, steps, templates, index, phase_start, entry, t)
+
+    monkeypatch.setattr(Schedule, "_step_done", spy)
+    _run(network, system, issues, False, monkeypatch)
+    monkeypatch.setattr(Schedule, "_step_done", step_done)
+    return ends
 
 
 def _compare(a: Schedule, b: Schedule) -> None:
@@ -105,15 +125,17 @@ issue_strategy = st.tuples(
     st.one_of(st.just(0.0), st.floats(1.0, 150_000.0)),
     st.sampled_from(["all_reduce", "all_to_all", "reduce_scatter", "all_gather"]),
     st.sampled_from([64 << 10, 1 << 20, 3 << 20]),
-    st.sampled_from([None, (0,)]))
+    st.sampled_from([None, (0,)]),
+    st.sampled_from([None, None, "tree"]))
 
 
 @settings(max_examples=60, deadline=None)
 @given(network=st.sampled_from(sorted(NETWORKS)),
        algorithm=st.sampled_from(["ring", "direct", "halvingDoubling"]),
        active=st.integers(1, 3), splits=st.integers(1, 3),
+       reduction=st.sampled_from([0, 0, 20_000]),
        issues=st.lists(issue_strategy, min_size=1, max_size=3))
-def test_reuse_never_changes_a_result(network, algorithm, active, splits, issues):
+def test_reuse_never_changes_a_result(network, algorithm, active, splits, reduction, issues):
     """Random overlapping collectives on small systems: same results with and without reuse
     (the hypothesis runs cover steps replayed whole, materialised before they start and
     materialised mid-send)."""
@@ -125,6 +147,13 @@ def test_reuse_never_changes_a_result(network, algorithm, active, splits, issues
               "reduce-scatter-implementation": [algorithm] * ndims,
               "all-gather-implementation": [algorithm] * ndims,
               "all-to-all-implementation": ["direct" if algorithm != "ring" else "ring"] * ndims}
+    if reduction:
+        system.update({"model-shared-bus": 1, "local-reduction-delay": reduction})
+    # some all-reduces as double binary trees (per-NPU phases, which turn replay off)
+    trees = all(p & (p - 1) == 0 for p in flowsim.load_network(NETWORKS[network]).dims)
+    issues = [(at, c, size, dims, {"all-reduce-implementation": ["doubleBinaryTree"] * ndims}
+               if tree and trees and c == "all_reduce" else None)
+              for at, c, size, dims, tree in issues]
     with pytest.MonkeyPatch.context() as mp:
         reused = _run(NETWORKS[network], system, issues, True, mp)
         plain = _run(NETWORKS[network], system, issues, False, mp)
@@ -217,3 +246,113 @@ def test_pipeline_messages_on_a_shared_fabric(monkeypatch, parallel):
     for name, values in out[True].data_vars.items():
         np.testing.assert_allclose(values.values, out[False][name].values, rtol=1e-9,
                                    atol=1e-6, err_msg=name)
+
+
+# ---------------------------------------------------------------- found in review
+TREE = {"all-reduce-implementation": ["doubleBinaryTree"]}
+
+
+@pytest.mark.parametrize("at", [5_000.0, 13_000.0])
+def test_a_tree_issued_mid_phase_keeps_the_bytes_already_sent(monkeypatch, at):
+    """A per-NPU (tree) collective turns replay off and hands replayed phases back; the step
+    in progress continues with what it has left instead of starting over."""
+    system = {"active-chunks-per-dimension": 2, "preferred-dataset-splits": 1,
+              "all-reduce-implementation": ["ring"]}
+    issues = [(0, "all_reduce", 1 << 20, None), (at, "all_reduce", 1 << 20, None, TREE)]
+    reused = _run(NETWORKS["switch8"], system, issues, True, monkeypatch)
+    plain = _run(NETWORKS["switch8"], system, issues, False, monkeypatch)
+    assert reused.timer.resumed_phases >= 1
+    _compare(reused, plain)
+
+
+def test_two_phases_handed_back_by_one_tree(monkeypatch):
+    """A tree arriving while two replayed phases hold claims one after the other on the
+    same links: both are handed back (this raised KeyError)."""
+    system = {"active-chunks-per-dimension": 2, "preferred-dataset-splits": 1,
+              "endpoint-delay": 20_000, "all-reduce-implementation": ["ring"]}
+    alone = _run(NETWORKS["switch8"], system, [(0, "all_reduce", 1 << 20, None)], True,
+                 monkeypatch)
+    last_arrival = alone.collective_end[0] - 20_000
+    issues = [(0, "all_reduce", 1 << 20, None),
+              (last_arrival - 3_000, "all_reduce", 1 << 20, None),
+              (last_arrival - 1_000, "all_reduce", 1 << 20, None, TREE)]
+    _compare(_run(NETWORKS["switch8"], system, issues, True, monkeypatch),
+             _run(NETWORKS["switch8"], system, issues, False, monkeypatch))
+
+
+def test_claims_one_after_the_other_on_a_link_are_all_seen(monkeypatch):
+    """Local reductions leave a link free between two replayed steps; a later collective
+    overlapping the first must materialise it, not only the claim made last."""
+    system = {"active-chunks-per-dimension": 3, "preferred-dataset-splits": 1,
+              "endpoint-delay": 10, "scheduling-policy": "FIFO", "model-shared-bus": 1,
+              "local-reduction-delay": 20_000, "all-reduce-implementation": ["ring"],
+              "reduce-scatter-implementation": ["ring"], "all-gather-implementation": ["ring"]}
+    group = {"group": (0, 1, 2, 3)}
+    base = [(0, "all_gather", 256 << 10, None, group), (0, "reduce_scatter", 1 << 20, None,
+                                                         group)]
+    first_end = _step_ends(NETWORKS["switch8"], system, base, monkeypatch)[0][2]
+    issues = base + [(first_end, "all_gather", 64 << 10, None, {"group": (0, 1)})]
+    _compare(_run(NETWORKS["switch8"], system, issues, True, monkeypatch),
+             _run(NETWORKS["switch8"], system, issues, False, monkeypatch))
+
+
+def test_a_resumed_step_is_not_restarted_by_a_later_real_step(monkeypatch):
+    """A real step queued on a phase's links for after its end must not make the phase's
+    step in progress start over when the phase is handed back."""
+    system = {"active-chunks-per-dimension": 4, "preferred-dataset-splits": 1,
+              "endpoint-delay": 10, "scheduling-policy": "FIFO", "model-shared-bus": 1,
+              "local-reduction-delay": 60_000,
+              "reduce-scatter-implementation": ["halvingDoubling"],
+              "all-gather-implementation": ["ring"], "all-to-all-implementation": ["direct"]}
+    base = [(0, "reduce_scatter", 1 << 20, None, {"group": (0, 1, 2, 3)}),
+            (0, "all_to_all", 4 << 20, None, {"group": (0, 1)})]
+    ends = _step_ends(NETWORKS["ring8"], system, base, monkeypatch)
+    first = next(t for c, i, t in ends if c == 0 and i == 0)
+    issues = base + [(first - 1_000, "all_gather", 256 << 10, None, {"group": (1, 2)}),
+                     (first, "all_gather", 64 << 10, None, {"group": (1, 2)})]
+    reused = _run(NETWORKS["ring8"], system, issues, True, monkeypatch)
+    _compare(reused, _run(NETWORKS["ring8"], system, issues, False, monkeypatch))
+    assert reused.timer.resumed_phases >= 1
+
+
+def test_timers_fire_on_time_beside_per_npu_collectives(monkeypatch):
+    """``Schedule.run`` with a per-NPU (tree) collective issued up front: a timer due at
+    5 us fires at 5 us."""
+    net = flowsim.load_network(NETWORKS["switch8"])
+    ring = load_system({"active-chunks-per-dimension": 2, "preferred-dataset-splits": 1,
+                        "all-reduce-implementation": ["ring"]})
+    tree = load_system({"active-chunks-per-dimension": 2, "preferred-dataset-splits": 1,
+                        **TREE})
+    schedule = Schedule(net, ring, "flow")
+
+    def chunks(cfg):
+        return assign_variants([collective_phases(net, cfg, "all_reduce", 1 << 20)])
+
+    fired = []
+    schedule.issue(chunks(tree), at=0.0)
+
+    def later(t):
+        fired.append((t, schedule.now))
+        schedule.issue(chunks(ring), at=schedule.now)
+
+    schedule.at(5_000.0, later)
+    schedule.run()
+    assert fired == [(5_000.0, 5_000.0)]
+    assert schedule.collective_end[1] > 5_000.0
+
+
+def test_a_phase_with_no_groups_takes_no_time(monkeypatch):
+    """An all-reduce scoped to NPUs whose second dimension has no group left: the empty
+    steps end when they start, with or without replay (simulating every flow hung), and
+    cost only their endpoint delays."""
+    net = {"topology": ["Switch", "Switch"], "npus_count": [4, 2], "bandwidth": [100, 25],
+           "latency": [100, 700]}
+    system = {"preferred-dataset-splits": 1, "all-reduce-implementation": ["ring", "ring"]}
+    issues = [(0, "all_reduce", 1 << 20, None, {"scope": (4, 5, 6, 7)})]
+    reused = _run(net, system, issues, True, monkeypatch)
+    plain = _run(net, system, issues, False, monkeypatch)
+    _compare(reused, plain)
+    only_dim0 = _run(net, system, [(0, "all_reduce", 1 << 20, (0,), {"scope": (4, 5, 6, 7)})],
+                     False, monkeypatch)
+    extra = plain.collective_end[0] - only_dim0.collective_end[0]
+    assert 0 < extra <= 4 * 10   # a few endpoint delays (10 ns), no transfer

@@ -73,6 +73,8 @@ class _VirtualPhase:
     steps: list[_Virtual]
     start: float
     resume: Callable[[int, float], None]
+    links: np.ndarray    # every link of the phase, claimed until ``end``
+    end: float           # the last step's last arrival
 
 
 class FlowTimer:
@@ -113,9 +115,8 @@ class FlowTimer:
         #: real steps in flight per link (counted down when the step has arrived)
         self._outstanding = np.zeros(L, np.int32)
         self._real_links: dict[int, np.ndarray] = {}
-        #: per link: when the last virtual step on it stops sending, and which step it is
+        #: per link: the latest time a virtual step or phase claims it until
         self._virtual_until = np.full(L, -np.inf)
-        self._virtual_owner = np.full(L, -1, np.int64)
         self._virtual: dict[int, _Virtual] = {}
         self._virtual_phases: dict[int, _VirtualPhase] = {}
         self._phase_links: dict[int, np.ndarray] = {}
@@ -144,9 +145,18 @@ class FlowTimer:
         self._count_steps((template,), 0)
         links = template.link_bytes_per_byte[0]
         start = release + delay
+        if template.src.size == 0:   # nothing to send: done when it starts
+            return self.timer(start)
         self._materialise_overlapping(links, start)
-        if self._reuse and not self._outstanding[links].any():
+        free = not self._outstanding[links].any()
+        if self._reuse and free:
             return self._add_virtual(template, nbytes, release, delay)
+        if start < self.engine.now:
+            # a step of a resumed phase, already sending (alone: its phase held the links):
+            # it enters the engine with what it has left
+            token = self._add_virtual(template, nbytes, release, delay)
+            self._materialise(token)
+            return token
         token = next(self._tokens)
         self._add_real(template, nbytes, release, delay, token, links)
         return token
@@ -182,10 +192,9 @@ class FlowTimer:
             end = step.end
             steps.append(step)
         token = self.timer(end + plan.delays[-1])
-        self._virtual_phases[token] = _VirtualPhase(steps, at, resume)
         # conservative: every link of the phase is taken until its last step has arrived
-        self._virtual_until[links] = end
-        self._virtual_owner[links] = token
+        self._virtual_phases[token] = _VirtualPhase(steps, at, resume, links, end)
+        self._virtual_until[links] = np.maximum(self._virtual_until[links], end)
         self._count_steps(plan.templates, len(steps))
         return token
 
@@ -198,10 +207,12 @@ class FlowTimer:
         flows start at times only the engine knows, so from here on every step is real.
         """
         self._reuse = False
-        for token in list(self._virtual_phases):
-            self._materialise_phase(token)
-        for token in list(self._virtual):
-            self._materialise(token)
+        # handing a phase back may start (and materialise) steps: loop until none is left
+        while self._virtual_phases:
+            self._materialise_phase(next(iter(self._virtual_phases)))
+        for token in [t for t, v in self._virtual.items() if v.template.src.size]:
+            if token in self._virtual:
+                self._materialise(token)
         engine = self.engine
         deps = np.stack([h[dag.npus] for h in before], axis=1) if before else \
             np.full((dag.npus.size, 0), -1, np.int64)
@@ -339,8 +350,9 @@ class FlowTimer:
         virtual = _Virtual(template, nbytes, release, delay, alone)
         token = self.timer(virtual.end)
         self._virtual[token] = virtual
-        self._virtual_until[alone.busy_links] = virtual.start + alone.busy_ns
-        self._virtual_owner[alone.busy_links] = token
+        ids = alone.busy_links
+        self._virtual_until[ids] = np.maximum(self._virtual_until[ids],
+                                              virtual.start + alone.busy_ns)
         self.reused_steps += 1
         return token
 
@@ -400,17 +412,29 @@ class FlowTimer:
 
     def _materialise_overlapping(self, links: np.ndarray, start: float) -> None:
         """Materialise the virtual steps and phases still using ``links`` at ``start``
-        (a resumed phase may start a virtual step there: look again until none is left)."""
+        (a resumed phase may start a virtual step there: look again until none is left).
+
+        ``_virtual_until`` holds, per link, the latest claim on it; only when that lies
+        beyond ``start`` are the live claims checked one by one (a link may carry several
+        claims, one after the other)."""
         tol = _kernels.TIME_RTOL * abs(start) + _kernels.TIME_ATOL
         while self._virtual or self._virtual_phases:
-            hit = self._virtual_until[links] > start + tol
-            if not hit.any():
+            if not (self._virtual_until[links] > start + tol).any():
                 return
-            live = [token for token in np.unique(self._virtual_owner[links[hit]]).tolist()
-                    if token in self._virtual or token in self._virtual_phases]
-            if not live:
+            asked = np.zeros(self._virtual_until.size, bool)
+            asked[links] = True
+            hits = []
+            for token, step in self._virtual.items():
+                ids = step.alone.busy_links
+                mine = asked[ids]
+                if mine.any() and (step.start + step.alone.busy_ns[mine] > start + tol).any():
+                    hits.append(token)
+            for token, replayed in self._virtual_phases.items():
+                if replayed.end > start + tol and asked[replayed.links].any():
+                    hits.append(token)
+            if not hits:
                 return
-            for token in live:
+            for token in hits:
                 if token in self._virtual_phases:
                     self._materialise_phase(token)
                 elif token in self._virtual:

@@ -121,11 +121,11 @@ class Schedule:
 
     def run(self) -> None:
         """Advance until every issued collective has finished."""
-        if self._static:
-            self.timer.run_all()
-            self._resolve_static()
         while self.advance():
             pass
+        if self._static:   # per-NPU phases nothing waits for: run them out
+            self.timer.run_all()
+            self._resolve_static()
 
     def advance(self) -> bool:
         """Handle the next batch of due events (step and phase ends, timers); ``False`` when
