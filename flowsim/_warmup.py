@@ -21,5 +21,12 @@ def warmup() -> float:
         simulate_collective(net, "all_reduce", 1 << 10, model=model)
         simulate_collective(net, "all_reduce", 1 << 10, {"step-synchronization": "per_npu"},
                             model=model)
+    # a fabric with two spines: ECMP path expansion and per-message loads
+    fabric = {"fabric": {"generator": "leaf_spine", "hosts": 2, "npus_per_host": 2,
+                         "scale_up": {"bandwidth": 1, "latency": 1},
+                         "nic": {"bandwidth": 1, "latency": 1}, "hosts_per_leaf": 1,
+                         "oversubscription": 1, "spines": 2, "spine_latency": 1}}
+    simulate_collective(fabric, "all_to_all", 1 << 10,
+                        {"all-to-all-implementation": ["direct", "direct"]}, model="flow")
     estimate_batch(net, "all_reduce", np.array([1 << 10]))
     return time.perf_counter() - start

@@ -94,6 +94,14 @@ def run():
 """,
 }
 
+#: issue targets on this 2-core machine: case -> (warm seconds, peak RSS MB or None)
+TARGETS: dict[str, tuple[float, float | None]] = {
+    "ring all-reduce 1GiB, 4096 NPUs 16x16x16, 16 chunks, flow": (1.4, None),
+    "direct all-to-all 1GiB, 1024-NPU switch, flow": (6.7, 2048.0),
+    "transformer iteration, 1024 NPUs (GPT-3 class, TP8 x DP8 x PP16, 16 micro-batches), "
+    "flow": (30.0, None),
+}
+
 _CHILD = """
 import json, resource, time, statistics, sys
 t0 = time.perf_counter()
@@ -120,6 +128,16 @@ print(json.dumps({{"import_s": t1 - t0, "cold_s": cold, "warm_s": statistics.med
 """
 
 
+def _verdict(name: str, warm: float, rss: float) -> str:
+    limit = TARGETS.get(name)
+    if limit is None:
+        return ""
+    seconds, memory = limit
+    ok = warm < seconds and (memory is None or rss < memory)
+    return f"  target < {seconds:g} s" + (f", {memory:g} MB" if memory else "") + \
+        (": met" if ok else ": MISSED")
+
+
 def main(argv: list[str]) -> int:
     pattern = argv[0] if argv else ""
     repeats = 5
@@ -137,7 +155,8 @@ def main(argv: list[str]) -> int:
         i = r["info"]
         print(f"{name:<66} {i['npus']:>6} {i['flows']:>9} {i['steps']:>7} "
               f"{i.get('reused_steps', 0):>7} {i['events']:>7} {i['rate_computations']:>6} "
-              f"{r['import_s']:6.2f} {r['cold_s']:7.3f} {r['warm_s']:7.3f} {r['rss_mb']:6.0f}")
+              f"{r['import_s']:6.2f} {r['cold_s']:7.3f} {r['warm_s']:7.3f} {r['rss_mb']:6.0f}"
+              f"{_verdict(name, r['warm_s'], r['rss_mb'])}")
     return 0
 
 

@@ -48,15 +48,20 @@ def test_zero_byte_flows_complete_after_their_latency():
     np.testing.assert_allclose(r.finish_ns, [11.0, 0.0])
 
 
+def _random_flows(instance, seed):
+    """Bytes per flow, latency per link and release per flow for a random instance."""
+    capacity, indptr, links = instance
+    rng = np.random.default_rng(seed)
+    n = indptr.size - 1
+    return (rng, n, rng.integers(0, 1000, n).astype(float), rng.uniform(0, 20, capacity.size),
+            rng.uniform(0, 50, n))
+
+
 @settings(max_examples=60, deadline=None)
 @given(flow_instances(max_links=6, max_flows=10), st.integers(0, 2**31 - 1))
 def test_conservation_and_monotone_time(instance, seed):
     capacity, indptr, links = instance
-    rng = np.random.default_rng(seed)
-    n = indptr.size - 1
-    nbytes = rng.integers(0, 1000, n).astype(float)
-    latency = rng.uniform(0, 20, capacity.size)
-    release = rng.uniform(0, 50, n)
+    rng, n, nbytes, latency, release = _random_flows(instance, seed)
     # a random DAG: each flow may wait for one earlier flow
     parent = np.array([rng.integers(-1, f) if f else -1 for f in range(n)])
     dep_indptr = np.concatenate([[0], np.cumsum(parent >= 0)])
@@ -150,11 +155,7 @@ def test_running_to_horizons_changes_nothing(instance, seed):
     from flowsim.network import FlowEngine, _kernels
 
     capacity, indptr, links = instance
-    rng = np.random.default_rng(seed)
-    n = indptr.size - 1
-    nbytes = rng.integers(0, 1000, n).astype(float)
-    latency = rng.uniform(0, 20, capacity.size)
-    release = rng.uniform(0, 50, n)
+    rng, n, nbytes, latency, release = _random_flows(instance, seed)
     whole = _run(capacity, latency, indptr, links, nbytes, release_ns=release, model="flow")
     engine = FlowEngine(capacity, latency, "flow")
     engine.add(indptr, links, nbytes, release=release)
