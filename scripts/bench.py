@@ -1,7 +1,7 @@
 """flowsim benchmarks: prints a table of cold (fresh process, import + compile or cache load
 + first call) and warm (median of repeats) wall times and peak RSS per case.
 
-    python scripts/bench.py             # all cases
+    python scripts/bench.py             # all cases, then the scaling series
     python scripts/bench.py maxmin      # cases whose name contains 'maxmin'
 
 Targets are checked here, not in unit tests (timings depend on the machine).
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 CASES: dict[str, str] = {
     "maxmin 200k flows x 20k links": """
@@ -157,6 +158,10 @@ def main(argv: list[str]) -> int:
               f"{i.get('reused_steps', 0):>7} {i['events']:>7} {i['rate_computations']:>6} "
               f"{r['import_s']:6.2f} {r['cold_s']:7.3f} {r['warm_s']:7.3f} {r['rss_mb']:6.0f}"
               f"{_verdict(name, r['warm_s'], r['rss_mb'])}")
+    if not pattern:   # the scaling series (and its plot) in a fresh process
+        print()
+        subprocess.run([sys.executable, str(Path(__file__).with_name("bench_scaling.py"))],
+                       check=False)
     return 0
 
 
