@@ -373,3 +373,17 @@ def test_readme_yaml_example_runs(tmp_path):
                                            "efficiency": 0.5})
     # stage 1 receives 64 KiB before it computes; its remote memory op has no expansion here
     assert float(ds.compute_ns[4]) == 2000 and float(ds.time_ns) > float(ds.compute_ns[0])
+
+
+@pytest.mark.parametrize("bad", ["abc", -1.0, float("nan"), float("inf")])
+def test_op_times_that_are_not_non_negative_numbers_name_file_and_node(bad):
+    """A duration that is text, negative, NaN or infinite: one ConfigError naming the file,
+    the node and the value (text used to escape as a TypeError)."""
+    from flowsim import load_network
+    from flowsim.workload.validate import check_workload
+
+    work = Workload([Program([Op(0, "compute", "x", duration_ns=bad)], np.arange(8),
+                             source="my.yml")])
+    with pytest.raises(ConfigError, match=r"my\.yml: node 0 \(x\): duration_ns must be a "
+                                          r"non-negative number, found"):
+        check_workload(work, load_network("ring8"))

@@ -7,9 +7,10 @@ back in time order from :meth:`run`.
     Congestion-unaware: a message takes ``path latency + bytes / bottleneck`` whatever else is
     in flight, so a barrier step lasts its slowest message and needs no event engine: one
     numpy expression per (template, size), cached, and a heap of completion times.
-``FlowTimer``
+``FlowTimer`` (in :mod:`.flow_timer`)
     Congestion-aware: the steps' flows go to the :class:`~flowsim.network.engine.FlowEngine`,
-    where everything in flight shares links max-min fairly.
+    where everything in flight shares links max-min fairly (steps alone on their links are
+    replayed from a solution computed once).
 """
 
 from __future__ import annotations

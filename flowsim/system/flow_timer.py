@@ -6,13 +6,15 @@ Max-min fair rates of flows that share no link with anything else in flight do n
 on the rest of the network: a step whose links are free for as long as it sends evolves
 exactly as it would alone. Ring and direct steps repeat thousands of times (every step of a
 ring, every chunk, every group of every dimension), so the timer solves a step alone once per
-(template, size) and replays the solution: a *virtual* step is one timer in the engine instead
-of its flows and their events.
+(template, size) and replays the solution: a *virtual* step is one timer instead of its flows
+and their events. A whole barrier phase whose links are free is replayed the same way
+(:meth:`FlowTimer.replay_phase`).
 
 A virtual step is materialised (its flows put into the engine with the bytes they still have
 to send) as soon as anything that could share its links is added before it has finished
-sending. Deciding that needs no knowledge of the future: a later step either avoids the
-virtual step's links, starts after its last byte left them, or materialises it.
+sending; a replayed phase is handed back to the scheduler at the step it is in. Deciding that
+needs no knowledge of the future: a later step either avoids the claimed links, starts after
+the claim ends, or materialises it.
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ class FlowTimer:
         self.steps = 0
         self.flows = 0
         self.reused_steps = 0
-        #: virtual steps put back into the engine (before they started / while sending)
+        #: virtual steps put back into the engine: [before they started, while sending]
         self.materialised = [0, 0]
         #: replayed phases handed back to the scheduler
         self.resumed_phases = 0
