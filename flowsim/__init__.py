@@ -22,9 +22,9 @@ from .errors import (
 from .estimate import estimate, estimate_batch
 from .network import FlowResult, maxmin_rates, simulate_flows
 from .sweep import merge, sweep
-from .system import SystemConfig, load_system, simulate_collective
+from .system import SystemConfig, load_system, simulate, simulate_collective
 from .topology import Network, NetworkConfig, load_network
-from .workload import Workload, load_workload, simulate
+from .workload import Workload, load_workload
 
 __all__ = ["ConfigError", "FlowResult", "FlowSetError", "FlowsimError", "FlowsimWarning",
            "Network", "NetworkConfig", "RoutingError", "SimulationError", "SystemConfig",

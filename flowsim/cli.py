@@ -198,6 +198,7 @@ def _with_failures(args: argparse.Namespace):
 
 
 def _run_collective(args: argparse.Namespace) -> int:
+    from .results import from_attrs
     from .system import simulate_collective
     from .topology import load_network
 
@@ -227,7 +228,7 @@ def _run_collective(args: argparse.Namespace) -> int:
         "algorithm": [str(a) for a in ds.algorithm.values],
         # fabrics: links belong to no logical dimension (NaN in the Dataset, null here)
         "dim_bytes": [float(b) if np.isfinite(b) else None for b in ds.dim_bytes.values],
-        "stats": json.loads(ds.attrs["stats"]),
+        "stats": from_attrs(ds.attrs).as_dict(),
     }
     if args.json:
         print(json.dumps(summary))
@@ -307,7 +308,8 @@ def _check_output(option: str, path: str | None, *, folder: bool = False) -> Non
 
 
 def _run_workload(args: argparse.Namespace) -> int:
-    from .workload.simulate import simulate
+    from .results import from_attrs
+    from .system import simulate
 
     _check_output("-o", args.output)
     _check_output("--trace", args.trace)
@@ -323,7 +325,7 @@ def _run_workload(args: argparse.Namespace) -> int:
         write_dataset(ds, args.output)
         written.append(args.output)
     if args.csv:
-        from .workload.outputs import write_csvs
+        from .results import write_csvs
         written += [str(p) for p in write_csvs(ds, args.csv)]
     if args.trace:
         written.append(args.trace)
@@ -334,7 +336,8 @@ def _run_workload(args: argparse.Namespace) -> int:
                "iterations": ds.attrs["iterations"], "compute_ns": compute,
                "exposed_comm_ns": exposed, "idle_ns": float(ds.idle_ns.mean()),
                "dim_bytes": ds.dim_bytes.values.tolist(),
-               "collectives": ds.attrs["collectives"], "stats": json.loads(ds.attrs["stats"])}
+               "collectives": ds.attrs["collectives"],
+               "stats": from_attrs(ds.attrs).as_dict()}
     if args.json:
         print(json.dumps(summary))
         return 0

@@ -20,11 +20,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from .collectives import canonical_collective
 from .errors import ConfigError, config_error
 from .network.engine import check_model
+from .system import cost
 from .system.collective import _check_dims, _check_npu
 from .system.config import SystemConfig, load_system
 from .system.phases import assign_variants, chunk_sizes, collective_phases
@@ -71,87 +71,7 @@ def estimate(network: Any, collective: str, size: int | str, system: Any = None,
     schedule = Schedule(net, sys_cfg, model, replicate=can_replicate(net, sys_cfg, chunks, False))
     schedule.issue(chunks)
     schedule.run()
-    return max(schedule.collective_end.values(), default=0.0)
-
-
-# ---------------------------------------------------------------- batched analytical model
-@njit(cache=True)
-def _queue_schedule(durations, queues, n_queues, active):
-    """Finish time of every grid point: chunks through FIFO dimension queues.
-
-    ``durations[p, c, i]`` is phase ``i`` of chunk ``c`` at point ``p``; ``queues[i]`` its
-    queue. All chunks are queued for their first phase at time 0 (in chunk order); a queue
-    runs at most ``active`` phases at once; a chunk that finishes a phase joins the queue of
-    its next one; phases ending together are handled in the order they started.
-    """
-    n_points, n_chunks, n_phases = durations.shape
-    out = np.zeros(n_points)
-    total = n_chunks * n_phases
-    if n_chunks == 1:  # one chunk: its phases in a row
-        for p in range(n_points):
-            acc = 0.0
-            for i in range(n_phases):
-                acc += durations[p, 0, i]
-            out[p] = acc
-        return out
-    phase_of = np.zeros(n_chunks, np.int64)
-    end = np.zeros(n_chunks)
-    start_seq = np.zeros(n_chunks, np.int64)
-    waiting_since = np.zeros(n_chunks, np.int64)  # enqueue sequence, -1: not waiting
-    running = np.zeros(n_queues, np.int64)
-    for p in range(n_points):
-        phase_of[:] = 0
-        end[:] = np.inf
-        running[:] = 0
-        for c in range(n_chunks):
-            waiting_since[c] = c
-        seq = n_chunks
-        now = 0.0
-        done = 0
-        started = 0
-        finish = 0.0
-        while done < total:
-            # admit: queues in order, oldest waiter first
-            for q in range(n_queues):
-                while running[q] < active:
-                    best = -1
-                    for c in range(n_chunks):
-                        if waiting_since[c] >= 0 and phase_of[c] < n_phases and \
-                                queues[phase_of[c]] == q:
-                            if best < 0 or waiting_since[c] < waiting_since[best]:
-                                best = c
-                    if best < 0:
-                        break
-                    waiting_since[best] = -1
-                    running[q] += 1
-                    end[best] = now + durations[p, best, phase_of[best]]
-                    start_seq[best] = started
-                    started += 1
-            # next completion(s)
-            t = np.inf
-            for c in range(n_chunks):
-                if end[c] < t:
-                    t = end[c]
-            now = t
-            while True:
-                first = -1
-                for c in range(n_chunks):
-                    if end[c] == t and (first < 0 or start_seq[c] < start_seq[first]):
-                        first = c
-                if first < 0:
-                    break
-                c = first
-                end[c] = np.inf
-                running[queues[phase_of[c]]] -= 1
-                phase_of[c] += 1
-                done += 1
-                if phase_of[c] < n_phases:
-                    waiting_since[c] = seq
-                    seq += 1
-                else:
-                    finish = max(finish, t)
-        out[p] = finish
-    return out
+    return max(schedule.ledger.collective_end.values(), default=0.0)
 
 
 def _broadcast_dims(value: Any, ndims: int, name: str, default: np.ndarray) -> list[np.ndarray]:
@@ -270,31 +190,31 @@ def estimate_batch(network: Any, collective: str, size: Any, system: Any = None,
                                       large[:, None], small[:, None])
     queues = np.array([ph["queue"] for ph in phases], np.int64)
     _, queues = np.unique(queues, return_inverse=True)
-    out = _queue_schedule(durations, queues.astype(np.int64), int(queues.max()) + 1,
+    from .system._kernels import queue_schedule
+
+    out = queue_schedule(durations, queues.astype(np.int64), int(queues.max()) + 1,
                           sys_cfg.active_chunks)
     return out.reshape(shape)
 
 
 def _phase_duration(phase: dict, chunk: np.ndarray, bw: np.ndarray, lat: np.ndarray,
                     system: SystemConfig) -> np.ndarray:
+    """A phase's length at every grid point: the cost model (:mod:`flowsim.system.cost`)
+    broadcast over the points, identical steps counted once and multiplied."""
     data = chunk * phase["data_factor"]
-    total = np.full(chunk.shape, system.endpoint_delay_ns * (1 + sum(phase["steps"].values())))
+    durations, posts, counts = [], [], []
     for (frac, rfrac, pairs), count in phase["steps"].items():
         nbytes = frac * data
         slowest = None
         for d, h in pairs:
-            t = nbytes / bw[:, d]
-            if h:
-                t += h * lat[:, d]
+            t = cost.message_ns(h * lat[:, d], 1.0 / bw[:, d], nbytes)
             slowest = t if slowest is None else np.maximum(slowest, t)
-        if count != 1:
-            slowest *= count
-        total += slowest
-        if rfrac:
-            if system.local_mem_bw_gbps is not None:
-                total += count * 3.0 * np.floor(rfrac * data / system.local_mem_bw_gbps)
-            total += count * system.local_reduction_delay_ns
-    return total
+        durations.append(slowest)
+        posts.append(system.endpoint_delay_ns + cost.reduction_ns(
+            rfrac * data, system.local_mem_bw_gbps, system.local_reduction_delay_ns))
+        counts.append(count)
+    return cost.phase_ns_grouped(np.full(chunk.shape, system.endpoint_delay_ns), durations,
+                                 posts, counts)
 
 
 def _structure(net: Network, system: SystemConfig, collective: str,
@@ -307,8 +227,8 @@ def _structure(net: Network, system: SystemConfig, collective: str,
     schedule = Schedule(net, system, "analytical", replicate=True)
     out = []
     for phase in phases:
-        steps = schedule._steps(phase)
-        templates = schedule._templates_for(phase, steps)
+        steps = schedule.shapes.steps(phase)
+        templates = schedule.shapes.templates(phase)
         step_info: dict[tuple, int] = {}
         for step, template in zip(steps, templates):
             indptr, links = template.indptr, template.links

@@ -60,12 +60,10 @@ def run():
                                        model='flow')
 """,
     "same, flow, raw engine (every step's flows simulated, no replay)": """
-from flowsim.system.flow_timer import FlowTimer
-FlowTimer.reuse_isolated_steps = False
 net = {'topology': ['Switch'], 'npus_count': [1024], 'bandwidth': [50], 'latency': [500]}
 def run():
     return flowsim.simulate_collective(net, 'all_reduce', '1GiB', 'ring_4chunks',
-                                       model='flow')
+                                       model='flow', replay=False)
 """,
     "direct all-to-all 1GiB, 1024-NPU switch, analytical": """
 net = {'topology': ['Switch'], 'npus_count': [1024], 'bandwidth': [50], 'latency': [500]}
@@ -114,7 +112,8 @@ result = run()
 if isinstance(result, dict):
     info = result
 else:  # a Dataset: its size and the work the simulation did
-    info = json.loads(result.attrs['stats'])
+    from flowsim.results import from_attrs
+    info = from_attrs(result.attrs).as_dict()
     info['npus'] = result.sizes['npu']
 cold = time.perf_counter() - t1
 repeats = {repeats}

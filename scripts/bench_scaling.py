@@ -10,13 +10,12 @@ and the raw engine's against simulated flows x rate recomputations, log-log).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 
 import flowsim
-from flowsim.system.flow_timer import FlowTimer
+from flowsim.results import from_attrs
 
 #: (label, model, replay isolated steps)
 RUNS = [("analytical", "analytical", True), ("flow", "flow", True),
@@ -47,15 +46,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{'events':>7} {'wall s':>8}")
     for shape in SHAPES:
         for label, model, replay in RUNS:
-            FlowTimer.reuse_isolated_steps = replay
             times = []
             for _ in range(args.repeats):
                 start = time.perf_counter()
                 ds = flowsim.simulate_collective(network(shape), "all_reduce", "1GiB", SYSTEM,
-                                                 model=model, symmetry=not args.no_symmetry)
+                                                 model=model, symmetry=not args.no_symmetry,
+                                                 replay=replay)
                 times.append(time.perf_counter() - start)
-            FlowTimer.reuse_isolated_steps = True
-            stats = json.loads(ds.attrs["stats"])
+            stats = from_attrs(ds.attrs).as_dict()
             npus = shape[0] * shape[1] * shape[2]
             wall = statistics.median(times)
             rows.append((npus, label, stats, wall))

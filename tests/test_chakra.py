@@ -509,7 +509,7 @@ def test_duration_units_are_microseconds(tmp_path):
 @pytest.mark.parametrize("model", ["analytical", "flow"])
 def test_microbenchmark_trace_times_like_the_collective(model):
     import flowsim
-    from flowsim.workload.simulate import simulate
+    from flowsim import simulate
 
     network = EXAMPLES / "configs" / "Ring_8npus.yml"
     system = EXAMPLES / "configs" / "Ring_4chunks.json"

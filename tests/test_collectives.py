@@ -3,7 +3,6 @@ byte conservation, and bad inputs."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -12,6 +11,7 @@ import pytest
 import flowsim
 from conftest import block, pure, ring
 from flowsim.errors import ConfigError
+from flowsim.results import from_attrs
 from flowsim.units import NETWORK_GBPS_TO_BYTES_PER_NS as GB
 
 N = 1 << 24  # 16 MiB
@@ -357,9 +357,9 @@ def test_simulating_one_group_per_dimension_is_exact(model, collective, algorith
     np.testing.assert_allclose(fast.link_bytes, full.link_bytes, rtol=1e-12)
     np.testing.assert_allclose(fast.link_busy_ns, full.link_busy_ns, rtol=1e-9, atol=1e-6)
     np.testing.assert_array_equal(fast.npu_finish_ns, full.npu_finish_ns)
-    fast_stats, full_stats = json.loads(fast.attrs["stats"]), json.loads(full.attrs["stats"])
-    assert fast_stats["flows"] == full_stats["flows"]
-    assert fast_stats["simulated_flows"] < full_stats["simulated_flows"]
+    fast_stats, full_stats = from_attrs(fast.attrs), from_attrs(full.attrs)
+    assert fast_stats.flows == full_stats.flows
+    assert fast_stats.simulated_flows < full_stats.simulated_flows
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -388,8 +388,8 @@ def test_scheduling_policy_orders_collectives_waiting_for_a_dimension(policy, mo
     schedule.run()
     one = 2 * 7 / 8 * N / B + 14 * L
     early, late = (second, first) if policy == "LIFO" else (first, second)
-    assert schedule.collective_end[early] == pytest.approx(one)
-    assert schedule.collective_end[late] == pytest.approx(2 * one)
+    assert schedule.ledger.collective_end[early] == pytest.approx(one)
+    assert schedule.ledger.collective_end[late] == pytest.approx(2 * one)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -436,5 +436,4 @@ def test_more_bad_arguments_and_in_network_reduction_on_one_group():
                                        symmetry=False)
     assert float(fast.time_ns) == float(full.time_ns)
     np.testing.assert_allclose(fast.link_bytes, full.link_bytes)
-    assert json.loads(fast.attrs["stats"])["simulated_flows"] < \
-        json.loads(full.attrs["stats"])["simulated_flows"]
+    assert from_attrs(fast.attrs).simulated_flows < from_attrs(full.attrs).simulated_flows

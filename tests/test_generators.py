@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 import flowsim
+from flowsim import simulate
 from flowsim.errors import ConfigError
 from flowsim.workload.generators import (
     build_generator,
@@ -21,7 +22,6 @@ from flowsim.workload.generators import (
 from flowsim.workload.generators.transformer import parallel_dims
 from flowsim.workload.graph import topological_order
 from flowsim.workload.roofline import Roofline, parse_roofline
-from flowsim.workload.simulate import simulate
 
 #: tp 2 (dim 0), dp 2 (dim 1), pp 2 (dim 2) by the default mapping
 CUBE = {"topology": ["Ring", "Switch", "Switch"], "npus_count": [2, 2, 2],

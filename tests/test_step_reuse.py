@@ -38,10 +38,9 @@ def _run(network, system, issues, reuse, monkeypatch):
     """Issue collectives ``(at, collective, size, dims[, extra])`` and run; returns the
     schedule. ``extra`` holds ``root`` / ``group`` / ``scope`` and system keys that change
     for that collective only (e.g. another algorithm)."""
-    monkeypatch.setattr(FlowTimer, "reuse_isolated_steps", reuse)
     net = flowsim.load_network(network)
     sys_cfg = load_system(system)
-    schedule = Schedule(net, sys_cfg, "flow")
+    schedule = Schedule(net, sys_cfg, "flow", replay=reuse)
 
     def issue(collective, size, dims, extra, t=None):
         # ``t`` is the time Schedule.at passes; the collective is issued now
@@ -66,9 +65,9 @@ def _step_ends(network, system, issues, monkeypatch) -> list[tuple[int, int, flo
     ends = []
     step_done = Schedule._step_done
 
-    def spy(self, chunk, steps, templates, index, phase_start, entry, t):
+    def spy(self, chunk, plan, index, phase_start, entry, t):
         ends.append((chunk.collective_id, index, t))
-        return step_done(self, chunk, steps, templates, index, phase_start, entry, t)
+        return step_done(self, chunk, plan, index, phase_start, entry, t)
 
     monkeypatch.setattr(Schedule, "_step_done", spy)
     _run(network, system, issues, False, monkeypatch)
@@ -77,13 +76,14 @@ def _step_ends(network, system, issues, monkeypatch) -> list[tuple[int, int, flo
 
 
 def _compare(a: Schedule, b: Schedule) -> None:
-    ends_a = np.array(sorted(a.collective_end.items()))
-    ends_b = np.array(sorted(b.collective_end.items()))
+    ends_a = np.array(sorted(a.ledger.collective_end.items()))
+    ends_b = np.array(sorted(b.ledger.collective_end.items()))
     np.testing.assert_allclose(ends_a, ends_b, rtol=1e-9)
-    np.testing.assert_allclose(a.npu_finish, b.npu_finish, rtol=1e-9)
+    np.testing.assert_allclose(a.ledger.npu_finish, b.ledger.npu_finish, rtol=1e-9)
     np.testing.assert_allclose(a.timer.link_bytes, b.timer.link_bytes, rtol=1e-9, atol=1e-6)
     np.testing.assert_allclose(a.timer.link_busy, b.timer.link_busy, rtol=1e-9, atol=1e-6)
-    np.testing.assert_allclose(a.dim_busy_ns(), b.dim_busy_ns(), rtol=1e-9, atol=1e-6)
+    np.testing.assert_allclose(a.ledger.dim_busy_ns(), b.ledger.dim_busy_ns(), rtol=1e-9,
+                               atol=1e-6)
 
 
 @pytest.mark.parametrize("network", sorted(NETWORKS))
@@ -103,7 +103,7 @@ def test_a_second_collective_mid_step_materialises_the_first(monkeypatch, networ
     _compare(reused, plain)
     # the shared links slowed the first all-reduce down: reuse must not hide that
     alone = _run(NETWORKS[network], system, issues[:1], True, monkeypatch)
-    assert reused.collective_end[0] > alone.collective_end[0] * 1.02
+    assert reused.ledger.collective_end[0] > alone.ledger.collective_end[0] * 1.02
 
 
 def test_an_isolated_collective_is_replayed_step_by_step(monkeypatch):
@@ -118,7 +118,7 @@ def test_an_isolated_collective_is_replayed_step_by_step(monkeypatch):
     p, size = 8, 8 << 20
     bandwidth = 50 * 2**30 / 1e9                         # bytes/ns
     per_step = 2 * 500 + size / p / bandwidth            # up and down link of the switch
-    assert schedule.collective_end[0] == pytest.approx(2 * (p - 1) * per_step, rel=1e-9)
+    assert schedule.ledger.collective_end[0] == pytest.approx(2 * (p - 1) * per_step, rel=1e-9)
 
 
 issue_strategy = st.tuples(
@@ -167,8 +167,8 @@ def test_reuse_never_changes_a_result(network, algorithm, active, splits, reduct
 def test_workloads_agree_with_and_without_reuse(monkeypatch, workload, network, iterations):
     out = {}
     for reuse in (True, False):
-        monkeypatch.setattr(FlowTimer, "reuse_isolated_steps", reuse)
-        out[reuse] = flowsim.simulate(network, workload, model="flow", iterations=iterations)
+        out[reuse] = flowsim.simulate(network, workload, model="flow", iterations=iterations,
+                                      replay=reuse)
     assert out[True].data_vars.keys() == out[False].data_vars.keys()
     for name, values in out[True].data_vars.items():   # times, shares, dimension bytes
         np.testing.assert_allclose(values.values, out[False][name].values, rtol=1e-9,
@@ -198,11 +198,10 @@ def test_resuming_a_phase_names_the_step_it_is_in(monkeypatch):
     phase = collective_phases(net, sys_cfg, "all_reduce", 1 << 20)[0]
     for probe, expected_index in ((0.0, 0), (0.5, 0), (1.5, 1), (13.99, 13), (14.2, 14)):
         schedule = Schedule(net, sys_cfg, "flow")
-        steps = schedule._steps(phase)
-        plan = schedule._plan(phase, steps, schedule._templates_for(phase, steps))
+        plan = schedule.shapes.plan(phase)
         timer = schedule.timer
         calls = []
-        token = timer.replay_phase(plan, 0.0, lambda i, r, calls=calls: calls.append((i, r)))
+        token = timer.whole_phase(plan, 0.0, lambda i, r, calls=calls: calls.append((i, r)))
         ends = [step.end for step in timer._virtual_phases[token].steps]
         assert len(ends) == 2 * 7
         # probe k.x: x of the way from the end of step k-1 to the end of step k
@@ -238,9 +237,8 @@ def test_pipeline_messages_on_a_shared_fabric(monkeypatch, parallel):
 
     monkeypatch.setattr(FlowTimer, "__init__", recording_init)
     for reuse in (True, False):
-        monkeypatch.setattr(FlowTimer, "reuse_isolated_steps", reuse)
         out[reuse] = flowsim.simulate("dgx_pod_64_leafspine_4to1", spec, model="flow",
-                                      iterations=2)
+                                      iterations=2, replay=reuse)
     if parallel["pp"] > 1:
         assert timers[0].materialised[1] > 0
     for name, values in out[True].data_vars.items():
@@ -272,7 +270,7 @@ def test_two_phases_handed_back_by_one_tree(monkeypatch):
               "endpoint-delay": 20_000, "all-reduce-implementation": ["ring"]}
     alone = _run(NETWORKS["switch8"], system, [(0, "all_reduce", 1 << 20, None)], True,
                  monkeypatch)
-    last_arrival = alone.collective_end[0] - 20_000
+    last_arrival = alone.ledger.collective_end[0] - 20_000
     issues = [(0, "all_reduce", 1 << 20, None),
               (last_arrival - 3_000, "all_reduce", 1 << 20, None),
               (last_arrival - 1_000, "all_reduce", 1 << 20, None, TREE)]
@@ -338,7 +336,7 @@ def test_timers_fire_on_time_beside_per_npu_collectives(monkeypatch):
     schedule.at(5_000.0, later)
     schedule.run()
     assert fired == [(5_000.0, 5_000.0)]
-    assert schedule.collective_end[1] > 5_000.0
+    assert schedule.ledger.collective_end[1] > 5_000.0
 
 
 def test_a_phase_with_no_groups_takes_no_time(monkeypatch):
@@ -354,5 +352,5 @@ def test_a_phase_with_no_groups_takes_no_time(monkeypatch):
     _compare(reused, plain)
     only_dim0 = _run(net, system, [(0, "all_reduce", 1 << 20, (0,), {"scope": (4, 5, 6, 7)})],
                      False, monkeypatch)
-    extra = plain.collective_end[0] - only_dim0.collective_end[0]
+    extra = plain.ledger.collective_end[0] - only_dim0.ledger.collective_end[0]
     assert 0 < extra <= 4 * 10   # a few endpoint delays (10 ns), no transfer

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import VALIDATION
-from flowsim.workload.simulate import simulate
+from flowsim import simulate
 
 ROOT = VALIDATION / "astra_sim_1"
 RESULTS = ROOT / "results.csv"

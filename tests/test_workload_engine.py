@@ -240,7 +240,7 @@ def test_bundled_workloads_build_and_validate(name):
     from flowsim.workload.validate import check_workload
 
     network = load_network(BUNDLED[name])
-    workload, network = load_workload(name, network)
+    workload = load_workload(name, network)
     check_workload(workload, network)
     assert sum(len(p.ops) for p in workload.programs) > 0
 

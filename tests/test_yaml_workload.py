@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 import flowsim
+from flowsim import simulate
 from flowsim.errors import ConfigError, SimulationError
 from flowsim.units import parse_duration
 from flowsim.workload.graph import Op, Program, Workload
-from flowsim.workload.simulate import simulate
 from flowsim.workload.yaml_graph import (
     format_workload_yaml,
     parse_workload_mapping,

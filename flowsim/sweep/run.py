@@ -19,7 +19,7 @@ import xarray as xr
 
 from .._version import __version__
 from ..errors import ConfigError, FlowsimError, FlowsimWarning
-from ..results import write_dataset
+from ..results import from_attrs, write_dataset
 from .spec import SweepSpec
 
 #: scalar results of every point of a collective sweep (name, units)
@@ -43,8 +43,6 @@ def evaluate_point(point: dict) -> tuple[tuple[float, ...], str]:
     configuration is invalid records its error instead of stopping the sweep."""
     if "workload" in point:
         return _evaluate_workload(point)
-    import json
-
     from ..system import simulate_collective
 
     try:
@@ -55,13 +53,12 @@ def evaluate_point(point: dict) -> tuple[tuple[float, ...], str]:
                                      dims=point.get("dims"), root=point.get("root", 0))
     except FlowsimError as exc:
         return (np.nan,) * len(OUTPUTS), str(exc)
-    stats = json.loads(ds.attrs["stats"])
     return (float(ds.time_ns), float(ds.link_bytes.sum()),
-            float(ds.link_utilization.max()), float(stats["flows"])), ""
+            float(ds.link_utilization.max()), float(from_attrs(ds.attrs).flows)), ""
 
 
 def _evaluate_workload(point: dict) -> tuple[tuple[float, ...], str]:
-    from ..workload import simulate
+    from ..system import simulate
 
     try:
         with warnings.catch_warnings():

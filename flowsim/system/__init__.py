@@ -1,7 +1,9 @@
-"""System layer: system configs, chunk/phase composition and scheduling."""
+"""System layer: system configs, chunk/phase composition, scheduling onto the network models'
+timers, and the engines that run collectives and workloads."""
 
 from .collective import simulate_collective
 from .config import SystemConfig, load_system, parse_system_config, read_system_config
+from .simulate import simulate
 
 __all__ = ["SystemConfig", "load_system", "parse_system_config", "read_system_config",
-           "simulate_collective"]
+           "simulate", "simulate_collective"]

@@ -18,6 +18,7 @@ from ..units import parse_size
 from .config import SystemConfig, load_system
 from .phases import assign_variants, chunk_sizes, collective_phases
 from .scheduler import Schedule, can_replicate
+from .templates import route_messages
 
 NetworkLike = "str | os.PathLike | Mapping[str, Any] | NetworkConfig | Network"
 
@@ -64,7 +65,8 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
                         model: str = "analytical", *, dims: Any = None, root: int = 0,
                         src: int | None = None, dst: int | None = None,
                         trace: str | os.PathLike | None = None,
-                        symmetry: bool = True, group: Any = None) -> xr.Dataset:
+                        symmetry: bool = True, group: Any = None,
+                        replay: bool = True) -> xr.Dataset:
     """Simulate one collective and return its timing as an :class:`xarray.Dataset`.
 
     Parameters
@@ -95,6 +97,9 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
     symmetry : bool
         Simulate one group per dimension when all groups are exact replicas (barrier
         synchronisation, per-dimension phases); ``False`` simulates every group, for checks.
+    replay : bool
+        Flow model: replay steps and phases whose links carry nothing else from their solution
+        alone (exact, and the default); ``False`` puts every flow into the engine, for checks.
 
     Returns
     -------
@@ -120,7 +125,7 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
     if members and name in ("broadcast", "reduce") and root not in members:
         raise config_error("argument", "root", f"an NPU of the group {list(members)}", root)
     if name == "send_recv":
-        schedule = Schedule(net, sys_cfg, model, trace=trace is not None)
+        schedule = Schedule(net, sys_cfg, model, trace=trace is not None, replay=replay)
         if src is None or dst is None:
             raise ConfigError("argument 'src'/'dst': a send_recv needs both endpoints")
         algorithms = ("p2p",) * net.ndims
@@ -134,7 +139,8 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
                                                     root=root, group=members)
                                   for c in sizes])
         replicate = symmetry and can_replicate(net, sys_cfg, chunks, trace is not None)
-        schedule = Schedule(net, sys_cfg, model, trace=trace is not None, replicate=replicate)
+        schedule = Schedule(net, sys_cfg, model, trace=trace is not None, replicate=replicate,
+                            replay=replay)
         schedule.issue(chunks, at=0.0)
         algorithms = tuple(_algorithm_names(sys_cfg, name, net.ndims))
     schedule.run()
@@ -149,18 +155,11 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
 
 
 def _write_trace(schedule: Schedule, path: str | os.PathLike) -> None:
-    from ..trace import analytical_flow_times, chrome_trace, write_trace
+    from ..results.trace import chrome_trace, write_trace
 
-    if schedule.model == "analytical":
-        times = analytical_flow_times
-    else:
-        engine = schedule.timer.engine
-
-        def times(entry: dict):
-            ids = slice(entry["flows"], entry["flows"] + entry["template"].src.size)
-            return (engine.flow_arrays("start")[ids], engine.flow_arrays("send_end")[ids],
-                    engine.flow_arrays("finish")[ids])
-    write_trace(chrome_trace(schedule.trace_log or [], times), path)
+    timer = schedule.timer
+    write_trace(chrome_trace(schedule.trace_log or [],
+                             lambda entry: timer.message_times(entry["token"])), path)
 
 
 def _algorithm_names(system: SystemConfig, collective: str, ndims: int) -> list[str]:
@@ -170,49 +169,37 @@ def _algorithm_names(system: SystemConfig, collective: str, ndims: int) -> list[
 
 def _send_recv(schedule: Schedule, src: int, dst: int, nbytes: int) -> None:
     """A point-to-point message: one flow, one endpoint delay before and after."""
-    from .backends import make_template
-
-    net = schedule.network
-    message, weight, indptr, links = net.routes_multipath(np.array([src]), np.array([dst]))
-    template = make_template(net, np.full(message.size, src), np.full(message.size, dst),
-                             indptr, links, message=message, weight=weight)
+    template = route_messages(schedule.network, np.array([src]), np.array([dst]))
     ed = schedule.system.endpoint_delay_ns
-
-    def arrived(t: float) -> None:
-        token = schedule.timer.timer(t + ed)
-        schedule._actions[token] = (finished, ())
+    ledger = schedule.ledger
 
     def finished(t: float) -> None:
-        schedule.npu_finish[[src, dst]] = t
-        schedule.collective_end[0] = t
+        ledger.npu_finish[[src, dst]] = t
+        ledger.collective_end[0] = t
 
-    schedule.collective_end[0] = 0.0
-    token = schedule.timer.step(template, float(nbytes), 0.0, ed)
-    schedule._actions[token] = (arrived, ())
+    ledger.collective_end[0] = 0.0
+    schedule.message(template, float(nbytes), 0.0, ed,
+                     lambda t: schedule.at(t + ed, finished))
 
 
-def _dataset(schedule: Schedule, net: Network, system: SystemConfig, collective: str,
+def _dataset(schedule: Schedule, net, system: SystemConfig, collective: str,
              nbytes: int, model: str, algorithms: tuple[str, ...]) -> xr.Dataset:
     timer = schedule.timer
-    time_ns = max(schedule.collective_end.values(), default=0.0)
+    ledger = schedule.ledger
+    time_ns = max(ledger.collective_end.values(), default=0.0)
     link_bytes = schedule.expand_replicated(np.asarray(timer.link_bytes, np.float64))
     if np.any(net.link_dim < 0):  # a fabric: links belong to no logical dimension
         dim_bytes = np.full(net.ndims, np.nan)
     else:
         dim_bytes = np.bincount(net.link_dim, weights=link_bytes, minlength=net.ndims)
-    return collective_dataset(network=net, system=system, collective=collective, size=nbytes,
-                              model=model, algorithms=algorithms, time_ns=time_ns,
-                              npu_finish_ns=schedule.npu_finish.copy(), link_bytes=link_bytes,
-                              link_busy_ns=schedule.expand_replicated(
-                                  np.asarray(timer.link_busy, np.float64)),
-                              dim_bytes=dim_bytes, dim_busy_ns=schedule.dim_busy_ns(),
-                              stats=_stats(schedule))
-
-
-def _stats(schedule: Schedule) -> dict:
-    stats = schedule.timer.stats()
-    stats["simulated_flows"] = stats["flows"]
+    stats = timer.stats()
     if schedule.replicate:
         # every simulated flow stands for one flow in each group of its dimension
-        stats["flows"] = schedule.represented_flows
-    return stats
+        stats = stats.with_represented_flows(ledger.represented_flows)
+    return collective_dataset(network=net, system=system, collective=collective, size=nbytes,
+                              model=model, algorithms=algorithms, time_ns=time_ns,
+                              npu_finish_ns=ledger.npu_finish.copy(), link_bytes=link_bytes,
+                              link_busy_ns=schedule.expand_replicated(
+                                  np.asarray(timer.link_busy, np.float64)),
+                              dim_bytes=dim_bytes, dim_busy_ns=ledger.dim_busy_ns(),
+                              stats=stats)

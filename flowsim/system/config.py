@@ -31,6 +31,7 @@ from typing import Any
 from .._io import read_mapping
 from ..collectives import ALGORITHMS, FLAT_PREFIX, canonical_algorithm
 from ..errors import FlowsimWarning, config_error
+from .cost import reduction_ns
 
 IMPLEMENTATION_KEYS = {
     "all_reduce": "all-reduce-implementation",
@@ -119,11 +120,9 @@ class SystemConfig:
         return dict(self.implementations)[collective]
 
     def reduction_ns(self, nbytes: float) -> float:
-        """Local reduction cost of ``nbytes`` received bytes (ns), as ASTRA-sim charges it."""
-        cost = self.local_reduction_delay_ns if nbytes > 0 else 0.0
-        if self.local_mem_bw_gbps is None or nbytes <= 0:
-            return cost
-        return cost + 3.0 * math.floor(nbytes / self.local_mem_bw_gbps)
+        """Local reduction cost of ``nbytes`` received bytes (ns), as ASTRA-sim charges it
+        (see :func:`flowsim.system.cost.reduction_ns`)."""
+        return reduction_ns(nbytes, self.local_mem_bw_gbps, self.local_reduction_delay_ns)
 
 
 def warn_not_modelled(source: str, key: str, value: Any, why: str, stacklevel: int = 2

@@ -1,20 +1,10 @@
-"""The congestion-aware backend: steps timed on the max-min fair flow engine.
+"""The congestion-aware timer: steps timed on the max-min fair flow engine. Implements
+:class:`~flowsim.system.timer.Timer`.
 
-Reuse of isolated steps
------------------------
-Max-min fair rates of flows that share no link with anything else in flight do not depend
-on the rest of the network: a step whose links are free for as long as it sends evolves
-exactly as it would alone. Ring and direct steps repeat thousands of times (every step of a
-ring, every chunk, every group of every dimension), so the timer solves a step alone once per
-(template, size) and replays the solution: a *virtual* step is one timer instead of its flows
-and their events. A whole barrier phase whose links are free is replayed the same way
-(:meth:`FlowTimer.replay_phase`).
-
-A virtual step is materialised (its flows put into the engine with the bytes they still have
-to send) as soon as anything that could share its links is added before it has finished
-sending; a replayed phase is handed back to the scheduler at the step it is in. Deciding that
-needs no knowledge of the future: a later step either avoids the claimed links, starts after
-the claim ends, or materialises it.
+Steps and phases whose links are free are replayed from their solution alone (see
+:mod:`.replay`); everything else puts its flows into the
+:class:`~flowsim.network.engine.FlowEngine`, where everything in flight shares links max-min
+fairly.
 """
 
 from __future__ import annotations
@@ -22,61 +12,25 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..network import _kernels
 from ..network.csr import gather_segments
 from ..network.engine import FlowEngine
-from ..topology import Network
-from .backends import PhaseDag, StepTemplate
+from ..results.stats import SimulationStats
+from .dag import PhaseDag, add_dag_flows
 from .phase_plan import PhasePlan
-
-_MARKER_PTR = np.zeros(2, np.int64)  # one flow without links: a timer
-_NO_LINKS = np.zeros(0, np.int32)
-
-
-@dataclass(frozen=True)
-class _Alone:
-    """A step's solution when it is alone on the network (times relative to its start)."""
-
-    duration: float          # last arrival
-    busy_links: np.ndarray   # links the step sends on
-    busy_ns: np.ndarray      # how long each of them carries the step
-    events: int
-    rate_computations: int
-
-
-@dataclass
-class _Virtual:
-    """A step replayed from its solution alone (a timer due at its last arrival)."""
-
-    template: StepTemplate
-    nbytes: float
-    release: float
-    delay: float
-    alone: _Alone
-
-    @property
-    def start(self) -> float:
-        return self.release + self.delay
-
-    @property
-    def end(self) -> float:
-        return self.start + self.alone.duration
-
-
-@dataclass
-class _VirtualPhase:
-    """A barrier phase replayed step after step from the steps' solutions alone; ``resume``
-    hands it back to the scheduler (index of the first unfinished step, its release)."""
-
-    steps: list[_Virtual]
-    start: float
-    resume: Callable[[int, float], None]
-    links: np.ndarray    # every link of the phase, claimed until ``end``
-    end: float           # the last step's last arrival
+from .replay import (
+    MARKER_PTR,
+    NO_LINKS,
+    Alone,
+    VirtualPhase,
+    VirtualStep,
+    remainder,
+    solve_alone,
+)
+from .templates import StepTemplate
 
 
 class FlowTimer:
@@ -88,22 +42,19 @@ class FlowTimer:
 
     Parameters
     ----------
-    network : Network
-    model : {"flow", "analytical"}
-        The engine's model (the analytical model has its own, faster timer).
+    network : Network or FabricNetwork
+    replay : bool
+        Replay steps and phases whose links are free from their solution alone (exact; off:
+        every flow enters the engine, for checks).
     keep_flows : bool
-        Keep every flow in the engine (per-flow times for timelines); this also turns off the
-        reuse of isolated steps, whose flows never enter the engine.
+        Keep every flow in the engine (per-message times for timelines); turns replay off.
     """
 
-    #: replay isolated steps from their solution alone (off: every flow enters the engine;
-    #: the tests compare the two)
-    reuse_isolated_steps = True
+    prices_flat_by_lowest_dim = False
 
-    def __init__(self, network: Network, model: str = "flow", *, keep_flows: bool = False
-                 ) -> None:
+    def __init__(self, network, *, replay: bool = True, keep_flows: bool = False) -> None:
         self.network = network
-        self.engine = FlowEngine(network.link_bandwidth, network.link_latency, model,
+        self.engine = FlowEngine(network.link_bandwidth, network.link_latency, "flow",
                                  retire=not keep_flows)
         self.steps = 0
         self.flows = 0
@@ -112,16 +63,16 @@ class FlowTimer:
         self.materialised = [0, 0]
         #: replayed phases handed back to the scheduler
         self.resumed_phases = 0
-        self._reuse = self.reuse_isolated_steps and not keep_flows and model == "flow"
+        self._replay = replay and not keep_flows
+        self._first_flow: dict[int, tuple[int, int]] | None = {} if keep_flows else None
         L = network.num_links
         #: real steps in flight per link (counted down when the step has arrived)
         self._outstanding = np.zeros(L, np.int32)
         self._real_links: dict[int, np.ndarray] = {}
         #: per link: the latest time a virtual step or phase claims it until
         self._virtual_until = np.full(L, -np.inf)
-        self._virtual: dict[int, _Virtual] = {}
-        self._virtual_phases: dict[int, _VirtualPhase] = {}
-        self._phase_links: dict[int, np.ndarray] = {}
+        self._virtual: dict[int, VirtualStep] = {}
+        self._virtual_phases: dict[int, VirtualPhase] = {}
         self._tokens = itertools.count()
         #: (due time, token) of timers and virtual steps
         self._heap: list[tuple[float, int]] = []
@@ -134,7 +85,7 @@ class FlowTimer:
         self._extra_busy = np.zeros(L)
         self._extra_events = 0
         self._extra_rates = 0
-        self._counted: set[tuple[int, float]] = set()
+        self._alone: dict[tuple[int, float], Alone] = {}
         self._arrived: dict[tuple[int, float], list] = {}
 
     @property
@@ -151,7 +102,7 @@ class FlowTimer:
             return self.timer(start)
         self._materialise_overlapping(links, start)
         free = not self._outstanding[links].any()
-        if self._reuse and free:
+        if self._replay and free:
             return self._add_virtual(template, nbytes, release, delay)
         if start < self.engine.now:
             # a step of a resumed phase, already sending (alone: its phase held the links):
@@ -160,6 +111,8 @@ class FlowTimer:
             self._materialise(token)
             return token
         token = next(self._tokens)
+        if self._first_flow is not None:
+            self._first_flow[token] = (self.engine.num_flows, template.src.size)
         self._add_real(template, nbytes, release, delay, token, links)
         return token
 
@@ -169,8 +122,8 @@ class FlowTimer:
         heapq.heappush(self._heap, (at, token))
         return token
 
-    def replay_phase(self, plan: PhasePlan, at: float,
-                     resume: Callable[[int, float], None]) -> int | None:
+    def whole_phase(self, plan: PhasePlan, at: float,
+                    resume: Callable[[int, float], None]) -> int | None:
         """Replay a whole barrier phase that starts at ``at`` if none of its links carries
         anything; returns a token due when it has ended (after its last delay), or ``None``.
 
@@ -178,86 +131,57 @@ class FlowTimer:
         with the first step not yet finished and the time that step was released: the
         scheduler then runs the rest step by step (the finished steps count as done).
         """
-        if not self._reuse:
+        if not self._replay:
             return None
-        links = self._phase_links.get(id(plan))
-        if links is None:
-            links = self._phase_links[id(plan)] = np.unique(np.concatenate(
-                [tp.link_bytes_per_byte[0] for tp in plan.templates]))
+        links = plan.all_links()
         self._materialise_overlapping(links, at + plan.delays[0])
         if self._outstanding[links].any():
             return None
         steps = []
         end = at
         for template, size, delay in zip(plan.templates, plan.sizes, plan.delays):
-            step = _Virtual(template, size, end, delay, self._alone(template, size))
+            step = VirtualStep(template, size, end, delay, self._solve(template, size))
             end = step.end
             steps.append(step)
         token = self.timer(end + plan.delays[-1])
         # conservative: every link of the phase is taken until its last step has arrived
-        self._virtual_phases[token] = _VirtualPhase(steps, at, resume, links, end)
+        self._virtual_phases[token] = VirtualPhase(steps, at, resume, links, end)
         self._virtual_until[links] = np.maximum(self._virtual_until[links], end)
         self._count_steps(plan.templates, len(steps))
         return token
 
-    def phase(self, dag: PhaseDag, nbytes: list[float], delays: list[float],
-              posts: list[float], before: list[np.ndarray], at: float) -> np.ndarray:
+    def dag_phase(self, dag: PhaseDag, nbytes: list[float], delays: list[float],
+                  posts: list[float], before: list[np.ndarray], at: float
+                  ) -> tuple[np.ndarray, np.ndarray]:
         """A phase with per-NPU synchronisation as a DAG of flows; returns each participant's
         exit and start markers (zero-byte flows whose arrival is that time).
 
         ``before`` holds per-NPU marker ids (-1: none) a participant waits for. The DAG's
         flows start at times only the engine knows, so from here on every step is real.
         """
-        self._reuse = False
+        self._replay = False
         # handing a phase back may start (and materialise) steps: loop until none is left
         while self._virtual_phases:
             self._materialise_phase(next(iter(self._virtual_phases)))
         for token in [t for t, v in self._virtual.items() if v.template.src.size]:
             if token in self._virtual:
                 self._materialise(token)
-        engine = self.engine
-        deps = np.stack([h[dag.npus] for h in before], axis=1) if before else \
-            np.full((dag.npus.size, 0), -1, np.int64)
-        valid = deps >= 0
-        start_ids = engine.add(np.zeros(dag.npus.size + 1, np.int64), _NO_LINKS, 0.0,
-                               release=at, dep_indptr=np.concatenate(
-                                   [[0], np.cumsum(valid.sum(axis=1))]).astype(np.int64),
-                               dep_ids=deps[valid].astype(np.int64))
-        start_of = np.full(self.network.npus, -1, np.int64)
-        start_of[dag.npus] = start_ids
-        previous = None
-        step_ids = []
-        for index, (template, size, delay) in enumerate(zip(dag.templates, nbytes, delays)):
-            own = start_of[template.src]
-            if index > 0 and template.dep_indptr is not None:
-                counts = np.diff(template.dep_indptr)
-                dep_indptr = np.concatenate([[0], np.cumsum(counts + 1)]).astype(np.int64)
-                dep_ids = np.empty(dep_indptr[-1], np.int64)
-                dep_ids[dep_indptr[:-1]] = own
-                rest = np.ones(dep_ids.size, bool)
-                rest[dep_indptr[:-1]] = False
-                dep_ids[rest] = previous[template.dep_local]
-            else:
-                dep_indptr = np.arange(own.size + 1, dtype=np.int64)
-                dep_ids = own
-            ids = engine.add(template.indptr, template.links, template.flow_bytes(size),
-                             release=at, delay=delay, dep_indptr=dep_indptr, dep_ids=dep_ids)
-            step_ids.append(ids)
-            previous = ids
-            self.steps += 1
-            self.flows += template.src.size
-        # exit markers: after the start and the last step each participant receives in
-        ptr, flat_ids, delay = dag.exit_dependencies(start_ids, step_ids, posts)
-        exits = engine.add(np.zeros(dag.npus.size + 1, np.int64), _NO_LINKS, 0.0, release=at,
-                           delay=delay, dep_indptr=ptr, dep_ids=flat_ids)
-        return exits, start_ids
+        exits, starts, flows = add_dag_flows(self.engine, self.network.npus, dag, nbytes,
+                                             delays, posts, before, at)
+        self.steps += len(dag.templates)
+        self.flows += flows
+        return exits, starts
+
+    def no_handles(self, n: int) -> np.ndarray:
+        """Per-NPU marker ids meaning "nothing to wait for"."""
+        return np.full(n, -1, np.int64)
 
     def join(self, handles: list[np.ndarray], at: float) -> int:
         """A watched marker due when every handle (marker flow id, -1: none) has arrived."""
         ids = np.concatenate([h[h >= 0] for h in handles]) if handles else \
             np.zeros(0, np.int64)
         group = self.engine.new_group()
-        self.engine.add(_MARKER_PTR, _NO_LINKS, 0.0, release=at, group=group,
+        self.engine.add(MARKER_PTR, NO_LINKS, 0.0, release=at, group=group,
                         dep_indptr=np.array([0, ids.size], np.int64),
                         dep_ids=ids.astype(np.int64))
         token = next(self._tokens)
@@ -325,11 +249,19 @@ class FlowTimer:
         self._spread_arrived()
         return self.engine.link_busy[: self.network.num_links] + self._extra_busy
 
-    def stats(self) -> dict:
-        return {"flows": self.flows, "steps": self.steps,
-                "events": self.engine.events + self._extra_events,
-                "rate_computations": self.engine.rate_computations + self._extra_rates,
-                "reused_steps": self.reused_steps}
+    def message_times(self, token: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Start, last byte sent and arrival of every flow of a step (``keep_flows``)."""
+        first, count = self._first_flow[token]
+        ids = slice(first, first + count)
+        engine = self.engine
+        return (engine.flow_arrays("start")[ids], engine.flow_arrays("send_end")[ids],
+                engine.flow_arrays("finish")[ids])
+
+    def stats(self) -> SimulationStats:
+        return SimulationStats(flows=self.flows, simulated_flows=self.flows, steps=self.steps,
+                               events=self.engine.events + self._extra_events,
+                               rate_computations=self.engine.rate_computations +
+                               self._extra_rates, reused_steps=self.reused_steps)
 
     # ------------------------------------------------------------------ isolated steps
     def _add_real(self, template: StepTemplate, nbytes: float, release: float, delay: float,
@@ -348,8 +280,8 @@ class FlowTimer:
 
     def _add_virtual(self, template: StepTemplate, nbytes: float, release: float,
                      delay: float) -> int:
-        alone = self._alone(template, nbytes)
-        virtual = _Virtual(template, nbytes, release, delay, alone)
+        alone = self._solve(template, nbytes)
+        virtual = VirtualStep(template, nbytes, release, delay, alone)
         token = self.timer(virtual.end)
         self._virtual[token] = virtual
         ids = alone.busy_links
@@ -358,39 +290,18 @@ class FlowTimer:
         self.reused_steps += 1
         return token
 
-    def _alone(self, template: StepTemplate, nbytes: float) -> _Alone:
-        """The step's solution alone on the network (solved once per template and size)."""
-        solved = template._cache.setdefault("alone", {})
-        alone = solved.get(nbytes)
+    def _solve(self, template: StepTemplate, nbytes: float) -> Alone:
+        """The step's solution alone on the network (solved once per template and size; the
+        solve's work is counted once per run)."""
+        key = (id(template), nbytes)
+        alone = self._alone.get(key)
         if alone is None:
-            engine = self._run_alone(template, nbytes)
-            finish = engine.flow_arrays("finish")
-            busy = engine.link_busy[: self.network.num_links]
-            ids = np.nonzero(busy > 0)[0]
-            alone = _Alone(float(finish.max()) if finish.size else 0.0, ids, busy[ids],
-                           engine.events, engine.rate_computations)
-            solved[nbytes] = alone
-        if (id(template), nbytes) not in self._counted:   # the solve's work, once per run
-            self._counted.add((id(template), nbytes))
+            alone = self._alone[key] = solve_alone(self.network, template, nbytes)
             self._extra_events += alone.events
             self._extra_rates += alone.rate_computations
         return alone
 
-    def _run_alone(self, template: StepTemplate, nbytes: float,
-                   until: float | None = None) -> FlowEngine:
-        """A fresh engine holding only this step, started at 0 and run to the end (or until
-        ``until``, when it stops with the step's state at that time)."""
-        engine = FlowEngine(self.network.link_bandwidth, self.network.link_latency, "flow")
-        latency, bottleneck = template.engine_paths()
-        engine.add(template.indptr, template.links, template.flow_bytes(nbytes), release=0.0,
-                   path_latency=latency, path_bottleneck=bottleneck)
-        if until is not None:
-            group = engine.new_group()
-            engine.add(_MARKER_PTR, _NO_LINKS, 0.0, release=until, group=group)
-        engine.run()
-        return engine
-
-    def _account_alone(self, virtual: _Virtual) -> None:
+    def _account_alone(self, virtual: VirtualStep) -> None:
         """A virtual step has arrived: its bytes and busy time join the links' totals (counted
         per template and size, spread over the links when asked for)."""
         key = (id(virtual.template), virtual.nbytes)
@@ -478,35 +389,27 @@ class FlowTimer:
         group = engine.new_group()
         self._group_token[group] = token
         # the step alone up to now: what each flow still has to send, or when it arrives
-        alone = self._run_alone(template, virtual.nbytes, until=now - virtual.start)
-        n = template.src.size
-        state = alone.flow_arrays("state")[:n]
-        remaining = alone.flow_arrays("remaining")[:n]
-        sending = np.nonzero(state == _kernels.SENDING)[0]
-        flying = np.nonzero(state == _kernels.IN_FLIGHT)[0]
-        arrival = virtual.start + alone.flow_arrays("send_end")[flying] + \
-            alone.flow_arrays("latency")[flying]
+        rest = remainder(self.network, virtual, now)
+        sending = rest.sending
         counts = np.diff(template.indptr)[sending]
         indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         latency, bottleneck = template.engine_paths()
         if sending.size:
             engine.add(indptr, template.links[gather_segments(template.indptr[sending], counts)],
-                       remaining[sending], release=now, group=group,
+                       rest.remaining, release=now, group=group,
                        path_latency=None if latency is None else latency[sending],
                        path_bottleneck=None if bottleneck is None else bottleneck[sending])
-        if flying.size or not sending.size:
-            at = arrival if flying.size else np.array([max(now, virtual.start +
-                                                           virtual.alone.duration)])
-            engine.add(np.zeros(at.size + 1, np.int64), _NO_LINKS, 0.0, release=at,
+        if rest.arrival.size or not sending.size:
+            at = rest.arrival if rest.arrival.size else np.array(
+                [max(now, virtual.start + virtual.alone.duration)])
+            engine.add(np.zeros(at.size + 1, np.int64), NO_LINKS, 0.0, release=at,
                        group=group)
         # what was sent before now never enters the engine
-        sent = np.asarray(template.flow_bytes(virtual.nbytes), np.float64) * np.ones(n)
-        sent[sending] -= remaining[sending]
-        self._extra_bytes += np.bincount(template.links,
-                                         weights=np.repeat(sent, np.diff(template.indptr)),
-                                         minlength=self._extra_bytes.size)
-        self._extra_busy += alone.link_busy[: self.network.num_links]
-        self._extra_events += alone.events
-        self._extra_rates += alone.rate_computations
+        self._extra_bytes += np.bincount(
+            template.links, weights=np.repeat(rest.sent, np.diff(template.indptr)),
+            minlength=self._extra_bytes.size)
+        self._extra_busy += rest.link_busy
+        self._extra_events += rest.events
+        self._extra_rates += rest.rate_computations
         self._outstanding[links] += 1
         self._real_links[token] = links

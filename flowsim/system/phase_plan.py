@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .backends import StepTemplate
+from . import cost
+from .templates import StepTemplate
 
 
-@dataclass
+@dataclass(eq=False)
 class PhasePlan:
     """The steps of one barrier phase with their sizes and the delays between them.
 
@@ -20,8 +21,8 @@ class PhasePlan:
     sizes : list of float
         Bytes of every message of each step.
     delays : list of float
-        ``delays[i]``: the wait before step ``i`` (the endpoint delay, then each previous
-        step's endpoint delay plus local reduction); ``delays[-1]``: the wait after the last.
+        ``delays[i]``: the wait before step ``i`` (see :func:`.cost.step_delays`);
+        ``delays[-1]``: the wait after the last.
     step_dim_bytes : list of ndarray
         Bytes each step puts on every dimension (all groups counted).
     """
@@ -35,7 +36,8 @@ class PhasePlan:
     dim_bytes: np.ndarray = field(init=False)
     #: flows of every group the phase stands for
     represented: int = field(init=False)
-    _timed: list[tuple[float, float]] | None = field(default=None, init=False)
+    links: np.ndarray | None = field(default=None, init=False)
+    _durations: list[float] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         usage: dict[int, list] = {}
@@ -45,15 +47,19 @@ class PhasePlan:
             entry[2] += 1
         self.usage = list(usage.values())
         self.dim_bytes = np.sum(self.step_dim_bytes, axis=0) if self.step_dim_bytes else 0.0
-        self.represented = sum(tp.src.size * tp.copies for tp in self.templates)
+        self.represented = sum(tp.represented_flows for tp in self.templates)
 
-    def analytical_end(self, start: float) -> float:
-        """When the phase started at ``start`` ends with every message alone on the network:
-        the same additions, in the same order, as timing it step by step."""
-        if self._timed is None:
-            self._timed = [(delay, template.duration(size)) for delay, template, size
-                           in zip(self.delays, self.templates, self.sizes)]
-        end = start
-        for delay, duration in self._timed:
-            end = end + delay + duration
-        return end + self.delays[-1]
+    def all_links(self) -> np.ndarray:
+        """Every link a step of the phase sends on (computed once)."""
+        if self.links is None:
+            self.links = np.unique(np.concatenate(
+                [tp.link_bytes_per_byte[0] for tp in self.templates]))
+        return self.links
+
+    def end_alone(self, start: float) -> float:
+        """When the phase started at ``start`` ends with every message alone on the network
+        (:func:`.cost.phase_end`: the same additions, in the same order, as step by step)."""
+        if self._durations is None:
+            self._durations = [tp.duration(size) for tp, size in zip(self.templates,
+                                                                      self.sizes)]
+        return cost.phase_end(start, self.delays, self._durations)

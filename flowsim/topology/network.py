@@ -190,6 +190,18 @@ class Network(LogicalGrid):
         local = np.arange(p)[None, :]
         return base + local, base + p + local
 
+    def tile_first_instance(self, per_link: np.ndarray) -> np.ndarray:
+        """Per-link values with the first instance's values of every dimension copied to all
+        its instances (for results of one group simulated for all its replicas)."""
+        out = per_link.copy()
+        offsets = list(self._dim_link_offset) + [self.num_links]
+        for d in range(self.ndims):
+            start, stop = offsets[d], offsets[d + 1]
+            instances = self.npus // self.dims[d]
+            per_instance = (stop - start) // instances
+            out[start:stop] = np.tile(per_link[start: start + per_instance], instances)
+        return out
+
     # ------------------------------------------------------------------ routing
     def routes(self, src: np.ndarray, dst: np.ndarray, *,
                lowest_dim_only: bool = False) -> tuple[np.ndarray, np.ndarray]:

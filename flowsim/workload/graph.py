@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -146,11 +147,17 @@ class Workload:
     layers : list of str
         Layer names for the per-layer breakdown.
     name : str
+    network : NetworkConfig or None
+        See below.
     """
 
     programs: list[Program]
     layers: list[str] = field(default_factory=list)
     name: str = "workload"
+    #: the config of the network the programs were written for, when it is not the one they
+    #: were loaded for (ASTRA-sim 1.0's ``HYBRID_TRANSFORMER`` splits a dimension in two);
+    #: ``None``: the network given
+    network: Any = None
 
 
 def spmd(ops: Sequence[Op], npus: int, *, layers: Sequence[str] = (), name: str = "workload",

@@ -19,7 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..topology import Network
 from ..topology.config import NetworkConfig
 from .astra_text import TextLayer, TextWorkload
 from .graph import Op, Workload, spmd
@@ -151,20 +150,19 @@ def _previous_checkpoint(checkpoints: tuple[int, ...], layer: int) -> int:
     return max(earlier) if earlier else 0
 
 
-def build_training_loop(text: TextWorkload, network: Network, passes: int = 1
-                        ) -> tuple[Workload, Network]:
-    """The SPMD graph of ``passes`` iterations of a text workload's training loop.
+def build_training_loop(text: TextWorkload, network, passes: int = 1) -> Workload:
+    """The SPMD graph of ``passes`` iterations of a text workload's training loop on
+    ``network``.
 
-    Returns the workload and the network it runs on (``HYBRID_TRANSFORMER`` may split a
-    dimension of ``network`` in two, as ASTRA-sim does).
+    ``HYBRID_TRANSFORMER`` may split a dimension of ``network`` in two, as ASTRA-sim does; the
+    workload then carries the split network's config (:attr:`Workload.network`).
     """
     if passes < 1:
         raise ConfigError(f"argument 'iterations': expected an integer >= 1, found {passes}")
     kind = text.parallelism
     split = -1
+    split_config = None
     if kind.startswith("HYBRID_TRANSFORMER"):
-        from ..topology import load_network
-
         config = getattr(network, "config", None)
         if not isinstance(config, NetworkConfig):
             raise ConfigError(f"{text.source}: {kind} needs a network of Ring / "
@@ -173,8 +171,9 @@ def build_training_loop(text: TextWorkload, network: Network, passes: int = 1
         new_config, split = model_parallel_split(config, text.model_parallel_group,
                                                  text.source)
         if new_config is not config:
-            network = load_network(new_config)
-    ndims = network.ndims
+            split_config = new_config
+    npus = network.npus
+    ndims = len(split_config.npus_count) if split_config is not None else network.ndims
     layers = text.layers
     loop = _Loop(layers)
     L = len(layers)
@@ -182,8 +181,7 @@ def build_training_loop(text: TextWorkload, network: Network, passes: int = 1
         dims = _policy_dims("DATA", ndims, split)["wg"]
         ids = [loop.collective(0, "wg", dims) for _ in range(passes)]
         ops = loop.finish(ids)
-        return spmd(ops, network.npus, layers=[x.name for x in layers], name=Path(text.source).name,
-                    source=text.source), network
+        return _workload(ops, npus, text, split_config)
 
     def dims_of(i: int) -> dict[str, tuple[int, ...]]:
         if kind == "HYBRID_CUSTOMIZED":
@@ -212,8 +210,15 @@ def build_training_loop(text: TextWorkload, network: Network, passes: int = 1
         else:
             _model_pass(loop, layers, dims, wg, ig, kind, text)
     ops = loop.finish([wg[0]] if L else [])
-    return spmd(ops, network.npus, layers=[x.name for x in layers], name=Path(text.source).name,
-                source=text.source), network
+    return _workload(ops, npus, text, split_config)
+
+
+def _workload(ops: list[Op], npus: int, text: TextWorkload,
+              network: NetworkConfig | None) -> Workload:
+    out = spmd(ops, npus, layers=[x.name for x in text.layers], name=Path(text.source).name,
+               source=text.source)
+    out.network = network
+    return out
 
 
 def _data_pass(loop: _Loop, layers, dims, wg) -> None:

@@ -1,4 +1,4 @@
-"""Chrome-trace / Perfetto timelines of a simulated collective.
+"""Chrome-trace / Perfetto timelines of a simulated collective or workload run.
 
 Tracks: one process per dimension with a thread per chunk (every step of the chunk as a
 slice), and, when the run has at most :data:`MAX_FLOW_EVENTS` messages, one process for the
@@ -12,9 +12,7 @@ import json
 import os
 from typing import Any
 
-import numpy as np
-
-from ._io import write_text_atomic
+from .._io import write_text_atomic
 
 MAX_FLOW_EVENTS = 200_000
 
@@ -35,7 +33,7 @@ def chrome_trace(log: list[dict], flow_times) -> dict[str, Any]:
     ----------
     log : list of dict
         One entry per step: ``template``, ``nbytes``, ``chunk``, ``phase``, ``step``,
-        ``label``, ``dims``, ``start``, ``end``, ``flows`` (engine ids or ``None``).
+        ``label``, ``dims``, ``start``, ``end``, ``token`` (the timer's handle of the step).
     flow_times : callable
         ``flow_times(entry) -> (start, send_end, arrival)`` arrays for the step's messages.
     """
@@ -67,9 +65,29 @@ def write_trace(trace: dict[str, Any], path: str | os.PathLike) -> None:
     write_text_atomic(path, json.dumps(trace))
 
 
-def analytical_flow_times(entry: dict):
-    """Message times of a barrier step under the analytical model (each message alone)."""
-    template = entry["template"]
-    start = np.full(template.src.size, entry["start"])
-    transfer = entry["nbytes"] * template.per_byte
-    return start, start + transfer, start + transfer + template.latency
+_LANES = {"compute": "compute", "memory": "memory"}
+
+
+def workload_trace(timeline: list[dict], workload) -> dict:
+    """Trace events of a workload run: per program (shown by its first NPU) a compute track, a
+    memory track and as many communication tracks as it had collectives / messages in flight
+    at once."""
+    events = []
+    lanes: dict[tuple[int, str], list[float]] = {}
+    for entry in sorted(timeline, key=lambda e: e["start"]):
+        op = entry["op"]
+        pid = f"NPU {entry['npu']}" + ("" if len(workload.programs) == 1 else
+                                       f" (program {entry['program']})")
+        kind = _LANES.get(op.kind, "comm")
+        free = lanes.setdefault((entry["program"], kind), [])
+        lane = next((i for i, end in enumerate(free) if end <= entry["start"]), len(free))
+        if lane == len(free):
+            free.append(0.0)
+        free[lane] = entry["end"]
+        tid = {"compute": 0, "memory": 1}.get(kind, 2 + lane)
+        layer = workload.layers[op.layer] if 0 <= op.layer < len(workload.layers) else ""
+        args = {"kind": op.kind, "layer": layer, "pass": op.pass_}
+        if op.size:
+            args["bytes"] = op.size
+        events.append(_slice(op.name or op.kind, pid, tid, entry["start"], entry["end"], args))
+    return {"traceEvents": events, "displayTimeUnit": "ns"}

@@ -26,15 +26,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import SimulationError
-from ..system.config import SystemConfig
-from ..system.phases import assign_variants, chunk_sizes, collective_phases
-from ..system.scheduler import Schedule
-from ..topology import Network
-from .graph import PASSES, Op, Program, Workload, topological_order
-from .memory import MemoryConfig, MemoryServers
+from ..results.workload import RunRecord
+from ..workload.graph import PASSES, Op, Program, Workload, topological_order
+from ..workload.memory import MemoryConfig
+from .config import SystemConfig
+from .memory_servers import MemoryServers
+from .phases import assign_variants, chunk_sizes, collective_phases
+from .scheduler import Schedule
+from .templates import make_template
 
 if TYPE_CHECKING:
-    from .roofline import Roofline
+    from ..workload.roofline import Roofline
 
 _COMM = ("collective", "send", "recv")
 
@@ -63,26 +65,6 @@ class _State:
     on_finish: object = None     # called with the time when every op has finished
 
 
-@dataclass
-class RunRecord:
-    """What a workload run measured (plain arrays; :mod:`.results` makes a Dataset)."""
-
-    time_ns: float
-    npu_finish_ns: np.ndarray
-    npu_compute_ns: np.ndarray
-    npu_exposed_ns: np.ndarray       # blocked on communication, then its tail after the last op
-    npu_blocked_ns: np.ndarray       # blocked only (ASTRA-sim 1.0's per-layer sums)
-    layer_compute_ns: np.ndarray     # (layers + 1, 3): the last row collects unlabelled ops
-    layer_exposed_ns: np.ndarray
-    layer_comm_ns: np.ndarray
-    dim_bytes: np.ndarray
-    dim_busy_ns: np.ndarray
-    collectives: int
-    messages: int
-    stats: dict
-    timeline: list[dict]
-
-
 class WorkloadEngine:
     """Runs a :class:`Workload` on a network under a system config and a network model.
 
@@ -101,12 +83,14 @@ class WorkloadEngine:
         dimension queues, ASTRA-sim's behaviour).
     timeline : bool
         Keep op start and end times for a Chrome trace.
+    replay : bool
+        Flow model: replay steps whose links are free from their solution alone (exact).
     """
 
-    def __init__(self, network: Network, workload: Workload, system: SystemConfig,
+    def __init__(self, network, workload: Workload, system: SystemConfig,
                  model: str, *, speed: np.ndarray, roofline: Roofline | None = None,
                  memory: MemoryConfig | None = None, collective_streams: int | None = None,
-                 timeline: bool = False) -> None:
+                 timeline: bool = False, replay: bool = True) -> None:
         self.net = network
         self.workload = workload
         self.system = system
@@ -115,7 +99,7 @@ class WorkloadEngine:
         self.streams = collective_streams
         self.keep_timeline = timeline
         replicable = network.replicable and system.synchronization == "barrier"
-        self.schedule = Schedule(network, system, model, replicate=replicable)
+        self.schedule = Schedule(network, system, model, replicate=replicable, replay=replay)
         self.memory = MemoryServers(memory or MemoryConfig(), network.npus,
                                     system.local_mem_bw_gbps or math.inf)
         self.compute_free = np.zeros(network.npus)
@@ -342,7 +326,7 @@ class WorkloadEngine:
     def _issue_custom(self, op: Op, prefix: str, t: float, done) -> None:
         """Run a custom algorithm (per-rank send/recv traces) for one collective: each rank's
         ops become a one-NPU program starting at ``t``; the collective ends with the last."""
-        from .chakra import read_custom_collective
+        from ..workload.chakra import read_custom_collective
 
         ranks = self._custom.get(prefix)
         if ranks is None:
@@ -420,8 +404,6 @@ class WorkloadEngine:
         self._complete(st, op, np.maximum(st.ready[op.id], arrival))
 
     def _template(self, src: np.ndarray, dst: np.ndarray):
-        from ..system.backends import make_template
-
         key = (src.tobytes(), dst.tobytes())
         template = self._templates.get(key)
         if template is None:
@@ -479,19 +461,19 @@ class WorkloadEngine:
     def _record(self) -> RunRecord:
         sched = self.schedule
         time_ns = max(float(self.npu_finish.max(initial=0.0)),
-                      max(sched.collective_end.values(), default=0.0))
+                      max(sched.ledger.collective_end.values(), default=0.0))
         return RunRecord(
             time_ns=time_ns, npu_finish_ns=self.npu_finish.copy(),
             npu_compute_ns=self.npu_compute.copy(),
             npu_exposed_ns=self.npu_exposed + np.maximum(self.npu_finish - self.local_end, 0),
             npu_blocked_ns=self.npu_exposed.copy(),
             layer_compute_ns=self.layer_compute, layer_exposed_ns=self.layer_exposed,
-            layer_comm_ns=self.layer_comm, dim_bytes=sched.dim_bytes.copy(),
-            dim_busy_ns=sched.dim_busy_ns(), collectives=self.collectives,
+            layer_comm_ns=self.layer_comm, dim_bytes=sched.ledger.dim_bytes.copy(),
+            dim_busy_ns=sched.ledger.dim_busy_ns(), collectives=self.collectives,
             messages=self.messages, stats=sched.timer.stats(), timeline=self.timeline)
 
 
-def run_workload(network: Network, workload: Workload, system: SystemConfig, model: str,
+def run_workload(network, workload: Workload, system: SystemConfig, model: str,
                  **options) -> RunRecord:
     """Run ``workload`` to completion (see :class:`WorkloadEngine`)."""
     return WorkloadEngine(network, workload, system, model, **options).run()

@@ -1,0 +1,153 @@
+"""The Dataset of one workload run (see :func:`flowsim.simulate`) and ASTRA-sim-1.0-style CSVs
+of it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .._io import write_text_atomic
+from .._version import __version__
+from ..workload.graph import PASSES
+from .collective import per_dimension_config
+from .stats import SimulationStats, to_attrs
+from .units import set_units
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from ..workload.graph import Workload
+
+
+@dataclass
+class RunRecord:
+    """What a workload run measured, as plain arrays (the engine fills it in).
+
+    Attributes
+    ----------
+    time_ns : float
+        When the last op and every collective it issued had finished.
+    npu_finish_ns, npu_compute_ns : ndarray, shape (npus,)
+    npu_exposed_ns : ndarray, shape (npus,)
+        Blocked on communication, then its tail after the NPU's last op.
+    npu_blocked_ns : ndarray, shape (npus,)
+        Blocked only (ASTRA-sim 1.0's per-layer sums).
+    layer_compute_ns, layer_exposed_ns, layer_comm_ns : ndarray, shape (layers + 1, passes)
+        Per layer and pass; the last row collects unlabelled ops.
+    dim_bytes, dim_busy_ns : ndarray, shape (ndims,)
+    collectives, messages : int
+    stats : SimulationStats
+    timeline : list of dict
+        Op start and end times (only when a timeline was asked for).
+    """
+
+    time_ns: float
+    npu_finish_ns: np.ndarray
+    npu_compute_ns: np.ndarray
+    npu_exposed_ns: np.ndarray
+    npu_blocked_ns: np.ndarray
+    layer_compute_ns: np.ndarray
+    layer_exposed_ns: np.ndarray
+    layer_comm_ns: np.ndarray
+    dim_bytes: np.ndarray
+    dim_busy_ns: np.ndarray
+    collectives: int
+    messages: int
+    stats: SimulationStats
+    timeline: list[dict] = field(default_factory=list)
+
+
+def workload_dataset(record: RunRecord, network, system, model: str, workload: Workload,
+                     iterations: int) -> xr.Dataset:
+    """Assemble the Dataset of one workload run (see :func:`flowsim.simulate`)."""
+    import xarray as xr
+
+    layers = list(workload.layers) + ["(other)"]
+    keep = np.ones(len(layers), bool)
+    keep[-1] = bool(record.layer_compute_ns[-1].any() or record.layer_exposed_ns[-1].any()
+                    or record.layer_comm_ns[-1].any())
+    cfg = network.config
+    _, _, per_link = per_dimension_config(network)
+    total = float(record.time_ns)
+    idle = np.maximum(record.npu_finish_ns - record.npu_compute_ns - record.npu_exposed_ns, 0)
+    ds = xr.Dataset(
+        data_vars={
+            "time_ns": ((), total),
+            "finish_ns": (("npu",), record.npu_finish_ns),
+            "compute_ns": (("npu",), record.npu_compute_ns),
+            "exposed_comm_ns": (("npu",), record.npu_exposed_ns),
+            "blocked_comm_ns": (("npu",), record.npu_blocked_ns),
+            "idle_ns": (("npu",), idle),
+            "layer_compute_ns": (("layer", "pass"), record.layer_compute_ns[keep]),
+            "layer_exposed_comm_ns": (("layer", "pass"), record.layer_exposed_ns[keep]),
+            "layer_comm_ns": (("layer", "pass"), record.layer_comm_ns[keep]),
+            # a fabric's links belong to no logical dimension: unknown, as for collectives
+            "dim_bytes": (("dim",), np.full(network.ndims, np.nan) if per_link
+                          else record.dim_bytes),
+            "dim_busy_ns": (("dim",), record.dim_busy_ns),
+        },
+        coords={
+            "npu": np.arange(network.npus),
+            "layer": np.array(layers, dtype=str)[keep],
+            "pass": np.array(PASSES, dtype=str),
+            "dim": np.arange(network.ndims),
+            "topology": (("dim",), np.array(cfg.topology[: network.ndims] if not per_link
+                                            else ["Fabric"] * network.ndims, dtype=str)),
+            "npus_count": (("dim",), np.array(network.dims)),
+        },
+        attrs={
+            "workload": workload.name,
+            "model": model,
+            "iterations": int(iterations),
+            "npus": int(network.npus),
+            # ASTRA-sim 1.0's "total exposed comm": end time minus compute (NPU 0)
+            "exposed_comm_total_ns": total - float(record.npu_compute_ns[0]),
+            "collectives": int(record.collectives),
+            "messages": int(record.messages),
+            "chunks_per_collective": int(system.splits),
+            "flowsim_version": __version__,
+            **to_attrs(record.stats),
+        },
+    )
+    set_units(ds)
+    ds["dim_bytes"].attrs["units"] = "bytes"
+    return ds
+
+
+def write_csvs(ds: xr.Dataset, directory: str | os.PathLike) -> list[Path]:
+    """Write ``end_to_end.csv`` (per layer, µs, the columns of ASTRA-sim 1.0's EndToEnd.csv)
+    and ``npus.csv`` (per NPU, ns) into ``directory``; returns the paths."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    passes = ("fwd", "wg", "ig")
+    writer.writerow(["layer"] + [f"{p}_compute_us" for p in passes] +
+                    [f"{p}_exposed_comm_us" for p in passes] +
+                    [f"{p}_total_comm_us" for p in passes])
+    for layer in ds.layer.values:
+        row = ds.sel(layer=layer)
+        values = [float(row[name].sel({"pass": p})) / 1e3
+                  for name in ("layer_compute_ns", "layer_exposed_comm_ns", "layer_comm_ns")
+                  for p in passes]
+        writer.writerow([layer] + [f"{v:.6f}" for v in values])
+    writer.writerow([])
+    writer.writerow(["time_us", f"{float(ds.time_ns) / 1e3:.6f}"])
+    writer.writerow(["exposed_comm_total_us", f"{ds.attrs['exposed_comm_total_ns'] / 1e3:.6f}"])
+    layers = out / "end_to_end.csv"
+    write_text_atomic(layers, buffer.getvalue())
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    names = ("finish_ns", "compute_ns", "exposed_comm_ns", "idle_ns")
+    writer.writerow(["npu", *names])
+    for npu in range(ds.sizes["npu"]):
+        writer.writerow([npu] + [f"{float(ds[n][npu]):.3f}" for n in names])
+    npus = out / "npus.csv"
+    write_text_atomic(npus, buffer.getvalue())
+    return [layers, npus]

@@ -1,0 +1,127 @@
+"""Replaying steps alone: the flow model's shortcut for steps and phases whose links are free.
+
+Max-min fair rates of flows that share no link with anything else in flight do not depend on
+the rest of the network: a step whose links are free for as long as it sends evolves exactly
+as it would alone. Ring and direct steps repeat thousands of times (every step of a ring,
+every chunk, every group of every dimension), so the flow timer solves a step alone once per
+(template, size) and replays the solution: a *virtual* step is one timer instead of its flows
+and their events. A whole barrier phase whose links are free is replayed the same way.
+
+A virtual step is *materialised* (its flows put into the engine with the bytes they still have
+to send) as soon as anything that could share its links is added before it has finished
+sending; a replayed phase is handed back to the scheduler at the step it is in. Deciding that
+needs no knowledge of the future: a later step either avoids the claimed links, starts after
+the claim ends, or materialises it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..network import _kernels
+from ..network.engine import FlowEngine
+from .templates import StepTemplate
+
+MARKER_PTR = np.zeros(2, np.int64)   # one flow without links: a timer
+NO_LINKS = np.zeros(0, np.int32)
+
+
+@dataclass(frozen=True)
+class Alone:
+    """A step's solution when it is alone on the network (times relative to its start)."""
+
+    duration: float          # last arrival
+    busy_links: np.ndarray   # links the step sends on
+    busy_ns: np.ndarray      # how long each of them carries the step
+    events: int
+    rate_computations: int
+
+
+@dataclass
+class VirtualStep:
+    """A step replayed from its solution alone (a timer due at its last arrival)."""
+
+    template: StepTemplate
+    nbytes: float
+    release: float
+    delay: float
+    alone: Alone
+
+    @property
+    def start(self) -> float:
+        return self.release + self.delay
+
+    @property
+    def end(self) -> float:
+        return self.start + self.alone.duration
+
+
+@dataclass
+class VirtualPhase:
+    """A barrier phase replayed step after step from the steps' solutions alone; ``resume``
+    hands it back to the scheduler (index of the first unfinished step, its release)."""
+
+    steps: list[VirtualStep]
+    start: float
+    resume: Callable[[int, float], None]
+    links: np.ndarray    # every link of the phase, claimed until ``end``
+    end: float           # the last step's last arrival
+
+
+def run_alone(network, template: StepTemplate, nbytes: float,
+              until: float | None = None) -> FlowEngine:
+    """A fresh engine holding only this step, started at 0 and run to the end (or until
+    ``until``, when it stops with the step's state at that time)."""
+    engine = FlowEngine(network.link_bandwidth, network.link_latency, "flow")
+    latency, bottleneck = template.engine_paths()
+    engine.add(template.indptr, template.links, template.flow_bytes(nbytes), release=0.0,
+               path_latency=latency, path_bottleneck=bottleneck)
+    if until is not None:
+        group = engine.new_group()
+        engine.add(MARKER_PTR, NO_LINKS, 0.0, release=until, group=group)
+    engine.run()
+    return engine
+
+
+def solve_alone(network, template: StepTemplate, nbytes: float) -> Alone:
+    """The step's solution alone on the network."""
+    engine = run_alone(network, template, nbytes)
+    finish = engine.flow_arrays("finish")
+    busy = engine.link_busy[: network.num_links]
+    ids = np.nonzero(busy > 0)[0]
+    return Alone(float(finish.max()) if finish.size else 0.0, ids, busy[ids], engine.events,
+                 engine.rate_computations)
+
+
+@dataclass(frozen=True)
+class Remainder:
+    """A virtual step's state at some time: what is still sending and what is in flight."""
+
+    sending: np.ndarray      # flows still sending
+    remaining: np.ndarray    # their bytes left
+    arrival: np.ndarray      # absolute arrival times of the flows in flight (sent, not there)
+    sent: np.ndarray         # bytes each flow has sent
+    link_busy: np.ndarray    # busy time of every link so far
+    events: int
+    rate_computations: int
+
+
+def remainder(network, virtual: VirtualStep, now: float) -> Remainder:
+    """Re-run a virtual step alone up to ``now`` and report what is left of it."""
+    template = virtual.template
+    alone = run_alone(network, template, virtual.nbytes, until=now - virtual.start)
+    n = template.src.size
+    state = alone.flow_arrays("state")[:n]
+    remaining = alone.flow_arrays("remaining")[:n]
+    sending = np.nonzero(state == _kernels.SENDING)[0]
+    flying = np.nonzero(state == _kernels.IN_FLIGHT)[0]
+    arrival = virtual.start + alone.flow_arrays("send_end")[flying] + \
+        alone.flow_arrays("latency")[flying]
+    sent = np.asarray(template.flow_bytes(virtual.nbytes), np.float64) * np.ones(n)
+    sent[sending] -= remaining[sending]
+    return Remainder(sending, remaining[sending], arrival, sent,
+                     alone.link_busy[: network.num_links].copy(), alone.events,
+                     alone.rate_computations)

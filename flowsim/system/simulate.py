@@ -1,0 +1,132 @@
+"""``simulate``: a training workload on a platform, end to end, as an xarray Dataset."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from ..errors import config_error
+from ..network.engine import check_model
+from ..results import workload_dataset
+from ..topology import load_network
+from ..workload.load import WorkloadLike, load_workload
+from ..workload.memory import load_memory
+from ..workload.validate import check_workload
+from .config import load_system
+from .workload_engine import run_workload
+
+
+def simulate(network: Any, workload: WorkloadLike, system: Any = None,
+             model: str = "analytical", iterations: int = 1, *,
+             compute_scale: float = 1.0, comm_scale: float = 1.0,
+             speed: Any = None, roofline: Any = None, memory: Any = None,
+             collective_streams: int | None = None, comm_groups: Any = None,
+             trace: str | os.PathLike | None = None, replay: bool = True) -> xr.Dataset:
+    """Simulate a training workload and return its timing as an :class:`xarray.Dataset`.
+
+    Parameters
+    ----------
+    network : path, bundled name, mapping, NetworkConfig or Network
+        2.x YAML, 1.0 analytical JSON, fabric or InfraGraph (see :func:`load_network`).
+    workload : path, mapping, TextWorkload or Workload
+        See :func:`load_workload`.
+    system : path, bundled name, mapping, SystemConfig or None
+        2.x json or 1.0 txt system config.
+    model : {"analytical", "flow"}
+    iterations : int
+        Training iterations (ASTRA-sim's ``--num-passes``; for ``MICRO``, concurrent copies).
+    compute_scale, comm_scale : float
+        Multiply a text workload's compute cycles (1 cycle = 1 ns at ASTRA-sim's 1 GHz
+        clock) and byte counts, like ASTRA-sim's ``--compute-scale`` / ``--comm-scale``.
+    speed : float or array of shape (npus,)
+        Compute speed factor per NPU (0.5: a straggler taking twice as long).
+    roofline : Roofline or mapping, optional
+        Times compute ops given as FLOPs and bytes (``peak_tflops``, ``memory_bandwidth_GBps``,
+        ``efficiency``).
+    memory : path, mapping or MemoryConfig, optional
+        Remote-memory config for memory ops (ASTRA-sim's remote-memory json).
+    collective_streams : int, optional
+        Cap on collectives a program has in flight (default: none beyond the system's
+        dimension queues, ASTRA-sim's behaviour).
+    comm_groups : path or mapping, optional
+        Chakra communicator groups ``{"<pg_name>": [ranks]}``.
+    trace : path, optional
+        Write a Chrome-trace / Perfetto timeline of ops and collectives there.
+    replay : bool
+        Flow model: replay steps and phases whose links carry nothing else from their solution
+        alone (exact, and the default); ``False`` puts every flow into the engine, for checks.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``time_ns`` (when the last iteration and every collective it issued have finished);
+        per NPU ``finish_ns`` (its last op or collective), ``compute_ns``,
+        ``exposed_comm_ns`` (communication not hidden by compute: time blocked waiting for it,
+        plus collectives still running after the NPU's last op), ``blocked_comm_ns`` (the
+        blocked part only, ASTRA-sim 1.0's per-layer definition) and ``idle_ns`` (the rest:
+        memory, one-cycle transitions, waiting for other NPUs' compute); per layer and pass
+        (``fwd``/``ig``/``wg``) ``layer_compute_ns``, ``layer_exposed_comm_ns`` and
+        ``layer_comm_ns`` (issue to finish plus update delay of the layer's collectives),
+        averaged over the NPUs that run them; per dimension ``dim_bytes`` and ``dim_busy_ns``.
+    """
+    net = load_network(network)
+    sys_cfg = load_system(system)
+    model = check_model(model)
+    for key, value in (("compute_scale", compute_scale), ("comm_scale", comm_scale)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or \
+                not np.isfinite(value) or value < 0:
+            raise config_error("argument", key, "a non-negative number", value)
+    work = load_workload(workload, net, iterations, compute_scale=compute_scale,
+                         comm_scale=comm_scale, comm_groups=comm_groups)
+    if work.network is not None:   # the workload runs on a re-shaped network
+        net = load_network(work.network)
+    rl = _roofline(roofline)
+    check_workload(work, net, roofline=rl is not None)
+    speeds = _speeds(speed, net.npus)
+    record = run_workload(net, work, sys_cfg, model, speed=speeds, roofline=rl,
+                          memory=load_memory(memory), collective_streams=_streams(
+                              collective_streams), timeline=trace is not None, replay=replay)
+    if trace is not None:
+        from ..results.trace import workload_trace, write_trace
+
+        write_trace(workload_trace(record.timeline, work), trace)
+    return workload_dataset(record, net, sys_cfg, model, work, iterations)
+
+
+def _speeds(speed: Any, npus: int) -> np.ndarray:
+    if speed is None:
+        return np.ones(npus)
+    try:
+        arr = np.broadcast_to(np.asarray(speed, dtype=float), (npus,)).copy()
+    except (TypeError, ValueError):
+        raise config_error("argument", "speed", f"a positive number or {npus} of them",
+                           speed) from None
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise config_error("argument", "speed", "positive finite speed factors", speed)
+    return arr
+
+
+def _roofline(roofline: Any):
+    if roofline is None:
+        return None
+    from ..workload.roofline import Roofline, parse_roofline
+
+    if isinstance(roofline, Roofline):
+        return roofline
+    if isinstance(roofline, Mapping):
+        return parse_roofline(roofline, "argument 'roofline'")
+    raise config_error("argument", "roofline", "a Roofline or a mapping", roofline)
+
+
+def _streams(value: Any) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise config_error("argument", "collective_streams", "an integer >= 1", value)
+    return value
+
+
