@@ -19,19 +19,20 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import defaultdict, deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import SimulationError
 from ..results.workload import RunRecord
-from ..workload.graph import PASSES, Op, Program, Workload, topological_order
+from ..workload.graph import PASSES, Op, Program, Workload
 from ..workload.memory import MemoryConfig
 from .config import SystemConfig
+from .deadlock import deadlock_error
 from .memory_servers import MemoryServers
 from .phases import assign_variants, chunk_sizes, collective_phases
+from .program_state import ProgramState, program_state
+from .rendezvous import CollectiveRendezvous, Mailboxes
 from .scheduler import Schedule
 from .templates import make_template
 
@@ -39,30 +40,6 @@ if TYPE_CHECKING:
     from ..workload.roofline import Roofline
 
 _COMM = ("collective", "send", "recv")
-
-
-@dataclass
-class _State:
-    """Run-time state of one program."""
-
-    index: int
-    program: Program
-    npus: np.ndarray
-    scope: tuple[int, ...]
-    order: dict[int, int]
-    ops: dict[int, Op]
-    users: dict[int, list[int]]
-    remaining: dict[int, int]
-    end: dict[int, np.ndarray] = field(default_factory=dict)
-    seen: dict[int, np.ndarray] = field(default_factory=dict)
-    start: dict[int, np.ndarray] = field(default_factory=dict)
-    ready: dict[int, np.ndarray] = field(default_factory=dict)
-    waits: dict[int, tuple] = field(default_factory=dict)
-    counters: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
-    inflight: int = 0
-    waiting: deque = field(default_factory=deque)
-    origin: float = 0.0          # no op starts earlier (ops of a custom collective)
-    on_finish: object = None     # called with the time when every op has finished
 
 
 class WorkloadEngine:
@@ -117,9 +94,8 @@ class WorkloadEngine:
         self._heap: list[tuple[float, int, int, int]] = []
         self._wakeups: set[float] = set()
         self._due = 0.0
-        self._instances: dict[tuple, list] = {}
-        self._mailbox: dict[tuple, deque] = defaultdict(deque)
-        self._receivers: dict[tuple, deque] = defaultdict(deque)
+        self.rendezvous = CollectiveRendezvous(self.programs, network.npus)
+        self.mailboxes = Mailboxes()
         self._templates: dict[tuple, object] = {}
         self._custom: dict[str, list] = {}
         self.collectives = 0
@@ -127,20 +103,8 @@ class WorkloadEngine:
         self.messages = 0
         self.timeline: list[dict] = []
 
-    # ------------------------------------------------------------------ set-up
-    def _state(self, index: int, program: Program) -> _State:
-        order = topological_order(program)
-        npus = np.sort(program.npus)
-        scope = () if npus.size == self.net.npus else tuple(int(n) for n in npus)
-        users: dict[int, list[int]] = {op.id: [] for op in order}
-        remaining = {}
-        for op in order:
-            deps = {*op.deps, *op.ctrl_deps}
-            remaining[op.id] = len(deps)
-            for d in deps:
-                users[d].append(op.id)
-        return _State(index, program, npus, scope, {op.id: k for k, op in enumerate(order)},
-                      {op.id: op for op in order}, users, remaining)
+    def _state(self, index: int, program: Program) -> ProgramState:
+        return program_state(index, program, self.net.npus)
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> RunRecord:
@@ -170,7 +134,7 @@ class WorkloadEngine:
         self._wakeups.discard(t)
         self._due = max(self._due, t)
 
-    def _make_ready(self, st: _State, op: Op) -> None:
+    def _make_ready(self, st: ProgramState, op: Op) -> None:
         """All dependencies known: compute when the op may start and what it waited for."""
         n = st.npus.size
         ctrl = np.full(n, st.origin)
@@ -191,7 +155,7 @@ class WorkloadEngine:
         st.ready[op.id] = ready
         heapq.heappush(self._heap, (float(ready.max()), st.index, st.order[op.id], op.id))
 
-    def _charge_exposure(self, st: _State, op: Op, free: np.ndarray) -> None:
+    def _charge_exposure(self, st: ProgramState, op: Op, free: np.ndarray) -> None:
         """Charge the time this compute op's NPUs sat idle waiting for communication: from
         when the compute resource and the op's other inputs were ready to when the last
         communication it waits for had finished (so idle gaps are never counted twice)."""
@@ -212,7 +176,7 @@ class WorkloadEngine:
         col = PASSES.index(op.pass_) if op.pass_ in PASSES else PASSES.index("fwd")
         table[row, col] += value
 
-    def _complete(self, st: _State, op: Op, end: np.ndarray, seen: np.ndarray | None = None
+    def _complete(self, st: ProgramState, op: Op, end: np.ndarray, seen: np.ndarray | None = None
                   ) -> None:
         st.end[op.id] = end
         st.seen[op.id] = end if seen is None else seen
@@ -228,7 +192,7 @@ class WorkloadEngine:
             st.on_finish(float(end.max()))
 
     # ------------------------------------------------------------------ op kinds
-    def _start(self, st: _State, op: Op, t: float) -> None:
+    def _start(self, st: ProgramState, op: Op, t: float) -> None:
         ready = st.ready[op.id]
         st.start[op.id] = ready
         if op.kind == "compute":
@@ -247,7 +211,7 @@ class WorkloadEngine:
         else:
             self._recv(st, op)
 
-    def _compute(self, st: _State, op: Op, ready: np.ndarray) -> None:
+    def _compute(self, st: ProgramState, op: Op, ready: np.ndarray) -> None:
         duration = op.duration_ns
         if duration == 0.0 and self.roofline is not None and (op.flops or op.mem_bytes):
             duration = float(self.roofline.time_ns(op.flops, op.mem_bytes))
@@ -265,34 +229,18 @@ class WorkloadEngine:
         self._complete(st, op, end)
 
     # collectives
-    def _arrive(self, st: _State, op: Op, t: float) -> None:
+    def _arrive(self, st: ProgramState, op: Op, t: float) -> None:
         """An op reaches a collective; issue it once every NPU taking part has."""
         st.inflight += 1
         if st.npus.size > 1 or self.programs == 1:
             self._issue(op, [(st, op)], t, st.scope)
             return
         # one-NPU programs: the k-th op on a communicator meets its peers' k-th
-        key: tuple = ("group", op.group) if op.group else ("dims", op.dims)
-        members = len(op.group) if op.group else self.programs
-        k = st.counters[key]
-        st.counters[key] = k + 1
-        entry = self._instances.setdefault((key, k), [])
-        if entry:
-            first_st, first = entry[0]
-            if (first.collective, first.size) != (op.collective, op.size):
-                raise SimulationError(
-                    f"{st.program.source}: node {op.id} ({op.collective} of {op.size} B) meets "
-                    f"node {first.id} of {first_st.program.source} ({first.collective} of "
-                    f"{first.size} B) as collective #{k} on the same communicator; the NPUs "
-                    "of one collective must issue the same type and size")
-        entry.append((st, op))
-        if sum(s.npus.size for s, _ in entry) == members:
-            del self._instances[(key, k)]
-            scope = () if members == self.net.npus or op.group else \
-                tuple(sorted(int(s.npus[0]) for s, _ in entry))
-            self._issue(op, entry, t, scope)
+        met = self.rendezvous.arrive(st, op)
+        if met is not None:
+            self._issue(op, met[0], t, met[1])
 
-    def _issue(self, op: Op, members: list[tuple[_State, Op]], t: float,
+    def _issue(self, op: Op, members: list[tuple[ProgramState, Op]], t: float,
                scope: tuple[int, ...]) -> None:
         key = (op.collective, op.size, op.dims, op.group, scope)
         chunks = self._phase_cache.get(key)
@@ -362,12 +310,12 @@ class WorkloadEngine:
                     self._make_ready(st, st.ops[op_id])
 
     # point-to-point
-    def _peers(self, st: _State, op: Op) -> np.ndarray:
+    def _peers(self, st: ProgramState, op: Op) -> np.ndarray:
         if op.peer is not None:
             return np.array([op.peer], np.int64)
         return st.npus + int(op.peer_offset or 0)
 
-    def _send(self, st: _State, op: Op, t: float) -> None:
+    def _send(self, st: ProgramState, op: Op, t: float) -> None:
         dst = self._peers(st, op)
         key = (int(dst[0]), int(st.npus[0]), op.tag)
         template = self._template(st.npus, dst)
@@ -377,25 +325,20 @@ class WorkloadEngine:
         def arrived(t_arrival: float) -> None:
             end = np.full(st.npus.size, t_arrival + delay)
             self._complete(st, op, end)
-            waiting = self._receivers[key]
-            if waiting:
-                self._deliver(waiting.popleft(), end, op)
-            else:
-                self._mailbox[key].append((end, st, op))
+            receiver = self.mailboxes.delivered(key, end, st, op)
+            if receiver is not None:
+                self._deliver(receiver, end, op)
 
         self.schedule.message(template, float(op.size), t, delay, arrived)
 
-    def _recv(self, st: _State, op: Op) -> None:
+    def _recv(self, st: ProgramState, op: Op) -> None:
         src = self._peers(st, op)
         key = (int(st.npus[0]), int(src[0]), op.tag)
-        box = self._mailbox[key]
-        if box:
-            arrival, _, send = box.popleft()
-            self._deliver((st, op), arrival, send)
-        else:
-            self._receivers[key].append((st, op))
+        message = self.mailboxes.posted(key, st, op)
+        if message is not None:
+            self._deliver((st, op), *message)
 
-    def _deliver(self, receiver: tuple[_State, Op], arrival: np.ndarray, send: Op) -> None:
+    def _deliver(self, receiver: tuple[ProgramState, Op], arrival: np.ndarray, send: Op) -> None:
         st, op = receiver
         if op.size and op.size != send.size:
             raise SimulationError(
@@ -415,48 +358,10 @@ class WorkloadEngine:
 
     # ------------------------------------------------------------------ the end
     def _check_finished(self) -> None:
-        stuck = []
-        for st in self.states:
-            left = [op for op in st.ops.values() if op.id not in st.end]
-            if left:
-                stuck.append((st, left))
-        unreceived = [(k, v) for k, v in self._mailbox.items() if v]
-        if unreceived:
-            (dst, src, tag), box = unreceived[0]
-            _, st, op = box[0]
-            raise SimulationError(
-                f"{st.program.source}: send node {op.id} ({op.name or 'send'}) from NPU {src} "
-                f"to NPU {dst} with tag {tag} has no matching recv on NPU {dst}")
-        if not stuck:
-            return
-        lines = []
-        for st, left in stuck[:8]:
-            blocked = []
-            for op in sorted(left, key=lambda o: st.order[o.id])[:4]:
-                if op.id in st.ready and op.kind == "recv":
-                    why = f"waits for a message from NPU {int(self._peers(st, op)[0])} " \
-                          f"tag {op.tag}"
-                elif op.id in st.ready and op.kind == "collective":
-                    arrived = {int(s.npus[0]) for entry in self._instances.values()
-                               if any(o is op for _, o in entry) for s, _ in entry}
-                    expected = set(op.group) if op.group else \
-                        {int(s.npus[0]) for s in self.states[: self.programs]}
-                    absent = sorted(expected - arrived)
-                    why = "waits for the other NPUs of its collective" + \
-                        (f" (never reached by NPU(s) {absent[:8]})" if absent else "")
-                elif op.id in st.ready:
-                    why = "was never started"
-                else:
-                    deps = [d for d in (*op.deps, *op.ctrl_deps) if d not in st.end]
-                    why = f"waits for node(s) {deps[:5]}"
-                blocked.append(f"node {op.id} ({op.name or op.kind}) {why}")
-            npus = st.npus.tolist()
-            who = f"NPU {npus[0]}" if len(npus) == 1 else \
-                f"NPUs {npus[:4]}" + ("..." if len(npus) > 4 else "")
-            lines.append(f"{who} ({st.program.source}): " + "; ".join(blocked))
-        count = sum(len(x) * st.npus.size for st, x in stuck)
-        raise SimulationError(f"deadlock: {count} op(s) never finished (counted per NPU)\n  "
-                              + "\n  ".join(lines))
+        self.mailboxes.check_all_received()
+        error = deadlock_error(self.states, self.programs, self.rendezvous, self._peers)
+        if error is not None:
+            raise error
 
     def _record(self) -> RunRecord:
         sched = self.schedule

@@ -1,0 +1,88 @@
+"""The run-time state of one program of a workload (per-NPU time arrays of its ops)."""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..workload.graph import Op, Program, topological_order
+
+
+@dataclass
+class ProgramState:
+    """Run-time state of one program.
+
+    Attributes
+    ----------
+    index : int
+        Position among the engine's programs.
+    program : Program
+    npus : ndarray
+        The program's NPUs, sorted; every time array below has one entry per NPU.
+    scope : tuple of int
+        The NPUs, when the program runs on part of the network (empty: all of it).
+    order : dict
+        Op id -> position in a dependency-respecting order (ties by id).
+    ops, users, remaining : dict
+        Ops by id, their dependants, and how many dependencies each still waits for.
+    end, seen, start, ready : dict of op id -> ndarray
+        When an op ended, when its dependants see it end (a collective's update delay added),
+        when it started and when it was ready.
+    waits : dict
+        Compute ops waiting for communication: (other inputs ready, comm finishes, comm ids).
+    inflight : int
+        Collectives issued and not finished.
+    waiting : deque
+        Collectives held back by the cap on collectives in flight.
+    origin : float
+        No op starts earlier (the ops of a custom collective start when it is issued).
+    on_finish : callable or None
+        Called with the time when every op has finished.
+    """
+
+    index: int
+    program: Program
+    npus: np.ndarray
+    scope: tuple[int, ...]
+    order: dict[int, int]
+    ops: dict[int, Op]
+    users: dict[int, list[int]]
+    remaining: dict[int, int]
+    end: dict[int, np.ndarray] = field(default_factory=dict)
+    seen: dict[int, np.ndarray] = field(default_factory=dict)
+    start: dict[int, np.ndarray] = field(default_factory=dict)
+    ready: dict[int, np.ndarray] = field(default_factory=dict)
+    waits: dict[int, tuple] = field(default_factory=dict)
+    counters: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
+    inflight: int = 0
+    waiting: deque = field(default_factory=deque)
+    origin: float = 0.0
+    on_finish: Callable[[float], None] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return len(self.end) == len(self.ops)
+
+    def unfinished(self) -> list[Op]:
+        """Ops that never finished, in dependency order."""
+        return sorted((op for op in self.ops.values() if op.id not in self.end),
+                      key=lambda o: self.order[o.id])
+
+
+def program_state(index: int, program: Program, total_npus: int) -> ProgramState:
+    """The initial state of ``program`` (run on a network of ``total_npus`` NPUs)."""
+    order = topological_order(program)
+    npus = np.sort(program.npus)
+    scope = () if npus.size == total_npus else tuple(int(n) for n in npus)
+    users: dict[int, list[int]] = {op.id: [] for op in order}
+    remaining = {}
+    for op in order:
+        deps = {*op.deps, *op.ctrl_deps}
+        remaining[op.id] = len(deps)
+        for d in deps:
+            users[d].append(op.id)
+    return ProgramState(index, program, npus, scope, {op.id: k for k, op in enumerate(order)},
+                        {op.id: op for op in order}, users, remaining)
