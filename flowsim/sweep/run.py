@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from .._version import __version__
 from ..errors import ConfigError, FlowsimError, FlowsimWarning
 from ..results import from_attrs, write_dataset
+from ..results.sweep import sweep_grid_dataset, sweep_points_dataset
 from .spec import SweepSpec
 
 #: scalar results of every point of a collective sweep (name, units)
@@ -184,52 +184,29 @@ def _progress(total: int, enabled: bool):
 def part_dataset(spec: SweepSpec, results: dict[int, tuple[tuple, str]],
                  shard: tuple[int, int] | None = None) -> xr.Dataset:
     """Flat Dataset of some points (dimension ``point``), as stored in part / shard files."""
-    index = np.array(sorted(results), dtype=np.int64)
-    data = {name: ("point", np.array([results[i][0][k] for i in index], dtype=np.float64))
-            for k, name in enumerate(outputs(spec))}
-    data["error"] = ("point", np.array([results[i][1] for i in index], dtype=str))
-    attrs = {"spec_digest": spec.digest,
-             "flowsim_version": __version__}
-    if shard is not None:
-        attrs.update({"shard": shard[0], "shards": shard[1]})
-    return xr.Dataset(data, coords={"point": index}, attrs=attrs)
+    return sweep_points_dataset(list(outputs(spec)), results, spec.digest, shard)
 
 
 def grid_dataset(spec: SweepSpec, results: dict[int, tuple[tuple, str]]) -> xr.Dataset:
     """The sweep result: one variable per output, one dimension per axis."""
-    import json
+    from ..units import parse_size
 
     missing = [i for i in range(spec.size) if i not in results]
     if missing:
         raise FlowsimError(f"{len(missing)} grid point(s) have no result "
                            f"(first: {missing[:10]})")
-    shape = spec.shape
-    data = {}
-    names = [a.name for a in spec.axes]
-    for k, (name, units) in enumerate(outputs(spec).items()):
-        values = np.array([results[i][0][k] for i in range(spec.size)], dtype=np.float64)
-        data[name] = (names, values.reshape(shape), {"units": units})
-    errors = np.array([results[i][1] for i in range(spec.size)], dtype=str)
-    data["error"] = (names, errors.reshape(shape))
-    coords = {}
+    axes = []
     for axis in spec.axes:
+        columns = []
         for j, key in enumerate(axis.keys):
             column = [row[j] for row in axis.values]
             if key == "size":  # sizes as bytes, so that ds.sel(size=1 << 20) works
-                from ..units import parse_size
                 column = [parse_size(v, source=spec.source, key="size") for v in column]
-            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in column):
-                values = np.array(column)
-            else:
-                values = np.array([v if isinstance(v, str) else json.dumps(v)
-                                   for v in column], dtype=str)
-            coord_name = axis.name if len(axis.keys) == 1 else f"{axis.name}__" + \
-                _safe(key)
-            coords[coord_name] = (axis.name, values)
-    ds = xr.Dataset(data, coords=coords, attrs={
-        "spec": spec.text, "spec_digest": spec.digest, "flowsim_version": __version__,
-        "points_failed": int(np.count_nonzero(errors != ""))})
-    return ds
+            name = axis.name if len(axis.keys) == 1 else f"{axis.name}__" + _safe(key)
+            columns.append((name, column))
+        axes.append((axis.name, columns))
+    return sweep_grid_dataset(axes, spec.shape, outputs(spec), results, attrs={
+        "spec": spec.text, "spec_digest": spec.digest})
 
 
 def _safe(key: str) -> str:
