@@ -145,6 +145,23 @@ def estimate_batch(network: Any, collective: str, size: Any, system: Any = None,
                                 attrs={"units": "ns"})
     except ImportError:  # pragma: no cover - xarray is a dependency
         pass
+    shape, sizes, bw, lat = _grid(size, bws, lats)
+    if model == "flow":
+        out = np.empty(sizes.size)
+        config = net.config.to_dict()
+        gbps = bw / NETWORK_GBPS_TO_BYTES_PER_NS
+        for p in range(sizes.size):
+            point = {**config, "bandwidth": gbps[p].tolist(), "latency": lat[p].tolist()}
+            out[p] = estimate(point, name, int(sizes[p]), sys_cfg, "flow", dims=dims)
+        return out.reshape(shape)
+    return _analytical_points(net, sys_cfg, name, _check_dims(net, dims), sizes, bw,
+                              lat).reshape(shape)
+
+
+def _grid(size: Any, bws: list, lats: list) -> tuple[tuple[int, ...], np.ndarray, np.ndarray,
+                                                      np.ndarray]:
+    """Validated, broadcast grid: its shape, and per point the size (bytes), and per point and
+    dimension the bandwidth (bytes/ns) and latency (ns)."""
     size = np.asarray(size)
     if size.dtype.kind not in "iu" or np.any(size < 1):
         raise config_error("argument", "size", "whole numbers of bytes > 0", size)
@@ -157,44 +174,40 @@ def estimate_batch(network: Any, collective: str, size: Any, system: Any = None,
         shapes = [np.shape(a) for a in (size, *bws, *lats)]
         raise ConfigError(f"estimate_batch: size, bandwidth and latency do not broadcast "
                           f"together (shapes {shapes})") from None
-    shape = arrays[0].shape
+    ndims = len(bws)
     sizes = arrays[0].ravel().astype(np.int64)
-    bw = np.stack([a.ravel() for a in arrays[1:1 + net.ndims]], axis=1) * \
+    bw = np.stack([a.ravel() for a in arrays[1:1 + ndims]], axis=1) * \
         NETWORK_GBPS_TO_BYTES_PER_NS
-    lat = np.stack([a.ravel() for a in arrays[1 + net.ndims:]], axis=1)
-    if model == "flow":
-        out = np.empty(sizes.size)
-        config = net.config.to_dict()
-        gbps = bw / NETWORK_GBPS_TO_BYTES_PER_NS
-        for p in range(sizes.size):
-            point = {**config, "bandwidth": gbps[p].tolist(), "latency": lat[p].tolist()}
-            out[p] = estimate(point, name, int(sizes[p]), sys_cfg, "flow", dims=dims)
-        return out.reshape(shape)
-    structure = _structure(net, sys_cfg, name, _check_dims(net, dims))
-    splits = sys_cfg.splits
-    n_points = sizes.size
+    lat = np.stack([a.ravel() for a in arrays[1 + ndims:]], axis=1)
+    return arrays[0].shape, sizes, bw, lat
+
+
+def _analytical_points(net: Network, system: SystemConfig, collective: str,
+                       dims: tuple[int, ...] | None, sizes: np.ndarray, bw: np.ndarray,
+                       lat: np.ndarray) -> np.ndarray:
+    """The analytical model at every point: phase lengths from the cost model, then the
+    dimension queues (a jitted loop) over the chunks."""
+    from .system._kernels import queue_schedule
+
+    structure = _structure(net, system, collective, dims)
     # chunk sizes per point: floor or floor + 1 (the first size % splits chunks get +1)
-    n_chunks = np.minimum(splits, sizes)
+    n_chunks = np.minimum(system.splits, sizes)
     if np.any(n_chunks != n_chunks.flat[0]):
         raise ConfigError("estimate_batch: sizes smaller than preferred-dataset-splits; "
                           "use estimate() for those points")
     n_chunks = int(n_chunks.flat[0])
     base, extra = np.divmod(sizes, n_chunks)
     phases = structure["phases"]
-    durations = np.empty((n_points, n_chunks, len(phases)))
+    durations = np.empty((sizes.size, n_chunks, len(phases)))
     for i, phase in enumerate(phases):
-        # chunks are floor(size / n) bytes, the first size % n of them one byte more
-        small = _phase_duration(phase, base.astype(np.float64), bw, lat, sys_cfg)
-        large = _phase_duration(phase, (base + 1).astype(np.float64), bw, lat, sys_cfg)
+        small = _phase_duration(phase, base.astype(np.float64), bw, lat, system)
+        large = _phase_duration(phase, (base + 1).astype(np.float64), bw, lat, system)
         durations[:, :, i] = np.where(np.arange(n_chunks)[None, :] < extra[:, None],
                                       large[:, None], small[:, None])
     queues = np.array([ph["queue"] for ph in phases], np.int64)
     _, queues = np.unique(queues, return_inverse=True)
-    from .system._kernels import queue_schedule
-
-    out = queue_schedule(durations, queues.astype(np.int64), int(queues.max()) + 1,
-                          sys_cfg.active_chunks)
-    return out.reshape(shape)
+    return queue_schedule(durations, queues.astype(np.int64), int(queues.max()) + 1,
+                          system.active_chunks)
 
 
 def _phase_duration(phase: dict, chunk: np.ndarray, bw: np.ndarray, lat: np.ndarray,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -60,6 +62,45 @@ def _check_npu(network: Network, value: Any, key: str) -> int:
     return int(value)
 
 
+@dataclass(frozen=True)
+class _Request:
+    """A validated collective request."""
+
+    collective: str
+    size: int
+    dims: tuple[int, ...] | None
+    group: tuple[int, ...]
+    root: int
+    src: int
+    dst: int
+
+
+def _request(net: Network, collective: Any, size: Any, *, dims: Any, group: Any, root: Any,
+             src: Any, dst: Any) -> _Request:
+    """Check the arguments of :func:`simulate_collective` against the network."""
+    name = canonical_collective(collective)
+    if name is None:
+        raise config_error("argument", "collective",
+                           "one of " + ", ".join(c.replace("_", "-") for c in COLLECTIVES),
+                           collective)
+    nbytes = parse_size(size, source="argument", key="size")
+    dims_t = _check_dims(net, dims)
+    members = _check_group(net, group)
+    root = _check_npu(net, root, "root")
+    if members and dims_t is not None:
+        raise ConfigError("arguments 'group' and 'dims': give one or the other")
+    if members and name in ("broadcast", "reduce") and root not in members:
+        raise config_error("argument", "root", f"an NPU of the group {list(members)}", root)
+    if name != "send_recv":
+        return _Request(name, nbytes, dims_t, members, root, -1, -1)
+    if src is None or dst is None:
+        raise ConfigError("argument 'src'/'dst': a send_recv needs both endpoints")
+    src, dst = _check_npu(net, src, "src"), _check_npu(net, dst, "dst")
+    if src == dst:
+        raise config_error("argument", "dst", "an NPU other than src", dst)
+    return _Request(name, nbytes, dims_t, members, root, src, dst)
+
+
 def simulate_collective(network: NetworkLike, collective: str, size: int | str,
                         system: str | os.PathLike | Mapping[str, Any] | SystemConfig | None = None,
                         model: str = "analytical", *, dims: Any = None, root: int = 0,
@@ -111,33 +152,17 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
     net = load_network(network)
     sys_cfg = load_system(system)
     model = check_model(model)
-    name = canonical_collective(collective)
-    if name is None:
-        raise config_error("argument", "collective",
-                           "one of " + ", ".join(c.replace("_", "-") for c in COLLECTIVES),
-                           collective)
-    nbytes = parse_size(size, source="argument", key="size")
-    dims_t = _check_dims(net, dims)
-    members = _check_group(net, group)
-    root = _check_npu(net, root, "root")
-    if members and dims_t is not None:
-        raise ConfigError("arguments 'group' and 'dims': give one or the other")
-    if members and name in ("broadcast", "reduce") and root not in members:
-        raise config_error("argument", "root", f"an NPU of the group {list(members)}", root)
+    request = _request(net, collective, size, dims=dims, group=group, root=root, src=src,
+                       dst=dst)
+    name, nbytes = request.collective, request.size
     if name == "send_recv":
         schedule = Schedule(net, sys_cfg, model, trace=trace is not None, replay=replay)
-        if src is None or dst is None:
-            raise ConfigError("argument 'src'/'dst': a send_recv needs both endpoints")
         algorithms = ("p2p",) * net.ndims
-        src, dst = _check_npu(net, src, "src"), _check_npu(net, dst, "dst")
-        if src == dst:
-            raise config_error("argument", "dst", "an NPU other than src", dst)
-        _send_recv(schedule, src, dst, nbytes)
+        _send_recv(schedule, request.src, request.dst, nbytes)
     else:
-        sizes = chunk_sizes(nbytes, sys_cfg.splits)
-        chunks = assign_variants([collective_phases(net, sys_cfg, name, c, dims=dims_t,
-                                                    root=root, group=members)
-                                  for c in sizes])
+        chunks = assign_variants([collective_phases(net, sys_cfg, name, c, dims=request.dims,
+                                                    root=request.root, group=request.group)
+                                  for c in chunk_sizes(nbytes, sys_cfg.splits)])
         replicate = symmetry and can_replicate(net, sys_cfg, chunks, trace is not None)
         schedule = Schedule(net, sys_cfg, model, trace=trace is not None, replicate=replicate,
                             replay=replay)
@@ -146,7 +171,6 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
     schedule.run()
     if trace is not None:
         if not schedule.trace_log:
-            import warnings
             warnings.warn("the timeline covers barrier-synchronised steps; this run (per-NPU "
                           "synchronisation, a tree, or a send-recv) has none, so the trace "
                           "file is empty", FlowsimWarning, stacklevel=2)

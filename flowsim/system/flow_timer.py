@@ -27,6 +27,7 @@ from .replay import (
     Alone,
     VirtualPhase,
     VirtualStep,
+    overlapping_claims,
     remainder,
     solve_alone,
 )
@@ -334,17 +335,8 @@ class FlowTimer:
         while self._virtual or self._virtual_phases:
             if not (self._virtual_until[links] > start + tol).any():
                 return
-            asked = np.zeros(self._virtual_until.size, bool)
-            asked[links] = True
-            hits = []
-            for token, step in self._virtual.items():
-                ids = step.alone.busy_links
-                mine = asked[ids]
-                if mine.any() and (step.start + step.alone.busy_ns[mine] > start + tol).any():
-                    hits.append(token)
-            for token, replayed in self._virtual_phases.items():
-                if replayed.end > start + tol and asked[replayed.links].any():
-                    hits.append(token)
+            hits = overlapping_claims(self._virtual, self._virtual_phases, links,
+                                      start + tol, self._virtual_until.size)
             if not hits:
                 return
             for token in hits:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from ..collectives import FLAT_PREFIX, base_algorithm
 from ..errors import ConfigError, FlowsimWarning
 from ..topology import Network
-from .config import SystemConfig
+from .config import IMPLEMENTATION_KEYS, SystemConfig
 
 
 @dataclass(frozen=True)
@@ -127,23 +127,9 @@ def collective_phases(network: Network, system: SystemConfig, collective: str,
         Only the groups of ``dims`` made of these NPUs take part (a program of a workload
         that runs on part of the network); empty: every group.
     """
-    from .config import IMPLEMENTATION_KEYS
-
     key = IMPLEMENTATION_KEYS[collective]
     if group:
-        name = base_algorithm((system.implementation(collective) or ("ring",))[0]).name
-        algorithm = base_algorithm(name)
-        if collective not in algorithm.supports:
-            raise ConfigError(f"{system.source}: key '{key}': {name} does not implement "
-                              f"{collective.replace('_', '-')}; choose ring or direct")
-        if algorithm.check_size is not None:
-            try:
-                algorithm.check_size(len(group))
-            except ValueError as exc:
-                raise ConfigError(f"argument 'group': {exc}") from None
-        data = chunk * len(group) if collective == "all_gather" else chunk
-        return [Phase(tuple(range(network.ndims)), name, collective, data, root=root,
-                      flat=True, members=tuple(group))]
+        return _group_phases(system, collective, chunk, root, group, network.ndims, key)
     involved = tuple(d for d in (range(network.ndims) if dims is None else dims)
                      if network.dims[d] > 1)
     if not involved:
@@ -155,19 +141,43 @@ def collective_phases(network: Network, system: SystemConfig, collective: str,
                       f"run the collective on dimension 0 only)", FlowsimWarning, stacklevel=3)
         names = names * network.ndims
     if len(names) == 1 and names[0].startswith(FLAT_PREFIX):
-        name = base_algorithm(names[0]).name
         _check_algorithm(network, system, collective, names[0], involved, key)
         total = math.prod(network.dims[d] for d in involved)
         data = chunk * total if collective == "all_gather" else chunk
-        return [Phase(involved, name, collective, data, root=root, flat=True, scope=scope)]
+        return [Phase(involved, base_algorithm(names[0]).name, collective, data, root=root,
+                      flat=True, scope=scope)]
     if len(names) != network.ndims:
         raise ConfigError(f"{system.source}: key '{key}': expected {network.ndims} algorithm "
                           f"names (one per network dimension), found {len(names)}: "
                           f"{list(names)}")
     for d in involved:
         _check_algorithm(network, system, collective, names[d], (d,), f"{key}[{d}]")
-    inr = network.config.in_network_reduction
+    return _dimension_phases(network, system, collective, chunk, involved, names, root, scope)
 
+
+def _group_phases(system: SystemConfig, collective: str, chunk: float, root: int,
+                  group: tuple[int, ...], ndims: int, key: str) -> list[Phase]:
+    """An explicit communicator: one flat phase over its NPUs with the first algorithm."""
+    name = base_algorithm((system.implementation(collective) or ("ring",))[0]).name
+    algorithm = base_algorithm(name)
+    if collective not in algorithm.supports:
+        raise ConfigError(f"{system.source}: key '{key}': {name} does not implement "
+                          f"{collective.replace('_', '-')}; choose ring or direct")
+    if algorithm.check_size is not None:
+        try:
+            algorithm.check_size(len(group))
+        except ValueError as exc:
+            raise ConfigError(f"argument 'group': {exc}") from None
+    data = chunk * len(group) if collective == "all_gather" else chunk
+    return [Phase(tuple(range(ndims)), name, collective, data, root=root, flat=True,
+                  members=tuple(group))]
+
+
+def _dimension_phases(network: Network, system: SystemConfig, collective: str, chunk: float,
+                      involved: tuple[int, ...], names: tuple[str, ...], root: int,
+                      scope: tuple[int, ...]) -> list[Phase]:
+    """One phase per involved dimension, composed as the module docstring says."""
+    inr = network.config.in_network_reduction
     tree = {d: names[d] == TREE for d in involved}
 
     def phase(d: int, coll: str, data: float, direction: int = 1) -> Phase:
@@ -190,7 +200,7 @@ def collective_phases(network: Network, system: SystemConfig, collective: str,
         for d in reversed(involved[:-1]):
             data *= shrink(d)
             out.append(phase(d, "all_gather", data, -1))
-    elif collective in ("all_reduce", "all_to_all"):
+    elif collective in ("all_reduce", "all_to_all", "broadcast", "reduce"):
         out = [phase(d, collective, chunk) for d in involved]
     elif collective == "reduce_scatter":
         data = chunk
@@ -202,10 +212,6 @@ def collective_phases(network: Network, system: SystemConfig, collective: str,
         for d in reversed(involved):
             data *= shrink(d)
             out.append(phase(d, collective, data))
-    elif collective == "broadcast":
-        out = [phase(d, collective, chunk) for d in involved]
-    elif collective == "reduce":
-        out = [phase(d, collective, chunk) for d in involved]
     else:
         raise ConfigError(f"argument 'collective': {collective} has no phases")
     return out

@@ -125,3 +125,22 @@ def remainder(network, virtual: VirtualStep, now: float) -> Remainder:
     return Remainder(sending, remaining[sending], arrival, sent,
                      alone.link_busy[: network.num_links].copy(), alone.events,
                      alone.rate_computations)
+
+
+def overlapping_claims(steps: dict[int, VirtualStep], phases: dict[int, VirtualPhase],
+                       links: np.ndarray, after: float, n_links: int) -> list[int]:
+    """Tokens of the virtual steps and phases that still claim one of ``links`` after time
+    ``after`` (a step claims each link until it stops sending on it; a phase every link of
+    its steps until its last arrival)."""
+    asked = np.zeros(n_links, bool)
+    asked[links] = True
+    hits = []
+    for token, step in steps.items():
+        ids = step.alone.busy_links
+        mine = asked[ids]
+        if mine.any() and (step.start + step.alone.busy_ns[mine] > after).any():
+            hits.append(token)
+    for token, replayed in phases.items():
+        if replayed.end > after and asked[replayed.links].any():
+            hits.append(token)
+    return hits
