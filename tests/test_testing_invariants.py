@@ -167,6 +167,22 @@ def test_collective_checkers_pass(hier_flow):
     assert_schedule_sane(hier_flow)
 
 
+@pytest.mark.parametrize("model", ["analytical", "flow"])
+def test_collective_checkers_pass_on_a_fabric(model):
+    # a 4:1 oversubscribed leaf-spine: switches at two tiers, ECMP over the spines
+    fabric = {"fabric": {"generator": "leaf_spine", "hosts": 4, "npus_per_host": 2,
+                         "nic": {"bandwidth": 50, "latency": 500}, "hosts_per_leaf": 2,
+                         "oversubscription": 2, "spines": 1}}
+    ds = flowsim.simulate_collective(fabric, "all_to_all", 1 << 20,
+                                     {"all-to-all-implementation": ["direct", "direct"]},
+                                     model=model)
+    assert_conservation(ds)
+    assert_monotone_time(ds)
+    assert_schedule_sane(ds)
+    with pytest.raises(AssertionError, match="switch"):
+        assert_conservation(_shift("link_bytes", -1, 1000.0)(ds))
+
+
 def test_analytical_links_may_be_oversubscribed():
     # the analytical model ignores contention: a direct all-to-all puts 3 messages on each
     # NPU's uplink at once, so utilisation exceeds 1 and a link is busier than the run

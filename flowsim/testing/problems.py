@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -42,13 +43,15 @@ class FlowProblem:
     dep_ids: np.ndarray
 
     @classmethod
-    def from_arrays(cls, capacity, link_latency, indptr, links, nbytes, *, release_ns=None,
-                    delay_ns=None, dep_indptr=None, dep_ids=None) -> FlowProblem:
+    def from_arrays(cls, capacity: ArrayLike, link_latency: ArrayLike, indptr: ArrayLike,
+                    links: ArrayLike, nbytes: ArrayLike, *, release_ns: ArrayLike | None = None,
+                    delay_ns: ArrayLike | None = None, dep_indptr: ArrayLike | None = None,
+                    dep_ids: ArrayLike | None = None) -> FlowProblem:
         """Normalise array-likes (missing times are 0, missing dependencies none)."""
         indptr = np.asarray(indptr, np.int64)
         n = indptr.size - 1
 
-        def per_flow(values) -> np.ndarray:
+        def per_flow(values: ArrayLike | None) -> np.ndarray:
             values = 0.0 if values is None else values
             return np.array(np.broadcast_to(np.asarray(values, np.float64), (n,)))
 
@@ -76,6 +79,14 @@ class FlowProblem:
     def dependencies(self, f: int) -> np.ndarray:
         """Flows whose arrival flow ``f`` waits for."""
         return self.dep_ids[self.dep_indptr[f]: self.dep_indptr[f + 1]]
+
+    def dependants(self) -> list[list[int]]:
+        """For every flow, the flows that wait for its arrival."""
+        out: list[list[int]] = [[] for _ in range(self.num_flows)]
+        for f in range(self.num_flows):
+            for d in self.dependencies(f):
+                out[int(d)].append(f)
+        return out
 
     def path_latency(self) -> np.ndarray:
         """Latency of every flow's path (ns): the sum over its links, 0 without links."""

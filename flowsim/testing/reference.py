@@ -19,7 +19,10 @@ The max-min fair rates themselves have their reference in
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._targets import EXPANDED, NO_CONVERGENCE, FlowResult, maxmin_rates_reference
 from .problems import FlowProblem
@@ -34,9 +37,12 @@ def _due(t: float, now: float) -> bool:
     return t <= now + TIE_RTOL * abs(now) + TIE_ATOL
 
 
-def run_events_reference(capacity, link_latency, indptr, links, nbytes, *,
-                         model: str = "flow", release_ns=None, delay_ns=None,
-                         dep_indptr=None, dep_ids=None) -> FlowResult:
+def run_events_reference(capacity: ArrayLike, link_latency: ArrayLike, indptr: ArrayLike,
+                         links: ArrayLike, nbytes: ArrayLike, *, model: str = "flow",
+                         release_ns: ArrayLike | None = None,
+                         delay_ns: ArrayLike | None = None,
+                         dep_indptr: ArrayLike | None = None,
+                         dep_ids: ArrayLike | None = None) -> FlowResult:
     """Time a DAG of flows, as :func:`flowsim.simulate_flows` does, with a plain event loop.
 
     The semantics, one rule each:
@@ -78,10 +84,7 @@ def run_events_reference(capacity, link_latency, indptr, links, nbytes, *,
     n = problem.num_flows
     latency = problem.path_latency()
     bottleneck = problem.path_bottleneck()
-    dependants: list[list[int]] = [[] for _ in range(n)]
-    for f in range(n):
-        for d in problem.dependencies(f):
-            dependants[int(d)].append(f)
+    dependants = problem.dependants()
     unmet = np.diff(problem.dep_indptr).astype(int)  # dependencies not yet arrived
     ready = np.zeros(n)                              # latest arrival among them
 
@@ -126,7 +129,8 @@ def run_events_reference(capacity, link_latency, indptr, links, nbytes, *,
             break
         sending = sorted(remaining)
         rate = _rates(problem, sending, bottleneck, model)
-        rate_computations += model == "flow" and bool(sending)
+        if model == "flow" and sending:
+            rate_computations += 1
         # the next event: a last byte leaving, a start or an arrival
         leaves_at = {f: now + remaining[f] / rate[f] for f in sending}
         t_next = min([*leaves_at.values(), *starts_at.values(), *arrives_at.values()])
@@ -175,10 +179,10 @@ def _link_busy(problem: FlowProblem, start: np.ndarray, send_end: np.ndarray) ->
         if send_end[f] > start[f]:
             for link in problem.path(f):
                 intervals[link].append((start[f], send_end[f]))
-    return np.array([union_length(spans) for spans in intervals])
+    return np.array([_union_length(spans) for spans in intervals])
 
 
-def union_length(intervals: list[tuple[float, float]]) -> float:
+def _union_length(intervals: list[tuple[float, float]]) -> float:
     """Total length covered by a list of ``(start, end)`` intervals."""
     total, reach = 0.0, -np.inf
     for lo, hi in sorted(intervals):
@@ -188,7 +192,8 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def message_loads_reference(indptr, links, weight, message, path_latency, bandwidth,
+def message_loads_reference(indptr: ArrayLike, links: ArrayLike, weight: ArrayLike,
+                            message: ArrayLike, path_latency: ArrayLike, bandwidth: ArrayLike,
                             n_messages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-message numbers of messages split over several paths, in numpy.
 
@@ -238,8 +243,10 @@ def message_loads_reference(indptr, links, weight, message, path_latency, bandwi
     return latency, per_byte, busy.astype(np.float64)
 
 
-def expand_paths_reference(hop_ptr, hop_links, link_dst, npus: int, src, dst, single: bool,
-                           hash_key, max_depth: int):
+def expand_paths_reference(hop_ptr: ArrayLike, hop_links: ArrayLike, link_dst: ArrayLike,
+                           npus: int, src: ArrayLike, dst: ArrayLike, single: bool,
+                           hash_key: ArrayLike, max_depth: int
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool, int]:
     """Every NPU pair's shortest paths as weighted flows, by recursive walks.
 
     The next-hop table lists, for every ``(node, destination NPU)``, the links that start a
@@ -295,7 +302,8 @@ def expand_paths_reference(hop_ptr, hop_links, link_dst, npus: int, src, dst, si
     class NotConverged(Exception):
         pass
 
-    def walk(node: int, d: int, key: int, weight: float, prefix: list[int]):
+    def walk(node: int, d: int, key: int, weight: float,
+             prefix: list[int]) -> Iterator[tuple[list[int], float]]:
         """Yield ``(links, weight)`` of every path from ``node`` to ``d`` after ``prefix``."""
         options = choices(node, d)
         if single:

@@ -9,11 +9,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .problems import FlowProblem
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
 BLOCKS = ("Ring", "FullyConnected", "Switch")
 #: algorithms every group size accepts, and those that need a power of two, per collective
@@ -34,7 +37,8 @@ def _csr(rows: Sequence[Sequence[int]], dtype: type) -> tuple[np.ndarray, np.nda
     return indptr, np.array([v for r in rows for v in r], dtype=dtype)
 
 
-def flow_instances(max_links: int = 8, max_flows: int = 12):
+def flow_instances(max_links: int = 8, max_flows: int = 12
+                   ) -> SearchStrategy[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Hypothesis strategy of ``(capacity, indptr, links)`` max-min instances."""
     from hypothesis import strategies as st
 
@@ -51,7 +55,8 @@ def flow_instances(max_links: int = 8, max_flows: int = 12):
     return build()
 
 
-def flow_sets(max_links: int = 6, max_flows: int = 12, max_dependencies: int = 3):
+def flow_sets(max_links: int = 6, max_flows: int = 12,
+              max_dependencies: int = 3) -> SearchStrategy[FlowProblem]:
     """Hypothesis strategy of :class:`~.problems.FlowProblem`: random DAGs of flows.
 
     Capacities, latencies, sizes and times are drawn partly from a few round values, so
@@ -97,7 +102,8 @@ def flow_sets(max_links: int = 6, max_flows: int = 12, max_dependencies: int = 3
     return build()
 
 
-def small_networks(max_dims: int = 3, max_npus: int = 16, sizes: Sequence[int] = (2, 3, 4)):
+def small_networks(max_dims: int = 3, max_npus: int = 16, sizes: Sequence[int] = (2, 3, 4)
+                   ) -> SearchStrategy[dict[str, Any]]:
     """Hypothesis strategy of network configs (mappings in ASTRA-sim 2.x keys).
 
     One to ``max_dims`` dimensions, each a Ring, FullyConnected or Switch of a size from
@@ -126,7 +132,8 @@ def small_networks(max_dims: int = 3, max_npus: int = 16, sizes: Sequence[int] =
     return build()
 
 
-def system_configs(npus_count: Sequence[int] | None = None):
+def system_configs(npus_count: Sequence[int] | None = None
+                   ) -> SearchStrategy[dict[str, Any]]:
     """Hypothesis strategy of system configs (mappings in ASTRA-sim 2.x json keys).
 
     Chunks (1-4), chunks in flight per dimension (1-2), LIFO / FIFO, endpoint delay,
