@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 import flowsim
 from flowsim import simulate_flows
 from flowsim.errors import FlowSetError, SimulationError
-from flowsim.testing import flow_instances
+from flowsim.testing import (
+    FlowProblem,
+    assert_conservation,
+    assert_monotone_time,
+    flow_instances,
+)
 
 
 def _run(capacity, latency, indptr, links, nbytes, **kw):
@@ -66,26 +71,16 @@ def test_conservation_and_monotone_time(instance, seed):
     parent = np.array([rng.integers(-1, f) if f else -1 for f in range(n)])
     dep_indptr = np.concatenate([[0], np.cumsum(parent >= 0)])
     dep_ids = parent[parent >= 0]
+    problem = FlowProblem.from_arrays(capacity, latency, indptr, links, nbytes,
+                                      release_ns=release, dep_indptr=dep_indptr,
+                                      dep_ids=dep_ids)
     results = {}
     for model in ("analytical", "flow"):
-        r = _run(capacity, latency, indptr, links, nbytes, release_ns=release,
-                 dep_indptr=dep_indptr, dep_ids=dep_ids, model=model)
-        # bytes per link equal the sum over the flows that cross it
-        expected = np.bincount(links, weights=np.repeat(nbytes, np.diff(indptr)),
-                               minlength=capacity.size)
-        np.testing.assert_allclose(r.link_bytes, expected)
-        # time never runs backwards: start >= release, send_end >= start, finish >= send_end
-        assert np.all(r.start_ns >= release - 1e-9)
-        assert np.all(r.send_end_ns >= r.start_ns - 1e-9)
-        assert np.all(r.finish_ns >= r.send_end_ns - 1e-9)
-        has = parent >= 0
-        assert np.all(r.start_ns[has] >= r.finish_ns[parent[has]] - 1e-9)
-        # no flow is faster than alone on its path
-        path_lat = np.array([latency[links[indptr[f]:indptr[f + 1]]].sum() for f in range(n)])
-        bott = np.array([capacity[links[indptr[f]:indptr[f + 1]]].min()
-                         if indptr[f + 1] > indptr[f] else np.inf for f in range(n)])
-        alone = np.where(nbytes > 0, nbytes / bott, 0.0) + path_lat
-        assert np.all(r.finish_ns - r.start_ns >= alone - 1e-6)
+        r = simulate_flows(**problem.arguments(), model=model)
+        # bytes per link equal the sum over the flows that cross it; time never runs
+        # backwards, flows start when ready and none is faster than alone on its path
+        assert_conservation(r, problem)
+        assert_monotone_time(r, problem)
         results[model] = r
     # the flow model is never faster than the congestion-unaware one
     assert results["flow"].time_ns >= results["analytical"].time_ns - 1e-6

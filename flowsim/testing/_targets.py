@@ -1,0 +1,30 @@
+"""The fast code that :mod:`flowsim.testing` checks and stands beside, imported in one place.
+
+When a module moves, fix its import here; the references, checkers, strategies and tests
+reach the fast code only through these names.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..network import (
+    FlowEngine,
+    FlowResult,
+    maxmin_rates,
+    maxmin_rates_reference,
+    simulate_flows,
+)
+from ..network._messages import message_loads
+from ..topology._paths import EXPANDED, NO_CONVERGENCE, expand_paths
+
+__all__ = ["EXPANDED", "NO_CONVERGENCE", "FlowEngine", "FlowResult", "expand_paths",
+           "fabric_next_hops", "maxmin_rates", "maxmin_rates_reference", "message_loads",
+           "simulate_flows"]
+
+
+def fabric_next_hops(network) -> tuple[np.ndarray, np.ndarray]:
+    """A fabric's next-hop table ``(hop_ptr, hop_links)``: CSR over ``node * npus + dst``
+    listing the links that start a shortest path from ``node`` to NPU ``dst``."""
+    hop_ptr, hop_links = network._next_hops
+    return np.asarray(hop_ptr, np.int64), np.ascontiguousarray(hop_links, np.int64)
