@@ -204,10 +204,9 @@ def _analytical_points(net: Network, system: SystemConfig, collective: str,
         large = _phase_duration(phase, (base + 1).astype(np.float64), bw, lat, system)
         durations[:, :, i] = np.where(np.arange(n_chunks)[None, :] < extra[:, None],
                                       large[:, None], small[:, None])
-    queues = np.array([ph["queue"] for ph in phases], np.int64)
-    _, queues = np.unique(queues, return_inverse=True)
-    return queue_schedule(durations, queues.astype(np.int64), int(queues.max()) + 1,
-                          system.active_chunks)
+    keys = [ph["queue"] for ph in phases]
+    queues = np.array([sorted(set(keys)).index(k) for k in keys], np.int64)
+    return queue_schedule(durations, queues, int(queues.max()) + 1, system.active_chunks)
 
 
 def _phase_duration(phase: dict, chunk: np.ndarray, bw: np.ndarray, lat: np.ndarray,

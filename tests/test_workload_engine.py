@@ -117,6 +117,26 @@ def test_collective_streams_cap_serialises_independent_collectives():
     assert float(capped.time_ns) == pytest.approx(2 * one)
 
 
+def test_programs_on_disjoint_npus_never_share_a_dimension_queue():
+    """Two pipeline stages (programs on NPUs 0-3 and 4-7) each all-reduce over dimension 0 at
+    once: every NPU has its own queues, so neither waits for the other (one chunk in flight
+    per dimension and NPU, as in ASTRA-sim), while two collectives of one program on the same
+    dimension still take turns."""
+    net = {"topology": ["Ring", "Ring"], "npus_count": [4, 2], "bandwidth": [50, 50],
+           "latency": [500, 500]}
+    system = pure(**{"all-reduce-implementation": ["ring", "ring"]})
+    one = ring_all_reduce_ns(4, 800000)
+
+    def op(i: int) -> Op:
+        return Op(i, "collective", collective="all_reduce", size=800000, dims=(0,))
+
+    stages = Workload([Program([op(0)], np.arange(4)), Program([op(0)], np.arange(4, 8))])
+    assert float(simulate(net, stages, system).time_ns) == pytest.approx(one)
+    both = Workload([Program([op(0), op(1)], np.arange(4)), Program([op(0)],
+                                                                   np.arange(4, 8))])
+    assert float(simulate(net, both, system).time_ns) == pytest.approx(2 * one)
+
+
 @pytest.mark.parametrize("body, kind, message", [
     ("L0 -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 0", "PIPELINE", "unknown parallelism keyword"),
     ("L0 -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8", "DATA", ":3: a DATA layer line has 12"),

@@ -72,9 +72,18 @@ class Phase:
     scope: tuple[int, ...] = ()
 
     @property
-    def queue(self) -> int:
-        """The dimension queue this phase waits in (an explicit group has its own, -1)."""
-        return -1 if self.members else self.dims[0]
+    def queue(self) -> tuple[int, tuple[int, ...]]:
+        """The dimension queue this phase waits in.
+
+        Every NPU has its own queue per dimension (ASTRA-sim's per-NPU scheduler); phases on
+        the same NPUs share one: ``(first dimension, the NPUs)``, the NPUs being an explicit
+        group's members (dimension -1), or the scope of a program that runs on part of the
+        network (empty: every NPU). Phases of different programs (pipeline stages, ranks of a
+        trace) therefore never wait for each other in a queue.
+        """
+        if self.members:
+            return (-1, self.members)
+        return (self.dims[0], self.scope)
 
 
 def chunk_sizes(size: int, splits: int) -> list[int]:
