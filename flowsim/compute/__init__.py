@@ -1,0 +1,11 @@
+"""Compute models: how long a workload's kernels take on an accelerator.
+
+:class:`DeviceModel` prices kernels from their shapes on a :class:`Device` preset (GEMM tiles
+and waves, fused attention, memory-bound kernels); the workload layer's
+:class:`~flowsim.workload.roofline.Roofline` is the simpler alternative.
+"""
+
+from .devices import DEVICES, Device, device
+from .model import DeviceModel
+
+__all__ = ["DEVICES", "Device", "DeviceModel", "device"]

@@ -1,0 +1,125 @@
+"""Accelerators: the published facts a compute model needs, one preset per device.
+
+Every number is a public specification or a public measurement, set once per device and never
+adjusted to a training run (sources beside each preset):
+
+* dense tensor-core peaks per data type, SM count and memory bandwidth: NVIDIA's datasheets
+  (A100: 312 TFLOP/s 16-bit, 108 SMs, 2,039 GB/s HBM2e on the 80 GB SXM4 part; H100 SXM5:
+  989.4 TFLOP/s BF16 dense, 1,978.9 FP8, 132 SMs, 3.35 TB/s HBM3);
+* the *maximum achievable matmul FLOPS* (MAMF), the best BF16 GEMM throughput found by a
+  brute-force shape search, and that shape: S. Bekman, *Machine Learning Engineering*,
+  "Maximum Achievable Matmul FLOPS comparison table" (github.com/stas00/ml-engineering,
+  ``compute/accelerator/README.md``): A100 SXM 267.9 TFLOP/s at 6912x16384x2048 (CUDA 12.1),
+  H100 SXM 792.1 TFLOP/s at 6144x17920x2816 (CUDA 12.1). The GEMM model's asymptotic
+  efficiency is derived from it (:func:`flowsim.compute.gemm.asymptotic_efficiency`);
+* fused attention throughput: Dao, "FlashAttention-2" (arXiv 2307.08691, 2023), section 4.1:
+  "up to 230 TFLOPs/s, 73% of the theoretical maximum" on A100 (forward and backward
+  together; the backward runs at about 2/3 of the forward's rate in its figures); Shah et al.,
+  "FlashAttention-3" (arXiv 2407.08608, 2024): "up to 740 TFLOPs/s (75% utilization)" in
+  the BF16 forward pass on H100, the backward 1.5-1.75x FlashAttention-2's;
+* memory-bound kernels reach about 90% of the HBM bandwidth (a device-to-device copy: e.g.
+  3.57 of 3.94 TB/s measured on an H100 NVL, ml-engineering's benchmark notes); kernel
+  launch and tail costs of a few microseconds per kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from ..errors import config_error
+
+
+@dataclass(frozen=True, kw_only=True)
+class Device:
+    """One accelerator model.
+
+    Attributes
+    ----------
+    name : str
+    sms : int
+        Streaming multiprocessors (the units GEMM tiles are spread over).
+    peak_tflops : tuple of (dtype, float)
+        Dense tensor-core peak per data type (TFLOP/s, 10^12).
+    memory_gbps : float
+        Device memory bandwidth (GB/s, 10^9 B/s).
+    memory_gb : float
+        Device memory size (GB).
+    mamf_tflops : float
+        Best measured BF16 GEMM throughput (TFLOP/s) ...
+    mamf_shape : tuple of int
+        ... and the ``(m, n, k)`` it was measured at.
+    attention_forward : float
+        Fraction of the 16-bit peak a fused attention forward pass reaches on long sequences.
+    attention_backward : float
+        The same for its backward pass.
+    memory_efficiency : float
+        Fraction of ``memory_gbps`` memory-bound kernels reach.
+    launch_us : float
+        Fixed cost of one kernel (launch, ramp-up and tail), µs.
+    scale_up_gbps : float
+        Per-direction bandwidth of the device's scale-up links (NVLink), GB/s (10^9 B/s); used
+        by cluster presets.
+    source : str
+        Where the numbers come from.
+    """
+
+    name: str
+    sms: int
+    peak_tflops: tuple[tuple[str, float], ...]
+    memory_gbps: float
+    memory_gb: float
+    mamf_tflops: float
+    mamf_shape: tuple[int, int, int]
+    attention_forward: float
+    attention_backward: float
+    memory_efficiency: float = 0.9
+    launch_us: float = 4.0
+    scale_up_gbps: float = 0.0
+    source: str = field(default="", compare=False)
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak for ``dtype`` in FLOP/ns (16-bit peak for types the device lacks)."""
+        peaks = dict(self.peak_tflops)
+        return (peaks.get(dtype) or peaks["bf16"]) * 1e3
+
+
+A100_SXM_80GB = Device(
+    name="a100_sxm_80gb", sms=108,
+    peak_tflops=(("bf16", 312.0), ("fp16", 312.0), ("tf32", 156.0), ("fp32", 19.5)),
+    memory_gbps=2039.0, memory_gb=80.0, mamf_tflops=267.9, mamf_shape=(6912, 16384, 2048),
+    attention_forward=0.73, attention_backward=0.55, scale_up_gbps=300.0,
+    source="NVIDIA A100 datasheet; MAMF: ml-engineering accelerator table (CUDA 12.1); "
+           "attention: FlashAttention-2 sec. 4.1; NVLink 3: 600 GB/s bidirectional")
+A100_SXM_40GB = Device(
+    name="a100_sxm_40gb", sms=108,
+    peak_tflops=A100_SXM_80GB.peak_tflops, memory_gbps=1555.0, memory_gb=40.0,
+    mamf_tflops=267.9, mamf_shape=(6912, 16384, 2048), attention_forward=0.73,
+    attention_backward=0.55, scale_up_gbps=300.0,
+    source="NVIDIA A100 datasheet (HBM2, 1,555 GB/s); compute as the 80 GB part")
+H100_SXM_80GB = Device(
+    name="h100_sxm_80gb", sms=132,
+    peak_tflops=(("bf16", 989.4), ("fp16", 989.4), ("fp8", 1978.9), ("tf32", 494.7),
+                 ("fp32", 66.9)),
+    memory_gbps=3350.0, memory_gb=80.0, mamf_tflops=792.1, mamf_shape=(6144, 17920, 2816),
+    attention_forward=0.75, attention_backward=0.5, scale_up_gbps=450.0,
+    source="NVIDIA H100 datasheet; MAMF: ml-engineering accelerator table (CUDA 12.1); "
+           "attention: FlashAttention-3; NVLink 4: 900 GB/s bidirectional")
+
+#: presets by name (also reachable by the short names ``a100``, ``h100``)
+DEVICES: Mapping[str, Device] = MappingProxyType({
+    d.name: d for d in (A100_SXM_80GB, A100_SXM_40GB, H100_SXM_80GB)})
+ALIASES: Mapping[str, str] = MappingProxyType({"a100": "a100_sxm_80gb",
+                                               "h100": "h100_sxm_80gb"})
+
+
+def device(name: object, *, source: str = "argument", key: str = "device") -> Device:
+    """A preset by name (case-insensitive; ``a100`` and ``h100`` are the SXM 80 GB parts)."""
+    if isinstance(name, Device):
+        return name
+    if isinstance(name, str):
+        wanted = ALIASES.get(name.lower(), name.lower())
+        if wanted in DEVICES:
+            return DEVICES[wanted]
+    raise config_error(source, key, "one of " + ", ".join([*DEVICES, *ALIASES]), name)

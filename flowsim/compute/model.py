@@ -1,0 +1,51 @@
+"""A device's compute model: kernels in, nanoseconds out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..workload.kernels import Attention, Elementwise, Gemm, Kernel, Work
+from .attention import attention_ns
+from .devices import Device, device
+from .gemm import gemm_ns
+
+
+class DeviceModel:
+    """Prices kernels on one device (memoised per kernel shape).
+
+    Parameters
+    ----------
+    preset : Device or str
+        The accelerator (see :data:`flowsim.compute.DEVICES`).
+    """
+
+    def __init__(self, preset: Device | str) -> None:
+        self.device = device(preset)
+        self._memo: dict[Kernel, float] = {}
+
+    def kernel_ns(self, kernel: Kernel) -> float:
+        """Time of one kernel (ns)."""
+        t = self._memo.get(kernel)
+        if t is None:
+            t = self._memo[kernel] = self._price(kernel)
+        return t
+
+    def time_ns(self, kernels: Iterable[Kernel]) -> float:
+        """Time of kernels run one after the other (ns)."""
+        return sum(self.kernel_ns(k) for k in kernels)
+
+    def _price(self, kernel: Kernel) -> float:
+        dev = self.device
+        if isinstance(kernel, Gemm):
+            return gemm_ns(dev, kernel)
+        if isinstance(kernel, Attention):
+            return attention_ns(dev, kernel)
+        memory = kernel.bytes / (dev.memory_gbps * dev.memory_efficiency)
+        if isinstance(kernel, Elementwise):
+            return memory + dev.launch_us * 1e3
+        if isinstance(kernel, Work):   # a roofline at the device's GEMM rate
+            from .gemm import asymptotic_efficiency
+
+            compute = kernel.flops / (dev.peak("bf16") * asymptotic_efficiency(dev))
+            return max(compute, memory) + dev.launch_us * 1e3
+        raise TypeError(f"not a kernel: {kernel!r}")

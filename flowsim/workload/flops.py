@@ -1,0 +1,108 @@
+"""FLOP counts of one training iteration of a transformer, by the conventions publications use.
+
+A published "TFLOP/s per GPU" is a FLOP count divided by the measured time, and the
+conventions differ (whether the recomputed forward pass counts, whether the causal mask halves
+attention, whether embeddings count). To compare a prediction with a publication, count the
+FLOPs the way that publication did; :data:`CONVENTIONS` names them.
+
+``megatron`` (the default, and what ``flowsim run`` reports as ``model_flops``)
+    Megatron-LM's ``num_floating_point_operations`` (``megatron/training/training.py``, r0.8,
+    July 2024): ``12 B s L h^2 [(1 + g/a + s/h) q/h + (f/h) k_e m_g + V / (2 L h)]`` with ``g``
+    key/value heads of ``a``, ``q`` the query projection width, ``k_e`` experts per token
+    (1 for a dense model), ``m_g = 3/2`` for a gated (SwiGLU) MLP, ``V`` the vocabulary: every
+    GEMM three times (forward, data and weight gradients), attention over the whole score
+    matrix, the logits layer, no recomputation.
+``narayanan_eq3``
+    Narayanan et al., SC'21, eq. (3): ``96 B s L h^2 (1 + s / 6h + V / 16 L h)``, which counts
+    the extra forward pass of full activation recomputation (a "hardware FLOPs" figure).
+``palm``
+    Chowdhery et al. (PaLM, 2022), appendix B, the MFU convention of the Llama 3 paper:
+    ``(6 N + 12 L h s) B s`` with ``N`` the parameter count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelShape:
+    """The numbers the FLOP conventions need.
+
+    Attributes
+    ----------
+    layers, hidden, ffn, heads, kv_heads : int
+    head_dim : int
+        Width of one attention head (``hidden / heads`` usually).
+    vocab : int
+        Vocabulary (0: no embedding or logits layer).
+    sequence : int
+        Tokens per sequence.
+    global_batch : int
+        Sequences per iteration.
+    gated_mlp : bool
+        SwiGLU-style MLP (three weight matrices instead of two).
+    experts, top_k : int
+        Mixture of experts: experts per MoE layer (0: dense) and experts per token.
+    tied_embeddings : bool
+        The logits layer reuses the embedding's weights (GPT); ``False``: a separate output
+        matrix (Llama).
+    """
+
+    layers: int
+    hidden: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    sequence: int
+    global_batch: int
+    gated_mlp: bool = False
+    experts: int = 0
+    top_k: int = 1
+    tied_embeddings: bool = True
+
+    @property
+    def parameters(self) -> float:
+        """Weights of the model: attention, MLP or experts, norms, the embedding and, when not
+        tied to it, the output matrix."""
+        h, q = self.hidden, self.heads * self.head_dim
+        kv = self.kv_heads * self.head_dim
+        attention = h * (q + 2 * kv) + q * h
+        mlp = (3 if self.gated_mlp else 2) * h * self.ffn
+        if self.experts:
+            mlp = mlp * self.experts + h * self.experts   # experts and the router
+        embeddings = self.vocab * h * (1 if self.tied_embeddings else 2)
+        return self.layers * (attention + mlp + 2 * h) + embeddings
+
+
+def megatron(shape: ModelShape) -> float:
+    """Megatron-LM's model FLOPs of one iteration (see the module docstring)."""
+    h = shape.hidden
+    q = shape.heads * shape.head_dim
+    experts = shape.top_k if shape.experts else 1
+    gated = 1.5 if shape.gated_mlp else 1.0
+    per = ((1 + shape.kv_heads / shape.heads + shape.sequence / h) * q / h
+           + shape.ffn / h * experts * gated
+           + shape.vocab / (2 * shape.layers * h))
+    return 12.0 * shape.global_batch * shape.sequence * shape.layers * h * h * per
+
+
+def narayanan_eq3(shape: ModelShape) -> float:
+    """Narayanan et al.'s eq. (3): model FLOPs plus the recomputed forward pass."""
+    h, s, L = shape.hidden, shape.sequence, shape.layers
+    return 96.0 * shape.global_batch * s * L * h * h * (1 + s / (6 * h) + shape.vocab /
+                                                         (16 * L * h))
+
+
+def palm(shape: ModelShape) -> float:
+    """PaLM's model FLOPs: ``6 N`` per token plus attention (``12 L h s`` per token)."""
+    tokens = shape.global_batch * shape.sequence
+    attention = 12.0 * shape.layers * shape.heads * shape.head_dim * shape.sequence
+    return (6.0 * shape.parameters + attention) * tokens
+
+
+CONVENTIONS: dict[str, Callable[[ModelShape], float]] = {
+    "megatron": megatron, "narayanan_eq3": narayanan_eq3, "palm": palm}

@@ -1,0 +1,107 @@
+"""What a compute op does, as kernel descriptions a compute model can price.
+
+A compute op of a workload may carry ``kernels``: the GPU kernels it stands for, each
+described by its shape rather than its time, so that the same workload can be priced on any
+device (:mod:`flowsim.compute`). The descriptions are plain, hashable data:
+
+:class:`Gemm`
+    ``batch`` independent matrix products ``(m x k) @ (k x n)``.
+:class:`Attention`
+    Fused (flash) attention of ``batch`` sequences, ``heads`` query heads and ``kv_heads``
+    key/value heads, forward or backward, with or without the causal mask.
+:class:`Elementwise`
+    A memory-bound kernel: ``bytes`` read and written (norms, activations, dropout, residual
+    adds, softmax, optimizer updates).
+:class:`Work`
+    Anything else: FLOPs and bytes, priced on a roofline.
+
+FLOP counts follow the usual conventions: a GEMM is ``2 m n k`` per product; attention forward
+is ``4 s_q s_kv d`` per head (two GEMMs), halved under a causal mask (half the score matrix is
+masked out and skipped by flash kernels), and its backward ``2.5x`` the forward (five GEMMs
+against two: Dao, "FlashAttention-2", 2023, section 4.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+DType = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
+#: bytes per element of each data type
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """``batch`` matrix products of ``(m x k)`` by ``(k x n)`` in ``dtype``."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    dtype: str = "bf16"
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.batch
+
+    @property
+    def bytes(self) -> float:
+        """Operands read and the result written once (the least traffic possible)."""
+        return float(DTYPE_BYTES[self.dtype]) * self.batch * (
+            self.m * self.k + self.k * self.n + self.m * self.n)
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Fused (flash) attention: ``batch`` sequences of ``seq_q`` queries against ``seq_kv``
+    keys, ``heads`` query heads of ``head_dim``, ``kv_heads`` key/value heads (grouped-query
+    attention when fewer than ``heads``)."""
+
+    batch: int
+    heads: int
+    seq_q: int
+    seq_kv: int
+    head_dim: int
+    kv_heads: int = 0
+    causal: bool = True
+    backward: bool = False
+    dtype: str = "bf16"
+
+    @property
+    def flops(self) -> float:
+        forward = 4.0 * self.batch * self.heads * self.seq_q * self.seq_kv * self.head_dim
+        if self.causal:
+            forward /= 2
+        return forward * (2.5 if self.backward else 1.0)
+
+    @property
+    def bytes(self) -> float:
+        """Q, K, V and the output read or written once (the backward also reads the output
+        gradient and writes three input gradients)."""
+        kv = self.kv_heads or self.heads
+        q = self.batch * self.heads * self.seq_q * self.head_dim
+        k = self.batch * kv * self.seq_kv * self.head_dim
+        tensors = 2 * q + 2 * k if not self.backward else 4 * q + 4 * k
+        return float(DTYPE_BYTES[self.dtype]) * tensors
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    """A memory-bound kernel moving ``bytes`` to and from device memory (and doing ``flops``
+    on the way, which never bound it)."""
+
+    bytes: float
+    flops: float = 0.0
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Work:
+    """Work known only by its FLOPs and bytes (a Chakra or symbolic-tensor-graph node)."""
+
+    flops: float
+    bytes: float = 0.0
+
+
+Kernel = Gemm | Attention | Elementwise | Work
