@@ -19,9 +19,9 @@ from typing import Literal
 
 import numpy as np
 
+from .._arrays import gather_segments, segment_min, segment_sum
 from ..errors import FlowSetError, SimulationError
 from . import _kernels
-from .csr import gather_segments, segment_min, segment_sum
 from .maxmin import MaxMinWorkspace
 
 NetworkModel = Literal["analytical", "flow"]

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._arrays import gather_segments
 from ..network import _kernels
-from ..network.csr import gather_segments
 from ..network.engine import FlowEngine
 from ..topology import Network
 from .backends import PhaseDag, StepTemplate

@@ -22,8 +22,8 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
+from .._arrays import gather_segments
 from ..errors import RoutingError
-from ..network.csr import gather_segments
 from ..units import network_bandwidth_to_bytes_per_ns
 from ._paths import EXPANDED, expand_paths
 from .network import LogicalGrid

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import segment_min, segment_offsets, segment_sum
 from ..errors import RoutingError
-from ..network.csr import segment_min, segment_offsets, segment_sum
 from .astra1 import is_astra1_network, parse_astra1_network
 from .blocks import BLOCKS
 from .config import NetworkConfig, parse_network_config

@@ -1,4 +1,9 @@
-"""Reductions over the segments of a CSR incidence (one segment per flow)."""
+"""Array helpers shared by the topology and network layers: reductions over the segments of a
+CSR incidence (one segment per flow) and index arithmetic on segments.
+
+They sit below both layers (the topology routes with them, the network models time flows
+with them), so neither layer has to import the other for them.
+"""
 
 from __future__ import annotations
 
