@@ -171,7 +171,7 @@ def _with_failures(args: argparse.Namespace):
     """The fabric config of ``--network`` with ``--fail`` / ``--degrade`` added."""
     from ._io import read_mapping
     from .resources import resolve_config_path
-    from .topology.network import _parse_any
+    from .topology import parse_network_mapping
 
     path = resolve_config_path(args.network, kind="network")
     data = dict(read_mapping(path, what="network config"))
@@ -194,7 +194,7 @@ def _with_failures(args: argparse.Namespace):
     fabric["degrade"] = degrade
     if "fabric" in data:
         data["fabric"] = fabric
-    return _parse_any(data, str(path))
+    return parse_network_mapping(data, str(path))
 
 
 def _run_collective(args: argparse.Namespace) -> int:

@@ -86,16 +86,9 @@ def collective_dataset(*, network, system, collective: str, size: int, model: st
 
 def write_dataset(ds: xr.Dataset, path: str) -> None:
     """Write a Dataset atomically (temporary file, then rename): NetCDF via scipy."""
-    import os
-    from pathlib import Path
+    from ._io import atomic_output
 
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
     clean = ds.copy()
     clean.attrs = {k: v for k, v in ds.attrs.items() if not k.startswith("_")}
-    try:
+    with atomic_output(path) as tmp:
         clean.to_netcdf(tmp, engine="scipy")
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()

@@ -16,6 +16,7 @@ from typing import Any
 
 import xarray as xr
 
+from .._io import atomic_output
 from ..errors import ConfigError, FlowsimError
 from .run import (
     SweepInterrupted,
@@ -63,13 +64,8 @@ def _spec_from_attrs(attrs: Mapping[str, Any], where: str) -> SweepSpec:
 def write_result(ds: xr.Dataset, output: Path) -> None:
     """Write a sweep result atomically: NetCDF (scipy backend) or zarr for ``*.zarr``."""
     if output.suffix == ".zarr":
-        tmp = output.with_name(f".{output.name}.tmp{os.getpid()}")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        ds.to_zarr(tmp, mode="w", consolidated=False, zarr_format=2)  # portable strings
-        if output.exists():
-            shutil.rmtree(output)
-        os.replace(tmp, output)
+        with atomic_output(output, directory=True) as tmp:
+            ds.to_zarr(tmp, mode="w", consolidated=False, zarr_format=2)  # portable strings
     else:
         from ..results import write_dataset
         write_dataset(ds, output)

@@ -60,7 +60,7 @@ from .._io import read_mapping
 from ..errors import ConfigError
 from ..resources import bundled_dir, resolve_config_path
 from ..system.config import _COMPUTE_KEYS, _MODELLED, _NOT_MODELLED, IMPLEMENTATION_KEYS
-from ..topology.config import _KNOWN_KEYS as NETWORK_KEYS
+from ..topology.network_config import NETWORK_KEYS
 
 #: Top-level keys of ``base`` (and of axes that address them).
 POINT_KEYS = ("network", "system", "collective", "size", "model", "dims", "root")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..topology import Network
-from ..topology.config import NetworkConfig
+from ..topology.network_config import NetworkConfig
 from .astra_text import TextLayer, TextWorkload
 from .graph import Op, Workload, spmd
 
