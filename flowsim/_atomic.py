@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, ConfigTypeError, describe
 
 
 @contextmanager
@@ -53,15 +53,8 @@ def atomic_output(path: str | os.PathLike, *, option: str | None = None,
     >>> with atomic_output("result.nc", option="-o") as tmp:  # doctest: +SKIP
     ...     dataset.to_netcdf(tmp)
     """
-    target = Path(path)
-    where = f"argument {option}: " if option else ""
-    if not directory and target.is_dir():
-        raise ConfigError(f"{where}{target} is a folder, expected a file name")
-    if directory and target.exists() and not target.is_dir():
-        raise ConfigError(f"{where}{target} exists and is not a folder")
+    target = check_target(path, option=option, directory=directory)
     folder = target.parent
-    if not folder.is_dir():
-        raise ConfigError(f"{where}folder {folder} does not exist")
     prefix, suffix = f".{target.name}.", target.suffix
     if directory:
         tmp = Path(tempfile.mkdtemp(dir=folder, prefix=prefix, suffix=suffix))
@@ -83,6 +76,29 @@ def atomic_output(path: str | os.PathLike, *, option: str | None = None,
         _remove(tmp)
         raise
     _fsync(folder)  # the rename itself reaches the disk
+
+
+def check_target(path: str | os.PathLike, *, option: str | None = None,
+                 directory: bool = False) -> Path:
+    """The target of an output, checked before anything is computed for it: its folder
+    exists, and it is not a folder (with ``directory``: not a file).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``option`` (the command-line option or argument that gave the path).
+    """
+    where = f"argument {option}: " if option else ""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigTypeError(f"{where}expected a file path, found {describe(path)}")
+    target = Path(path)
+    if not directory and target.is_dir():
+        raise ConfigError(f"{where}{target} is a folder, expected a file name")
+    if directory and target.exists() and not target.is_dir():
+        raise ConfigError(f"{where}{target} exists and is not a folder")
+    if not target.parent.is_dir():
+        raise ConfigError(f"{where}folder {target.parent} does not exist")
+    return target
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes, *,

@@ -13,7 +13,8 @@ hands it. They bound what a file can make flowsim do before any value is looked 
 * duplicate keys in a mapping are an error naming the key and line (YAML and JSON);
 * integers too long for Python's int-from-text limit are an error, not a ``ValueError``.
 
-YAML goes through a subclass of PyYAML's ``SafeLoader`` only (no Python object tags).
+YAML goes through a subclass of PyYAML's ``SafeLoader`` only (no Python object tags); a
+date-like scalar (``2024-01-01``) stays text, as no config value is a date.
 
 Writing: :func:`atomic_output` and, on top of it, :func:`write_text_atomic` and
 :func:`write_bytes_atomic`.
@@ -30,12 +31,12 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from ._atomic import atomic_output, write_bytes_atomic, write_text_atomic
-from .errors import ConfigError, describe
+from ._atomic import atomic_output, check_target, write_bytes_atomic, write_text_atomic
+from .errors import ConfigError, ConfigTypeError, describe
 
 __all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_NODES", "atomic_output", "check_structure",
-           "parse_data", "read_data", "read_mapping", "read_text", "write_bytes_atomic",
-           "write_text_atomic"]
+           "check_target", "parse_data", "read_data", "read_mapping", "read_text",
+           "write_bytes_atomic", "write_text_atomic"]
 
 #: Largest structured or text file flowsim reads (bytes).
 MAX_FILE_BYTES = 64 << 20
@@ -45,6 +46,10 @@ MAX_DEPTH = 64
 #: aliases are expanded.
 MAX_NODES = 1_000_000
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+#: Longest integer a mapping built in Python may hold (Python's own limit for reading and
+#: printing ints is 4300 digits).
+_MAX_INT_DIGITS = 4000
+_MAX_INT_BITS = int(_MAX_INT_DIGITS * 3.3219)
 
 
 def read_text(path: str | os.PathLike, what: str) -> str:
@@ -53,6 +58,8 @@ def read_text(path: str | os.PathLike, what: str) -> str:
     A missing, unreadable, too large or non-UTF-8 file is a :class:`ConfigError` naming it
     and ``what`` it should hold.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigTypeError(f"expected a path to a {what} file, found {describe(path)}")
     file = Path(path)
     try:
         if file.stat().st_size > MAX_FILE_BYTES:
@@ -62,8 +69,9 @@ def read_text(path: str | os.PathLike, what: str) -> str:
         raise ConfigError(f"{file}: {what} file not found") from None
     except IsADirectoryError:
         raise ConfigError(f"{file}: is a directory, expected a {what} file") from None
-    except OSError as exc:
-        raise ConfigError(f"{file}: cannot read {what}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise ConfigError(f"{file}: cannot read {what}: "
+                          f"{getattr(exc, 'strerror', None) or exc}") from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -74,8 +82,8 @@ def read_text(path: str | os.PathLike, what: str) -> str:
 
 def read_mapping(path: str | os.PathLike, *, what: str) -> dict[str, Any]:
     """Read a YAML or JSON file whose top level must be a mapping (see :func:`read_data`)."""
+    data = read_data(path, what=what)
     file = Path(path)
-    data = read_data(file, what=what)
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: expected a mapping of keys to values at the top level "
                           f"of the {what}, found {type(data).__name__}")
@@ -93,8 +101,8 @@ def read_data(path: str | os.PathLike, *, what: str) -> Any:
     what : str
         What the file should hold, for error messages (e.g. ``"network config"``).
     """
+    text = read_text(path, what)
     file = Path(path)
-    text = read_text(file, what)
     return parse_data(text, source=str(file), json_syntax=file.suffix.lower() == ".json")
 
 
@@ -133,6 +141,8 @@ def check_structure(data: Any, source: str, *, max_depth: int = MAX_DEPTH,
             return [v for pair in value.items() for v in pair]
         if isinstance(value, (list, tuple)):
             return list(value)
+        if isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
+            raise _Refused(f"an integer of more than {_MAX_INT_DIGITS} digits")
         return []
 
     try:
@@ -235,3 +245,8 @@ class _BoundedLoader(yaml.SafeLoader):
         if node is not None:
             _check_expansion(node, _node_children, MAX_DEPTH, MAX_NODES)
         return node
+
+
+# no config value is a date: keep date-like scalars as the text they are
+_BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp",
+                               lambda loader, node: loader.construct_scalar(node))

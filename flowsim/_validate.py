@@ -70,14 +70,17 @@ class Quantity:
 
 
 #: Link and memory bandwidth in GB/s (ASTRA-sim's 2**30 or 1e9 bytes; the range covers both):
-#: from 1 KB/s to 1 EB/s.
-BANDWIDTH_GBPS = Quantity("GB/s", 1e-6, 1e9, positive=True)
+#: from 1 KB/s to 1 ZB/s (high enough to make a link or a memory "free" in a study).
+BANDWIDTH_GBPS = Quantity("GB/s", 1e-6, 1e12, positive=True)
 #: Latencies and per-message delays in ns: up to 1000 s.
 LATENCY_NS = Quantity("ns", 0.0, 1e12)
-#: Duration of one op or step in ns: up to about 11.6 days.
-DURATION_NS = Quantity("ns", 0.0, 1e15)
+#: Duration of one op in ns: up to 1e20 (three thousand years: far beyond any run, far below
+#: where sums of millions of them lose their meaning).
+DURATION_NS = Quantity("ns", 0.0, 1e20)
 #: Sizes in bytes: up to 2**53 (8 PiB), exact in float64.
 SIZE_BYTES = Quantity("bytes", 0.0, float(MAX_INT))
+#: Floating-point operations of one op: up to 1e30 (its time stays finite at any sane peak).
+FLOPS = Quantity("FLOPs", 0.0, 1e30)
 #: A dimensionless factor (scale, ratio): from 1e-9 to 1e9.
 FACTOR = Quantity("", 1e-9, 1e9, positive=True)
 
@@ -348,6 +351,9 @@ def _int_expected(minimum: int | None, maximum: int | None, too_large: bool = Fa
 
 def _number_expected(minimum: float | None, maximum: float | None, positive: bool,
                      unit: str) -> str:
+    if positive and not minimum and maximum is not None:
+        text = f"a number in (0, {maximum:g}]"
+        return f"{text} ({unit})" if unit else text
     if positive:
         text = "a number > 0"
     elif minimum is not None:

@@ -21,7 +21,14 @@ class FlowsimError(Exception):
 
 
 class ConfigError(FlowsimError, ValueError):
-    """A configuration file, dictionary or argument holds a value flowsim cannot use."""
+    """A configuration file, dictionary or argument holds a value flowsim cannot use.
+
+    Errors built by :func:`config_error` also carry the offending ``key`` and what was
+    ``expected`` (``None`` otherwise).
+    """
+
+    key: str | None = None
+    expected: str | None = None
 
 
 class ConfigTypeError(ConfigError, TypeError):
@@ -87,9 +94,15 @@ def config_error(source: str | None, key: str, expected: str, found: Any, *,
     """
     if source == "argument":
         if found is ...:
-            return cls(f"argument '{key}' is missing: expected {expected}")
-        return cls(f"argument '{key}': expected {expected}, found {describe(found)}")
-    where = f"{source}: " if source else ""
-    if found is ...:
-        return cls(f"{where}missing key '{key}': expected {expected}")
-    return cls(f"{where}key '{key}': expected {expected}, found {describe(found)}")
+            error = cls(f"argument '{key}' is missing: expected {expected}")
+        else:
+            error = cls(f"argument '{key}': expected {expected}, found {describe(found)}")
+    else:
+        where = f"{source}: " if source else ""
+        if found is ...:
+            error = cls(f"{where}missing key '{key}': expected {expected}")
+        else:
+            error = cls(f"{where}key '{key}': expected {expected}, found {describe(found)}")
+    # the parts, for callers that word the message their own way (command-line options)
+    error.key, error.expected = key, expected
+    return error
