@@ -21,14 +21,12 @@ flowsim extensions: ``step-synchronization`` (``barrier``, ASTRA-sim's, or ``per
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .._io import read_mapping
 from .._validate import (
     BANDWIDTH_GBPS,
     LATENCY_NS,
@@ -260,28 +258,3 @@ def _custom_implementations(data: Mapping[str, Any], source: str
             prefix = beside if beside.parent.is_dir() else prefix
         out.append((collective, str(prefix)))
     return tuple(out)
-
-
-def read_system_config(path: str | os.PathLike) -> SystemConfig:
-    """Read and validate a system json file (or an ASTRA-sim 1.0 ``.txt`` system file)."""
-    if Path(path).suffix.lower() == ".txt":
-        from .astra1 import read_astra1_system
-        return read_astra1_system(path)
-    return parse_system_config(read_mapping(path, what="system config"), source=str(Path(path)))
-
-
-def load_system(source: str | os.PathLike | Mapping[str, Any] | SystemConfig | None
-                ) -> SystemConfig:
-    """A system config from a path, a bundled name, a mapping, a config, or ``None`` (defaults).
-
-    A path ending in ``.txt`` is read as an ASTRA-sim 1.0 system file
-    (:func:`flowsim.system.astra1.parse_astra1_system`).
-    """
-    if source is None:
-        return SystemConfig()
-    if isinstance(source, SystemConfig):
-        return source
-    if isinstance(source, Mapping):
-        return parse_system_config(source)
-    from ..resources import resolve_config_path
-    return read_system_config(resolve_config_path(source, kind="system"))
