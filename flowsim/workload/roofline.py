@@ -13,7 +13,7 @@ Config keys (a nested ``roofline:`` mapping in a generator YAML)::
     peak_tflops: 312             # peak FLOP/s in units of 1e12
     memory_bandwidth_GBps: 2039  # memory bandwidth in GB/s with GB = 1e9 bytes (as vendors
                                  # quote it; unlike the network's "GB/s", which is 2**30)
-    efficiency: 0.5              # in (0, 1]
+    efficiency: 0.5              # from 1e-6 to 1
 """
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ from .._validate import (
 #: The keys of a roofline mapping and the unit factor of each.
 ROOFLINE_KEYS = {"peak_tflops": 1e12, "memory_bandwidth_GBps": 1e9, "efficiency": 1.0}
 #: Sane ranges: peak compute from 1 kFLOP/s to 1e12 TFLOP/s, memory bandwidth from 1 KB/s to
-#: 1 ZB/s (high enough to make a roof irrelevant), efficiency in (0, 1].
+#: 1 ZB/s (high enough to make a roof irrelevant), efficiency from 1e-6 to 1 (a smaller one
+#: would divide a time by nearly nothing).
 QUANTITIES = {"peak_tflops": Quantity("TFLOP/s", 1e-9, 1e12, positive=True),
               "memory_bandwidth_GBps": Quantity("GB/s", 1e-6, 1e12, positive=True),
-              "efficiency": Quantity("", 0.0, 1.0, positive=True)}
+              "efficiency": Quantity("", 1e-6, 1.0, positive=True)}
 
 
 @dataclass(frozen=True)
