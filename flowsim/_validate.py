@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
+
 from .errors import ConfigError, ConfigTypeError, config_error, unknown_key_error
 
 T = TypeVar("T")
@@ -148,7 +150,7 @@ def as_number(value: Any, *, source: str | None, key: str, minimum: float | None
 def as_bool(value: Any, *, source: str | None, key: str, zero_one: bool = False) -> bool:
     """``value`` as a bool: ``True``/``False`` only, or with ``zero_one`` also ASTRA-sim's
     ``0``/``1`` (ints or the strings ``"0"``/``"1"``)."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":  # numpy.bool_ too
+    if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if zero_one and not isinstance(value, float) and (
             (isinstance(value, numbers.Integral) and value in (0, 1))

@@ -43,18 +43,7 @@ def parse_size(value: object, *, source: str | None = None, key: str = "size",
     """
     bound = ">= 0" if allow_zero else "> 0"
     expected = f"a whole number of bytes {bound} (e.g. 1048576, '64MiB', '1GB')"
-    if isinstance(value, bool):
-        raise config_error(source, key, expected, value, cls=ConfigTypeError)
-    if isinstance(value, str):
-        match = _SIZE_PATTERN.match(value) if len(value) <= 64 else None
-        unit = match.group(2).lower() if match else None
-        if match is None or unit not in _SIZE_UNITS:
-            raise config_error(source, key, expected, value)
-        number: object = float(match.group(1)) * _SIZE_UNITS[unit]
-    elif isinstance(value, numbers.Real):
-        number = value
-    else:
-        raise config_error(source, key, expected, value, cls=ConfigTypeError)
+    number = _with_unit(value, _SIZE_PATTERN, _SIZE_UNITS, source, key, expected)
     try:
         size = as_int(number, source=source, key=key, minimum=0 if allow_zero else 1,
                       maximum=int(SIZE_BYTES.maximum))
@@ -74,24 +63,27 @@ def parse_duration(value: object, *, source: str | None = None, key: str = "dura
     :data:`flowsim._validate.DURATION_NS` (1e20 ns).
     """
     expected = "a duration >= 0: a number of ns or a string such as '2us', '1.5ms'"
-    if isinstance(value, bool):
-        raise config_error(source, key, expected, value, cls=ConfigTypeError)
-    if isinstance(value, str):
-        match = _TIME_PATTERN.match(value) if len(value) <= 64 else None
-        unit = match.group(2).lower() if match else None
-        if match is None or unit not in _TIME_UNITS:
-            raise config_error(source, key, expected, value)
-        number: object = float(match.group(1)) * _TIME_UNITS[unit]
-    elif isinstance(value, numbers.Real):
-        number = value
-    else:
-        raise config_error(source, key, expected, value, cls=ConfigTypeError)
+    number = _with_unit(value, _TIME_PATTERN, _TIME_UNITS, source, key, expected)
     try:
         return as_number(number, source=source, key=key, quantity=DURATION_NS)
     except ConfigError as exc:
         too_large = isinstance(number, numbers.Real) and number > DURATION_NS.maximum
         limit = f" (at most {DURATION_NS.maximum:g} ns)" if too_large else ""
         raise config_error(source, key, expected + limit, value, cls=type(exc)) from None
+
+
+def _with_unit(value: object, pattern: re.Pattern, units: dict[str, float],
+               source: str | None, key: str, expected: str) -> numbers.Real:
+    """A number, or a string of a number and a unit of ``units`` scaled to the base unit."""
+    if isinstance(value, bool) or not isinstance(value, (str, numbers.Real)):
+        raise config_error(source, key, expected, value, cls=ConfigTypeError)
+    if not isinstance(value, str):
+        return value
+    match = pattern.match(value) if len(value) <= 64 else None
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in units:
+        raise config_error(source, key, expected, value)
+    return float(match.group(1)) * units[unit]
 
 
 def format_time(ns: float) -> str:

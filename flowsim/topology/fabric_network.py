@@ -133,11 +133,7 @@ class FabricNetwork(LogicalGrid):
 
     def _check_pairs(self, src: np.ndarray, dst: np.ndarray) -> None:
         """Both ends exist and are connected (raises RoutingError)."""
-        for name, arr in (("src", src), ("dst", dst)):
-            bad = (arr < 0) | (arr >= self.npus)
-            if bad.any():
-                raise RoutingError(f"routes: {name} NPU {int(arr[bad][0])} does not exist "
-                                   f"(expected an id in 0..{self.npus - 1})")
+        self.check_npus(src, dst)
         cost = self._cost_to
         unreachable = ~np.isfinite(cost[dst, src])
         if unreachable.any():

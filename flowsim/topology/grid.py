@@ -13,6 +13,7 @@ from functools import cached_property
 import numpy as np
 
 from .._arrays import segment_min, segment_sum
+from ..errors import RoutingError
 
 
 class LogicalGrid:
@@ -31,6 +32,20 @@ class LogicalGrid:
     def path_bottleneck(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
         """Smallest link bandwidth along each path (bytes/ns); ``inf`` for empty paths."""
         return segment_min(self.link_bandwidth[link_ids], indptr)
+
+    def check_npus(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Every id of ``src`` and ``dst`` (int64 arrays) is an NPU of this network.
+
+        Raises
+        ------
+        RoutingError
+            Naming the first id that is not.
+        """
+        for name, arr in (("src", src), ("dst", dst)):
+            bad = (arr < 0) | (arr >= self.npus)
+            if bad.any():
+                raise RoutingError(f"routes: {name} NPU {int(arr[bad][0])} does not exist "
+                                   f"(expected an id in 0..{self.npus - 1})")
 
     @property
     def ndims(self) -> int:

@@ -181,11 +181,7 @@ class Network(LogicalGrid):
         if src.shape != dst.shape:
             raise RoutingError(f"routes: src and dst must have the same length, "
                                f"found {src.size} and {dst.size}")
-        for name, arr in (("src", src), ("dst", dst)):
-            bad = (arr < 0) | (arr >= self.npus)
-            if bad.any():
-                raise RoutingError(f"routes: {name} NPU {int(arr[bad][0])} does not exist "
-                                   f"(expected an id in 0..{self.npus - 1})")
+        self.check_npus(src, dst)
         n = src.size
         hops_per_dim = []
         current = src.copy()

@@ -7,7 +7,7 @@ Accepted keys (one list entry per dimension, scalars are broadcast to every dime
 ``npus_count``
     Integer >= 2 per dimension; NPU ids are mixed-radix coordinates with dimension 0 fastest.
 ``bandwidth``
-    Per-link bandwidth in ASTRA-sim "GB/s" (GB = 2**30 bytes), > 0 (from 1e-6 to 1e9:
+    Per-link bandwidth in ASTRA-sim "GB/s" (GB = 2**30 bytes), > 0 (from 1e-6 to 1e12:
     :data:`flowsim._validate.BANDWIDTH_GBPS`).
 ``latency``
     Per-link latency in ns, >= 0 (at most 1e12: :data:`flowsim._validate.LATENCY_NS`).
