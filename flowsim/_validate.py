@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .errors import ConfigError, ConfigTypeError, config_error, unknown_key_error
+from .errors import ConfigError, ConfigTypeError, config_error, describe, unknown_key_error
 
 T = TypeVar("T")
 
@@ -219,6 +219,23 @@ def as_mapping(value: Any, *, source: str | None, key: str,
     if not isinstance(value, Mapping):
         raise config_error(source, key, what, value, cls=ConfigTypeError)
     return value
+
+
+def as_config(data: Any, *, source: str | None, what: str) -> Mapping[str, Any]:
+    """The top level of a config: a mapping (``what`` names its kind, e.g. "network")."""
+    if not isinstance(data, Mapping):
+        where = f"{source}: " if source else ""
+        raise ConfigTypeError(f"{where}expected a mapping of {what} keys to values, found "
+                              f"{describe(data)}")
+    return data
+
+
+def as_text(text: Any, *, source: str | None, what: str) -> str:
+    """The content of a line-based config file: a string."""
+    if not isinstance(text, str):
+        where = f"{source}: " if source else ""
+        raise ConfigTypeError(f"{where}expected the text of a {what}, found {describe(text)}")
+    return text
 
 
 # ----------------------------------------------------------------------- from a mapping

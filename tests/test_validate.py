@@ -228,3 +228,44 @@ def test_config_error_carries_its_parts():
     assert str(config_error("argument", "dims", "a list", ...)) == \
         "argument 'dims' is missing: expected a list"
     assert isinstance(config_error(None, "k", "x", 1, cls=ConfigTypeError), TypeError)
+
+
+# ------------------------------------------------------------------------------ entry points
+def _entry_points():
+    import flowsim
+    from flowsim.sweep import load_spec
+    from flowsim.system import parse_system_config
+    from flowsim.system.astra1 import parse_astra1_system
+    from flowsim.topology import parse_network_config, parse_network_mapping
+    from flowsim.topology.astra1 import parse_astra1_network
+    from flowsim.workload.astra_text import parse_astra_text
+    from flowsim.workload.generators import parse_dlrm, parse_transformer
+    from flowsim.workload.memory import load_memory, parse_memory_config
+    from flowsim.workload.roofline import Roofline, parse_roofline
+    return {
+        "load_network(5)": lambda: flowsim.load_network(5),
+        "load_network(None)": lambda: flowsim.load_network(None),
+        "load_system(5)": lambda: flowsim.load_system(5),
+        "parse_network_config(5)": lambda: parse_network_config(5),
+        "parse_network_mapping([])": lambda: parse_network_mapping([]),
+        "parse_astra1_network('x')": lambda: parse_astra1_network("x"),
+        "parse_system_config('x')": lambda: parse_system_config("x"),
+        "parse_astra1_system(5)": lambda: parse_astra1_system(5),
+        "parse_memory_config([1])": lambda: parse_memory_config([1]),
+        "load_memory(5)": lambda: load_memory(5),
+        "parse_astra_text(5)": lambda: parse_astra_text(5),
+        "parse_dlrm([1])": lambda: parse_dlrm([1], "argument"),
+        "parse_transformer(None)": lambda: parse_transformer(None, "argument"),
+        "load_spec(5)": lambda: load_spec(5),
+        "parse_roofline(5)": lambda: parse_roofline(5, "argument"),
+        "Roofline('x')": lambda: Roofline("x", 1e12, 1.0),
+        "model=[1]": lambda: flowsim.simulate_collective("ring8", "all_reduce", 1, model=[1]),
+        "size=[1]": lambda: flowsim.simulate_collective("ring8", "all_reduce", [1]),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_entry_points()))
+def test_wrong_typed_arguments_are_config_type_errors(name):
+    with pytest.raises(ConfigTypeError) as info:
+        _entry_points()[name]()
+    assert isinstance(info.value, TypeError) and "\n" not in str(info.value)

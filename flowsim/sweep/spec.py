@@ -57,7 +57,7 @@ from typing import Any
 import yaml
 
 from .._io import check_structure, read_mapping, read_text
-from ..errors import ConfigError, describe
+from ..errors import ConfigError, ConfigTypeError, describe
 from ..resources import bundled_dir, resolve_config_path
 from ..system.config import _COMPUTE_KEYS, _MODELLED, _NOT_MODELLED, IMPLEMENTATION_KEYS
 from ..topology.network_config import NETWORK_KEYS
@@ -326,8 +326,8 @@ def load_spec(spec: str | os.PathLike | Mapping[str, Any]) -> SweepSpec:
         data = read_mapping(path, what="sweep spec")
         source, folder, text = str(path), path.resolve().parent, read_text(path, "sweep spec")
     else:
-        raise ConfigError(f"argument 'spec': expected a path or a mapping, found "
-                          f"{describe(spec)}")
+        raise ConfigTypeError(f"argument 'spec': expected a path or a mapping, found "
+                              f"{describe(spec)}")
     unknown = set(data) - {"base", "axes", "zip"}
     if unknown:
         raise ConfigError(f"{source}: unknown key '{sorted(unknown)[0]}' (expected base, axes, "

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from .._io import read_text
-from .._validate import LATENCY_NS, MAX_INT, as_choice, as_number
+from .._validate import LATENCY_NS, MAX_INT, as_choice, as_number, as_text
 from ..errors import ConfigError, config_error, unknown_key_error
 from .config import (
     IMPLEMENTATION_KEYS,
@@ -184,6 +184,7 @@ def parse_astra1_system(text: str, source: str = "<text>") -> SystemConfig:
     >>> cfg.endpoint_delay_ns, cfg.implementation("all_reduce"), cfg.reduction_ns(1e6)
     (10.0, ('ring', 'ring'), 6.0)
     """
+    as_text(text, source=source, what="ASTRA-sim 1.0 system file")
     values: dict[str, Any] = {}
     tokens = [(token, line) for line, row in enumerate(text.splitlines(), 1)
               for token in row.split()]

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from .._validate import (
     BANDWIDTH_GBPS,
     LATENCY_NS,
+    as_config,
     as_list,
     as_str,
     choices_of,
@@ -191,6 +192,7 @@ def parse_system_config(data: Mapping[str, Any], source: str = "<dict>") -> Syst
     Unknown keys, and known keys flowsim does not model (with a value that would matter),
     are reported as :class:`~flowsim.errors.FlowsimWarning` naming the key.
     """
+    as_config(data, source=source, what="system")
     impls = {}
     for collective, key in IMPLEMENTATION_KEYS.items():
         default = impls.get("all_reduce", ("ring",)) if collective in ("broadcast", "reduce") \

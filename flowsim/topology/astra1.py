@@ -63,6 +63,7 @@ from .._validate import (
     LATENCY_NS,
     Quantity,
     as_choice,
+    as_config,
     as_int,
     as_number,
     check_unknown_keys,
@@ -143,6 +144,7 @@ def parse_astra1_network(data: Mapping[str, Any], source: str = "<dict>") -> Net
     FlowsimWarning
         When a dimension's HBM term can exceed its network term (it is not modelled).
     """
+    as_config(data, source=source, what="ASTRA-sim 1.0 network")
     check_unknown_keys(data, _KNOWN, source=source)
     for key in _REQUIRED:
         if key not in data:

@@ -34,6 +34,7 @@ from .._validate import (
     FACTOR,
     LATENCY_NS,
     as_choice,
+    as_config,
     as_int,
     as_list,
     as_mapping,
@@ -114,6 +115,7 @@ class FabricConfig:
 
 def parse_fabric_config(data: Mapping[str, Any], source: str = "<dict>") -> FabricConfig:
     """Validate a ``fabric:`` network config (see the module docstring)."""
+    as_config(data, source=source, what="network")
     fabric = read_mapping(data, "fabric", source=source,
                           what="a mapping describing the fabric")
     if "generator" not in fabric:

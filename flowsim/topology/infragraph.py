@@ -36,6 +36,7 @@ from .._io import read_mapping
 from .._validate import (
     BANDWIDTH_GBPS,
     LATENCY_NS,
+    as_config,
     as_int,
     as_mapping,
     as_number,
@@ -281,6 +282,7 @@ def _validate_with_package(infra: Mapping[str, Any], where: str) -> None:
 
 def parse_infragraph_config(data: Mapping[str, Any], source: str = "<dict>") -> FabricConfig:
     """A network config with an ``infragraph`` key -> :class:`FabricConfig`."""
+    as_config(data, source=source, what="network")
     check_unknown_keys(data, _WRAPPER_KEYS, source=source)
     raw = data.get("infragraph")
     where = source

@@ -37,6 +37,7 @@ from .._validate import (
     BANDWIDTH_GBPS,
     LATENCY_NS,
     as_bool,
+    as_config,
     as_int,
     as_number,
     read_list,
@@ -143,6 +144,7 @@ def parse_network_config(data: Mapping[str, Any], source: str = "<dict>") -> Net
     FlowsimWarning
         For every key that is not part of the format (it is ignored).
     """
+    as_config(data, source=source, what="network")
     topology = _per_dimension(data, "topology", _block, source, None)
     ndims = len(topology)
     counts = _per_dimension(data, "npus_count", partial(as_int, minimum=2, maximum=MAX_NPUS),

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 
 from .._io import read_text
-from .._validate import DURATION_NS, SIZE_BYTES
+from .._validate import DURATION_NS, SIZE_BYTES, as_text
 from ..errors import ConfigError, describe
 from ..topology.network_config import MAX_NPUS
 
@@ -153,6 +153,7 @@ def parse_astra_text(text: str, source: str = "<text>") -> TextWorkload:
         that is not a non-negative number (compute) or integer (bytes), a layer count that does
         not match the lines; the message names the file and line.
     """
+    as_text(text, source=source, what="text workload")
     lines = [(i + 1, line.split()) for i, line in enumerate(text.splitlines())]
     lines = [(n, t) for n, t in lines if t]
     if not lines:

@@ -33,6 +33,7 @@ from .._io import read_mapping
 from .._validate import (
     BANDWIDTH_GBPS,
     LATENCY_NS,
+    as_config,
     check_unknown_keys,
     read_choice,
     read_int,
@@ -67,6 +68,7 @@ def parse_memory_config(data: Mapping[str, Any], source: str = "<dict>") -> Memo
     ``num-nodes`` is checked (an integer >= 1) but not used: the nodes follow from the NPUs
     and ``num-npus-per-node``.
     """
+    as_config(data, source=source, what="remote-memory")
     check_unknown_keys(data, _KEYS, source=source)
     kind = read_choice(data, "memory-type", MEMORY_TYPES, source=source,
                        default="none")

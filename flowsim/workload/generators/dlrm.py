@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Any
 
-from ..._validate import as_int, check_unknown_keys, read_int, read_list
+from ..._validate import as_config, as_int, check_unknown_keys, read_int, read_list
 from ...errors import config_error
 from ..graph import Op, Workload, spmd
 from ..roofline import Roofline, parse_roofline
@@ -148,6 +148,7 @@ def parse_dlrm(values: Mapping[str, Any], source: str) -> DLRMSpec:
     ConfigError
         Naming ``source``, the key, what was expected and what was found.
     """
+    as_config(values, source=source, what="DLRM")
     check_unknown_keys(values, KEYS, source=source)
     defaults = DLRMSpec()
     v: dict[str, Any] = {key: read_int(values, key, source=source, minimum=1,

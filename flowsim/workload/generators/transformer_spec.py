@@ -14,6 +14,7 @@ from typing import Any, Literal
 from ..._validate import (
     MAX_INT,
     REQUIRED,
+    as_config,
     as_int,
     check_unknown_keys,
     choices_of,
@@ -83,6 +84,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     ConfigError
         Naming ``source``, the key, what was expected and what was found.
     """
+    as_config(values, source=source, what="transformer")
     check_unknown_keys(values, KEYS, source=source)
     v: dict[str, Any] = {key: _count(values, key, source) for key in _REQUIRED}
     for key in ("dp", "tp", "pp", "dtype_bytes"):
