@@ -16,7 +16,7 @@ from typing import Any
 
 import xarray as xr
 
-from .._io import atomic_output
+from .._io import atomic_output, parse_data
 from ..errors import ConfigError, FlowsimError
 from .run import (
     SweepInterrupted,
@@ -52,7 +52,7 @@ def _with_spec(ds: xr.Dataset, spec: SweepSpec) -> xr.Dataset:
 
 def _spec_from_attrs(attrs: Mapping[str, Any], where: str) -> SweepSpec:
     try:
-        data = json.loads(attrs["spec_json"])
+        data = parse_data(attrs["spec_json"], source=where, json_syntax=True)
         axes = tuple(Axis(name, tuple(keys), tuple(tuple(v) for v in values))
                      for name, keys, values in data["axes"])
         return SweepSpec(base=data["base"], axes=axes, source=data["source"],
