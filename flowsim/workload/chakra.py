@@ -49,14 +49,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from numbers import Integral, Real
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._io import read_mapping
-from .._validate import DURATION_NS, FLOPS, MAX_INT, SIZE_BYTES
+from .._validate import DURATION_NS, FLOPS, MAX_INT, SIZE_BYTES, as_number
 from ..collectives import canonical_collective
 from ..errors import ConfigError, describe
 from ._protowire import COLLECTIVE_COMM_TYPES, NODE_TYPES  # noqa: F401  (re-exported)
@@ -237,14 +237,16 @@ def _read_extras(op: Op, attrs: dict, where: str) -> None:
 
 def _number(attrs: dict, name: str, where: str, default: Any = ...,
             limit: float = DURATION_NS.maximum) -> float:
-    """A finite attribute value in ``[0, limit]``."""
+    """A finite attribute value in ``[0, limit]`` (the toolkit's number, worded for
+    attributes)."""
     value = attrs.get(name, default)
     if value is ...:
         raise ConfigError(f"{where}: missing attribute '{name}'")
-    if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= value <= limit:
-        raise ConfigError(f"{where}: attribute '{name}': expected a number >= 0 (at most "
-                          f"{limit:g}), found {describe(value)}")
-    return float(value)
+    try:
+        return as_number(value, source=where, key=name, minimum=0.0, maximum=limit)
+    except ConfigError as exc:
+        raise type(exc)(f"{where}: attribute '{name}': expected {exc.expected}, found "
+                        f"{describe(value)}") from None
 
 
 def _count(attrs: dict, name: str, where: str, default: Any = ...,

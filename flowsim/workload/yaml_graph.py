@@ -237,8 +237,7 @@ def _op(spec: Any, where: str, layers: list[str], declared: bool) -> Op:
                           f"{type(spec).__name__}")
     if "id" not in spec:
         raise config_error(where, "id", "an integer >= 0, unique in the program", ...)
-    op_id = _integer(spec["id"], where, "id", 0, expected="an integer >= 0, unique in the "
-                     "program")
+    op_id = as_int(spec["id"], source=where, key="id", minimum=0)
     where = f"{where} (id {op_id})"
     if "kind" not in spec:
         raise config_error(where, "kind", "one of " + ", ".join(OP_KINDS), ...)
@@ -307,16 +306,17 @@ def _peer_fields(spec: Mapping, where: str, kind: str) -> dict[str, Any]:
         raise config_error(where, "peer_offset", f"the peer of the {kind}: 'peer_offset' "
                            "(added to each NPU of the program) or 'peer' (an NPU id)", ...)
     if "peer" in spec:
-        out["peer"] = _integer(spec["peer"], where, "peer", 0, MAX_NPUS - 1,
-                               "an NPU id (an integer >= 0)")
+        out["peer"] = as_int(spec["peer"], source=where, key="peer", minimum=0,
+                             maximum=MAX_NPUS - 1)
     else:
-        offset = _integer(spec["peer_offset"], where, "peer_offset", -MAX_NPUS, MAX_NPUS,
-                          "a non-zero integer")
+        offset = as_int(spec["peer_offset"], source=where, key="peer_offset",
+                        minimum=-MAX_NPUS, maximum=MAX_NPUS)
         if offset == 0:
             raise config_error(where, "peer_offset", "a non-zero integer", offset)
         out["peer_offset"] = offset
     if "tag" in spec:
-        out["tag"] = _integer(spec["tag"], where, "tag", -MAX_TAG, MAX_TAG, "an integer")
+        out["tag"] = as_int(spec["tag"], source=where, key="tag", minimum=-MAX_TAG,
+                            maximum=MAX_TAG)
     return out
 
 
@@ -367,15 +367,6 @@ def _ids(value: Any, where: str, key: str, what: str, *,
         raise config_error(where, key, expected, value,
                            cls=ConfigError if isinstance(items, list) else ConfigTypeError)
     return tuple(int(v) for v in items)
-
-
-def _integer(value: Any, where: str, key: str, minimum: int, maximum: int = MAX_INT,
-             expected: str = "") -> int:
-    """An integer (not a float, not a bool) in ``[minimum, maximum]``."""
-    if not _is_int(value) or not minimum <= value <= maximum:
-        raise config_error(where, key, expected or f"an integer >= {minimum}", value,
-                           cls=ConfigError if _is_int(value) else ConfigTypeError)
-    return int(value)
 
 
 def _is_int(value: Any) -> bool:
