@@ -47,6 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "platforms (ASTRA-sim family).")
     parser.add_argument("--version", action="version", version=f"flowsim {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _collective_command(commands)
+    _run_command(commands)
+    _sweep_commands(commands)
+    return parser
+
+
+def _collective_command(commands: Any) -> None:
+    """``flowsim collective``."""
     coll = commands.add_parser(
         "collective", help="simulate one collective",
         description="Simulate one collective on a network and print its time.")
@@ -84,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="write the full result Dataset (NetCDF, .nc)")
     coll.add_argument("--trace", default=None,
                       help="write a Chrome-trace / Perfetto timeline (.json)")
+
+
+def _run_command(commands: Any) -> None:
+    """``flowsim run``."""
     run = commands.add_parser(
         "run", help="simulate a training workload",
         description="Simulate a training workload (iterations of compute and communication) "
@@ -122,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--csv", default=None, metavar="DIR",
                      help="write end_to_end.csv (per layer, as ASTRA-sim 1.0) and npus.csv")
     run.add_argument("--trace", default=None, help="write a Chrome-trace timeline (.json)")
+
+
+def _sweep_commands(commands: Any) -> None:
+    """``flowsim sweep`` and ``flowsim merge``."""
     sw = commands.add_parser(
         "sweep", help="run a sweep spec (grid of configurations)",
         description="Run every point of a sweep spec and write one xarray Dataset.")
@@ -143,6 +159,3 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check that every shard of one sweep is present and write the result.")
     mg.add_argument("folder", help="folder with shard-IIIII-of-NNNNN.nc files")
     mg.add_argument("-o", "--output", required=True, help="result file (.nc or .zarr)")
-    return parser
-
-

@@ -139,6 +139,17 @@ def leaf_spine(spec: Mapping[str, Any], source: str) -> Generated:
                 card = b.switch(f"host{h}.nic{n}", "fabric")
                 b.link(host_switch[h], card, nic_bw, 0.0)
                 b.link(card, leaf, nic_bw, nic_lat)
+    _spine_tiers(b, spec, source, leaves, pods, spines, uplinks, ratios, uplink_bw, spine_lat)
+    dims = (per_host, hosts) if per_host > 1 and hosts > 1 else (hosts * per_host,)
+    return b, dims
+
+
+def _spine_tiers(b: FabricBuilder, spec: Mapping[str, Any], source: str, leaves: list[int],
+                 pods: int | None, spines: int, uplinks: int, ratios: list[float],
+                 uplink_bw: float, spine_lat: float) -> None:
+    """The spines above the leaves (per pod, with ``pods``) and, with pods, the super
+    spines above every pod's spines."""
+    n_leaves = len(leaves)
     n_pods = pods or 1
     if n_leaves % n_pods:
         raise config_error(source, "fabric.pods", f"a divisor of the {n_leaves} leaves", pods)
@@ -151,20 +162,20 @@ def leaf_spine(spec: Mapping[str, Any], source: str) -> Generated:
         lower = {f"leaf{i}": leaves[i] for i in range(pod * per_pod, (pod + 1) * per_pod)}
         upper = {f"{label}spine{j}": spine for j, spine in enumerate(pod_spines)}
         b.connect_tiers(lower, upper, uplinks // spines, uplink_bw, spine_lat)
-    if pods:  # third tier: every pod spine to the super spines
-        spine_down = per_pod * (uplinks // spines)
-        up = _ports(spine_down * uplink_bw, ratios[1], uplink_bw, source, "spine")
-        supers = _int(spec, "super_spines", source, default=up, minimum=1)
-        if up % supers:
-            raise config_error(source, "fabric.super_spines",
-                               f"a divisor of the {up} uplinks of each spine", supers)
-        top = [b.switch(f"super{t}", "fabric") for t in range(supers)]
-        lower = {f"pod{pod}.spine{j}": spine for pod, pod_spines in enumerate(spine_ids)
-                 for j, spine in enumerate(pod_spines)}
-        b.connect_tiers(lower, {f"super{t}": sup for t, sup in enumerate(top)},
-                        up // supers, uplink_bw, spine_lat)
-    dims = (per_host, hosts) if per_host > 1 and hosts > 1 else (hosts * per_host,)
-    return b, dims
+    if not pods:
+        return
+    # third tier: every pod spine to the super spines
+    spine_down = per_pod * (uplinks // spines)
+    up = _ports(spine_down * uplink_bw, ratios[1], uplink_bw, source, "spine")
+    supers = _int(spec, "super_spines", source, default=up, minimum=1)
+    if up % supers:
+        raise config_error(source, "fabric.super_spines",
+                           f"a divisor of the {up} uplinks of each spine", supers)
+    top = [b.switch(f"super{t}", "fabric") for t in range(supers)]
+    lower = {f"pod{pod}.spine{j}": spine for pod, pod_spines in enumerate(spine_ids)
+             for j, spine in enumerate(pod_spines)}
+    b.connect_tiers(lower, {f"super{t}": sup for t, sup in enumerate(top)},
+                    up // supers, uplink_bw, spine_lat)
 
 
 def _ports(down_bandwidth: float, ratio: float, port_bandwidth: float, source: str,
