@@ -1,8 +1,39 @@
-"""Array helpers shared by every layer."""
+"""Array helpers shared by every layer: reductions over the segments of a
+CSR incidence (one segment per flow) and index arithmetic on segments.
+
+They sit below both layers (the topology routes with them, the network models time flows
+with them), so neither layer has to import the other for them.
+"""
 
 from __future__ import annotations
 
 import numpy as np
+
+
+def segment_sum(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
+    """Sum of ``values[indptr[i]:indptr[i+1]]`` for every ``i`` (0 for empty segments)."""
+    csum = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
+    return csum[indptr[1:]] - csum[indptr[:-1]]
+
+
+def segment_min(values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
+    """Minimum over every segment; ``inf`` for empty segments."""
+    out = np.full(indptr.size - 1, np.inf)
+    nonempty = indptr[1:] > indptr[:-1]
+    if nonempty.any():
+        out[nonempty] = np.minimum.reduceat(values, indptr[:-1][nonempty])
+    return out
+
+
+def segment_offsets(counts: np.ndarray) -> np.ndarray:
+    """``0..counts[i]-1`` for every segment, concatenated: ``[0,1,2, 0, 0,1]`` for ``[3,1,2]``."""
+    counts = np.asarray(counts, np.int64)
+    return np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def gather_segments(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Indices ``starts[i] .. starts[i]+counts[i]-1`` for every segment, concatenated."""
+    return np.repeat(starts, counts) + segment_offsets(counts)
 
 
 def union_length(starts: np.ndarray, ends: np.ndarray) -> float:

@@ -15,116 +15,15 @@ import argparse
 import json
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 
 from . import __version__
-from .errors import FlowsimError, FlowsimWarning
-from .resources import DEFAULT_NETWORK, DEFAULT_WORKLOAD, bundled_names
+from ._io import check_target
+from .cli_args import build_parser
+from .errors import ConfigError, FlowsimError, FlowsimWarning
 from .units import format_size, format_time
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="flowsim",
-        description="Fast analytical and flow-level simulator of distributed ML training "
-                    "platforms (ASTRA-sim family).")
-    parser.add_argument("--version", action="version", version=f"flowsim {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    coll = commands.add_parser(
-        "collective", help="simulate one collective",
-        description="Simulate one collective on a network and print its time.")
-    coll.add_argument("--network", default=DEFAULT_NETWORK,
-                      help="network YAML (ASTRA-sim 2.x keys) or a bundled name "
-                           f"(default: {DEFAULT_NETWORK}; bundled: "
-                           + ", ".join(bundled_names("network")) + ")")
-    coll.add_argument("--system", default=None,
-                      help="system json (ASTRA-sim 2.x keys) or a bundled name (default: "
-                           "ASTRA-sim's Ring_4chunks settings, ring in every dimension; "
-                           "bundled: " + ", ".join(bundled_names("system")) + ")")
-    coll.add_argument("--collective", default="all-reduce",
-                      help="all-reduce, reduce-scatter, all-gather, all-to-all, broadcast, "
-                           "reduce or send-recv (default: all-reduce)")
-    coll.add_argument("--size", default="64MiB",
-                      help="bytes per NPU, e.g. 1048576, 64MiB, 1GB (default: 64MiB; for "
-                           "all-gather, each NPU's input)")
-    coll.add_argument("--model", default="analytical", choices=["analytical", "flow"],
-                      help="analytical (congestion-unaware, as ASTRA-sim) or flow "
-                           "(max-min fair sharing); default: analytical")
-    coll.add_argument("--dims", default=None,
-                      help="comma-separated dimensions the collective spans (default: all)")
-    coll.add_argument("--root", type=int, default=0, help="root NPU of broadcast / reduce")
-    coll.add_argument("--src", type=int, default=None, help="sender of send-recv")
-    coll.add_argument("--dst", type=int, default=None, help="receiver of send-recv")
-    coll.add_argument("--fail", action="append", default=[], metavar="PATTERN",
-                      help="fabrics: take out links or switches whose name matches (glob, "
-                           "repeatable), e.g. 'spine3' or 'leaf0->*'")
-    coll.add_argument("--degrade", action="append", default=[], metavar="PATTERN=FACTOR",
-                      help="fabrics: scale the bandwidth of matching links, e.g. "
-                           "'leaf0->spine1=0.5' (repeatable)")
-    coll.add_argument("--json", action="store_true",
-                      help="print one JSON object (time_ns, model, npus, ...) instead of text")
-    coll.add_argument("-o", "--output", default=None,
-                      help="write the full result Dataset (NetCDF, .nc)")
-    coll.add_argument("--trace", default=None,
-                      help="write a Chrome-trace / Perfetto timeline (.json)")
-    run = commands.add_parser(
-        "run", help="simulate a training workload",
-        description="Simulate a training workload (iterations of compute and communication) "
-                    "and print its iteration time and exposed communication.")
-    run.add_argument("--network", default=DEFAULT_NETWORK,
-                     help="network: ASTRA-sim 2.x YAML, 1.0 analytical JSON, fabric or "
-                          f"bundled name (default: {DEFAULT_NETWORK})")
-    run.add_argument("--system", default=None,
-                     help="system: 2.x json, 1.0 txt or bundled name (default: ASTRA-sim's "
-                          "Ring_4chunks settings)")
-    run.add_argument("--workload", default=DEFAULT_WORKLOAD,
-                     help="ASTRA-sim text workload (.txt), flowsim YAML graph or generator "
-                          "spec (.yml), Chakra traces (<prefix> of <prefix>.<rank>.et) or a "
-                          f"bundled name (default: {DEFAULT_WORKLOAD}; bundled: "
-                          + ", ".join(bundled_names("workload")) + ")")
-    run.add_argument("--model", default="analytical", choices=["analytical", "flow"],
-                     help="analytical (congestion-unaware, as ASTRA-sim) or flow")
-    run.add_argument("--iterations", type=_at_least_one, default=1,
-                     help="training iterations (ASTRA-sim's --num-passes; default 1)")
-    run.add_argument("--compute-scale", type=_non_negative, default=1.0,
-                     help="multiply text-workload compute (cycles of a 1 GHz clock = ns); "
-                          "e.g. 0.5 for a 2 GHz part")
-    run.add_argument("--comm-scale", type=_non_negative, default=1.0,
-                     help="multiply text-workload communication sizes")
-    run.add_argument("--memory", default=None,
-                     help="remote-memory json (ASTRA-sim keys) for memory ops")
-    run.add_argument("--roofline", default=None, metavar="TFLOPS,GBPS[,EFF]",
-                     help="time compute ops given as FLOPs and bytes: peak TFLOP/s, memory "
-                          "GB/s (1e9 B/s) and efficiency, e.g. 312,2039,0.5")
-    run.add_argument("--comm-group", default=None,
-                     help="Chakra communicator groups json {\"<pg_name>\": [ranks]}")
-    run.add_argument("--json", action="store_true", help="print one JSON object")
-    run.add_argument("-o", "--output", default=None, help="write the Dataset (NetCDF, .nc)")
-    run.add_argument("--csv", default=None, metavar="DIR",
-                     help="write end_to_end.csv (per layer, as ASTRA-sim 1.0) and npus.csv")
-    run.add_argument("--trace", default=None, help="write a Chrome-trace timeline (.json)")
-    sw = commands.add_parser(
-        "sweep", help="run a sweep spec (grid of configurations)",
-        description="Run every point of a sweep spec and write one xarray Dataset.")
-    sw.add_argument("spec", help="sweep spec YAML (see README, 'Sweeps and clusters')")
-    sw.add_argument("-o", "--output", required=True,
-                    help="result file (.nc, or .zarr with zarr installed); with --shard, the "
-                         "folder that receives shard files")
-    sw.add_argument("--jobs", type=int, default=None,
-                    help="processes (default: all cores)")
-    sw.add_argument("--shard", default=None,
-                    help="run shard I/N only (default in a Slurm array job: "
-                         "SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT)")
-    sw.add_argument("--dask", default=None, metavar="ADDRESS",
-                    help="run on the dask.distributed scheduler at ADDRESS")
-    sw.add_argument("--no-progress", action="store_true", help="no progress bar")
-    mg = commands.add_parser(
-        "merge", help="merge the shard files of a sweep",
-        description="Check that every shard of one sweep is present and write the result.")
-    mg.add_argument("folder", help="folder with shard-IIIII-of-NNNNN.nc files")
-    mg.add_argument("-o", "--output", required=True, help="result file (.nc or .zarr)")
-    return parser
 
 
 def _run_sweep(args: argparse.Namespace) -> int:
@@ -171,7 +70,7 @@ def _with_failures(args: argparse.Namespace):
     """The fabric config of ``--network`` with ``--fail`` / ``--degrade`` added."""
     from ._io import read_mapping
     from .resources import resolve_config_path
-    from .topology.network import _parse_any
+    from .topology import parse_network_mapping
 
     path = resolve_config_path(args.network, kind="network")
     data = dict(read_mapping(path, what="network config"))
@@ -194,7 +93,7 @@ def _with_failures(args: argparse.Namespace):
     fabric["degrade"] = degrade
     if "fabric" in data:
         data["fabric"] = fabric
-    return _parse_any(data, str(path))
+    return parse_network_mapping(data, str(path))
 
 
 def _run_collective(args: argparse.Namespace) -> int:
@@ -202,6 +101,8 @@ def _run_collective(args: argparse.Namespace) -> int:
     from .system import simulate_collective
     from .topology import load_network
 
+    _check_output("-o", args.output)
+    _check_output("--trace", args.trace)
     dims = None
     if args.dims is not None:
         try:
@@ -255,26 +156,6 @@ def _run_collective(args: argparse.Namespace) -> int:
     return 0
 
 
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, found {text!r}")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (value >= 0 and np.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, found {text!r}")
-    return value
-
-
 def _roofline_option(text: str | None) -> dict | None:
     if text is None:
         return None
@@ -294,17 +175,11 @@ def _check_output(option: str, path: str | None, *, folder: bool = False) -> Non
     """Fail before simulating when an output cannot be written."""
     if path is None:
         return
-    from pathlib import Path
-
-    target = Path(path)
     if folder:
-        if target.exists() and not target.is_dir():
-            raise FlowsimError(f"argument {option}: {path} exists and is not a folder")
+        if Path(path).exists() and not Path(path).is_dir():
+            raise ConfigError(f"argument {option}: {path} exists and is not a folder")
         return
-    if target.is_dir():
-        raise FlowsimError(f"argument {option}: {path} is a folder, expected a file name")
-    if not target.resolve().parent.is_dir():
-        raise FlowsimError(f"argument {option}: folder {target.parent} does not exist")
+    check_target(path, option=option)
 
 
 def _run_workload(args: argparse.Namespace) -> int:
@@ -368,7 +243,7 @@ def _run_workload(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``flowsim`` console command."""
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -380,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             return {"collective": _run_collective, "run": _run_workload,
                     "sweep": _run_sweep, "merge": _run_merge}[args.command](args)
     except FlowsimError as exc:
-        print(f"flowsim: error: {exc}", file=sys.stderr)
+        print(f"flowsim: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("flowsim: interrupted", file=sys.stderr)
@@ -389,12 +264,17 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except OSError as exc:
-        print(f"flowsim: error: {exc}", file=sys.stderr)
+        print(f"flowsim: error: {_one_line(exc)}", file=sys.stderr)
         return 2
 
 
+def _one_line(message: object) -> str:
+    """A message as one line (a file name or value may hold line breaks)."""
+    return str(message).replace("\r", "\\r").replace("\n", "\\n")
+
+
 def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
-    print(f"flowsim: warning: {message}", file=sys.stderr)
+    print(f"flowsim: warning: {_one_line(message)}", file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

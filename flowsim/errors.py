@@ -6,7 +6,14 @@ Every error about an input names *where* the bad value came from (a file, a key,
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
+
+#: bounded ``repr`` for messages: a two-million-entry list or a deep nest costs nothing
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 4
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxdict = 24
+_REPR.maxstring = _REPR.maxlong = _REPR.maxother = 200
 
 
 class FlowsimError(Exception):
@@ -14,7 +21,20 @@ class FlowsimError(Exception):
 
 
 class ConfigError(FlowsimError, ValueError):
-    """A configuration file, dictionary or argument holds a value flowsim cannot use."""
+    """A configuration file, dictionary or argument holds a value flowsim cannot use.
+
+    Errors built by :func:`config_error` also carry the offending ``key`` and what was
+    ``expected`` (``None`` otherwise).
+    """
+
+    key: str | None = None
+    expected: str | None = None
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """A configuration value or argument has the wrong type (a list where a number belongs,
+    a string where a bool belongs, ...). Both ``except ConfigError`` and, as Python users
+    expect of a wrongly typed argument, ``except TypeError`` catch it."""
 
 
 class RoutingError(FlowsimError, ValueError):
@@ -34,8 +54,15 @@ class FlowsimWarning(UserWarning):
 
 
 def describe(value: Any) -> str:
-    """Short printable form of a found value for error messages."""
-    text = repr(value)
+    """Short printable form of a found value for error messages (one line, at most 80
+    characters; a huge integer is not turned into its 4000 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    try:
+        text = _REPR.repr(value)
+    except (ValueError, RecursionError):  # Python's int-to-text limit, self-nesting lists
+        text = f"a {type(value).__name__}"
+    text = text.replace("\n", "\\n").replace("\r", "\\r")
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -46,7 +73,8 @@ def unknown_key_error(source: str | None, key: str, known: Any) -> ConfigError:
                        f"{', '.join(sorted(known))})")
 
 
-def config_error(source: str | None, key: str, expected: str, found: Any) -> ConfigError:
+def config_error(source: str | None, key: str, expected: str, found: Any, *,
+                 cls: type[ConfigError] = ConfigError) -> ConfigError:
     """Build the uniform error for a bad configuration value.
 
     Parameters
@@ -60,12 +88,21 @@ def config_error(source: str | None, key: str, expected: str, found: Any) -> Con
         What a valid value looks like, in words.
     found : Any
         The offending value (``...`` when the key is missing).
+    cls : type
+        :class:`ConfigError` or a subclass (:class:`ConfigTypeError` for a value of the wrong
+        type).
     """
     if source == "argument":
         if found is ...:
-            return ConfigError(f"argument '{key}' is missing: expected {expected}")
-        return ConfigError(f"argument '{key}': expected {expected}, found {describe(found)}")
-    where = f"{source}: " if source else ""
-    if found is ...:
-        return ConfigError(f"{where}missing key '{key}': expected {expected}")
-    return ConfigError(f"{where}key '{key}': expected {expected}, found {describe(found)}")
+            error = cls(f"argument '{key}' is missing: expected {expected}")
+        else:
+            error = cls(f"argument '{key}': expected {expected}, found {describe(found)}")
+    else:
+        where = f"{source}: " if source else ""
+        if found is ...:
+            error = cls(f"{where}missing key '{key}': expected {expected}")
+        else:
+            error = cls(f"{where}key '{key}': expected {expected}, found {describe(found)}")
+    # the parts, for callers that word the message their own way (command-line options)
+    error.key, error.expected = key, expected
+    return error

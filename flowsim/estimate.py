@@ -26,7 +26,8 @@ from .errors import ConfigError, config_error
 from .network.engine import check_model
 from .system import cost
 from .system.collective import _check_dims, _check_npu
-from .system.config import SystemConfig, load_system
+from .system.config import SystemConfig
+from .system.load import load_system
 from .system.phases import assign_variants, chunk_sizes, collective_phases
 from .system.scheduler import Schedule, can_replicate
 from .topology import Network, load_network

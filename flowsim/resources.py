@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, ConfigTypeError, describe
 
 _KIND_DIRS = {"network": "topologies", "system": "topologies/systems",
               "workload": "workloads"}
@@ -45,6 +45,9 @@ def bundled_names(kind: str) -> list[str]:
 
 def resolve_config_path(value: str | os.PathLike, *, kind: str) -> Path:
     """Turn a path or a bundled config name into an existing file path."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigTypeError(f"argument '{kind}': expected a file path or a bundled {kind} "
+                              f"name, found {describe(value)}")
     path = Path(value)
     if path.is_file():
         return path

@@ -7,12 +7,11 @@ Configs follow ASTRA-sim: network bandwidth is "GB/s" with GB = 2**30 bytes
 
 from __future__ import annotations
 
-import math
+import numbers
 import re
 
-import numpy as np
-
-from .errors import config_error
+from ._validate import DURATION_NS, SIZE_BYTES, as_int, as_number
+from .errors import ConfigError, ConfigTypeError, config_error
 
 #: bytes per ns in one "GB/s" of an ASTRA-sim network config (GB = 2**30 B).
 NETWORK_GBPS_TO_BYTES_PER_NS = float(1 << 30) / 1e9
@@ -39,58 +38,52 @@ def parse_size(value: object, *, source: str | None = None, key: str = "size",
 
     Binary prefixes (KiB, MiB, GiB, and the bare K, M, G) are powers of 1024; KB, MB, GB are
     powers of 1000. The result must be a whole, positive number of bytes (or zero when
-    ``allow_zero``).
+    ``allow_zero``), at most :data:`flowsim._validate.SIZE_BYTES` (2**53 bytes, 8 PiB: sizes
+    stay exact in float64).
     """
     bound = ">= 0" if allow_zero else "> 0"
     expected = f"a whole number of bytes {bound} (e.g. 1048576, '64MiB', '1GB')"
-    if isinstance(value, bool):
-        raise config_error(source, key, expected, value)
-    if isinstance(value, np.integer):
-        value = int(value)
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, float):
-        if not math.isfinite(value) or value != int(value):
-            raise config_error(source, key, expected, value)
-        number = int(value)
-    elif isinstance(value, str):
-        match = _SIZE_PATTERN.match(value)
-        unit = match.group(2).lower() if match else None
-        if match is None or unit not in _SIZE_UNITS:
-            raise config_error(source, key, expected, value)
-        scaled = float(match.group(1)) * _SIZE_UNITS[unit]
-        if not math.isfinite(scaled) or scaled != int(scaled):
-            raise config_error(source, key, expected, value)
-        number = int(scaled)
-    else:
-        raise config_error(source, key, expected, value)
-    if number < 0 or (number == 0 and not allow_zero):
-        raise config_error(source, key, expected, value)
-    return number
+    number = _with_unit(value, _SIZE_PATTERN, _SIZE_UNITS, source, key, expected)
+    try:
+        size = as_int(number, source=source, key=key, minimum=0 if allow_zero else 1,
+                      maximum=int(SIZE_BYTES.maximum))
+    except ConfigError as exc:
+        too_large = isinstance(number, numbers.Real) and number > SIZE_BYTES.maximum
+        limit = ", at most 2**53 bytes (8 PiB)" if too_large else ""
+        raise config_error(source, key, expected + limit, value,
+                           cls=type(exc)) from None
+    return size
 
 
 def parse_duration(value: object, *, source: str | None = None, key: str = "duration") -> float:
     """Parse a duration in ns: a number (ns), or a string such as ``"2us"``, ``"1.5ms"``,
     ``"300ns"``, ``"1e3"`` (units ns, us or \u00b5s, ms, s).
 
-    The result must be finite and non-negative.
+    The result must be finite, non-negative and at most
+    :data:`flowsim._validate.DURATION_NS` (1e20 ns).
     """
     expected = "a duration >= 0: a number of ns or a string such as '2us', '1.5ms'"
-    if isinstance(value, bool):
+    number = _with_unit(value, _TIME_PATTERN, _TIME_UNITS, source, key, expected)
+    try:
+        return as_number(number, source=source, key=key, quantity=DURATION_NS)
+    except ConfigError as exc:
+        too_large = isinstance(number, numbers.Real) and number > DURATION_NS.maximum
+        limit = f" (at most {DURATION_NS.maximum:g} ns)" if too_large else ""
+        raise config_error(source, key, expected + limit, value, cls=type(exc)) from None
+
+
+def _with_unit(value: object, pattern: re.Pattern, units: dict[str, float],
+               source: str | None, key: str, expected: str) -> numbers.Real:
+    """A number, or a string of a number and a unit of ``units`` scaled to the base unit."""
+    if isinstance(value, bool) or not isinstance(value, (str, numbers.Real)):
+        raise config_error(source, key, expected, value, cls=ConfigTypeError)
+    if not isinstance(value, str):
+        return value
+    match = pattern.match(value) if len(value) <= 64 else None
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in units:
         raise config_error(source, key, expected, value)
-    if isinstance(value, (int, float, np.integer, np.floating)):
-        number = float(value)
-    elif isinstance(value, str):
-        match = _TIME_PATTERN.match(value)
-        unit = match.group(2).lower() if match else None
-        if match is None or unit not in _TIME_UNITS:
-            raise config_error(source, key, expected, value)
-        number = float(match.group(1)) * _TIME_UNITS[unit]
-    else:
-        raise config_error(source, key, expected, value)
-    if not math.isfinite(number) or number < 0:
-        raise config_error(source, key, expected, value)
-    return number
+    return float(match.group(1)) * units[unit]
 
 
 def format_time(ns: float) -> str:

@@ -329,7 +329,8 @@ def test_yaml_spec_builds_the_same_workload(tmp_path, cube):
     ({"sp": "yes"}, r"key 'sp': expected true or false"),
     ({"schedule": "zigzag"}, r"key 'schedule': expected one of 1f1b, gpipe"),
     ({"roofline": {"peak_tflops": -1}}, r"key 'roofline.peak_tflops'"),
-    ({"roofline": {"efficiency": 1.5}}, r"key 'roofline.efficiency': expected a number in"),
+    ({"roofline": {"efficiency": 1.5}}, r"key 'roofline.efficiency': expected a number > 0 "
+                                        r"\(at least 1e-06 and at most 1\)"),
     ({"roofline": {"flops": 1}}, r"unknown key 'roofline.flops'"),
     ({"roofline": 312}, r"key 'roofline': expected a mapping"),
     ({"dims": {"tp": [0], "ep": [1]}}, r"unknown key 'dims.ep'"),

@@ -103,7 +103,7 @@ def test_logical_mapping_must_cover_the_npus():
 def test_bad_latency_self_containing_device_and_wrapper_keys():
     infra = example()
     infra["links"][0]["physical"]["latency"] = {"choice": "ns", "ns": -5}
-    with pytest.raises(ConfigError, match="latency must be a number >= 0"):
+    with pytest.raises(ConfigError, match=r"latency\.ns.: expected a number >= 0"):
         load(infra)
     infra = example()
     infra["devices"][0]["components"].append({"name": "host", "count": 1, "choice": "device"})

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import flowsim
-from flowsim.system.config import load_system
 from flowsim.system.flow_timer import FlowTimer
+from flowsim.system.load import load_system
 from flowsim.system.phases import assign_variants, chunk_sizes, collective_phases
 from flowsim.system.scheduler import Schedule
 

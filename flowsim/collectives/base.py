@@ -22,10 +22,11 @@ from typing import Literal
 
 import numpy as np
 
+from .._validate import choices_of
+
 CollectiveType = Literal["all_reduce", "reduce_scatter", "all_gather", "all_to_all",
                          "broadcast", "reduce", "send_recv"]
-COLLECTIVES: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all",
-                                "broadcast", "reduce", "send_recv")
+COLLECTIVES: tuple[CollectiveType, ...] = choices_of(CollectiveType)
 
 
 @dataclass(frozen=True)

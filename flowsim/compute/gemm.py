@@ -24,7 +24,7 @@ are cuBLAS's usual ones (larger tiles reuse operands more).
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache
 
 from ..workload.kernels import DTYPE_BYTES, Gemm
 from .devices import Device
@@ -64,7 +64,7 @@ def asymptotic_efficiency(device: Device) -> float:
     return _asymptotic(device)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _asymptotic(device: Device) -> float:
     m, n, k = device.mamf_shape
     at_peak = _compute_ns(device, m, n, k, 1, device.peak("bf16"))

@@ -18,22 +18,21 @@ from typing import Literal
 
 import numpy as np
 
+from .._arrays import gather_segments, segment_min, segment_sum
+from .._validate import as_choice, choices_of
 from ..errors import SimulationError
 from . import _kernels
-from .csr import gather_segments, segment_min, segment_sum
 from .maxmin import MaxMinWorkspace
 
+#: The two network models (see the module docstring).
 NetworkModel = Literal["analytical", "flow"]
-MODELS: tuple[str, ...] = ("analytical", "flow")
+MODELS: tuple[NetworkModel, ...] = choices_of(NetworkModel)
 _MODEL_CODES = {"analytical": _kernels.MODEL_ANALYTICAL, "flow": _kernels.MODEL_FLOW}
 
 
 def check_model(model: object, *, source: str = "argument", key: str = "model") -> str:
     """Validate a network model name."""
-    if model not in _MODEL_CODES:
-        from ..errors import config_error
-        raise config_error(source, key, "'analytical' or 'flow'", model)
-    return str(model)
+    return as_choice(model, MODELS, source=source, key=key)
 
 
 class _Growable:

@@ -1,5 +1,5 @@
-"""``simulate_flows``: a whole flow set (a DAG of flows) run to completion on the engine,
-with every input validated."""
+"""``simulate_flows``: a whole flow set (a DAG of flows with release times and delays) run to
+completion on the flow engine, with its inputs validated."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._arrays import gather_segments
 from ..errors import FlowSetError
-from .csr import gather_segments
 from .engine import FlowEngine, NetworkModel, check_model
+from .maxmin import validate_incidence
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,6 @@ def simulate_flows(capacity: np.ndarray, link_latency: np.ndarray, indptr: np.nd
     FlowSetError
         Negative bytes or times, bad indices, or a dependency cycle.
     """
-    from .maxmin import validate_incidence
-
     check_model(model)
     capacity, indptr, links = validate_incidence(capacity, indptr, links, name="simulate_flows")
     link_latency = np.ascontiguousarray(link_latency, np.float64)

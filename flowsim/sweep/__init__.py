@@ -16,6 +16,7 @@ from typing import Any
 
 import xarray as xr
 
+from .._io import atomic_output, parse_data
 from ..errors import ConfigError, FlowsimError
 from .run import (
     SweepInterrupted,
@@ -51,7 +52,7 @@ def _with_spec(ds: xr.Dataset, spec: SweepSpec) -> xr.Dataset:
 
 def _spec_from_attrs(attrs: Mapping[str, Any], where: str) -> SweepSpec:
     try:
-        data = json.loads(attrs["spec_json"])
+        data = parse_data(attrs["spec_json"], source=where, json_syntax=True)
         axes = tuple(Axis(name, tuple(keys), tuple(tuple(v) for v in values))
                      for name, keys, values in data["axes"])
         return SweepSpec(base=data["base"], axes=axes, source=data["source"],
@@ -63,13 +64,8 @@ def _spec_from_attrs(attrs: Mapping[str, Any], where: str) -> SweepSpec:
 def write_result(ds: xr.Dataset, output: Path) -> None:
     """Write a sweep result atomically: NetCDF (scipy backend) or zarr for ``*.zarr``."""
     if output.suffix == ".zarr":
-        tmp = output.with_name(f".{output.name}.tmp{os.getpid()}")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        ds.to_zarr(tmp, mode="w", consolidated=False, zarr_format=2)  # portable strings
-        if output.exists():
-            shutil.rmtree(output)
-        os.replace(tmp, output)
+        with atomic_output(output, directory=True) as tmp:
+            ds.to_zarr(tmp, mode="w", consolidated=False, zarr_format=2)  # portable strings
     else:
         from ..results import write_dataset
         write_dataset(ds, output)

@@ -56,11 +56,11 @@ from typing import Any
 
 import yaml
 
-from .._io import read_mapping
-from ..errors import ConfigError
+from .._io import check_structure, read_mapping, read_text
+from ..errors import ConfigError, ConfigTypeError, describe
 from ..resources import bundled_dir, resolve_config_path
 from ..system.config import _COMPUTE_KEYS, _MODELLED, _NOT_MODELLED, IMPLEMENTATION_KEYS
-from ..topology.config import _KNOWN_KEYS as NETWORK_KEYS
+from ..topology.network_config import NETWORK_KEYS
 
 #: Top-level keys of ``base`` (and of axes that address them).
 POINT_KEYS = ("network", "system", "collective", "size", "model", "dims", "root")
@@ -68,7 +68,14 @@ POINT_KEYS = ("network", "system", "collective", "size", "model", "dims", "root"
 WORKLOAD_POINT_KEYS = ("network", "system", "workload", "iterations", "model")
 SYSTEM_KEYS = set(_MODELLED) | set(_NOT_MODELLED) | set(_COMPUTE_KEYS) | set(
     IMPLEMENTATION_KEYS.values())
-_KEY = re.compile(r"^(network|system|workload)\.([A-Za-z0-9_-]+)(?:\[(\d+)\])?$")
+_KEY = re.compile(r"^(network|system|workload)\.([A-Za-z0-9_-]+)(?:\[(\d{1,9})\])?$")
+#: Most points a sweep may have (the grid is the product of its axes' lengths).
+MAX_POINTS = 1 << 20
+#: Names of the result variables and dimensions a sweep Dataset holds: no axis may take them.
+RESERVED_NAMES = frozenset({"time_ns", "total_link_bytes", "max_link_utilization", "flows",
+                            "compute_ns", "exposed_comm_ns", "blocked_comm_ns", "error",
+                            "point"})
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -263,15 +270,64 @@ def _values(raw: Any, key: str, source: str) -> tuple:
     return tuple(raw)
 
 
+def _check_axes(axes: list[Axis], source: str) -> None:
+    """Names the result Dataset can hold, values it can store, a grid of bounded size: all
+    checked before any point runs."""
+    names = [a.name for a in axes]
+    for axis in axes:
+        if not _NAME.match(axis.name) or axis.name in RESERVED_NAMES:
+            what = f"axis '{axis.keys[0]}'" if len(axis.keys) == 1 else "zip group"
+            raise ConfigError(f"{source}: {what}: its name {axis.name!r} cannot name a Dataset "
+                              f"dimension (expected letters, digits and '_', not one of "
+                              f"{', '.join(sorted(RESERVED_NAMES))})")
+        for row in axis.values:
+            for key, value in zip(axis.keys, row):
+                _check_value(value, source, key)
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{source}: two axes share the name(s) "
+                          f"{sorted({n for n in names if names.count(n) > 1})}")
+    points = math.prod(len(a) for a in axes)
+    if points > MAX_POINTS:
+        raise ConfigError(f"{source}: the grid has {points} points, more than {MAX_POINTS} "
+                          f"(split it into several sweeps)")
+
+
+def _check_value(value: Any, source: str, key: str) -> None:
+    """An axis value is plain data (text, numbers, booleans, null, lists, mappings with text
+    keys) that the result's coordinates can hold."""
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _check_value(item, source, key)
+    elif isinstance(value, Mapping):
+        for name, item in value.items():
+            if not isinstance(name, str):
+                raise ConfigError(f"{source}: axis '{key}': mapping keys must be text, found "
+                                  f"{describe(name)}")
+            _check_value(item, source, key)
+    elif isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    elif isinstance(value, int):
+        if not -2**63 <= value < 2**63:
+            raise ConfigError(f"{source}: axis '{key}': integer {describe(value)} does not fit "
+                              f"64 bits")
+    elif not isinstance(value, float):
+        raise ConfigError(f"{source}: axis '{key}': expected text, numbers, lists or mappings, "
+                          f"found {describe(value)}")
+
+
 def load_spec(spec: str | os.PathLike | Mapping[str, Any]) -> SweepSpec:
     """Read and validate a sweep spec (see the module docstring)."""
     if isinstance(spec, Mapping):
         data, source, folder = dict(spec), "<spec>", Path.cwd()
+        check_structure(data, source)  # bounded depth and size, no self-nesting
         text = yaml.safe_dump(data, sort_keys=False)
-    else:
+    elif isinstance(spec, (str, os.PathLike)):
         path = Path(spec)
         data = read_mapping(path, what="sweep spec")
-        source, folder, text = str(path), path.resolve().parent, path.read_text()
+        source, folder, text = str(path), path.resolve().parent, read_text(path, "sweep spec")
+    else:
+        raise ConfigTypeError(f"argument 'spec': expected a path or a mapping, found "
+                              f"{describe(spec)}")
     unknown = set(data) - {"base", "axes", "zip"}
     if unknown:
         raise ConfigError(f"{source}: unknown key '{sorted(unknown)[0]}' (expected base, axes, "
@@ -306,10 +362,7 @@ def load_spec(spec: str | os.PathLike | Mapping[str, Any]) -> SweepSpec:
         keys = tuple(columns)
         axes.append(Axis(dimension_name(str(name)), keys,
                          tuple(zip(*(columns[k] for k in keys)))))
-    names = [a.name for a in axes]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"{source}: two axes share the name(s) "
-                          f"{sorted({n for n in names if names.count(n) > 1})}")
+    _check_axes(axes, source)
     result = SweepSpec(base=base, axes=tuple(axes), source=source, text=text)
     # check every override once (cheap: one point per axis value, not the whole grid)
     from ..units import parse_size

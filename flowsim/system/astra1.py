@@ -45,9 +45,11 @@ from pathlib import Path
 from typing import Any
 
 from .._io import read_text
+from .._validate import LATENCY_NS, MAX_INT, as_choice, as_number, as_text
 from ..errors import ConfigError, config_error, unknown_key_error
 from .config import (
     IMPLEMENTATION_KEYS,
+    MAX_CHUNKS,
     OPTIMIZATIONS,
     POLICIES,
     SystemConfig,
@@ -70,35 +72,33 @@ INTER_DIMENSION = ("baseline", "ascending", "themis", "offlineGreedy", "themisFl
 
 _IMPLEMENTATIONS = tuple(key for c, key in IMPLEMENTATION_KEYS.items()
                          if c not in ("broadcast", "reduce"))
-_WINDOW = re.compile(r"^(direct|oneDirect)([0-9]+)$")
+_WINDOW = re.compile(r"^(direct|oneDirect)([0-9]{1,9})$")
 _LOGGP = ("L", "o", "g", "G")
 
 
-def _whole(text: str, where: str, key: str, minimum: int) -> int:
+def _number_token(text: str) -> float:
+    """A value token as a number (NaN if it is none: the readers then report it)."""
     try:
-        value = float(text)
+        return float(text) if len(text) <= 64 else math.nan
     except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value != int(value) or value < minimum:
-        raise config_error(where, key, f"a whole number >= {minimum}", text)
+        return math.nan
+
+
+def _whole(text: str, where: str, key: str, minimum: int, maximum: int = MAX_INT) -> int:
+    value = _number_token(text)
+    if not (math.isfinite(value) and value.is_integer() and minimum <= value <= maximum):
+        limit = f" (at most {maximum})" if value > maximum else ""
+        raise config_error(where, key, f"a whole number >= {minimum}{limit}", text)
     return int(value)
 
 
 def _real(text: str, where: str, key: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise config_error(where, key, "a number >= 0", text)
-    return value
+    return as_number(_number_token(text), source=where, key=key, quantity=LATENCY_NS)
 
 
 def _one_of(choices: tuple[str, ...]) -> Callable[[str, str, str], str]:
     def parse(text: str, where: str, key: str) -> str:
-        if text not in choices:
-            raise config_error(where, key, "one of " + ", ".join(choices), text)
-        return text
+        return as_choice(text, choices, source=where, key=key)
     return parse
 
 
@@ -107,7 +107,7 @@ def _algorithms(text: str, where: str, key: str) -> list[str]:
     names = []
     for i, part in enumerate(p for p in text.split("_") if p):  # empty parts: as strtok
         window = _WINDOW.match(part)
-        if window is not None and int(window.group(2)) >= 1:
+        if window is not None and int(window.group(2)) >= 1:  # _WINDOW: at most 9 digits
             warn_not_modelled(where, f"{key}[{i}]", part, "flowsim's direct sends to every "
                               "peer at once, as ASTRA-sim does without a window",
                               stacklevel=3)
@@ -126,10 +126,10 @@ def _algorithms(text: str, where: str, key: str) -> list[str]:
 _READERS: dict[str, Any] = {
     "scheduling-policy": _one_of(POLICIES),
     "collective-optimization": _one_of(OPTIMIZATIONS),
-    "endpoint-delay": partial(_whole, minimum=0),
+    "endpoint-delay": partial(_whole, minimum=0, maximum=int(LATENCY_NS.maximum)),
     "local-reduction-delay": _real,
-    "active-chunks-per-dimension": partial(_whole, minimum=1),
-    "preferred-dataset-splits": partial(_whole, minimum=1),
+    "active-chunks-per-dimension": partial(_whole, minimum=1, maximum=MAX_CHUNKS),
+    "preferred-dataset-splits": partial(_whole, minimum=1, maximum=MAX_CHUNKS),
     **{key: _algorithms for key in _IMPLEMENTATIONS},
     "model-shared-bus": partial(_whole, minimum=0),
     "boost-mode": partial(_whole, minimum=0),
@@ -184,6 +184,7 @@ def parse_astra1_system(text: str, source: str = "<text>") -> SystemConfig:
     >>> cfg.endpoint_delay_ns, cfg.implementation("all_reduce"), cfg.reduction_ns(1e6)
     (10.0, ('ring', 'ring'), 6.0)
     """
+    as_text(text, source=source, what="ASTRA-sim 1.0 system file")
     values: dict[str, Any] = {}
     tokens = [(token, line) for line, row in enumerate(text.splitlines(), 1)
               for token in row.split()]

@@ -17,7 +17,8 @@ from ..network.engine import check_model
 from ..results import collective_dataset
 from ..topology import Network, load_network
 from ..units import parse_size
-from .config import SystemConfig, load_system
+from .config import SystemConfig
+from .load import load_system
 from .phases import assign_variants, chunk_sizes, collective_phases
 from .scheduler import Schedule, can_replicate
 from .templates import route_messages

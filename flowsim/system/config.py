@@ -20,17 +20,26 @@ flowsim extensions: ``step-synchronization`` (``barrier``, ASTRA-sim's, or ``per
 
 from __future__ import annotations
 
-import math
-import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from .._io import read_mapping
+from .._validate import (
+    BANDWIDTH_GBPS,
+    LATENCY_NS,
+    as_config,
+    as_list,
+    as_str,
+    choices_of,
+    read_bool,
+    read_choice,
+    read_int,
+    read_number,
+)
 from ..collectives import ALGORITHMS, FLAT_PREFIX, canonical_algorithm
-from ..errors import FlowsimWarning, config_error
+from ..errors import ConfigError, ConfigTypeError, FlowsimWarning, config_error
 from .cost import reduction_ns
 
 IMPLEMENTATION_KEYS = {
@@ -41,9 +50,18 @@ IMPLEMENTATION_KEYS = {
     "broadcast": "broadcast-implementation",
     "reduce": "reduce-implementation",
 }
-SYNCHRONIZATIONS = ("barrier", "per_npu")
-OPTIMIZATIONS = ("baseline", "localBWAware")
-POLICIES = ("LIFO", "FIFO")
+#: How the steps of a collective wait on each other (see the README).
+Synchronization = Literal["barrier", "per_npu"]
+SYNCHRONIZATIONS: tuple[Synchronization, ...] = choices_of(Synchronization)
+#: ASTRA-sim's ``collective-optimization``.
+Optimization = Literal["baseline", "localBWAware"]
+OPTIMIZATIONS: tuple[Optimization, ...] = choices_of(Optimization)
+#: ASTRA-sim's ``scheduling-policy`` among collectives queued on a dimension.
+Policy = Literal["LIFO", "FIFO"]
+POLICIES: tuple[Policy, ...] = choices_of(Policy)
+#: Most chunks per collective (``preferred-dataset-splits``) and chunks in flight: 64 times
+#: ASTRA-sim's largest examples; every chunk is scheduled through every phase.
+MAX_CHUNKS = 4096
 
 _MODELLED = {"preferred-dataset-splits", "active-chunks-per-dimension", "scheduling-policy",
              "endpoint-delay", "local-mem-bw", "collective-optimization",
@@ -134,57 +152,34 @@ def warn_not_modelled(source: str, key: str, value: Any, why: str, stacklevel: i
                   FlowsimWarning, stacklevel=stacklevel + 1)
 
 
-def _int_at_least(data: Mapping[str, Any], key: str, source: str, default: int,
-                  minimum: int) -> int:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            (isinstance(value, float) and (not math.isfinite(value) or value != int(value))) \
-            or value < minimum:
-        raise config_error(source, key, f"an integer >= {minimum}", value)
-    return int(value)
-
-
-def _number_at_least(data: Mapping[str, Any], key: str, source: str, default: float | None,
-                     minimum: float, strict: bool = False) -> float | None:
-    value = data.get(key, default)
-    if value is None:
-        return None
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and \
-        math.isfinite(value) and (value > minimum if strict else value >= minimum)
-    if not ok:
-        raise config_error(source, key, f"a number {'>' if strict else '>='} {minimum}", value)
-    return float(value)
-
-
-def _choice(data: Mapping[str, Any], key: str, source: str, default: str,
-            choices: tuple[str, ...]) -> str:
-    value = data.get(key, default)
-    for choice in choices:
-        if isinstance(value, str) and value.lower() == choice.lower():
-            return choice
-    raise config_error(source, key, "one of " + ", ".join(choices), value)
+def _algorithm(value: Any, *, source: str, key: str) -> str:
+    """An algorithm name (case-insensitive; ``one*`` for the flat variants)."""
+    name = canonical_algorithm(value)
+    if name is None:
+        known = sorted(ALGORITHMS) + sorted(FLAT_PREFIX + n[0].upper() + n[1:]
+                                            for n in ALGORITHMS)
+        raise config_error(source, key, "one of " + ", ".join(known), value,
+                           cls=ConfigError if isinstance(value, str) else ConfigTypeError)
+    return name
 
 
 def _implementation(data: Mapping[str, Any], key: str, source: str,
                     default: tuple[str, ...]) -> tuple[str, ...]:
     value = data.get(key, list(default))
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, (list, tuple)) or not value:
-        raise config_error(source, key, "a list of algorithm names, one per dimension", value)
-    names = []
-    for i, raw in enumerate(value):
-        name = canonical_algorithm(raw)
-        if name is None:
-            known = sorted(ALGORITHMS) + sorted(FLAT_PREFIX + n[0].upper() + n[1:]
-                                                for n in ALGORITHMS)
-            raise config_error(source, f"{key}[{i}]", "one of " + ", ".join(known), raw)
-        names.append(name)
+    names = as_list(value, _algorithm, source=source, key=key, scalar=True, min_length=1,
+                    max_length=64, what="a list of algorithm names, one per dimension")
     flat = [n for n in names if n.startswith(FLAT_PREFIX)]
     if flat and len(names) > 1:
         raise config_error(source, key, f"a single flat algorithm ('{flat[0]}' treats all "
                            f"dimensions as one) or one algorithm per dimension", value)
     return tuple(names)
+
+
+def _choice(data: Mapping[str, Any], key: str, source: str, default: str,
+            choices: tuple[str, ...]) -> str:
+    """An option of the system json (any letter case, as ASTRA-sim's parser)."""
+    return read_choice(data, key, choices, source=source, default=default,
+                       case_insensitive=True)
 
 
 def parse_system_config(data: Mapping[str, Any], source: str = "<dict>") -> SystemConfig:
@@ -195,20 +190,27 @@ def parse_system_config(data: Mapping[str, Any], source: str = "<dict>") -> Syst
     Unknown keys, and known keys flowsim does not model (with a value that would matter),
     are reported as :class:`~flowsim.errors.FlowsimWarning` naming the key.
     """
+    as_config(data, source=source, what="system")
     impls = {}
     for collective, key in IMPLEMENTATION_KEYS.items():
         default = impls.get("all_reduce", ("ring",)) if collective in ("broadcast", "reduce") \
             else ("ring",)
         impls[collective] = _implementation(data, key, source, default)
-    shared_bus = data.get("model-shared-bus", 0) in (1, True, "1")
+    shared_bus = read_bool(data, "model-shared-bus", source=source, default=False,
+                           zero_one=True)
     config = SystemConfig(
-        splits=_int_at_least(data, "preferred-dataset-splits", source, 1, 1),  # ASTRA: 0
-        active_chunks=_int_at_least(data, "active-chunks-per-dimension", source, 1, 1),
+        splits=read_int(data, "preferred-dataset-splits", source=source, default=1,  # ASTRA: 0
+                        minimum=1, maximum=MAX_CHUNKS),
+        active_chunks=read_int(data, "active-chunks-per-dimension", source=source, default=1,
+                               minimum=1, maximum=MAX_CHUNKS),
         scheduling_policy=_choice(data, "scheduling-policy", source, "LIFO", POLICIES),
-        endpoint_delay_ns=_number_at_least(data, "endpoint-delay", source, 10.0, 0.0),
-        local_mem_bw_gbps=_number_at_least(data, "local-mem-bw", source, None, 0.0, strict=True),
-        local_reduction_delay_ns=(_number_at_least(data, "local-reduction-delay", source, 0.0,
-                                                   0.0) if shared_bus else 0.0),
+        endpoint_delay_ns=read_number(data, "endpoint-delay", source=source, default=10.0,
+                                      quantity=LATENCY_NS),
+        local_mem_bw_gbps=read_number(data, "local-mem-bw", source=source, default=None,
+                                      quantity=BANDWIDTH_GBPS),
+        local_reduction_delay_ns=(read_number(data, "local-reduction-delay", source=source,
+                                              default=0.0, quantity=LATENCY_NS)
+                                  if shared_bus else 0.0),
         collective_optimization=_choice(data, "collective-optimization", source, "baseline",
                                         OPTIMIZATIONS),
         implementations=tuple(impls.items()),
@@ -223,12 +225,16 @@ def parse_system_config(data: Mapping[str, Any], source: str = "<dict>") -> Syst
         if key in _MODELLED or key in _COMPUTE_KEYS or key.endswith("-implementation-custom"):
             continue
         if key in _NOT_MODELLED:
+            if not isinstance(value, (str, int, float)):  # lists, mappings: a wrong type
+                raise config_error(source, key, "a number or a name (flowsim reads this key "
+                                   "but does not model it)", value, cls=ConfigTypeError)
             if value not in _HARMLESS:
                 warn_not_modelled(source, key, value, _NOT_MODELLED[key], stacklevel=2)
             continue
         warnings.warn(f"{source}: unknown system key '{key}' ignored", FlowsimWarning,
                       stacklevel=2)
-    if "local-reduction-delay" in data and not shared_bus and data["local-reduction-delay"]:
+    if not shared_bus and read_number(data, "local-reduction-delay", source=source,
+                                      default=0.0, quantity=LATENCY_NS):
         warnings.warn(f"{source}: key 'local-reduction-delay' is ignored without "
                       f"'model-shared-bus: 1' (as in ASTRA-sim, only its LogGP bus model reads "
                       f"it)", FlowsimWarning, stacklevel=2)
@@ -243,39 +249,12 @@ def _custom_implementations(data: Mapping[str, Any], source: str
         value = data.get(key + "-custom")
         if value is None:
             continue
-        if isinstance(value, str):
-            value = [value]
-        if not (isinstance(value, list) and len(value) == 1 and isinstance(value[0], str)):
-            raise config_error(source, key + "-custom", "a list with one Chakra trace prefix "
-                               "(<prefix>.<rank>.et)", value)
+        value = as_list(value, as_str, source=source, key=key + "-custom", scalar=True,
+                        min_length=1, max_length=1,
+                        what="a list with one Chakra trace prefix (<prefix>.<rank>.et)")
         prefix = Path(value[0])
         if not prefix.is_absolute() and source not in ("<dict>", "<default>"):
             beside = Path(source).parent / prefix
             prefix = beside if beside.parent.is_dir() else prefix
         out.append((collective, str(prefix)))
     return tuple(out)
-
-
-def read_system_config(path: str | os.PathLike) -> SystemConfig:
-    """Read and validate a system json file (or an ASTRA-sim 1.0 ``.txt`` system file)."""
-    if Path(path).suffix.lower() == ".txt":
-        from .astra1 import read_astra1_system
-        return read_astra1_system(path)
-    return parse_system_config(read_mapping(path, what="system config"), source=str(Path(path)))
-
-
-def load_system(source: str | os.PathLike | Mapping[str, Any] | SystemConfig | None
-                ) -> SystemConfig:
-    """A system config from a path, a bundled name, a mapping, a config, or ``None`` (defaults).
-
-    A path ending in ``.txt`` is read as an ASTRA-sim 1.0 system file
-    (:func:`flowsim.system.astra1.parse_astra1_system`).
-    """
-    if source is None:
-        return SystemConfig()
-    if isinstance(source, SystemConfig):
-        return source
-    if isinstance(source, Mapping):
-        return parse_system_config(source)
-    from ..resources import resolve_config_path
-    return read_system_config(resolve_config_path(source, kind="system"))

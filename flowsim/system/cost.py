@@ -28,13 +28,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from ..collectives.base import Step
-    from .config import SystemConfig
+from ..collectives.base import Step
+
+
+class DelayParameters(Protocol):
+    """The system settings the delays around steps depend on (a
+    :class:`~flowsim.system.config.SystemConfig` has them)."""
+
+    endpoint_delay_ns: float
+    local_mem_bw_gbps: float | None
+    local_reduction_delay_ns: float
 
 def ns_per_byte(bottleneck: np.ndarray) -> np.ndarray:
     """Time per byte of a message alone on a path whose slowest link carries ``bottleneck``
@@ -87,13 +94,13 @@ def reduction_ns(nbytes, local_mem_bw_gbps: float | None, local_reduction_delay_
     return cost
 
 
-def post_step_ns(system: SystemConfig, reduce_bytes: float) -> float:
+def post_step_ns(system: DelayParameters, reduce_bytes: float) -> float:
     """The wait after a step: one endpoint delay plus the reduction of what it received."""
     return system.endpoint_delay_ns + reduction_ns(
         reduce_bytes, system.local_mem_bw_gbps, system.local_reduction_delay_ns)
 
 
-def step_delays(system: SystemConfig, steps: Sequence[Step], data: float) -> list[float]:
+def step_delays(system: DelayParameters, steps: Sequence[Step], data: float) -> list[float]:
     """The waits of a phase of ``steps`` on a buffer of ``data`` bytes: ``delays[i]`` before
     step ``i`` (the endpoint delay, then each previous step's post-step wait), and
     ``delays[-1]`` after the last step. ``len(delays) == len(steps) + 1``."""

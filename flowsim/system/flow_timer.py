@@ -16,7 +16,6 @@ from collections.abc import Callable
 import numpy as np
 
 from ..network import _kernels
-from ..network.csr import gather_segments
 from ..network.engine import FlowEngine
 from ..results.stats import SimulationStats
 from .dag import PhaseDag, add_dag_flows
@@ -27,6 +26,7 @@ from .replay import (
     Alone,
     VirtualPhase,
     VirtualStep,
+    add_remainder,
     overlapping_claims,
     remainder,
     solve_alone,
@@ -382,20 +382,7 @@ class FlowTimer:
         self._group_token[group] = token
         # the step alone up to now: what each flow still has to send, or when it arrives
         rest = remainder(self.network, virtual, now)
-        sending = rest.sending
-        counts = np.diff(template.indptr)[sending]
-        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        latency, bottleneck = template.engine_paths()
-        if sending.size:
-            engine.add(indptr, template.links[gather_segments(template.indptr[sending], counts)],
-                       rest.remaining, release=now, group=group,
-                       path_latency=None if latency is None else latency[sending],
-                       path_bottleneck=None if bottleneck is None else bottleneck[sending])
-        if rest.arrival.size or not sending.size:
-            at = rest.arrival if rest.arrival.size else np.array(
-                [max(now, virtual.start + virtual.alone.duration)])
-            engine.add(np.zeros(at.size + 1, np.int64), NO_LINKS, 0.0, release=at,
-                       group=group)
+        add_remainder(engine, virtual, rest, group, now)
         # what was sent before now never enters the engine
         self._extra_bytes += np.bincount(
             template.links, weights=np.repeat(rest.sent, np.diff(template.indptr)),

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._arrays import gather_segments
 from ..network import _kernels
 from ..network.engine import FlowEngine
 from .templates import StepTemplate
@@ -144,3 +145,24 @@ def overlapping_claims(steps: dict[int, VirtualStep], phases: dict[int, VirtualP
         if replayed.end > after and asked[replayed.links].any():
             hits.append(token)
     return hits
+
+
+def add_remainder(engine: FlowEngine, virtual: VirtualStep, rest: Remainder, group: int,
+                  now: float) -> None:
+    """Put what is left of a virtual step into ``engine`` in ``group``: its flows still sending,
+    with the bytes they have left, and a marker for each flow in flight (arriving when it
+    would have), or one at the step's end if nothing is left at all."""
+    template = virtual.template
+    sending = rest.sending
+    counts = np.diff(template.indptr)[sending]
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    latency, bottleneck = template.engine_paths()
+    if sending.size:
+        engine.add(indptr, template.links[gather_segments(template.indptr[sending], counts)],
+                   rest.remaining, release=now, group=group,
+                   path_latency=None if latency is None else latency[sending],
+                   path_bottleneck=None if bottleneck is None else bottleneck[sending])
+    if rest.arrival.size or not sending.size:
+        at = rest.arrival if rest.arrival.size else np.array(
+            [max(now, virtual.start + virtual.alone.duration)])
+        engine.add(np.zeros(at.size + 1, np.int64), NO_LINKS, 0.0, release=at, group=group)

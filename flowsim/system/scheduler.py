@@ -32,7 +32,7 @@ import numpy as np
 
 from ..collectives import base_algorithm
 from .config import SystemConfig
-from .dag import DagPhases
+from .dag_phases import DagPhases
 from .ledger import Ledger
 from .phase_plan import PhasePlan
 from .phases import Phase

@@ -16,7 +16,7 @@ from ..topology import load_network
 from ..workload.load import WorkloadLike, load_workload
 from ..workload.memory import load_memory
 from ..workload.validate import check_workload
-from .config import load_system
+from .load import load_system
 from .workload_engine import run_workload
 
 

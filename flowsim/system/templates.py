@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._arrays import gather_segments
 from ..network._messages import message_loads
-from ..network.csr import gather_segments
 from . import cost
 
 

@@ -1,7 +1,7 @@
 """Numba kernel: expand NPU pairs into their shortest paths over a next-hop table (ECMP).
 
-Plain contiguous arrays in; :func:`flowsim.topology.graph._shortest_path_flows` validates and
-owns them.
+Plain contiguous arrays in; :func:`flowsim.topology.fabric_network._shortest_path_flows`
+validates and owns them.
 """
 
 from __future__ import annotations

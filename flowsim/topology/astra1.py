@@ -1,5 +1,5 @@
 """ASTRA-sim 1.0 analytical network JSON (``"topology-name": "Hierarchical"``) as a
-:class:`~flowsim.topology.config.NetworkConfig`.
+:class:`~flowsim.topology.network_config.NetworkConfig`.
 
 ASTRA-sim 1.0's congestion-unaware backend charges every message independently, in the highest
 dimension where sender and receiver differ::
@@ -58,9 +58,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import FlowsimWarning, config_error, unknown_key_error
+from .._validate import (
+    BANDWIDTH_GBPS,
+    LATENCY_NS,
+    Quantity,
+    as_choice,
+    as_config,
+    as_int,
+    as_number,
+    check_unknown_keys,
+    read_int,
+)
+from ..errors import ConfigError, FlowsimWarning, config_error
 from ..units import network_bandwidth_to_bytes_per_ns
-from .config import MAX_NPUS, NetworkConfig
+from .network_config import MAX_DIMS, MAX_NPUS, NetworkConfig
 
 #: The only ``topology-name`` ASTRA-sim 1.0's analytical backend builds.
 TOPOLOGY_NAME = "Hierarchical"
@@ -83,6 +94,12 @@ _EXPECTED = {"topology-name": f"'{TOPOLOGY_NAME}'",
              "link-latency": "a list of link latencies in ns, one per dimension",
              "link-bandwidth": "a list of link bandwidths in GB/s (2**30 B/s), one per "
                                "dimension"}
+#: The sane range of every per-dimension number (the HBM bandwidth is bytes/ns, the scale a
+#: factor >= 0).
+_QUANTITIES = {"link-latency": LATENCY_NS, "link-bandwidth": BANDWIDTH_GBPS,
+               "nic-latency": LATENCY_NS, "router-latency": LATENCY_NS,
+               "hbm-latency": LATENCY_NS, "hbm-bandwidth": BANDWIDTH_GBPS,
+               "hbm-scale": Quantity("", 0.0, 1e9)}
 #: Fewest hops a message takes in a dimension of each topology.
 _MIN_HOPS = {"Ring": 1, "FullyConnected": 1, "Switch": 2}
 
@@ -127,17 +144,16 @@ def parse_astra1_network(data: Mapping[str, Any], source: str = "<dict>") -> Net
     FlowsimWarning
         When a dimension's HBM term can exceed its network term (it is not modelled).
     """
-    for key in data:
-        if key not in _KNOWN:
-            raise unknown_key_error(source, str(key), _KNOWN)
+    as_config(data, source=source, what="ASTRA-sim 1.0 network")
+    check_unknown_keys(data, _KNOWN, source=source)
     for key in _REQUIRED:
         if key not in data:
             raise config_error(source, key, _EXPECTED.get(key, "one value per dimension"), ...)
-    name = data["topology-name"]
-    if name != TOPOLOGY_NAME:
+    if data["topology-name"] != TOPOLOGY_NAME:
         raise config_error(source, "topology-name", f"'{TOPOLOGY_NAME}' (the only topology "
-                           f"ASTRA-sim 1.0's analytical backend builds)", name)
-    ndims = _integer(data.get("dimensions-count", 1), "dimensions-count", source, 1)
+                           f"ASTRA-sim 1.0's analytical backend builds)", data["topology-name"])
+    ndims = read_int(data, "dimensions-count", source=source, default=1, minimum=1,
+                     maximum=MAX_DIMS)
     columns = {key: _per_dimension(data, key, ndims, source) for key in _KNOWN
                if key not in ("topology-name", "dimensions-count")}
     topology, counts, bandwidth, latency = [], [], [], []
@@ -186,20 +202,19 @@ def _dimension(row: Mapping[str, Any], d: int, source: str) -> _Dimension:
     def key(name: str) -> str:
         return f"{name}[{d}]"
 
-    block, kind = row["topologies-per-dim"], row["dimension-type"]
-    if block not in TOPOLOGIES:
-        raise config_error(source, key("topologies-per-dim"), "one of " + ", ".join(TOPOLOGIES),
-                           block)
-    if kind not in DIMENSION_TYPES:
-        raise config_error(source, key("dimension-type"),
-                           "one of " + ", ".join(DIMENSION_TYPES), kind)
-    npus = _integer(row["units-count"], key("units-count"), source, 2,
-                    " (flowsim needs 2 or more NPUs per dimension; leave out dimensions of 1)")
-    links = _integer(row["links-count"], key("links-count"), source, 1)
-    numbers = {name.replace("-", "_"): _number(row[name], key(name), source,
-                                               strict=name.endswith("bandwidth"))
-               for name in ("link-latency", "link-bandwidth", "nic-latency", "router-latency",
-                            "hbm-latency", "hbm-bandwidth", "hbm-scale")}
+    block = as_choice(row["topologies-per-dim"], TOPOLOGIES, source=source,
+                      key=key("topologies-per-dim"))
+    as_choice(row["dimension-type"], DIMENSION_TYPES, source=source, key=key("dimension-type"))
+    try:
+        npus = as_int(row["units-count"], source=source, key=key("units-count"), minimum=2,
+                      maximum=MAX_NPUS)
+    except ConfigError as exc:
+        raise type(exc)(f"{exc} (flowsim needs 2 or more NPUs per dimension; leave out "
+                        f"dimensions of 1)") from None
+    links = as_int(row["links-count"], source=source, key=key("links-count"), minimum=1)
+    numbers = {name.replace("-", "_"): as_number(row[name], source=source, key=key(name),
+                                                 quantity=_QUANTITIES[name])
+               for name in _QUANTITIES}
     return _Dimension(block=block, npus=npus, links=links, **numbers)
 
 
@@ -254,26 +269,12 @@ def _check_hbm(dim: _Dimension, d: int, bandwidth_gbps: float, source: str) -> N
     if hbm_per_byte > net_per_byte:
         cross = max(0.0, (net_fixed - hbm_fixed) / (hbm_per_byte - net_per_byte))
         when = f"messages larger than {cross:.0f} bytes"
-    else:
+    elif hbm_per_byte < net_per_byte:
         cross = (hbm_fixed - net_fixed) / (net_per_byte - hbm_per_byte)
         when = f"messages smaller than {cross:.0f} bytes"
+    else:  # the same per-byte cost and a larger constant: always
+        when = "messages of every size"
     warnings.warn(f"{source}: key 'hbm-scale[{d}]' = {dim.hbm_scale!r}: ASTRA-sim charges "
                   f"(hbm-latency + bytes / hbm-bandwidth) * hbm-scale when that exceeds the "
                   f"network latency, which it does for {when} in dimension {d}; flowsim does "
                   f"not model the HBM term", FlowsimWarning, stacklevel=4)
-
-
-def _integer(value: Any, key: str, source: str, minimum: int, why: str = "") -> int:
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and \
-        math.isfinite(value) and value == int(value) and value >= minimum
-    if not ok:
-        raise config_error(source, key, f"an integer >= {minimum}{why}", value)
-    return int(value)
-
-
-def _number(value: Any, key: str, source: str, strict: bool = False) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and \
-        math.isfinite(value) and (value > 0 if strict else value >= 0)
-    if not ok:
-        raise config_error(source, key, "a number > 0" if strict else "a number >= 0", value)
-    return float(value)

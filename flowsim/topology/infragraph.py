@@ -20,12 +20,12 @@ Mapping (strict: what InfraGraph's own expansion passes over silently is an erro
   flowsim's GB/s (2^30 B/s, ASTRA-sim's); latency in ``ns``, ``us`` or ``ms``.
 
 When the ``infragraph`` package is installed the description is also validated by it, and its
-error is reported with the file name.
+error is reported with the file name. Expansion is capped as fabrics are
+(:mod:`.fabric_builder`): a description that expands to more nodes or links stops early.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -33,48 +33,88 @@ from pathlib import Path
 from typing import Any
 
 from .._io import read_mapping
-from ..errors import ConfigError, config_error, unknown_key_error
-from .graph import FabricConfig
+from .._validate import (
+    BANDWIDTH_GBPS,
+    LATENCY_NS,
+    as_config,
+    as_int,
+    as_mapping,
+    as_number,
+    as_str,
+    check_unknown_keys,
+    read_number,
+)
+from ..errors import ConfigError, describe
+from .fabric_builder import MAX_FABRIC_LINKS, MAX_FABRIC_NODES
+from .fabric_config import FabricConfig, finish_fabric
 
 _ENDPOINT = re.compile(r"^([A-Za-z0-9_\-()<> ]+)(?:\[([^\]]*)\])?$")
 _GIB_PER_GB = 1e9 / 2**30  # one 10^9-byte GB in ASTRA-sim "GB" (2^30 bytes)
 _WRAPPER_KEYS = {"infragraph", "logical_dims", "routing", "fail", "degrade",
                  "default_bandwidth"}
+#: InfraGraph bandwidth units and their factor to flowsim's GB/s (2^30 B/s).
+_BANDWIDTH_UNITS = {"gigabits_per_second": _GIB_PER_GB / 8,
+                    "gigabytes_per_second": _GIB_PER_GB}
+#: InfraGraph latency units and their factor to ns.
+_LATENCY_UNITS = {"ns": 1.0, "us": 1e3, "ms": 1e6}
 
 
 class _Expander:
+    """Expands devices, instances and edges into named nodes and node pairs."""
+
     def __init__(self, infra: Mapping[str, Any], where: str) -> None:
         self.where = where
-        self.devices = {d.get("name"): d for d in self.entries(infra, "devices")}
-        self.infra_links = {link.get("name"): link for link in self.entries(infra, "links")}
+        self.devices = self.named(infra, "devices", "infrastructure")
+        self.infra_links = self.named(infra, "links", "infrastructure")
         self.expanding: list[str] = []
         self.nodes: list[tuple[str, str]] = []
-        self.edges: list[tuple[str, str, Mapping[str, Any] | None, str]] = []
+        self.edges: list[tuple[str, str, Mapping[str, Any], str]] = []
+        self.work = 0   # device expansions and nodes: bounded like a fabric's nodes
 
-    def entries(self, parent: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    def entries(self, parent: Mapping[str, Any], key: str,
+                owner: str) -> list[Mapping[str, Any]]:
         """A list of mappings under ``key`` (e.g. devices, components, edges)."""
         items = parent.get(key) or []
         if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
-            raise self.fail(f"'{parent.get('name', 'infrastructure')}' {key}",
-                            "expected a list of mappings")
+            raise self.fail(f"'{owner}' {key}", "expected a list of mappings")
         return items
+
+    def named(self, parent: Mapping[str, Any], key: str, owner: str
+              ) -> dict[str, Mapping[str, Any]]:
+        """The entries under ``key`` by their ``name`` (a non-empty string)."""
+        out = {}
+        for i, item in enumerate(self.entries(parent, key, owner)):
+            out[as_str(item.get("name"), source=self.where, key=f"{key}[{i}].name")] = item
+        return out
 
     def fail(self, element: str, message: str) -> ConfigError:
         return ConfigError(f"{self.where}: {element}: {message}")
 
-    def device(self, name: str, element: str) -> Mapping[str, Any]:
-        if name not in self.devices:
-            raise self.fail(element, f"unknown device '{name}'")
+    def device(self, name: Any, element: str) -> Mapping[str, Any]:
+        if not isinstance(name, str) or name not in self.devices:
+            raise self.fail(element, f"unknown device {describe(name)}")
         return self.devices[name]
 
-    def components(self, device: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-        return {c.get("name"): c for c in device.get("components") or []}
+    def count(self, item: Mapping[str, Any], key: str) -> int:
+        """The ``count`` of a component or an instance."""
+        return as_int(item.get("count"), source=self.where, key=f"{key}.count", minimum=1,
+                      maximum=MAX_FABRIC_NODES)
+
+    def charge(self, amount: int, element: str) -> None:
+        """Count expansion work; stop once it exceeds what a fabric may hold."""
+        self.work += amount
+        if self.work > MAX_FABRIC_NODES or len(self.edges) > MAX_FABRIC_LINKS:
+            raise self.fail(element, f"the description expands to more than "
+                            f"{MAX_FABRIC_NODES} nodes or {MAX_FABRIC_LINKS} links; flowsim "
+                            f"routes fabrics up to that size")
 
     @staticmethod
     def indices(text: str | None, count: int, element: str, where: str) -> list[int]:
         if text is None or text.strip() == "":
             return list(range(count))
         try:
+            if len(text) > 64:
+                raise ValueError
             if ":" not in text:
                 i = int(text)
                 i = i + count if i < 0 else i
@@ -83,11 +123,11 @@ class _Expander:
                 return [i]
             parts = [int(p) if p.strip() else None for p in text.split(":")]
             if len(parts) > 3 or any(v is not None and not -count <= v <= count
-                                     for v in parts[:2]):
+                                     for v in parts[:2]) or parts[2:] == [0]:
                 raise ValueError  # unlike InfraGraph, no silent clipping
             chosen = list(range(*slice(*parts).indices(count)))
         except ValueError:
-            raise ConfigError(f"{where}: {element}: index or slice [{text}] outside "
+            raise ConfigError(f"{where}: {element}: index or slice [{text[:64]}] outside "
                               f"0..{count - 1}") from None
         if not chosen:
             raise ConfigError(f"{where}: {element}: slice [{text}] selects nothing "
@@ -100,29 +140,36 @@ class _Expander:
             raise self.fail(element, f"device '{name}' contains itself "
                             f"({' > '.join(self.expanding + [name])})")
         self.expanding.append(name)
-        for comp in self.entries(device, "components"):
-            cname, count, choice = comp.get("name"), comp.get("count"), comp.get("choice")
-            if not isinstance(count, int) or count < 1:
-                raise self.fail(f"{element} component '{cname}'", "count must be an integer >= 1")
+        for c, comp in enumerate(self.entries(device, "components", name)):
+            cname = as_str(comp.get("name"), source=self.where,
+                           key=f"devices.{name}.components[{c}].name")
+            count = self.count(comp, f"devices.{name}.components.{cname}")
+            choice = comp.get("choice")
+            self.charge(count, f"{element} component '{cname}'")
             for j in range(count):
                 path = f"{prefix}.{cname}.{j}"
                 if choice == "device":
                     self.expand_device(cname, path, f"{element} > {cname}")
                 elif choice == "custom":
-                    self.nodes.append((path, str((comp.get("custom") or {}).get("type",
-                                                                               "custom"))))
+                    custom = as_mapping(comp.get("custom") or {}, source=self.where,
+                                        key=f"devices.{name}.components.{cname}.custom")
+                    self.nodes.append((path, str(custom.get("type", "custom"))))
                 else:
                     self.nodes.append((path, str(choice)))
-        links = {link.get("name"): link for link in self.entries(device, "links")}
-        for i, edge in enumerate(self.entries(device, "edges")):
+        links = self.named(device, "links", name)
+        for i, edge in enumerate(self.entries(device, "edges", name)):
             label = f"device '{name}' edges[{i}]"
             ends = []
             for key in ("ep1", "ep2"):
-                ep = edge.get(key) or {}
-                path = (ep["device"] + "." if ep.get("device") else "") + str(ep.get("component"))
+                ep = self.endpoint(edge, key, label)
+                path = (f"{ep['device']}." if ep.get("device") else "") + \
+                    str(ep.get("component"))
                 ends.append([f"{prefix}.{rel}" for rel in self.paths(device, path, label)])
             self.connect(ends[0], ends[1], edge, links, label)
         self.expanding.pop()
+
+    def endpoint(self, edge: Mapping[str, Any], key: str, label: str) -> Mapping[str, Any]:
+        return as_mapping(edge.get(key) or {}, source=self.where, key=f"{label}.{key}")
 
     def paths(self, device: Mapping[str, Any], path: str, element: str) -> list[str]:
         """``cx5[0].port[1:3]`` inside ``device`` -> ``["cx5.0.port.1", "cx5.0.port.2"]``."""
@@ -130,12 +177,16 @@ class _Expander:
         current = device
         for part in path.split("."):
             match = _ENDPOINT.match(part)
-            comps = self.components(current)
+            comps = {c.get("name"): c for c in self.entries(current, "components",
+                                                             str(current.get("name")))}
             if match is None or match.group(1) not in comps:
-                raise self.fail(element, f"unknown component '{part}' in device "
+                raise self.fail(element, f"unknown component '{part[:80]}' in device "
                                 f"'{current.get('name')}'")
             comp = comps[match.group(1)]
-            picks = self.indices(match.group(2), comp.get("count", 0), element, self.where)
+            count = self.count(comp, f"devices.{current.get('name')}.components."
+                                     f"{match.group(1)}")
+            picks = self.indices(match.group(2), count, element, self.where)
+            self.charge(len(out) * len(picks), element)
             out = [f"{p}.{match.group(1)}.{j}".lstrip(".") for p in out for j in picks]
             if comp.get("choice") == "device":
                 current = self.device(match.group(1), element)
@@ -145,55 +196,61 @@ class _Expander:
                 links: Mapping[str, Any], element: str) -> None:
         scheme = edge.get("scheme")
         link_name = edge.get("link")
-        if link_name not in links:
-            raise self.fail(element, f"unknown link '{link_name}'")
+        if not isinstance(link_name, str) or link_name not in links:
+            raise self.fail(element, f"unknown link {describe(link_name)}")
         if scheme == "one2one":
             if len(a) != len(b):
                 raise self.fail(element, f"one2one between {len(a)} and {len(b)} endpoints")
             pairs = list(zip(a, b))
         elif scheme == "many2many":
+            if len(a) * len(b) > MAX_FABRIC_LINKS:
+                self.charge(MAX_FABRIC_NODES + 1, element)
             pairs = [(x, y) for x in a for y in b if x != y]
         else:
-            raise self.fail(element, f"scheme '{scheme}' is not supported (one2one, many2many)")
+            raise self.fail(element, f"scheme {describe(scheme)} is not supported (one2one, "
+                            f"many2many)")
         for x, y in pairs:
             self.edges.append((x, y, links[link_name], element))
+        self.charge(0, element)
 
     def run(self, infra: Mapping[str, Any]) -> None:
-        instances = {}
-        for i, inst in enumerate(self.entries(infra, "instances")):
-            name, count = inst.get("name"), inst.get("count")
-            if not isinstance(count, int) or count < 1:
-                raise self.fail(f"instances[{i}]", "count must be an integer >= 1")
-            instances[name] = inst
+        instances = self.named(infra, "instances", "infrastructure")
+        for name, inst in instances.items():
+            count = self.count(inst, f"instances.{name}")
+            self.charge(count, f"instance '{name}'")
             for k in range(count):
                 self.expand_device(inst.get("device"), f"{name}.{k}", f"instance '{name}'")
-        for i, edge in enumerate(self.entries(infra, "edges")):
+        for i, edge in enumerate(self.entries(infra, "edges", "infrastructure")):
             label = f"edges[{i}]"
             ends = []
             for key in ("ep1", "ep2"):
-                ep = edge.get(key) or {}
-                match = _ENDPOINT.match(str(ep.get("instance")))
+                ep = self.endpoint(edge, key, label)
+                match = _ENDPOINT.match(str(ep.get("instance"))[:256])
                 if match is None or match.group(1) not in instances:
-                    raise self.fail(label, f"unknown instance '{ep.get('instance')}'")
+                    raise self.fail(label, f"unknown instance {describe(ep.get('instance'))}")
                 inst = instances[match.group(1)]
                 picks = self.indices(match.group(2), inst["count"], label, self.where)
                 device = self.device(inst.get("device"), label)
                 rel = self.paths(device, str(ep.get("component")), label)
+                self.charge(len(picks) * len(rel), label)
                 ends.append([f"{match.group(1)}.{k}.{r}" for k in picks for r in rel])
             self.connect(ends[0], ends[1], edge, self.infra_links, label)
 
 
+def _physical(link: Mapping[str, Any], part: str, where: str) -> Mapping[str, Any]:
+    """``physical.<part>`` of a link (a mapping of unit -> value; absent: empty)."""
+    physical = as_mapping(link.get("physical") or {}, source=where,
+                          key=f"links.{link.get('name')}.physical")
+    return as_mapping(physical.get(part) or {}, source=where,
+                      key=f"links.{link.get('name')}.physical.{part}")
+
+
 def _bandwidth_gbps(link: Mapping[str, Any], default: float | None, where: str) -> float:
-    bw = ((link.get("physical") or {}).get("bandwidth")) or {}
-    for key, factor in (("gigabits_per_second", _GIB_PER_GB / 8),
-                        ("gigabytes_per_second", _GIB_PER_GB)):
-        if key in bw:
-            value = bw[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                    not math.isfinite(value) or value <= 0:
-                raise ConfigError(f"{where}: link '{link.get('name')}': bandwidth must be > 0, "
-                                  f"found {value!r}")
-            return float(value) * factor
+    bandwidth = _physical(link, "bandwidth", where)
+    for unit, factor in _BANDWIDTH_UNITS.items():
+        if unit in bandwidth:
+            return read_number(bandwidth, unit, source=where, quantity=BANDWIDTH_GBPS,
+                               prefix=f"links.{link.get('name')}.physical.bandwidth.") * factor
     if default is not None:
         return default
     raise ConfigError(f"{where}: link '{link.get('name')}' has no bandwidth in "
@@ -201,15 +258,13 @@ def _bandwidth_gbps(link: Mapping[str, Any], default: float | None, where: str) 
 
 
 def _latency_ns(link: Mapping[str, Any], where: str) -> float:
-    lat = ((link.get("physical") or {}).get("latency")) or {}
-    for key, factor in (("ns", 1.0), ("us", 1e3), ("ms", 1e6)):
-        if key in lat:
-            value = lat[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                    not math.isfinite(value) or value < 0:
-                raise ConfigError(f"{where}: link '{link.get('name')}': latency must be a "
-                                  f"number >= 0, found {value!r}")
-            return float(value) * factor
+    latency = _physical(link, "latency", where)
+    for unit, factor in _LATENCY_UNITS.items():
+        if unit in latency:
+            value = as_number(latency[unit], source=where, minimum=0.0,
+                              maximum=LATENCY_NS.maximum / factor,
+                              key=f"links.{link.get('name')}.physical.latency.{unit}")
+            return value * factor
     return 0.0
 
 
@@ -227,9 +282,8 @@ def _validate_with_package(infra: Mapping[str, Any], where: str) -> None:
 
 def parse_infragraph_config(data: Mapping[str, Any], source: str = "<dict>") -> FabricConfig:
     """A network config with an ``infragraph`` key -> :class:`FabricConfig`."""
-    unknown = set(data) - _WRAPPER_KEYS
-    if unknown:
-        raise unknown_key_error(source, sorted(unknown, key=str)[0], _WRAPPER_KEYS)
+    as_config(data, source=source, what="network")
+    check_unknown_keys(data, _WRAPPER_KEYS, source=source)
     raw = data.get("infragraph")
     where = source
     if isinstance(raw, (str, os.PathLike)):
@@ -245,17 +299,12 @@ def parse_infragraph_config(data: Mapping[str, Any], source: str = "<dict>") -> 
         infra = raw
     else:
         raise ConfigError(f"{source}: key 'infragraph': expected a path or a mapping, "
-                          f"found {raw!r}")
+                          f"found {describe(raw)}")
     _validate_with_package(infra, where)
     expander = _Expander(infra, where)
     expander.run(infra)
-    default = data.get("default_bandwidth")
-    default_gbps = None
-    if default is not None:
-        if isinstance(default, bool) or not isinstance(default, (int, float)) or \
-                not math.isfinite(default) or default <= 0:
-            raise config_error(source, "default_bandwidth", "a bandwidth in GB/s > 0", default)
-        default_gbps = float(default)
+    default_gbps = read_number(data, "default_bandwidth", source=source, default=None,
+                               quantity=BANDWIDTH_GBPS)
     npu_names = [name for name, kind in expander.nodes if kind == "xpu"]
     if len(npu_names) < 2:
         raise ConfigError(f"{where}: expected at least 2 xpu components (the NPUs), found "
@@ -283,7 +332,6 @@ def parse_infragraph_config(data: Mapping[str, Any], source: str = "<dict>") -> 
     fabric = {"logical_dims": data.get("logical_dims", [len(npu_names)]),
               "routing": data.get("routing", "ecmp"),
               "fail": data.get("fail"), "degrade": data.get("degrade")}
-    from .fabric import finish_fabric
     return finish_fabric(len(npu_names), names, list(zip(src, dst, bws, lats, link_names)),
                          fabric, source, default_dims=None, prefix="")
 

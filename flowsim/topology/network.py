@@ -2,81 +2,15 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Any
 
 import numpy as np
 
+from .._arrays import segment_offsets
 from ..errors import RoutingError
-from ..network.csr import segment_min, segment_offsets, segment_sum
-from .astra1 import is_astra1_network, parse_astra1_network
 from .blocks import BLOCKS
-from .config import NetworkConfig, parse_network_config
-
-
-class LogicalGrid:
-    """NPU ids as mixed-radix coordinates over ``dims`` (dimension 0 fastest), shared by the
-    multi-dimensional networks and the fabrics (whose dims are logical)."""
-
-    dims: tuple[int, ...]
-    npus: int
-    link_latency: np.ndarray
-    link_bandwidth: np.ndarray
-
-    def path_latency(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
-        """Sum of link latencies along each path (ns)."""
-        return segment_sum(self.link_latency[link_ids], indptr)
-
-    def path_bottleneck(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
-        """Smallest link bandwidth along each path (bytes/ns); ``inf`` for empty paths."""
-        return segment_min(self.link_bandwidth[link_ids], indptr)
-
-    @property
-    def ndims(self) -> int:
-        return len(self.dims)
-
-    @cached_property
-    def strides(self) -> tuple[int, ...]:
-        """Id distance between neighbours along each dimension (1, p0, p0*p1, ...)."""
-        return tuple(int(math.prod(self.dims[:d])) for d in range(self.ndims))
-
-    def coords(self, npus: np.ndarray | int) -> np.ndarray:
-        """Coordinates of NPU ids, shape ``(n, ndims)``."""
-        ids = np.atleast_1d(np.asarray(npus, dtype=np.int64))
-        return np.stack([(ids // s) % p for s, p in zip(self.strides, self.dims)], axis=-1)
-
-    def instance_of(self, npus: np.ndarray, dim: int) -> np.ndarray:
-        """Index of the instance of dimension ``dim`` each NPU belongs to."""
-        s, p = self.strides[dim], self.dims[dim]
-        return (npus // (s * p)) * s + npus % s
-
-    def dim_groups(self, dims: int | tuple[int, ...]) -> np.ndarray:
-        """NPU ids of every group spanning ``dims``, shape ``(groups, size)``.
-
-        A group is the set of NPUs that share every coordinate outside ``dims``; columns are
-        in mixed-radix order of the coordinates in ``dims`` (lowest dimension fastest), rows
-        in mixed-radix order of the other coordinates. With one dimension, the groups are its
-        instances.
-        """
-        dims = (dims,) if isinstance(dims, (int, np.integer)) else tuple(sorted(dims))
-        ids = np.arange(self.npus, dtype=np.int64)
-        coords = self.coords(ids)
-        inner = np.zeros(self.npus, np.int64)
-        outer = np.zeros(self.npus, np.int64)
-        inner_scale = outer_scale = 1
-        for d, p in enumerate(self.dims):
-            if d in dims:
-                inner += coords[:, d] * inner_scale
-                inner_scale *= p
-            else:
-                outer += coords[:, d] * outer_scale
-                outer_scale *= p
-        groups = np.empty((outer_scale, inner_scale), np.int64)
-        groups[outer, inner] = ids
-        return groups
+from .grid import LogicalGrid
+from .network_config import NetworkConfig
 
 
 @dataclass(frozen=True, eq=False)
@@ -180,6 +114,38 @@ class Network(LogicalGrid):
         n = indptr.size - 1
         return np.arange(n), np.ones(n), indptr, links
 
+    def tile_first_instance(self, per_link: np.ndarray) -> np.ndarray:
+        """Copy the first instance's per-link values of every dimension to all its instances.
+
+        The instances of a dimension are replicas (same blocks, same link order, disjoint
+        links), so a quantity simulated on the first instance only (bytes, busy time) holds
+        for every instance.
+
+        Parameters
+        ----------
+        per_link : ndarray, shape (num_links, ...)
+            Values per link; only those of each dimension's first instance are read.
+
+        Returns
+        -------
+        ndarray
+            A new array of the same shape with every instance holding its dimension's first
+            instance's values.
+        """
+        per_link = np.asarray(per_link)
+        if per_link.shape[:1] != (self.num_links,):
+            raise RoutingError(f"tile_first_instance: expected {self.num_links} per-link "
+                               f"values, found shape {per_link.shape}")
+        out = per_link.copy()
+        offsets = [*self._dim_link_offset, self.num_links]
+        for d in range(self.ndims):
+            start, stop = offsets[d], offsets[d + 1]
+            instances = self.npus // self.dims[d]
+            per_instance = (stop - start) // instances
+            first = per_link[start: start + per_instance]
+            out[start:stop] = np.tile(first, (instances,) + (1,) * (first.ndim - 1))
+        return out
+
     def switch_links(self, dim: int) -> tuple[np.ndarray, np.ndarray]:
         """Uplink and downlink ids of a Switch dimension, each shaped like ``dim_groups(dim)``."""
         if self.config.topology[dim] != "Switch":
@@ -189,18 +155,6 @@ class Network(LogicalGrid):
         base = self._dim_link_offset[dim] + np.arange(groups.shape[0])[:, None] * 2 * p
         local = np.arange(p)[None, :]
         return base + local, base + p + local
-
-    def tile_first_instance(self, per_link: np.ndarray) -> np.ndarray:
-        """Per-link values with the first instance's values of every dimension copied to all
-        its instances (for results of one group simulated for all its replicas)."""
-        out = per_link.copy()
-        offsets = list(self._dim_link_offset) + [self.num_links]
-        for d in range(self.ndims):
-            start, stop = offsets[d], offsets[d + 1]
-            instances = self.npus // self.dims[d]
-            per_instance = (stop - start) // instances
-            out[start:stop] = np.tile(per_link[start: start + per_instance], instances)
-        return out
 
     # ------------------------------------------------------------------ routing
     def routes(self, src: np.ndarray, dst: np.ndarray, *,
@@ -227,11 +181,7 @@ class Network(LogicalGrid):
         if src.shape != dst.shape:
             raise RoutingError(f"routes: src and dst must have the same length, "
                                f"found {src.size} and {dst.size}")
-        for name, arr in (("src", src), ("dst", dst)):
-            bad = (arr < 0) | (arr >= self.npus)
-            if bad.any():
-                raise RoutingError(f"routes: {name} NPU {int(arr[bad][0])} does not exist "
-                                   f"(expected an id in 0..{self.npus - 1})")
+        self.check_npus(src, dst)
         n = src.size
         hops_per_dim = []
         current = src.copy()
@@ -269,63 +219,9 @@ class Network(LogicalGrid):
         return indptr, link_ids
 
 
-
-_NETWORK_CACHE: dict = {}
-
-
 def _instance_nodes(local: np.ndarray, p: int, base: np.ndarray, stride: int, q: np.ndarray,
                     first_switch: int) -> np.ndarray:
     """Node ids of local indices (``p`` = the instance's switch) in every instance ``q``."""
     is_switch = local == p
     npu = base + np.where(is_switch, 0, local)[None, :] * stride
     return np.where(is_switch[None, :], first_switch + q, npu).ravel()
-
-
-def load_network(source: Any) -> Network | FabricNetwork:
-    """Load a network from a YAML path, a mapping of ASTRA-sim keys, a config or a network.
-
-    Built networks are cached by config, so repeated loads of the same topology are free.
-
-    Examples
-    --------
-    >>> net = load_network({"topology": ["Ring"], "npus_count": [8],
-    ...                     "bandwidth": [50], "latency": [500]})
-    >>> net.npus, net.num_links
-    (8, 16)
-    """
-    if isinstance(source, (Network, FabricNetwork)):
-        return source
-    if isinstance(source, (NetworkConfig, FabricConfig)):
-        config = source
-    elif isinstance(source, Mapping):
-        config = _parse_any(source, "<dict>")
-    else:
-        from .._io import read_mapping
-        from ..resources import resolve_config_path
-        path = resolve_config_path(source, kind="network")
-        config = _parse_any(read_mapping(path, what="network config"), str(path))
-    network = _NETWORK_CACHE.get(config)
-    if network is None:
-        if isinstance(config, FabricConfig):
-            network = FabricNetwork.from_config(config)
-        else:
-            network = Network.from_config(config)
-        if len(_NETWORK_CACHE) > 64:
-            _NETWORK_CACHE.clear()
-        _NETWORK_CACHE[config] = network
-    return network
-
-
-def _parse_any(data: Mapping[str, Any], source: str) -> NetworkConfig | FabricConfig:
-    if "fabric" in data:
-        from .fabric import parse_fabric_config
-        return parse_fabric_config(data, source)
-    if "infragraph" in data:
-        from .infragraph import parse_infragraph_config
-        return parse_infragraph_config(data, source)
-    if is_astra1_network(data):
-        return parse_astra1_network(data, source)
-    return parse_network_config(data, source)
-
-
-from .graph import FabricConfig, FabricNetwork  # noqa: E402  (graph imports LogicalGrid)

@@ -16,11 +16,14 @@ Compute values are cycles of ASTRA-sim's 1 GHz clock, i.e. **ns**; ``flowsim.sim
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
-from ..errors import ConfigError
+from .._io import read_text
+from .._validate import DURATION_NS, SIZE_BYTES, as_text
+from ..errors import ConfigError, describe
+from ..topology.network_config import MAX_NPUS
 
 PARALLELISMS = ("DATA", "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_DLRM",
                 "HYBRID_DLRM_ENHANCED", "HYBRID_TRANSFORMER",
@@ -78,18 +81,27 @@ class TextWorkload:
 
 
 def _number(token: str, source: str, line: int, field: str, *, integer: bool) -> float:
-    try:
-        value = float(token) if not integer else None
-        if integer:
-            if not token.lstrip("+").isdigit():
-                raise ValueError
-            value = int(token)
-    except ValueError:
-        kind = "a non-negative integer" if integer else "a non-negative number"
-        raise ConfigError(f"{source}:{line}: {field} must be {kind}, found {token!r}"
-                          ) from None
-    if value < 0 or value != value:
-        raise ConfigError(f"{source}:{line}: {field} must be non-negative, found {token!r}")
+    """A non-negative number (compute, ns; at most :data:`~flowsim._validate.DURATION_NS`)
+    or integer (bytes, counts; at most :data:`~flowsim._validate.SIZE_BYTES`)."""
+    kind = "a non-negative integer" if integer else "a non-negative number"
+    value = math.nan
+    if len(token) <= 64:  # no 4000-digit numbers: Python refuses to read them
+        try:
+            if not integer:
+                value = float(token)
+            elif token.lstrip("+").isdigit():
+                value = int(token)
+        except ValueError:
+            pass
+    if value != value:
+        raise ConfigError(f"{source}:{line}: {field} must be {kind}, found {describe(token)}")
+    if value < 0:
+        raise ConfigError(f"{source}:{line}: {field} must be non-negative, found "
+                          f"{describe(token)}")
+    limit = SIZE_BYTES.maximum if integer else DURATION_NS.maximum
+    if value > limit:
+        raise ConfigError(f"{source}:{line}: {field} must be at most {limit:g}, found "
+                          f"{describe(token)}")
     return value
 
 
@@ -103,8 +115,9 @@ def _header(tokens: list[str], source: str) -> dict:
             raise ConfigError(f"{source}:1: {keyword} needs 'model_parallel_NPU_group: N'")
         out["model_parallel_group"] = int(_number(rest[1], source, 1,
                                                   "model_parallel_NPU_group", integer=True))
-        if out["model_parallel_group"] < 1:
-            raise ConfigError(f"{source}:1: model_parallel_NPU_group must be >= 1, found 0")
+        if not 1 <= out["model_parallel_group"] <= MAX_NPUS:
+            raise ConfigError(f"{source}:1: model_parallel_NPU_group must be in 1..{MAX_NPUS}, "
+                              f"found {out['model_parallel_group']}")
         rest = rest[2:]
         if keyword.endswith("FWD_IN_BCKWD"):
             for name in ("checkpoints", "checkpoint_initiates"):
@@ -140,6 +153,7 @@ def parse_astra_text(text: str, source: str = "<text>") -> TextWorkload:
         that is not a non-negative number (compute) or integer (bytes), a layer count that does
         not match the lines; the message names the file and line.
     """
+    as_text(text, source=source, what="text workload")
     lines = [(i + 1, line.split()) for i, line in enumerate(text.splitlines())]
     lines = [(n, t) for n, t in lines if t]
     if not lines:
@@ -185,13 +199,22 @@ def parse_astra_text(text: str, source: str = "<text>") -> TextWorkload:
                 raise ConfigError(f"{source}:{n}: layer parallelism must be one of "
                                   f"{', '.join(LAYER_POLICIES)}, found {policy!r}")
         layers.append(TextLayer(tokens[0], update_delay=delay, policy=policy, **values))
+    _check_layer_indices(header, count, keyword, source)
     return TextWorkload(keyword, tuple(layers), source=source, **header)
+
+
+def _check_layer_indices(header: dict, count: int, keyword: str, source: str) -> None:
+    """Layer indices on line 1 (DLRM's last bottom layer, checkpoints) name existing layers:
+    ASTRA-sim would silently never reach a layer past the end."""
+    named = [("DLRM_LAST_BOTTOM_LAYER", header.get("last_bottom_layer"))]
+    named += [(name, i) for name in ("checkpoints", "checkpoint_initiates")
+              for i in header.get(name, ())]
+    for name, index in named:
+        if index is not None and not 0 <= index < count:
+            raise ConfigError(f"{source}:1: {keyword} {name} {index} is not a layer of this "
+                              f"workload (layers 0..{count - 1})")
 
 
 def read_astra_text(path: str | os.PathLike) -> TextWorkload:
     """Read a text workload file (see :func:`parse_astra_text`)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read workload file ({exc.strerror})") from None
-    return parse_astra_text(text, str(path))
+    return parse_astra_text(read_text(path, "workload"), str(path))

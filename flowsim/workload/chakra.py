@@ -47,109 +47,32 @@ Sources of the ASTRA-sim behaviour: ``astra-sim/workload/Workload.cc`` (``issue`
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import struct
 from collections.abc import Mapping, Sequence
-from numbers import Integral, Real
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .._io import read_mapping, write_bytes_atomic, write_text_atomic
+from .._io import read_mapping
+from .._validate import DURATION_NS, FLOPS, MAX_INT, SIZE_BYTES, as_number
 from ..collectives import canonical_collective
 from ..errors import ConfigError, describe
-from . import _protowire as pw
 from ._protowire import COLLECTIVE_COMM_TYPES, NODE_TYPES  # noqa: F401  (re-exported)
+from .chakra_export import save_chakra
+from .chakra_format import (
+    _EXTRAS,
+    _FLOWSIM_COLLECTIVES,
+    LOCAL_MEMORY,
+    _rank_files,
+    read_et,
+    write_et,  # noqa: F401  (re-exported)
+)
 from .graph import PASSES, PRIORITIES, Op, Program, Workload, _some, topological_order
 
-LOCAL_MEMORY = 1  # tensor_loc value of Chakra's old MemoryType enum
-_FLOWSIM_COLLECTIVES = {"ALL_REDUCE": "all_reduce", "ALL_GATHER": "all_gather",
-                        "REDUCE_SCATTER": "reduce_scatter", "ALL_TO_ALL": "all_to_all",
-                        "BROADCAST": "broadcast", "REDUCE": "reduce"}
-_COMM_TYPE_OF = {flowsim: next(k for k, v in COLLECTIVE_COMM_TYPES.items() if v == chakra)
-                 for chakra, flowsim in _FLOWSIM_COLLECTIVES.items()}
-#: op fields kept in ``flowsim_*`` attributes when they differ from these defaults
-_EXTRAS = (("gap_ns", 0.0), ("update_delay_ns", 0.0), ("priority", "default"), ("layer", -1),
-           ("pass_", ""))
-_RANK_FILE = re.compile(r"^(?P<stem>.+)\.(?P<rank>0|[1-9][0-9]*)\.et$")
+__all__ = ["load_chakra", "read_custom_collective", "read_et", "save_chakra", "write_et"]
 
-
-# ------------------------------------------------------------------------------- read / write
-
-def read_et(path: str | os.PathLike) -> tuple[dict, list[dict]]:
-    """Decode one ``.et`` file.
-
-    Returns
-    -------
-    metadata : dict
-        ``version`` (str), ``attrs`` and ``attr_types`` (as for nodes).
-    nodes : list of dict
-        In file order: ``id``, ``name``, ``type`` (``NodeType`` name), ``ctrl_deps``,
-        ``data_deps`` (lists of int), ``start_time_micros``, ``duration_micros``, ``inputs`` and
-        ``outputs`` (``{"values", "shapes", "types"}`` or None), ``attrs`` (name -> Python
-        value; lists for ``*_list``; the first of repeated names, as ASTRA-sim's lookup) and
-        ``attr_types`` (name -> proto kind such as ``"int64_val"``).
-
-    Raises
-    ------
-    ConfigError
-        Unreadable, empty, truncated or corrupt file; the message names the file, the byte
-        offset and the node's index in the file.
-    """
-    file = Path(path)
-    try:
-        buf = memoryview(file.read_bytes())
-    except FileNotFoundError:
-        raise ConfigError(f"{file}: Chakra trace not found") from None
-    except OSError as exc:
-        raise ConfigError(f"{file}: cannot read Chakra trace: {exc}") from None
-    metadata: dict | None = None
-    nodes: list[dict] = []
-    try:
-        for _, start, stop in pw.iter_delimited(buf):
-            if metadata is None:
-                metadata = pw.decode_metadata(buf, start, stop)
-            else:
-                nodes.append(pw.decode_node(buf, start, stop))
-    except pw.WireError as exc:
-        where = "GlobalMetadata" if metadata is None else f"node #{len(nodes)}"
-        raise ConfigError(f"{file}: corrupt Chakra trace at byte {exc.offset} ({where}): "
-                          f"{exc}") from None
-    if metadata is None:
-        raise ConfigError(f"{file}: empty file, expected a Chakra trace (GlobalMetadata, then "
-                          f"nodes)")
-    return metadata, nodes
-
-
-def write_et(path: str | os.PathLike, nodes: Sequence[Mapping[str, Any]],
-             metadata_version: str = "0.0.4", *,
-             metadata_attrs: Mapping[str, Any] | None = None) -> None:
-    """Write nodes in :func:`read_et`'s format (``type`` may be a name or the enum value).
-
-    Missing keys take proto defaults. Attribute kinds come from ``attr_types`` when given,
-    else from the Python value: bool -> ``bool_val``, int -> ``int64_val`` (``uint64_val``
-    above 2**63-1), float -> ``double_val``, str -> ``string_val``, bytes -> ``bytes_val``,
-    lists likewise ``*_list``. The file is replaced atomically.
-    """
-    problems = (AttributeError, KeyError, TypeError, ValueError, OverflowError, struct.error,
-                UnicodeError)
-    try:
-        out = bytearray(pw.delimited(pw.encode_metadata(metadata_version, metadata_attrs or {})))
-    except problems as exc:
-        raise ConfigError(f"{path}: GlobalMetadata cannot be encoded: {exc}") from None
-    for index, node in enumerate(nodes):
-        try:
-            out += pw.delimited(pw.encode_node(node))
-        except problems as exc:
-            raise ConfigError(f"{path}: node #{index} (id {node.get('id', '?')}) cannot be "
-                              f"encoded: {exc}") from None
-    write_bytes_atomic(path, bytes(out))
-
-
-# ------------------------------------------------------------------------------ graph mapping
 
 def load_chakra(prefix_or_dir: str | os.PathLike, npus: int | None = None,
                 comm_group: str | os.PathLike | Mapping[str, Sequence[int]] | None = None, *,
@@ -227,18 +150,20 @@ def _node_to_op(node: dict, rank: int, npus: int, groups: dict | None, group_sou
     op = Op(node["id"], "compute", node["name"], deps=tuple(node["data_deps"]),
             ctrl_deps=tuple(node["ctrl_deps"]))
     if kind == "COMP_NODE":
-        op.flops = _number(attrs, "num_ops", where, 0.0)
-        op.mem_bytes = _number(attrs, "tensor_size", where, 0.0)
-        op.duration_ns = node["duration_micros"] * 1000.0 or (0.0 if op.flops else 1.0)
+        op.flops = _number(attrs, "num_ops", where, 0.0, FLOPS.maximum)
+        op.mem_bytes = _number(attrs, "tensor_size", where, 0.0, SIZE_BYTES.maximum)
+        op.duration_ns = _number({"duration_micros": node["duration_micros"]},
+                                 "duration_micros", where, 0.0, DURATION_NS.maximum / 1000) \
+            * 1000.0 or (0.0 if op.flops else 1.0)
     elif kind in ("MEM_LOAD_NODE", "MEM_STORE_NODE"):
         op.kind = "memory"
-        op.size = _count(attrs, "tensor_size", where)
+        op.size = _count(attrs, "tensor_size", where, limit=SIZE_BYTES.maximum)
         op.remote = _count(attrs, "tensor_loc", where, 0) != LOCAL_MEMORY
     elif kind.startswith("COMM_"):
         if attrs.get("is_cpu_op"):
             raise ConfigError(f"{where}: a communication node cannot be a CPU op "
                               f"(is_cpu_op is true)")
-        op.size = _count(attrs, "comm_size", where)
+        op.size = _count(attrs, "comm_size", where, limit=SIZE_BYTES.maximum)
         if kind == "COMM_COLL_NODE":
             _collective(op, attrs, rank, npus, groups, group_source, where, ndims)
         else:
@@ -272,6 +197,8 @@ def _collective(op: Op, attrs: dict, rank: int, npus: int, groups: dict | None,
             raise ConfigError(f"{where}: attribute 'involved_dim': expected a bool list, "
                               f"found {describe(flags)}")
         op.dims = tuple(i for i, f in enumerate(flags[:ndims]) if f)
+        if ndims is not None and op.dims == tuple(range(ndims)):
+            op.dims = None  # every dimension: the same group as a node without the attribute
     pg = attrs.get("pg_name", "")
     key = _group_key(str(pg))
     if key in ("", "0"):
@@ -308,18 +235,24 @@ def _read_extras(op: Op, attrs: dict, where: str) -> None:
         setattr(op, field, value)
 
 
-def _number(attrs: dict, name: str, where: str, default: Any = ...) -> float:
+def _number(attrs: dict, name: str, where: str, default: Any = ...,
+            limit: float = DURATION_NS.maximum) -> float:
+    """A finite attribute value in ``[0, limit]`` (the toolkit's number, worded for
+    attributes)."""
     value = attrs.get(name, default)
     if value is ...:
         raise ConfigError(f"{where}: missing attribute '{name}'")
-    if isinstance(value, bool) or not isinstance(value, Real) or not value >= 0:
-        raise ConfigError(f"{where}: attribute '{name}': expected a number >= 0, found "
-                          f"{describe(value)}")
-    return float(value)
+    try:
+        return as_number(value, source=where, key=name, minimum=0.0, maximum=limit)
+    except ConfigError as exc:
+        raise type(exc)(f"{where}: attribute '{name}': expected {exc.expected}, found "
+                        f"{describe(value)}") from None
 
 
-def _count(attrs: dict, name: str, where: str, default: Any = ...) -> int:
-    value = _number(attrs, name, where, default)
+def _count(attrs: dict, name: str, where: str, default: Any = ...,
+           limit: float = MAX_INT) -> int:
+    """A whole attribute value in ``[0, limit]`` (sizes, ranks, tags, enum codes)."""
+    value = _number(attrs, name, where, default, limit)
     if value != int(value):
         raise ConfigError(f"{where}: attribute '{name}': expected a whole number, found "
                           f"{describe(attrs[name])}")
@@ -327,9 +260,12 @@ def _count(attrs: dict, name: str, where: str, default: Any = ...) -> int:
 
 
 def _group_key(name: str) -> str:
-    """ASTRA-sim reads communicator ids with ``std::stoi``: ``"01"`` is ``"1"``."""
+    """ASTRA-sim reads communicator ids with ``std::stoi``: ``"01"`` is ``"1"`` (done on the
+    text, so a thousand-digit id is just an unknown communicator)."""
     name = name.strip()
-    return str(int(name)) if name.isdecimal() else name
+    if name.isdecimal() and name.isascii():
+        return name.lstrip("0") or "0"
+    return name
 
 
 def _comm_groups(comm_group: Any, prefix: Path, npus: int
@@ -359,160 +295,3 @@ def _comm_groups(comm_group: Any, prefix: Path, npus: int
     return groups, source
 
 
-def _scan(prefix: Path) -> dict[int, Path]:
-    if not prefix.parent.is_dir():
-        return {}
-    found = {}
-    for file in prefix.parent.iterdir():
-        match = _RANK_FILE.match(file.name)
-        if match and match["stem"] == prefix.name:
-            found[int(match["rank"])] = file
-    return found
-
-
-def _rank_files(prefix_or_dir: str | os.PathLike, npus: int | None) -> tuple[Path, list[Path]]:
-    given = Path(prefix_or_dir)
-    if given.is_file() and (match := _RANK_FILE.match(given.name)):
-        given = given.parent / match["stem"]          # one of the files: its workload
-    elif given.is_dir():
-        stems = sorted({m["stem"] for f in given.iterdir()
-                        if (m := _RANK_FILE.match(f.name))})
-        if len(stems) != 1:
-            found = f"traces of several workloads ({', '.join(stems)}); pass a path prefix" \
-                if stems else "no Chakra trace files '<prefix>.<rank>.et'"
-            raise ConfigError(f"{given}: {found}")
-        given = given / stems[0]
-    ranks = _scan(given)
-    if not ranks:
-        raise ConfigError(f"{given}: no Chakra trace files '{given.name}.<rank>.et' in "
-                          f"{given.parent}")
-    if npus is not None and (isinstance(npus, bool) or not isinstance(npus, Integral)
-                             or npus < 1):
-        raise ConfigError(f"argument 'npus': expected a positive integer, found "
-                          f"{describe(npus)}")
-    count = max(ranks) + 1 if npus is None else int(npus)
-    if len(ranks) == max(ranks) + 1 and len(ranks) != count:
-        raise ConfigError(f"{given}: trace files for {len(ranks)} ranks, but the network has "
-                          f"{count} NPUs (one trace per NPU)")
-    missing = [r for r in range(count) if r not in ranks]
-    if missing:
-        raise ConfigError(f"{given}: missing trace file(s) for rank(s) {_some(missing)} "
-                          f"(expected {given.name}.0.et .. {given.name}.{count - 1}.et)")
-    if len(ranks) > count:
-        raise ConfigError(f"{given}: trace files for {len(ranks)} ranks, but the network has "
-                          f"{npus} NPUs (one trace per NPU)")
-    return given, [ranks[r] for r in range(count)]
-
-
-# ------------------------------------------------------------------------------------ export
-
-def save_chakra(workload: Workload, prefix: str | os.PathLike, npus: int, *,
-                ndims: int | None = None) -> list[Path]:
-    """Write ``workload`` as ``<prefix>.<rank>.et`` for rank 0..npus-1 (ASTRA-sim's layout).
-
-    SPMD programs are expanded to one file per NPU, ``peer_offset`` resolved to absolute
-    ranks; NPUs that run no program get a trace without nodes. Collective ``dims`` become
-    ``involved_dim`` over ``ndims`` dimensions; explicit ``group`` tuples become ``pg_name``
-    ids 1, 2, ... of ``<prefix>.comm_group.json``, written beside the traces (pass it to
-    ASTRA-sim as ``--comm-group-configuration``). Rank files of an earlier export with more
-    NPUs, and a stale comm-group file, are removed.
-
-    Returns
-    -------
-    list of Path
-        The files written.
-    """
-    prefix = Path(prefix)
-    if isinstance(npus, bool) or not isinstance(npus, Integral) or npus < 1:
-        raise ConfigError(f"argument 'npus': expected a positive integer, found "
-                          f"{describe(npus)}")
-    owner: list[Program | None] = [None] * npus
-    for program in workload.programs:
-        for npu in program.npus.tolist():
-            if not 0 <= npu < npus:
-                raise ConfigError(f"{program.source}: NPU {npu} is outside 0..{npus - 1}")
-            if owner[npu] is not None:
-                raise ConfigError(f"{program.source}: NPU {npu} already runs "
-                                  f"{owner[npu].source}")
-            owner[npu] = program
-    orders = {id(p): topological_order(p) for p in workload.programs}
-    group_ids: dict[tuple[int, ...], int] = {}
-    meta_attrs = {"flowsim_layers": list(workload.layers)} if workload.layers else {}
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    written = []
-    for rank in range(npus):
-        program = owner[rank]
-        nodes = [] if program is None else [
-            _op_to_node(op, rank, npus, ndims, group_ids, program.source)
-            for op in orders[id(program)]]
-        written.append(Path(f"{prefix}.{rank}.et"))
-        write_et(written[-1], nodes, metadata_attrs=meta_attrs)
-    for rank, file in _scan(prefix).items():
-        if rank >= npus:
-            file.unlink()
-    group_file = Path(f"{prefix}.comm_group.json")
-    if group_ids:
-        write_text_atomic(group_file, json.dumps(
-            {str(i): list(g) for g, i in group_ids.items()}, indent=1) + "\n")
-        written.append(group_file)
-    else:
-        group_file.unlink(missing_ok=True)
-    return written
-
-
-def _op_to_node(op: Op, rank: int, npus: int, ndims: int | None,
-                group_ids: dict[tuple[int, ...], int], source: str) -> dict:
-    where = f"{source}: op {op.id} ({op.name or op.kind})"
-    if op.id < 0:
-        raise ConfigError(f"{where}: Chakra node ids are unsigned")
-    attrs: dict[str, Any] = {"is_cpu_op": False}
-    node = {"id": op.id, "name": op.name, "ctrl_deps": list(op.ctrl_deps),
-            "data_deps": list(op.deps), "attrs": attrs}
-    if op.kind == "compute":
-        node["type"] = "COMP_NODE"
-        node["duration_micros"] = int(round(op.duration_ns / 1000))
-        for name, value in (("num_ops", op.flops), ("tensor_size", op.mem_bytes)):
-            if value:
-                attrs[name] = int(value) if float(value).is_integer() else float(value)
-        if op.duration_ns == 0 or op.duration_ns % 1000:
-            attrs["flowsim_duration_ns"] = float(op.duration_ns)
-    elif op.kind == "memory":
-        node["type"] = "MEM_LOAD_NODE"
-        del attrs["is_cpu_op"]
-        attrs.update(tensor_size=int(op.size), tensor_loc=2 if op.remote else LOCAL_MEMORY)
-        if op.duration_ns:
-            attrs["flowsim_duration_ns"] = float(op.duration_ns)
-    elif op.kind == "collective":
-        node["type"] = "COMM_COLL_NODE"
-        name = canonical_collective(op.collective)
-        if name not in _COMM_TYPE_OF:
-            raise ConfigError(f"{where}: collective {op.collective!r} has no Chakra comm_type "
-                              f"(supported: {', '.join(_COMM_TYPE_OF)})")
-        attrs.update(comm_type=_COMM_TYPE_OF[name], comm_size=int(op.size))
-        if op.dims is not None:
-            if ndims is None or any(not 0 <= d < ndims for d in op.dims):
-                raise ConfigError(f"{where}: dims {op.dims} need ndims covering them "
-                                  f"(argument 'ndims' is {ndims})")
-            attrs["involved_dim"] = [d in op.dims for d in range(ndims)]
-        if op.group:
-            group = tuple(int(r) for r in op.group)
-            if any(not 0 <= r < npus for r in group):
-                raise ConfigError(f"{where}: group {group} is outside NPUs 0..{npus - 1}")
-            attrs["pg_name"] = str(group_ids.setdefault(group, len(group_ids) + 1))
-    elif op.kind in ("send", "recv"):
-        node["type"] = "COMM_SEND_NODE" if op.kind == "send" else "COMM_RECV_NODE"
-        if op.peer is None and op.peer_offset is None:
-            raise ConfigError(f"{where}: {op.kind} without peer or peer_offset")
-        peer = op.peer if op.peer is not None else rank + op.peer_offset
-        if not 0 <= peer < npus:
-            raise ConfigError(f"{where}: peer {peer} of NPU {rank} is outside 0..{npus - 1}")
-        src, dst = (rank, peer) if op.kind == "send" else (peer, rank)
-        attrs.update(comm_src=src, comm_dst=dst, comm_tag=int(op.tag), comm_size=int(op.size))
-    else:
-        raise ConfigError(f"{where}: unknown op kind {op.kind!r}")
-    for field, default in _EXTRAS:
-        value = getattr(op, field)
-        if value != default:
-            attrs[f"flowsim_{field.rstrip('_')}"] = float(value) if isinstance(
-                default, float) else value
-    return node

@@ -32,17 +32,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
+from .._validate import choices_of
 from ..errors import ConfigError
 
-OP_KINDS = ("compute", "collective", "send", "recv", "memory")
+OpKind = Literal["compute", "collective", "send", "recv", "memory"]
+OP_KINDS: tuple[OpKind, ...] = choices_of(OpKind)
 #: The training-loop passes of the per-layer breakdown (ASTRA-sim 1.0's EndToEnd.csv).
-PASSES = ("fwd", "ig", "wg")
+Pass = Literal["fwd", "ig", "wg"]
+PASSES: tuple[Pass, ...] = choices_of(Pass)
 #: Collective priorities: the system's scheduling policy, or an explicit one.
-PRIORITIES = ("default", "LIFO", "FIFO", "highest")
+Priority = Literal["default", "LIFO", "FIFO", "highest"]
+PRIORITIES: tuple[Priority, ...] = choices_of(Priority)
 
 
 @dataclass(eq=False)

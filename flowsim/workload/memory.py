@@ -10,8 +10,8 @@ ASTRA-sim 2.x's remote-memory json (``memory-type`` and friends) is read into
                                 memory per node of ``num-npus-per-node`` NPUs, serving one
                                 request at a time) or ``MEMORY_POOL`` (one for all NPUs, one
                                 request at a time)
-``remote-mem-latency``          ns per request
-``remote-mem-bw``               GB/s (GB = 1e9 B)
+``remote-mem-latency``          ns per request (at most 1e12)
+``remote-mem-bw``               GB/s (GB = 1e9 B), from 1e-6 to 1e12
 ``num-npus-per-node``           NPUs per node (per-node expansion)
 ==============================  ============================================================
 
@@ -30,7 +30,16 @@ from typing import Any
 import numpy as np
 
 from .._io import read_mapping
-from ..errors import config_error, unknown_key_error
+from .._validate import (
+    BANDWIDTH_GBPS,
+    LATENCY_NS,
+    as_config,
+    check_unknown_keys,
+    read_choice,
+    read_int,
+    read_number,
+)
+from ..topology.network_config import MAX_NPUS
 
 MEMORY_TYPES = {
     "NO_MEMORY_EXPANSION": "none",
@@ -54,32 +63,26 @@ class MemoryConfig:
 
 
 def parse_memory_config(data: Mapping[str, Any], source: str = "<dict>") -> MemoryConfig:
-    """Validate an ASTRA-sim remote-memory mapping (see the module docstring)."""
-    for key in data:
-        if key not in _KEYS:
-            raise unknown_key_error(source, str(key), _KEYS)
-    kind = MEMORY_TYPES.get(data.get("memory-type", "NO_MEMORY_EXPANSION"))
-    if kind is None:
-        raise config_error(source, "memory-type", "one of " + ", ".join(MEMORY_TYPES),
-                           data.get("memory-type"))
+    """Validate an ASTRA-sim remote-memory mapping (see the module docstring).
+
+    ``num-nodes`` is checked (an integer >= 1) but not used: the nodes follow from the NPUs
+    and ``num-npus-per-node``.
+    """
+    as_config(data, source=source, what="remote-memory")
+    check_unknown_keys(data, _KEYS, source=source)
+    kind = read_choice(data, "memory-type", MEMORY_TYPES, source=source,
+                       default="none")
+    per_node = read_int(data, "num-npus-per-node", source=source, default=1, minimum=1,
+                        maximum=MAX_NPUS)
+    read_int(data, "num-nodes", source=source, default=1, minimum=1, maximum=MAX_NPUS)
     if kind == "none":
         return MemoryConfig()
-    values = {}
-    for key, minimum in (("remote-mem-latency", 0.0), ("remote-mem-bw", 0.0)):
-        value = data.get(key, ...)
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
-            np.isfinite(value) and (value > minimum if key == "remote-mem-bw" else
-                                    value >= minimum)
-        if not ok:
-            raise config_error(source, key, "a number, ns" if key == "remote-mem-latency"
-                               else "a positive number, GB/s", value)
-        values[key] = float(value)
-    per_node = data.get("num-npus-per-node", 1)
-    if kind == "per_node" and (not isinstance(per_node, int) or isinstance(per_node, bool)
-                               or per_node < 1):
-        raise config_error(source, "num-npus-per-node", "an integer >= 1", per_node)
-    return MemoryConfig(kind=kind, latency_ns=values["remote-mem-latency"],
-                        bytes_per_ns=values["remote-mem-bw"], npus_per_node=int(per_node))
+    return MemoryConfig(kind=kind,
+                        latency_ns=read_number(data, "remote-mem-latency", source=source,
+                                               quantity=LATENCY_NS),
+                        bytes_per_ns=read_number(data, "remote-mem-bw", source=source,
+                                                 quantity=BANDWIDTH_GBPS),
+                        npus_per_node=per_node)
 
 
 def load_memory(source: str | os.PathLike | Mapping[str, Any] | MemoryConfig | None

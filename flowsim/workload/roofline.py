@@ -13,22 +13,33 @@ Config keys (a nested ``roofline:`` mapping in a generator YAML)::
     peak_tflops: 312             # peak FLOP/s in units of 1e12
     memory_bandwidth_GBps: 2039  # memory bandwidth in GB/s with GB = 1e9 bytes (as vendors
                                  # quote it; unlike the network's "GB/s", which is 2**30)
-    efficiency: 0.5              # in (0, 1]
+    efficiency: 0.5              # from 1e-6 to 1
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..errors import config_error, unknown_key_error
+from .._validate import (
+    REQUIRED,
+    Quantity,
+    as_mapping,
+    as_number,
+    check_unknown_keys,
+    read_number,
+)
 
 #: The keys of a roofline mapping and the unit factor of each.
 ROOFLINE_KEYS = {"peak_tflops": 1e12, "memory_bandwidth_GBps": 1e9, "efficiency": 1.0}
+#: Sane ranges: peak compute from 1 kFLOP/s to 1e12 TFLOP/s, memory bandwidth from 1 KB/s to
+#: 1 ZB/s (high enough to make a roof irrelevant), efficiency from 1e-6 to 1 (a smaller one
+#: would divide a time by nearly nothing).
+QUANTITIES = {"peak_tflops": Quantity("TFLOP/s", 1e-9, 1e12, positive=True),
+              "memory_bandwidth_GBps": Quantity("GB/s", 1e-6, 1e12, positive=True),
+              "efficiency": Quantity("", 1e-6, 1.0, positive=True)}
 
 
 @dataclass(frozen=True)
@@ -50,9 +61,14 @@ class Roofline:
     efficiency: float = 1.0
 
     def __post_init__(self) -> None:
-        _check_positive("argument", "peak_flops", self.peak_flops)
-        _check_positive("argument", "mem_bandwidth", self.mem_bandwidth)
-        _check_efficiency("argument", "efficiency", self.efficiency)
+        # the arguments in FLOP/s and bytes/s: the ranges of QUANTITIES in those units
+        for name, key, unit, label in (("peak_flops", "peak_tflops", 1e12, "FLOP/s"),
+                                       ("mem_bandwidth", "memory_bandwidth_GBps", 1e9,
+                                        "bytes/s"),
+                                       ("efficiency", "efficiency", 1.0, "")):
+            q = QUANTITIES[key]
+            as_number(getattr(self, name), source="argument", key=name, quantity=Quantity(
+                label, q.minimum * unit, q.maximum * unit, positive=True))
 
     def time_ns(self, flops: Any, mem_bytes: Any) -> Any:
         """Roofline time in ns of kernels of ``flops`` FLOPs moving ``mem_bytes`` bytes.
@@ -99,39 +115,14 @@ def parse_roofline(mapping: Any, source: str, *, key: str = "roofline",
     """
     if isinstance(mapping, Roofline):
         return mapping
-    if not isinstance(mapping, Mapping):
-        raise config_error(source, key, "a mapping with keys " + ", ".join(ROOFLINE_KEYS),
-                           mapping)
-    for name in mapping:
-        if name not in ROOFLINE_KEYS:
-            raise unknown_key_error(source, f"{key}.{name}",
-                                    [f"{key}.{k}" for k in ROOFLINE_KEYS])
-    fallback = {"peak_tflops": default.peak_flops / 1e12 if default else ...,
-                "memory_bandwidth_GBps": default.mem_bandwidth / 1e9 if default else ...,
+    as_mapping(mapping, source=source, key=key,
+               what="a mapping with keys " + ", ".join(ROOFLINE_KEYS))
+    check_unknown_keys(mapping, ROOFLINE_KEYS, source=source, prefix=f"{key}.")
+    fallback = {"peak_tflops": default.peak_flops / 1e12 if default else REQUIRED,
+                "memory_bandwidth_GBps": default.mem_bandwidth / 1e9 if default else REQUIRED,
                 "efficiency": default.efficiency if default else 1.0}
-    values = {}
-    for name, unit in ROOFLINE_KEYS.items():
-        value = mapping.get(name, fallback[name])
-        if name == "efficiency":
-            values[name] = _check_efficiency(source, f"{key}.{name}", value)
-        else:
-            values[name] = _check_positive(source, f"{key}.{name}", value) * unit
+    values = {name: read_number(mapping, name, source=source, prefix=f"{key}.",
+                                default=fallback[name], quantity=QUANTITIES[name]) * unit
+              for name, unit in ROOFLINE_KEYS.items()}
     return Roofline(values["peak_tflops"], values["memory_bandwidth_GBps"],
                     values["efficiency"])
-
-
-def _is_number(value: Any) -> bool:
-    return (not isinstance(value, bool) and isinstance(value, (int, float, np.number))
-            and math.isfinite(value))
-
-
-def _check_positive(source: str, key: str, value: Any) -> float:
-    if value is ... or not _is_number(value) or value <= 0:
-        raise config_error(source, key, "a finite number > 0", value)
-    return float(value)
-
-
-def _check_efficiency(source: str, key: str, value: Any) -> float:
-    if value is ... or not _is_number(value) or not 0 < value <= 1:
-        raise config_error(source, key, "a number in (0, 1]", value)
-    return float(value)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..topology.config import NetworkConfig
+from ..topology.network_config import NetworkConfig
 from .astra_text import TextLayer, TextWorkload
 from .graph import Op, Workload, spmd
 

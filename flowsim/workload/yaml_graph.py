@@ -33,21 +33,30 @@ units (``2us``, ``1.5ms``). ``duration_ns``, ``gap_ns``, ``update_delay_ns`` and
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .._io import read_mapping, write_text_atomic
+from .._io import read_mapping
+from .._validate import (
+    FLOPS,
+    MAX_INT,
+    SIZE_BYTES,
+    as_bool,
+    as_choice,
+    as_int,
+    as_number,
+    check_unknown_keys,
+)
 from ..collectives import COLLECTIVES, canonical_collective
-from ..errors import ConfigError, config_error, unknown_key_error
+from ..errors import ConfigError, ConfigTypeError, config_error
+from ..topology.network_config import MAX_NPUS
 from ..units import parse_duration, parse_size
 from .graph import OP_KINDS, PASSES, PRIORITIES, Op, Program, Workload, topological_order
+from .yaml_writer import format_workload_yaml, write_workload_yaml  # noqa: F401 (re-exported)
 
 TOP_KEYS = ("name", "layers", "programs", "ops")
 PROGRAM_KEYS = ("npus", "ops", "name")
@@ -68,6 +77,8 @@ _SPELLINGS = {"duration_ns": "duration", "gap_ns": "gap", "update_delay_ns": "up
 _LONG = {short: long for long, short in _SPELLINGS.items()}
 _REQUIRED = {"collective": ("collective", "size"), "send": ("size",), "memory": ("size",)}
 _USER_COLLECTIVES = tuple(c for c in COLLECTIVES if c != "send_recv")
+#: Message tags: as Chakra's (signed 64-bit) allow.
+MAX_TAG = 2**62
 
 
 # ---------------------------------------------------------------------------------- reading
@@ -101,9 +112,7 @@ def parse_workload_mapping(mapping: Mapping, source: str, network: Any) -> Workl
         from .generators import build_generator
 
         return build_generator(mapping, source, network)
-    for key in mapping:
-        if key not in TOP_KEYS:
-            raise unknown_key_error(source, str(key), TOP_KEYS + ("generator",))
+    check_unknown_keys(mapping, TOP_KEYS + ("generator",), source=source)
     name = mapping.get("name", Path(source).stem if source != "<dict>" else "workload")
     if not isinstance(name, str) or not name:
         raise config_error(source, "name", "a non-empty string", name)
@@ -147,9 +156,7 @@ def _program(entry: Any, prefix: str, source: str, label: str, network: Any,
     if not isinstance(entry, Mapping):
         raise ConfigError(f"{where}: expected a mapping with keys npus and ops, "
                           f"found {type(entry).__name__}")
-    for key in entry:
-        if key not in PROGRAM_KEYS:
-            raise unknown_key_error(where, str(key), PROGRAM_KEYS)
+    check_unknown_keys(entry, PROGRAM_KEYS, source=where)
     if "ops" not in entry:
         raise config_error(where, "ops", "a list of op mappings", ...)
     if "name" in entry and not _is_name(entry["name"]):
@@ -185,40 +192,40 @@ def _program(entry: Any, prefix: str, source: str, label: str, network: Any,
 
 def _npus(value: Any, where: str, network: Any) -> np.ndarray:
     total = getattr(network, "npus", None)
+    limit = MAX_NPUS if total is None else total
     expected = "'all', an NPU id, a list of NPU ids or {start, stop, step}"
-    if value == "all":
+    if isinstance(value, str) and value == "all":
         if total is None:
             raise config_error(where, "npus", "explicit NPU ids (no network to take 'all' "
                                "from)", value)
         return np.arange(total)
-    if _is_int(value):
-        ids = [int(value)]
-    elif isinstance(value, list) and value and all(_is_int(v) for v in value):
-        ids = [int(v) for v in value]
-    elif isinstance(value, Mapping):
-        for key in value:
-            if key not in ("start", "stop", "step"):
-                raise unknown_key_error(where, f"npus.{key}", ("npus.start", "npus.stop",
-                                                               "npus.step"))
+    if isinstance(value, Mapping):
+        check_unknown_keys(value, ("start", "stop", "step"), source=where, prefix="npus.")
         if "stop" not in value and total is None:
             raise config_error(where, "npus.stop", "an integer (no network to default to)",
                                ...)
-        bounds = {"start": value.get("start", 0), "stop": value.get("stop", total),
-                  "step": value.get("step", 1)}
-        for key, bound in bounds.items():
-            if not _is_int(bound) or bound < (1 if key == "step" else 0):
-                raise config_error(where, f"npus.{key}", "an integer >= "
-                                   + ("1" if key == "step" else "0"), bound)
-        ids = list(range(bounds["start"], bounds["stop"], bounds["step"]))
+        start = as_int(value.get("start", 0), source=where, key="npus.start", minimum=0,
+                       maximum=limit)
+        stop = as_int(value.get("stop", total), source=where, key="npus.stop", minimum=0,
+                      maximum=limit)
+        step = as_int(value.get("step", 1), source=where, key="npus.step", minimum=1,
+                      maximum=limit)
+        ids = list(range(start, stop, step))  # bounded: stop is at most the NPU count
         if not ids:
             raise config_error(where, "npus", "a range holding at least one NPU",
                                dict(value))
+    elif _is_int(value):
+        ids = [int(value)]
+    elif isinstance(value, list) and value and all(_is_int(v) for v in value):
+        ids = [int(v) for v in value]
     else:
-        raise config_error(where, "npus", expected, value)
-    if min(ids) < 0 or (total is not None and max(ids) >= total):
-        bad = next(i for i in ids if i < 0 or (total is not None and i >= total))
-        limit = f" (the network has NPUs 0..{total - 1})" if total is not None else ""
-        raise config_error(where, "npus", f"NPU ids inside the network{limit}", bad)
+        raise config_error(where, "npus", expected, value,
+                           cls=ConfigError if isinstance(value, (str, list)) else
+                           ConfigTypeError)
+    bad = next((i for i in ids if not 0 <= i < limit), None)
+    if bad is not None:
+        inside = f" (the network has NPUs 0..{total - 1})" if total is not None else ""
+        raise config_error(where, "npus", f"NPU ids inside the network{inside}", bad)
     if len(set(ids)) != len(ids):
         raise config_error(where, "npus", "distinct NPU ids", value)
     return np.array(ids, dtype=np.int64)
@@ -230,18 +237,12 @@ def _op(spec: Any, where: str, layers: list[str], declared: bool) -> Op:
                           f"{type(spec).__name__}")
     if "id" not in spec:
         raise config_error(where, "id", "an integer >= 0, unique in the program", ...)
-    op_id = spec["id"]
-    if not _is_int(op_id) or op_id < 0:
-        raise config_error(where, "id", "an integer >= 0, unique in the program", op_id)
-    op_id = int(op_id)
+    op_id = as_int(spec["id"], source=where, key="id", minimum=0)
     where = f"{where} (id {op_id})"
-    kind = spec.get("kind", ...)
-    if kind not in OP_KINDS:
-        raise config_error(where, "kind", "one of " + ", ".join(OP_KINDS), kind)
-    allowed = COMMON_KEYS + KIND_KEYS[kind]
-    for key in spec:
-        if key not in allowed:
-            raise unknown_key_error(where, str(key), allowed)
+    if "kind" not in spec:
+        raise config_error(where, "kind", "one of " + ", ".join(OP_KINDS), ...)
+    kind = as_choice(spec["kind"], OP_KINDS, source=where, key="kind")
+    check_unknown_keys(spec, COMMON_KEYS + KIND_KEYS[kind], source=where)
     for long, short in _SPELLINGS.items():
         if long in spec and short in spec:
             raise ConfigError(f"{where}: give one of '{short}' and '{long}', not both")
@@ -271,19 +272,21 @@ def _op(spec: Any, where: str, layers: list[str], declared: bool) -> Op:
     if "layer" in spec:
         fields["layer"] = _layer(spec["layer"], where, layers, declared)
     if "pass" in spec:
-        if spec["pass"] not in PASSES:
-            raise config_error(where, "pass", "one of " + ", ".join(PASSES), spec["pass"])
-        fields["pass_"] = spec["pass"]
+        fields["pass_"] = as_choice(spec["pass"], PASSES, source=where, key="pass")
     if "flops" in spec:
-        fields["flops"] = _number(spec["flops"], where, "flops")
+        fields["flops"] = as_number(spec["flops"], source=where, key="flops", quantity=FLOPS,
+                                    text=True)
     key, value = spelled("bytes")
     if value is not ...:
         # a size with units, or a plain number (a roofline's byte count may be fractional)
-        if isinstance(value, str) and not _is_float_text(value):
+        try:
+            fields["mem_bytes"] = as_number(value, source=where, key=key, quantity=SIZE_BYTES,
+                                            text=True)
+        except ConfigError:
+            if not isinstance(value, str):
+                raise
             fields["mem_bytes"] = float(parse_size(value, source=where, key=key,
                                                    allow_zero=True))
-        else:
-            fields["mem_bytes"] = _number(value, where, key)
     if "size" in spec:
         fields["size"] = parse_size(spec["size"], source=where, key="size", allow_zero=True)
     if kind == "collective":
@@ -291,9 +294,7 @@ def _op(spec: Any, where: str, layers: list[str], declared: bool) -> Op:
     if kind in ("send", "recv"):
         fields.update(_peer_fields(spec, where, kind))
     if "remote" in spec:
-        if not isinstance(spec["remote"], bool):
-            raise config_error(where, "remote", "true or false", spec["remote"])
-        fields["remote"] = spec["remote"]
+        fields["remote"] = as_bool(spec["remote"], source=where, key="remote")
     return Op(**fields)
 
 
@@ -305,18 +306,17 @@ def _peer_fields(spec: Mapping, where: str, kind: str) -> dict[str, Any]:
         raise config_error(where, "peer_offset", f"the peer of the {kind}: 'peer_offset' "
                            "(added to each NPU of the program) or 'peer' (an NPU id)", ...)
     if "peer" in spec:
-        if not _is_int(spec["peer"]) or spec["peer"] < 0:
-            raise config_error(where, "peer", "an NPU id (an integer >= 0)", spec["peer"])
-        out["peer"] = int(spec["peer"])
+        out["peer"] = as_int(spec["peer"], source=where, key="peer", minimum=0,
+                             maximum=MAX_NPUS - 1)
     else:
-        if not _is_int(spec["peer_offset"]) or spec["peer_offset"] == 0:
-            raise config_error(where, "peer_offset", "a non-zero integer",
-                               spec["peer_offset"])
-        out["peer_offset"] = int(spec["peer_offset"])
+        offset = as_int(spec["peer_offset"], source=where, key="peer_offset",
+                        minimum=-MAX_NPUS, maximum=MAX_NPUS)
+        if offset == 0:
+            raise config_error(where, "peer_offset", "a non-zero integer", offset)
+        out["peer_offset"] = offset
     if "tag" in spec:
-        if not _is_int(spec["tag"]):
-            raise config_error(where, "tag", "an integer", spec["tag"])
-        out["tag"] = int(spec["tag"])
+        out["tag"] = as_int(spec["tag"], source=where, key="tag", minimum=-MAX_TAG,
+                            maximum=MAX_TAG)
     return out
 
 
@@ -338,11 +338,8 @@ def _collective_fields(spec: Mapping, where: str) -> dict[str, Any]:
             raise config_error(where, "group", "at least 2 distinct NPU ids", spec["group"])
         out["group"] = group
     if "priority" in spec:
-        by_lower = {p.lower(): p for p in PRIORITIES}
-        value = spec["priority"]
-        if not isinstance(value, str) or value.lower() not in by_lower:
-            raise config_error(where, "priority", "one of " + ", ".join(PRIORITIES), value)
-        out["priority"] = by_lower[value.lower()]
+        out["priority"] = as_choice(spec["priority"], PRIORITIES, source=where, key="priority",
+                                    case_insensitive=True)
     return out
 
 
@@ -362,31 +359,14 @@ def _layer(value: Any, where: str, layers: list[str], declared: bool) -> int:
 
 def _ids(value: Any, where: str, key: str, what: str, *,
          allow_empty: bool = True) -> tuple[int, ...]:
+    """A list of ids (integers >= 0; a single id is a list of one)."""
+    expected = f"a list of {what} (integers >= 0)"
     items = [value] if _is_int(value) else value
-    if not isinstance(items, list) or not all(_is_int(v) and v >= 0 for v in items) \
+    if not isinstance(items, list) or not all(_is_int(v) and 0 <= v <= MAX_INT for v in items) \
             or (not items and not allow_empty):
-        raise config_error(where, key, f"a list of {what} (integers >= 0)", value)
+        raise config_error(where, key, expected, value,
+                           cls=ConfigError if isinstance(items, list) else ConfigTypeError)
     return tuple(int(v) for v in items)
-
-
-def _number(value: Any, where: str, key: str) -> float:
-    """A finite number >= 0; strings such as ``"1e12"`` too (YAML 1.1 reads them as text)."""
-    number = None
-    if _is_float_text(value):
-        number = float(value)
-    elif isinstance(value, (int, float, np.integer, np.floating)) and \
-            not isinstance(value, bool):
-        number = float(value)
-    if number is None or not math.isfinite(number) or number < 0:
-        raise config_error(where, key, "a finite number >= 0", value)
-    return number
-
-
-_FLOAT_TEXT = re.compile(r"^\s*[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?\s*$")
-
-
-def _is_float_text(value: Any) -> bool:
-    return isinstance(value, str) and _FLOAT_TEXT.match(value) is not None
 
 
 def _is_int(value: Any) -> bool:
@@ -395,119 +375,3 @@ def _is_int(value: Any) -> bool:
 
 def _is_name(value: Any) -> bool:
     return isinstance(value, str) or _is_int(value)
-
-
-# ---------------------------------------------------------------------------------- writing
-def write_workload_yaml(workload: Workload, path: str | os.PathLike) -> None:
-    """Write ``workload`` as a YAML graph that :func:`read_workload_yaml` reads back equal.
-
-    Every program is written with its NPU ids (a range when they are evenly spaced), every op
-    on one line with the fields its kind uses (fields a kind ignores are not written).
-    """
-    write_text_atomic(path, format_workload_yaml(workload))
-
-
-def format_workload_yaml(workload: Workload) -> str:
-    """The YAML text of :func:`write_workload_yaml`."""
-    lines = ["# flowsim workload graph (see flowsim.workload.yaml_graph)",
-             f"name: {_scalar(workload.name)}"]
-    if workload.layers:
-        lines.append(f"layers: {_scalar(list(workload.layers))}")
-    lines.append("programs:")
-    for program in workload.programs:
-        lines.append(f"  - npus: {_npus_text(program.npus)}")
-        lines.append("    ops:")
-        for op in program.ops:
-            fields = _op_fields(op, workload.layers, program.source)
-            lines.append("      - {" + ", ".join(f"{k}: {_scalar(v)}"
-                                                 for k, v in fields.items()) + "}")
-    return "\n".join(lines) + "\n"
-
-
-def _op_fields(op: Op, layers: list[str], source: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": int(op.id), "kind": op.kind}
-    if op.name:
-        out["name"] = op.name
-    if op.kind == "compute":
-        for key, value in (("duration_ns", op.duration_ns), ("flops", op.flops),
-                           ("bytes", op.mem_bytes)):
-            if value:
-                out[key] = float(value)
-    elif op.kind == "collective":
-        out["collective"] = op.collective
-        out["size"] = int(op.size)
-        if op.group:
-            out["group"] = [int(r) for r in op.group]
-        elif op.dims is not None:
-            out["dims"] = [int(d) for d in op.dims]
-        if op.update_delay_ns:
-            out["update_delay_ns"] = float(op.update_delay_ns)
-        if op.priority != "default":
-            out["priority"] = op.priority
-    elif op.kind in ("send", "recv"):
-        if op.peer is not None:
-            out["peer"] = int(op.peer)
-        else:
-            out["peer_offset"] = int(op.peer_offset or 0)
-        if op.tag:
-            out["tag"] = int(op.tag)
-        if op.size or op.kind == "send":
-            out["size"] = int(op.size)
-    elif op.kind == "memory":
-        out["size"] = int(op.size)
-        if op.remote:
-            out["remote"] = True
-    if op.deps:
-        out["deps"] = [int(d) for d in op.deps]
-    if op.ctrl_deps:
-        out["ctrl_deps"] = [int(d) for d in op.ctrl_deps]
-    if op.gap_ns:
-        out["gap_ns"] = float(op.gap_ns)
-    if op.layer >= 0:
-        if op.layer >= len(layers):
-            raise ConfigError(f"{source}: node {op.id} has layer index {op.layer}, but the "
-                              f"workload names {len(layers)} layers")
-        out["layer"] = layers[op.layer]
-    if op.pass_:
-        out["pass"] = op.pass_
-    return out
-
-
-def _npus_text(npus: np.ndarray) -> str:
-    ids = [int(n) for n in npus]
-    if len(ids) > 2:
-        step = ids[1] - ids[0]
-        if step > 0 and all(b - a == step for a, b in zip(ids, ids[1:])):
-            tail = f", step: {step}" if step != 1 else ""
-            return f"{{start: {ids[0]}, stop: {ids[-1] + step}{tail}}}"
-    return _scalar(ids)
-
-
-#: Plain YAML scalars that read back as the same string (YAML 1.1 keywords excluded).
-_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
-_KEYWORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}
-
-
-def _scalar(value: Any) -> str:
-    """One value in YAML flow style, read back by ``yaml.safe_load`` as the same value."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        if value.is_integer() and abs(value) < 2**53:
-            return str(int(value))
-        text = repr(value)
-        mantissa, _, exponent = text.partition("e")
-        if exponent and "." not in mantissa:
-            text = f"{mantissa}.0e{exponent}"  # YAML 1.1 floats need a dot
-        if exponent and exponent[0] not in "+-":
-            text = text.replace("e", "e+")
-        return text
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_scalar(v) for v in value) + "]"
-    text = str(value)
-    if _PLAIN.match(text) and text.lower() not in _KEYWORDS:
-        return text
-    return json.dumps(text, ensure_ascii=False)

@@ -45,12 +45,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from functools import partial
 from typing import Any
 
+from ..._validate import as_config, as_int, check_unknown_keys, read_int, read_list
 from ...errors import config_error
 from ..graph import Op, Workload, spmd
 from ..roofline import Roofline, parse_roofline
-from ._common import check_keys, positive_integer
 
 #: One NPU of the seed case study: 60 TFLOP/s, 900 GB/s.
 DLRM_ROOFLINE = Roofline(60e12, 900e9, 1.0)
@@ -94,6 +95,12 @@ class DLRMSpec:
 KEYS = tuple(f.name for f in fields(DLRMSpec) if f.name != "source")
 _INTEGERS = ("batch_per_npu", "dense_features", "sparse_features", "embedding_dim", "pooling",
              "dtype_bytes")
+#: Largest value of each integer key (far beyond any model; every count stays finite).
+MAXIMA = {"batch_per_npu": 1 << 24, "dense_features": 1 << 24, "sparse_features": 1 << 16,
+          "embedding_dim": 1 << 20, "pooling": 1 << 20, "dtype_bytes": 64}
+#: Most layers of an MLP, and the widest layer.
+MAX_MLP_LAYERS = 1024
+MAX_WIDTH = 1 << 24
 
 
 def dlrm(network: Any, *, batch_per_npu: int = 512, dense_features: int = 1600,
@@ -141,17 +148,17 @@ def parse_dlrm(values: Mapping[str, Any], source: str) -> DLRMSpec:
     ConfigError
         Naming ``source``, the key, what was expected and what was found.
     """
-    check_keys(values, source, KEYS)
+    as_config(values, source=source, what="DLRM")
+    check_unknown_keys(values, KEYS, source=source)
     defaults = DLRMSpec()
-    v: dict[str, Any] = {key: positive_integer(values.get(key, getattr(defaults, key)), source, key)
+    v: dict[str, Any] = {key: read_int(values, key, source=source, minimum=1,
+                                       default=getattr(defaults, key), maximum=MAXIMA[key])
                          for key in _INTEGERS}
     for key in ("bottom_mlp", "top_mlp"):
-        raw = values.get(key, getattr(defaults, key))
-        ok = isinstance(raw, (list, tuple)) and len(raw) > 0
-        v[key] = tuple(positive_integer(w, source, f"{key}[{i}]") for i, w in enumerate(raw)) \
-            if ok else ()
-        if not ok:
-            raise config_error(source, key, "a non-empty list of layer widths", raw)
+        v[key] = tuple(read_list(values, key, partial(as_int, minimum=1, maximum=MAX_WIDTH),
+                                 source=source, default=getattr(defaults, key), min_length=1,
+                                 max_length=MAX_MLP_LAYERS,
+                                 what="a non-empty list of layer widths"))
     if v["bottom_mlp"][-1] != v["embedding_dim"]:
         raise config_error(source, "bottom_mlp",
                            f"widths ending in embedding_dim={v['embedding_dim']} (the "

@@ -1,7 +1,7 @@
 """Fabrics: networks given as a graph of nodes and links, routed by shortest paths with ECMP.
 
 A fabric config (YAML key ``fabric``) lists NPUs, switches and links explicitly, or asks a
-generator for them (see :mod:`.fabric`). Collectives see the fabric through *logical
+generator for them (see :mod:`.fabric_config`). Collectives see the fabric through *logical
 dimensions* (``logical_dims``, e.g. ``[8, 128]``: 8 GPUs of a host, then 128 hosts) over the
 NPU ids, dimension 0 fastest, as ASTRA-sim's ns-3 backend maps its logical topology onto the
 physical one; every algorithm of the system layer runs unchanged.
@@ -15,71 +15,24 @@ hashing does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
+from .._arrays import gather_segments
 from ..errors import RoutingError
-from ..network.csr import gather_segments
 from ..units import network_bandwidth_to_bytes_per_ns
 from ._paths import EXPANDED, expand_paths
-from .network import LogicalGrid
+from .fabric_config import FabricConfig
+from .grid import LogicalGrid
 
-ROUTINGS = ("ecmp", "hash")
 #: cost of one hop added to the latency when choosing shortest paths (ns)
 HOP_COST = 1e-3
 #: relative tolerance for "equal cost" paths
 COST_RTOL = 1e-9
-
-
-@dataclass(frozen=True, kw_only=True)
-class FabricConfig:
-    """A validated fabric (hashable).
-
-    Attributes
-    ----------
-    npus : int
-    node_names : tuple of str
-        Every node, NPUs first (``npu0`` ...).
-    link_src, link_dst : tuple of int
-        Node indices of every directed link.
-    bandwidth_gbps, latency_ns : tuple of float
-        Per directed link.
-    link_names : tuple of str
-    logical_dims : tuple of int
-    routing : {"ecmp", "hash"}
-    """
-
-    npus: int
-    node_names: tuple[str, ...]
-    link_src: tuple[int, ...]
-    link_dst: tuple[int, ...]
-    bandwidth_gbps: tuple[float, ...]
-    latency_ns: tuple[float, ...]
-    link_names: tuple[str, ...]
-    logical_dims: tuple[int, ...]
-    routing: str = "ecmp"
-    source: str = field(default="<dict>", compare=False)
-
-    # the attributes of a multi-dimensional config that the system layer reads
-    @property
-    def ndims(self) -> int:
-        return len(self.logical_dims)
-
-    @property
-    def npus_count(self) -> tuple[int, ...]:
-        return self.logical_dims
-
-    @property
-    def topology(self) -> tuple[str, ...]:
-        return ("Fabric",) * self.ndims
-
-    @property
-    def in_network_reduction(self) -> tuple[bool, ...]:
-        return (False,) * self.ndims
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,6 +79,12 @@ class FabricNetwork(LogicalGrid):
 
     def switch_links(self, dim: int):
         raise RoutingError("in-network reduction is not modelled on fabrics")
+
+    def tile_first_instance(self, per_link: np.ndarray) -> np.ndarray:
+        """Not defined on a fabric: the groups of a logical dimension share physical links,
+        so there are no replicated instances (:attr:`replicable` is False)."""
+        raise RoutingError("a fabric has no replicated dimension instances: every group of a "
+                           "logical dimension shares its physical links")
 
     # ------------------------------------------------------------------ routing
     @cached_property
@@ -174,11 +133,7 @@ class FabricNetwork(LogicalGrid):
 
     def _check_pairs(self, src: np.ndarray, dst: np.ndarray) -> None:
         """Both ends exist and are connected (raises RoutingError)."""
-        for name, arr in (("src", src), ("dst", dst)):
-            bad = (arr < 0) | (arr >= self.npus)
-            if bad.any():
-                raise RoutingError(f"routes: {name} NPU {int(arr[bad][0])} does not exist "
-                                   f"(expected an id in 0..{self.npus - 1})")
+        self.check_npus(src, dst)
         cost = self._cost_to
         unreachable = ~np.isfinite(cost[dst, src])
         if unreachable.any():

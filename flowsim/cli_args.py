@@ -1,0 +1,161 @@
+"""The ``flowsim`` command line's options: every subcommand and how its option values are
+checked (through :mod:`flowsim._validate`, so a bad value reads as any other input error)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from ._validate import Quantity, as_int, as_number
+from ._version import __version__
+from .errors import ConfigError
+from .network.engine import MODELS
+from .resources import DEFAULT_NETWORK, DEFAULT_WORKLOAD, bundled_names
+from .topology.network_config import MAX_NPUS
+
+
+def _argument(reader: Callable[..., Any], convert: Callable[[str], Any],
+              **limits: Any) -> Callable[[str], Any]:
+    """An argparse ``type``: the option's text converted (``int``, ``float``), then checked by
+    a :mod:`flowsim._validate` reader; its error becomes argparse's "expected ..., found"."""
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text) if len(text) <= 64 else text
+        except ValueError:
+            value = text
+        try:
+            return reader(value, source=None, key="", **limits)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(f"expected {exc.expected}, found {text!r}") \
+                from None
+    return parse
+
+
+#: ``--compute-scale`` and ``--comm-scale``: factors from 0 to 1e9.
+SCALE = Quantity("", 0.0, 1e9)
+#: Most processes ``--jobs`` may ask for.
+MAX_JOBS = 4096
+_NPU = _argument(as_int, int, minimum=0, maximum=MAX_NPUS - 1)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every ``flowsim`` subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="flowsim",
+        description="Fast analytical and flow-level simulator of distributed ML training "
+                    "platforms (ASTRA-sim family).")
+    parser.add_argument("--version", action="version", version=f"flowsim {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _collective_command(commands)
+    _run_command(commands)
+    _sweep_commands(commands)
+    return parser
+
+
+def _collective_command(commands: Any) -> None:
+    """``flowsim collective``."""
+    coll = commands.add_parser(
+        "collective", help="simulate one collective",
+        description="Simulate one collective on a network and print its time.")
+    coll.add_argument("--network", default=DEFAULT_NETWORK,
+                      help="network YAML (ASTRA-sim 2.x keys) or a bundled name "
+                           f"(default: {DEFAULT_NETWORK}; bundled: "
+                           + ", ".join(bundled_names("network")) + ")")
+    coll.add_argument("--system", default=None,
+                      help="system json (ASTRA-sim 2.x keys) or a bundled name (default: "
+                           "ASTRA-sim's Ring_4chunks settings, ring in every dimension; "
+                           "bundled: " + ", ".join(bundled_names("system")) + ")")
+    coll.add_argument("--collective", default="all-reduce",
+                      help="all-reduce, reduce-scatter, all-gather, all-to-all, broadcast, "
+                           "reduce or send-recv (default: all-reduce)")
+    coll.add_argument("--size", default="64MiB",
+                      help="bytes per NPU, e.g. 1048576, 64MiB, 1GB (default: 64MiB; for "
+                           "all-gather, each NPU's input)")
+    coll.add_argument("--model", default="analytical", choices=MODELS,
+                      help="analytical (congestion-unaware, as ASTRA-sim) or flow "
+                           "(max-min fair sharing); default: analytical")
+    coll.add_argument("--dims", default=None,
+                      help="comma-separated dimensions the collective spans (default: all)")
+    coll.add_argument("--root", type=_NPU, default=0, help="root NPU of broadcast / reduce")
+    coll.add_argument("--src", type=_NPU, default=None, help="sender of send-recv")
+    coll.add_argument("--dst", type=_NPU, default=None, help="receiver of send-recv")
+    coll.add_argument("--fail", action="append", default=[], metavar="PATTERN",
+                      help="fabrics: take out links or switches whose name matches (glob, "
+                           "repeatable), e.g. 'spine3' or 'leaf0->*'")
+    coll.add_argument("--degrade", action="append", default=[], metavar="PATTERN=FACTOR",
+                      help="fabrics: scale the bandwidth of matching links, e.g. "
+                           "'leaf0->spine1=0.5' (repeatable)")
+    coll.add_argument("--json", action="store_true",
+                      help="print one JSON object (time_ns, model, npus, ...) instead of text")
+    coll.add_argument("-o", "--output", default=None,
+                      help="write the full result Dataset (NetCDF, .nc)")
+    coll.add_argument("--trace", default=None,
+                      help="write a Chrome-trace / Perfetto timeline (.json)")
+
+
+def _run_command(commands: Any) -> None:
+    """``flowsim run``."""
+    run = commands.add_parser(
+        "run", help="simulate a training workload",
+        description="Simulate a training workload (iterations of compute and communication) "
+                    "and print its iteration time and exposed communication.")
+    run.add_argument("--network", default=DEFAULT_NETWORK,
+                     help="network: ASTRA-sim 2.x YAML, 1.0 analytical JSON, fabric or "
+                          f"bundled name (default: {DEFAULT_NETWORK})")
+    run.add_argument("--system", default=None,
+                     help="system: 2.x json, 1.0 txt or bundled name (default: ASTRA-sim's "
+                          "Ring_4chunks settings)")
+    run.add_argument("--workload", default=DEFAULT_WORKLOAD,
+                     help="ASTRA-sim text workload (.txt), flowsim YAML graph or generator "
+                          "spec (.yml), Chakra traces (<prefix> of <prefix>.<rank>.et) or a "
+                          f"bundled name (default: {DEFAULT_WORKLOAD}; bundled: "
+                          + ", ".join(bundled_names("workload")) + ")")
+    run.add_argument("--model", default="analytical", choices=MODELS,
+                     help="analytical (congestion-unaware, as ASTRA-sim) or flow")
+    run.add_argument("--iterations", type=_argument(as_int, int, minimum=1), default=1,
+                     help="training iterations (ASTRA-sim's --num-passes; default 1)")
+    run.add_argument("--compute-scale", type=_argument(as_number, float, quantity=SCALE),
+                     default=1.0,
+                     help="multiply text-workload compute (cycles of a 1 GHz clock = ns); "
+                          "e.g. 0.5 for a 2 GHz part")
+    run.add_argument("--comm-scale", type=_argument(as_number, float, quantity=SCALE),
+                     default=1.0,
+                     help="multiply text-workload communication sizes")
+    run.add_argument("--memory", default=None,
+                     help="remote-memory json (ASTRA-sim keys) for memory ops")
+    run.add_argument("--roofline", default=None, metavar="TFLOPS,GBPS[,EFF]",
+                     help="time compute ops given as FLOPs and bytes: peak TFLOP/s, memory "
+                          "GB/s (1e9 B/s) and efficiency, e.g. 312,2039,0.5")
+    run.add_argument("--comm-group", default=None,
+                     help="Chakra communicator groups json {\"<pg_name>\": [ranks]}")
+    run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.add_argument("-o", "--output", default=None, help="write the Dataset (NetCDF, .nc)")
+    run.add_argument("--csv", default=None, metavar="DIR",
+                     help="write end_to_end.csv (per layer, as ASTRA-sim 1.0) and npus.csv")
+    run.add_argument("--trace", default=None, help="write a Chrome-trace timeline (.json)")
+
+
+def _sweep_commands(commands: Any) -> None:
+    """``flowsim sweep`` and ``flowsim merge``."""
+    sw = commands.add_parser(
+        "sweep", help="run a sweep spec (grid of configurations)",
+        description="Run every point of a sweep spec and write one xarray Dataset.")
+    sw.add_argument("spec", help="sweep spec YAML (see README, 'Sweeps and clusters')")
+    sw.add_argument("-o", "--output", required=True,
+                    help="result file (.nc, or .zarr with zarr installed); with --shard, the "
+                         "folder that receives shard files")
+    sw.add_argument("--jobs", type=_argument(as_int, int, minimum=1, maximum=MAX_JOBS),
+                    default=None,
+                    help="processes (default: all cores)")
+    sw.add_argument("--shard", default=None,
+                    help="run shard I/N only (default in a Slurm array job: "
+                         "SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT)")
+    sw.add_argument("--dask", default=None, metavar="ADDRESS",
+                    help="run on the dask.distributed scheduler at ADDRESS")
+    sw.add_argument("--no-progress", action="store_true", help="no progress bar")
+    mg = commands.add_parser(
+        "merge", help="merge the shard files of a sweep",
+        description="Check that every shard of one sweep is present and write the result.")
+    mg.add_argument("folder", help="folder with shard-IIIII-of-NNNNN.nc files")
+    mg.add_argument("-o", "--output", required=True, help="result file (.nc or .zarr)")

@@ -1,0 +1,92 @@
+"""Logical NPU grids: NPU ids as mixed-radix coordinates over a tuple of dimension sizes.
+
+Shared by the multi-dimensional :class:`~.network.Network` (whose dimensions are its
+building blocks) and the graph :class:`~.fabric_network.FabricNetwork` (whose dimensions
+are logical, as ASTRA-sim's ns-3 backend maps a logical topology onto a physical one).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cached_property
+
+import numpy as np
+
+from .._arrays import segment_min, segment_sum
+from ..errors import RoutingError
+
+
+class LogicalGrid:
+    """NPU ids as mixed-radix coordinates over ``dims`` (dimension 0 fastest), shared by the
+    multi-dimensional networks and the fabrics (whose dims are logical)."""
+
+    dims: tuple[int, ...]
+    npus: int
+    link_latency: np.ndarray
+    link_bandwidth: np.ndarray
+
+    def path_latency(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
+        """Sum of link latencies along each path (ns)."""
+        return segment_sum(self.link_latency[link_ids], indptr)
+
+    def path_bottleneck(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
+        """Smallest link bandwidth along each path (bytes/ns); ``inf`` for empty paths."""
+        return segment_min(self.link_bandwidth[link_ids], indptr)
+
+    def check_npus(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Every id of ``src`` and ``dst`` (int64 arrays) is an NPU of this network.
+
+        Raises
+        ------
+        RoutingError
+            Naming the first id that is not.
+        """
+        for name, arr in (("src", src), ("dst", dst)):
+            bad = (arr < 0) | (arr >= self.npus)
+            if bad.any():
+                raise RoutingError(f"routes: {name} NPU {int(arr[bad][0])} does not exist "
+                                   f"(expected an id in 0..{self.npus - 1})")
+
+    @property
+    def ndims(self) -> int:
+        return len(self.dims)
+
+    @cached_property
+    def strides(self) -> tuple[int, ...]:
+        """Id distance between neighbours along each dimension (1, p0, p0*p1, ...)."""
+        return tuple(int(math.prod(self.dims[:d])) for d in range(self.ndims))
+
+    def coords(self, npus: np.ndarray | int) -> np.ndarray:
+        """Coordinates of NPU ids, shape ``(n, ndims)``."""
+        ids = np.atleast_1d(np.asarray(npus, dtype=np.int64))
+        return np.stack([(ids // s) % p for s, p in zip(self.strides, self.dims)], axis=-1)
+
+    def instance_of(self, npus: np.ndarray, dim: int) -> np.ndarray:
+        """Index of the instance of dimension ``dim`` each NPU belongs to."""
+        s, p = self.strides[dim], self.dims[dim]
+        return (npus // (s * p)) * s + npus % s
+
+    def dim_groups(self, dims: int | tuple[int, ...]) -> np.ndarray:
+        """NPU ids of every group spanning ``dims``, shape ``(groups, size)``.
+
+        A group is the set of NPUs that share every coordinate outside ``dims``; columns are
+        in mixed-radix order of the coordinates in ``dims`` (lowest dimension fastest), rows
+        in mixed-radix order of the other coordinates. With one dimension, the groups are its
+        instances.
+        """
+        dims = (dims,) if isinstance(dims, (int, np.integer)) else tuple(sorted(dims))
+        ids = np.arange(self.npus, dtype=np.int64)
+        coords = self.coords(ids)
+        inner = np.zeros(self.npus, np.int64)
+        outer = np.zeros(self.npus, np.int64)
+        inner_scale = outer_scale = 1
+        for d, p in enumerate(self.dims):
+            if d in dims:
+                inner += coords[:, d] * inner_scale
+                inner_scale *= p
+            else:
+                outer += coords[:, d] * outer_scale
+                outer_scale *= p
+        groups = np.empty((outer_scale, inner_scale), np.int64)
+        groups[outer, inner] = ids
+        return groups
