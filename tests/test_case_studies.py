@@ -42,7 +42,8 @@ TINY_TOPO = topo.Grid(
     shapes={"1D": (("Switch",), (16,)), "2D": (("FullyConnected", "Switch"), (4, 4)),
             "4D": (("Ring", "FullyConnected", "Ring", "Switch"), (2, 2, 2, 2))},
     sizes=("64KiB", "1MiB"), transformer_active=(1, 2),
-    transformer={"generator": "transformer", "layers": 1, "hidden": 256, "sequence": 128,
+    transformer={"generator": "transformer", "layers": 1, "hidden": 256, "heads": 4,
+                 "sequence": 128,
                  "micro_batch": 1, "micro_batches": 2, "tp": 4, "dp": 4})
 
 

@@ -19,7 +19,7 @@ from ..topology import Network, load_network
 from ..units import parse_size
 from .config import SystemConfig
 from .load import load_system
-from .phases import assign_variants, chunk_sizes, collective_phases
+from .phases import algorithm_names, assign_variants, chunk_sizes, collective_phases
 from .scheduler import Schedule, can_replicate
 from .templates import route_messages
 
@@ -168,7 +168,7 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
         schedule = Schedule(net, sys_cfg, model, trace=trace is not None, replicate=replicate,
                             replay=replay)
         schedule.issue(chunks, at=0.0)
-        algorithms = tuple(_algorithm_names(sys_cfg, name, net.ndims))
+        algorithms = tuple(_algorithm_names(sys_cfg, name, net))
     schedule.run()
     if trace is not None:
         if not schedule.trace_log:
@@ -187,9 +187,10 @@ def _write_trace(schedule: Schedule, path: str | os.PathLike) -> None:
                              lambda entry: timer.message_times(entry["token"])), path)
 
 
-def _algorithm_names(system: SystemConfig, collective: str, ndims: int) -> list[str]:
-    names = system.implementation(collective) or ("ring",)
-    return list(names) * ndims if len(names) == 1 and ndims > 1 else list(names)
+def _algorithm_names(system: SystemConfig, collective: str, network) -> list[str]:
+    names = algorithm_names(network, system, collective)
+    return list(names) * network.ndims if len(names) == 1 and network.ndims > 1 \
+        else list(names)
 
 
 def _send_recv(schedule: Schedule, src: int, dst: int, nbytes: int) -> None:

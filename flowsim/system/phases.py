@@ -117,6 +117,20 @@ def _check_algorithm(network: Network, system: SystemConfig, collective: str, na
             raise ConfigError(f"{system.source}: key '{key}': {exc}") from None
 
 
+def algorithm_names(network: Network, system: SystemConfig, collective: str
+                    ) -> tuple[str, ...]:
+    """The system's algorithms for a collective type, one per dimension of ``network`` (``ring``
+    everywhere by default); on a logical view, a list with one algorithm per network dimension
+    serves all the pieces of that dimension (as ASTRA-sim 1.0 does for a split dimension)."""
+    names = system.implementation(collective) or ("ring",) * network.ndims
+    if collective in system.every_dimension:
+        return tuple(names) * network.ndims
+    parents = getattr(network, "parents", None)
+    if parents is not None and len(names) == network.base.ndims != network.ndims:
+        names = tuple(names[p] for p in parents)
+    return tuple(names)
+
+
 def collective_phases(network: Network, system: SystemConfig, collective: str,
                       chunk: float, *, dims: tuple[int, ...] | None = None,
                       root: int = 0, group: tuple[int, ...] = (),
@@ -143,7 +157,7 @@ def collective_phases(network: Network, system: SystemConfig, collective: str,
                      if network.dims[d] > 1)
     if not involved:
         return []
-    names = system.implementation(collective) or ("ring",) * network.ndims
+    names = algorithm_names(network, system, collective)
     if len(names) == 1 and network.ndims > 1 and not names[0].startswith(FLAT_PREFIX):
         warnings.warn(f"{system.source}: key '{key}': one algorithm for {network.ndims} "
                       f"dimensions; using '{names[0]}' in every dimension (ASTRA-sim would "

@@ -306,4 +306,6 @@ def can_replicate(network, system: SystemConfig, chunks: list[list[Phase]],
     """
     if trace or system.synchronization != "barrier" or not network.replicable:
         return False
+    if any(getattr(network, "split", ())):
+        return False   # per-link results of a piece's replicas cannot be tiled back
     return all(replicable_phase(ph) for phases in chunks for ph in phases)
