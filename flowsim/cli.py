@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from ._io import check_target
 from .cli_args import build_parser
 from .errors import ConfigError, FlowsimError, FlowsimWarning
 from .units import format_size, format_time
@@ -38,8 +37,9 @@ def _run_sweep(args: argparse.Namespace) -> int:
                 from None
         client = Client(args.dask)
     try:
+        options = {} if args.checkpoint is None else {"checkpoint_seconds": args.checkpoint}
         ds = sweep(args.spec, args.output, jobs=args.jobs, client=client, shard=args.shard,
-                   progress=not args.no_progress)
+                   progress=not args.no_progress, max_work=args.max_work, **options)
     except SweepInterrupted as stop:
         print(f"flowsim: interrupted; {len(stop.results)} finished point(s) kept, run the "
               f"same command again to resume", file=sys.stderr)
@@ -102,7 +102,7 @@ def _run_collective(args: argparse.Namespace) -> int:
     from .topology import load_network
 
     _check_output("-o", args.output)
-    _check_output("--trace", args.trace)
+    _check_output("--trace", args.trace, trace=True)
     dims = None
     if args.dims is not None:
         try:
@@ -113,10 +113,10 @@ def _run_collective(args: argparse.Namespace) -> int:
     network = load_network(_with_failures(args) if args.fail or args.degrade else args.network)
     ds = simulate_collective(network, args.collective, args.size, args.system,
                              model=args.model, dims=dims, root=args.root, src=args.src,
-                             dst=args.dst, trace=args.trace)
+                             dst=args.dst, trace=args.trace, max_work=args.max_work)
     if args.output:
         from .results import write_dataset
-        write_dataset(ds, args.output)
+        write_dataset(ds, args.output, option="-o")
     summary = {
         "time_ns": float(ds.time_ns),
         "model": ds.attrs["model"],
@@ -171,15 +171,20 @@ def _roofline_option(text: str | None) -> dict | None:
     return dict(zip(keys, values))
 
 
-def _check_output(option: str, path: str | None, *, folder: bool = False) -> None:
-    """Fail before simulating when an output cannot be written."""
+def _check_output(option: str, path: str | None, *, folder: bool = False,
+                  trace: bool = False) -> None:
+    """Fail before simulating when an output cannot be written: a Dataset file in a format
+    its extension names, a trace ``.json``, or a folder for CSVs."""
+    from .results.io import output_format
+
     if path is None:
         return
     if folder:
         if Path(path).exists() and not Path(path).is_dir():
             raise ConfigError(f"argument {option}: {path} exists and is not a folder")
         return
-    check_target(path, option=option)
+    output_format(path, option=option, formats={".json": "Chrome trace JSON"} if trace
+                  else None)
 
 
 def _run_workload(args: argparse.Namespace) -> int:
@@ -187,17 +192,17 @@ def _run_workload(args: argparse.Namespace) -> int:
     from .system import simulate
 
     _check_output("-o", args.output)
-    _check_output("--trace", args.trace)
+    _check_output("--trace", args.trace, trace=True)
     _check_output("--csv", args.csv, folder=True)
     ds = simulate(args.network, args.workload, args.system, model=args.model,
                   iterations=args.iterations, compute_scale=args.compute_scale,
                   comm_scale=args.comm_scale, memory=args.memory,
                   roofline=_roofline_option(args.roofline), comm_groups=args.comm_group,
-                  trace=args.trace)
+                  trace=args.trace, max_work=args.max_work)
     written = []
     if args.output:
         from .results import write_dataset
-        write_dataset(ds, args.output)
+        write_dataset(ds, args.output, option="-o")
         written.append(args.output)
     if args.csv:
         from .results import write_csvs

@@ -17,6 +17,7 @@ from ..network.engine import check_model
 from ..results import collective_dataset
 from ..topology import Network, load_network
 from ..units import parse_size
+from .budget import check_max_work, check_work, collective_work
 from .config import SystemConfig
 from .load import load_system
 from .phases import assign_variants, chunk_sizes, collective_phases
@@ -108,7 +109,7 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
                         src: int | None = None, dst: int | None = None,
                         trace: str | os.PathLike | None = None,
                         symmetry: bool = True, group: Any = None,
-                        replay: bool = True) -> xr.Dataset:
+                        replay: bool = True, max_work: float | None = None) -> xr.Dataset:
     """Simulate one collective and return its timing as an :class:`xarray.Dataset`.
 
     Parameters
@@ -142,6 +143,9 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
     replay : bool
         Flow model: replay steps and phases whose links carry nothing else from their solution
         alone (exact, and the default); ``False`` puts every flow into the engine, for checks.
+    max_work : float, optional
+        Work budget (default :data:`~flowsim.system.budget.DEFAULT_MAX_WORK`); a collective
+        estimated above it is refused before it runs (see :mod:`flowsim.system.budget`).
 
     Returns
     -------
@@ -150,6 +154,7 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
         ``link_bytes``, ``link_busy_ns``, ``link_utilization`` (link), ``dim_bytes`` and
         ``dim_busy_ns`` (dim), with the topology and algorithm per dimension as coordinates.
     """
+    budget = check_max_work(max_work)
     net = load_network(network)
     sys_cfg = load_system(system)
     model = check_model(model)
@@ -165,6 +170,7 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
                                                     root=request.root, group=request.group)
                                   for c in chunk_sizes(nbytes, sys_cfg.splits)])
         replicate = symmetry and can_replicate(net, sys_cfg, chunks, trace is not None)
+        check_work(collective_work(net, chunks, replicate), budget, "collective")
         schedule = Schedule(net, sys_cfg, model, trace=trace is not None, replicate=replicate,
                             replay=replay)
         schedule.issue(chunks, at=0.0)
