@@ -209,28 +209,34 @@ def _run_workload(args: argparse.Namespace) -> int:
         written += [str(p) for p in write_csvs(ds, args.csv)]
     if args.trace:
         written.append(args.trace)
+    from .results.workload import shares
+
     compute = float(ds.compute_ns.mean())
     exposed = float(ds.exposed_comm_ns.mean())
     summary = {"time_ns": float(ds.time_ns), "model": ds.attrs["model"],
                "workload": ds.attrs["workload"], "npus": ds.attrs["npus"],
                "iterations": ds.attrs["iterations"], "compute_ns": compute,
                "exposed_comm_ns": exposed, "idle_ns": float(ds.idle_ns.mean()),
-               "dim_bytes": ds.dim_bytes.values.tolist(),
+               **shares(ds),
+               "dim_bytes": [float(b) if np.isfinite(b) else None
+                             for b in ds.dim_bytes.values],
                "collectives": ds.attrs["collectives"],
                "stats": from_attrs(ds.attrs).as_dict()}
     if args.json:
         print(json.dumps(summary))
         return 0
     total = summary["time_ns"]
-    span = float(ds.finish_ns.mean())  # an NPU's time: until its last op or collective
     print(f"flowsim {__version__}: {summary['workload']} on {summary['npus']} NPUs, "
           f"{summary['iterations']} iteration(s), {summary['model']} model")
     print(f"  time:          {format_time(total)}  ({total:.1f} ns)")
-    share = (lambda v: f"{100 * v / span:5.1f}%") if span > 0 else (lambda v: "  -  ")
-    print(f"  compute:       {format_time(compute)}  {share(compute)} (means over NPUs, "
-          "shares of their time)")
-    print(f"  exposed comm:  {format_time(exposed)}  {share(exposed)}")
-    print(f"  idle:          {format_time(summary['idle_ns'])}  {share(summary['idle_ns'])}")
+
+    def share(key: str) -> str:
+        return f"{100 * summary[key]:5.1f}%" if np.isfinite(summary[key]) else "  -  "
+
+    print(f"  compute:       {format_time(compute)}  {share('compute_share')} (means over "
+          "NPUs, shares of their time)")
+    print(f"  exposed comm:  {format_time(exposed)}  {share('exposed_comm_share')}")
+    print(f"  idle:          {format_time(summary['idle_ns'])}  {share('idle_share')}")
     by_layer = ds.layer_exposed_comm_ns.sum("pass")
     if float(by_layer.sum()) > 0:
         top = by_layer.sortby(by_layer, ascending=False)[:3]
@@ -255,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("always", FlowsimWarning)
+            # each warning once per run ("default"), however many chunks or ops repeat it
+            warnings.simplefilter("default", FlowsimWarning)
             warnings.showwarning = _warning_line  # type: ignore[assignment]
             return {"collective": _run_collective, "run": _run_workload,
                     "sweep": _run_sweep, "merge": _run_merge}[args.command](args)

@@ -57,6 +57,8 @@ VARIABLES: dict[str, tuple[str | None, str]] = {
     "layer_comm_ns": ("ns", "communication per layer and pass (issue to finish plus update "
                             "delay), mean over the NPUs running the layer"),
     "layer": (None, "layer name ('(other)': ops of no layer)"),
+    "layer_npus": ("1", "NPUs that ran ops of the layer (per-layer values are means over "
+                        "them)"),
     "pass": (None, "training pass: fwd (forward), ig (input gradient), wg (weight "
                    "gradient)"),
     # sweeps
