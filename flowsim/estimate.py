@@ -178,9 +178,9 @@ def _grid(size: Any, bws: list, lats: list) -> tuple[tuple[int, ...], np.ndarray
     if any(np.any(~((b >= BANDWIDTH_GBPS.minimum) & (b <= BANDWIDTH_GBPS.maximum)))
            for b in bws) or any(np.any(~((la >= 0) & (la <= LATENCY_NS.maximum)))
                                 for la in lats):
-        raise ConfigError(f"argument 'bandwidth'/'latency': bandwidths must be "
-                          f"{BANDWIDTH_GBPS.minimum:g} to {BANDWIDTH_GBPS.maximum:g} GB/s and "
-                          f"latencies 0 to {LATENCY_NS.maximum:g} ns")
+        raise ConfigError(f"argument 'bandwidth'/'latency': bandwidths must be > 0 "
+                          f"({BANDWIDTH_GBPS.minimum:g} to {BANDWIDTH_GBPS.maximum:g} GB/s) "
+                          f"and latencies >= 0 (at most {LATENCY_NS.maximum:g} ns)")
     try:
         arrays = np.broadcast_arrays(size, *bws, *lats)
     except ValueError:

@@ -18,10 +18,12 @@ flowsim before NetCDF4, through scipy).
 from __future__ import annotations
 
 import csv
+import gc
 import io
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,25 +104,37 @@ def open_result(path: str | os.PathLike) -> xr.Dataset:
     FlowsimError
         The file is missing, empty, truncated or not a Dataset of that format.
     """
-    import xarray as xr
-
     file = Path(path)
+    hook = sys.unraisablehook
+    # h5netcdf's half-built File objects complain from __del__ about a damaged file: the
+    # error below says it once, on one line
+    sys.unraisablehook = lambda unraisable: None
     try:
-        if file.suffix.lower() == ".zarr":
-            with xr.open_zarr(file, consolidated=True) as ds:
-                return ds.load()
-        if file.suffix.lower() == ".json":
-            return xr.Dataset.from_dict(json.loads(file.read_text(encoding="utf-8")))
-        with open(file, "rb") as handle:
-            magic = handle.read(4)
-        engine = "scipy" if magic[:3] == b"CDF" else "h5netcdf"
-        with xr.open_dataset(file, engine=engine) as ds:
-            return ds.load()
+        return _open(file)
     except FileNotFoundError:
-        raise FlowsimError(f"{file}: no such file") from None
+        error = FlowsimError(f"{file}: no such file")
     except Exception as exc:  # noqa: BLE001 - every reader's failure reads the same way
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise FlowsimError(f"{file}: not a readable result file ({reason})") from None
+        error = FlowsimError(f"{file}: not a readable result file ({reason})")
+    finally:
+        gc.collect()
+        sys.unraisablehook = hook
+    raise error
+
+
+def _open(file: Path) -> xr.Dataset:
+    import xarray as xr
+
+    if file.suffix.lower() == ".zarr":
+        with xr.open_zarr(file, consolidated=True) as ds:
+            return ds.load()
+    if file.suffix.lower() == ".json":
+        return xr.Dataset.from_dict(json.loads(file.read_text(encoding="utf-8")))
+    with open(file, "rb") as handle:
+        magic = handle.read(4)
+    engine = "scipy" if magic[:3] == b"CDF" else "h5netcdf"
+    with xr.open_dataset(file, engine=engine) as ds:
+        return ds.load()
 
 
 # ------------------------------------------------------------------------------ formats

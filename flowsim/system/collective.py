@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from .._validate import as_int
 from ..collectives import COLLECTIVES, canonical_collective
-from ..errors import ConfigError, FlowsimWarning, config_error
+from ..errors import ConfigError, ConfigTypeError, FlowsimWarning, config_error
 from ..network.engine import check_model
 from ..results import collective_dataset
 from ..topology import Network, load_network
@@ -30,13 +31,15 @@ NetworkLike = "str | os.PathLike | Mapping[str, Any] | NetworkConfig | Network"
 def _check_dims(network: Network, dims: Any) -> tuple[int, ...] | None:
     if dims is None:
         return None
-    try:
-        out = tuple(int(d) for d in dims)
-    except (TypeError, ValueError):
-        raise config_error("argument", "dims", "a list of dimension indices", dims) from None
-    if not out or any(d < 0 or d >= network.ndims for d in out) or len(set(out)) != len(out):
-        raise config_error("argument", "dims",
-                           f"distinct dimension indices in 0..{network.ndims - 1}", dims)
+    expected = f"a list of distinct dimension indices in 0..{network.ndims - 1}"
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, (list, tuple, range, np.ndarray)):
+        raise config_error("argument", "dims", expected, dims, cls=ConfigTypeError)
+    # each index an integer ("0" and 0.5 are not dimension 0)
+    out = tuple(as_int(d, source="argument", key="dims", minimum=0,
+                       maximum=network.ndims - 1)
+                for d in (dims.ravel().tolist() if isinstance(dims, np.ndarray) else dims))
+    if not out or len(set(out)) != len(out):
+        raise config_error("argument", "dims", expected, dims)
     return tuple(sorted(out))
 
 
