@@ -194,7 +194,7 @@ def test_killing_and_interrupting_a_sweep_at_random_moments_loses_nothing(tmp_pa
     rng = random.Random(2024)
     parts = tmp_path / "r.nc.parts"
     stopped = 0
-    for attempt in range(4):
+    for attempt in range(3):
         before = len(list(parts.glob("part-*.nc"))) if parts.is_dir() else 0
         proc = _start(spec, out, jobs=2)
         deadline = time.monotonic() + 60   # until this run has saved a part: it computes
@@ -208,8 +208,8 @@ def test_killing_and_interrupting_a_sweep_at_random_moments_loses_nothing(tmp_pa
         except ProcessLookupError:
             pass   # it had finished
         _, err = proc.communicate(timeout=60)
-        if proc.returncode == 0:
-            break   # finished before the signal
+        if proc.returncode == 0 or out.exists():
+            break   # finished before the signal (or while the interpreter was exiting)
         stopped += 1
         if how == signal.SIGINT:
             assert proc.returncode == 130, err
