@@ -23,7 +23,7 @@ import numpy as np
 
 from ._validate import BANDWIDTH_GBPS, LATENCY_NS, SIZE_BYTES
 from .collectives import canonical_collective
-from .errors import ConfigError, SimulationError, config_error
+from .errors import ConfigError, SimulationError, config_error, public_api
 from .network.engine import check_model
 from .system import cost
 from .system.budget import check_max_work, check_work, collective_work
@@ -58,6 +58,7 @@ def _collective(collective: str) -> str:
     return name
 
 
+@public_api
 def estimate(network: Any, collective: str, size: int | str, system: Any = None,
              model: str = "analytical", *, dims: Any = None, root: int = 0,
              max_work: float | None = None) -> float:
@@ -100,6 +101,7 @@ def _broadcast_dims(value: Any, ndims: int, name: str, default: np.ndarray) -> l
     return [arr[..., d] for d in range(ndims)]
 
 
+@public_api
 def estimate_batch(network: Any, collective: str, size: Any, system: Any = None, *,
                    bandwidth: Any = None, latency: Any = None, dims: Any = None,
                    model: str = "analytical") -> np.ndarray:

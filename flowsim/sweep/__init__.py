@@ -18,7 +18,7 @@ import numpy as np
 import xarray as xr
 
 from .._io import parse_data
-from ..errors import ConfigError, ConfigTypeError, FlowsimError, config_error
+from ..errors import ConfigError, ConfigTypeError, FlowsimError, config_error, public_api
 from ..results.io import output_format, write_dataset
 from .execute import CHECKPOINT_SECONDS, SweepInterrupted, compute
 from .parts import (
@@ -54,6 +54,7 @@ def _spec_from_attrs(attrs: Mapping[str, Any], where: str) -> SweepSpec:
         raise ConfigError(f"{where}: not a flowsim sweep shard (no readable spec)") from None
 
 
+@public_api
 def sweep(spec: str | os.PathLike | Mapping[str, Any] | SweepSpec, output: Any = None, *,
           jobs: int | None = None, client: Any = None, shard: str | tuple | None = None,
           progress: bool = False, max_work: float | None = None,
@@ -154,6 +155,7 @@ def _run_shard(spec: SweepSpec, output: Any, shard: tuple[int, int],
     return ds
 
 
+@public_api
 def merge(folder: str | os.PathLike, output: str | os.PathLike | None = None) -> xr.Dataset:
     """Assemble the shard files of ``folder`` into the sweep's Dataset.
 

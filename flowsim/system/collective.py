@@ -13,7 +13,7 @@ import xarray as xr
 
 from .._validate import as_int
 from ..collectives import COLLECTIVES, canonical_collective
-from ..errors import ConfigError, ConfigTypeError, FlowsimWarning, config_error
+from ..errors import ConfigError, ConfigTypeError, FlowsimWarning, config_error, public_api
 from ..network.engine import check_model
 from ..results import collective_dataset
 from ..topology import Network, load_network
@@ -106,6 +106,7 @@ def _request(net: Network, collective: Any, size: Any, *, dims: Any, group: Any,
     return _Request(name, nbytes, dims_t, members, root, src, dst)
 
 
+@public_api
 def simulate_collective(network: NetworkLike, collective: str, size: int | str,
                         system: str | os.PathLike | Mapping[str, Any] | SystemConfig | None = None,
                         model: str = "analytical", *, dims: Any = None, root: int = 0,

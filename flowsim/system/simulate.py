@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from ..errors import config_error
+from ..errors import config_error, public_api
 from ..network.engine import check_model
 from ..results import workload_dataset
 from ..topology import load_network
@@ -21,6 +21,7 @@ from .load import load_system
 from .workload_engine import run_workload
 
 
+@public_api
 def simulate(network: Any, workload: WorkloadLike, system: Any = None,
              model: str = "analytical", iterations: int = 1, *,
              compute_scale: float = 1.0, comm_scale: float = 1.0,
