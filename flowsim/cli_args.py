@@ -184,4 +184,4 @@ def _max_work(parser: argparse.ArgumentParser, what: str = "the run") -> None:
                         ("inf", "infinity") else finite(text),
                         default=None, metavar="UNITS",
                         help=f"refuse {what} when its estimated work exceeds UNITS (default: "
-                             "1e11, flowsim.system.budget.DEFAULT_MAX_WORK; 'inf': no limit)")
+                             "1e+11, flowsim.system.budget.DEFAULT_MAX_WORK; 'inf': no limit)")
