@@ -111,7 +111,7 @@ def test_dlrm_study_core_on_tiny_systems(tmp_path):
     for name, ds in results.items():   # no point failed (skipped points are NaN, not errors)
         if "error" in ds:
             assert (ds.error == "").all(), name
-    it = xr.open_dataset(tmp_path / "dlrm_128_iteration.nc", engine="scipy").load()
+    it = xr.open_dataset(tmp_path / "dlrm_128_iteration.nc").load()
     assert dict(it.sizes) == {"system": 4, "allreduce": 2, "model": 2}
     assert (it.error == "").all()
     assert np.all(it.time_ns >= it.compute_ns) and np.all(it.exposed_comm_ns >= 0)

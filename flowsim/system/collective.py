@@ -11,12 +11,14 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from .._validate import as_int
 from ..collectives import COLLECTIVES, canonical_collective
-from ..errors import ConfigError, FlowsimWarning, config_error
+from ..errors import ConfigError, ConfigTypeError, FlowsimWarning, config_error, public_api
 from ..network.engine import check_model
 from ..results import collective_dataset
 from ..topology import Network, load_network
 from ..units import parse_size
+from .budget import check_max_work, check_work, collective_work
 from .config import SystemConfig
 from .load import load_system
 from .phases import algorithm_names, assign_variants, chunk_sizes, collective_phases
@@ -29,13 +31,15 @@ NetworkLike = "str | os.PathLike | Mapping[str, Any] | NetworkConfig | Network"
 def _check_dims(network: Network, dims: Any) -> tuple[int, ...] | None:
     if dims is None:
         return None
-    try:
-        out = tuple(int(d) for d in dims)
-    except (TypeError, ValueError):
-        raise config_error("argument", "dims", "a list of dimension indices", dims) from None
-    if not out or any(d < 0 or d >= network.ndims for d in out) or len(set(out)) != len(out):
-        raise config_error("argument", "dims",
-                           f"distinct dimension indices in 0..{network.ndims - 1}", dims)
+    expected = f"a list of distinct dimension indices in 0..{network.ndims - 1}"
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, (list, tuple, range, np.ndarray)):
+        raise config_error("argument", "dims", expected, dims, cls=ConfigTypeError)
+    # each index an integer ("0" and 0.5 are not dimension 0)
+    out = tuple(as_int(d, source="argument", key="dims", minimum=0,
+                       maximum=network.ndims - 1)
+                for d in (dims.ravel().tolist() if isinstance(dims, np.ndarray) else dims))
+    if not out or len(set(out)) != len(out):
+        raise config_error("argument", "dims", expected, dims)
     return tuple(sorted(out))
 
 
@@ -102,13 +106,14 @@ def _request(net: Network, collective: Any, size: Any, *, dims: Any, group: Any,
     return _Request(name, nbytes, dims_t, members, root, src, dst)
 
 
+@public_api
 def simulate_collective(network: NetworkLike, collective: str, size: int | str,
                         system: str | os.PathLike | Mapping[str, Any] | SystemConfig | None = None,
                         model: str = "analytical", *, dims: Any = None, root: int = 0,
                         src: int | None = None, dst: int | None = None,
                         trace: str | os.PathLike | None = None,
                         symmetry: bool = True, group: Any = None,
-                        replay: bool = True) -> xr.Dataset:
+                        replay: bool = True, max_work: float | None = None) -> xr.Dataset:
     """Simulate one collective and return its timing as an :class:`xarray.Dataset`.
 
     Parameters
@@ -142,6 +147,9 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
     replay : bool
         Flow model: replay steps and phases whose links carry nothing else from their solution
         alone (exact, and the default); ``False`` puts every flow into the engine, for checks.
+    max_work : float, optional
+        Work budget (default :data:`~flowsim.system.budget.DEFAULT_MAX_WORK`); a collective
+        estimated above it is refused before it runs (see :mod:`flowsim.system.budget`).
 
     Returns
     -------
@@ -150,6 +158,7 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
         ``link_bytes``, ``link_busy_ns``, ``link_utilization`` (link), ``dim_bytes`` and
         ``dim_busy_ns`` (dim), with the topology and algorithm per dimension as coordinates.
     """
+    budget = check_max_work(max_work)
     net = load_network(network)
     sys_cfg = load_system(system)
     model = check_model(model)
@@ -165,6 +174,7 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
                                                     root=request.root, group=request.group)
                                   for c in chunk_sizes(nbytes, sys_cfg.splits)])
         replicate = symmetry and can_replicate(net, sys_cfg, chunks, trace is not None)
+        check_work(collective_work(net, chunks, replicate), budget, "collective")
         schedule = Schedule(net, sys_cfg, model, trace=trace is not None, replicate=replicate,
                             replay=replay)
         schedule.issue(chunks, at=0.0)

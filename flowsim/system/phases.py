@@ -159,6 +159,9 @@ def collective_phases(network: Network, system: SystemConfig, collective: str,
         return []
     names = algorithm_names(network, system, collective)
     if len(names) == 1 and network.ndims > 1 and not names[0].startswith(FLAT_PREFIX):
+        if collective in ("broadcast", "reduce") and \
+                names == system.implementation("all_reduce"):
+            key = IMPLEMENTATION_KEYS["all_reduce"]   # their default: name the key read
         warnings.warn(f"{system.source}: key '{key}': one algorithm for {network.ndims} "
                       f"dimensions; using '{names[0]}' in every dimension (ASTRA-sim would "
                       f"run the collective on dimension 0 only)", FlowsimWarning, stacklevel=3)

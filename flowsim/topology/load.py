@@ -15,6 +15,7 @@ from typing import Any
 
 from .._io import read_mapping
 from .._validate import as_config
+from ..errors import public_api
 from ..resources import resolve_config_path
 from .astra1 import is_astra1_network, parse_astra1_network
 from .clusters import cluster_mapping
@@ -32,6 +33,7 @@ AnyConfig = NetworkConfig | FabricConfig
 AnyNetwork = Network | FabricNetwork
 
 
+@public_api
 def load_network(source: Any) -> AnyNetwork:
     """Load a network from a path or bundled name, a mapping of config keys, a config or a
     network.
