@@ -193,7 +193,7 @@ def _run_workload(args: argparse.Namespace) -> int:
                   iterations=args.iterations, compute_scale=args.compute_scale,
                   comm_scale=args.comm_scale, memory=args.memory,
                   roofline=_roofline_option(args.roofline), comm_groups=args.comm_group,
-                  trace=args.trace)
+                  trace=args.trace, spmd=args.spmd, element_bytes=args.element_bytes)
     written = []
     if args.output:
         from .results import write_dataset

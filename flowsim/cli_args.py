@@ -128,7 +128,16 @@ def _run_command(commands: Any) -> None:
                      help="time compute ops given as FLOPs and bytes: peak TFLOP/s, memory "
                           "GB/s (1e9 B/s) and efficiency, e.g. 312,2039,0.5")
     run.add_argument("--comm-group", default=None,
-                     help="Chakra communicator groups json {\"<pg_name>\": [ranks]}")
+                     help="Chakra communicator groups json {\"<pg_name>\": [ranks]} "
+                          "(default: <prefix>.comm_group.json or <prefix>.json beside the "
+                          "traces)")
+    run.add_argument("--spmd", action="store_true",
+                     help="Chakra: run one rank's trace on every NPU (its default "
+                          "communicator spans all NPUs; see 'Bring your own traces')")
+    run.add_argument("--element-bytes", type=_argument(as_int, int, minimum=1, maximum=64),
+                     default=None,
+                     help="Chakra traces whose sizes count elements (symbolic_tensor_graph): "
+                          "bytes per element (default 2)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("-o", "--output", default=None, help="write the Dataset (NetCDF, .nc)")
     run.add_argument("--csv", default=None, metavar="DIR",

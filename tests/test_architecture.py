@@ -51,9 +51,7 @@ KNOWN_CYCLES: list[set[str]] = []
 
 #: Modules over :data:`MAX_LINES` lines today (count in the comment). Delete an entry once it
 #: is split; the test fails on entries that are no longer long.
-LONG_MODULES = {
-    "flowsim/workload/_protowire.py",    # 443 lines, replaced by the protobuf codec (issue 16)
-}
+LONG_MODULES: set[str] = set()
 MAX_LINES = 400
 
 
