@@ -18,6 +18,7 @@ from ..workload.load import WorkloadLike, load_workload
 from ..workload.memory import load_memory
 from ..workload.validate import check_workload
 from .load import load_system
+from .split_dims import logical_system
 from .workload_engine import run_workload
 
 
@@ -99,7 +100,9 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
                          comm_scale=comm_scale, comm_groups=comm_groups, spmd=spmd,
                          element_bytes=element_bytes)
     if work.network is not None:   # the workload runs on a re-shaped network
+        physical = net.config.npus_count
         net = load_network(work.network)
+        sys_cfg = logical_system(sys_cfg, physical, net.config.npus_count)
     compute = _compute_model(device, roofline, work, net)
     check_workload(work, net, roofline=compute is not None)
     speeds = _speeds(speed, net.npus)
