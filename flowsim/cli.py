@@ -183,9 +183,11 @@ def _check_output(option: str, path: str | None, *, folder: bool = False) -> Non
 
 
 def _run_workload(args: argparse.Namespace) -> int:
+    from .cli_astra import apply_astra_options
     from .results import from_attrs
     from .system import simulate
 
+    apply_astra_options(args)
     _check_output("-o", args.output)
     _check_output("--trace", args.trace)
     _check_output("--csv", args.csv, folder=True)

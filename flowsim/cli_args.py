@@ -9,6 +9,7 @@ from typing import Any
 
 from ._validate import Quantity, as_int, as_number
 from ._version import __version__
+from .cli_astra import add_astra_options
 from .errors import ConfigError
 from .network.engine import MODELS
 from .resources import DEFAULT_NETWORK, DEFAULT_WORKLOAD, bundled_names
@@ -143,6 +144,7 @@ def _run_command(commands: Any) -> None:
     run.add_argument("--csv", default=None, metavar="DIR",
                      help="write end_to_end.csv (per layer, as ASTRA-sim 1.0) and npus.csv")
     run.add_argument("--trace", default=None, help="write a Chrome-trace timeline (.json)")
+    add_astra_options(run, _argument(as_int, int, minimum=1))
 
 
 def _sweep_commands(commands: Any) -> None:
