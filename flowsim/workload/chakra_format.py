@@ -111,15 +111,15 @@ def _rank_files(prefix_or_dir: str | os.PathLike, npus: int | None) -> tuple[Pat
         raise ConfigError(f"argument 'npus': expected a positive integer, found "
                           f"{describe(npus)}")
     count = max(ranks) + 1 if npus is None else int(npus)
+    spmd = "; SPMD (--spmd, spmd=True) runs one rank's trace on every NPU" \
+        if len(ranks) == 1 and count > 1 else ""
     if len(ranks) == max(ranks) + 1 and len(ranks) != count:
-        spmd = "; SPMD (--spmd, spmd=True) runs one rank's trace on every NPU" \
-            if len(ranks) == 1 else ""
         raise ConfigError(f"{given}: trace files for {len(ranks)} ranks, but the network has "
                           f"{count} NPUs (one trace per NPU{spmd})")
     missing = [r for r in range(count) if r not in ranks]
     if missing:
         raise ConfigError(f"{given}: missing trace file(s) for rank(s) {_some(missing)} "
-                          f"(expected {given.name}.0.et .. {given.name}.{count - 1}.et)")
+                          f"(expected {given.name}.0.et .. {given.name}.{count - 1}.et{spmd})")
     if len(ranks) > count:
         raise ConfigError(f"{given}: trace files for {len(ranks)} ranks, but the network has "
                           f"{npus} NPUs (one trace per NPU)")
