@@ -243,3 +243,14 @@ def test_spmd_refuses_point_to_point(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert spmd_programs([compute(0, 1.0)], 3, "x")[0].npus.tolist() == [0, 1, 2]
+
+
+def test_host_ops_survive_a_chakra_round_trip(tmp_path):
+    from flowsim.workload.chakra import save_chakra
+
+    ops = [Op(0, "compute", "cpu", duration_ns=2000.0, host=True),
+           Op(1, "compute", "gpu", duration_ns=1000.0, deps=(0,))]
+    save_chakra(spmd(ops, 2), tmp_path / "h", 2)
+    back = load_chakra(tmp_path / "h")
+    assert [(o.host, o.duration_ns) for o in back.programs[1].ops] == [(True, 2000.0),
+                                                                      (False, 1000.0)]
