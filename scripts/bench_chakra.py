@@ -8,10 +8,14 @@ it replaced (issue 16), read from git history.
 Three timings, each the median of ``--repeat`` runs after one warm-up run:
 
 * ``old read_et``: the old ``_protowire`` module (``git show REV:flowsim/workload/
-  _protowire.py``), decoding every node into the dicts of ``read_et``;
-* ``new read_et``: the same dicts through the ``protobuf`` package;
-* ``new load``: the trace into flowsim ops, as ``load_chakra`` reads it (only the attributes
-  it uses are converted).
+  _protowire.py``), decoding every node into the dicts of ``read_et`` (the only decoding it
+  had: ``load_chakra`` read those dicts);
+* ``new read_et``: the same dicts, every attribute, through the ``protobuf`` package;
+* ``new decode for load_chakra``: the node dicts ``load_chakra`` reads (the attributes it
+  uses, no IOInfo strings);
+* ``new messages``: the file into protobuf messages only;
+* ``new load``: the trace into flowsim ops, ``load_chakra`` as a whole (decoding, mapping
+  nodes to ops, the dependency check).
 
 The old and new dicts are compared: the script fails if they differ.
 """
@@ -80,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from flowsim.workload.chakra import load_chakra
+    from flowsim.workload.chakra_codec import iter_et, node_dict
     from flowsim.workload.chakra_format import read_et
+    from flowsim.workload.chakra_nodes import READ_ATTRIBUTES
 
     old = _old_module(args.old_rev)
     if _old_read(old, args.trace) != read_et(args.trace):
@@ -90,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         "old read_et (hand-written wire reader)": _median(
             lambda: _old_read(old, args.trace), args.repeat),
         "new read_et (protobuf)": _median(lambda: read_et(args.trace), args.repeat),
+        "new decode for load_chakra": _median(
+            lambda: _decode_nodes(iter_et(args.trace), node_dict, READ_ATTRIBUTES),
+            args.repeat),
+        "new messages (protobuf only)": _median(lambda: list(iter_et(args.trace)),
+                                                args.repeat),
         "new load (trace -> ops)": _median(lambda: _load(load_chakra, args.trace),
                                            args.repeat),
     }
@@ -98,6 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, seconds in timings.items():
         print(f"  {name:40s} {seconds * 1e3:8.1f} ms   {base / seconds:5.1f}x")
     return 0
+
+
+def _decode_nodes(messages, node_dict, wanted) -> list[dict]:
+    next(messages)                      # GlobalMetadata
+    return [node_dict(message, wanted) for _, message in messages]
 
 
 def _load(load_chakra, trace: Path) -> None:

@@ -83,7 +83,7 @@ from ..errors import ConfigError, FlowsimWarning, describe
 from .chakra_codec import iter_et, metadata_dict, node_dict
 from .chakra_export import save_chakra
 from .chakra_format import _rank_files, read_et, write_et  # noqa: F401  (re-exported)
-from .chakra_nodes import TraceContext, group_key, node_to_op, trace_units, wanted_attribute
+from .chakra_nodes import READ_ATTRIBUTES, TraceContext, group_key, node_to_op, trace_units
 from .chakra_schema import COLLECTIVE_COMM_TYPES, NODE_TYPES  # noqa: F401  (re-exported)
 from .chakra_spmd import spmd_programs, spmd_trace
 from .graph import Op, Program, Workload, _some, topological_order
@@ -176,7 +176,7 @@ def _read_rank(file: Path, ctx: TraceContext, element_bytes: int | None
     _, first = next(messages)
     metadata = metadata_dict(first)
     ctx.units = trace_units(metadata, element_bytes, str(file))
-    ops = [node_to_op(node_dict(message, wanted_attribute), ctx, str(file))
+    ops = [node_to_op(node_dict(message, READ_ATTRIBUTES), ctx, str(file))
            for _, message in messages]
     _drop_unusable_ctrl_deps(ops, ctx.tally)
     return metadata, ops

@@ -12,7 +12,7 @@ the file, the offset and the message's index.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping
 from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -22,30 +22,28 @@ from google.protobuf import unknown_fields
 from google.protobuf.message import DecodeError
 
 from ..errors import ConfigError, describe
-from .chakra_schema import FIELD_NAMES, INT_RANGES, NODE_TYPES, SCALARS, GlobalMetadata, Node
+from .chakra_schema import (
+    FIELD_NAMES,
+    INT_RANGES,
+    NODE_TYPES,
+    SCALARS,
+    AttributeProto,
+    GlobalMetadata,
+    Node,
+)
 
 #: A varint of a 64-bit length has at most 10 bytes.
 _MAX_VARINT_BYTES = 10
+#: ``AttributeProto.WhichOneof``, looked up once (the hot loop of decoding).
+_which = AttributeProto.WhichOneof
 #: The list kinds of the attribute oneof.
 _LIST_KINDS = frozenset(f"{s}_list" for s in SCALARS)
 
 
 # ------------------------------------------------------------------------------- reading
 
-def _read_varint(stream: BinaryIO, at: int) -> int | None:
-    """The varint at the stream's position (``None`` at a clean end of file)."""
-    value = shift = 0
-    for count in range(_MAX_VARINT_BYTES):
-        byte = stream.read(1)
-        if not byte:
-            if count == 0:
-                return None
-            raise _Corrupt("the length prefix runs past the end of the file", at)
-        value |= (byte[0] & 0x7F) << shift
-        if not byte[0] & 0x80:
-            return value
-        shift += 7
-    raise _Corrupt("length prefix longer than 10 bytes", at)
+#: Bytes read from the file at a time (the stream is never held whole).
+_BLOCK = 1 << 20
 
 
 class _Corrupt(ValueError):
@@ -57,18 +55,37 @@ class _Corrupt(ValueError):
 
 
 def _messages(stream: BinaryIO, size: int) -> Iterator[tuple[int, bytes]]:
-    """``(offset, payload)`` of each length-prefixed message of a stream of ``size`` bytes."""
-    pos = 0
+    """``(offset, payload)`` of each length-prefixed message of a stream of ``size`` bytes,
+    read in blocks of :data:`_BLOCK` bytes (a larger message in one read of its size)."""
+    buf, base, pos = b"", 0, 0           # buf holds the file from offset `base` on
     while True:
-        length = _read_varint(stream, pos)
-        if length is None:
-            return
-        start = stream.tell()
-        if length > size - start:
-            raise _Corrupt(f"message declares {length} bytes, only {size - start} remain in "
-                           f"the file", pos)
-        yield pos, stream.read(length)
-        pos = start + length
+        if len(buf) - pos < _MAX_VARINT_BYTES:
+            buf, base, pos = buf[pos:] + stream.read(_BLOCK), base + pos, 0
+            if not buf:
+                return
+        at = base + pos
+        length = shift = 0
+        for count in range(_MAX_VARINT_BYTES + 1):
+            if count == _MAX_VARINT_BYTES:
+                raise _Corrupt("length prefix longer than 10 bytes", at)
+            if pos >= len(buf):
+                raise _Corrupt("the length prefix runs past the end of the file", at)
+            byte = buf[pos]
+            pos += 1
+            length |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                break
+            shift += 7
+        if length > size - (base + pos):
+            raise _Corrupt(f"message declares {length} bytes, only {size - base - pos} "
+                           f"remain in the file", at)
+        if pos + length > len(buf):      # the message runs past this block
+            buf, base, pos = buf[pos:] + stream.read(max(_BLOCK, length)), base + pos, 0
+        payload = buf[pos:pos + length]
+        if len(payload) != length:       # the file shrank while being read
+            raise _Corrupt(f"message declares {length} bytes, the file ends first", at)
+        yield at, payload
+        pos += length
 
 
 def _check_known_fields(message: Any, kind: type, at: int) -> None:
@@ -126,10 +143,10 @@ def iter_et(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
                           f"nodes)")
 
 
-def attributes(attrs: Any, wanted: Callable[[str], bool] | None = None
+def attributes(attrs: Any, wanted: Container[str] | None = None
                ) -> tuple[dict[str, Any], dict[str, str]]:
     """Values and kinds (``"int64_val"``, ...) of repeated ``AttributeProto`` by name (those
-    whose name ``wanted`` accepts; default all).
+    named in ``wanted``; default all).
 
     The first of repeated names wins, as ASTRA-sim's lookup; an attribute whose ``value`` is
     unset (symbolic_tensor_graph writes such ``inputs`` / ``outputs``) is absent.
@@ -138,9 +155,9 @@ def attributes(attrs: Any, wanted: Callable[[str], bool] | None = None
     kinds: dict[str, str] = {}
     for attr in attrs:
         name = attr.name
-        if name in values or (wanted is not None and not wanted(name)):
+        if name in values or (wanted is not None and name not in wanted):
             continue
-        kind = attr.WhichOneof("value")
+        kind = _which(attr, "value")
         if kind is None:
             continue
         value = getattr(attr, kind)
@@ -162,10 +179,10 @@ def _io(message: Any, field: str) -> dict | None:
     return {"values": io.values, "shapes": io.shapes, "types": io.types}
 
 
-def node_dict(message: Any, wanted: Callable[[str], bool] | None = None) -> dict:
+def node_dict(message: Any, wanted: Container[str] | None = None) -> dict:
     """A ``Node`` as the dict of :func:`~.chakra_format.read_et`; with ``wanted``, only the
-    attributes it accepts, and no ``inputs`` / ``outputs`` (what a reader that maps nodes
-    onto ops needs: much less to convert)."""
+    attributes it names, and no ``inputs`` / ``outputs`` (what a reader that maps nodes onto
+    ops needs: less to convert)."""
     attrs, kinds = attributes(message.attr, wanted)
     full = wanted is None
     # [*x] copies protobuf's repeated scalars faster than list(x)

@@ -20,15 +20,12 @@ from .graph import PASSES, PRIORITIES, Op
 STG_SCHEMA = "symbolic_tensor_network"
 #: Bytes per element of symbolic_tensor_graph's sizes unless told (bf16 / fp16 training).
 STG_ELEMENT_BYTES = 2
-#: Attributes the mapping reads (others are skipped while decoding).
+#: Attributes the mapping reads, flowsim's own ``flowsim_*`` too (others are skipped while
+#: decoding).
 READ_ATTRIBUTES = frozenset({
     "is_cpu_op", "num_ops", "tensor_size", "tensor_loc", "comm_type", "comm_size", "comm_src",
-    "comm_dst", "comm_tag", "involved_dim", "pg_name", "inputs"})
-
-
-def wanted_attribute(name: str) -> bool:
-    """Whether the mapping reads attribute ``name`` (flowsim's own ``flowsim_*`` too)."""
-    return name in READ_ATTRIBUTES or name.startswith("flowsim_")
+    "comm_dst", "comm_tag", "involved_dim", "pg_name", "inputs", "flowsim_duration_ns",
+    *(f"flowsim_{name.rstrip('_')}" for name, _ in _EXTRAS)})
 
 
 @dataclass(frozen=True)
