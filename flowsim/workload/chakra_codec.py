@@ -38,13 +38,11 @@ _MAX_VARINT_BYTES = 10
 _which = AttributeProto.WhichOneof
 #: The list kinds of the attribute oneof.
 _LIST_KINDS = frozenset(f"{s}_list" for s in SCALARS)
-
-
-# ------------------------------------------------------------------------------- reading
-
 #: Bytes read from the file at a time (the stream is never held whole).
 _BLOCK = 1 << 20
 
+
+# ------------------------------------------------------------------------------- reading
 
 class _Corrupt(ValueError):
     """A problem of the byte stream at ``offset``."""
