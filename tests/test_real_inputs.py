@@ -36,10 +36,9 @@ RUNS = [
 ]
 #: (workload, network, extra options, the limit the one-line refusal names)
 REFUSALS = [
-    ("chakra_generator/one_comm_send_node", "ring_8", [],
-     r"missing attribute 'comm_dst': a send needs comm_dst and comm_tag"),
-    ("chakra_generator/one_comm_recv_node", "switch_8", [],
-     r"missing attribute 'comm_src': a recv needs comm_src and comm_tag"),
+    *[(f"chakra_generator/one_comm_{kind}_node", network, [],
+       rf"missing attribute '{peer}': a {kind} needs {peer} and comm_tag")
+      for kind, peer in (("send", "comm_dst"), ("recv", "comm_src")) for network in NET8],
     ("stg/dp2tp2pp2/workload", "ring_8", [], r"needs a roofline or a device to time it: "
                                              r"flowsim run --roofline TFLOPS,GBPS"),
     ("chakra_pytorch/chakra.0.et", "ring_8", [], r"trace files for 1 ranks, but the network "
