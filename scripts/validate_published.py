@@ -101,15 +101,18 @@ def published_seconds(row: dict[str, str]) -> float:
     return flops / (float(row["published"]) * 1e12 * int(row["gpus"]))
 
 
-def predict(row: dict[str, str], model: str) -> float:
-    """Simulated iteration time (s)."""
+def predict(row: dict[str, str], model: str, sustained: float | None = None) -> float:
+    """Simulated iteration time (s); ``sustained`` overrides the compute model's calibrated
+    constant (to re-derive it: see :data:`flowsim.compute.devices.SUSTAINED`)."""
     import warnings
 
     import flowsim
+    from flowsim.compute import DeviceModel
 
+    device = DeviceModel(row["device"], sustained=sustained) if sustained else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", flowsim.FlowsimWarning)
-        ds = flowsim.simulate(network(row), spec(row), "nccl", model=model)
+        ds = flowsim.simulate(network(row), spec(row), "nccl", model=model, device=device)
     return float(ds.time_ns) / 1e9
 
 
@@ -119,13 +122,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="runs whose name contains this")
     parser.add_argument("--csv", help="write the comparison as CSV here")
     parser.add_argument("--plot", help="draw predicted against published times here (PNG)")
+    parser.add_argument("--sustained", type=float, default=None,
+                        help="override the compute model's calibrated sustained fraction "
+                             "(to re-derive it on its calibration rows)")
     args = parser.parse_args(argv)
     results = []
     print(f"{'run':36} {'GPUs':>6} {'published s':>12} {'predicted s':>12} {'error':>8} "
           f"{'wall s':>7}")
     for row in rows(args.only):
         start = time.perf_counter()
-        predicted = predict(row, args.model)
+        predicted = predict(row, args.model, args.sustained)
         wall = time.perf_counter() - start
         published = published_seconds(row)
         error = (predicted - published) / published

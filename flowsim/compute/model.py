@@ -7,7 +7,7 @@ from typing import Protocol
 
 from ..workload.kernels import Attention, Elementwise, Gemm, Kernel, Work
 from .attention import attention_ns
-from .devices import Device, device
+from .devices import SUSTAINED, Device, device
 from .gemm import gemm_ns
 
 
@@ -29,17 +29,22 @@ class DeviceModel:
     ----------
     preset : Device or str
         The accelerator (see :data:`flowsim.compute.DEVICES`).
+    sustained : float, optional
+        Fraction of the kernel model's speed sustained in a training job (default
+        :data:`~flowsim.compute.devices.SUSTAINED`, the calibrated constant; 1: kernels as
+        measured in isolation).
     """
 
-    def __init__(self, preset: Device | str) -> None:
+    def __init__(self, preset: Device | str, *, sustained: float | None = None) -> None:
         self.device = device(preset)
+        self.sustained = sustained or self.device.sustained or SUSTAINED
         self._memo: dict[Kernel, float] = {}
 
     def kernel_ns(self, kernel: Kernel) -> float:
         """Time of one kernel (ns)."""
         t = self._memo.get(kernel)
         if t is None:
-            t = self._memo[kernel] = self._price(kernel)
+            t = self._memo[kernel] = self._price(kernel) / self.sustained
         return t
 
     def kernels_ns(self, kernels: Iterable[Kernel]) -> float:

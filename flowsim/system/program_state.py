@@ -60,6 +60,19 @@ class ProgramState:
     waiting: deque = field(default_factory=deque)
     origin: float = 0.0
     on_finish: Callable[[float], None] | None = None
+    #: the NPUs whose times are tracked: all of them, or only the first of a *uniform*
+    #: program, whose NPUs run at one speed with nothing to tell them apart (every time array
+    #: above has one entry per NPU of ``rep``)
+    rep: np.ndarray = field(default=None)   # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.rep is None:
+            self.rep = self.npus
+
+    @property
+    def weight(self) -> int:
+        """NPUs each tracked NPU stands for."""
+        return self.npus.size // self.rep.size
 
     @property
     def finished(self) -> bool:
@@ -71,8 +84,10 @@ class ProgramState:
                       key=lambda o: self.order[o.id])
 
 
-def program_state(index: int, program: Program, total_npus: int) -> ProgramState:
-    """The initial state of ``program`` (run on a network of ``total_npus`` NPUs)."""
+def program_state(index: int, program: Program, total_npus: int, *, uniform: bool = False
+                  ) -> ProgramState:
+    """The initial state of ``program`` (run on a network of ``total_npus`` NPUs); a
+    ``uniform`` one tracks the times of its first NPU only."""
     order = topological_order(program)
     npus = np.sort(program.npus)
     scope = () if npus.size == total_npus else tuple(int(n) for n in npus)
@@ -84,4 +99,5 @@ def program_state(index: int, program: Program, total_npus: int) -> ProgramState
         for d in deps:
             users[d].append(op.id)
     return ProgramState(index, program, npus, scope, {op.id: k for k, op in enumerate(order)},
-                        {op.id: op for op in order}, users, remaining)
+                        {op.id: op for op in order}, users, remaining,
+                        rep=npus[:1] if uniform else npus)

@@ -143,6 +143,8 @@ def _compute_model(device: Any, roofline: Any, work, net) -> ComputeModel | None
 
     if device is not None and roofline is not None:
         raise ConfigError("arguments 'device' and 'roofline': give one or the other")
+    if isinstance(device, DeviceModel):
+        return device
     if device is not None:
         return DeviceModel(device)
     if roofline is not None:

@@ -34,9 +34,9 @@ from .deadlock import deadlock_error
 from .memory_servers import MemoryServers
 from .phases import assign_variants, chunk_sizes, collective_phases
 from .program_state import ProgramState, program_state
-from .rendezvous import CollectiveRendezvous, Mailboxes
+from .point_to_point import PointToPoint, peers
+from .rendezvous import CollectiveRendezvous
 from .scheduler import Schedule
-from .templates import make_template
 
 if TYPE_CHECKING:
     from ..compute import ComputeModel
@@ -104,17 +104,26 @@ class WorkloadEngine:
         self._wakeups: set[float] = set()
         self._due = 0.0
         self.rendezvous = CollectiveRendezvous(self.programs, network.npus)
-        self.mailboxes = Mailboxes()
-        self._templates: dict[tuple, object] = {}
+        self.p2p = PointToPoint(self.schedule, system.endpoint_delay_ns, self._complete)
         #: custom collective traces by prefix, read once
         self.custom_traces: dict[str, list] = {}
         self.collectives = 0
         self._phase_cache: dict[tuple, list] = {}
-        self.messages = 0
         self.timeline: list[dict] = []
 
     def _state(self, index: int, program: Program) -> ProgramState:
-        return program_state(index, program, self.net.npus)
+        return program_state(index, program, self.net.npus, uniform=self._uniform(program))
+
+    def _uniform(self, program: Program) -> bool:
+        """Whether every NPU of a program does the same thing at the same time: one speed, no
+        memory ops (remote memories serve NPUs in turn), and no custom collectives (whose
+        ranks run programs of their own on the same NPUs)."""
+        npus = np.asarray(program.npus)
+        if npus.size < 2 or self.system.custom:
+            return False
+        if np.any(self.speed[npus] != self.speed[npus[0]]):
+            return False
+        return not any(op.kind == "memory" for op in program.ops)
 
     def add_program(self, program: Program, *, origin: float,
                     on_finish: Callable[[float], None]) -> ProgramState:
@@ -158,7 +167,7 @@ class WorkloadEngine:
 
     def _make_ready(self, st: ProgramState, op: Op) -> None:
         """All dependencies known: compute when the op may start and what it waited for."""
-        n = st.npus.size
+        n = st.rep.size
         ctrl = np.full(n, st.origin)
         if op.ctrl_deps:
             ctrl = np.maximum(ctrl, np.max([st.end[d] for d in op.ctrl_deps], axis=0)
@@ -186,12 +195,12 @@ class WorkloadEngine:
         exposed = np.maximum(latest - np.maximum(base, free), 0.0)
         if not exposed.any():
             return
-        self.npu_exposed[st.npus] += exposed
+        self.npu_exposed[st.rep] += exposed
         binding = times.argmax(axis=0)
         for j, d in enumerate(comm_ids):
             total = float(exposed[binding == j].sum())
             if total:
-                self._charge(self.layer_exposed, st, st.ops[d], total)
+                self._charge(self.layer_exposed, st, st.ops[d], total * st.weight)
 
     def _charge(self, table: np.ndarray, st: ProgramState, op: Op, value: float) -> None:
         """Add ``value`` (summed over the program's NPUs) to an op's layer and pass."""
@@ -204,11 +213,12 @@ class WorkloadEngine:
                   ) -> None:
         st.end[op.id] = end
         st.seen[op.id] = end if seen is None else seen
-        np.maximum.at(self.npu_finish, st.npus, end)
+        np.maximum.at(self.npu_finish, st.rep, end)
         if self.keep_timeline:   # every NPU's times (results.trace bounds what it writes)
             self.timeline.append({"program": st.index, "npus": st.npus, "op": op,
-                                  "start": np.asarray(st.start[op.id], np.float64),
-                                  "end": end})
+                                  "start": np.broadcast_to(np.asarray(
+                                      st.start[op.id], np.float64), st.npus.shape),
+                                  "end": np.broadcast_to(end, st.npus.shape)})
         for user in st.users[op.id]:
             st.remaining[user] -= 1
             if st.remaining[user] == 0:
@@ -223,8 +233,8 @@ class WorkloadEngine:
         if op.kind == "compute":
             self._compute(st, op, ready)
         elif op.kind == "memory":
-            end = self.memory.serve(st.npus, ready, float(op.size), op.remote)
-            np.maximum.at(self.local_end, st.npus, end)
+            end = self.memory.serve(st.rep, ready, float(op.size), op.remote)
+            np.maximum.at(self.local_end, st.rep, end)
             self._complete(st, op, end)
         elif op.kind == "collective":
             if self.streams is not None and st.inflight >= self.streams:
@@ -232,9 +242,9 @@ class WorkloadEngine:
             else:
                 self._arrive(st, op, t)
         elif op.kind == "send":
-            self._send(st, op, t)
+            self.p2p.send(st, op, t)
         else:
-            self._recv(st, op)
+            self.p2p.recv(st, op)
 
     def _compute(self, st: ProgramState, op: Op, ready: np.ndarray) -> None:
         if op.host:
@@ -243,28 +253,28 @@ class WorkloadEngine:
         duration = op.duration_ns
         if duration == 0.0 and self.compute is not None:
             duration = self._price(op)
-        durations = duration / self.speed[st.npus]
-        free = self.compute_free[st.npus]
+        durations = duration / self.speed[st.rep]
+        free = self.compute_free[st.rep]
         if op.id in st.waits:
             self._charge_exposure(st, op, free)
         start = np.maximum(ready, free)
         st.start[op.id] = start
         end = start + durations
-        self.compute_free[st.npus] = end
-        np.maximum.at(self.local_end, st.npus, end)
-        self.npu_compute[st.npus] += durations
-        self._charge(self.layer_compute, st, op, float(durations.sum()))
+        self.compute_free[st.rep] = end
+        np.maximum.at(self.local_end, st.rep, end)
+        self.npu_compute[st.rep] += durations
+        self._charge(self.layer_compute, st, op, float(durations.sum()) * st.weight)
         self._complete(st, op, end)
 
     def _host(self, st: ProgramState, op: Op, ready: np.ndarray) -> None:
         """A host CPU op: one at a time per NPU on its host, beside the device's compute (as
         ASTRA-sim's CPU slot), for its traced duration; not device compute time."""
         st.waits.pop(op.id, None)
-        start = np.maximum(ready, self.host_free[st.npus])
+        start = np.maximum(ready, self.host_free[st.rep])
         st.start[op.id] = start
         end = start + op.duration_ns
-        self.host_free[st.npus] = end
-        np.maximum.at(self.local_end, st.npus, end)
+        self.host_free[st.rep] = end
+        np.maximum.at(self.local_end, st.rep, end)
         self._complete(st, op, end)
 
     def _price(self, op: Op) -> float:
@@ -303,7 +313,7 @@ class WorkloadEngine:
         def done(t_end: float) -> None:
             for st, member in members:
                 st.inflight -= 1
-                end = np.full(st.npus.size, t_end)
+                end = np.full(st.rep.size, t_end)
                 # a collective that never ran (no dimension left) has no update delay either
                 seen = end + (member.update_delay_ns if any(chunks) else 0.0)
                 self._charge(self.layer_comm, st, member, float(seen[0] - t) * st.npus.size)
@@ -321,61 +331,19 @@ class WorkloadEngine:
         policy = None if op.priority == "default" else op.priority
         self.schedule.issue(chunks, at=t, on_done=done, policy=policy)
 
-    # point-to-point
-    def _peers(self, st: ProgramState, op: Op) -> np.ndarray:
-        if op.peer is not None:
-            return np.array([op.peer], np.int64)
-        return st.npus + int(op.peer_offset or 0)
-
-    def _send(self, st: ProgramState, op: Op, t: float) -> None:
-        dst = self._peers(st, op)
-        key = (int(dst[0]), int(st.npus[0]), op.tag)
-        template = self._template(st.npus, dst)
-        delay = self.system.endpoint_delay_ns
-        self.messages += st.npus.size
-
-        def arrived(t_arrival: float) -> None:
-            end = np.full(st.npus.size, t_arrival + delay)
-            self._complete(st, op, end)
-            receiver = self.mailboxes.delivered(key, end, st, op)
-            if receiver is not None:
-                self._deliver(receiver, end, op)
-
-        self.schedule.message(template, float(op.size), t, delay, arrived)
-
-    def _recv(self, st: ProgramState, op: Op) -> None:
-        src = self._peers(st, op)
-        key = (int(st.npus[0]), int(src[0]), op.tag)
-        message = self.mailboxes.posted(key, st, op)
-        if message is not None:
-            self._deliver((st, op), *message)
-
-    def _deliver(self, receiver: tuple[ProgramState, Op], arrival: np.ndarray, send: Op) -> None:
-        st, op = receiver
-        if op.size and op.size != send.size:
-            raise SimulationError(
-                f"{st.program.source}: recv node {op.id} expects {op.size} B, but the matching "
-                f"send (node {send.id}, tag {op.tag}) sends {send.size} B")
-        self._complete(st, op, np.maximum(st.ready[op.id], arrival))
-
-    def _template(self, src: np.ndarray, dst: np.ndarray):
-        key = (src.tobytes(), dst.tobytes())
-        template = self._templates.get(key)
-        if template is None:
-            message, weight, indptr, links = self.net.routes_multipath(src, dst)
-            template = make_template(self.net, src[message], dst[message], indptr, links,
-                                     message=message, weight=weight)
-            self._templates[key] = template
-        return template
-
     # ------------------------------------------------------------------ the end
     def _check_finished(self) -> None:
-        self.mailboxes.check_all_received()
-        error = deadlock_error(self.states, self.programs, self.rendezvous, self._peers)
+        self.p2p.check_all_received()
+        error = deadlock_error(self.states, self.programs, self.rendezvous, peers)
         if error is not None:
             raise error
 
     def _record(self) -> RunRecord:
+        for st in self.states:   # a uniform program's NPUs all did what its first did
+            if st.rep.size < st.npus.size:
+                for values in (self.npu_finish, self.npu_compute, self.npu_exposed,
+                               self.local_end):
+                    values[st.npus] = values[st.rep[0]]
         sched = self.schedule
         time_ns = max(float(self.npu_finish.max(initial=0.0)),
                       max(sched.ledger.collective_end.values(), default=0.0))
@@ -389,7 +357,7 @@ class WorkloadEngine:
             layer_npus=np.array([np.unique(np.concatenate([self.states[i].npus for i in p])).size
                                  if p else 0 for p in map(sorted, self.layer_programs)]),
             dim_busy_ns=sched.ledger.dim_busy_ns(), collectives=self.collectives,
-            messages=self.messages, stats=sched.timer.stats(), timeline=self.timeline)
+            messages=self.p2p.messages, stats=sched.timer.stats(), timeline=self.timeline)
 
 
 def run_workload(network, workload: Workload, system: SystemConfig, model: str,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
 
 import numpy as np
 
@@ -127,25 +126,44 @@ def _check_op(program: Program, op: Op, network: Network,
 
 
 def _check_pairs(workload: Workload, network: Network) -> None:
-    """Every send has a recv posted by its receiver for it, and vice versa."""
-    sends: Counter = Counter()
-    recvs: Counter = Counter()
-    first: dict[tuple, str] = {}
+    """Every send has a recv posted by its receiver for it, and vice versa (as multisets of
+    (sender, receiver, tag), compared with arrays: programs of many NPUs send many)."""
+    tags: dict = {}
+    columns: list[tuple[np.ndarray, ...]] = []
+    places: list[tuple[Program, Op]] = []
     for program in workload.programs:
         for op in program.ops:
             if op.kind not in ("send", "recv"):
                 continue
             peers = np.array([op.peer]) if op.peer is not None else \
                 program.npus + op.peer_offset
-            for me, peer in zip(program.npus.tolist(), peers.tolist()):
-                key = (me, peer, op.tag) if op.kind == "send" else (peer, me, op.tag)
-                (sends if op.kind == "send" else recvs)[key] += 1
-                first.setdefault((op.kind, key), _where(program, op))
-    for key in (sends - recvs):
-        src, dst, tag = key
-        raise ConfigError(f"{first[('send', key)]}: send from NPU {src} to NPU {dst} with tag "
-                          f"{tag} has no matching recv on NPU {dst}")
-    for key in (recvs - sends):
-        src, dst, tag = key
-        raise ConfigError(f"{first[('recv', key)]}: recv on NPU {dst} from NPU {src} with tag "
-                          f"{tag} has no matching send on NPU {src}")
+            me = program.npus
+            src, dst = (me, peers) if op.kind == "send" else (peers, me)
+            n = src.size
+            columns.append((src, dst, np.full(n, tags.setdefault(op.tag, len(tags))),
+                            np.full(n, 1 if op.kind == "send" else -1),
+                            np.full(n, len(places))))
+            places.append((program, op))
+    if not columns:
+        return
+    src, dst, tag, sign, place = (np.concatenate(c) for c in zip(*columns))
+    order = np.lexsort((tag, dst, src))
+    key = np.stack([src[order], dst[order], tag[order]], axis=1)
+    new = np.concatenate([[True], np.any(key[1:] != key[:-1], axis=1)])
+    balance = np.add.reduceat(sign[order], np.flatnonzero(new))
+    bad = np.flatnonzero(balance != 0)
+    if not bad.size:
+        return
+    starts = np.flatnonzero(new)
+    k = starts[bad[0]]
+    s, d = int(key[k, 0]), int(key[k, 1])
+    label = next(t for t, i in tags.items() if i == key[k, 2])
+    want = 1 if balance[bad[0]] > 0 else -1   # the side in excess names the message
+    row = next(r for r in order[k: starts[bad[0] + 1] if bad[0] + 1 < starts.size else None]
+               if sign[r] == want)
+    program, op = places[int(place[row])]
+    if want > 0:
+        raise ConfigError(f"{_where(program, op)}: send from NPU {s} to NPU {d} with tag "
+                          f"{label} has no matching recv on NPU {d}")
+    raise ConfigError(f"{_where(program, op)}: recv on NPU {d} from NPU {s} with tag "
+                      f"{label} has no matching send on NPU {s}")

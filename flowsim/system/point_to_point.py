@@ -1,0 +1,95 @@
+"""Point-to-point messages of a training loop: sends, receives and their meeting.
+
+A send goes straight to the network model (no dimension queue, no chunking); its receive
+completes when both the message has arrived and the receive op was ready. Sends and receives
+meet by ``(destination, source, tag)`` in :class:`~flowsim.system.rendezvous.Mailboxes`, in
+either order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..errors import SimulationError
+from ..workload.graph import Op
+from .program_state import ProgramState
+from .rendezvous import Mailboxes
+from .scheduler import Schedule
+from .templates import StepTemplate, route_messages
+
+#: completes an op of a program at per-NPU times
+Complete = Callable[[ProgramState, Op, np.ndarray], None]
+
+
+def peers(st: ProgramState, op: Op) -> np.ndarray:
+    """The NPUs a send / recv op of program ``st`` talks to, one per NPU of the program."""
+    if op.peer is not None:
+        return np.array([op.peer], np.int64)
+    return st.npus + int(op.peer_offset or 0)
+
+
+class PointToPoint:
+    """Sends and receives of one run.
+
+    Parameters
+    ----------
+    schedule : Schedule
+        Carries the messages.
+    endpoint_delay_ns : float
+        Added to every message (ASTRA-sim's endpoint delay).
+    complete : callable
+        ``complete(state, op, end)`` finishes an op at per-NPU times ``end``.
+    """
+
+    def __init__(self, schedule: Schedule, endpoint_delay_ns: float,
+                 complete: Complete) -> None:
+        self.schedule = schedule
+        self.delay = endpoint_delay_ns
+        self.complete = complete
+        self.mailboxes = Mailboxes()
+        self._templates: dict[tuple[bytes, bytes], StepTemplate] = {}
+        #: messages sent (one per NPU of a sending program)
+        self.messages = 0
+
+    def send(self, st: ProgramState, op: Op, t: float) -> None:
+        """Send ``op``'s message from every NPU of ``st`` at time ``t``."""
+        dst = peers(st, op)
+        key = (int(dst[0]), int(st.npus[0]), op.tag)
+        self.messages += st.npus.size
+
+        def arrived(t_arrival: float) -> None:
+            end = np.full(st.rep.size, t_arrival + self.delay)
+            self.complete(st, op, end)
+            receiver = self.mailboxes.delivered(key, end, st, op)
+            if receiver is not None:
+                self._deliver(receiver, end, op)
+
+        self.schedule.message(self._route(st.npus, dst), float(op.size), t, self.delay, arrived)
+
+    def recv(self, st: ProgramState, op: Op) -> None:
+        """Post receive ``op``; it completes now if its message has already arrived."""
+        key = (int(st.npus[0]), int(peers(st, op)[0]), op.tag)
+        message = self.mailboxes.posted(key, st, op)
+        if message is not None:
+            self._deliver((st, op), *message)
+
+    def check_all_received(self) -> None:
+        """Raise if a message was sent that nobody received."""
+        self.mailboxes.check_all_received()
+
+    def _deliver(self, receiver: tuple[ProgramState, Op], arrival: np.ndarray, send: Op) -> None:
+        st, op = receiver
+        if op.size and op.size != send.size:
+            raise SimulationError(
+                f"{st.program.source}: recv node {op.id} expects {op.size} B, but the matching "
+                f"send (node {send.id}, tag {op.tag}) sends {send.size} B")
+        self.complete(st, op, np.maximum(st.ready[op.id], arrival))
+
+    def _route(self, src: np.ndarray, dst: np.ndarray) -> StepTemplate:
+        key = (src.tobytes(), dst.tobytes())
+        template = self._templates.get(key)
+        if template is None:   # pipeline stages send the same pairs every micro-batch
+            template = self._templates[key] = route_messages(self.schedule.network, src, dst)
+        return template
