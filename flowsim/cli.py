@@ -17,13 +17,11 @@ import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
-
-from . import __version__
-from ._io import check_target
+# Only light imports here: ``flowsim --help`` and ``--version`` must not load numpy, xarray or
+# Numba. Each subcommand imports what it needs.
+from ._version import __version__
 from .cli_args import build_parser
 from .errors import ConfigError, FlowsimError, FlowsimWarning
-from .units import format_size, format_time
 
 
 def _run_sweep(args: argparse.Namespace) -> int:
@@ -97,9 +95,12 @@ def _with_failures(args: argparse.Namespace):
 
 
 def _run_collective(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from .results import from_attrs
     from .system import simulate_collective
     from .topology import load_network
+    from .units import format_size, format_time
 
     _check_output("-o", args.output)
     _check_output("--trace", args.trace)
@@ -179,12 +180,17 @@ def _check_output(option: str, path: str | None, *, folder: bool = False) -> Non
         if Path(path).exists() and not Path(path).is_dir():
             raise ConfigError(f"argument {option}: {path} exists and is not a folder")
         return
+    from ._io import check_target
+
     check_target(path, option=option)
 
 
 def _run_workload(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from .results import from_attrs
     from .system import simulate
+    from .units import format_size, format_time
 
     _check_output("-o", args.output)
     _check_output("--trace", args.trace)
