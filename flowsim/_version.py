@@ -21,7 +21,8 @@ def _find_version() -> str:
         return str(version)
     except ImportError:
         pass
-    from importlib.metadata import PackageNotFoundError, version as metadata_version
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as metadata_version
 
     try:
         return metadata_version("flowsim")
