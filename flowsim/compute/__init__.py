@@ -6,6 +6,6 @@ and waves, fused attention, memory-bound kernels); the workload layer's
 """
 
 from .devices import DEVICES, Device, device
-from .model import DeviceModel
+from .model import ComputeModel, DeviceModel
 
-__all__ = ["DEVICES", "Device", "DeviceModel", "device"]
+__all__ = ["DEVICES", "ComputeModel", "Device", "DeviceModel", "device"]

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol
 
 from ..workload.kernels import Attention, Elementwise, Gemm, Kernel, Work
 from .attention import attention_ns
 from .devices import Device, device
 from .gemm import gemm_ns
+
+
+class ComputeModel(Protocol):
+    """What the engine asks of a compute model (a :class:`DeviceModel` or a
+    :class:`~flowsim.workload.roofline.Roofline`)."""
+
+    def kernels_ns(self, kernels: Iterable[Kernel]) -> float:
+        """Time of kernels run one after the other (ns)."""
+
+    def work_ns(self, flops: float, mem_bytes: float) -> float:
+        """Time of an op known only by its FLOPs and bytes (ns)."""
 
 
 class DeviceModel:
@@ -30,9 +42,13 @@ class DeviceModel:
             t = self._memo[kernel] = self._price(kernel)
         return t
 
-    def time_ns(self, kernels: Iterable[Kernel]) -> float:
+    def kernels_ns(self, kernels: Iterable[Kernel]) -> float:
         """Time of kernels run one after the other (ns)."""
         return sum(self.kernel_ns(k) for k in kernels)
+
+    def work_ns(self, flops: float, mem_bytes: float) -> float:
+        """Time of an op known only by its FLOPs and bytes (ns)."""
+        return self.kernel_ns(Work(float(flops), float(mem_bytes)))
 
     def _price(self, kernel: Kernel) -> float:
         dev = self.device

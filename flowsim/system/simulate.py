@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from ..errors import config_error
+from ..compute import ComputeModel, DeviceModel
+from ..errors import ConfigError, config_error
 from ..network.engine import check_model
 from ..results import workload_dataset
 from ..topology import load_network
@@ -25,7 +26,8 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
              compute_scale: float = 1.0, comm_scale: float = 1.0,
              speed: Any = None, roofline: Any = None, memory: Any = None,
              collective_streams: int | None = None, comm_groups: Any = None,
-             trace: str | os.PathLike | None = None, replay: bool = True) -> xr.Dataset:
+             trace: str | os.PathLike | None = None, replay: bool = True,
+             device: Any = None) -> xr.Dataset:
     """Simulate a training workload and return its timing as an :class:`xarray.Dataset`.
 
     Parameters
@@ -45,8 +47,13 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
     speed : float or array of shape (npus,)
         Compute speed factor per NPU (0.5: a straggler taking twice as long).
     roofline : Roofline or mapping, optional
-        Times compute ops given as FLOPs and bytes (``peak_tflops``, ``memory_bandwidth_GBps``,
-        ``efficiency``).
+        Times compute ops given as FLOPs and bytes or kernels on a roofline (``peak_tflops``,
+        ``memory_bandwidth_GBps``, ``efficiency``).
+    device : str or Device, optional
+        Times compute ops from their kernels' shapes on an accelerator preset
+        (:data:`flowsim.compute.DEVICES`, e.g. ``"h100"``). Without ``device`` and
+        ``roofline``: the compute model the workload names (a generator's ``device`` or
+        ``roofline``), else the network's (a ``cluster:`` block's device).
     memory : path, mapping or MemoryConfig, optional
         Remote-memory config for memory ops (ASTRA-sim's remote-memory json).
     collective_streams : int, optional
@@ -84,10 +91,10 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
                          comm_scale=comm_scale, comm_groups=comm_groups)
     if work.network is not None:   # the workload runs on a re-shaped network
         net = load_network(work.network)
-    rl = _roofline(roofline)
-    check_workload(work, net, roofline=rl is not None)
+    compute = _compute_model(device, roofline, work, net)
+    check_workload(work, net, roofline=compute is not None)
     speeds = _speeds(speed, net.npus)
-    record = run_workload(net, work, sys_cfg, model, speed=speeds, roofline=rl,
+    record = run_workload(net, work, sys_cfg, model, speed=speeds, compute=compute,
                           memory=load_memory(memory), collective_streams=_streams(
                               collective_streams), timeline=trace is not None, replay=replay)
     if trace is not None:
@@ -110,16 +117,25 @@ def _speeds(speed: Any, npus: int) -> np.ndarray:
     return arr
 
 
-def _roofline(roofline: Any):
-    if roofline is None:
-        return None
+def _compute_model(device: Any, roofline: Any, work, net) -> ComputeModel | None:
+    """The compute model of a run: the arguments', else the workload's, else the network's."""
     from ..workload.roofline import Roofline, parse_roofline
 
-    if isinstance(roofline, Roofline):
-        return roofline
-    if isinstance(roofline, Mapping):
-        return parse_roofline(roofline, "argument 'roofline'")
-    raise config_error("argument", "roofline", "a Roofline or a mapping", roofline)
+    if device is not None and roofline is not None:
+        raise ConfigError("arguments 'device' and 'roofline': give one or the other")
+    if device is not None:
+        return DeviceModel(device)
+    if roofline is not None:
+        if isinstance(roofline, Roofline):
+            return roofline
+        if isinstance(roofline, Mapping):
+            return parse_roofline(roofline, "argument 'roofline'")
+        raise config_error("argument", "roofline", "a Roofline or a mapping", roofline)
+    wanted = work.compute if work.compute is not None else \
+        getattr(net.config, "device", None)
+    if wanted is None or isinstance(wanted, Roofline):
+        return wanted
+    return DeviceModel(wanted)
 
 
 def _streams(value: Any) -> int | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,6 +29,7 @@ from ..results.workload import RunRecord
 from ..workload.graph import PASSES, Op, Program, Workload
 from ..workload.memory import MemoryConfig
 from .config import SystemConfig
+from .custom import issue_custom
 from .deadlock import deadlock_error
 from .memory_servers import MemoryServers
 from .phases import assign_variants, chunk_sizes, collective_phases
@@ -37,7 +39,7 @@ from .scheduler import Schedule
 from .templates import make_template
 
 if TYPE_CHECKING:
-    from ..workload.roofline import Roofline
+    from ..compute import ComputeModel
 
 _COMM = ("collective", "send", "recv")
 
@@ -52,8 +54,11 @@ class WorkloadEngine:
         Validated programs (see :func:`flowsim.workload.validate.check_workload`).
     speed : ndarray, shape (npus,)
         Compute speed factor per NPU (compute time is divided by it).
-    roofline : Roofline, optional
-        Times compute ops given as FLOPs and bytes.
+    compute : compute model, optional
+        Times compute ops given as kernels or as FLOPs and bytes (a
+        :class:`~flowsim.compute.DeviceModel` or a
+        :class:`~flowsim.workload.roofline.Roofline`: anything with ``kernels_ns`` and
+        ``work_ns``).
     memory : MemoryConfig
     collective_streams : int, optional
         At most this many collectives of one program in flight (``None``: no cap beyond the
@@ -65,14 +70,15 @@ class WorkloadEngine:
     """
 
     def __init__(self, network, workload: Workload, system: SystemConfig,
-                 model: str, *, speed: np.ndarray, roofline: Roofline | None = None,
+                 model: str, *, speed: np.ndarray, compute: ComputeModel | None = None,
                  memory: MemoryConfig | None = None, collective_streams: int | None = None,
                  timeline: bool = False, replay: bool = True) -> None:
         self.net = network
         self.workload = workload
         self.system = system
         self.speed = speed
-        self.roofline = roofline
+        self.compute = compute
+        self._priced: dict[int, tuple[tuple, float]] = {}
         self.streams = collective_streams
         self.keep_timeline = timeline
         replicable = network.replicable and system.synchronization == "barrier"
@@ -97,7 +103,8 @@ class WorkloadEngine:
         self.rendezvous = CollectiveRendezvous(self.programs, network.npus)
         self.mailboxes = Mailboxes()
         self._templates: dict[tuple, object] = {}
-        self._custom: dict[str, list] = {}
+        #: custom collective traces by prefix, read once
+        self.custom_traces: dict[str, list] = {}
         self.collectives = 0
         self._phase_cache: dict[tuple, list] = {}
         self.messages = 0
@@ -105,6 +112,18 @@ class WorkloadEngine:
 
     def _state(self, index: int, program: Program) -> ProgramState:
         return program_state(index, program, self.net.npus)
+
+    def add_program(self, program: Program, *, origin: float,
+                    on_finish: Callable[[float], None]) -> ProgramState:
+        """Run another program (a rank of a custom collective) whose ops start no earlier
+        than ``origin``; ``on_finish(t)`` when its last op has finished."""
+        st = self._state(len(self.states), program)
+        st.origin, st.on_finish = origin, on_finish
+        self.states.append(st)
+        for op_id, n in st.remaining.items():
+            if n == 0:
+                self._make_ready(st, st.ops[op_id])
+        return st
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> RunRecord:
@@ -213,8 +232,8 @@ class WorkloadEngine:
 
     def _compute(self, st: ProgramState, op: Op, ready: np.ndarray) -> None:
         duration = op.duration_ns
-        if duration == 0.0 and self.roofline is not None and (op.flops or op.mem_bytes):
-            duration = float(self.roofline.time_ns(op.flops, op.mem_bytes))
+        if duration == 0.0 and self.compute is not None:
+            duration = self._price(op)
         durations = duration / self.speed[st.npus]
         free = self.compute_free[st.npus]
         if op.id in st.waits:
@@ -227,6 +246,18 @@ class WorkloadEngine:
         self.npu_compute[st.npus] += durations
         self._charge(self.layer_compute, op, float(durations.mean()))
         self._complete(st, op, end)
+
+    def _price(self, op: Op) -> float:
+        """A compute op's time from its kernels (memoised per kernels tuple: generators share
+        one tuple between the ops of every micro-batch), or from its FLOPs and bytes."""
+        if not op.kernels:
+            return self.compute.work_ns(op.flops, op.mem_bytes) \
+                if (op.flops or op.mem_bytes) else 0.0
+        memo = self._priced.get(id(op.kernels))
+        if memo is None:
+            memo = self._priced[id(op.kernels)] = (op.kernels,
+                                                   self.compute.kernels_ns(op.kernels))
+        return memo[1]
 
     # collectives
     def _arrive(self, st: ProgramState, op: Op, t: float) -> None:
@@ -263,51 +294,13 @@ class WorkloadEngine:
 
         custom = dict(self.system.custom).get(op.collective)
         if custom is not None:
-            self._issue_custom(op, custom, t, done)
+            issue_custom(self, op, custom, t, done)
             return
         if not any(chunks):
             done(t)
             return
         policy = None if op.priority == "default" else op.priority
         self.schedule.issue(chunks, at=t, on_done=done, policy=policy)
-
-    def _issue_custom(self, op: Op, prefix: str, t: float, done) -> None:
-        """Run a custom algorithm (per-rank send/recv traces) for one collective: each rank's
-        ops become a one-NPU program starting at ``t``; the collective ends with the last."""
-        from ..workload.chakra import read_custom_collective
-
-        ranks = self._custom.get(prefix)
-        if ranks is None:
-            ranks = self._custom[prefix] = read_custom_collective(prefix)
-        members = list(op.group) if op.group else list(range(self.net.npus))
-        if len(ranks) != len(members):
-            raise SimulationError(f"{prefix}: the custom {op.collective} has {len(ranks)} "
-                                  f"ranks, the collective {op.name or op.id} spans "
-                                  f"{len(members)} NPUs")
-        instance = self.collectives
-        left = [len(ranks)]
-        finish = [t]
-
-        def rank_done(t_end: float) -> None:
-            left[0] -= 1
-            finish[0] = max(finish[0], t_end)
-            if left[0] == 0:
-                done(finish[0])
-
-        from dataclasses import replace
-
-        for rank, ops in enumerate(ranks):
-            mapped = [replace(o, peer=None if o.peer is None else members[o.peer],
-                              tag=(instance, o.tag)) for o in ops]
-            program = Program(mapped, np.array([members[rank]]), f"{prefix}.{rank}.et")
-            st = self._state(len(self.states), program)
-            st.origin, st.on_finish = t, rank_done
-            self.states.append(st)
-            if not mapped:
-                rank_done(t)
-            for op_id, n in st.remaining.items():
-                if n == 0:
-                    self._make_ready(st, st.ops[op_id])
 
     # point-to-point
     def _peers(self, st: ProgramState, op: Op) -> np.ndarray:

@@ -22,6 +22,7 @@ from .fabric_network import FabricNetwork
 from .infragraph import parse_infragraph_config
 from .network import Network
 from .network_config import NetworkConfig, parse_network_config
+from .view import LogicalView
 
 #: How many built networks :func:`load_network` keeps (least recently used dropped first).
 CACHE_SIZE = 64
@@ -44,7 +45,7 @@ def load_network(source: Any) -> AnyNetwork:
     >>> net.npus, net.num_links
     (8, 16)
     """
-    if isinstance(source, (Network, FabricNetwork)):
+    if isinstance(source, (Network, FabricNetwork, LogicalView)):
         return source
     if isinstance(source, (NetworkConfig, FabricConfig)):
         config = source

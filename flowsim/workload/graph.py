@@ -94,6 +94,10 @@ class Op:
         Index into the workload's ``layers`` (-1: none).
     pass_ : str
         ``fwd``, ``ig``, ``wg`` or ``""``.
+    kernels : tuple of kernels
+        What a compute op does, as kernel shapes (:mod:`flowsim.workload.kernels`) a compute
+        model prices when ``duration_ns`` is 0; ``flops`` / ``mem_bytes`` then count their
+        totals for reporting.
     """
 
     id: int
@@ -117,6 +121,7 @@ class Op:
     priority: str = "default"
     layer: int = -1
     pass_: str = ""
+    kernels: tuple = ()
 
 
 @dataclass(eq=False)
@@ -162,6 +167,9 @@ class Workload:
     #: were loaded for (ASTRA-sim 1.0's ``HYBRID_TRANSFORMER`` splits a dimension in two);
     #: ``None``: the network given
     network: Any = None
+    #: the compute model the workload's kernels are priced with unless the simulation is
+    #: given one: a device preset name (:mod:`flowsim.compute`) or a Roofline; ``None``: none
+    compute: Any = None
 
 
 def spmd(ops: Sequence[Op], npus: int, *, layers: Sequence[str] = (), name: str = "workload",

@@ -89,6 +89,15 @@ class Roofline:
         time = np.maximum(compute_s, memory_s) * 1e9
         return float(time) if time.ndim == 0 else time
 
+    def work_ns(self, flops: float, mem_bytes: float) -> float:
+        """Time of one op of ``flops`` FLOPs moving ``mem_bytes`` bytes (ns)."""
+        return float(self.time_ns(flops, mem_bytes))
+
+    def kernels_ns(self, kernels) -> float:
+        """Time of kernels run one after the other, each on the roofline of its FLOPs and
+        bytes (:mod:`flowsim.workload.kernels`), ns."""
+        return sum(self.work_ns(k.flops, k.bytes) for k in kernels)
+
 
 def parse_roofline(mapping: Any, source: str, *, key: str = "roofline",
                    default: Roofline | None = None) -> Roofline:
