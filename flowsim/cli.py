@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("always", FlowsimWarning)
-            warnings.showwarning = _warning_line  # type: ignore[assignment]
+            warnings.showwarning = _warning_line
             return {"collective": _run_collective, "run": _run_workload,
                     "sweep": _run_sweep, "merge": _run_merge}[args.command](args)
     except FlowsimError as exc:

@@ -91,7 +91,7 @@ def test_subcommand_help_lists_bundled_configs_and_defaults(capsys, command):
     formatter = sub._get_formatter()
     for action in sub._actions:
         if action.option_strings and action.default is not None and action.default is not False \
-                and action.default != []:
+                and action.default != [] and action.default != "==SUPPRESS==":
             assert "default" in formatter._get_help_string(action), action.dest
 
 

@@ -106,9 +106,9 @@ def sweep(spec: str | os.PathLike | Mapping[str, Any] | SweepSpec, output: Any =
         folder = Path(output)
         path = folder / _shard_name(*shard_t)
         if path.exists():
-            with xr.open_dataset(path, engine="scipy") as done:
-                if done.attrs.get("spec_digest") == spec.digest:
-                    return done.load()
+            with xr.open_dataset(path, engine="scipy") as written:
+                if written.attrs.get("spec_digest") == spec.digest:
+                    return written.load()
             raise ConfigError(f"{path}: belongs to another sweep (spec changed?); "
                               f"remove it or write the shards to another folder")
         results = compute(spec, shard_indices(spec.size, *shard_t), jobs=jobs, client=client,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ..collectives import FLAT_PREFIX, base_algorithm
 from ..errors import ConfigError, FlowsimWarning
-from ..topology import Network
+from ..topology.load import AnyNetwork
 from .config import IMPLEMENTATION_KEYS, SystemConfig
 
 
@@ -98,7 +98,7 @@ def chunk_sizes(size: int, splits: int) -> list[int]:
 TREE = "doubleBinaryTree"
 
 
-def _check_algorithm(network: Network, system: SystemConfig, collective: str, name: str,
+def _check_algorithm(network: AnyNetwork, system: SystemConfig, collective: str, name: str,
                      dims: tuple[int, ...], key: str) -> None:
     algorithm = base_algorithm(name)
     if algorithm.name == TREE and collective in ("reduce_scatter", "all_gather", "all_to_all"):
@@ -117,7 +117,7 @@ def _check_algorithm(network: Network, system: SystemConfig, collective: str, na
             raise ConfigError(f"{system.source}: key '{key}': {exc}") from None
 
 
-def collective_phases(network: Network, system: SystemConfig, collective: str,
+def collective_phases(network: AnyNetwork, system: SystemConfig, collective: str,
                       chunk: float, *, dims: tuple[int, ...] | None = None,
                       root: int = 0, group: tuple[int, ...] = (),
                       scope: tuple[int, ...] = ()) -> list[Phase]:
@@ -182,7 +182,7 @@ def _group_phases(system: SystemConfig, collective: str, chunk: float, root: int
                   members=tuple(group))]
 
 
-def _dimension_phases(network: Network, system: SystemConfig, collective: str, chunk: float,
+def _dimension_phases(network: AnyNetwork, system: SystemConfig, collective: str, chunk: float,
                       involved: tuple[int, ...], names: tuple[str, ...], root: int,
                       scope: tuple[int, ...]) -> list[Phase]:
     """One phase per involved dimension, composed as the module docstring says."""

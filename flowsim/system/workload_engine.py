@@ -250,13 +250,15 @@ class WorkloadEngine:
     def _price(self, op: Op) -> float:
         """A compute op's time from its kernels (memoised per kernels tuple: generators share
         one tuple between the ops of every micro-batch), or from its FLOPs and bytes."""
+        compute = self.compute
+        assert compute is not None   # called only with a compute model (see _compute)
         if not op.kernels:
-            return self.compute.work_ns(op.flops, op.mem_bytes) \
+            return compute.work_ns(op.flops, op.mem_bytes) \
                 if (op.flops or op.mem_bytes) else 0.0
         memo = self._priced.get(id(op.kernels))
         if memo is None:
             memo = self._priced[id(op.kernels)] = (op.kernels,
-                                                   self.compute.kernels_ns(op.kernels))
+                                                   compute.kernels_ns(op.kernels))
         return memo[1]
 
     # collectives

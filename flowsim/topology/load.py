@@ -28,7 +28,7 @@ from .view import LogicalView
 CACHE_SIZE = 64
 
 AnyConfig = NetworkConfig | FabricConfig
-AnyNetwork = Network | FabricNetwork
+AnyNetwork = Network | FabricNetwork | LogicalView
 
 
 def load_network(source: Any) -> AnyNetwork:

@@ -63,7 +63,7 @@ def decode_varint(buf: bytes | memoryview, pos: int, end: int | None = None) -> 
 
 
 def iter_fields(buf: bytes | memoryview, pos: int, end: int
-                ) -> Iterator[tuple[int, int, int | tuple[int, int], int]]:
+                ) -> Iterator[tuple[int, int, Any, int]]:  # value: int, or a (start, stop) span
     """Yield ``(field_number, wire_type, value, offset)`` for each field of ``buf[pos:end]``.
 
     ``value`` is an unsigned int for wire types 0, 1 and 5 (the raw bits of fixed fields) and
@@ -285,7 +285,7 @@ def decode_node(buf: memoryview, start: int, stop: int) -> dict:
         elif field in (_CTRL_DEPS, _DATA_DEPS):
             key = "ctrl_deps" if field == _CTRL_DEPS else "data_deps"
             if wire == LEN:  # packed (proto3's default) ...
-                node[key].extend(iter_packed(buf, *value, VARINT))
+                node[key].extend(iter_packed(buf, value[0], value[1], VARINT))
             else:            # ... or one varint per element
                 _expect(wire, VARINT, field, at, f"Node.{key}")
                 node[key].append(value)
@@ -333,7 +333,7 @@ def _decode_attr(buf: memoryview, start: int, stop: int) -> tuple[str, str, Any]
                         continue
                     if sub_wire == LEN and scalar_wire != LEN:
                         value.extend(decode(x)
-                                     for x in iter_packed(buf, *sub_raw, scalar_wire))
+                                     for x in iter_packed(buf, sub_raw[0], sub_raw[1], scalar_wire))
                     else:
                         _expect(sub_wire, scalar_wire, sub, sub_at, f"{scalar}_list value")
                         value.append(_decode_scalar(buf, scalar, sub_raw, sub_at))

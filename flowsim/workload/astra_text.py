@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from .._io import read_text
 from .._validate import DURATION_NS, SIZE_BYTES, as_text
@@ -177,7 +178,7 @@ def parse_astra_text(text: str, source: str = "<text>") -> TextWorkload:
             raise ConfigError(f"{source}:{n}: a {keyword} layer line has {fields} fields, "
                               f"found {len(tokens)}")
         names = ("fwd", "ig", "wg")
-        values = {}
+        values: dict[str, Any] = {}
         for k, name in enumerate(names):
             base = 2 + 3 * k
             values[f"{name}_compute"] = _number(tokens[base], source, n,

@@ -182,7 +182,7 @@ def _stage_ops(spec: TransformerSpec, stage: int, offsets: list[int],
     top = spec.layers if logits else own[-1]          # the stage's last layer index
     layer_bytes = layer_parameter_bytes(spec)
     logits_bytes = (-(-spec.vocab // spec.tp) * spec.hidden * spec.dtype_bytes
-                    if logits else 0)
+                    if logits and spec.vocab is not None else 0)   # logits: a vocab is set
     order = pipeline_schedule(spec.schedule, spec.pp, stage, spec.micro_batches)
     final = max(i for i, (kind, _) in enumerate(order) if kind == "bwd")
     for i, (kind, m) in enumerate(order):

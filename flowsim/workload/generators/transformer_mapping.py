@@ -72,7 +72,8 @@ def _some_assignment(sizes: tuple[int, ...], degree: dict[str, int]
     if len(sizes) > 8:
         return None
     for owners in itertools.product(PARALLELISMS, repeat=len(sizes)):
-        dims = {p: tuple(d for d, o in enumerate(owners) if o == p) for p in PARALLELISMS}
+        dims: dict[str, tuple[int, ...]] = {p: tuple(d for d, o in enumerate(owners) if o == p)
+                                            for p in PARALLELISMS}
         if all(math.prod(sizes[d] for d in dims[p]) == degree[p] for p in PARALLELISMS):
             return dims
     return None
