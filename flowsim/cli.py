@@ -36,8 +36,9 @@ def _run_sweep(args: argparse.Namespace) -> int:
                 from None
         client = Client(args.dask)
     try:
+        options = {} if args.checkpoint is None else {"checkpoint_seconds": args.checkpoint}
         ds = sweep(args.spec, args.output, jobs=args.jobs, client=client, shard=args.shard,
-                   progress=not args.no_progress)
+                   progress=not args.no_progress, max_work=args.max_work, **options)
     except SweepInterrupted as stop:
         print(f"flowsim: interrupted; {len(stop.results)} finished point(s) kept, run the "
               f"same command again to resume", file=sys.stderr)
@@ -103,7 +104,7 @@ def _run_collective(args: argparse.Namespace) -> int:
     from .units import format_size, format_time
 
     _check_output("-o", args.output)
-    _check_output("--trace", args.trace)
+    _check_output("--trace", args.trace, trace=True)
     dims = None
     if args.dims is not None:
         try:
@@ -114,10 +115,10 @@ def _run_collective(args: argparse.Namespace) -> int:
     network = load_network(_with_failures(args) if args.fail or args.degrade else args.network)
     ds = simulate_collective(network, args.collective, args.size, args.system,
                              model=args.model, dims=dims, root=args.root, src=args.src,
-                             dst=args.dst, trace=args.trace)
+                             dst=args.dst, trace=args.trace, max_work=args.max_work)
     if args.output:
         from .results import write_dataset
-        write_dataset(ds, args.output)
+        write_dataset(ds, args.output, option="-o")
     summary = {
         "time_ns": float(ds.time_ns),
         "model": ds.attrs["model"],
@@ -172,17 +173,20 @@ def _roofline_option(text: str | None) -> dict | None:
     return dict(zip(keys, values))
 
 
-def _check_output(option: str, path: str | None, *, folder: bool = False) -> None:
-    """Fail before simulating when an output cannot be written."""
+def _check_output(option: str, path: str | None, *, folder: bool = False,
+                  trace: bool = False) -> None:
+    """Fail before simulating when an output cannot be written: a Dataset file in a format
+    its extension names, a trace ``.json``, or a folder for CSVs."""
+    from .results.io import output_format
+
     if path is None:
         return
     if folder:
         if Path(path).exists() and not Path(path).is_dir():
             raise ConfigError(f"argument {option}: {path} exists and is not a folder")
         return
-    from ._io import check_target
-
-    check_target(path, option=option)
+    output_format(path, option=option, formats={".json": "Chrome trace JSON"} if trace
+                  else None)
 
 
 def _run_workload(args: argparse.Namespace) -> int:
@@ -193,45 +197,51 @@ def _run_workload(args: argparse.Namespace) -> int:
     from .units import format_size, format_time
 
     _check_output("-o", args.output)
-    _check_output("--trace", args.trace)
+    _check_output("--trace", args.trace, trace=True)
     _check_output("--csv", args.csv, folder=True)
     ds = simulate(args.network, args.workload, args.system, model=args.model,
                   iterations=args.iterations, compute_scale=args.compute_scale,
                   comm_scale=args.comm_scale, memory=args.memory,
                   roofline=_roofline_option(args.roofline), comm_groups=args.comm_group,
-                  trace=args.trace)
+                  trace=args.trace, max_work=args.max_work)
     written = []
     if args.output:
         from .results import write_dataset
-        write_dataset(ds, args.output)
+        write_dataset(ds, args.output, option="-o")
         written.append(args.output)
     if args.csv:
         from .results import write_csvs
         written += [str(p) for p in write_csvs(ds, args.csv)]
     if args.trace:
         written.append(args.trace)
+    from .results.workload import shares
+
     compute = float(ds.compute_ns.mean())
     exposed = float(ds.exposed_comm_ns.mean())
     summary = {"time_ns": float(ds.time_ns), "model": ds.attrs["model"],
                "workload": ds.attrs["workload"], "npus": ds.attrs["npus"],
                "iterations": ds.attrs["iterations"], "compute_ns": compute,
                "exposed_comm_ns": exposed, "idle_ns": float(ds.idle_ns.mean()),
-               "dim_bytes": ds.dim_bytes.values.tolist(),
+               **shares(ds),
+               "dim_bytes": [float(b) if np.isfinite(b) else None
+                             for b in ds.dim_bytes.values],
                "collectives": ds.attrs["collectives"],
                "stats": from_attrs(ds.attrs).as_dict()}
     if args.json:
         print(json.dumps(summary))
         return 0
     total = summary["time_ns"]
-    span = float(ds.finish_ns.mean())  # an NPU's time: until its last op or collective
     print(f"flowsim {__version__}: {summary['workload']} on {summary['npus']} NPUs, "
           f"{summary['iterations']} iteration(s), {summary['model']} model")
     print(f"  time:          {format_time(total)}  ({total:.1f} ns)")
-    share = (lambda v: f"{100 * v / span:5.1f}%") if span > 0 else (lambda v: "  -  ")
-    print(f"  compute:       {format_time(compute)}  {share(compute)} (means over NPUs, "
-          "shares of their time)")
-    print(f"  exposed comm:  {format_time(exposed)}  {share(exposed)}")
-    print(f"  idle:          {format_time(summary['idle_ns'])}  {share(summary['idle_ns'])}")
+
+    def share(key: str) -> str:
+        return f"{100 * summary[key]:5.1f}%" if np.isfinite(summary[key]) else "  -  "
+
+    print(f"  compute:       {format_time(compute)}  {share('compute_share')} (means over "
+          "NPUs, shares of their time)")
+    print(f"  exposed comm:  {format_time(exposed)}  {share('exposed_comm_share')}")
+    print(f"  idle:          {format_time(summary['idle_ns'])}  {share('idle_share')}")
     by_layer = ds.layer_exposed_comm_ns.sum("pass")
     if float(by_layer.sum()) > 0:
         top = by_layer.sortby(by_layer, ascending=False)[:3]
@@ -256,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("always", FlowsimWarning)
+            # each warning once per run ("default"), however many chunks or ops repeat it
+            warnings.simplefilter("default", FlowsimWarning)
             warnings.showwarning = _warning_line
             return {"collective": _run_collective, "run": _run_workload,
                     "sweep": _run_sweep, "merge": _run_merge}[args.command](args)

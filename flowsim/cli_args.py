@@ -4,6 +4,7 @@ checked (through :mod:`flowsim._validate`, so a bad value reads as any other inp
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -121,9 +122,11 @@ def _collective_command(commands: Any) -> None:
     coll.add_argument("--json", action="store_true",
                       help="print one JSON object (time_ns, model, npus, ...) instead of text")
     coll.add_argument("-o", "--output", default=None,
-                      help="write the full result Dataset (NetCDF, .nc)")
+                      help="write the full result Dataset; the format follows the extension: "
+                           ".nc (NetCDF4), .zarr, .csv or .json")
     coll.add_argument("--trace", default=None,
                       help="write a Chrome-trace / Perfetto timeline (.json)")
+    _max_work(coll)
 
 
 def _run_command(commands: Any) -> None:
@@ -170,10 +173,14 @@ def _run_command(commands: Any) -> None:
                      help="Chakra communicator groups json {\"<pg_name>\": [ranks]} (Chakra "
                           "traces only; default: <prefix>.comm_group.json if present)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
-    run.add_argument("-o", "--output", default=None, help="write the Dataset (NetCDF, .nc)")
+    run.add_argument("-o", "--output", default=None,
+                     help="write the Dataset; the format follows the extension: .nc (NetCDF4), "
+                          ".zarr, .csv or .json")
     run.add_argument("--csv", default=None, metavar="DIR",
                      help="write end_to_end.csv (per layer, as ASTRA-sim 1.0) and npus.csv")
-    run.add_argument("--trace", default=None, help="write a Chrome-trace timeline (.json)")
+    run.add_argument("--trace", default=None,
+                     help="write a Chrome-trace / Perfetto timeline of every NPU (.json)")
+    _max_work(run)
 
 
 def _sweep_commands(commands: Any) -> None:
@@ -184,8 +191,8 @@ def _sweep_commands(commands: Any) -> None:
         description="Run every point of a sweep spec and write one xarray Dataset.")
     sw.add_argument("spec", help="sweep spec YAML (see README, 'Sweeps and clusters')")
     sw.add_argument("-o", "--output", required=True,
-                    help="result file (.nc, or .zarr with zarr installed); with --shard, the "
-                         "folder that receives shard files")
+                    help="result file (.nc, .zarr, .csv or .json, by extension); with --shard, "
+                         "the folder that receives shard files")
     sw.add_argument("--jobs", type=_argument("as_int", int, minimum=1, maximum=MAX_JOBS),
                     default=None,
                     help="processes (default: all cores)")
@@ -195,8 +202,27 @@ def _sweep_commands(commands: Any) -> None:
     sw.add_argument("--dask", default=None, metavar="ADDRESS",
                     help="run on the dask.distributed scheduler at ADDRESS")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sw.add_argument("--checkpoint", type=_argument("as_number", float, minimum=0.0,
+                                                   maximum=86400.0),
+                    default=None, metavar="SECONDS",
+                    help="save finished points every SECONDS (default: 5, "
+                         "flowsim.sweep.execute.CHECKPOINT_SECONDS); an interrupted or killed "
+                         "sweep resumes from them")
+    _max_work(sw, "each point")
     mg = commands.add_parser(
         "merge", help="merge the shard files of a sweep", formatter_class=_HelpFormatter,
         description="Check that every shard of one sweep is present and write the result.")
     mg.add_argument("folder", help="folder with shard-IIIII-of-NNNNN.nc files")
-    mg.add_argument("-o", "--output", required=True, help="result file (.nc or .zarr)")
+    mg.add_argument("-o", "--output", required=True,
+                    help="result file (.nc, .zarr, .csv or .json, by extension)")
+
+
+def _max_work(parser: argparse.ArgumentParser, what: str = "the run") -> None:
+    """``--max-work`` (the default is read where the budget lives, not imported here: the
+    parser stays cheap to build)."""
+    finite = _argument("as_number", float, positive=True)
+    parser.add_argument("--max-work", type=lambda text: math.inf if text.strip().lower() in
+                        ("inf", "infinity") else finite(text),
+                        default=None, metavar="UNITS",
+                        help=f"refuse {what} when its estimated work exceeds UNITS (default: "
+                             "1e+11, flowsim.system.budget.DEFAULT_MAX_WORK; 'inf': no limit)")

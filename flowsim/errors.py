@@ -6,8 +6,12 @@ Every error about an input names *where* the bad value came from (a file, a key,
 
 from __future__ import annotations
 
+import functools
 import reprlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: bounded ``repr`` for messages: a two-million-entry list or a deep nest costs nothing
 _REPR = reprlib.Repr()
@@ -106,3 +110,32 @@ def config_error(source: str | None, key: str, expected: str, found: Any, *,
     # the parts, for callers that word the message their own way (command-line options)
     error.key, error.expected = key, expected
     return error
+
+
+#: Exceptions of Python and numpy that a bad argument can raise deep inside a call.
+_ARGUMENT_FAILURES = (TypeError, ValueError, AttributeError, KeyError, IndexError,
+                      OverflowError, ZeroDivisionError, RecursionError)
+
+
+def public_api(function: F) -> F:
+    """Decorator of the public functions: they raise only :class:`FlowsimError` subclasses.
+
+    Inputs are validated at the edge; what slips past (a bytes path, a set where a list
+    belongs, ...) and surfaces as a ``TypeError`` / ``ValueError`` / ... from inside numpy or
+    the standard library becomes a :class:`ConfigTypeError` (still a ``TypeError``) or a
+    :class:`ConfigError` (still a ``ValueError``) naming the function, with the original
+    exception chained for debugging.
+    """
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except FlowsimError:
+            raise
+        except _ARGUMENT_FAILURES as exc:
+            cls = ConfigTypeError if isinstance(exc, (TypeError, AttributeError)) \
+                else ConfigError
+            text = " ".join(str(exc).split())[:300]
+            raise cls(f"{function.__name__}: an argument flowsim cannot use "
+                      f"({type(exc).__name__}: {text})") from exc
+    return wrapper  # type: ignore[return-value]

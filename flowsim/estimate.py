@@ -24,10 +24,12 @@ import numpy as np
 if TYPE_CHECKING:
     import xarray as xr
 
+from ._validate import BANDWIDTH_GBPS, LATENCY_NS, SIZE_BYTES
 from .collectives import canonical_collective
-from .errors import ConfigError, config_error
+from .errors import ConfigError, SimulationError, config_error, public_api
 from .network.engine import check_model
 from .system import cost
+from .system.budget import check_max_work, check_work, collective_work
 from .system.collective import _check_dims, _check_npu
 from .system.config import SystemConfig
 from .system.load import load_system
@@ -59,11 +61,15 @@ def _collective(collective: str) -> str:
     return name
 
 
+@public_api
 def estimate(network: Any, collective: str, size: int | str, system: Any = None,
-             model: str = "analytical", *, dims: Any = None, root: int = 0) -> float:
+             model: str = "analytical", *, dims: Any = None, root: int = 0,
+             max_work: float | None = None) -> float:
     """Time of one collective in ns (what :func:`flowsim.simulate_collective` reports as
     ``time_ns``), without building a Dataset. Repeated calls reuse built networks, parsed
-    system configs and compiled kernels."""
+    system configs and compiled kernels. ``max_work``: the work budget (see
+    :mod:`flowsim.system.budget`)."""
+    budget = check_max_work(max_work)
     net = load_network(network)
     sys_cfg = _system(system)
     model = check_model(model)
@@ -72,7 +78,9 @@ def estimate(network: Any, collective: str, size: int | str, system: Any = None,
     dims_t, root = _check_dims(net, dims), _check_npu(net, root, "root")
     chunks = assign_variants([collective_phases(net, sys_cfg, name, c, dims=dims_t, root=root)
                               for c in chunk_sizes(nbytes, sys_cfg.splits)])
-    schedule = Schedule(net, sys_cfg, model, replicate=can_replicate(net, sys_cfg, chunks, False))
+    replicate = can_replicate(net, sys_cfg, chunks, False)
+    check_work(collective_work(net, chunks, replicate), budget, "collective")
+    schedule = Schedule(net, sys_cfg, model, replicate=replicate)
     schedule.issue(chunks)
     schedule.run()
     return max(schedule.ledger.collective_end.values(), default=0.0)
@@ -96,6 +104,7 @@ def _broadcast_dims(value: Any, ndims: int, name: str, default: np.ndarray) -> l
     return [arr[..., d] for d in range(ndims)]
 
 
+@public_api
 def estimate_batch(network: Any, collective: str, size: Any, system: Any = None, *,
                    bandwidth: Any = None, latency: Any = None, dims: Any = None,
                    model: str = "analytical") -> np.ndarray | xr.DataArray:
@@ -167,11 +176,16 @@ def _grid(size: Any, bws: list, lats: list) -> tuple[tuple[int, ...], np.ndarray
     """Validated, broadcast grid: its shape, and per point the size (bytes), and per point and
     dimension the bandwidth (bytes/ns) and latency (ns)."""
     size = np.asarray(size)
-    if size.dtype.kind not in "iu" or np.any(size < 1):
-        raise config_error("argument", "size", "whole numbers of bytes > 0", size)
-    if any(np.any(~(b > 0)) for b in bws) or any(np.any(~(la >= 0)) for la in lats):
-        raise ConfigError("argument 'bandwidth'/'latency': bandwidths must be > 0 and "
-                          "latencies >= 0 (ns)")
+    if size.dtype.kind not in "iu" or np.any(size < 1) or np.any(size > SIZE_BYTES.maximum):
+        raise config_error("argument", "size", "whole numbers of bytes > 0, at most 2**53",
+                           size)
+    # the ranges of config files: beyond them products overflow to inf or NaN
+    if any(np.any(~((b >= BANDWIDTH_GBPS.minimum) & (b <= BANDWIDTH_GBPS.maximum)))
+           for b in bws) or any(np.any(~((la >= 0) & (la <= LATENCY_NS.maximum)))
+                                for la in lats):
+        raise ConfigError(f"argument 'bandwidth'/'latency': bandwidths must be > 0 "
+                          f"({BANDWIDTH_GBPS.minimum:g} to {BANDWIDTH_GBPS.maximum:g} GB/s) "
+                          f"and latencies >= 0 (at most {LATENCY_NS.maximum:g} ns)")
     try:
         arrays = np.broadcast_arrays(size, *bws, *lats)
     except ValueError:
@@ -210,6 +224,9 @@ def _analytical_points(net: Network, system: SystemConfig, collective: str,
                                       large[:, None], small[:, None])
     keys = [ph["queue"] for ph in phases]
     queues = np.array([sorted(set(keys)).index(k) for k in keys], np.int64)
+    if not np.all(np.isfinite(durations)):   # the kernel's loop needs finite times
+        raise SimulationError("estimate_batch: a phase's time is not finite (inputs too "
+                              "extreme for float64)")
     return queue_schedule(durations, queues, int(queues.max()) + 1, system.active_chunks)
 
 

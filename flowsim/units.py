@@ -89,7 +89,10 @@ def _with_unit(value: object, pattern: re.Pattern, units: Mapping[str, float],
 
 
 def format_time(ns: float) -> str:
-    """Human form of a duration in ns, e.g. ``'2.326 ms'``."""
+    """Human form of a duration in ns, e.g. ``'2.326 ms'`` (below a picosecond: ``'0 ns'``,
+    the float noise of differences of large times)."""
+    if abs(ns) < 1e-3:
+        return "0 ns"
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
         if abs(ns) >= scale:
             return f"{ns / scale:.4g} {unit}"

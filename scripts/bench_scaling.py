@@ -1,8 +1,9 @@
 """Scaling series: ring all-reduce (1 GiB, 16 chunks, localBWAware) on 3-D Ring x
 FullyConnected x Switch systems from 64 to 16384 NPUs, warm medians, for the analytical
 model, the flow model, and the flow model's raw engine (every step's flows simulated: no
-replay of isolated steps); prints a table and draws docs/scaling.png (wall time against NPUs,
-and the raw engine's against simulated flows x rate recomputations, log-log).
+replay of isolated steps); prints a table and draws scaling.png (wall time against NPUs,
+and the raw engine's against simulated flows x rate recomputations, log-log; pass
+``-o docs/scaling.png`` to refresh the documentation's figure).
 
     python scripts/bench_scaling.py [--repeats 3] [--no-symmetry]
 """
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-symmetry", action="store_true",
                         help="simulate every group (the flow model's raw cost)")
-    parser.add_argument("-o", "--output", default="docs/scaling.png")
+    parser.add_argument("-o", "--output", default="scaling.png")
     args = parser.parse_args(argv)
     flowsim.warmup()
     rows = []

@@ -1,7 +1,7 @@
 """All-reduce and all-to-all time against leaf-spine oversubscription on a DGX-like pod
 (the README's "Fabrics" figure).
 
-    python scripts/fabric_oversubscription.py [--hosts 128] [-o docs/fabric_oversubscription.png]
+    python scripts/fabric_oversubscription.py [--hosts 128] [-o fabric_oversubscription.png]
 
 Both collectives are hierarchical over the logical dims [8 GPUs of a host, hosts]; the
 all-to-all's host phase crosses the spines, the all-reduce's host phase (ring, on 1/8 of the
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=128)
     parser.add_argument("--size", default="256MiB")
-    parser.add_argument("-o", "--output", default="docs/fabric_oversubscription.png")
+    parser.add_argument("-o", "--output", default="fabric_oversubscription.png")
     args = parser.parse_args(argv)
     times = np.zeros((2, 2, len(RATIOS)))
     collectives = ["all_reduce", "all_to_all"]

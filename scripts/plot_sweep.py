@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.result.endswith(".zarr"):
         ds = xr.open_zarr(args.result)
     else:
-        ds = xr.open_dataset(args.result, engine="scipy")
+        ds = xr.open_dataset(args.result)
     da = ds[args.var]
     for item in args.select:
         name, _, value = item.partition("=")

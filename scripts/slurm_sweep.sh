@@ -21,6 +21,8 @@ flowsim sweep "$SPEC" -o "$OUT" --jobs "${SLURM_CPUS_PER_TASK:-1}" --no-progress
 
 # the first task queues the merge after the whole array has finished
 if [ "${SLURM_ARRAY_TASK_ID}" = "${SLURM_ARRAY_TASK_MIN:-0}" ]; then
+  # quote OUT for the shell that runs --wrap (a quote or $ in the path stays literal)
+  printf -v MERGE 'flowsim merge %q -o %q' "$OUT" "$OUT.nc"
   sbatch --dependency="afterok:${SLURM_ARRAY_JOB_ID}" --job-name=flowsim-merge \
-         --wrap="flowsim merge '$OUT' -o '$OUT.nc'"
+         --wrap="$MERGE"
 fi

@@ -42,7 +42,8 @@ TINY_TOPO = topo.Grid(
     shapes={"1D": (("Switch",), (16,)), "2D": (("FullyConnected", "Switch"), (4, 4)),
             "4D": (("Ring", "FullyConnected", "Ring", "Switch"), (2, 2, 2, 2))},
     sizes=("64KiB", "1MiB"), transformer_active=(1, 2),
-    transformer={"generator": "transformer", "layers": 1, "hidden": 256, "sequence": 128,
+    transformer={"generator": "transformer", "layers": 1, "hidden": 256, "heads": 4,
+                 "sequence": 128,
                  "micro_batch": 1, "micro_batches": 2, "tp": 4, "dp": 4})
 
 
@@ -110,7 +111,7 @@ def test_dlrm_study_core_on_tiny_systems(tmp_path):
     for name, ds in results.items():   # no point failed (skipped points are NaN, not errors)
         if "error" in ds:
             assert (ds.error == "").all(), name
-    it = xr.open_dataset(tmp_path / "dlrm_128_iteration.nc", engine="scipy").load()
+    it = xr.open_dataset(tmp_path / "dlrm_128_iteration.nc").load()
     assert dict(it.sizes) == {"system": 4, "allreduce": 2, "model": 2}
     assert (it.error == "").all()
     assert np.all(it.time_ns >= it.compute_ns) and np.all(it.exposed_comm_ns >= 0)

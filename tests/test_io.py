@@ -228,6 +228,6 @@ def test_netcdf_results_go_through_the_atomic_writer(tmp_path):
     write_dataset(ds, target)
     assert victim.read_text() == "precious"
     import xarray as xr
-    with xr.open_dataset(target, engine="scipy") as back:
+    with xr.open_dataset(target) as back:
         assert float(back.time_ns) == float(ds.time_ns)
     assert np.isfinite(float(ds.time_ns))

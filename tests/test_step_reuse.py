@@ -217,7 +217,7 @@ def test_resuming_a_phase_names_the_step_it_is_in(monkeypatch):
 
 TINY_TRANSFORMER = {"generator": "transformer", "layers": 8, "hidden": 1024, "sequence": 512,
                     "heads": 16, "micro_batch": 1, "micro_batches": 4, "tp": 8,
-                    "schedule": "1f1b", "roofline": {"peak_tflops": 312,
+                    "schedule": "1f1b", "scatter_gather": False, "roofline": {"peak_tflops": 312,
                                                      "memory_bandwidth_GBps": 2039,
                                                      "efficiency": 0.5}}
 

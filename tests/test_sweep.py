@@ -50,7 +50,7 @@ def test_processes_shards_and_merge_are_bit_identical(tmp_path):
         sweep(SPEC, tmp_path / "shards", shard=f"{i}/3", jobs=1)
     merged = merge(tmp_path / "shards", tmp_path / "merged.nc")
     xr.testing.assert_identical(serial.drop_attrs(), merged.drop_attrs())
-    on_disk = xr.open_dataset(tmp_path / "merged.nc", engine="scipy").load()
+    on_disk = xr.open_dataset(tmp_path / "merged.nc").load()
     np.testing.assert_array_equal(on_disk.time_ns.values, serial.time_ns.values)
 
 
@@ -61,7 +61,7 @@ def test_rerunning_a_shard_skips_it(tmp_path, monkeypatch):
     assert again.sizes["point"] == 8
 
 
-def _forbidden(point):
+def _forbidden(point, *rest):
     raise AssertionError("a finished point was computed again")
 
 
@@ -94,11 +94,11 @@ def test_interrupted_sweep_keeps_finished_points_and_resumes(tmp_path, monkeypat
     calls = {"n": 0}
     real = sweep_run.evaluate_point
 
-    def flaky(point):
+    def flaky(point, *rest):
         calls["n"] += 1
         if calls["n"] == 5:
             raise KeyboardInterrupt
-        return real(point)
+        return real(point, *rest)
 
     monkeypatch.setattr(sweep_run, "evaluate_point", flaky)
     out = tmp_path / "result.nc"
@@ -199,8 +199,8 @@ def test_cli_sweep_and_merge(tmp_path, capsys):
         assert main(["sweep", str(spec), "-o", str(tmp_path / "sh"), "--shard", f"{i}/2",
                      "--jobs", "1", "--no-progress"]) == 0
     assert main(["merge", str(tmp_path / "sh"), "-o", str(tmp_path / "merged.nc")]) == 0
-    a = xr.open_dataset(tmp_path / "all.nc", engine="scipy").load()
-    b = xr.open_dataset(tmp_path / "merged.nc", engine="scipy").load()
+    a = xr.open_dataset(tmp_path / "all.nc").load()
+    b = xr.open_dataset(tmp_path / "merged.nc").load()
     np.testing.assert_array_equal(a.time_ns.values, b.time_ns.values)
     assert main(["merge", str(tmp_path / "nothing"), "-o", str(tmp_path / "x.nc")]) == 2
     assert "no shard files" in capsys.readouterr().err

@@ -58,9 +58,6 @@ class Device:
         Fraction of ``memory_gbps`` memory-bound kernels reach.
     launch_us : float
         Fixed cost of one kernel (launch, ramp-up and tail), µs.
-    scale_up_gbps : float
-        Per-direction bandwidth of the device's scale-up links (NVLink), GB/s (10^9 B/s); used
-        by cluster presets.
     source : str
         Where the numbers come from.
     """
@@ -76,7 +73,6 @@ class Device:
     attention_backward: float
     memory_efficiency: float = 0.9
     launch_us: float = 4.0
-    scale_up_gbps: float = 0.0
     source: str = field(default="", compare=False)
 
     def peak(self, dtype: str) -> float:
@@ -89,23 +85,23 @@ A100_SXM_80GB = Device(
     name="a100_sxm_80gb", sms=108,
     peak_tflops=(("bf16", 312.0), ("fp16", 312.0), ("tf32", 156.0), ("fp32", 19.5)),
     memory_gbps=2039.0, memory_gb=80.0, mamf_tflops=267.9, mamf_shape=(6912, 16384, 2048),
-    attention_forward=0.73, attention_backward=0.55, scale_up_gbps=300.0,
+    attention_forward=0.73, attention_backward=0.55,
     source="NVIDIA A100 datasheet; MAMF: ml-engineering accelerator table (CUDA 12.1); "
-           "attention: FlashAttention-2 sec. 4.1; NVLink 3: 600 GB/s bidirectional")
+           "attention: FlashAttention-2 sec. 4.1")
 A100_SXM_40GB = Device(
     name="a100_sxm_40gb", sms=108,
     peak_tflops=A100_SXM_80GB.peak_tflops, memory_gbps=1555.0, memory_gb=40.0,
     mamf_tflops=267.9, mamf_shape=(6912, 16384, 2048), attention_forward=0.73,
-    attention_backward=0.55, scale_up_gbps=300.0,
+    attention_backward=0.55,
     source="NVIDIA A100 datasheet (HBM2, 1,555 GB/s); compute as the 80 GB part")
 H100_SXM_80GB = Device(
     name="h100_sxm_80gb", sms=132,
     peak_tflops=(("bf16", 989.4), ("fp16", 989.4), ("fp8", 1978.9), ("tf32", 494.7),
                  ("fp32", 66.9)),
     memory_gbps=3350.0, memory_gb=80.0, mamf_tflops=792.1, mamf_shape=(6144, 17920, 2816),
-    attention_forward=0.75, attention_backward=0.5, scale_up_gbps=450.0,
+    attention_forward=0.75, attention_backward=0.5,
     source="NVIDIA H100 datasheet; MAMF: ml-engineering accelerator table (CUDA 12.1); "
-           "attention: FlashAttention-3; NVLink 4: 900 GB/s bidirectional")
+           "attention: FlashAttention-3")
 
 #: presets by name (also reachable by the short names ``a100``, ``h100``)
 DEVICES: Mapping[str, Device] = MappingProxyType({

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._arrays import gather_segments
-from ..errors import FlowSetError
+from ..errors import FlowSetError, public_api
 from .engine import FlowEngine, NetworkModel, check_model
 from .maxmin import validate_incidence
 
@@ -70,6 +70,7 @@ def _check_dependencies(n: int, dep_indptr: np.ndarray, dep_ids: np.ndarray) -> 
                            + (" ..." if stuck.size > 10 else ""))
 
 
+@public_api
 def simulate_flows(capacity: np.ndarray, link_latency: np.ndarray, indptr: np.ndarray,
                    links: np.ndarray, nbytes: np.ndarray, *, model: NetworkModel = "flow",
                    release_ns: np.ndarray | None = None, delay_ns: np.ndarray | None = None,

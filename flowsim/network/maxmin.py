@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import FlowSetError
+from ..errors import FlowSetError, public_api
 from . import _kernels
 
 
@@ -63,6 +63,7 @@ def validate_incidence(capacity: np.ndarray, indptr: np.ndarray, links: np.ndarr
     return capacity, indptr, links
 
 
+@public_api
 def maxmin_rates(capacity: np.ndarray, indptr: np.ndarray, links: np.ndarray) -> np.ndarray:
     """Max-min fair rate of every flow.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,10 @@ class RunRecord:
     npu_blocked_ns : ndarray, shape (npus,)
         Blocked only (ASTRA-sim 1.0's per-layer sums).
     layer_compute_ns, layer_exposed_ns, layer_comm_ns : ndarray, shape (layers + 1, passes)
-        Per layer and pass; the last row collects unlabelled ops.
+        Per layer and pass, summed over the NPUs that ran the layer's ops; the last row
+        collects unlabelled ops.
+    layer_npus : ndarray of int, shape (layers + 1,)
+        NPUs that ran ops of each layer (the per-layer means divide by it).
     dim_bytes, dim_busy_ns : ndarray, shape (ndims,)
     collectives, messages : int
     stats : SimulationStats
@@ -55,6 +59,7 @@ class RunRecord:
     layer_compute_ns: np.ndarray
     layer_exposed_ns: np.ndarray
     layer_comm_ns: np.ndarray
+    layer_npus: np.ndarray
     dim_bytes: np.ndarray
     dim_busy_ns: np.ndarray
     collectives: int
@@ -75,7 +80,9 @@ def workload_dataset(record: RunRecord, network, system, model: str, workload: W
     cfg = network.config
     _, _, per_link = per_dimension_config(network)
     total = float(record.time_ns)
-    idle = np.maximum(record.npu_finish_ns - record.npu_compute_ns - record.npu_exposed_ns, 0)
+    idle = record.npu_finish_ns - record.npu_compute_ns - record.npu_exposed_ns
+    idle[idle < IDLE_NOISE_NS] = 0.0   # float rounding of the subtraction, not idle time
+    per_npu = np.maximum(record.layer_npus, 1)[:, None]  # sums over NPUs -> means
     ds = xr.Dataset(
         data_vars={
             "time_ns": ((), total),
@@ -84,9 +91,10 @@ def workload_dataset(record: RunRecord, network, system, model: str, workload: W
             "exposed_comm_ns": (("npu",), record.npu_exposed_ns),
             "blocked_comm_ns": (("npu",), record.npu_blocked_ns),
             "idle_ns": (("npu",), idle),
-            "layer_compute_ns": (("layer", "pass"), record.layer_compute_ns[keep]),
-            "layer_exposed_comm_ns": (("layer", "pass"), record.layer_exposed_ns[keep]),
-            "layer_comm_ns": (("layer", "pass"), record.layer_comm_ns[keep]),
+            "layer_compute_ns": (("layer", "pass"), (record.layer_compute_ns / per_npu)[keep]),
+            "layer_exposed_comm_ns": (("layer", "pass"),
+                                      (record.layer_exposed_ns / per_npu)[keep]),
+            "layer_comm_ns": (("layer", "pass"), (record.layer_comm_ns / per_npu)[keep]),
             # a fabric's links belong to no logical dimension: unknown, as for collectives
             "dim_bytes": (("dim",), np.full(network.ndims, np.nan) if per_link
                           else record.dim_bytes),
@@ -95,6 +103,7 @@ def workload_dataset(record: RunRecord, network, system, model: str, workload: W
         coords={
             "npu": np.arange(network.npus),
             "layer": np.array(layers, dtype=str)[keep],
+            "layer_npus": (("layer",), np.asarray(record.layer_npus, np.int64)[keep]),
             "pass": np.array(PASSES, dtype=str),
             "dim": np.arange(network.ndims),
             "topology": (("dim",), np.array(cfg.topology[: network.ndims] if not per_link
@@ -115,9 +124,26 @@ def workload_dataset(record: RunRecord, network, system, model: str, workload: W
             **to_attrs(record.stats),
         },
     )
+    ds.attrs.update(shares(ds))
     set_units(ds)
     ds["dim_bytes"].attrs["units"] = "bytes"
     return ds
+
+
+#: Sub-picosecond remainders of ``finish - compute - exposed`` are rounding, not idle time.
+IDLE_NOISE_NS = 1e-3
+
+
+def shares(ds: xr.Dataset) -> dict[str, float]:
+    """The one definition of a run's shares, used by the summary, ``--json``, the CSVs and the
+    Dataset's attributes: the mean over NPUs of compute, exposed communication and idle time,
+    each divided by the mean over NPUs of their finish time (so the three add up to 1).
+    NaN when no NPU did anything."""
+    span = float(ds.finish_ns.mean())
+    names = {"compute_share": "compute_ns", "exposed_comm_share": "exposed_comm_ns",
+             "idle_share": "idle_ns"}
+    return {key: float(ds[var].mean()) / span if span > 0 else math.nan
+            for key, var in names.items()}
 
 
 def write_csvs(ds: xr.Dataset, directory: str | os.PathLike) -> list[Path]:
@@ -140,6 +166,8 @@ def write_csvs(ds: xr.Dataset, directory: str | os.PathLike) -> list[Path]:
     writer.writerow([])
     writer.writerow(["time_us", f"{float(ds.time_ns) / 1e3:.6f}"])
     writer.writerow(["exposed_comm_total_us", f"{ds.attrs['exposed_comm_total_ns'] / 1e3:.6f}"])
+    for key, value in shares(ds).items():   # the summary's shares, defined once
+        writer.writerow([key, f"{value:.6f}"])
     layers = out / "end_to_end.csv"
     write_text_atomic(layers, buffer.getvalue())
     buffer = io.StringIO()

@@ -11,16 +11,18 @@ from typing import Any, TypeAlias
 import numpy as np
 import xarray as xr
 
+from .._validate import as_int
 from ..collectives import COLLECTIVES, canonical_collective
-from ..errors import ConfigError, FlowsimWarning, config_error
+from ..errors import ConfigError, ConfigTypeError, FlowsimWarning, config_error, public_api
 from ..network.engine import check_model
 from ..results import collective_dataset
 from ..topology import NetworkConfig, load_network
 from ..topology.load import AnyNetwork
 from ..units import parse_size
+from .budget import check_max_work, check_work, collective_work
 from .config import SystemConfig
 from .load import load_system
-from .phases import assign_variants, chunk_sizes, collective_phases
+from .phases import algorithm_names, assign_variants, chunk_sizes, collective_phases
 from .scheduler import Schedule, can_replicate
 from .templates import route_messages
 
@@ -30,13 +32,15 @@ NetworkLike: TypeAlias = "str | os.PathLike | Mapping[str, Any] | NetworkConfig 
 def _check_dims(network: AnyNetwork, dims: Any) -> tuple[int, ...] | None:
     if dims is None:
         return None
-    try:
-        out = tuple(int(d) for d in dims)
-    except (TypeError, ValueError):
-        raise config_error("argument", "dims", "a list of dimension indices", dims) from None
-    if not out or any(d < 0 or d >= network.ndims for d in out) or len(set(out)) != len(out):
-        raise config_error("argument", "dims",
-                           f"distinct dimension indices in 0..{network.ndims - 1}", dims)
+    expected = f"a list of distinct dimension indices in 0..{network.ndims - 1}"
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, (list, tuple, range, np.ndarray)):
+        raise config_error("argument", "dims", expected, dims, cls=ConfigTypeError)
+    # each index an integer ("0" and 0.5 are not dimension 0)
+    out = tuple(as_int(d, source="argument", key="dims", minimum=0,
+                       maximum=network.ndims - 1)
+                for d in (dims.ravel().tolist() if isinstance(dims, np.ndarray) else dims))
+    if not out or len(set(out)) != len(out):
+        raise config_error("argument", "dims", expected, dims)
     return tuple(sorted(out))
 
 
@@ -103,13 +107,14 @@ def _request(net: AnyNetwork, collective: Any, size: Any, *, dims: Any, group: A
     return _Request(name, nbytes, dims_t, members, root, src, dst)
 
 
+@public_api
 def simulate_collective(network: NetworkLike, collective: str, size: int | str,
                         system: str | os.PathLike | Mapping[str, Any] | SystemConfig | None = None,
                         model: str = "analytical", *, dims: Any = None, root: int = 0,
                         src: int | None = None, dst: int | None = None,
                         trace: str | os.PathLike | None = None,
                         symmetry: bool = True, group: Any = None,
-                        replay: bool = True) -> xr.Dataset:
+                        replay: bool = True, max_work: float | None = None) -> xr.Dataset:
     """Simulate one collective and return its timing as an :class:`xarray.Dataset`.
 
     Parameters
@@ -143,6 +148,9 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
     replay : bool
         Flow model: replay steps and phases whose links carry nothing else from their solution
         alone (exact, and the default); ``False`` puts every flow into the engine, for checks.
+    max_work : float, optional
+        Work budget (default :data:`~flowsim.system.budget.DEFAULT_MAX_WORK`); a collective
+        estimated above it is refused before it runs (see :mod:`flowsim.system.budget`).
 
     Returns
     -------
@@ -151,6 +159,7 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
         ``link_bytes``, ``link_busy_ns``, ``link_utilization`` (link), ``dim_bytes`` and
         ``dim_busy_ns`` (dim), with the topology and algorithm per dimension as coordinates.
     """
+    budget = check_max_work(max_work)
     net = load_network(network)
     sys_cfg = load_system(system)
     model = check_model(model)
@@ -166,10 +175,11 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
                                                     root=request.root, group=request.group)
                                   for c in chunk_sizes(nbytes, sys_cfg.splits)])
         replicate = symmetry and can_replicate(net, sys_cfg, chunks, trace is not None)
+        check_work(collective_work(net, chunks, replicate), budget, "collective")
         schedule = Schedule(net, sys_cfg, model, trace=trace is not None, replicate=replicate,
                             replay=replay)
         schedule.issue(chunks, at=0.0)
-        algorithms = tuple(_algorithm_names(sys_cfg, name, net.ndims))
+        algorithms = tuple(_algorithm_names(sys_cfg, name, net))
     schedule.run()
     if trace is not None:
         if not schedule.trace_log:
@@ -188,9 +198,10 @@ def _write_trace(schedule: Schedule, path: str | os.PathLike) -> None:
                              lambda entry: timer.message_times(entry["token"])), path)
 
 
-def _algorithm_names(system: SystemConfig, collective: str, ndims: int) -> list[str]:
-    names = system.implementation(collective) or ("ring",)
-    return list(names) * ndims if len(names) == 1 and ndims > 1 else list(names)
+def _algorithm_names(system: SystemConfig, collective: str, network) -> list[str]:
+    names = algorithm_names(network, system, collective)
+    return list(names) * network.ndims if len(names) == 1 and network.ndims > 1 \
+        else list(names)
 
 
 def _send_recv(schedule: Schedule, src: int, dst: int, nbytes: int) -> None:

@@ -131,6 +131,9 @@ class SystemConfig:
     #: every NPU leaves a per-NPU (tree) phase when the last one does: ASTRA-sim 1.0's streams
     #: (set by the 1.0 system reader); ASTRA-sim 2.x lets each NPU go on by itself
     phase_barrier: bool = False
+    #: collective types whose algorithm was given as a plain string, not a list (a flowsim
+    #: extension): the same algorithm in every dimension, whatever the network's shape
+    every_dimension: tuple[str, ...] = ()
     source: str = field(default="<default>", compare=False)
 
     def implementation(self, collective: str) -> tuple[str, ...]:
@@ -217,6 +220,9 @@ def parse_system_config(data: Mapping[str, Any], source: str = "<dict>") -> Syst
         synchronization=_choice(data, "step-synchronization", source, "barrier",
                                 SYNCHRONIZATIONS),
         custom=_custom_implementations(data, source),
+        every_dimension=tuple(c for c, key in IMPLEMENTATION_KEYS.items()
+                              if isinstance(data.get(key), str)
+                              and not data[key].lower().startswith(FLAT_PREFIX.lower())),
         source=source)
     for key, value in data.items():
         if not isinstance(key, str):

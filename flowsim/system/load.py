@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .._io import read_mapping
+from ..errors import public_api
 from ..resources import resolve_config_path
 from .astra1 import read_astra1_system
 from .config import SystemConfig, parse_system_config
@@ -21,6 +22,7 @@ def read_system_config(path: str | os.PathLike) -> SystemConfig:
     return parse_system_config(read_mapping(path, what="system config"), source=str(Path(path)))
 
 
+@public_api
 def load_system(source: str | os.PathLike | Mapping[str, Any] | SystemConfig | None
                 ) -> SystemConfig:
     """A system config from a path, a bundled name, a mapping, a config, or ``None`` (defaults).

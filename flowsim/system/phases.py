@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from ..collectives import FLAT_PREFIX, base_algorithm
 from ..errors import ConfigError, FlowsimWarning
 from ..topology.load import AnyNetwork
+from ..topology.view import LogicalView
 from .config import IMPLEMENTATION_KEYS, SystemConfig
 
 
@@ -117,6 +118,19 @@ def _check_algorithm(network: AnyNetwork, system: SystemConfig, collective: str,
             raise ConfigError(f"{system.source}: key '{key}': {exc}") from None
 
 
+def algorithm_names(network: AnyNetwork, system: SystemConfig, collective: str
+                    ) -> tuple[str, ...]:
+    """The system's algorithms for a collective type, one per dimension of ``network`` (``ring``
+    everywhere by default); on a logical view, a list with one algorithm per network dimension
+    serves all the pieces of that dimension (as ASTRA-sim 1.0 does for a split dimension)."""
+    names = system.implementation(collective) or ("ring",) * network.ndims
+    if collective in system.every_dimension:
+        return tuple(names) * network.ndims
+    if isinstance(network, LogicalView) and len(names) == network.base.ndims != network.ndims:
+        names = tuple(names[p] for p in network.parents)
+    return tuple(names)
+
+
 def collective_phases(network: AnyNetwork, system: SystemConfig, collective: str,
                       chunk: float, *, dims: tuple[int, ...] | None = None,
                       root: int = 0, group: tuple[int, ...] = (),
@@ -143,8 +157,11 @@ def collective_phases(network: AnyNetwork, system: SystemConfig, collective: str
                      if network.dims[d] > 1)
     if not involved:
         return []
-    names = system.implementation(collective) or ("ring",) * network.ndims
+    names = algorithm_names(network, system, collective)
     if len(names) == 1 and network.ndims > 1 and not names[0].startswith(FLAT_PREFIX):
+        if collective in ("broadcast", "reduce") and \
+                names == system.implementation("all_reduce"):
+            key = IMPLEMENTATION_KEYS["all_reduce"]   # their default: name the key read
         warnings.warn(f"{system.source}: key '{key}': one algorithm for {network.ndims} "
                       f"dimensions; using '{names[0]}' in every dimension (ASTRA-sim would "
                       f"run the collective on dimension 0 only)", FlowsimWarning, stacklevel=3)

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..collectives import base_algorithm
+from ..errors import SimulationError
 from .config import SystemConfig
 from .dag_phases import DagPhases
 from .ledger import Ledger
@@ -130,7 +132,14 @@ class Schedule:
         self._admit(self.timer.now)
         if not self._actions:
             return False
-        for token, t in self.timer.run():
+        due = self.timer.run()
+        if not due:   # progress guard: pending work and no event would loop forever
+            raise SimulationError(f"stalled at t={self.timer.now:.6g} ns: {len(self._actions)} "
+                                  f"event(s) pending, none due")
+        for token, t in due:
+            if not math.isfinite(t):
+                raise SimulationError(f"an event's time is {t} ns (inputs too extreme for "
+                                      f"float64); no result")
             callback, args = self._actions.pop(token)
             callback(*args, t)
         self._admit(self.timer.now)
@@ -142,6 +151,9 @@ class Schedule:
 
     def at(self, t: float, callback: Callable[..., None], *args) -> None:
         """Call ``callback(*args, t)`` at time ``t`` (>= now) from :meth:`advance`."""
+        if not math.isfinite(t):   # a NaN time would never come due
+            raise SimulationError(f"an event was scheduled at t={t} ns (inputs too extreme "
+                                  f"for float64); no result")
         self.when(self.timer.timer(t), callback, *args)
 
     def finish(self) -> None:
@@ -307,4 +319,6 @@ def can_replicate(network, system: SystemConfig, chunks: list[list[Phase]],
     """
     if trace or system.synchronization != "barrier" or not network.replicable:
         return False
+    if any(getattr(network, "split", ())):
+        return False   # per-link results of a piece's replicas cannot be tiled back
     return all(replicable_phase(ph) for phases in chunks for ph in phases)

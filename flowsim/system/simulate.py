@@ -10,24 +10,26 @@ import numpy as np
 import xarray as xr
 
 from ..compute import ComputeModel, DeviceModel
-from ..errors import ConfigError, config_error
+from ..errors import ConfigError, config_error, public_api
 from ..network.engine import check_model
 from ..results import workload_dataset
 from ..topology import load_network
 from ..workload.load import WorkloadLike, load_workload
 from ..workload.memory import load_memory
 from ..workload.validate import check_workload
+from .budget import check_max_work, check_work, workload_work
 from .load import load_system
 from .workload_engine import run_workload
 
 
+@public_api
 def simulate(network: Any, workload: WorkloadLike, system: Any = None,
              model: str = "analytical", iterations: int = 1, *,
              compute_scale: float = 1.0, comm_scale: float = 1.0,
              speed: Any = None, roofline: Any = None, memory: Any = None,
              collective_streams: int | None = None, comm_groups: Any = None,
              trace: str | os.PathLike | None = None, replay: bool = True,
-             device: Any = None) -> xr.Dataset:
+             device: Any = None, max_work: float | None = None) -> xr.Dataset:
     """Simulate a training workload and return its timing as an :class:`xarray.Dataset`.
 
     Parameters
@@ -67,6 +69,9 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
     replay : bool
         Flow model: replay steps and phases whose links carry nothing else from their solution
         alone (exact, and the default); ``False`` puts every flow into the engine, for checks.
+    max_work : float, optional
+        Work budget (default :data:`~flowsim.system.budget.DEFAULT_MAX_WORK`); a run estimated
+        above it is refused before it starts (see :mod:`flowsim.system.budget`).
 
     Returns
     -------
@@ -81,6 +86,7 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
         ``layer_comm_ns`` (issue to finish plus update delay of the layer's collectives),
         averaged over the NPUs that run them; per dimension ``dim_bytes`` and ``dim_busy_ns``.
     """
+    budget = check_max_work(max_work)
     net = load_network(network)
     sys_cfg = load_system(system)
     model = check_model(model)
@@ -94,6 +100,8 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
         net = load_network(work.network)
     compute = _compute_model(device, roofline, work, net)
     check_workload(work, net, roofline=compute is not None)
+    replicable = net.replicable and sys_cfg.synchronization == "barrier"
+    check_work(workload_work(net, sys_cfg, work, replicable), budget, "run")
     speeds = _speeds(speed, net.npus)
     record = run_workload(net, work, sys_cfg, model, speed=speeds, compute=compute,
                           memory=load_memory(memory), collective_streams=_streams(

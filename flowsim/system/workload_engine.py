@@ -94,6 +94,8 @@ class WorkloadEngine:
         self.layer_compute = np.zeros((n_layers, len(PASSES)))
         self.layer_exposed = np.zeros((n_layers, len(PASSES)))
         self.layer_comm = np.zeros((n_layers, len(PASSES)))
+        #: programs that ran ops of each layer (per-layer values are means over their NPUs)
+        self.layer_programs: list[set[int]] = [set() for _ in range(n_layers)]
         self.states = [self._state(i, p) for i, p in enumerate(workload.programs)]
         #: the workload's own programs (custom collectives append states of their own)
         self.programs = len(self.states)
@@ -186,23 +188,26 @@ class WorkloadEngine:
         self.npu_exposed[st.npus] += exposed
         binding = times.argmax(axis=0)
         for j, d in enumerate(comm_ids):
-            share = float(exposed[binding == j].sum()) / st.npus.size
-            if share:
-                self._charge(self.layer_exposed, st.ops[d], share)
+            total = float(exposed[binding == j].sum())
+            if total:
+                self._charge(self.layer_exposed, st, st.ops[d], total)
 
-    def _charge(self, table: np.ndarray, op: Op, value: float) -> None:
+    def _charge(self, table: np.ndarray, st: ProgramState, op: Op, value: float) -> None:
+        """Add ``value`` (summed over the program's NPUs) to an op's layer and pass."""
         row = op.layer if op.layer >= 0 else table.shape[0] - 1
         col = PASSES.index(op.pass_) if op.pass_ in PASSES else PASSES.index("fwd")
         table[row, col] += value
+        self.layer_programs[row].add(st.index)
 
     def _complete(self, st: ProgramState, op: Op, end: np.ndarray, seen: np.ndarray | None = None
                   ) -> None:
         st.end[op.id] = end
         st.seen[op.id] = end if seen is None else seen
         np.maximum.at(self.npu_finish, st.npus, end)
-        if self.keep_timeline:
-            self.timeline.append({"program": st.index, "npu": int(st.npus[0]), "op": op,
-                                  "start": float(st.start[op.id][0]), "end": float(end[0])})
+        if self.keep_timeline:   # every NPU's times (results.trace bounds what it writes)
+            self.timeline.append({"program": st.index, "npus": st.npus, "op": op,
+                                  "start": np.asarray(st.start[op.id], np.float64),
+                                  "end": end})
         for user in st.users[op.id]:
             st.remaining[user] -= 1
             if st.remaining[user] == 0:
@@ -244,7 +249,7 @@ class WorkloadEngine:
         self.compute_free[st.npus] = end
         np.maximum.at(self.local_end, st.npus, end)
         self.npu_compute[st.npus] += durations
-        self._charge(self.layer_compute, op, float(durations.mean()))
+        self._charge(self.layer_compute, st, op, float(durations.sum()))
         self._complete(st, op, end)
 
     def _price(self, op: Op) -> float:
@@ -289,7 +294,7 @@ class WorkloadEngine:
                 end = np.full(st.npus.size, t_end)
                 # a collective that never ran (no dimension left) has no update delay either
                 seen = end + (member.update_delay_ns if any(chunks) else 0.0)
-                self._charge(self.layer_comm, member, float(seen[0] - t) / len(members))
+                self._charge(self.layer_comm, st, member, float(seen[0] - t) * st.npus.size)
                 self._complete(st, member, end, seen)
                 if st.waiting:
                     self._arrive(st, st.waiting.popleft(), t_end)
@@ -369,6 +374,8 @@ class WorkloadEngine:
             npu_blocked_ns=self.npu_exposed.copy(),
             layer_compute_ns=self.layer_compute, layer_exposed_ns=self.layer_exposed,
             layer_comm_ns=self.layer_comm, dim_bytes=sched.ledger.dim_bytes.copy(),
+            layer_npus=np.array([np.unique(np.concatenate([self.states[i].npus for i in p])).size
+                                 if p else 0 for p in map(sorted, self.layer_programs)]),
             dim_busy_ns=sched.ledger.dim_busy_ns(), collectives=self.collectives,
             messages=self.messages, stats=sched.timer.stats(), timeline=self.timeline)
 

@@ -93,6 +93,8 @@ class FabricConfig:
     link_names: tuple[str, ...]
     logical_dims: tuple[int, ...]
     routing: Routing = "ecmp"
+    #: the accelerator of every NPU (a preset name of :mod:`flowsim.compute`), if known
+    device: str | None = None
     source: str = field(default="<dict>", compare=False)
 
     # the attributes of a multi-dimensional config that the system layer reads
@@ -127,8 +129,15 @@ def parse_fabric_config(data: Mapping[str, Any], source: str = "<dict>") -> Fabr
         generate, keys = GENERATORS[name]
         check_unknown_keys(fabric, _COMMON_KEYS | keys, source=source, prefix="fabric.")
         builder, dims = generate(fabric, source)
-    return finish_fabric(builder.npus, builder.names, builder.links, fabric, source,
-                         default_dims=dims)
+    config = finish_fabric(builder.npus, builder.names, builder.links, fabric, source,
+                           default_dims=dims)
+    if data.get("device") is None:
+        return config
+    from dataclasses import replace
+
+    from .network_config import read_device
+
+    return replace(config, device=read_device(data, source))
 
 
 def finish_fabric(npus: int, names: list[str], links: list[Link], fabric: Mapping[str, Any],

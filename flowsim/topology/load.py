@@ -15,8 +15,10 @@ from typing import Any
 
 from .._io import read_mapping
 from .._validate import as_config
+from ..errors import public_api
 from ..resources import resolve_config_path
 from .astra1 import is_astra1_network, parse_astra1_network
+from .clusters import cluster_mapping
 from .fabric_config import FabricConfig, parse_fabric_config
 from .fabric_network import FabricNetwork
 from .infragraph import parse_infragraph_config
@@ -31,6 +33,7 @@ AnyConfig = NetworkConfig | FabricConfig
 AnyNetwork = Network | FabricNetwork | LogicalView
 
 
+@public_api
 def load_network(source: Any) -> AnyNetwork:
     """Load a network from a path or bundled name, a mapping of config keys, a config or a
     network.
@@ -73,6 +76,8 @@ def read_network_file(path: str | os.PathLike) -> AnyConfig:
 def parse_network_mapping(data: Mapping[str, Any], source: str = "<dict>") -> AnyConfig:
     """Validate a network mapping of any format (see the module docstring)."""
     as_config(data, source=source, what="network")
+    if "cluster" in data:
+        data = cluster_mapping(data, source)
     if "fabric" in data:
         return parse_fabric_config(data, source)
     if "infragraph" in data:

@@ -48,7 +48,7 @@ from ..units import network_bandwidth_to_bytes_per_ns
 from .blocks import BLOCKS, canonical_block_name
 
 #: The keys of an ASTRA-sim 2.x network config (``name`` is free text).
-NETWORK_KEYS = frozenset({"topology", "npus_count", "bandwidth", "latency",
+NETWORK_KEYS = frozenset({"topology", "npus_count", "bandwidth", "latency", "device",
                           "in_network_reduction", "name"})
 #: Largest network flowsim builds (guards array allocation against absurd configs).
 MAX_NPUS = 1 << 22
@@ -72,6 +72,8 @@ class NetworkConfig:
         Link latency per dimension in ns.
     in_network_reduction : tuple of bool
         Whether each dimension's switch reduces in the network.
+    device : str or None
+        The NPUs' accelerator preset (``device`` key, or a ``cluster:`` block's).
     source : str
         Where the config came from (a path or ``"<dict>"``), for error messages.
     """
@@ -81,6 +83,8 @@ class NetworkConfig:
     bandwidth_gbps: tuple[float, ...]
     latency_ns: tuple[float, ...]
     in_network_reduction: tuple[bool, ...]
+    #: the accelerator of every NPU (a preset name of :mod:`flowsim.compute`), if known
+    device: str | None = None
     source: str = field(default="<dict>", compare=False)
 
     @property
@@ -168,7 +172,17 @@ def parse_network_config(data: Mapping[str, Any], source: str = "<dict>") -> Net
                       stacklevel=3)
     return NetworkConfig(topology=tuple(topology), npus_count=tuple(counts),
                          bandwidth_gbps=tuple(bandwidth), latency_ns=tuple(latency),
-                         in_network_reduction=tuple(inr), source=source)
+                         in_network_reduction=tuple(inr), device=read_device(data, source),
+                         source=source)
+
+
+def read_device(data: Mapping[str, Any], source: str) -> str | None:
+    """The optional ``device`` key of a network: an accelerator preset's name."""
+    if data.get("device") is None:
+        return None
+    from .clusters import device_name
+
+    return device_name(data["device"], source=source, key="device")
 
 
 def read_network_config(path: str | os.PathLike) -> NetworkConfig:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, config_error
+from ..errors import ConfigError, config_error, public_api
 from .astra_text import TextWorkload, read_astra_text
 from .graph import Op, Program, Workload
 from .training_loops import build_training_loop
@@ -17,6 +17,7 @@ from .training_loops import build_training_loop
 WorkloadLike = str | os.PathLike | Workload | TextWorkload | Mapping
 
 
+@public_api
 def load_workload(source: WorkloadLike, network, iterations: int = 1, *,
                   compute_scale: float = 1.0, comm_scale: float = 1.0,
                   comm_groups: Any = None) -> Workload:

@@ -27,7 +27,7 @@ def load_datasets(out: Path, prefix: str, names: Sequence[str]) -> dict[str, xr.
     """The NetCDF files ``<prefix>_<name>.nc`` a study wrote to ``out``, loaded."""
     results = {}
     for name in names:
-        with xr.open_dataset(out / f"{prefix}_{name}.nc", engine="scipy") as ds:
+        with xr.open_dataset(out / f"{prefix}_{name}.nc") as ds:
             results[name] = ds.load()
     return results
 
@@ -38,7 +38,9 @@ def study_main(argv: list[str] | None, *, description: str,
                full: object, quick: object) -> int:
     """``--out``, ``--quick``, ``--jobs`` and ``--plot-only``, then run, plot and summarise."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--out", default="docs/case_studies", help="output folder")
+    parser.add_argument("--out", default="case_studies_out",
+                        help="output folder (default: case_studies_out; pass docs/case_studies "
+                             "to refresh the documentation figures)")
     parser.add_argument("--quick", action="store_true", help="a tiny grid (smoke test)")
     parser.add_argument("--jobs", type=int, default=None, help="processes (default: all)")
     parser.add_argument("--plot-only", action="store_true",

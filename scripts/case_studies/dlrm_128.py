@@ -1,6 +1,6 @@
 """Case study 1 (issue 7): DLRM training on 128 GPUs, flat vs hierarchical networks.
 
-    python scripts/case_studies/dlrm_128.py [--out docs/case_studies] [--quick] [--jobs N]
+    python scripts/case_studies/dlrm_128.py [--out case_studies_out] [--quick] [--jobs N]
                                             [--plot-only]
 
 DLRM (the ``dlrm`` generator's defaults: the seed study's model, 512 samples per GPU, 60

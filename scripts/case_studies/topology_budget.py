@@ -1,6 +1,6 @@
 """Case study 2 (issue 7): 1-D to 4-D topologies of 1024 NPUs at an equal bandwidth budget.
 
-    python scripts/case_studies/topology_budget.py [--out docs/case_studies] [--quick]
+    python scripts/case_studies/topology_budget.py [--out case_studies_out] [--quick]
                                                    [--jobs N] [--plot-only]
 
 Every NPU gets the same bandwidth budget (``BUDGET_GBPS`` per NPU, flowsim GB/s = 2^30 B/s,

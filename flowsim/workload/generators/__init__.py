@@ -32,11 +32,11 @@ from ...errors import ConfigError, config_error
 from ..graph import Workload
 from .dlrm import DLRMSpec, build_dlrm, dlrm, parse_dlrm
 from .transformer import (
-                          TransformerSpec,
-                          build_transformer,
-                          parse_transformer,
-                          pipeline_schedule,
-                          transformer,
+    TransformerSpec,
+    build_transformer,
+    parse_transformer,
+    stage_schedule,
+    transformer,
 )
 
 
@@ -88,4 +88,4 @@ def build_generator(spec: Mapping[str, Any], source: str, network: Any) -> Workl
 
 __all__ = ["GENERATORS", "DLRMSpec", "Generator", "TransformerSpec", "build_dlrm",
            "build_generator", "build_transformer", "dlrm", "parse_dlrm", "parse_transformer",
-           "pipeline_schedule", "transformer"]
+           "stage_schedule", "transformer"]

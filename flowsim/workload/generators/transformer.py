@@ -1,163 +1,142 @@
-"""One training iteration of a GPT-style transformer under Megatron-LM's 3-D parallelism.
+"""One training iteration of a GPT- or Llama-style transformer under Megatron-LM's
+parallelisms: tensor (+ sequence), context, expert, data and pipeline (+ interleaved).
 
-The model: ``layers`` transformer layers of width ``h = hidden``, each an attention block and
-an MLP block of inner width ``f = ffn`` (default ``4h``), trained on micro-batches of ``b``
-sequences of ``s`` tokens; optionally a logits layer of ``V = vocab`` outputs on the last
-pipeline stage. ``t`` and ``p`` are the tensor- and pipeline-parallel degrees and
-``d = dtype_bytes``.
+The model: ``layers`` layers of width ``h = hidden``, attention with ``heads`` query heads of
+``head_dim`` and ``kv_heads`` key/value heads (grouped-query attention when fewer; Ainslie et
+al. 2023), an MLP of inner width ``ffn`` (two GEMMs and GeLU, or with ``gated_mlp`` three and
+SwiGLU; Shazeer 2020) or, with ``experts``, a mixture of experts (router, ``top_k`` of
+``experts`` experts of width ``moe_ffn`` per token, ``capacity_factor``); with ``vocab`` an
+embedding on the first virtual stage and the output layer with its cross entropy on the last
+(the vocabulary padded to a multiple of ``128 t`` as Megatron-LM pads it). An iteration runs
+``global_batch`` sequences of ``sequence`` tokens in micro-batches of ``micro_batch``
+(``global_batch / (micro_batch dp)`` micro-batches per pipeline).
 
-Compute (per micro-batch, per NPU; Narayanan et al., "Efficient Large-Scale Language Model
-Training on GPU Clusters Using Megatron-LM", SC 2021, appendix on floating-point operations,
-whose forward count per layer is ``24bsh² + 4bs²h`` with ``f = 4h``)
+Each op carries its kernels' shapes (:mod:`.transformer_kernels`), priced by a compute model
+when the run is simulated: a device preset (``device``, or the network's ``cluster``
+device), or a ``roofline``. Per layer and micro-batch, per rank (``n = b s / cp`` tokens,
+``t = tp``): the QKV, projection, FC1 and FC2 GEMMs (Megatron's column- and row-parallel
+splits), fused (flash) attention with the causal mask (Dao 2023) or Megatron-LM's unfused
+attention (batched GEMMs, softmax and dropout of the score matrix: Shoeybi et al. 2019,
+Narayanan et al. 2021), layer norms, bias-dropout-residual adds and the activation as
+memory-bound kernels; backward passes as data- and weight-gradient GEMMs. Activation
+recomputation (Korthikanti et al. 2022): ``full`` re-runs each layer's forward, with its
+communication, before its backward; ``selective`` re-runs the attention core (scores, softmax,
+dropout; a no-op with flash attention, which recomputes them anyway).
 
-    attention forward   (8bsh² + 4bs²h) / t     QKV and output projections, scores, values
-    MLP forward         4bshf / t               two GEMMs
-    logits forward      2bshV / t               (only with ``vocab``)
+Communication:
 
-The backward pass costs twice the forward and is split evenly into an input-gradient (``ig``)
-and a weight-gradient (``wg``) op, each equal to the forward. Activation recomputation is not
-modelled. Memory traffic of every op is its block's weights plus its stored activations, which
-it writes (forward) or reads (backward): weights ``4h²d/t`` (attention), ``2hf d/t`` (MLP),
-``hV d/t`` (logits); activations from Korthikanti et al., "Reducing Activation Recomputation
-in Large Transformer Models" (2022), §4.1, in bytes at 16 bits scaled by ``d / 2``: attention
-``5bsh·r + (8bsh + 5a s² b)/t``, MLP ``5bsh·r + 4bsf/t`` (layer norms included), with ``a``
-heads (``h/128`` when not given) and ``r = 1/t`` with sequence parallelism, else 1; logits
-``d(bsh·r + bsV/t)``. The op time is the roofline time of its FLOPs and bytes.
+* **tensor parallel** (Shoeybi et al. 2019; with ``sp``, Korthikanti et al. 2022): around the
+  attention and the MLP, an all-reduce of the ``n h`` output forward and of the input gradient
+  backward; with sequence parallelism an all-gather of the ``n h / t`` shard before and a
+  reduce-scatter after instead. A data gradient's collective overlaps with the weight
+  gradient; ``tp_comm_overlap`` overlaps the forward ones with the GEMMs as well;
+* **context parallel** (ring attention with causal load balancing, as Megatron-Core does): the
+  sequence split in ``2 cp`` chunks, two per rank; keys and values all-gathered over the CP
+  group (the local, causal ring step running meanwhile) and their gradients reduce-scattered;
+* **expert parallel** (Megatron-Core's all-to-all dispatcher): tokens dispatched to and
+  combined from the experts' ranks by all-to-alls over the EP group (a part of the data-
+  parallel group), forward and backward;
+* **pipeline parallel** (Narayanan et al. 2021): one program per pipeline rank; activations
+  and gradients sent between consecutive virtual stages (sequence-parallel shards, or split
+  over the TP ranks and all-gathered on arrival: Megatron's scatter/gather optimisation);
+  ``gpipe``, ``1f1b`` (PipeDream-Flush) or ``interleaved`` with ``vpp`` model chunks per rank;
+  layers laid out ``even``-ly, ``first_last_fewer`` (Llama 3) or as an explicit list;
+* **data parallel** (Megatron-Core's DDP): gradients (FP32 with BF16 or FP8 training, as
+  Megatron-LM accumulates them, else 16-bit) reduced over the data- and context-parallel ranks
+  in buckets of ``bucket_size`` parameters (default ``max(40 M, 1 M dp)``) as soon as a bucket
+  is ready in the last micro-batch's backward (``overlap_grad_reduce``) or all after the
+  backward; expert gradients over the expert-data-parallel ranks. With
+  ``distributed_optimizer`` (ZeRO-1 as Megatron-LM does it): reduce-scatter instead of
+  all-reduce, the optimizer step on the rank's shard, and an all-gather of the updated 16-bit
+  parameters, overlapped with the forward passes (``overlap_param_gather``) or after the step.
+  The optimizer step is a memory-bound kernel (Adam with FP32 master weights: 30 bytes per
+  parameter).
 
-Communication (Megatron-LM, Shoeybi et al. 2019, and Korthikanti et al. 2022)
+Left out: the tied embedding's gradient all-reduce between the first and last stage, the
+vocabulary-parallel cross entropy's small all-reduces, dropout's random number generation
+beyond its mask, kernel-level effects of communication on compute (NCCL's SM use).
 
-* **Tensor parallel** (over the TP dims, when ``t > 1``): each block is bracketed by Megatron's
-  ``f`` (identity forward, all-reduce backward) and ``g`` (all-reduce forward, identity
-  backward) operators, so a layer has 2 all-reduces of ``bshd`` bytes forward and 2 backward.
-  With ``sp=True`` (sequence parallelism) ``g`` is a reduce-scatter forward and an all-gather
-  backward and ``f`` the reverse: 2 all-gathers of ``bshd/t`` bytes (each NPU's input) and 2
-  reduce-scatters of ``bshd`` bytes forward, and the same backward. The logits layer has
-  only ``f``. The backward collective after a block's ``ig`` overlaps with its ``wg``.
-* **Pipeline parallel**: one program per stage of ``layers/p`` consecutive layers. A stage
-  receives its input activation (``bshd`` bytes; ``bshd/t`` with ``sp``, the tensor being
-  sequence-sharded) from the previous stage and sends its output to the next; the backward
-  pass sends the gradients the other way, with ``peer_offset`` = ± the id distance between
-  stages (the stride of the PP dims). Messages pair by ``tag = 2·micro_batch +
-  (0 forward, 1 backward)``. Megatron's scatter/gather optimisation of the messages is not
-  modelled. Per-stage order: ``1f1b`` (PipeDream-Flush: ``p - stage - 1`` warm-up forwards,
-  then one forward and one backward alternately, then the remaining backwards) or ``gpipe``
-  (every forward, then every backward in the same micro-batch order).
-* **Data parallel** (over the DP dims, when ``dp > 1``): per layer, one all-reduce of the
-  layer's gradients (``(4h² + 2hf) d / t`` = ``12h²d/t`` bytes for ``f = 4h``; ``hVd/t`` for
-  the logits, with ``V`` rounded up to a multiple of ``t``), issued as soon as the layer's last
-  weight-gradient op of the iteration ends — per layer, without bucketing. With ``zero=True``
-  (ZeRO stage 2: gradients and optimizer states partitioned, parameters replicated) the
-  all-reduce becomes a reduce-scatter of the gradients and, after it, an all-gather of the
-  updated parameter shards (``ceil(bytes/dp)`` per NPU); the optimizer step between them is
-  not modelled. Nothing in the iteration waits for these collectives: the next iteration
-  would, and the engine waits for every collective at the end.
-
-Biases, layer norms, the embedding lookup and its gradient all-reduce between the first and
-last stage, the loss and the vocabulary-parallel cross-entropy all-reduces are left out.
-
-Mapping onto the network: NPU ids are mixed-radix coordinates over the network dims, dim 0
-fastest. By default TP takes the innermost whole dims, DP the next ones and PP the outermost;
-each degree must be the product of whole consecutive dims. ``dims={"tp": [0], "dp": [1, 2],
-"pp": [3]}`` assigns them explicitly (any whole dims; their sizes must multiply to the degree).
+Mapping onto the network: ranks are numbered in Megatron-Core's default order
+``tp-cp-ep-dp-pp`` (tensor parallelism innermost); the network's dimensions are cut wherever a
+group ends inside one (:class:`~flowsim.topology.view.LogicalView`), so any degrees whose
+product is the NPU count fit any network whose dimensions they divide. ``dims`` gives whole
+network dims per parallelism instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from ...errors import config_error
 from ..graph import Program, Workload
-from ..roofline import Roofline
-from .transformer_graph import _stage_ops, layer_parameter_bytes, pipeline_schedule
-from .transformer_mapping import _stages, parallel_dims
-from .transformer_spec import (
-    A100_ROOFLINE,
-    KEYS,
-    MAX_OPS,
-    PARALLELISMS,
-    SCHEDULES,
-    TransformerSpec,
-    _where,
-    parse_transformer,
-)
-
-__all__ = ["A100_ROOFLINE", "KEYS", "MAX_OPS", "PARALLELISMS", "SCHEDULES", "TransformerSpec",
-           "build_transformer", "layer_parameter_bytes", "parallel_dims", "parse_transformer",
-           "pipeline_schedule", "transformer"]
+from .transformer_mapping import map_groups, stages
+from .transformer_program import StageContext, StageProgram, layer_names
+from .transformer_schedule import layer_counts, stage_schedule
+from .transformer_spec import A100_ROOFLINE, KEYS, TransformerSpec, _where, parse_transformer
 
 
-def transformer(network: Any, *, layers: int, hidden: int, sequence: int, micro_batch: int,
-                micro_batches: int, dp: int = 1, tp: int = 1, pp: int = 1, sp: bool = False,
-                schedule: str = "1f1b", zero: bool = False, heads: int | None = None,
-                ffn: int | None = None, vocab: int | None = None, dtype_bytes: int = 2,
-                roofline: Roofline | Mapping[str, Any] = A100_ROOFLINE,
-                dims: Mapping[str, Any] | None = None) -> Workload:
-    """One training iteration of a transformer with tensor, data, pipeline and sequence
-    parallelism (the formulas and the mapping are in the module docstring).
+def transformer(network: Any, **values: Any) -> Workload:
+    """One training iteration of a transformer (the model, the parallelisms and the mapping
+    are in the module docstring).
 
     Parameters
     ----------
     network : Network
-        A built network (``flowsim.load_network``); ``tp * dp * pp`` must equal its NPUs.
-    layers, hidden, sequence : int
-        Transformer layers (a multiple of ``pp``), hidden size, tokens per sequence.
-    micro_batch, micro_batches : int
-        Sequences per micro-batch and micro-batches per iteration (per pipeline).
-    dp, tp, pp : int
-        Data-, tensor- and pipeline-parallel degrees.
-    sp : bool
-        Sequence parallelism: reduce-scatter + all-gather instead of all-reduce
-        (``sequence`` must be a multiple of ``tp``).
-    schedule : {"1f1b", "gpipe"}
-        Pipeline schedule.
-    zero : bool
-        ZeRO stage 2: reduce-scatter gradients and all-gather parameters instead of
-        all-reducing gradients.
-    heads : int, optional
-        Attention heads (divides ``hidden``, multiple of ``tp``); only the activation memory
-        depends on it. Default ``hidden / 128``.
-    ffn : int, optional
-        MLP inner width (multiple of ``tp``); default ``4 * hidden``.
-    vocab : int, optional
-        Vocabulary size: adds a logits layer (named ``"logits"``) to the last stage.
-    dtype_bytes : int
-        Bytes per activation, weight and gradient element.
-    roofline : Roofline or mapping
-        Compute model of one NPU (mapping keys as in :func:`~flowsim.workload.roofline.
-        parse_roofline`); default A100-like, 312 TFLOP/s, 2039 GB/s, efficiency 0.5.
-    dims : mapping, optional
-        Network dims of each parallelism, e.g. ``{"tp": [0], "dp": [1, 2], "pp": [3]}``.
+        A built network (``flowsim.load_network``); ``tp * cp * dp * pp`` must equal its NPUs.
+    **values
+        The spec's keys: ``layers``, ``hidden``, ``sequence`` (required); ``heads``,
+        ``kv_heads``, ``head_dim``, ``ffn``, ``gated_mlp``, ``vocab``, ``tied_embeddings``;
+        ``global_batch`` (sequences) or ``micro_batches``, ``micro_batch``; ``tp``, ``pp``,
+        ``dp``, ``cp``, ``ep``, ``vpp``, ``sp``; ``experts``, ``top_k``, ``moe_ffn``,
+        ``capacity_factor``; ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``),
+        ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``);
+        ``distributed_optimizer`` (alias ``zero``), ``overlap_grad_reduce``,
+        ``overlap_param_gather``, ``tp_comm_overlap``, ``scatter_gather``, ``bucket_size``;
+        ``attention`` (``flash``, ``unfused``), ``dtype`` (``bf16``, ``fp16``, ``fp8``);
+        ``device`` (a compute preset) or ``roofline`` (a mapping); ``dims``.
 
     Returns
     -------
     Workload
-        One program per pipeline stage; layers ``layer0, layer1, ...`` (and ``logits``).
+        One program per pipeline rank; per-layer rows ``layer0 ...`` then ``embedding``,
+        ``logits`` (with a vocabulary) and ``optimizer``.
 
     Raises
     ------
     ConfigError
-        A bad value, or degrees that do not fit the network (the message suggests a shape).
+        A bad value, or degrees that do not fit the network.
     """
-    values = {"layers": layers, "hidden": hidden, "sequence": sequence,
-              "micro_batch": micro_batch, "micro_batches": micro_batches, "dp": dp, "tp": tp,
-              "pp": pp, "sp": sp, "schedule": schedule, "zero": zero, "heads": heads,
-              "ffn": ffn, "vocab": vocab, "dtype_bytes": dtype_bytes, "roofline": roofline,
-              "dims": dims}
+    unknown = set(values) - set(KEYS)
+    if unknown:
+        raise config_error("argument", sorted(unknown)[0], "one of " + ", ".join(KEYS),
+                           values[sorted(unknown)[0]])
     return build_transformer(network, parse_transformer(values, "argument"))
 
 
 def build_transformer(network: Any, spec: TransformerSpec) -> Workload:
-    """The workload of a validated :class:`TransformerSpec` on ``network`` (see
-    :func:`transformer`)."""
+    """The workload of a validated :class:`TransformerSpec` on ``network``."""
     if not all(hasattr(network, a) for a in ("dims", "npus", "coords")):
         raise config_error("argument", "network",
                            "a built network (flowsim.load_network(...))", network)
-    dims = parallel_dims(network, spec)
-    stage_npus, offsets = _stages(network, dims["pp"], spec.pp)
-    programs = [Program(_stage_ops(spec, s, offsets, dims), stage_npus[s],
-                        f"{_where(spec.source)}transformer stage {s}") for s in range(spec.pp)]
-    layers = [f"layer{i}" for i in range(spec.layers)]
-    if spec.vocab is not None:
-        layers.append("logits")
-    return Workload(programs, layers, "transformer")
+    view, groups, pp_dims = map_groups(network, spec)
+    layer_counts(spec)   # the layout fits the layers (a clear error before any op is made)
+    npus = stages(view, pp_dims, spec.pp)
+    bases = tuple(int(n[0]) for n in npus)
+    dp_size = spec.dp * spec.cp
+    expert_dp_size = spec.tp * spec.cp * spec.dp // spec.ep
+    programs = []
+    for s in range(spec.pp):
+        ctx = StageContext(stage=s, groups=groups, stage_base=bases, dp_size=dp_size,
+                           expert_dp_size=expert_dp_size)
+        programs.append(Program(StageProgram(spec, ctx).build(), npus[s],
+                                f"{_where(spec.source)}transformer stage {s}"))
+    work = Workload(programs, layer_names(spec), "transformer")
+    if view is not network:
+        work.network = view
+    work.compute = spec.roofline or spec.device or \
+        getattr(getattr(network, "config", None), "device", None) or A100_ROOFLINE
+    return work
+
+
+__all__ = ["A100_ROOFLINE", "TransformerSpec", "build_transformer", "layer_counts",
+           "parse_transformer", "stage_schedule", "transformer"]

@@ -1,7 +1,8 @@
 """The validated arguments of the transformer generator (:mod:`.transformer`).
 
 Every key, its range and the divisibility rules Megatron-LM imposes between them are checked
-here, before any graph is built.
+here, before any graph is built; the checks that need the network (degrees multiplying to its
+NPU count) are in :mod:`.transformer_mapping`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Literal
 
 from ..._validate import (
     MAX_INT,
-    REQUIRED,
+    Quantity,
     as_config,
     as_int,
     check_unknown_keys,
@@ -22,58 +23,110 @@ from ..._validate import (
     read_choice,
     read_int,
     read_list,
+    read_number,
 )
 from ...errors import ConfigError, config_error
 from ...topology.network_config import MAX_DIMS, MAX_NPUS
+from ..kernels import DTYPE_BYTES
 from ..roofline import Roofline, parse_roofline
 
-#: Pipeline schedules (see :func:`~.transformer_graph.pipeline_schedule`).
-Schedule = Literal["1f1b", "gpipe"]
+#: Pipeline schedules (see :mod:`.transformer_schedule`).
+Schedule = Literal["1f1b", "gpipe", "interleaved"]
 SCHEDULES: tuple[Schedule, ...] = choices_of(Schedule)
-#: The parallelisms in the order the default mapping gives them dims, innermost first.
-Parallelism = Literal["tp", "dp", "pp"]
+Recompute = Literal["none", "selective", "full"]
+RECOMPUTES: tuple[Recompute, ...] = choices_of(Recompute)
+AttentionKind = Literal["flash", "unfused"]
+ATTENTIONS: tuple[AttentionKind, ...] = choices_of(AttentionKind)
+DType = Literal["bf16", "fp16", "fp8"]
+DTYPES: tuple[DType, ...] = choices_of(DType)
+#: The parallelisms, innermost first in Megatron-Core's default rank order ("tp-cp-ep-dp-pp").
+Parallelism = Literal["tp", "cp", "ep", "dp", "pp"]
 PARALLELISMS: tuple[Parallelism, ...] = choices_of(Parallelism)
-#: An A100-like NPU: 312 TFLOP/s (16-bit tensor cores), 2039 GB/s HBM2e, at half of peak.
+#: The compute model when neither the spec nor the network names one, and the keys a partial
+#: ``roofline`` mapping leaves out: an A100-like roofline at half of its peaks (312 TFLOP/s
+#: 16-bit, 2039 GB/s HBM2e).
 A100_ROOFLINE = Roofline(312e12, 2039e9, 0.5)
 #: Largest graph a generator builds (ops over all programs), before anything is allocated.
 MAX_OPS = 5_000_000
-#: Head dimension assumed for the activation memory when ``heads`` is not given.
+#: Head dimension when neither ``heads`` nor ``head_dim`` is given.
 HEAD_DIM = 128
-_REQUIRED = ("layers", "hidden", "sequence", "micro_batch", "micro_batches")
+#: Megatron-LM pads the vocabulary to a multiple of this times the tensor-parallel degree
+#: (``--make-vocab-size-divisible-by``, default 128).
+VOCAB_MULTIPLE = 128
 #: Largest value of each integer key: far beyond any model, and small enough that every FLOP
-#: and byte count stays finite (``layers`` and ``micro_batches`` are bounded by MAX_OPS).
-MAXIMA = {"layers": MAX_INT, "micro_batches": MAX_INT, "hidden": 1 << 24,
-          "sequence": 1 << 24, "micro_batch": 1 << 20, "heads": 1 << 24, "ffn": 1 << 26,
+#: and byte count stays finite.
+MAXIMA = {"layers": MAX_INT, "micro_batches": MAX_INT, "global_batch": MAX_INT,
+          "hidden": 1 << 24, "sequence": 1 << 24, "micro_batch": 1 << 20, "heads": 1 << 24,
+          "kv_heads": 1 << 24, "head_dim": 1 << 16, "ffn": 1 << 26, "moe_ffn": 1 << 26,
           "vocab": 1 << 26, "dtype_bytes": 64, "dp": MAX_NPUS, "tp": MAX_NPUS,
-          "pp": MAX_NPUS}
+          "pp": MAX_NPUS, "cp": MAX_NPUS, "ep": MAX_NPUS, "vpp": 1 << 16,
+          "experts": 1 << 20, "top_k": 1 << 20, "bucket_size": MAX_INT}
 
 
 @dataclass(frozen=True, kw_only=True)
 class TransformerSpec:
-    """Validated arguments of :func:`transformer` (hashable); see its docstring."""
+    """Validated arguments of :func:`~.transformer.transformer` (hashable); see its docstring
+    for every key."""
 
     layers: int
     hidden: int
     sequence: int
-    micro_batch: int
-    micro_batches: int
-    dp: int = 1
+    micro_batch: int = 1
+    micro_batches: int = 0
+    global_batch: int = 0
+    heads: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+    ffn: int = 0
+    gated_mlp: bool = False
+    vocab: int = 0
+    tied_embeddings: bool = True
     tp: int = 1
     pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vpp: int = 1
     sp: bool = False
+    experts: int = 0
+    top_k: int = 0
+    moe_ffn: int = 0
+    capacity_factor: float = 1.0
     schedule: Schedule = "1f1b"
-    zero: bool = False
-    heads: int | None = None
-    ffn: int | None = None
-    vocab: int | None = None
-    dtype_bytes: int = 2
-    roofline: Roofline = A100_ROOFLINE
-    #: ``((parallelism, dims), ...)`` in :data:`PARALLELISMS` order, or None for the default
+    pipeline_layout: tuple[int, ...] | str = "even"
+    recompute: Recompute = "none"
+    distributed_optimizer: bool = False
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
+    scatter_gather: bool = True
+    bucket_size: int = 0
+    attention: AttentionKind = "flash"
+    dtype: DType = "bf16"
+    device: str | None = None
+    roofline: Roofline | None = None
+    #: ``((parallelism, dims), ...)``, or None for the default mapping
     dims: tuple[tuple[str, tuple[int, ...]], ...] | None = None
     source: str = field(default="argument", compare=False)
 
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
 
-KEYS = tuple(f.name for f in fields(TransformerSpec) if f.name != "source")
+    @property
+    def padded_vocab(self) -> int:
+        """The vocabulary padded as Megatron-LM pads it (0: no embedding or logits)."""
+        step = VOCAB_MULTIPLE * self.tp
+        return -(-self.vocab // step) * step if self.vocab else 0
+
+    @property
+    def interleaved(self) -> bool:
+        return self.vpp > 1
+
+
+#: Keys accepted for compatibility, and what they mean now.
+LEGACY = {"zero": "distributed_optimizer", "dtype_bytes": "dtype"}
+KEYS = tuple(f.name for f in fields(TransformerSpec) if f.name != "source") + tuple(LEGACY)
 
 
 def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec:
@@ -86,35 +139,106 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     """
     as_config(values, source=source, what="transformer")
     check_unknown_keys(values, KEYS, source=source)
-    v: dict[str, Any] = {key: _count(values, key, source) for key in _REQUIRED}
-    for key in ("dp", "tp", "pp", "dtype_bytes"):
-        v[key] = _count(values, key, source, 1 if key != "dtype_bytes" else 2)
-    for key in ("heads", "ffn", "vocab"):
-        v[key] = None if values.get(key) is None else _count(values, key, source)
-    for key in ("sp", "zero"):
+    v: dict[str, Any] = {key: _count(values, key, source) for key in ("layers", "hidden",
+                                                                       "sequence")}
+    for key, default in (("micro_batch", 1), ("tp", 1), ("pp", 1), ("dp", 1), ("cp", 1),
+                         ("ep", 1), ("vpp", 1)):
+        v[key] = _count(values, key, source, default)
+    for key in ("micro_batches", "global_batch", "heads", "kv_heads", "head_dim", "ffn",
+                "moe_ffn", "vocab", "experts", "top_k", "bucket_size"):
+        v[key] = _count(values, key, source, 0, minimum=0)
+    for key in ("gated_mlp", "sp", "overlap_grad_reduce", "overlap_param_gather",
+                "tp_comm_overlap"):
         v[key] = read_bool(values, key, source=source, default=False)
-    v["schedule"] = read_choice(values, "schedule", SCHEDULES, source=source, default="1f1b",
+    v["tied_embeddings"] = read_bool(values, "tied_embeddings", source=source, default=True)
+    v["scatter_gather"] = read_bool(values, "scatter_gather", source=source, default=True)
+    v["distributed_optimizer"] = read_bool(values, "distributed_optimizer", source=source,
+                                           default=read_bool(values, "zero", source=source,
+                                                             default=False))
+    v["capacity_factor"] = read_number(values, "capacity_factor", source=source, default=1.0,
+                                       quantity=Quantity("", 1e-3, 1e3, positive=True))
+    v["schedule"] = read_choice(values, "schedule", SCHEDULES, source=source,
+                                default="interleaved" if v["vpp"] > 1 else "1f1b",
                                 case_insensitive=True)
-    v["roofline"] = parse_roofline(values.get("roofline", A100_ROOFLINE), source,
-                                   default=A100_ROOFLINE)
+    v["recompute"] = read_choice(values, "recompute", RECOMPUTES, source=source,
+                                 default="none", case_insensitive=True)
+    v["attention"] = read_choice(values, "attention", ATTENTIONS, source=source,
+                                 default="flash", case_insensitive=True)
+    v["dtype"] = _dtype(values, source)
+    v["pipeline_layout"] = _layout(values, source)
+    v["device"] = _device(values, source)
+    v["roofline"] = None if values.get("roofline") is None else \
+        parse_roofline(values["roofline"], source, default=A100_ROOFLINE)
     v["dims"] = _parse_dims(values.get("dims"), source)
     spec = TransformerSpec(**v, source=source)
+    spec = _with_defaults(spec)
     _check_consistent(spec)
     return spec
 
 
-def _count(values: Mapping[str, Any], key: str, source: str, default: Any = REQUIRED) -> int:
-    """An integer key, >= 1 and at most its :data:`MAXIMA` entry."""
-    return read_int(values, key, source=source, default=default, minimum=1,
-                    maximum=MAXIMA[key])
+def _count(values: Mapping[str, Any], key: str, source: str, default: Any = ...,
+           minimum: int = 1) -> int:
+    """An integer key, at least ``minimum`` and at most its :data:`MAXIMA` entry."""
+    from ..._validate import REQUIRED
+
+    return read_int(values, key, source=source, minimum=minimum, maximum=MAXIMA[key],
+                    default=REQUIRED if default is ... else default)
+
+
+def _dtype(values: Mapping[str, Any], source: str) -> str:
+    if "dtype" in values or "dtype_bytes" not in values:
+        return read_choice(values, "dtype", DTYPES, source=source, default="bf16",
+                           case_insensitive=True)
+    width = _count(values, "dtype_bytes", source, 2)
+    if width not in (1, 2):
+        raise config_error(source, "dtype_bytes", "2 (bf16) or 1 (fp8); prefer 'dtype'",
+                           width)
+    return "bf16" if width == 2 else "fp8"
+
+
+def _layout(values: Mapping[str, Any], source: str) -> tuple[int, ...] | str:
+    raw = values.get("pipeline_layout", "even")
+    if isinstance(raw, str):
+        return read_choice(values, "pipeline_layout", ("even", "first_last_fewer"),
+                           source=source, default="even")
+    return tuple(read_list(values, "pipeline_layout", partial(as_int, minimum=0,
+                                                              maximum=MAX_INT),
+                           source=source, max_length=1 << 16,
+                           what="'even', 'first_last_fewer' or a list of layers per "
+                                "(virtual) pipeline stage"))
+
+
+def _device(values: Mapping[str, Any], source: str) -> str | None:
+    if values.get("device") is None:
+        return None
+    from ...topology.clusters import device_name
+
+    # the preset is checked now (a clear error naming the key) and kept by name
+    return device_name(values["device"], source=source, key="device")
+
+
+def _with_defaults(spec: TransformerSpec) -> TransformerSpec:
+    """Fill the keys whose defaults depend on others (Megatron-LM's defaults)."""
+    from dataclasses import replace
+
+    heads = spec.heads or max(1, spec.hidden // (spec.head_dim or HEAD_DIM))
+    head_dim = spec.head_dim or spec.hidden // heads
+    ffn = spec.ffn or 4 * spec.hidden
+    changes: dict[str, Any] = {
+        "heads": heads, "head_dim": head_dim, "kv_heads": spec.kv_heads or heads, "ffn": ffn,
+        "moe_ffn": spec.moe_ffn or ffn, "top_k": spec.top_k or (1 if spec.experts else 0),
+        # communication overlap of tensor parallelism needs sequence parallelism (Megatron)
+        "sp": spec.sp or (spec.tp_comm_overlap and spec.tp > 1)}
+    return replace(spec, **changes)
 
 
 def _parse_dims(value: Any, source: str) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        raise config_error(source, "dims", "a mapping of tp, dp, pp to lists of network dims, "
-                                           "e.g. {tp: [0], dp: [1, 2], pp: [3]}", value)
+        raise config_error(source, "dims", "a mapping of tp, cp, ep, dp, pp to lists of "
+                                           "network dims, e.g. {tp: [0], dp: [1, 2], pp: [3]}",
+                           value)
     used: dict[int, str] = {}
     out = []
     check_unknown_keys(value, PARALLELISMS, source=source, prefix="dims.")
@@ -133,32 +257,71 @@ def _parse_dims(value: Any, source: str) -> tuple[tuple[str, tuple[int, ...]], .
     return tuple(out)
 
 
+def micro_batches(spec: TransformerSpec) -> int:
+    """Micro-batches per pipeline per iteration: ``global_batch / (micro_batch * dp)``, or
+    ``micro_batches`` as given."""
+    if spec.micro_batches:
+        return spec.micro_batches
+    return spec.global_batch // (spec.micro_batch * spec.dp)
+
+
 def _check_consistent(spec: TransformerSpec) -> None:
     """Divisibility rules between the arguments (Megatron-LM's own requirements)."""
     src = spec.source
-    if spec.layers % spec.pp:
-        raise config_error(src, "layers", f"a multiple of pp={spec.pp} (every pipeline stage "
-                                          f"holds the same number of layers)", spec.layers)
-    if spec.hidden % spec.tp:
-        raise config_error(src, "hidden", f"a multiple of tp={spec.tp}", spec.hidden)
-    if spec.ffn is not None and spec.ffn % spec.tp:
-        raise config_error(src, "ffn", f"a multiple of tp={spec.tp}", spec.ffn)
-    if spec.heads is not None and (spec.hidden % spec.heads or spec.heads % spec.tp):
-        raise config_error(src, "heads", f"a divisor of hidden={spec.hidden} and a multiple "
-                                         f"of tp={spec.tp}", spec.heads)
-    if spec.sp and spec.sequence % spec.tp:
-        raise config_error(src, "sequence", f"a multiple of tp={spec.tp} with sequence "
-                                            f"parallelism (sp)", spec.sequence)
-    collectives = (8 if spec.sp else 4) if spec.tp > 1 else 0
-    ops = spec.micro_batches * (spec.layers * (6 + collectives) + 4 * spec.pp)
+
+    def need(ok: bool, key: str, expected: str, found: Any) -> None:
+        if not ok:
+            raise config_error(src, key, expected, found)
+
+    need(bool(spec.micro_batches) != bool(spec.global_batch), "global_batch",
+         "either global_batch (sequences per iteration) or micro_batches, not both and not "
+         "neither", spec.global_batch or None)
+    if spec.global_batch:
+        need(spec.global_batch % (spec.micro_batch * spec.dp) == 0, "global_batch",
+             f"a multiple of micro_batch * dp = {spec.micro_batch * spec.dp} (micro-batches "
+             f"split evenly over the data-parallel ranks)", spec.global_batch)
+    need(spec.heads % spec.tp == 0, "heads", f"a multiple of tp={spec.tp}", spec.heads)
+    need(spec.heads % spec.kv_heads == 0, "kv_heads",
+         f"a divisor of heads={spec.heads} (grouped-query attention)", spec.kv_heads)
+    need(spec.kv_heads % spec.tp == 0 or spec.tp % spec.kv_heads == 0, "kv_heads",
+         f"a multiple or a divisor of tp={spec.tp}", spec.kv_heads)
+    need(spec.ffn % spec.tp == 0, "ffn", f"a multiple of tp={spec.tp}", spec.ffn)
+    if spec.sp:
+        need(spec.sequence % (spec.tp * spec.cp) == 0, "sequence",
+             f"a multiple of tp * cp = {spec.tp * spec.cp} with sequence parallelism",
+             spec.sequence)
+    if spec.cp > 1:
+        need(spec.sequence % (2 * spec.cp) == 0, "sequence",
+             f"a multiple of 2 * cp = {2 * spec.cp} (context parallelism splits the sequence "
+             f"into 2 * cp chunks for causal load balancing)", spec.sequence)
+    if spec.experts:
+        need(spec.experts % spec.ep == 0, "experts", f"a multiple of ep={spec.ep}",
+             spec.experts)
+        need(spec.top_k <= spec.experts, "top_k", f"at most experts={spec.experts}",
+             spec.top_k)
+    need(spec.dp % spec.ep == 0, "ep", f"a divisor of dp={spec.dp} (expert parallelism "
+                                       f"splits the data-parallel ranks)", spec.ep)
+    need(spec.ep == 1 or spec.experts > 0, "ep", "1 without experts", spec.ep)
+    need(spec.vpp == 1 or spec.schedule == "interleaved", "schedule",
+         "'interleaved' when vpp > 1", spec.schedule)
+    need(spec.vpp > 1 or spec.schedule != "interleaved", "vpp",
+         "> 1 with the interleaved schedule", spec.vpp)
+    need(not spec.overlap_param_gather or spec.distributed_optimizer, "overlap_param_gather",
+         "false without distributed_optimizer (parameters are gathered only when the "
+         "optimizer is sharded)", spec.overlap_param_gather)
+    m = micro_batches(spec)
+    if spec.interleaved:
+        need(m % spec.pp == 0, "global_batch" if spec.global_batch else "micro_batches",
+             f"micro-batches per pipeline ({m}) a multiple of pp={spec.pp} with the "
+             f"interleaved schedule (Megatron-LM's requirement)",
+             spec.global_batch or spec.micro_batches)
+    per_layer = 30 if spec.recompute == "full" else 22
+    ops = m * spec.layers * per_layer + 8 * m * spec.pp * spec.vpp
     if ops > MAX_OPS:
-        raise ConfigError(f"{_where(src)}layers={spec.layers} and micro_batches="
-                          f"{spec.micro_batches} make a graph of about {ops} ops, more than "
-                          f"{MAX_OPS}")
+        raise ConfigError(f"{_where(src)}layers={spec.layers} over {m} micro-batches make a "
+                          f"graph of about {ops} ops, more than {MAX_OPS}")
 
 
 def _where(source: str) -> str:
     """Message prefix naming the source of a value (none for Python arguments)."""
     return "" if source == "argument" else f"{source}: "
-
-

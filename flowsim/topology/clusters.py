@@ -1,0 +1,151 @@
+"""Clusters of real machines from a handful of numbers: a ``cluster:`` block in a network file.
+
+::
+
+    cluster:
+      device: h100            # the GPU (a preset of flowsim.compute); sets the defaults below
+      nodes: 128              # servers
+      gpus_per_node: 8        # default 8
+      nic_gbps: 400           # line rate of one NIC, Gb/s (default by device: 200 A100, 400 H100)
+      nics_per_node: 8        # default one per GPU
+      fabric: rail_optimized  # or clos: how NICs reach the leaf switches (fabric form)
+      form: multidim          # or fabric: how the cluster is simulated (see below)
+      hosts_per_leaf: 32      # fabric form: servers per leaf group (default 32, an SU)
+      oversubscription: 1     # fabric form: leaf downlink over uplink bandwidth
+
+Every other number comes from public specifications, set once per device and technology:
+
+* **scale-up** (NVLink through NVSwitch): the device's per-direction NVLink bandwidth (A100:
+  300 GB/s; H100: 450 GB/s) at :data:`NVLINK_EFFICIENCY`, the bus bandwidth NCCL measures on
+  8 H100s (about 370 of 450 GB/s: the JAX scaling book's GPU chapter and the ASTRA-sim
+  documentation's HGX-H100 validation both show it), :data:`NVLINK_LATENCY_NS` per link;
+* **scale-out** (InfiniBand or RoCE): ``nic_gbps`` per NIC, shared by the GPUs of a node,
+  at :data:`NIC_EFFICIENCY` (headers and protocol overhead of 4 KiB payloads), with
+  :data:`NIC_LATENCY_NS` per link (NIC, cable and switch traversal).
+
+``form: multidim`` (the default) is two Switch dimensions, ``[gpus_per_node, nodes]``: fast,
+exact for the bandwidth of every NIC, blind to where flows meet above the leaves.
+``form: fabric`` builds the leaf-spine fabric (:func:`~.fabric_generators.leaf_spine`),
+rail-optimized or not, oversubscribed or not, routed with ECMP: slower, and shows contention.
+
+NCCL's own cost per collective step (kernel synchronisation, proxy threads) is not a link
+property: the bundled system config ``nccl`` (``topologies/systems/nccl.json``) sets it as
+ASTRA-sim's ``endpoint-delay``, at the value that makes a 58 MB all-reduce on 8 H100s reach
+the 150 GB/s of algorithm bandwidth the scaling book measures, and turns off ASTRA-sim's
+local-reduction cost (NCCL reduces while it copies). Simulate clusters with it.
+
+Bandwidths in the generated config are flowsim's GB/s (2**30 B/s, ASTRA-sim's convention).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._validate import (
+    FACTOR,
+    as_config,
+    check_unknown_keys,
+    read_choice,
+    read_int,
+    read_number,
+    read_str,
+)
+from ..errors import config_error
+
+#: NCCL's bus bandwidth over NVLink as a fraction of the per-direction link bandwidth
+NVLINK_EFFICIENCY = 370.0 / 450.0
+#: latency of one NVLink link (GPU to NVSwitch or back), ns
+NVLINK_LATENCY_NS = 250.0
+#: achievable fraction of a NIC's line rate
+NIC_EFFICIENCY = 0.9
+#: latency of one scale-out link, ns
+NIC_LATENCY_NS = 1_500.0
+#: one vendor "GB" (10^9 B) in flowsim's GB (2^30 B)
+_GB = 1e9 / 2**30
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    """The scale-up and default scale-out links of a device's servers."""
+
+    nvlink_gbps: float       # per direction, 10^9 B/s
+    nic_gbps: float          # default NIC line rate, Gb/s
+    source: str
+
+
+#: by device preset name (the names of :data:`flowsim.compute.DEVICES`)
+INTERCONNECTS: dict[str, Interconnect] = {
+    "a100_sxm_80gb": Interconnect(300.0, 200.0, "NVLink 3: 600 GB/s bidirectional; DGX A100: "
+                                                "8 x 200 Gb/s HDR InfiniBand"),
+    "a100_sxm_40gb": Interconnect(300.0, 200.0, "as the 80 GB part"),
+    "h100_sxm_80gb": Interconnect(450.0, 400.0, "NVLink 4: 900 GB/s bidirectional; DGX H100: "
+                                                "8 x 400 Gb/s ConnectX-7"),
+}
+ALIASES = {"a100": "a100_sxm_80gb", "h100": "h100_sxm_80gb"}
+CLUSTER_KEYS = ("device", "nodes", "gpus_per_node", "nic_gbps", "nics_per_node", "fabric",
+                "form", "hosts_per_leaf", "oversubscription")
+
+
+def device_name(value: Any, *, source: str, key: str) -> str:
+    """A device preset's full name (``h100`` -> ``h100_sxm_80gb``)."""
+    if isinstance(value, str):
+        name = ALIASES.get(value.lower(), value.lower())
+        if name in INTERCONNECTS:
+            return name
+    raise config_error(source, key, "one of " + ", ".join([*INTERCONNECTS, *ALIASES]), value)
+
+
+def expand_cluster(cluster: Any, source: str) -> dict[str, Any]:
+    """The network mapping (multi-dimensional or ``fabric:``) a ``cluster:`` block stands for,
+    with its ``device``."""
+    as_config(cluster, source=source, what="cluster")
+    check_unknown_keys(cluster, CLUSTER_KEYS, source=source, prefix="cluster.")
+    device = device_name(read_str(cluster, "device", source=source, prefix="cluster."),
+                         source=source, key="cluster.device")
+    facts = INTERCONNECTS[device]
+    nodes = read_int(cluster, "nodes", source=source, prefix="cluster.", minimum=1)
+    gpus = read_int(cluster, "gpus_per_node", source=source, prefix="cluster.", default=8,
+                    minimum=1)
+    nic = read_number(cluster, "nic_gbps", source=source, prefix="cluster.",
+                      default=facts.nic_gbps, minimum=1e-3, maximum=1e7)
+    nics = read_int(cluster, "nics_per_node", source=source, prefix="cluster.", default=gpus,
+                    minimum=1)
+    form = read_choice(cluster, "form", ("multidim", "fabric"), source=source,
+                       prefix="cluster.", default="multidim")
+    fabric = read_choice(cluster, "fabric", ("rail_optimized", "clos"), source=source,
+                         prefix="cluster.", default="rail_optimized")
+    if nodes * gpus < 2:
+        raise config_error(source, "cluster.nodes", "at least 2 GPUs in the cluster", nodes)
+    scale_up = facts.nvlink_gbps * NVLINK_EFFICIENCY * _GB
+    per_nic = nic / 8 * NIC_EFFICIENCY * _GB
+    if form == "multidim":
+        if nodes == 1 or gpus == 1:
+            n, bw, lat = (gpus, scale_up, NVLINK_LATENCY_NS) if nodes == 1 else \
+                (nodes, per_nic * nics / gpus, NIC_LATENCY_NS)
+            return {"topology": ["Switch"], "npus_count": [n], "bandwidth": [bw],
+                    "latency": [lat], "device": device}
+        return {"topology": ["Switch", "Switch"], "npus_count": [gpus, nodes],
+                "bandwidth": [scale_up, per_nic * nics / gpus],
+                "latency": [NVLINK_LATENCY_NS, NIC_LATENCY_NS], "device": device}
+    per_leaf = read_int(cluster, "hosts_per_leaf", source=source, prefix="cluster.",
+                        default=min(32, nodes), minimum=1)
+    ratio = read_number(cluster, "oversubscription", source=source, prefix="cluster.",
+                        default=1.0, quantity=FACTOR)
+    return {"fabric": {"generator": "leaf_spine", "hosts": nodes, "npus_per_host": gpus,
+                       "scale_up": {"bandwidth": scale_up, "latency": NVLINK_LATENCY_NS},
+                       "nic": {"bandwidth": per_nic, "latency": NIC_LATENCY_NS},
+                       "nics_per_host": nics, "hosts_per_leaf": per_leaf,
+                       "rail_optimized": fabric == "rail_optimized",
+                       "oversubscription": ratio, "spine_latency": NIC_LATENCY_NS},
+            "device": device}
+
+
+def cluster_mapping(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """A network mapping with a ``cluster:`` block expanded (keys beside it are refused)."""
+    extra = sorted(set(data) - {"cluster", "name"})
+    if extra:
+        raise config_error(source, extra[0], "no other keys beside 'cluster' (and 'name')",
+                           data[extra[0]])
+    return expand_cluster(data["cluster"], source)

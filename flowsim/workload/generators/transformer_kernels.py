@@ -1,0 +1,287 @@
+"""The kernels of one transformer layer on one rank for one micro-batch, and the sizes of its
+communication: Megatron-LM's layer, pass by pass (formulas in :mod:`.transformer`).
+
+Everything here is per rank: ``n = b s / cp`` tokens of the rank's sequence shard, ``n / t``
+of them in the sequence-parallel regions (norms, dropout, residual adds) when ``sp``; weights
+split ``t`` ways by tensor parallelism. Activations are 16-bit (also in FP8 training, whose
+GEMMs alone run in FP8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..kernels import Attention, Elementwise, Gemm, Kernel
+from .transformer_spec import TransformerSpec
+
+#: bytes of an activation element (16-bit)
+ACT = 2
+#: Adam with FP32 master weights: bytes moved per parameter by the optimizer step (read the
+#: FP32 gradient, read and write master weight, first and second moment, write the 16-bit
+#: weight: 4 + 2*(4 + 4 + 4) + 2)
+OPTIMIZER_BYTES_PER_PARAM = 30
+
+
+def _ew(nbytes: float, name: str) -> Elementwise:
+    return Elementwise(float(nbytes), name=name)
+
+
+@dataclass(frozen=True)
+class LayerKernels:
+    """The kernel tuples of one layer's blocks and its communication sizes (one rank, one
+    micro-batch). Blocks run between communication points; see :mod:`.transformer_passes`."""
+
+    spec: TransformerSpec
+
+    # ------------------------------------------------------------------ shapes
+    @property
+    def n(self) -> int:
+        """Tokens of the rank's sequence shard."""
+        return self.spec.micro_batch * self.spec.sequence // self.spec.cp
+
+    @property
+    def n_sp(self) -> int:
+        """Tokens in the sequence-parallel regions."""
+        return self.n // self.spec.tp if self.spec.sp else self.n
+
+    @property
+    def q(self) -> int:
+        """Query (and output projection) width of the rank."""
+        return self.spec.heads * self.spec.head_dim // self.spec.tp
+
+    @property
+    def kv(self) -> int:
+        """Key (= value) width of the rank: its key/value heads, at least one."""
+        return max(1, self.spec.kv_heads // self.spec.tp) * self.spec.head_dim
+
+    @property
+    def f(self) -> int:
+        """MLP inner width of the rank."""
+        return self.spec.ffn // self.spec.tp
+
+    @property
+    def fc1_out(self) -> int:
+        return (2 if self.spec.gated_mlp else 1) * self.f
+
+    def _gemm(self, m: int, n: int, k: int, batch: int = 1) -> Gemm:
+        dtype = "bf16" if self.spec.dtype == "fp16" else self.spec.dtype
+        return Gemm(int(m), int(n), int(k), int(batch), dtype)
+
+    # ------------------------------------------------------------------ communication
+    @property
+    def activation_bytes(self) -> int:
+        """A full ``n x h`` activation (the buffer of a tensor-parallel all-reduce or
+        reduce-scatter)."""
+        return self.n * self.spec.hidden * ACT
+
+    @property
+    def shard_bytes(self) -> int:
+        """A sequence-parallel shard of it (each NPU's input of the all-gather)."""
+        return self.activation_bytes // self.spec.tp
+
+    @property
+    def kv_bytes(self) -> int:
+        """The rank's keys and values (context parallelism exchanges them)."""
+        return 2 * self.n * self.kv * ACT
+
+    # ------------------------------------------------------------------ forward
+    @cached_property
+    def norm(self) -> tuple[Kernel, ...]:
+        return (_ew(2 * self.n_sp * self.spec.hidden * ACT, "layernorm"),)
+
+    @cached_property
+    def residual(self) -> tuple[Kernel, ...]:
+        """Bias, dropout and residual add (fused): two reads, a write and a one-byte mask."""
+        return (_ew(self.n_sp * self.spec.hidden * (3 * ACT + 1), "dropout_add"),)
+
+    @cached_property
+    def qkv(self) -> tuple[Kernel, ...]:
+        return (self._gemm(self.n, self.q + 2 * self.kv, self.spec.hidden),)
+
+    @cached_property
+    def core_attention(self) -> tuple[Kernel, ...]:
+        """Scores, softmax and values: one flash kernel per context-parallel ring step (the
+        local, causal step first), or Megatron's unfused batched GEMMs and softmax."""
+        s = self.spec
+        if s.attention == "flash":
+            return self._flash(backward=False)
+        scores = s.micro_batch * (s.heads // s.tp) * s.sequence * s.sequence
+        batch = s.micro_batch * (s.heads // s.tp)
+        return (self._gemm(s.sequence, s.sequence, s.head_dim, batch),
+                _ew(2 * scores * ACT, "softmax"), _ew(scores * (2 * ACT + 1), "dropout"),
+                self._gemm(s.sequence, s.head_dim, s.sequence, batch))
+
+    def _flash(self, *, backward: bool) -> tuple[Kernel, ...]:
+        s = self.spec
+        heads, local = s.heads // s.tp, s.sequence // s.cp
+        kv_heads = max(1, s.kv_heads // s.tp)
+        out = [Attention(s.micro_batch, heads, local, local, s.head_dim, kv_heads,
+                         causal=True, backward=backward)]
+        # the other cp - 1 ring steps: with causal load balancing (two chunks per rank),
+        # each attends half of another rank's keys
+        out += [Attention(s.micro_batch, heads, local, local // 2, s.head_dim, kv_heads,
+                          causal=False, backward=backward)] * (s.cp - 1)
+        return tuple(out)
+
+    @cached_property
+    def projection(self) -> tuple[Kernel, ...]:
+        return (self._gemm(self.n, self.spec.hidden, self.q),)
+
+    @cached_property
+    def mlp(self) -> tuple[Kernel, ...]:
+        """The dense MLP: FC1, activation (bias-GeLU, or SwiGLU), FC2."""
+        h = self.spec.hidden
+        act = (3 if self.spec.gated_mlp else 2) * self.n * self.f * ACT
+        return (self._gemm(self.n, self.fc1_out, h), _ew(act, "activation"),
+                self._gemm(self.n, h, self.f))
+
+    # ------------------------------------------------------------------ backward
+    @cached_property
+    def norm_backward(self) -> tuple[Kernel, ...]:
+        return (_ew(3 * self.n_sp * self.spec.hidden * ACT, "layernorm_backward"),)
+
+    @cached_property
+    def residual_backward(self) -> tuple[Kernel, ...]:
+        return (_ew(self.n_sp * self.spec.hidden * (3 * ACT + 1), "dropout_add_backward"),)
+
+    @cached_property
+    def mlp_dgrad(self) -> tuple[Kernel, ...]:
+        h = self.spec.hidden
+        act = (5 if self.spec.gated_mlp else 3) * self.n * self.f * ACT
+        return (self._gemm(self.n, self.f, h), _ew(act, "activation_backward"),
+                self._gemm(self.n, h, self.fc1_out))
+
+    @cached_property
+    def mlp_wgrad(self) -> tuple[Kernel, ...]:
+        h = self.spec.hidden
+        return (self._gemm(self.f, h, self.n), self._gemm(h, self.fc1_out, self.n))
+
+    @cached_property
+    def attention_dgrad(self) -> tuple[Kernel, ...]:
+        """Projection data gradient, attention backward, QKV data gradient."""
+        s = self.spec
+        if s.attention == "flash":
+            core: tuple[Kernel, ...] = self._flash(backward=True)
+        else:
+            scores = s.micro_batch * (s.heads // s.tp) * s.sequence * s.sequence
+            batch = s.micro_batch * (s.heads // s.tp)
+            gemm = self._gemm(s.sequence, s.head_dim, s.sequence, batch)
+            core = (self._gemm(s.sequence, s.sequence, s.head_dim, batch), gemm,
+                    _ew(scores * (3 * ACT + 1), "softmax_dropout_backward"), gemm, gemm)
+        return (self._gemm(self.n, self.q, s.hidden), *core,
+                self._gemm(self.n, s.hidden, self.q + 2 * self.kv))
+
+    @cached_property
+    def attention_wgrad(self) -> tuple[Kernel, ...]:
+        h = self.spec.hidden
+        return (self._gemm(self.q, h, self.n), self._gemm(h, self.q + 2 * self.kv, self.n))
+
+    # ------------------------------------------------------------------ mixture of experts
+    @property
+    def moe_tokens(self) -> int:
+        """Tokens a rank routes: its sequence-parallel shard (experts are not split by tensor
+        parallelism: Megatron-LM needs sequence parallelism with MoE and TP)."""
+        return self.n_sp
+
+    @property
+    def expert_tokens(self) -> int:
+        """Tokens each local expert receives: the EP group's routed tokens spread evenly over
+        the experts, times the capacity factor."""
+        s = self.spec
+        return max(1, round(s.ep * self.moe_tokens * s.top_k * s.capacity_factor / s.experts))
+
+    @property
+    def dispatch_bytes(self) -> int:
+        """Each rank's all-to-all buffer when dispatching (and combining) tokens."""
+        s = self.spec
+        return int(self.moe_tokens * s.top_k * s.capacity_factor * s.hidden * ACT)
+
+    @cached_property
+    def router(self) -> tuple[Kernel, ...]:
+        s = self.spec
+        return (self._gemm(self.moe_tokens, s.experts, s.hidden),
+                _ew(2 * self.moe_tokens * s.experts * 4, "router_softmax_topk"))
+
+    @cached_property
+    def experts(self) -> tuple[Kernel, ...]:
+        s = self.spec
+        local, m, f = s.experts // s.ep, self.expert_tokens, s.moe_ffn
+        act = (3 if s.gated_mlp else 2) * m * f * ACT * local
+        return (self._gemm(m, (2 if s.gated_mlp else 1) * f, s.hidden, local),
+                _ew(act, "expert_activation"), self._gemm(m, s.hidden, f, local))
+
+    @cached_property
+    def experts_dgrad(self) -> tuple[Kernel, ...]:
+        s = self.spec
+        local, m, f = s.experts // s.ep, self.expert_tokens, s.moe_ffn
+        act = (5 if s.gated_mlp else 3) * m * f * ACT * local
+        return (self._gemm(m, f, s.hidden, local), _ew(act, "expert_activation_backward"),
+                self._gemm(m, s.hidden, (2 if s.gated_mlp else 1) * f, local),
+                self._gemm(self.moe_tokens, s.hidden, s.experts))
+
+    @cached_property
+    def experts_wgrad(self) -> tuple[Kernel, ...]:
+        s = self.spec
+        local, m, f = s.experts // s.ep, self.expert_tokens, s.moe_ffn
+        return (self._gemm(f, s.hidden, m, local),
+                self._gemm(s.hidden, (2 if s.gated_mlp else 1) * f, m, local),
+                self._gemm(s.hidden, s.experts, self.moe_tokens))
+
+    # ------------------------------------------------------------------ embedding, logits
+    @cached_property
+    def embedding(self) -> tuple[Kernel, ...]:
+        """The vocabulary-parallel embedding lookup: read the rows, write the activation."""
+        return (_ew(2 * self.n * self.spec.hidden * ACT, "embedding"),)
+
+    @cached_property
+    def embedding_backward(self) -> tuple[Kernel, ...]:
+        return (_ew(3 * self.n * self.spec.hidden * ACT, "embedding_backward"),)
+
+    @property
+    def vocab_shard(self) -> int:
+        return self.spec.padded_vocab // self.spec.tp
+
+    @cached_property
+    def logits(self) -> tuple[Kernel, ...]:
+        """Output layer and vocabulary-parallel cross entropy (FP32 logits: max, exp-sum and
+        the loss read them three times)."""
+        return (self._gemm(self.n, self.vocab_shard, self.spec.hidden),
+                _ew(3 * self.n * self.vocab_shard * 4, "cross_entropy"))
+
+    @cached_property
+    def logits_dgrad(self) -> tuple[Kernel, ...]:
+        return (_ew(2 * self.n * self.vocab_shard * 4, "cross_entropy_backward"),
+                self._gemm(self.n, self.spec.hidden, self.vocab_shard))
+
+    @cached_property
+    def logits_wgrad(self) -> tuple[Kernel, ...]:
+        return (self._gemm(self.spec.hidden, self.vocab_shard, self.n),)
+
+    @property
+    def vocab_parameters(self) -> int:
+        """Weights of the rank's share of the embedding (or of the output layer)."""
+        return self.vocab_shard * self.spec.hidden
+
+    # ------------------------------------------------------------------ parameters
+    @cached_property
+    def dense_parameters(self) -> int:
+        """Weights of the rank's share of one layer outside the experts (attention, norms,
+        the dense MLP or the router)."""
+        s, h = self.spec, self.spec.hidden
+        attention = h * (self.q + 2 * self.kv) + self.q * h
+        mlp = h * s.experts if s.experts else (3 if s.gated_mlp else 2) * h * self.f
+        return attention + mlp + 2 * h
+
+    @cached_property
+    def expert_parameters(self) -> int:
+        """Weights of the rank's experts in one layer (0 for a dense model)."""
+        s = self.spec
+        if not s.experts:
+            return 0
+        return (s.experts // s.ep) * (3 if s.gated_mlp else 2) * s.hidden * s.moe_ffn
+
+
+def optimizer_step(parameters: float) -> tuple[Kernel, ...]:
+    """The optimizer step over ``parameters`` local weights (memory-bound Adam)."""
+    return (_ew(OPTIMIZER_BYTES_PER_PARAM * parameters, "optimizer"),)

@@ -1,0 +1,214 @@
+"""The ops of one transformer layer's forward and backward pass on one pipeline stage, with
+Megatron-LM's tensor-, context- and expert-parallel communication between its blocks.
+
+A pass is a chain of compute ops (one compute stream per NPU: each op waits for the previous
+one) and collectives between them. A *frontier* is the tuple of ops the next compute op needs
+the data of. Forward of a layer (``sp``: sequence parallelism)::
+
+    [residual + norm] -AG-> [QKV, attention, projection] -RS-> [residual + norm] -AG->
+    [FC1, activation, FC2] -RS->                 (without sp: all-reduces instead of RS, no AG)
+
+Backward (each block's data gradient, then its weight gradient, which overlaps with the data
+gradient's collective, as Megatron-LM's asynchronous tensor-parallel communication does)::
+
+    [residual'] -AG-> [MLP dgrad] -RS-> [MLP wgrad] [norm' + residual'] -AG->
+    [attention dgrad] -RS-> [attention wgrad] [norm']
+
+``tp_comm_overlap`` (Megatron's ``--tp-comm-overlap``) hides a block's collectives behind its
+GEMMs: they start with the block and the next block waits for all of them. Context
+parallelism exchanges keys and values over the CP group (an all-gather the remote ring steps
+wait for; the local causal step runs meanwhile) and reduce-scatters their gradients. Mixture
+of experts replaces the MLP by a router, an all-to-all dispatch over the EP group, the local
+experts and an all-to-all combine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..graph import Op
+from ..kernels import Kernel
+from .transformer_kernels import LayerKernels
+from .transformer_spec import TransformerSpec
+
+Frontier = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Logical network dims of each communicator of a stage's ranks."""
+
+    tp: tuple[int, ...]
+    cp: tuple[int, ...]
+    ep: tuple[int, ...]
+    dp: tuple[int, ...]          # dense gradients: data x context (x expert) parallel
+    expert_dp: tuple[int, ...]   # expert gradients
+
+
+class PassBuilder:
+    """Appends the ops of layer passes to one stage's op list."""
+
+    def __init__(self, spec: TransformerSpec, groups: Groups, kernels: LayerKernels) -> None:
+        self.spec = spec
+        self.groups = groups
+        self.k = kernels
+        self.ops: list[Op] = []
+        self.last: int | None = None     # the last compute op (stream order)
+        self.last_wgrad: int | None = None   # the last weight-gradient op
+        self.overlap = spec.tp_comm_overlap and spec.tp > 1
+
+    # ------------------------------------------------------------------ primitives
+    def add(self, **fields: Any) -> int:
+        op_id = len(self.ops)
+        self.ops.append(Op(id=op_id, **fields))
+        return op_id
+
+    def compute(self, name: str, kernels: tuple[Kernel, ...], layer: int, pass_: str,
+                deps: Frontier = ()) -> int:
+        """A compute op after the previous one on the stream, needing ``deps``' data."""
+        ctrl = () if self.last is None else (self.last,)
+        self.last = self.add(kind="compute", name=name, kernels=kernels,
+                             flops=sum(k.flops for k in kernels),
+                             mem_bytes=sum(k.bytes for k in kernels),
+                             deps=tuple(d for d in deps if d != self.last), ctrl_deps=ctrl,
+                             layer=layer, pass_=pass_)
+        if pass_ == "wg":
+            self.last_wgrad = self.last
+        return self.last
+
+    def collective(self, name: str, collective: str, size: int, dims: tuple[int, ...],
+                   layer: int, pass_: str, deps: Frontier) -> int:
+        return self.add(kind="collective", name=name, collective=collective, size=int(size),
+                        dims=dims, deps=deps, layer=layer, pass_=pass_)
+
+    def tp_block(self, name: str, kernels: tuple[Kernel, ...], layer: int, pass_: str,
+                 x: Frontier, *, gather: bool, reduce: bool) -> Frontier:
+        """A block between tensor-parallel collectives: an all-gather of its input before it
+        (sequence parallelism), an all-reduce or reduce-scatter of its output after it."""
+        s, k, tp = self.spec, self.k, self.groups.tp
+        if s.tp == 1:
+            return (self.compute(name, kernels, layer, pass_, x),)
+        before: list[int] = []
+        if gather and s.sp:
+            before.append(self.collective(f"{name}.all_gather", "all_gather", k.shard_bytes,
+                                          tp, layer, pass_, x))
+        if self.overlap:   # the collectives run with the block's GEMMs
+            block = self.compute(name, kernels, layer, pass_, x)
+            after = [self.collective(f"{name}.{_reduce(s)}", _reduce(s), k.activation_bytes,
+                                     tp, layer, pass_, x)] if reduce else []
+            return (block, *before, *after)
+        block = self.compute(name, kernels, layer, pass_, tuple(before) or x)
+        if not reduce:
+            return (block,)
+        return (self.collective(f"{name}.{_reduce(s)}", _reduce(s), k.activation_bytes, tp,
+                                layer, pass_, (block,)),)
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, layer: int, tag: str, x: Frontier, carry: tuple[Kernel, ...] = ()
+                ) -> Frontier:
+        """One layer's forward; ``carry`` kernels (the previous layer's residual add) run
+        first. Returns the frontier of its output, whose residual add is left to the next
+        compute op: see :attr:`residual`."""
+        k, name = self.k, f"{tag}.layer{layer}"
+        x = (self.compute(f"{name}.norm", carry + k.norm, layer, "fwd", x),)
+        x = self._attention_forward(name, layer, x)
+        x = (self.compute(f"{name}.norm2", k.residual + k.norm, layer, "fwd", x),)
+        if self.spec.experts:
+            return self._moe_forward(name, layer, x)
+        return self.tp_block(f"{name}.mlp", k.mlp, layer, "fwd", x, gather=True, reduce=True)
+
+    @property
+    def residual(self) -> tuple[Kernel, ...]:
+        """The kernels a layer's output still owes (its residual add)."""
+        return self.k.residual
+
+    def _attention_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
+        k, s = self.k, self.spec
+        if s.cp == 1:
+            return self.tp_block(f"{name}.attention", k.qkv + k.core_attention + k.projection,
+                                 layer, "fwd", x, gather=True, reduce=True)
+        qkv = self.tp_block(f"{name}.qkv", k.qkv, layer, "fwd", x, gather=True, reduce=False)
+        kv = self.collective(f"{name}.kv.all_gather", "all_gather", k.kv_bytes,
+                             self.groups.cp, layer, "fwd", qkv)
+        local = self.compute(f"{name}.attention_local", k.core_attention[:1], layer, "fwd",
+                             qkv)
+        return self.tp_block(f"{name}.attention_remote", k.core_attention[1:] + k.projection,
+                             layer, "fwd", (local, kv), gather=False, reduce=True)
+
+    def _moe_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
+        k, s, ep = self.k, self.spec, self.groups.ep
+        x = (self.compute(f"{name}.router", k.router, layer, "fwd", x),)
+        if s.ep > 1:
+            x = (self.collective(f"{name}.dispatch", "all_to_all", k.dispatch_bytes, ep,
+                                 layer, "fwd", x),)
+        x = (self.compute(f"{name}.experts", k.experts, layer, "fwd", x),)
+        if s.ep > 1:
+            x = (self.collective(f"{name}.combine", "all_to_all", k.dispatch_bytes, ep,
+                                 layer, "fwd", x),)
+        return x
+
+    # ------------------------------------------------------------------ backward
+    def backward(self, layer: int, tag: str, g: Frontier, carry: tuple[Kernel, ...] = ()
+                 ) -> Frontier:
+        """One layer's backward (after its recomputed forward, if any); ``carry`` kernels
+        (the next layer's norm backward) run first. Returns the frontier of the gradient of
+        its input and leaves the norm backward owed, as :attr:`norm_backward`."""
+        k, s, name = self.k, self.spec, f"{tag}.layer{layer}"
+        g = (self.compute(f"{name}.residual_backward", carry + k.residual_backward, layer,
+                          "ig", g),)
+        if s.experts:
+            g = self._moe_backward(name, layer, g)
+        else:
+            g = self._dgrad_wgrad(f"{name}.mlp", k.mlp_dgrad, k.mlp_wgrad, layer, g)
+        g = (self.compute(f"{name}.norm2_backward", k.norm_backward + k.residual_backward,
+                          layer, "ig", g),)
+        dgrad = k.attention_dgrad
+        if s.recompute == "selective" and s.attention == "unfused":
+            dgrad = k.core_attention + dgrad    # recompute scores, softmax and dropout
+        if s.cp > 1:
+            return self._cp_backward(name, layer, g, dgrad)
+        return self._dgrad_wgrad(f"{name}.attention", dgrad, k.attention_wgrad, layer, g)
+
+    @property
+    def norm_backward(self) -> tuple[Kernel, ...]:
+        return self.k.norm_backward
+
+    def _dgrad_wgrad(self, name: str, dgrad: tuple[Kernel, ...], wgrad: tuple[Kernel, ...],
+                     layer: int, g: Frontier) -> Frontier:
+        """A block's data gradient between tensor-parallel collectives, then its weight
+        gradient, which runs while the data gradient's collective does."""
+        out = self.tp_block(f"{name}.dgrad", dgrad, layer, "ig", g, gather=True, reduce=True)
+        self.compute(f"{name}.wgrad", wgrad, layer, "wg")
+        return out
+
+    def _cp_backward(self, name: str, layer: int, g: Frontier,
+                     dgrad: tuple[Kernel, ...]) -> Frontier:
+        k, s = self.k, self.spec
+        core = dgrad[:-1]
+        x = self.tp_block(f"{name}.attention.dgrad", core, layer, "ig", g, gather=True,
+                          reduce=False)
+        dkv = self.collective(f"{name}.kv.reduce_scatter", "reduce_scatter",
+                              k.kv_bytes * s.cp, self.groups.cp, layer, "ig", x)
+        out = self.tp_block(f"{name}.qkv.dgrad", dgrad[-1:], layer, "ig", (*x, dkv),
+                            gather=False, reduce=True)
+        self.compute(f"{name}.attention.wgrad", k.attention_wgrad, layer, "wg")
+        return out
+
+    def _moe_backward(self, name: str, layer: int, g: Frontier) -> Frontier:
+        k, s, ep = self.k, self.spec, self.groups.ep
+        if s.ep > 1:
+            g = (self.collective(f"{name}.combine_backward", "all_to_all", k.dispatch_bytes,
+                                 ep, layer, "ig", g),)
+        g = (self.compute(f"{name}.experts.dgrad", k.experts_dgrad, layer, "ig", g),)
+        if s.ep > 1:
+            g = (self.collective(f"{name}.dispatch_backward", "all_to_all",
+                                 k.dispatch_bytes, ep, layer, "ig", g),)
+        self.compute(f"{name}.experts.wgrad", k.experts_wgrad, layer, "wg")
+        return g
+
+
+def _reduce(spec: TransformerSpec) -> str:
+    """Megatron's ``g`` operator forward (and ``f`` backward): reduce-scatter with sequence
+    parallelism, else all-reduce."""
+    return "reduce_scatter" if spec.sp else "all_reduce"

@@ -1,0 +1,265 @@
+"""One pipeline stage's program for one training iteration: its schedule of forward and
+backward passes over micro-batches and model chunks, the pipeline sends and receives between
+virtual stages, the data-parallel gradient collectives in buckets, the optimizer step and the
+distributed optimizer's parameter all-gathers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..graph import Op
+from .transformer_kernels import LayerKernels, optimizer_step
+from .transformer_passes import Frontier, Groups, PassBuilder
+from .transformer_schedule import layer_counts, neighbours, stage_schedule, virtual_stage
+from .transformer_spec import TransformerSpec
+
+#: Megatron-Core's gradient bucket size: max(40 M, 1 M x data-parallel size) parameters
+BUCKET_PARAMS = 40_000_000
+BUCKET_PARAMS_PER_RANK = 1_000_000
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """What a stage's program needs beyond the spec."""
+
+    stage: int
+    groups: Groups
+    stage_base: tuple[int, ...]   # lowest NPU id of every pipeline rank
+    dp_size: int            # ranks the dense gradients are reduced over
+    expert_dp_size: int     # ranks the expert gradients are reduced over
+
+
+def layer_names(spec: TransformerSpec) -> list[str]:
+    """The per-layer breakdown's rows: the transformer layers, then the embedding and the
+    output layer (with a vocabulary) and the optimizer step."""
+    names = [f"layer{i}" for i in range(spec.layers)]
+    if spec.vocab:
+        names += ["embedding", "logits"]
+    return names + ["optimizer"]
+
+
+class StageProgram:
+    """Builds the ops of one pipeline rank (see the module docstring)."""
+
+    def __init__(self, spec: TransformerSpec, ctx: StageContext) -> None:
+        self.spec, self.ctx = spec, ctx
+        self.k = LayerKernels(spec)
+        self.b = PassBuilder(spec, ctx.groups, self.k)
+        counts = layer_counts(spec)
+        starts = [sum(counts[:i]) for i in range(len(counts))]
+        self.layers = {c: range(starts[vs], starts[vs] + counts[vs]) for c in range(spec.vpp)
+                       for vs in [virtual_stage(spec, ctx.stage, c)]}
+        names = layer_names(spec)
+        self.row = {name: i for i, name in enumerate(names)}
+        self.last_vs = spec.pp * spec.vpp - 1
+        self.grad_bytes = 4 if spec.dtype in ("bf16", "fp8") else 2
+        self.grad_ops: list[int] = []
+        self.param_gathers: dict[int, int] = {}     # layer -> its buckets' all-gather
+        self.first_forward: set[int] = set()        # layers whose parameters are gathered
+
+    # ------------------------------------------------------------------ the whole stage
+    def build(self) -> list[Op]:
+        spec, b = self.spec, self.b
+        order = stage_schedule(spec, self.ctx.stage)
+        last_bwd = {c: max(i for i, u in enumerate(order) if u[0] == "bwd" and u[1] == c)
+                    for c in range(spec.vpp)}
+        if spec.distributed_optimizer and spec.overlap_param_gather:
+            for c in range(spec.vpp):
+                self._gather_parameters(c, deps=())
+        for i, (pass_, chunk, m) in enumerate(order):
+            if pass_ == "fwd":
+                self._forward(chunk, m)
+            else:
+                self._backward(chunk, m, final=i == last_bwd[chunk])
+        if not spec.overlap_grad_reduce:   # gradients reduced after the whole backward
+            end = () if b.last is None else (b.last,)
+            for c in range(spec.vpp):
+                self._reduce_gradients(c, [(self._chunk_parameters(c), end)])
+        step = b.compute("optimizer", optimizer_step(self._local_parameters()),
+                         self.row["optimizer"], "wg", tuple(self.grad_ops))
+        if spec.distributed_optimizer and not spec.overlap_param_gather:
+            for c in range(spec.vpp):
+                self._gather_parameters(c, deps=(step,))
+        return b.ops
+
+    # ------------------------------------------------------------------ passes
+    def _forward(self, chunk: int, m: int) -> None:
+        spec, b, k = self.spec, self.b, self.k
+        vs = virtual_stage(spec, self.ctx.stage, chunk)
+        before, after = neighbours(spec, self.ctx.stage, chunk)
+        tag = f"mb{m}" + (f".chunk{chunk}" if spec.vpp > 1 else "")
+        x: Frontier = ()
+        first = self.layers[chunk][0] if len(self.layers[chunk]) else self.row["optimizer"]
+        if before is not None:
+            x = self._receive(f"{tag}.recv_activation", before, self._tag(m, vs - 1, 0), first,
+                              "fwd")
+        carry: tuple = ()
+        if vs == 0 and spec.vocab:
+            row = self.row["embedding"]
+            x = b.tp_block(f"{tag}.embedding", k.embedding, row, "fwd", x, gather=False,
+                           reduce=True)
+        for layer in self.layers[chunk]:
+            if layer not in self.first_forward and layer in self.param_gathers:
+                x = (*x, self.param_gathers[layer])
+            self.first_forward.add(layer)
+            x = b.forward(layer, tag, x, carry)
+            carry = b.residual
+        if vs == self.last_vs and spec.vocab:
+            row = self.row["logits"]
+            x = (b.compute(f"{tag}.final_norm", carry + k.norm, row, "fwd", x),)
+            x = b.tp_block(f"{tag}.logits", k.logits, row, "fwd", x, gather=True, reduce=False)
+        elif carry:
+            x = (b.compute(f"{tag}.residual", carry, self.layers[chunk][-1], "fwd", x),)
+        if after is not None:
+            self._send(f"{tag}.send_activation", after, self._tag(m, vs, 0),
+                       self.layers[chunk][-1] if len(self.layers[chunk]) else first, "fwd", x)
+
+    def _backward(self, chunk: int, m: int, *, final: bool) -> None:
+        spec, b, k = self.spec, self.b, self.k
+        vs = virtual_stage(spec, self.ctx.stage, chunk)
+        before, after = neighbours(spec, self.ctx.stage, chunk)
+        tag = f"mb{m}" + (f".chunk{chunk}" if spec.vpp > 1 else "")
+        own = self.layers[chunk]
+        top = own[-1] if len(own) else self.row["optimizer"]
+        g: Frontier = ()
+        buckets: list[tuple[tuple[float, float], Frontier]] = []
+        if after is not None:
+            g = self._receive(f"{tag}.recv_gradient", after, self._tag(m, vs, 1), top, "ig")
+        carry: tuple = ()
+        if vs == self.last_vs and spec.vocab:
+            row = self.row["logits"]
+            g = b.tp_block(f"{tag}.logits.dgrad", k.logits_dgrad, row, "ig", g, gather=False,
+                           reduce=True)
+            b.compute(f"{tag}.logits.wgrad", k.logits_wgrad, row, "wg")
+            buckets.append(((k.vocab_parameters, 0), _frontier(b.last_wgrad)))
+            carry = k.norm_backward
+        for layer in reversed(own):
+            if spec.recompute == "full":
+                g = (*g, *b.forward(layer, f"{tag}.recompute", ()))
+            g = b.backward(layer, tag, g, carry)
+            carry = b.norm_backward
+            buckets.append((self._layer_parameters(), _frontier(b.last_wgrad)))
+        if vs == 0 and spec.vocab:
+            row = self.row["embedding"]
+            if spec.tp > 1 and spec.sp:
+                g = (b.collective(f"{tag}.embedding.all_gather", "all_gather", k.shard_bytes,
+                                  self.ctx.groups.tp, row, "ig", g),)
+            b.compute(f"{tag}.embedding.backward", carry + k.embedding_backward, row, "wg", g)
+            buckets.append(((k.vocab_parameters, 0), _frontier(b.last)))
+        elif carry:
+            g = (b.compute(f"{tag}.norm_backward", carry, own[0] if len(own) else top, "ig",
+                           g),)
+        if before is not None:
+            self._send(f"{tag}.send_gradient", before, self._tag(m, vs - 1, 1),
+                       own[0] if len(own) else top, "ig", g)
+        if final and spec.overlap_grad_reduce:
+            self._reduce_gradients(chunk, buckets)
+
+    # ------------------------------------------------------------------ pipeline messages
+    def _tag(self, m: int, boundary: int, direction: int) -> int:
+        """Tag of the message across virtual-stage boundary ``boundary`` (between virtual
+        stages ``boundary`` and ``boundary + 1``) of micro-batch ``m``."""
+        return 2 * (m * self.spec.pp * self.spec.vpp + boundary) + direction
+
+    def _message_bytes(self) -> int:
+        """An activation (or its gradient) between stages: sharded by sequence parallelism,
+        or split over the tensor-parallel ranks by Megatron's scatter/gather optimisation."""
+        s, k = self.spec, self.k
+        split = s.tp > 1 and (s.sp or s.scatter_gather)
+        return k.shard_bytes if split else k.activation_bytes
+
+    def _gathered(self) -> bool:
+        """Whether a received scatter/gather message is all-gathered over TP."""
+        s = self.spec
+        return s.tp > 1 and s.scatter_gather and not s.sp
+
+    def _receive(self, name: str, peer: tuple[int, int], tag: int, layer: int, pass_: str
+                 ) -> Frontier:
+        offset = self.ctx.stage_base[peer[0]] - self.ctx.stage_base[self.ctx.stage]
+        r = self.b.add(kind="recv", name=name, size=self._message_bytes(), peer_offset=offset,
+                       tag=tag, layer=layer, pass_=pass_)
+        if not self._gathered():
+            return (r,)
+        return (self.b.collective(f"{name}.all_gather", "all_gather", self.k.shard_bytes,
+                                  self.ctx.groups.tp, layer, pass_, (r,)),)
+
+    def _send(self, name: str, peer: tuple[int, int], tag: int, layer: int, pass_: str,
+              deps: Frontier) -> None:
+        offset = self.ctx.stage_base[peer[0]] - self.ctx.stage_base[self.ctx.stage]
+        self.b.add(kind="send", name=name, size=self._message_bytes(), peer_offset=offset,
+                   tag=tag, deps=deps, layer=layer, pass_=pass_)
+
+    # ------------------------------------------------------------------ data parallelism
+    def _layer_parameters(self) -> tuple[float, float]:
+        return (self.k.dense_parameters, self.k.expert_parameters)
+
+    def _chunk_parameters(self, chunk: int) -> tuple[float, float]:
+        """(dense, expert) parameters of a model chunk on this rank."""
+        vs = virtual_stage(self.spec, self.ctx.stage, chunk)
+        n = len(self.layers[chunk])
+        dense, expert = n * self.k.dense_parameters, n * self.k.expert_parameters
+        if self.spec.vocab:
+            dense += self.k.vocab_parameters * ((vs == 0) + (vs == self.last_vs))
+        return dense, expert
+
+    def _local_parameters(self) -> float:
+        """Parameters this rank's optimizer updates (its shard with a distributed
+        optimizer)."""
+        spec, ctx = self.spec, self.ctx
+        dense = sum(self._chunk_parameters(c)[0] for c in range(spec.vpp))
+        expert = sum(self._chunk_parameters(c)[1] for c in range(spec.vpp))
+        if spec.distributed_optimizer:
+            return dense / ctx.dp_size + expert / ctx.expert_dp_size
+        return dense + expert
+
+    def _bucket_limit(self) -> float:
+        if self.spec.bucket_size:
+            return self.spec.bucket_size
+        return max(BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK * self.ctx.dp_size)
+
+    def _reduce_gradients(self, chunk: int,
+                          items: list[tuple[tuple[float, float], Frontier]]) -> None:
+        """Gradient collectives of a chunk's buckets; ``items`` are ((dense, expert)
+        parameters, frontier of the op after which their gradients are ready), in the order
+        they become ready."""
+        for group, dims, index in (("dense", self.ctx.groups.dp, 0),
+                                   ("expert", self.ctx.groups.expert_dp, 1)):
+            if not dims:
+                continue
+            pending = 0.0
+            after: Frontier = ()
+            for entry, ready in items:
+                params = entry[index]
+                if not params:
+                    continue
+                pending, after = pending + params, ready
+                if pending >= self._bucket_limit():
+                    self._grad_collective(group, dims, pending, after)
+                    pending = 0.0
+            if pending:
+                self._grad_collective(group, dims, pending, after)
+
+    def _grad_collective(self, group: str, dims: tuple[int, ...], params: float,
+                         after: Frontier) -> None:
+        kind = "reduce_scatter" if self.spec.distributed_optimizer else "all_reduce"
+        self.grad_ops.append(self.b.collective(
+            f"{group}_grads.{kind}", kind, int(params * self.grad_bytes), dims,
+            self.row["optimizer"], "wg", after))
+
+    def _gather_parameters(self, chunk: int, deps: Frontier) -> None:
+        """The distributed optimizer's all-gather of a chunk's updated 16-bit parameters
+        (each rank's shard is its input)."""
+        dims = self.ctx.groups.dp
+        dense = self._chunk_parameters(chunk)[0]
+        if not dims or not dense:
+            return
+        op = self.b.collective(f"chunk{chunk}.params.all_gather", "all_gather",
+                               int(2 * dense / self.ctx.dp_size), dims,
+                               self.row["optimizer"], "fwd", deps)
+        for layer in self.layers[chunk]:
+            self.param_gathers[layer] = op
+
+
+def _frontier(op: int | None) -> Frontier:
+    """The op as a frontier (empty when there is none yet)."""
+    return () if op is None else (op,)

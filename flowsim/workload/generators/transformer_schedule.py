@@ -1,0 +1,102 @@
+"""Pipeline layouts and schedules: which layers each (virtual) stage holds, and the order in
+which a stage runs its forward and backward passes.
+
+Virtual stages (Narayanan et al., SC'21, section 2.2.2): with ``v = vpp`` model chunks per
+rank and ``p = pp`` ranks, the model is cut into ``p v`` consecutive virtual stages and rank
+``r`` holds virtual stages ``r, r + p, r + 2p, ...`` (chunk ``c`` of rank ``r`` is virtual
+stage ``c p + r``).
+"""
+
+from __future__ import annotations
+
+from ...errors import config_error
+from .transformer_spec import TransformerSpec, micro_batches
+
+#: one pass of one chunk on one micro-batch: (``"fwd"`` or ``"bwd"``, chunk, micro-batch)
+Unit = tuple[str, int, int]
+
+
+def layer_counts(spec: TransformerSpec) -> list[int]:
+    """Transformer layers of every virtual stage (``pp * vpp`` of them, in model order).
+
+    ``"even"``: the same count everywhere; ``"first_last_fewer"``: the first and the last
+    virtual stage one layer fewer than the others (Llama 3's layout, which leaves room for the
+    embedding and the output layer; Dubey et al. 2024, section 3.3.2); or an explicit list of
+    ``pp * vpp`` counts adding up to ``layers``.
+
+    Raises
+    ------
+    ConfigError
+        The layers do not fit the layout; the message suggests one that does.
+    """
+    n = spec.pp * spec.vpp
+    layout = spec.pipeline_layout
+    if isinstance(layout, tuple):
+        if len(layout) != n or sum(layout) != spec.layers:
+            raise config_error(spec.source, "pipeline_layout",
+                               f"{n} layer counts (pp * vpp) adding up to layers="
+                               f"{spec.layers}", list(layout))
+        return list(layout)
+    if layout == "first_last_fewer":
+        if n < 2 or (spec.layers + 2) % n:
+            raise config_error(spec.source, "layers",
+                               f"with pipeline_layout 'first_last_fewer', layers + 2 a "
+                               f"multiple of pp * vpp = {n}", spec.layers)
+        k = (spec.layers + 2) // n
+        return [k - 1] + [k] * (n - 2) + [k - 1]
+    if spec.layers % n:
+        hint = " or 'first_last_fewer'" if n >= 2 and (spec.layers + 2) % n == 0 else ""
+        raise config_error(spec.source, "layers",
+                           f"a multiple of pp * vpp = {n} for an even layout (or give "
+                           f"pipeline_layout: a list of {n} layer counts{hint})", spec.layers)
+    return [spec.layers // n] * n
+
+
+def stage_schedule(spec: TransformerSpec, stage: int) -> list[Unit]:
+    """The passes of pipeline rank ``stage`` in execution order.
+
+    ``gpipe``: every forward, then every backward, in micro-batch order. ``1f1b``
+    (PipeDream-Flush): ``p - stage - 1`` warm-up forwards, then one forward and one backward
+    alternately, then the remaining backwards. ``interleaved`` (Narayanan et al. 2021,
+    section 2.2.2; Megatron-LM's ``forward_backward_pipelining_with_interleaving``): the
+    ``m v`` chunk passes in groups of ``p`` micro-batches per chunk, ``2 (p - stage - 1) +
+    (v - 1) p`` warm-up forwards, then one forward and one backward alternately.
+    """
+    m, p = micro_batches(spec), spec.pp
+    if spec.schedule == "gpipe":
+        return [("fwd", 0, k) for k in range(m)] + [("bwd", 0, k) for k in range(m)]
+    if spec.schedule == "1f1b":
+        warmup = min(p - stage - 1, m)
+        order: list[Unit] = [("fwd", 0, k) for k in range(warmup)]
+        for k in range(m - warmup):
+            order += [("fwd", 0, warmup + k), ("bwd", 0, k)]
+        return order + [("bwd", 0, k) for k in range(m - warmup, m)]
+    v = spec.vpp
+    total = m * v
+    warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
+
+    def unit(k: int, forward: bool) -> Unit:
+        chunk = (k % (p * v)) // p
+        if not forward:
+            chunk = v - chunk - 1
+        return ("fwd" if forward else "bwd", chunk, (k // (p * v)) * p + k % p)
+
+    order = [unit(k, True) for k in range(warmup)]
+    for k in range(total - warmup):
+        order += [unit(warmup + k, True), unit(k, False)]
+    return order + [unit(k, False) for k in range(total - warmup, total)]
+
+
+def virtual_stage(spec: TransformerSpec, stage: int, chunk: int) -> int:
+    """The virtual stage chunk ``chunk`` of rank ``stage`` holds."""
+    return chunk * spec.pp + stage
+
+
+def neighbours(spec: TransformerSpec, stage: int, chunk: int
+               ) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """``(rank, chunk)`` of the previous and the next virtual stage (``None`` at the ends)."""
+    vs = virtual_stage(spec, stage, chunk)
+    last = spec.pp * spec.vpp - 1
+    before = None if vs == 0 else ((vs - 1) % spec.pp, (vs - 1) // spec.pp)
+    after = None if vs == last else ((vs + 1) % spec.pp, (vs + 1) // spec.pp)
+    return before, after

@@ -1,0 +1,176 @@
+"""Predict published training runs and compare: flowsim against measurements of real runs.
+
+    python scripts/validate_published.py [--model analytical|flow] [--only NAME]
+                                         [--csv OUT.csv] [--plot OUT.png]
+
+Every row of ``validation/published/*.csv`` is a run someone measured and published (the
+citation is in the row). Each is predicted from what the publication states and nothing else:
+the model and parallelism of the row, a cluster preset of the machine (``cluster:`` block:
+device, nodes, NICs), the bundled NCCL-like system config, the generator's Megatron-LM
+semantics. No constant is set per row. The published figure is turned into an iteration time
+with the publication's own FLOP convention (``flops`` column) and compared with the
+simulated iteration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "validation" / "published"
+#: cluster presets by the name the rows use: the ``cluster:`` keys besides device and nodes
+CLUSTERS = {"dgx_a100": {}, "dgx_h100": {}, "meta_h100_roce": {}}
+_BOOL = {"true": True, "false": False}
+
+
+def rows(only: str | None = None) -> list[dict[str, str]]:
+    """Every published row (``only``: those whose run name contains it)."""
+    out = []
+    for path in sorted(DATA.glob("*.csv")):
+        for row in csv.DictReader(path.open()):
+            row["file"] = path.name
+            if only is None or only in row["run"]:
+                out.append(row)
+    return out
+
+
+def network(row: dict[str, str]) -> dict:
+    """The row's cluster as a network mapping (a ``cluster:`` block)."""
+    gpus = int(row["gpus"])
+    cluster = {"device": row["device"], "nodes": max(1, gpus // 8),
+               "gpus_per_node": min(8, gpus), **CLUSTERS[row["cluster"]]}
+    for item in filter(None, (row.get("cluster_overrides") or "").split(";")):
+        key, value = item.split("=")
+        cluster[key] = float(value) if "." in value else int(value)
+    return {"cluster": cluster}
+
+
+def spec(row: dict[str, str]) -> dict:
+    """The row's workload as a transformer generator spec."""
+    ints = ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab", "sequence",
+            "global_batch", "micro_batch", "tp", "pp", "dp", "cp", "ep", "experts", "top_k",
+            "vpp")
+    out = {"generator": "transformer"}
+    for key in ints:
+        value = int(row[key] or 0)
+        if value or key in ("experts",):
+            out[key] = value
+    if out.get("experts", 0) == 0:
+        out.pop("experts", None)
+        out.pop("top_k", None)
+    if out.get("vpp", 1) <= 1:
+        out.pop("vpp", None)
+    layers, vpp, pp = out["layers"], out.get("vpp", 1), out["pp"]
+    if layers % (pp * vpp) and (layers + 2) % (pp * vpp) == 0:
+        out["pipeline_layout"] = "first_last_fewer"
+    elif layers % (pp * vpp):
+        base, extra = divmod(layers, pp * vpp)   # the first stages take one layer more
+        out["pipeline_layout"] = [base + (i < extra) for i in range(pp * vpp)]
+    for key in ("sp", "distributed_optimizer", "gated_mlp", "scatter_gather"):
+        out[key] = _BOOL[row[key]]
+    out["recompute"] = row["recompute"]
+    out["attention"] = row["attention"]
+    out["dtype"] = row["dtype"]
+    overlap = set(filter(None, row["overlap"].split(",")))
+    out["overlap_grad_reduce"] = "grad_reduce" in overlap
+    out["overlap_param_gather"] = "param_gather" in overlap and out["distributed_optimizer"]
+    out["tp_comm_overlap"] = "tp_comm" in overlap and out["tp"] > 1
+    out["tied_embeddings"] = not out["gated_mlp"]   # GPT ties them, Llama does not
+    return out
+
+
+def published_seconds(row: dict[str, str]) -> float:
+    """The published figure as an iteration time (s), with the publication's convention."""
+    if row["metric"] == "iteration_s":
+        return float(row["published"])
+    from flowsim.workload.flops import CONVENTIONS, ModelShape
+
+    h, heads = int(row["hidden"]), int(row["heads"])
+    shape = ModelShape(layers=int(row["layers"]), hidden=h, ffn=int(row["ffn"]), heads=heads,
+                       kv_heads=int(row["kv_heads"]), head_dim=h // heads,
+                       vocab=int(row["vocab"]), sequence=int(row["sequence"]),
+                       global_batch=int(row["global_batch"]),
+                       gated_mlp=_BOOL[row["gated_mlp"]],
+                       tied_embeddings=not _BOOL[row["gated_mlp"]])
+    flops = CONVENTIONS[row["flops"]](shape)
+    return flops / (float(row["published"]) * 1e12 * int(row["gpus"]))
+
+
+def predict(row: dict[str, str], model: str) -> float:
+    """Simulated iteration time (s)."""
+    import warnings
+
+    import flowsim
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", flowsim.FlowsimWarning)
+        ds = flowsim.simulate(network(row), spec(row), "nccl", model=model)
+    return float(ds.time_ns) / 1e9
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("analytical", "flow"), default="analytical")
+    parser.add_argument("--only", help="runs whose name contains this")
+    parser.add_argument("--csv", help="write the comparison as CSV here")
+    parser.add_argument("--plot", help="draw predicted against published times here (PNG)")
+    args = parser.parse_args(argv)
+    results = []
+    print(f"{'run':36} {'GPUs':>6} {'published s':>12} {'predicted s':>12} {'error':>8} "
+          f"{'wall s':>7}")
+    for row in rows(args.only):
+        start = time.perf_counter()
+        predicted = predict(row, args.model)
+        wall = time.perf_counter() - start
+        published = published_seconds(row)
+        error = (predicted - published) / published
+        results.append((row, published, predicted, error))
+        print(f"{row['run']:36} {row['gpus']:>6} {published:12.3f} {predicted:12.3f} "
+              f"{100 * error:+7.1f}% {wall:7.1f}", flush=True)
+    errors = [abs(e) for *_, e in results]
+    if errors:
+        print(f"{len(errors)} runs: median |error| {100 * statistics.median(errors):.1f}%, "
+              f"max {100 * max(errors):.1f}%, within 10%: "
+              f"{sum(e <= 0.10 for e in errors)}/{len(errors)}")
+    if args.csv:
+        with open(args.csv, "w", newline="") as handle:
+            out = csv.writer(handle)
+            out.writerow(["run", "file", "gpus", "published_s", "predicted_s", "error"])
+            for row, published, predicted, error in results:
+                out.writerow([row["run"], row["file"], row["gpus"], f"{published:.6g}",
+                              f"{predicted:.6g}", f"{error:.4f}"])
+    if args.plot:
+        _plot(results, args.plot)
+    return 0
+
+
+def _plot(results: list, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 5))
+    files = sorted({row["file"] for row, *_ in results})
+    for name in files:
+        mine = [(p, q) for row, p, q, _ in results if row["file"] == name]
+        ax.scatter([p for p, _ in mine], [q for _, q in mine], label=name.removesuffix(".csv"))
+    low = min(min(p, q) for _, p, q, _ in results) * 0.8
+    high = max(max(p, q) for _, p, q, _ in results) * 1.25
+    ax.plot([low, high], [low, high], "k-", lw=0.8)
+    ax.fill_between([low, high], [low * 0.9, high * 0.9], [low * 1.1, high * 1.1],
+                    color="0.85", label="±10%")
+    ax.set(xscale="log", yscale="log", xlabel="published iteration time (s)",
+           ylabel="flowsim predicted (s)", title="flowsim against published training runs")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""The transformer generator: Megatron-LM's layer, communication and schedules, checked by
+closed forms (bytes and FLOPs per rank), invariants of the schedules, the mapping onto the
+network, hand-timed runs, and bad specs."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import flowsim
+from flowsim import simulate
+from flowsim.errors import ConfigError
+from flowsim.workload.generators import build_generator, transformer
+from flowsim.workload.generators.transformer_schedule import layer_counts, stage_schedule
+from flowsim.workload.generators.transformer_spec import parse_transformer
+from flowsim.workload.graph import topological_order
+from flowsim.workload.kernels import Attention, Gemm
+
+#: 2 nodes of 8 GPUs
+TWO_NODES = {"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth": [300, 25],
+             "latency": [500, 2000]}
+SMALL = dict(layers=4, hidden=256, heads=8, sequence=128, micro_batch=2, vocab=0)
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    return flowsim.load_network(TWO_NODES)
+
+
+def _ops(program, kind, collective=None, name=None):
+    return [op for op in program.ops if op.kind == kind
+            and (collective is None or op.collective == collective)
+            and (name is None or name in op.name)]
+
+
+def _check_graph(workload):
+    """Every program is a DAG whose compute ops form one chain, in list order."""
+    for program in workload.programs:
+        assert len(topological_order(program)) == len(program.ops)
+        computes = _ops(program, "compute")
+        for prev, op in zip(computes, computes[1:]):
+            assert op.ctrl_deps == (prev.id,)
+        for op in program.ops:
+            assert 0 <= op.layer < len(workload.layers)
+
+
+# ------------------------------------------------------------------ communication bytes
+@pytest.mark.parametrize("sp", [False, True])
+def test_tensor_parallel_collectives_per_layer(two_nodes, sp):
+    """Per layer and micro-batch: 2 all-reduces of b s h 2 bytes forward and 2 backward, or
+    with sequence parallelism 2 all-gathers of b s h 2 / t and 2 reduce-scatters of b s h 2
+    each way (Korthikanti et al. 2022, fig. 5)."""
+    t, m = 4, 3
+    w = transformer(two_nodes, **SMALL, tp=t, dp=4, global_batch=2 * 4 * m, sp=sp)
+    (program,) = w.programs
+    act = 2 * 128 * 256 * 2
+    tp_ops = [op for op in program.ops if op.kind == "collective" and op.dims == (0,)]
+    count = Counter((op.collective, op.pass_, op.size) for op in tp_ops)
+    if sp:
+        assert count == {("all_gather", "fwd", act // t): 2 * 4 * m,
+                         ("reduce_scatter", "fwd", act): 2 * 4 * m,
+                         ("all_gather", "ig", act // t): 2 * 4 * m,
+                         ("reduce_scatter", "ig", act): 2 * 4 * m}
+    else:
+        assert count == {("all_reduce", "fwd", act): 2 * 4 * m,
+                         ("all_reduce", "ig", act): 2 * 4 * m}
+    _check_graph(w)
+
+
+def test_full_recomputation_repeats_the_forward_with_its_collectives(two_nodes):
+    base = transformer(two_nodes, **SMALL, tp=4, dp=4, global_batch=8, sp=True)
+    full = transformer(two_nodes, **SMALL, tp=4, dp=4, global_batch=8, sp=True,
+                       recompute="full")
+    for kind in ("all_gather", "reduce_scatter"):
+        fwd = len([o for o in _ops(base.programs[0], "collective", kind) if o.pass_ == "fwd"])
+        again = len([o for o in _ops(full.programs[0], "collective", kind)
+                     if o.pass_ == "fwd"])
+        assert again == 2 * fwd
+    gemm = Counter(type(k) for op in _ops(full.programs[0], "compute") for k in op.kernels)
+    plain = Counter(type(k) for op in _ops(base.programs[0], "compute") for k in op.kernels)
+    # the 4 forward GEMMs of each of the 4 layers once more (1 micro-batch)
+    assert gemm[Gemm] - plain[Gemm] == 4 * 4
+
+
+def test_data_parallel_gradients_and_the_distributed_optimizer(two_nodes):
+    """All parameter gradients are reduced over the DP group once per iteration (FP32 with
+    BF16 training); the distributed optimizer reduce-scatters them and all-gathers the 16-bit
+    parameters (Megatron-LM's ZeRO-1)."""
+    h, t, dp = 256, 2, 8
+    per_layer = h * 3 * h // t + h * h // t + 2 * h * 4 * h // t + 2 * h
+    plain = transformer(two_nodes, **SMALL, tp=t, dp=dp, global_batch=2 * dp)
+    grads = _ops(plain.programs[0], "collective", "all_reduce", "grads")
+    assert sum(op.size for op in grads) == 4 * 4 * per_layer
+    assert {op.dims for op in grads} == {(1, 2)}          # dp = pieces 1 and 2 of the view
+    sharded = transformer(two_nodes, **SMALL, tp=t, dp=dp, global_batch=2 * dp,
+                          distributed_optimizer=True, overlap_grad_reduce=True,
+                          overlap_param_gather=True, bucket_size=per_layer)
+    rs = _ops(sharded.programs[0], "collective", "reduce_scatter", "grads")
+    ag = _ops(sharded.programs[0], "collective", "all_gather", "params")
+    assert len(rs) == 4 and sum(op.size for op in rs) == 4 * 4 * per_layer
+    assert sum(op.size for op in ag) == 2 * 4 * per_layer // dp
+    # overlapped: a bucket's reduction waits for its own layer's last weight gradient only
+    by_id = {op.id: op for op in sharded.programs[0].ops}
+    assert [by_id[op.deps[0]].layer for op in rs] == [3, 2, 1, 0]
+
+
+def test_context_parallel_exchanges_keys_and_values(two_nodes):
+    """CP 2: keys and values all-gathered per layer forward (2 b (s / cp) kv 2 bytes from each
+    rank), their gradients reduce-scattered backward; the attention split into the local
+    causal step and the remote one; gradients reduced over DP x CP."""
+    w = transformer(two_nodes, **SMALL, tp=2, cp=2, dp=4, global_batch=8, kv_heads=4,
+                    sp=True)
+    program = w.programs[0]
+    kv = _ops(program, "collective", "all_gather", "kv.")
+    per_rank = 2 * 2 * (128 // 2) * (4 // 2) * 32 * 2
+    assert kv and {op.size for op in kv} == {per_rank}
+    assert {op.size for op in _ops(program, "collective", "reduce_scatter", "kv.")} == \
+        {2 * per_rank}
+    attention = [k for op in _ops(program, "compute") for k in op.kernels
+                 if isinstance(k, Attention) and not k.backward]
+    assert Counter((k.seq_q, k.seq_kv, k.causal) for k in attention) == \
+        {(64, 64, True): 4, (64, 32, False): 4}
+    grads = _ops(program, "collective", "all_reduce", "grads")
+    (dims,) = {op.dims for op in grads}
+    assert int(np.prod([w.network.dims[d] for d in dims])) == 4 * 2      # dp x cp
+
+
+def test_mixture_of_experts_dispatches_over_the_expert_group(two_nodes):
+    w = transformer(two_nodes, **SMALL, tp=2, dp=8, ep=4, experts=8, top_k=2, sp=True,
+                    global_batch=16, gated_mlp=True)
+    program = w.programs[0]
+    a2a = _ops(program, "collective", "all_to_all")
+    tokens = 2 * 128 // 2                          # the rank's sequence-parallel shard
+    assert Counter(op.pass_ for op in a2a) == {"fwd": 2 * 4, "ig": 2 * 4}
+    assert {op.size for op in a2a} == {tokens * 2 * 256 * 2}
+    experts = [k for op in _ops(program, "compute") for k in op.kernels
+               if isinstance(k, Gemm) and k.batch == 2]
+    assert experts                                 # 8 experts over ep 4: 2 per rank
+    names = {op.name.split(".")[0] for op in _ops(program, "collective", name="grads")}
+    assert names == {"dense_grads", "expert_grads"}
+
+
+# ------------------------------------------------------------------ schedules and layouts
+def test_one_f_one_b_and_gpipe_orders():
+    spec = parse_transformer(dict(SMALL, pp=4, micro_batches=8), "argument")
+    assert stage_schedule(spec, 3)[:4] == [("fwd", 0, 0), ("bwd", 0, 0), ("fwd", 0, 1),
+                                           ("bwd", 0, 1)]
+    assert [u[0] for u in stage_schedule(spec, 0)[:4]] == ["fwd"] * 4
+    gpipe = parse_transformer(dict(SMALL, pp=4, micro_batches=3, schedule="gpipe"), "x")
+    assert stage_schedule(gpipe, 1) == [("fwd", 0, m) for m in range(3)] + \
+        [("bwd", 0, m) for m in range(3)]
+
+
+@pytest.mark.parametrize("stage", range(4))
+def test_interleaved_schedule_runs_every_chunk_once_each_way(stage):
+    spec = parse_transformer(dict(SMALL, layers=16, pp=4, vpp=2, micro_batches=8), "x")
+    order = stage_schedule(spec, stage)
+    assert sorted(order) == sorted([(p, c, m) for p in ("fwd", "bwd") for c in range(2)
+                                    for m in range(8)])
+    where = {u: i for i, u in enumerate(order)}
+    assert all(where[("fwd", c, m)] < where[("bwd", c, m)] for c in range(2)
+               for m in range(8))
+    first_backward = next(i for i, u in enumerate(order) if u[0] == "bwd")
+    # Megatron-LM's warm-up forwards, then one more forward before the first backward
+    assert first_backward == (4 - stage - 1) * 2 + (2 - 1) * 4 + 1
+    assert order[first_backward][1] == 1                   # it is on the last chunk
+
+
+def test_layouts():
+    def counts(**kw):
+        return layer_counts(parse_transformer(dict(SMALL, micro_batches=16, **kw), "x"))
+    assert counts(layers=8, pp=4) == [2] * 4
+    assert counts(layers=126, pp=16, vpp=4, pipeline_layout="first_last_fewer") == \
+        [1] + [2] * 62 + [1]
+    assert counts(layers=7, pp=2, pipeline_layout=[3, 4]) == [3, 4]
+    with pytest.raises(ConfigError, match=r"'layers'.*multiple of pp \* vpp = 4.*"
+                                          r"first_last_fewer"):
+        counts(layers=6, pp=4)
+    with pytest.raises(ConfigError, match=r"'pipeline_layout'.*adding up to layers=7"):
+        counts(layers=7, pp=2, pipeline_layout=[3, 3])
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(vpp=2, layers=8), dict(schedule="gpipe"),
+                                dict(scatter_gather=False), dict(sp=True)])
+def test_pipeline_messages_pair_up_and_simulate(two_nodes, kw):
+    """Every send has its recv (same tag, opposite offset); the run finishes."""
+    spec = dict(SMALL, tp=2, dp=2, pp=4, micro_batches=4, **kw)
+    w = transformer(two_nodes, **spec)
+    sends = Counter((op.tag, int(p.npus[0]) + op.peer_offset) for p in w.programs
+                    for op in _ops(p, "send"))
+    recvs = Counter((op.tag, int(p.npus[0])) for p in w.programs for op in _ops(p, "recv"))
+    assert sends == recvs and sends
+    _check_graph(w)
+    for model in ("analytical", "flow"):
+        ds = simulate(two_nodes, w, "nccl", model=model)
+        assert float(ds.time_ns) > 0
+
+
+def test_interleaving_shrinks_the_pipeline_bubble():
+    """Equal stages on a network too fast to matter: 1F1B idles (p - 1) / m of the time,
+    interleaving v ways about (p - 1) / (v m) (Narayanan et al. 2021, sec. 2.2)."""
+    net = {"topology": ["Switch"], "npus_count": [4], "bandwidth": [1e9], "latency": [0]}
+    spec = dict(SMALL, layers=8, pp=4, micro_batches=8, device="h100")
+    t = {v: float(simulate(net, dict(generator="transformer", **spec, **(
+        {"vpp": v} if v > 1 else {})), {"endpoint-delay": 0}).time_ns) for v in (1, 2)}
+    one = transformer(flowsim.load_network(net), **spec)
+    work = simulate(net, one, {"endpoint-delay": 0})
+    per_stage = float(work.compute_ns.max())
+    assert t[1] == pytest.approx(per_stage * (1 + 3 / 8), rel=0.1)
+    assert t[2] < t[1]
+
+
+# ------------------------------------------------------------------ FLOPs and time
+def test_gemm_flops_are_six_times_tokens_times_weights(two_nodes):
+    """Forward, data and weight gradients: every weight matrix's GEMMs cost 6 FLOPs per token
+    per weight over the iteration (2 forward, 4 backward), summed over the TP ranks."""
+    h, t, tokens = 256, 2, 8 * 128
+    w = transformer(two_nodes, **dict(SMALL, micro_batch=1, vocab=1000), tp=t, dp=8,
+                    global_batch=8, gated_mlp=True, ffn=512)
+    gemm = sum(k.flops for op in _ops(w.programs[0], "compute") for k in op.kernels
+               if isinstance(k, Gemm))
+    weights = 4 * (4 * h * h + 3 * h * 512) + 1024 * h     # layers; vocab padded to 128 t
+    assert gemm * t * 8 == pytest.approx(6 * tokens * weights)
+
+
+@pytest.mark.parametrize("model", ["analytical", "flow"])
+def test_one_rank_iteration_is_its_kernels_in_a_row(model):
+    """No parallelism: the iteration is the sum of its kernels' times (one stream)."""
+    net = {"topology": ["Switch"], "npus_count": [2], "bandwidth": [50], "latency": [500]}
+    w = transformer(flowsim.load_network(net), **SMALL, dp=2, global_batch=4,
+                    device="a100")
+    device = flowsim.compute.DeviceModel("a100")
+    busy = sum(device.kernels_ns(op.kernels) for op in _ops(w.programs[0], "compute"))
+    ds = simulate(net, w, {"endpoint-delay": 0, "preferred-dataset-splits": 1}, model=model)
+    np.testing.assert_allclose(ds.compute_ns, busy, rtol=1e-12)
+    assert float(ds.time_ns) >= busy
+
+
+# ------------------------------------------------------------------ mapping and errors
+def test_groups_inside_a_dimension_run_on_a_logical_view(two_nodes):
+    """dp 2 x pp 4 inside the 8-GPU node dimension: a view cuts it; pipeline stages sit
+    2 NPUs apart; the same for a network whose dims already fit."""
+    w = transformer(two_nodes, **dict(SMALL, layers=8), tp=1, dp=2, pp=8, micro_batches=8)
+    assert w.network is not None and w.network.dims == (2, 4, 2)
+    assert [int(p.npus[0]) for p in w.programs] == [0, 2, 4, 6, 8, 10, 12, 14]
+    fits = transformer(two_nodes, **SMALL, tp=8, dp=2, micro_batches=2)
+    assert fits.network is None
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"heads": 6}, r"key 'heads': expected a multiple of tp=4"),
+    ({"kv_heads": 3}, r"key 'kv_heads'"),
+    ({"experts": 6, "ep": 4}, r"key 'experts': expected a multiple of ep=4"),
+    ({"ep": 2}, r"key 'ep': expected 1 without experts"),
+    ({"global_batch": 20}, r"key 'global_batch': expected a multiple of micro_batch \* dp"),
+    ({"global_batch": None}, r"either global_batch"),
+    ({"tp": 8}, r"8 \* 1 \* 4 \* 1 = 32 NPUs, but the network has 16"),
+    ({"vpp": 2, "schedule": "1f1b"}, r"key 'schedule': expected 'interleaved' when vpp > 1"),
+    ({"recompute": "some"}, r"key 'recompute'"),
+    ({"device": "tpu"}, r"key 'device'"),
+    ({"cp": 4, "dp": 1, "sequence": 100}, r"key 'sequence'"),
+])
+def test_bad_specs_are_one_line_naming_the_key(two_nodes, change, match):
+    spec = {"generator": "transformer", **SMALL, "tp": 4, "dp": 4, "global_batch": 16}
+    spec.update(change)
+    spec = {k: v for k, v in spec.items() if v is not None}
+    with pytest.raises(ConfigError, match=match):
+        build_generator(spec, "spec.yml", two_nodes)
