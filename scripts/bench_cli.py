@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 HEAVY = ("numpy", "scipy", "xarray", "pandas", "numba", "yaml")
 #: The ``--help`` / ``--version`` target of issue 16, seconds of wall time.
@@ -30,13 +31,15 @@ NEUTRAL = tempfile.gettempdir()
 
 
 def commands() -> dict[str, list[str]]:
-    """The timed commands (the console script when it is on PATH)."""
+    """The timed commands (the console script of this Python's environment, else the one on
+    PATH)."""
     py = sys.executable
     out = {"python -c pass": [py, "-c", "pass"],
            "import flowsim": [py, "-c", "import flowsim"],
            "python -m flowsim --version": [py, "-m", "flowsim", "--version"],
            "python -m flowsim --help": [py, "-m", "flowsim", "--help"]}
-    script = shutil.which("flowsim")
+    beside = Path(sys.executable).with_name("flowsim")  # this environment's console script
+    script = str(beside) if beside.is_file() else shutil.which("flowsim")
     if script:
         out["flowsim --version"] = [script, "--version"]
         out["flowsim --help"] = [script, "--help"]
