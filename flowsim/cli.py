@@ -192,10 +192,12 @@ def _check_output(option: str, path: str | None, *, folder: bool = False,
 def _run_workload(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from .cli_astra import apply_astra_options
     from .results import from_attrs
     from .system import simulate
     from .units import format_size, format_time
 
+    apply_astra_options(args)
     _check_output("-o", args.output)
     _check_output("--trace", args.trace, trace=True)
     _check_output("--csv", args.csv, folder=True)
@@ -203,7 +205,8 @@ def _run_workload(args: argparse.Namespace) -> int:
                   iterations=args.iterations, compute_scale=args.compute_scale,
                   comm_scale=args.comm_scale, memory=args.memory,
                   roofline=_roofline_option(args.roofline), comm_groups=args.comm_group,
-                  trace=args.trace, max_work=args.max_work)
+                  trace=args.trace, max_work=args.max_work, spmd=args.spmd,
+                  element_bytes=args.element_bytes)
     written = []
     if args.output:
         from .results import write_dataset

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._version import __version__
+from .cli_astra import add_astra_options
 from .errors import ConfigError
 from .resources import DEFAULT_NETWORK, DEFAULT_WORKLOAD, bundled_names
 
@@ -170,8 +171,16 @@ def _run_command(commands: Any) -> None:
                           "GB/s (1e9 B/s) and efficiency, e.g. 312,2039,0.5 (default: none; such "
                           "ops are then an error)")
     run.add_argument("--comm-group", default=None,
-                     help="Chakra communicator groups json {\"<pg_name>\": [ranks]} (Chakra "
-                          "traces only; default: <prefix>.comm_group.json if present)")
+                     help="Chakra communicator groups json {\"<pg_name>\": [ranks]} "
+                          "(default: <prefix>.comm_group.json or <prefix>.json beside the "
+                          "traces)")
+    run.add_argument("--spmd", action="store_true",
+                     help="Chakra: run one rank's trace on every NPU (its default "
+                          "communicator spans all NPUs; see 'Bring your own traces')")
+    run.add_argument("--element-bytes", type=_argument("as_int", int, minimum=1, maximum=64),
+                     default=None,
+                     help="Chakra traces whose sizes count elements (symbolic_tensor_graph): "
+                          "bytes per element (default 2)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("-o", "--output", default=None,
                      help="write the Dataset; the format follows the extension: .nc (NetCDF4), "
@@ -181,6 +190,7 @@ def _run_command(commands: Any) -> None:
     run.add_argument("--trace", default=None,
                      help="write a Chrome-trace / Perfetto timeline of every NPU (.json)")
     _max_work(run)
+    add_astra_options(run, _argument("as_int", int, minimum=1))
 
 
 def _sweep_commands(commands: Any) -> None:

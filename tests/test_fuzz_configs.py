@@ -62,7 +62,7 @@ CORPUS: dict[str, list[str | bytes]] = {
     "astra1_system": ["endpoint-delay 10\n", "endpoint-delay:\n", "colour: blue\n",
                       "preferred-dataset-splits: 0\n", "all-reduce-implementation: _\n",
                       "scheduling-policy: RANDOM\n", b"endpoint-delay: \xff\n"],
-    "text_workload": ["", "PIPELINE\n1\n", "DATA\nx\n", "DATA\n2\nL0 -1 1 NONE 0 1 NONE 0 1 "
+    "text_workload": ["", "PIPELINE\n1\n", "DATA\nx\n", "DATA\n0\nL0 -1 1 NONE 0 1 NONE 0 1 "
                       "ALLREDUCE 8 0\n", "DATA\n1\nL0 -1 1 NONE 0\n",
                       "HYBRID_DLRM 99\n1\nL0 -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 0\n",
                       "HYBRID_TRANSFORMER\n1\nL0 -1 1 NONE 0 1 NONE 0 1 ALLREDUCE 8 0\n",

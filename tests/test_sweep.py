@@ -309,11 +309,11 @@ def test_workload_from_a_generator_file_and_a_bundled_name(tmp_path):
 
 def test_workload_points_that_do_not_fit_the_network_are_recorded():
     spec = {"base": {**WORKLOAD_SPEC["base"], "workload": {
-        "generator": "transformer", "layers": 2, "hidden": 256, "sequence": 128,
+        "generator": "transformer", "layers": 2, "hidden": 256, "heads": 8, "sequence": 128,
         "micro_batch": 1, "micro_batches": 2, "tp": 8}},
         "axes": {"workload.tp": [8, 4]}}
     ds = sweep(spec, jobs=1)
-    assert ds.error.values[0] == "" and "tp * dp * pp" in str(ds.error.values[1])
+    assert ds.error.values[0] == "" and "tp * cp * dp * pp" in str(ds.error.values[1])
     assert np.isnan(ds.time_ns.values[1])
 
 

@@ -166,6 +166,15 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
     request = _request(net, collective, size, dims=dims, group=group, root=root, src=src,
                        dst=dst)
     name, nbytes = request.collective, request.size
+    custom = dict(sys_cfg.custom).get(name)
+    if custom is not None:      # run the custom traces, never the native algorithm instead
+        from .custom_collective import run_custom_collective
+
+        schedule = run_custom_collective(net, sys_cfg, model, name, nbytes, dims=request.dims,
+                                         group=request.group, prefix=custom,
+                                         trace=trace is not None, replay=replay)
+        return _dataset(schedule, net, sys_cfg, name, nbytes, model,
+                        (f"custom:{os.path.basename(custom)}",) * net.ndims)
     if name == "send_recv":
         schedule = Schedule(net, sys_cfg, model, trace=trace is not None, replay=replay)
         algorithms = ("p2p",) * net.ndims

@@ -56,6 +56,9 @@ def _why(st: ProgramState, op: Op, own: Sequence[ProgramState],
     if op.id in st.ready and op.kind == "collective":
         expected = set(op.group) if op.group else {int(s.npus[0]) for s in own}
         absent = sorted(expected - rendezvous.arrived_at(op))
+        earlier = rendezvous.earlier_pending(st, op) if st.npus.size == 1 else None
+        if not absent and earlier is not None:
+            return f"waits for collective #{earlier} of its communicator to be issued first"
         return "waits for the other NPUs of its collective" + \
             (f" (never reached by NPU(s) {absent[:8]})" if absent else "")
     if op.id in st.ready:

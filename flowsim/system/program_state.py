@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -56,7 +56,6 @@ class ProgramState:
     start: dict[int, np.ndarray] = field(default_factory=dict)
     ready: dict[int, np.ndarray] = field(default_factory=dict)
     waits: dict[int, tuple] = field(default_factory=dict)
-    counters: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
     inflight: int = 0
     waiting: deque = field(default_factory=deque)
     origin: float = 0.0

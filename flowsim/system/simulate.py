@@ -19,6 +19,7 @@ from ..workload.memory import load_memory
 from ..workload.validate import check_workload
 from .budget import check_max_work, check_work, workload_work
 from .load import load_system
+from .split_dims import logical_system
 from .workload_engine import run_workload
 
 
@@ -29,7 +30,8 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
              speed: Any = None, roofline: Any = None, memory: Any = None,
              collective_streams: int | None = None, comm_groups: Any = None,
              trace: str | os.PathLike | None = None, replay: bool = True,
-             device: Any = None, max_work: float | None = None) -> xr.Dataset:
+             device: Any = None, max_work: float | None = None, spmd: bool = False,
+             element_bytes: int | None = None) -> xr.Dataset:
     """Simulate a training workload and return its timing as an :class:`xarray.Dataset`.
 
     Parameters
@@ -64,6 +66,13 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
         dimension queues, ASTRA-sim's behaviour).
     comm_groups : path or mapping, optional
         Chakra communicator groups ``{"<pg_name>": [ranks]}``.
+    spmd : bool
+        Chakra: run one rank's trace on every NPU (its default communicator spans them all;
+        a communicator of the groups file keeps its size and stride, see
+        :mod:`flowsim.workload.chakra_spmd`).
+    element_bytes : int, optional
+        Chakra traces whose sizes count elements (symbolic_tensor_graph's): bytes per
+        element (default 2).
     trace : path, optional
         Write a Chrome-trace / Perfetto timeline of ops and collectives there.
     replay : bool
@@ -95,9 +104,12 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
                 not np.isfinite(value) or value < 0:
             raise config_error("argument", key, "a non-negative number", value)
     work = load_workload(workload, net, iterations, compute_scale=compute_scale,
-                         comm_scale=comm_scale, comm_groups=comm_groups)
+                         comm_scale=comm_scale, comm_groups=comm_groups, spmd=spmd,
+                         element_bytes=element_bytes)
     if work.network is not None:   # the workload runs on a re-shaped network
+        physical = net.config.npus_count
         net = load_network(work.network)
+        sys_cfg = logical_system(sys_cfg, physical, net.config.npus_count)
     compute = _compute_model(device, roofline, work, net)
     check_workload(work, net, roofline=compute is not None)
     replicable = net.replicable and sys_cfg.synchronization == "barrier"

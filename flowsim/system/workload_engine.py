@@ -86,6 +86,7 @@ class WorkloadEngine:
         self.memory = MemoryServers(memory or MemoryConfig(), network.npus,
                                     system.local_mem_bw_gbps or math.inf)
         self.compute_free = np.zeros(network.npus)
+        self.host_free = np.zeros(network.npus)  # each NPU's host CPU (Chakra is_cpu_op ops)
         self.npu_compute = np.zeros(network.npus)
         self.npu_exposed = np.zeros(network.npus)
         self.npu_finish = np.zeros(network.npus)
@@ -236,9 +237,12 @@ class WorkloadEngine:
             self._recv(st, op)
 
     def _compute(self, st: ProgramState, op: Op, ready: np.ndarray) -> None:
+        if op.host:
+            self._host(st, op, ready)
+            return
         duration = op.duration_ns
         if duration == 0.0 and self.compute is not None:
-            duration = self._price(op)
+            duration = self._price(op, self.compute)
         durations = duration / self.speed[st.npus]
         free = self.compute_free[st.npus]
         if op.id in st.waits:
@@ -252,11 +256,20 @@ class WorkloadEngine:
         self._charge(self.layer_compute, st, op, float(durations.sum()))
         self._complete(st, op, end)
 
-    def _price(self, op: Op) -> float:
+    def _host(self, st: ProgramState, op: Op, ready: np.ndarray) -> None:
+        """A host CPU op: one at a time per NPU on its host, beside the device's compute (as
+        ASTRA-sim's CPU slot), for its traced duration; not device compute time."""
+        st.waits.pop(op.id, None)
+        start = np.maximum(ready, self.host_free[st.npus])
+        st.start[op.id] = start
+        end = start + op.duration_ns
+        self.host_free[st.npus] = end
+        np.maximum.at(self.local_end, st.npus, end)
+        self._complete(st, op, end)
+
+    def _price(self, op: Op, compute: ComputeModel) -> float:
         """A compute op's time from its kernels (memoised per kernels tuple: generators share
         one tuple between the ops of every micro-batch), or from its FLOPs and bytes."""
-        compute = self.compute
-        assert compute is not None   # called only with a compute model (see _compute)
         if not op.kernels:
             return compute.work_ns(op.flops, op.mem_bytes) \
                 if (op.flops or op.mem_bytes) else 0.0
@@ -274,9 +287,8 @@ class WorkloadEngine:
             self._issue(op, [(st, op)], t, st.scope)
             return
         # one-NPU programs: the k-th op on a communicator meets its peers' k-th
-        met = self.rendezvous.arrive(st, op)
-        if met is not None:
-            self._issue(op, met[0], t, met[1])
+        for first, members, scope in self.rendezvous.arrive(st, op):
+            self._issue(first, members, t, scope)
 
     def _issue(self, op: Op, members: list[tuple[ProgramState, Op]], t: float,
                scope: tuple[int, ...]) -> None:

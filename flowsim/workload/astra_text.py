@@ -10,28 +10,33 @@ Compute values are cycles of ASTRA-sim's 1 GHz clock, i.e. **ns**; ``flowsim.sim
 ``compute_scale`` multiplies them (use it for another clock: a 2 GHz part takes
 ``compute_scale=0.5``), ``comm_scale`` multiplies the byte counts, as ASTRA-sim's
 ``--compute-scale`` and ``--comm-scale`` do. Comm types are ``ALLREDUCE``, ``ALLTOALL``,
-``ALLGATHER``, ``REDUCESCATTER`` or ``NONE`` (no collective); ASTRA-sim reads any other word as
-``NONE``, flowsim reports it, since it is almost always a typo.
+``ALLGATHER``, ``REDUCESCATTER`` (SimAI adds ``_EP`` and ``_DP_EP`` forms) or ``NONE`` (no
+collective); ``BROADCAST`` is no communication, as in ASTRA-sim 1.0 and SimAI; ASTRA-sim reads
+any other word as ``NONE``, flowsim reports it, since it is almost always a typo. The
+``HYBRID_TRANSFORMER`` header keys of ASTRA-sim 1.0 and SimAI / aicb are read in any order
+(:mod:`.text_header`).
+
+A file announcing more layers than it holds (aicb's ``L65B-M1-C05`` announces 839 and holds
+33) runs the layer lines it holds, with a warning: SimAI would read past the end of the file.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass
-from typing import Any
 
 from .._io import read_text
 from .._validate import DURATION_NS, SIZE_BYTES, as_text
-from ..errors import ConfigError, describe
-from ..topology.network_config import MAX_NPUS
+from ..errors import ConfigError, FlowsimWarning, describe
+from .text_header import COLLECTIVE_TOKENS, comm_token, transformer_header
 
 PARALLELISMS = ("DATA", "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_DLRM",
                 "HYBRID_DLRM_ENHANCED", "HYBRID_TRANSFORMER",
                 "HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_CUSTOMIZED", "MICRO",
                 "DISTRIBUTED_INFERENCE")
-COMM_TYPES = {"ALLREDUCE": "all_reduce", "ALLTOALL": "all_to_all", "ALLGATHER": "all_gather",
-              "REDUCESCATTER": "reduce_scatter"}
+COMM_TYPES = COLLECTIVE_TOKENS
 #: layer parallelism keywords accepted in a HYBRID_CUSTOMIZED 13th field
 LAYER_POLICIES = ("DATA", "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA")
 
@@ -52,6 +57,10 @@ class TextLayer:
     wg_bytes: int
     update_delay: float
     policy: str = ""
+    #: the groups of the fwd / ig / wg collectives: "" (the column's own), "EP" or "DP_EP"
+    fwd_group: str = ""
+    ig_group: str = ""
+    wg_group: str = ""
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,10 @@ class TextWorkload:
     checkpoints, checkpoint_initiates : tuple of int
         ``HYBRID_TRANSFORMER_FWD_IN_BCKWD``: activation-checkpoint layers and the layers whose
         backward pass recomputes the forward from the previous checkpoint.
+    expert_parallel_group : int
+        SimAI's ``ep:``: consecutive model-parallel groups of one expert-parallel group.
+    all_gpus : int or None
+        SimAI's ``all_gpus:``, the job the file was written for (None: not given).
     source : str
     """
 
@@ -78,6 +91,8 @@ class TextWorkload:
     last_bottom_layer: int = -1
     checkpoints: tuple[int, ...] = ()
     checkpoint_initiates: tuple[int, ...] = ()
+    expert_parallel_group: int = 1
+    all_gpus: int | None = None
     source: str = "<text>"
 
 
@@ -112,27 +127,21 @@ def _header(tokens: list[str], source: str) -> dict:
     out: dict = {}
     rest = tokens[1:]
     if keyword.startswith("HYBRID_TRANSFORMER"):
-        if len(rest) < 2:
-            raise ConfigError(f"{source}:1: {keyword} needs 'model_parallel_NPU_group: N'")
-        out["model_parallel_group"] = int(_number(rest[1], source, 1,
-                                                  "model_parallel_NPU_group", integer=True))
-        if not 1 <= out["model_parallel_group"] <= MAX_NPUS:
-            raise ConfigError(f"{source}:1: model_parallel_NPU_group must be in 1..{MAX_NPUS}, "
-                              f"found {out['model_parallel_group']}")
-        rest = rest[2:]
-        if keyword.endswith("FWD_IN_BCKWD"):
-            for name in ("checkpoints", "checkpoint_initiates"):
-                if not rest or rest[0].rstrip(":") != name:
-                    raise ConfigError(f"{source}:1: {keyword} needs '{name}: n l1 .. ln'")
-                count = int(_number(rest[1], source, 1, name, integer=True)) if len(rest) > 1 \
-                    else -1
-                values = rest[2: 2 + count]
-                if count < 0 or len(values) != count:
-                    raise ConfigError(f"{source}:1: '{name}:' announces {count} layers but "
-                                      f"lists {len(values)}")
-                out[name] = tuple(int(_number(v, source, 1, name, integer=True))
-                                  for v in values)
-                rest = rest[2 + count:]
+        def whole(token: str, key: str) -> int:
+            return int(_number(token, source, 1, key, integer=True))
+
+        found = transformer_header(keyword, rest, source, whole)
+        out["model_parallel_group"] = found["model_parallel_NPU_group"]
+        out["expert_parallel_group"] = found.get("ep", 1)
+        out["all_gpus"] = found.get("all_gpus")
+        for name in ("checkpoints", "checkpoint_initiates"):
+            out[name] = found.get(name, ())
+        if found.get("pp", 1) > 1:
+            warnings.warn(f"{source}:1: key 'pp' = {found['pp']} is not modelled: as SimAI "
+                          f"does, flowsim folds pipeline stages into data parallelism and "
+                          f"runs no pipeline traffic (SimAI uses pp, vpp, ga and pp_comm only "
+                          f"in its end-of-run report)", FlowsimWarning, stacklevel=4)
+        rest = []
     elif keyword.startswith("HYBRID_DLRM"):
         if not rest:
             raise ConfigError(f"{source}:1: {keyword} needs DLRM_LAST_BOTTOM_LAYER (an int)")
@@ -151,8 +160,14 @@ def parse_astra_text(text: str, source: str = "<text>") -> TextWorkload:
     ------
     ConfigError
         Unknown parallelism keyword, a layer line with the wrong number of fields, a number
-        that is not a non-negative number (compute) or integer (bytes), a layer count that does
-        not match the lines; the message names the file and line.
+        that is not a non-negative number (compute) or integer (bytes), more layer lines than
+        the header announces; the message names the file and line.
+
+    Warns
+    -----
+    FlowsimWarning
+        Fewer layer lines than announced (the present ones run), BROADCAST columns (no
+        communication), SimAI header keys that would matter and are not modelled.
     """
     as_text(text, source=source, what="text workload")
     lines = [(i + 1, line.split()) for i, line in enumerate(text.splitlines())]
@@ -168,40 +183,56 @@ def parse_astra_text(text: str, source: str = "<text>") -> TextWorkload:
         raise ConfigError(f"{source}:2: expected the number of layers on its own line")
     count = int(_number(lines[1][1][0], source, lines[1][0], "layer count", integer=True))
     body = lines[2:]
-    if len(body) != count:
+    if len(body) > count:
         raise ConfigError(f"{source}: the header announces {count} layers, the file has "
                           f"{len(body)} layer lines")
-    fields = 13 if keyword == "HYBRID_CUSTOMIZED" else 12
-    layers = []
-    for n, tokens in body:
-        if len(tokens) != fields:
-            raise ConfigError(f"{source}:{n}: a {keyword} layer line has {fields} fields, "
-                              f"found {len(tokens)}")
-        names = ("fwd", "ig", "wg")
-        values: dict[str, Any] = {}
-        for k, name in enumerate(names):
-            base = 2 + 3 * k
-            values[f"{name}_compute"] = _number(tokens[base], source, n,
-                                                f"{name} compute", integer=False)
-            values[f"{name}_type"] = COMM_TYPES.get(tokens[base + 1])
-            if tokens[base + 1] == "ALLREDUCEALLTOALL":
-                raise ConfigError(f"{source}:{n}: ALLREDUCEALLTOALL is parsed by ASTRA-sim "
-                                  "but never run (it panics); use ALLREDUCE or ALLTOALL")
-            if tokens[base + 1] not in COMM_TYPES and tokens[base + 1] != "NONE":
-                raise ConfigError(f"{source}:{n}: {name} comm type must be one of "
-                                  f"{', '.join(COMM_TYPES)} or NONE, found {tokens[base + 1]!r}")
-            values[f"{name}_bytes"] = int(_number(tokens[base + 2], source, n,
-                                                  f"{name} comm size", integer=True))
-        delay = _number(tokens[11], source, n, "update delay", integer=False)
-        policy = ""
-        if keyword == "HYBRID_CUSTOMIZED":
-            policy = tokens[12]
-            if policy not in LAYER_POLICIES:
-                raise ConfigError(f"{source}:{n}: layer parallelism must be one of "
-                                  f"{', '.join(LAYER_POLICIES)}, found {policy!r}")
-        layers.append(TextLayer(tokens[0], update_delay=delay, policy=policy, **values))
-    _check_layer_indices(header, count, keyword, source)
+    if len(body) < count:
+        warnings.warn(f"{source}:2: the header announces {count} layers, the file holds "
+                      f"{len(body)} layer lines; running those (SimAI would read past the end "
+                      f"of the file)", FlowsimWarning, stacklevel=2)
+    broadcasts: list[int] = []
+    layers = [_layer(tokens, n, keyword, source, broadcasts) for n, tokens in body]
+    if broadcasts:
+        warnings.warn(f"{source}: {len(broadcasts)} BROADCAST column(s) (line "
+                      f"{', '.join(map(str, broadcasts[:5]))}"
+                      f"{' ...' if len(broadcasts) > 5 else ''}) run no communication, as in "
+                      f"ASTRA-sim 1.0 and SimAI, which read BROADCAST as NONE",
+                      FlowsimWarning, stacklevel=2)
+    _check_layer_indices(header, len(layers), keyword, source)
     return TextWorkload(keyword, tuple(layers), source=source, **header)
+
+
+def _layer(tokens: list[str], n: int, keyword: str, source: str,
+           broadcasts: list[int]) -> TextLayer:
+    """One layer line (line ``n``); the lines of BROADCAST columns are added to
+    ``broadcasts``."""
+    fields = 13 if keyword == "HYBRID_CUSTOMIZED" else 12
+    if len(tokens) != fields:
+        raise ConfigError(f"{source}:{n}: a {keyword} layer line has {fields} fields, "
+                          f"found {len(tokens)}")
+    values: dict = {}
+    for k, name in enumerate(("fwd", "ig", "wg")):
+        base = 2 + 3 * k
+        values[f"{name}_compute"] = _number(tokens[base], source, n, f"{name} compute",
+                                            integer=False)
+        token = comm_token(tokens[base + 1], f"{source}:{n}", name)
+        if tokens[base + 1] == "BROADCAST":
+            broadcasts.append(n)
+        if token.group and not keyword.startswith("HYBRID_TRANSFORMER"):
+            raise ConfigError(f"{source}:{n}: {name} comm type {tokens[base + 1]} names an "
+                              f"expert-parallel group, which only HYBRID_TRANSFORMER "
+                              f"workloads have ('ep:' in their header)")
+        values[f"{name}_type"], values[f"{name}_group"] = token.collective, token.group
+        values[f"{name}_bytes"] = int(_number(tokens[base + 2], source, n,
+                                              f"{name} comm size", integer=True))
+    delay = _number(tokens[11], source, n, "update delay", integer=False)
+    policy = ""
+    if keyword == "HYBRID_CUSTOMIZED":
+        policy = tokens[12]
+        if policy not in LAYER_POLICIES:
+            raise ConfigError(f"{source}:{n}: layer parallelism must be one of "
+                              f"{', '.join(LAYER_POLICIES)}, found {policy!r}")
+    return TextLayer(tokens[0], update_delay=delay, policy=policy, **values)
 
 
 def _check_layer_indices(header: dict, count: int, keyword: str, source: str) -> None:

@@ -1,30 +1,40 @@
 """Chakra execution traces (``.et``) into and out of flowsim's graph model.
 
 An ``.et`` file is a stream of protobuf messages, each preceded by its length as a varint: one
-``GlobalMetadata``, then one ``Node`` per op. A workload is one file per NPU,
-``<prefix>.<rank>.et`` for rank 0..n-1, as ASTRA-sim 2.x reads them (``--workload-configuration
-=<prefix>``). The wire format is decoded in :mod:`._protowire`; no protoc, no protobuf package.
+``GlobalMetadata``, then one ``Node`` per op (decoded by the ``protobuf`` package,
+:mod:`.chakra_codec`, with the schema of :mod:`.chakra_schema`). A workload is one file per
+NPU, ``<prefix>.<rank>.et`` for rank 0..n-1, as ASTRA-sim 2.x reads them
+(``--workload-configuration=<prefix>``), or one rank's file run by every NPU (``spmd=True``,
+:mod:`.chakra_spmd`).
 
 Mapping to :class:`~flowsim.workload.graph.Op` (mirroring ASTRA-sim's ``Workload.cc``)
 ---------------------------------------------------------------------------------------
 ``COMP_NODE`` -> ``compute``
     **Time unit:** ``duration_micros`` is microseconds, so ``duration_ns = duration_micros *
-    1000``. ASTRA-sim's feeder takes its ``runtime()`` from ``duration_micros`` (there is no
-    ``runtime`` attribute) and converts with the same factor; a node of zero duration costs it
-    1 ns, and so here, unless the node has ``num_ops`` (then it is left to the roofline).
+    1000``. ASTRA-sim's feeder takes its ``runtime()`` from ``duration_micros`` and converts
+    with the same factor; a node of zero duration costs it 1 ns, and so here, unless the node
+    has ``num_ops`` (then it is left to the compute model: roofline or device).
     ``num_ops`` (FLOPs) and ``tensor_size`` (bytes) go to ``flops`` and ``mem_bytes``.
-    ``is_cpu_op`` nodes are not skipped by ASTRA-sim (they run on a separate CPU slot); here
-    they are ordinary compute ops, so they serialise with the NPU's other compute ops.
+    ``is_cpu_op`` nodes run on their NPU's host resource (``Op.host``: one host op at a time,
+    beside the device's compute, as ASTRA-sim's CPU slot), for their traced duration.
 ``COMM_COLL_NODE`` -> ``collective``
     ``comm_type`` (``CollectiveCommType``), ``comm_size`` bytes, ``involved_dim`` (bool list:
     the indices of True become ``dims``; absent: all dimensions, ``None``), ``pg_name`` (an id
     of the communicator-group json ``{"<id>": [ranks]}``; ``""`` and ``"0"`` mean all NPUs, as
     in ASTRA-sim). ASTRA-sim simulates only all-reduce, all-gather, reduce-scatter and
     all-to-all (broadcast is replayed for its ``duration_micros``); flowsim also simulates
-    ``BROADCAST`` and ``REDUCE`` (Chakra has no root field: the engine's default root). The
-    others (``GATHER``, ``SCATTER``, ``REDUCE_SCATTER_BLOCK``, ``BARRIER``) are errors.
+    ``BROADCAST`` and ``REDUCE`` (Chakra has no root field: the engine's default root) and runs
+    ``BARRIER`` as a zero-byte all-reduce (every member waits for all). ``GATHER``,
+    ``SCATTER`` and ``REDUCE_SCATTER_BLOCK`` are errors. Ranks pair their collectives per
+    communicator in node order (:class:`~flowsim.system.rendezvous.CollectiveRendezvous`).
+``COMM_*_NODE`` with ``is_cpu_op`` -> a host ``compute`` op of its traced duration
+    PyTorch's host-side ``c10d::*`` wrappers, which Chakra's converter typed as communication
+    nodes; the GPU ``ncclKernel`` node each launches (it lists the wrapper's ``(0)`` half in
+    its ``data_deps``) carries ``comm_type`` and ``comm_size``. A warning gives their count.
 ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` -> ``send`` / ``recv``
-    ``peer`` = ``comm_dst`` / ``comm_src``, ``tag`` = ``comm_tag``, ``size`` = ``comm_size``.
+    ``peer`` = ``comm_dst`` / ``comm_src``, ``tag`` = ``comm_tag``, ``size`` = ``comm_size``
+    (``tensor_size`` when ``comm_size`` is absent, as chakra_generator writes them; a node
+    without peer or tag, as chakra_generator's, is an error: nothing says whom it talks to).
 ``MEM_LOAD_NODE`` / ``MEM_STORE_NODE`` -> ``memory`` of ``tensor_size`` bytes
     ASTRA-sim sends every one to its remote-memory model; ``remote`` is therefore True unless
     ``tensor_loc`` says ``LOCAL_MEMORY`` (1; Chakra's older ``MemoryType``: 0 invalid, 1
@@ -32,12 +42,23 @@ Mapping to :class:`~flowsim.workload.graph.Op` (mirroring ASTRA-sim's ``Workload
 ``METADATA_NODE`` / ``INVALID_NODE`` -> a zero-duration ``compute`` op (ASTRA-sim skips them;
     keeping them keeps the dependencies valid).
 
-``data_deps`` become ``deps`` and ``ctrl_deps`` ``ctrl_deps``. Attributes named ``flowsim_*``
-are flowsim's own (ASTRA-sim looks attributes up by name and ignores them): the exact
-``duration_ns`` when it is not a positive whole number of microseconds, and the op fields
-Chakra cannot express (``gap_ns``, ``update_delay_ns``, ``priority``, ``layer``, ``pass_``;
-the layer names in ``GlobalMetadata``), so that ``load_chakra(save_chakra(w))`` gives back the
-same graph.
+``data_deps`` become ``deps`` and ``ctrl_deps`` ``ctrl_deps``, except in a file whose
+``ctrl_deps`` name absent nodes or the node itself (traces of Chakra's PyTorch converter, whose
+``ctrl_deps`` are host-trace parents, dangling and cyclic): all that file's ``ctrl_deps`` are
+then ignored, with a warning, and the ``data_deps`` (program order per thread, kernel after
+its launch) order the nodes, as Chakra's feeder v2 reads them.
+
+symbolic_tensor_graph's traces (``GlobalMetadata`` attribute ``schema =
+"symbolic_tensor_network"``) count differently: ``num_ops`` is multiply-accumulates (2 FLOPs
+each) and ``comm_size`` / ``tensor_size`` are element counts (``element_bytes`` each, default 2);
+a compute node's memory traffic is its output plus the inputs its ``inputs`` attribute lists.
+Their communicator file ``<prefix>.json`` is found by default.
+
+Attributes named ``flowsim_*`` are flowsim's own (ASTRA-sim looks attributes up by name and
+ignores them): the exact ``duration_ns`` when it is not a positive whole number of
+microseconds, and the op fields Chakra cannot express (``gap_ns``, ``update_delay_ns``,
+``priority``, ``layer``, ``pass_``; the layer names in ``GlobalMetadata``), so that
+``load_chakra(save_chakra(w))`` gives back the same graph.
 
 Sources of the ASTRA-sim behaviour: ``astra-sim/workload/Workload.cc`` (``issue``,
 ``issue_replay``, ``issue_coll_comm``, ``extract_comm_group``) and
@@ -48,6 +69,8 @@ Sources of the ASTRA-sim behaviour: ``astra-sim/workload/Workload.cc`` (``issue`
 from __future__ import annotations
 
 import os
+import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from numbers import Integral
 from pathlib import Path
@@ -56,27 +79,22 @@ from typing import Any
 import numpy as np
 
 from .._io import read_mapping
-from .._validate import DURATION_NS, FLOPS, MAX_INT, SIZE_BYTES, as_number
-from ..collectives import canonical_collective
-from ..errors import ConfigError, describe
-from ._protowire import COLLECTIVE_COMM_TYPES, NODE_TYPES  # noqa: F401  (re-exported)
+from ..errors import ConfigError, FlowsimWarning, describe
+from .chakra_codec import iter_et, metadata_dict, node_dict
 from .chakra_export import save_chakra
-from .chakra_format import (
-    _EXTRAS,
-    _FLOWSIM_COLLECTIVES,
-    LOCAL_MEMORY,
-    _rank_files,
-    read_et,
-    write_et,  # noqa: F401  (re-exported)
-)
-from .graph import PASSES, PRIORITIES, Op, Program, Workload, _some, topological_order
+from .chakra_format import _rank_files, read_et, write_et  # noqa: F401  (re-exported)
+from .chakra_nodes import READ_ATTRIBUTES, TraceContext, group_key, node_to_op, trace_units
+from .chakra_schema import COLLECTIVE_COMM_TYPES, NODE_TYPES  # noqa: F401  (re-exported)
+from .chakra_spmd import spmd_programs, spmd_trace
+from .graph import Op, Program, Workload, _some, topological_order
 
 __all__ = ["load_chakra", "read_custom_collective", "read_et", "save_chakra", "write_et"]
 
 
 def load_chakra(prefix_or_dir: str | os.PathLike, npus: int | None = None,
                 comm_group: str | os.PathLike | Mapping[str, Sequence[int]] | None = None, *,
-                ndims: int | None = None) -> Workload:
+                ndims: int | None = None, spmd: bool = False,
+                element_bytes: int | None = None) -> Workload:
     """Read the Chakra traces ``<prefix>.<rank>.et`` as one program per rank (see module doc).
 
     Parameters
@@ -86,13 +104,21 @@ def load_chakra(prefix_or_dir: str | os.PathLike, npus: int | None = None,
         of the files, or a folder holding the files of exactly one workload.
     npus : int, optional
         Number of NPUs of the network; default: the number of rank files. Files must exist for
-        exactly ranks ``0..npus-1``.
+        exactly ranks ``0..npus-1`` (unless ``spmd``).
     comm_group : path or mapping, optional
         ASTRA-sim's communicator-group json ``{"<pg_name>": [ranks]}`` or its dict. Default:
-        ``<prefix>.comm_group.json`` if it exists (what :func:`save_chakra` writes).
+        ``<prefix>.comm_group.json`` (what :func:`save_chakra` writes), else ``<prefix>.json``
+        (what symbolic_tensor_graph writes), if one exists.
     ndims : int, optional
         Dimensions of the network: ``involved_dim`` entries beyond them are ignored, as
         ASTRA-sim does (it loops over the topology's dimensions only). Default: keep all.
+    spmd : bool
+        Run one rank's trace on every one of ``npus`` NPUs (:mod:`.chakra_spmd` states how
+        its communicators map onto them); ``prefix_or_dir`` is that file, or a prefix or
+        folder with the trace of one rank.
+    element_bytes : int, optional
+        Bytes per element of a trace whose sizes count elements (symbolic_tensor_graph's;
+        default 2).
 
     Raises
     ------
@@ -100,21 +126,96 @@ def load_chakra(prefix_or_dir: str | os.PathLike, npus: int | None = None,
         Missing or gapped rank files, corrupt files, unsupported nodes, unknown communicators,
         ranks outside the network, dependencies on missing nodes or cycles (the message names
         the file and the node).
+
+    Warns
+    -----
+    FlowsimWarning
+        With the counts of host-side communication nodes run as host CPU ops, and of
+        ``ctrl_deps`` ignored because they are not a dependency relation (see module doc).
     """
-    prefix, files = _rank_files(prefix_or_dir, npus)
-    groups, group_source = _comm_groups(comm_group, prefix, len(files))
-    programs, layers = [], []
-    for rank, file in enumerate(files):
-        metadata, nodes = read_et(file)
-        if rank == 0:
+    element_bytes = _element_bytes(element_bytes)
+    if spmd:
+        if npus is None:
+            raise ConfigError("argument 'npus': an SPMD run needs the network's NPU count")
+        file, prefix, rank = spmd_trace(prefix_or_dir)
+        files, ranks = [file], [rank]
+    else:
+        prefix, files = _rank_files(prefix_or_dir, npus)
+        ranks = list(range(len(files)))
+    groups, group_source = _comm_groups(comm_group, prefix, None if spmd else len(files))
+    tally: Counter = Counter()
+    programs: list[Program] = []
+    layers: list[str] = []
+    count = npus if spmd and npus is not None else len(files)   # spmd: npus checked above
+    for rank, file in zip(ranks, files):
+        ctx = TraceContext(rank, count, groups, group_source, ndims,
+                           tally=tally)
+        metadata, ops = _read_rank(file, ctx, element_bytes)
+        if not programs:
             names = metadata["attrs"].get("flowsim_layers", [])
             layers = [str(x) for x in names] if isinstance(names, list) else []
-        ops = [_node_to_op(node, rank, len(files), groups, group_source, str(file), ndims)
-               for node in nodes]
         program = Program(ops, np.array([rank]), str(file))
         topological_order(program)
         programs.append(program)
+    if spmd:
+        programs = spmd_programs(programs[0].ops, count, str(files[0]))
+    _warn(tally, prefix)
     return Workload(programs, layers, prefix.name)
+
+
+def _element_bytes(value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, Integral)
+                              or not 1 <= int(value) <= 64):
+        raise ConfigError(f"argument 'element_bytes': expected an integer in 1..64, found "
+                          f"{describe(value)}")
+    return None if value is None else int(value)
+
+
+def _read_rank(file: Path, ctx: TraceContext, element_bytes: int | None
+               ) -> tuple[dict, list[Op]]:
+    """One rank's metadata and ops, read node by node."""
+    messages = iter_et(file)
+    _, first = next(messages)
+    metadata = metadata_dict(first)
+    ctx.units = trace_units(metadata, element_bytes, str(file))
+    ops = [node_to_op(node_dict(message, READ_ATTRIBUTES), ctx, str(file))
+           for _, message in messages]
+    _drop_unusable_ctrl_deps(ops, ctx.tally)
+    return metadata, ops
+
+
+def _drop_unusable_ctrl_deps(ops: list[Op], tally: Counter) -> None:
+    """A file whose ``ctrl_deps`` name absent nodes or a node itself has no usable control
+    dependencies (Chakra's PyTorch converter writes host-trace parents there: dropped root
+    nodes, self references, cycles with the data dependencies); they are all ignored, and
+    the ``data_deps`` order the nodes, as Chakra's feeder v2 reads such traces."""
+    ids = {op.id for op in ops}
+    dangling = sum(d not in ids for op in ops for d in op.ctrl_deps)
+    own = sum(op.id in op.ctrl_deps for op in ops)
+    if not dangling and not own:
+        return
+    tally.update(ctrl_files=1, ctrl_dangling=dangling, ctrl_own=own,
+                 ctrl_deps=sum(len(op.ctrl_deps) for op in ops))
+    for op in ops:
+        op.ctrl_deps = ()
+
+
+def _warn(tally: Counter, prefix: Path) -> None:
+    """One warning per thing the reader did not take literally, with its count."""
+    if tally["cpu_comm"]:
+        typed = tally["cpu_comm_typed"]
+        warnings.warn(
+            f"{prefix}: {tally['cpu_comm']} host-side communication node(s) (is_cpu_op: "
+            f"PyTorch's c10d wrappers) run as host CPU ops of their traced duration, not as "
+            f"collectives; the GPU node each one launches carries the communication"
+            + (f" ({typed} of them carry a comm_type, not simulated)" if typed else ""),
+            FlowsimWarning, stacklevel=3)
+    if tally["ctrl_files"]:
+        warnings.warn(
+            f"{prefix}: {tally['ctrl_deps']} ctrl_deps of {tally['ctrl_files']} file(s) "
+            f"ignored ({tally['ctrl_dangling']} name absent nodes, {tally['ctrl_own']} their "
+            f"own node): they are not a dependency relation there; data_deps order the nodes, "
+            f"as Chakra's feeder v2 reads them", FlowsimWarning, stacklevel=3)
 
 
 def read_custom_collective(path_prefix: str | os.PathLike) -> list[list[Op]]:
@@ -132,149 +233,27 @@ def read_custom_collective(path_prefix: str | os.PathLike) -> list[list[Op]]:
     out = []
     for rank, file in enumerate(files):
         _, nodes = read_et(file)
+        ctx = TraceContext(rank, len(files))
         ops = []
         for node in nodes:
             if node["type"] not in ("COMP_NODE", "COMM_SEND_NODE", "COMM_RECV_NODE"):
                 raise ConfigError(f"{file}: node {node['id']} is a {node['type']}; a custom "
                                   f"collective holds only COMM_SEND, COMM_RECV and COMP nodes")
-            ops.append(_node_to_op(node, rank, len(files), None, None, str(file)))
+            ops.append(node_to_op(node, ctx, str(file)))
         topological_order(Program(ops, np.array([rank]), str(file)))
         out.append(ops)
     return out
 
 
-def _node_to_op(node: dict, rank: int, npus: int, groups: dict | None, group_source: str | None,
-                source: str, ndims: int | None = None) -> Op:
-    where = f"{source}: node {node['id']} ({node['name'] or node['type']})"
-    attrs, kind = node["attrs"], node["type"]
-    op = Op(node["id"], "compute", node["name"], deps=tuple(node["data_deps"]),
-            ctrl_deps=tuple(node["ctrl_deps"]))
-    if kind == "COMP_NODE":
-        op.flops = _number(attrs, "num_ops", where, 0.0, FLOPS.maximum)
-        op.mem_bytes = _number(attrs, "tensor_size", where, 0.0, SIZE_BYTES.maximum)
-        op.duration_ns = _number({"duration_micros": node["duration_micros"]},
-                                 "duration_micros", where, 0.0, DURATION_NS.maximum / 1000) \
-            * 1000.0 or (0.0 if op.flops else 1.0)
-    elif kind in ("MEM_LOAD_NODE", "MEM_STORE_NODE"):
-        op.kind = "memory"
-        op.size = _count(attrs, "tensor_size", where, limit=SIZE_BYTES.maximum)
-        op.remote = _count(attrs, "tensor_loc", where, 0) != LOCAL_MEMORY
-    elif kind.startswith("COMM_"):
-        if attrs.get("is_cpu_op"):
-            raise ConfigError(f"{where}: a communication node cannot be a CPU op "
-                              f"(is_cpu_op is true)")
-        op.size = _count(attrs, "comm_size", where, limit=SIZE_BYTES.maximum)
-        if kind == "COMM_COLL_NODE":
-            _collective(op, attrs, rank, npus, groups, group_source, where, ndims)
-        else:
-            op.kind = "send" if kind == "COMM_SEND_NODE" else "recv"
-            me, other = ("comm_src", "comm_dst") if op.kind == "send" else ("comm_dst", "comm_src")
-            if _count(attrs, me, where, rank) != rank:
-                raise ConfigError(f"{where}: {op.kind} issued by rank {rank} has {me} "
-                                  f"{attrs[me]}")
-            op.peer = _count(attrs, other, where)
-            if op.peer >= npus:
-                raise ConfigError(f"{where}: {other} {op.peer} is outside the network's NPUs "
-                                  f"0..{npus - 1}")
-            op.tag = _count(attrs, "comm_tag", where)
-    _read_extras(op, attrs, where)
-    return op
-
-
-def _collective(op: Op, attrs: dict, rank: int, npus: int, groups: dict | None,
-                group_source: str | None, where: str, ndims: int | None) -> None:
-    op.kind = "collective"
-    code = _count(attrs, "comm_type", where)
-    chakra = COLLECTIVE_COMM_TYPES.get(code, f"value {code}")
-    name = canonical_collective(_FLOWSIM_COLLECTIVES.get(chakra))
-    if name is None:
-        raise ConfigError(f"{where}: comm_type {chakra} is not supported (supported: "
-                          f"{', '.join(_FLOWSIM_COLLECTIVES)})")
-    op.collective = name
-    if "involved_dim" in attrs:
-        flags = attrs["involved_dim"]
-        if not isinstance(flags, list) or any(f not in (0, 1) for f in flags):
-            raise ConfigError(f"{where}: attribute 'involved_dim': expected a bool list, "
-                              f"found {describe(flags)}")
-        op.dims = tuple(i for i, f in enumerate(flags[:ndims]) if f)
-        if ndims is not None and op.dims == tuple(range(ndims)):
-            op.dims = None  # every dimension: the same group as a node without the attribute
-    pg = attrs.get("pg_name", "")
-    key = _group_key(str(pg))
-    if key in ("", "0"):
-        return
-    if groups is None:
-        raise ConfigError(f"{where}: uses communicator pg_name={pg!r} but no "
-                          f"communicator-group file was given")
-    if key not in groups:
-        raise ConfigError(f"{where}: communicator pg_name={pg!r} is not in {group_source} "
-                          f"(it has {', '.join(sorted(groups)) or 'none'})")
-    op.group = groups[key]
-    if rank not in op.group:
-        raise ConfigError(f"{where}: rank {rank} issues a collective on communicator "
-                          f"{pg!r} of {group_source}, which does not include it")
-
-
-def _read_extras(op: Op, attrs: dict, where: str) -> None:
-    if "flowsim_duration_ns" in attrs:
-        op.duration_ns = _number(attrs, "flowsim_duration_ns", where)
-    for field, default in _EXTRAS:
-        name = f"flowsim_{field.rstrip('_')}"
-        if name not in attrs:
-            continue
-        value = attrs[name]
-        if isinstance(default, float):
-            value = _number(attrs, name, where)
-        elif field == "layer":
-            if isinstance(value, bool) or not isinstance(value, Integral) or value < -1:
-                raise ConfigError(f"{where}: attribute '{name}': expected a layer index, "
-                                  f"found {describe(value)}")
-        elif value not in (PRIORITIES if field == "priority" else ("", *PASSES)):
-            raise ConfigError(f"{where}: attribute '{name}': unexpected value "
-                              f"{describe(value)}")
-        setattr(op, field, value)
-
-
-def _number(attrs: dict, name: str, where: str, default: Any = ...,
-            limit: float = DURATION_NS.maximum) -> float:
-    """A finite attribute value in ``[0, limit]`` (the toolkit's number, worded for
-    attributes)."""
-    value = attrs.get(name, default)
-    if value is ...:
-        raise ConfigError(f"{where}: missing attribute '{name}'")
-    try:
-        return as_number(value, source=where, key=name, minimum=0.0, maximum=limit)
-    except ConfigError as exc:
-        raise type(exc)(f"{where}: attribute '{name}': expected {exc.expected}, found "
-                        f"{describe(value)}") from None
-
-
-def _count(attrs: dict, name: str, where: str, default: Any = ...,
-           limit: float = MAX_INT) -> int:
-    """A whole attribute value in ``[0, limit]`` (sizes, ranks, tags, enum codes)."""
-    value = _number(attrs, name, where, default, limit)
-    if value != int(value):
-        raise ConfigError(f"{where}: attribute '{name}': expected a whole number, found "
-                          f"{describe(attrs[name])}")
-    return int(value)
-
-
-def _group_key(name: str) -> str:
-    """ASTRA-sim reads communicator ids with ``std::stoi``: ``"01"`` is ``"1"`` (done on the
-    text, so a thousand-digit id is just an unknown communicator)."""
-    name = name.strip()
-    if name.isdecimal() and name.isascii():
-        return name.lstrip("0") or "0"
-    return name
-
-
-def _comm_groups(comm_group: Any, prefix: Path, npus: int
+def _comm_groups(comm_group: Any, prefix: Path, npus: int | None
                  ) -> tuple[dict[str, tuple[int, ...]] | None, str | None]:
+    """The communicator groups, checked (ranks inside ``0..npus-1`` unless ``npus`` is
+    None: an SPMD trace's groups name the ranks of the job it was captured in)."""
     if comm_group is None:
-        beside = Path(f"{prefix}.comm_group.json")
-        if not beside.is_file():
+        beside = [Path(f"{prefix}.comm_group.json"), Path(f"{prefix}.json")]
+        comm_group = next((p for p in beside if p.is_file()), None)
+        if comm_group is None:
             return None, None
-        comm_group = beside
     if isinstance(comm_group, Mapping):
         data, source = dict(comm_group), "argument 'comm_group'"
     else:
@@ -284,14 +263,12 @@ def _comm_groups(comm_group: Any, prefix: Path, npus: int
     for key, ranks in data.items():
         if (not isinstance(ranks, (list, tuple)) or not ranks
                 or any(isinstance(r, bool) or not isinstance(r, Integral) for r in ranks)
-                or len(set(ranks)) != len(ranks)):
+                or len(set(ranks)) != len(ranks) or min(ranks) < 0):
             raise ConfigError(f"{source}: communicator {key!r}: expected a list of distinct "
                               f"NPU ids, found {describe(ranks)}")
-        outside = [r for r in ranks if not 0 <= r < npus]
-        if outside:
+        outside = [r for r in ranks if npus is not None and not 0 <= r < npus]
+        if outside and npus is not None:
             raise ConfigError(f"{source}: communicator {key!r}: rank(s) {_some(outside)} "
                               f"outside the network's NPUs 0..{npus - 1}")
-        groups[_group_key(str(key))] = tuple(int(r) for r in ranks)
+        groups[group_key(str(key))] = tuple(int(r) for r in ranks)
     return groups, source
-
-

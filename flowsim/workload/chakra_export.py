@@ -75,7 +75,7 @@ def _op_to_node(op: Op, rank: int, npus: int, ndims: int | None,
     where = f"{source}: op {op.id} ({op.name or op.kind})"
     if op.id < 0:
         raise ConfigError(f"{where}: Chakra node ids are unsigned")
-    attrs: dict[str, Any] = {"is_cpu_op": False}
+    attrs: dict[str, Any] = {"is_cpu_op": bool(op.host)}
     node = {"id": op.id, "name": op.name, "ctrl_deps": list(op.ctrl_deps),
             "data_deps": list(op.deps), "attrs": attrs}
     if op.kind == "compute":

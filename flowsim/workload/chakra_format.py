@@ -1,4 +1,4 @@
-"""Chakra execution-trace files: the ``.et`` wire format (decoded by :mod:`._protowire`), the
+"""Chakra execution-trace files: ``.et`` files as dicts (decoded by :mod:`.chakra_codec`), the
 ``<prefix>.<rank>.et`` file layout, and the tables that map Chakra's enums onto flowsim's op
 fields (used by :mod:`.chakra` to read traces and :mod:`.chakra_export` to write them)."""
 
@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 from collections.abc import Mapping, Sequence
 from numbers import Integral
 from pathlib import Path
@@ -14,8 +13,8 @@ from typing import Any
 
 from .._io import write_bytes_atomic
 from ..errors import ConfigError, describe
-from . import _protowire as pw
-from ._protowire import COLLECTIVE_COMM_TYPES
+from .chakra_codec import delimited, encode_metadata, encode_node, iter_et, metadata_dict, node_dict
+from .chakra_schema import COLLECTIVE_COMM_TYPES
 from .graph import _some
 
 LOCAL_MEMORY = 1  # tensor_loc value of Chakra's old MemoryType enum
@@ -41,8 +40,9 @@ def read_et(path: str | os.PathLike) -> tuple[dict, list[dict]]:
         In file order: ``id``, ``name``, ``type`` (``NodeType`` name), ``ctrl_deps``,
         ``data_deps`` (lists of int), ``start_time_micros``, ``duration_micros``, ``inputs`` and
         ``outputs`` (``{"values", "shapes", "types"}`` or None), ``attrs`` (name -> Python
-        value; lists for ``*_list``; the first of repeated names, as ASTRA-sim's lookup) and
-        ``attr_types`` (name -> proto kind such as ``"int64_val"``).
+        value; lists for ``*_list``; the first of repeated names, as ASTRA-sim's lookup; an
+        attribute without a value is absent) and ``attr_types`` (name -> proto kind such as
+        ``"int64_val"``).
 
     Raises
     ------
@@ -50,29 +50,9 @@ def read_et(path: str | os.PathLike) -> tuple[dict, list[dict]]:
         Unreadable, empty, truncated or corrupt file; the message names the file, the byte
         offset and the node's index in the file.
     """
-    file = Path(path)
-    try:
-        buf = memoryview(file.read_bytes())
-    except FileNotFoundError:
-        raise ConfigError(f"{file}: Chakra trace not found") from None
-    except OSError as exc:
-        raise ConfigError(f"{file}: cannot read Chakra trace: {exc}") from None
-    metadata: dict | None = None
-    nodes: list[dict] = []
-    try:
-        for _, start, stop in pw.iter_delimited(buf):
-            if metadata is None:
-                metadata = pw.decode_metadata(buf, start, stop)
-            else:
-                nodes.append(pw.decode_node(buf, start, stop))
-    except pw.WireError as exc:
-        where = "GlobalMetadata" if metadata is None else f"node #{len(nodes)}"
-        raise ConfigError(f"{file}: corrupt Chakra trace at byte {exc.offset} ({where}): "
-                          f"{exc}") from None
-    if metadata is None:
-        raise ConfigError(f"{file}: empty file, expected a Chakra trace (GlobalMetadata, then "
-                          f"nodes)")
-    return metadata, nodes
+    messages = iter_et(path)
+    _, first = next(messages)
+    return metadata_dict(first), [node_dict(node) for _, node in messages]
 
 
 def write_et(path: str | os.PathLike, nodes: Sequence[Mapping[str, Any]],
@@ -85,15 +65,14 @@ def write_et(path: str | os.PathLike, nodes: Sequence[Mapping[str, Any]],
     above 2**63-1), float -> ``double_val``, str -> ``string_val``, bytes -> ``bytes_val``,
     lists likewise ``*_list``. The file is replaced atomically.
     """
-    problems = (AttributeError, KeyError, TypeError, ValueError, OverflowError, struct.error,
-                UnicodeError)
+    problems = (AttributeError, KeyError, TypeError, ValueError, OverflowError, UnicodeError)
     try:
-        out = bytearray(pw.delimited(pw.encode_metadata(metadata_version, metadata_attrs or {})))
+        out = bytearray(delimited(encode_metadata(metadata_version, metadata_attrs or {})))
     except problems as exc:
         raise ConfigError(f"{path}: GlobalMetadata cannot be encoded: {exc}") from None
     for index, node in enumerate(nodes):
         try:
-            out += pw.delimited(pw.encode_node(node))
+            out += delimited(encode_node(node))
         except problems as exc:
             raise ConfigError(f"{path}: node #{index} (id {node.get('id', '?')}) cannot be "
                               f"encoded: {exc}") from None
@@ -132,13 +111,15 @@ def _rank_files(prefix_or_dir: str | os.PathLike, npus: int | None) -> tuple[Pat
         raise ConfigError(f"argument 'npus': expected a positive integer, found "
                           f"{describe(npus)}")
     count = max(ranks) + 1 if npus is None else int(npus)
+    spmd = "; SPMD (--spmd, spmd=True) runs one rank's trace on every NPU" \
+        if len(ranks) == 1 and count > 1 else ""
     if len(ranks) == max(ranks) + 1 and len(ranks) != count:
         raise ConfigError(f"{given}: trace files for {len(ranks)} ranks, but the network has "
-                          f"{count} NPUs (one trace per NPU)")
+                          f"{count} NPUs (one trace per NPU{spmd})")
     missing = [r for r in range(count) if r not in ranks]
     if missing:
         raise ConfigError(f"{given}: missing trace file(s) for rank(s) {_some(missing)} "
-                          f"(expected {given.name}.0.et .. {given.name}.{count - 1}.et)")
+                          f"(expected {given.name}.0.et .. {given.name}.{count - 1}.et{spmd})")
     if len(ranks) > count:
         raise ConfigError(f"{given}: trace files for {len(ranks)} ranks, but the network has "
                           f"{npus} NPUs (one trace per NPU)")

@@ -98,6 +98,10 @@ class Op:
         What a compute op does, as kernel shapes (:mod:`flowsim.workload.kernels`) a compute
         model prices when ``duration_ns`` is 0; ``flops`` / ``mem_bytes`` then count their
         totals for reporting.
+    host : bool
+        A compute op of the host CPU (a Chakra ``is_cpu_op`` node): it runs for
+        ``duration_ns`` on its NPU's host resource, one host op at a time, beside the device's
+        compute; it is not device compute time.
     """
 
     id: int
@@ -122,6 +126,7 @@ class Op:
     layer: int = -1
     pass_: str = ""
     kernels: tuple = ()
+    host: bool = False
 
 
 @dataclass(eq=False)

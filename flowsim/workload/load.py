@@ -20,7 +20,8 @@ WorkloadLike = str | os.PathLike | Workload | TextWorkload | Mapping
 @public_api
 def load_workload(source: WorkloadLike, network, iterations: int = 1, *,
                   compute_scale: float = 1.0, comm_scale: float = 1.0,
-                  comm_groups: Any = None) -> Workload:
+                  comm_groups: Any = None, spmd: bool = False,
+                  element_bytes: int | None = None) -> Workload:
     """Any workload form into programs for ``network`` with ``iterations`` iterations.
 
     Sources: an ASTRA-sim text file (``.txt``), a flowsim YAML graph or generator spec
@@ -28,15 +29,19 @@ def load_workload(source: WorkloadLike, network, iterations: int = 1, *,
     prefix, one ``.et`` file or their folder), a parsed :class:`TextWorkload`, a
     :class:`Workload`, or the name of a bundled workload. ``compute_scale`` and
     ``comm_scale`` multiply every compute time and communication size; ``comm_groups`` are
-    Chakra communicators. A text ``HYBRID_TRANSFORMER`` may ask for ``network`` with a
+    Chakra communicators, ``spmd`` runs one rank's Chakra trace on every NPU and
+    ``element_bytes`` sizes the elements of traces that count them (see
+    :func:`~.chakra.load_chakra`). A text ``HYBRID_TRANSFORMER`` may ask for ``network`` with a
     dimension split in two, as ASTRA-sim does: the workload's ``network`` then holds that
     network's config (see :attr:`Workload.network`).
     """
     path = None if isinstance(source, (TextWorkload, Workload, Mapping)) else \
         _workload_path(source)
-    if comm_groups is not None and (path is None or path.suffix in (".txt", ".yml", ".yaml")):
-        raise ConfigError("argument 'comm_groups': communicator groups apply to Chakra traces "
-                          "only")
+    chakra = path is not None and path.suffix not in (".txt", ".yml", ".yaml")
+    for key, value in (("comm_groups", comm_groups), ("spmd", spmd or None),
+                       ("element_bytes", element_bytes)):
+        if value is not None and not chakra:
+            raise ConfigError(f"argument '{key}': applies to Chakra traces only")
     if isinstance(source, TextWorkload) or (path is not None and path.suffix == ".txt"):
         if isinstance(source, TextWorkload):
             text = source
@@ -59,7 +64,8 @@ def load_workload(source: WorkloadLike, network, iterations: int = 1, *,
         from .chakra import load_chakra
 
         work = load_chakra(path, npus=network.npus, ndims=network.ndims,
-                           comm_group=comm_groups)
+                           comm_group=comm_groups, spmd=bool(spmd),
+                           element_bytes=element_bytes)
     else:
         raise ConfigError(f"{path}: unknown workload format (expected .txt, .yml/.yaml or "
                           "Chakra .et files)")

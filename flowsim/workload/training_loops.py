@@ -16,9 +16,10 @@ Which dimensions a collective spans depends on the loop (data / model / hybrid p
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, FlowsimWarning
 from ..topology.network_config import NetworkConfig
 from .astra_text import TextLayer, TextWorkload
 from .graph import Op, Workload, spmd
@@ -161,24 +162,20 @@ def build_training_loop(text: TextWorkload, network, passes: int = 1) -> Workloa
     if passes < 1:
         raise ConfigError(f"argument 'iterations': expected an integer >= 1, found {passes}")
     kind = text.parallelism
-    split = -1
+    split = ep_split = -1
     split_config = None
     if kind.startswith("HYBRID_TRANSFORMER"):
-        config = getattr(network, "config", None)
-        if not isinstance(config, NetworkConfig):
-            raise ConfigError(f"{text.source}: {kind} needs a network of Ring / "
-                              "FullyConnected / Switch dimensions, not a fabric (its "
-                              "model-parallel group is made of whole or split dimensions)")
-        new_config, split = model_parallel_split(config, text.model_parallel_group,
-                                                 text.source)
-        if new_config is not config:
-            split_config = new_config
+        split_config, split, ep_split = _transformer_split(text, network)
     npus = network.npus
     ndims = len(split_config.npus_count) if split_config is not None else network.ndims
     layers = text.layers
     loop = _Loop(layers)
     L = len(layers)
     if kind == "MICRO":
+        if L > 1:
+            warnings.warn(f"{text.source}: MICRO runs the first layer line's weight-gradient "
+                          f"collective only, as ASTRA-sim 1.0 and SimAI do; {L - 1} other "
+                          f"line(s) ignored", FlowsimWarning, stacklevel=3)
         micro_dims = _policy_dims("DATA", ndims, split)["wg"]
         ids = [loop.collective(0, "wg", micro_dims) for _ in range(passes)]
         ops = loop.finish(ids)
@@ -192,7 +189,7 @@ def build_training_loop(text: TextWorkload, network, passes: int = 1) -> Workloa
         if kind == "DISTRIBUTED_INFERENCE":
             return _policy_dims("MODEL", ndims, split)
         if kind.startswith("HYBRID_TRANSFORMER"):
-            return _policy_dims("HYBRID_TRANSFORMER", ndims, split)
+            return _transformer_dims(layers[i], ndims, split, ep_split)
         return _policy_dims(kind, ndims, split)
 
     dims = [dims_of(i) for i in range(L)]
@@ -212,6 +209,44 @@ def build_training_loop(text: TextWorkload, network, passes: int = 1) -> Workloa
             _model_pass(loop, layers, dims, wg, ig, kind, text)
     ops = loop.finish([wg[0]] if L else [])
     return _workload(ops, npus, text, split_config)
+
+
+def _transformer_split(text: TextWorkload, network
+                       ) -> tuple[NetworkConfig | None, int, int]:
+    """The network of a ``HYBRID_TRANSFORMER`` (``None``: the given one, else with dimensions
+    split where its groups end inside them), the last model-parallel dimension and the last
+    expert-parallel one (SimAI's ``ep:`` groups of consecutive model-parallel groups)."""
+    config = getattr(network, "config", None)
+    if not isinstance(config, NetworkConfig):
+        raise ConfigError(f"{text.source}: {text.parallelism} needs a network of Ring / "
+                          "FullyConnected / Switch dimensions, not a fabric (its "
+                          "model-parallel group is made of whole or split dimensions)")
+    if text.all_gpus is not None and text.all_gpus != network.npus:
+        warnings.warn(f"{text.source}:1: written for all_gpus: {text.all_gpus}, run on the "
+                      f"network's {network.npus} NPUs (SimAI, too, simulates the network's "
+                      f"GPU count)", FlowsimWarning, stacklevel=4)
+    tp = text.model_parallel_group
+    new_config, split = model_parallel_split(config, tp, text.source)
+    ep_split = split
+    if text.expert_parallel_group > 1:
+        new_config, ep_split = model_parallel_split(
+            new_config, tp * text.expert_parallel_group,
+            f"{text.source}: ep: {text.expert_parallel_group} (an expert-parallel group of "
+            f"{tp * text.expert_parallel_group} NPUs)")
+    return (None if new_config is config else new_config), split, ep_split
+
+
+def _transformer_dims(layer: TextLayer, ndims: int, split: int, ep_split: int
+                      ) -> dict[str, tuple[int, ...]]:
+    """Dimensions of a transformer layer's collectives: model parallel (TP) for fwd and ig,
+    data parallel (DP: the rest) for wg, unless the token names SimAI's expert-parallel group
+    (EP: the dimensions after TP up to ``ep_split``) or data parallel among expert groups
+    (DP_EP: the dimensions after EP)."""
+    every = tuple(range(ndims))
+    groups = {"TP": every[: split + 1], "DP": every[split + 1:],
+              "EP": every[split + 1: ep_split + 1], "DP_EP": every[ep_split + 1:]}
+    own = {"fwd": "TP", "ig": "TP", "wg": "DP"}
+    return {p: groups[getattr(layer, f"{p}_group") or own[p]] for p in own}
 
 
 def _workload(ops: list[Op], npus: int, text: TextWorkload,

@@ -30,6 +30,8 @@ def check_workload(workload: Workload, network: AnyNetwork, *, roofline: bool = 
     every send matched by a recv (same sender, receiver and tag) and vice versa; no missing
     dependency and no cycle.
     """
+    # a workload that names its compute model (a generator's device or roofline) has one
+    roofline = roofline or workload.compute is not None
     npus = network.npus
     owner = np.full(npus, -1)
     for k, program in enumerate(workload.programs):
@@ -51,8 +53,11 @@ def check_workload(workload: Workload, network: AnyNetwork, *, roofline: bool = 
             if op.kind == "compute" and not op.duration_ns and (op.flops or op.mem_bytes) \
                     and not roofline:
                 raise ConfigError(f"{_where(program, op)}: compute given as FLOPs / bytes needs "
-                                  "a roofline (simulate(..., roofline=...) or flowsim run "
-                                  "--roofline)")
+                                  "a roofline or a device to time it: flowsim run --roofline "
+                                  "TFLOPS,GBPS[,EFFICIENCY] (e.g. --roofline 312,2039,0.5), or "
+                                  "simulate(..., roofline={'peak_tflops': 312, "
+                                  "'memory_bandwidth_GBps': 2039, 'efficiency': 0.5}) or "
+                                  "simulate(..., device='a100')")
     _check_pairs(workload, network)
 
 
