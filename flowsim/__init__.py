@@ -7,10 +7,19 @@ The public API::
     ds = flowsim.simulate_collective(net, "all_reduce", "64MiB", model="flow")
     ds.time_ns
     run = flowsim.simulate(net, "resnet50_dp", model="flow", iterations=2)
+
+Names are imported when first used (PEP 562), so that ``import flowsim`` and the command
+line's ``--help`` / ``--version`` load neither numpy, xarray nor Numba.
 """
 
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
-from ._warmup import warmup
 from .errors import (
                      ConfigError,
                      FlowSetError,
@@ -19,15 +28,66 @@ from .errors import (
                      RoutingError,
                      SimulationError,
 )
-from .estimate import estimate, estimate_batch
-from .network import FlowResult, maxmin_rates, simulate_flows
-from .sweep import merge, sweep
-from .system import SystemConfig, load_system, simulate, simulate_collective
-from .topology import Network, NetworkConfig, load_network
-from .workload import Workload, load_workload
+
+if TYPE_CHECKING:  # the real imports, for type checkers and the API reference
+    from ._warmup import warmup
+    from .estimate import estimate, estimate_batch
+    from .network import FlowResult, maxmin_rates, simulate_flows
+    from .sweep import merge, sweep
+    from .system import SystemConfig, load_system, simulate, simulate_collective
+    from .topology import Network, NetworkConfig, load_network
+    from .workload import Workload, load_workload
+
+#: Public name -> the module that defines it (imported on first access).
+_LAZY = {
+    "warmup": "._warmup",
+    "estimate": ".estimate", "estimate_batch": ".estimate",
+    "FlowResult": ".network", "maxmin_rates": ".network", "simulate_flows": ".network",
+    "merge": ".sweep", "sweep": ".sweep",
+    "SystemConfig": ".system", "load_system": ".system", "simulate": ".system",
+    "simulate_collective": ".system",
+    "Network": ".topology", "NetworkConfig": ".topology", "load_network": ".topology",
+    "Workload": ".workload", "load_workload": ".workload",
+}
+#: Subpackages and modules reachable as attributes (``flowsim.results.from_attrs``).
+_SUBMODULES = {"collectives", "compute", "network", "results", "system", "testing", "topology",
+               "workload", "errors", "units", "resources", "cli", "cli_args"}
+#: Public functions named like the module that defines them: ``flowsim.sweep`` and
+#: ``flowsim.estimate`` are the functions, as they were when this package imported eagerly.
+_SHADOWED = {"sweep", "estimate"}
 
 __all__ = ["ConfigError", "FlowResult", "FlowSetError", "FlowsimError", "FlowsimWarning",
            "Network", "NetworkConfig", "RoutingError", "SimulationError", "SystemConfig",
            "__version__", "estimate", "estimate_batch", "load_network", "load_system",
            "load_workload", "maxmin_rates", "merge", "simulate", "simulate_collective",
            "simulate_flows", "sweep", "warmup", "Workload"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name (or a submodule) on first access and keep it."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module("." + name, __name__)
+    else:
+        raise AttributeError(f"module 'flowsim' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | _SUBMODULES)
+
+
+class _Package(types.ModuleType):
+    """The package's module type: importing ``flowsim.sweep`` or ``flowsim.estimate`` makes
+    the import system set that attribute to the submodule; the public name stays the
+    function."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _SHADOWED and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -217,7 +217,7 @@ class _BoundedLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         # composing recurses once per level: stop long before Python's recursion limit
         self._depth += 1
         try:
@@ -227,7 +227,7 @@ class _BoundedLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def compose_mapping_node(self, anchor: str | None) -> MappingNode:
+    def compose_mapping_node(self, anchor: Any) -> MappingNode:  # anchor: str or None
         node = super().compose_mapping_node(anchor)
         seen: set[Any] = set()
         for key_node, _ in node.value:
@@ -248,5 +248,8 @@ class _BoundedLoader(yaml.SafeLoader):
 
 
 # no config value is a date: keep date-like scalars as the text they are
-_BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp",
-                               lambda loader, node: loader.construct_scalar(node))
+def _timestamp_as_text(loader: yaml.SafeLoader, node: ScalarNode) -> Any:
+    return loader.construct_scalar(node)
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_text)

@@ -97,7 +97,7 @@ def as_int(value: Any, *, source: str | None, key: str, minimum: int | None = No
     if isinstance(value, numbers.Integral):
         number = int(value)
     elif math.isfinite(value) and float(value).is_integer():
-        number = int(value)
+        number = int(value)  # type: ignore[call-overload]  # typeshed: Real lacks __int__
     else:
         raise config_error(source, key, _int_expected(minimum, maximum), value)
     if minimum is not None and number < minimum:
@@ -341,8 +341,9 @@ def unknown_keys(data: Mapping[Any, Any], known: Iterable[str]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ helpers
-def choices_of(literal: Any) -> tuple[str, ...]:
-    """The strings of a ``Literal[...]`` type, in declaration order."""
+def choices_of(literal: Any) -> tuple[Any, ...]:
+    """The strings of a ``Literal[...]`` type, in declaration order (typed ``Any``: the caller
+    declares the tuple of that ``Literal`` it gets)."""
     return tuple(typing.get_args(literal))
 
 

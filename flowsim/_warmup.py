@@ -16,7 +16,7 @@ def warmup() -> float:
 
     start = time.perf_counter()
     net = {"topology": ["Ring"], "npus_count": [4], "bandwidth": [1], "latency": [1]}
-    maxmin_rates([1.0, 1.0], [0, 1, 2], [0, 1])
+    maxmin_rates(np.array([1.0, 1.0]), np.array([0, 1, 2]), np.array([0, 1]))
     for model in ("analytical", "flow"):
         simulate_collective(net, "all_reduce", 1 << 10, model=model)
         simulate_collective(net, "all_reduce", 1 << 10, {"step-synchronization": "per_npu"},

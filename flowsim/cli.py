@@ -17,12 +17,11 @@ import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
-
-from . import __version__
+# Only light imports here: ``flowsim --help`` and ``--version`` must not load numpy, xarray or
+# Numba. Each subcommand imports what it needs.
+from ._version import __version__
 from .cli_args import build_parser
 from .errors import ConfigError, FlowsimError, FlowsimWarning
-from .units import format_size, format_time
 
 
 def _run_sweep(args: argparse.Namespace) -> int:
@@ -97,9 +96,12 @@ def _with_failures(args: argparse.Namespace):
 
 
 def _run_collective(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from .results import from_attrs
     from .system import simulate_collective
     from .topology import load_network
+    from .units import format_size, format_time
 
     _check_output("-o", args.output)
     _check_output("--trace", args.trace, trace=True)
@@ -188,9 +190,12 @@ def _check_output(option: str, path: str | None, *, folder: bool = False,
 
 
 def _run_workload(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from .cli_astra import apply_astra_options
     from .results import from_attrs
     from .system import simulate
+    from .units import format_size, format_time
 
     apply_astra_options(args)
     _check_output("-o", args.output)
@@ -266,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             # each warning once per run ("default"), however many chunks or ops repeat it
             warnings.simplefilter("default", FlowsimWarning)
-            warnings.showwarning = _warning_line  # type: ignore[assignment]
+            warnings.showwarning = _warning_line
             return {"collective": _run_collective, "run": _run_workload,
                     "sweep": _run_sweep, "merge": _run_merge}[args.command](args)
     except FlowsimError as exc:

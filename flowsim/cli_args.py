@@ -8,43 +8,75 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ._validate import Quantity, as_int, as_number
 from ._version import __version__
 from .cli_astra import add_astra_options
 from .errors import ConfigError
-from .network.engine import MODELS
 from .resources import DEFAULT_NETWORK, DEFAULT_WORKLOAD, bundled_names
-from .topology.network_config import MAX_NPUS
+
+# This module imports nothing heavy (no numpy): ``flowsim --help`` and ``--version`` build the
+# parser and exit. The readers of :mod:`flowsim._validate` load when an option is parsed.
+
+#: The network models (``flowsim.network.engine.MODELS``, which imports numpy; a test keeps
+#: the two equal).
+MODELS: tuple[str, ...] = ("analytical", "flow")
 
 
-def _argument(reader: Callable[..., Any], convert: Callable[[str], Any],
+def _argument(reader: str, convert: Callable[[str], Any],
               **limits: Any) -> Callable[[str], Any]:
     """An argparse ``type``: the option's text converted (``int``, ``float``), then checked by
-    a :mod:`flowsim._validate` reader; its error becomes argparse's "expected ..., found"."""
+    the :mod:`flowsim._validate` reader named ``reader``; its error becomes argparse's
+    "expected ..., found". A limit given as a callable is evaluated when the option is parsed
+    (so that building the parser imports nothing heavy)."""
     def parse(text: str) -> Any:
+        from . import _validate
+
         try:
             value = convert(text) if len(text) <= 64 else text
         except ValueError:
             value = text
+        now = {key: limit() if callable(limit) else limit for key, limit in limits.items()}
         try:
-            return reader(value, source=None, key="", **limits)
+            return getattr(_validate, reader)(value, source=None, key="", **now)
         except ConfigError as exc:
             raise argparse.ArgumentTypeError(f"expected {exc.expected}, found {text!r}") \
                 from None
     return parse
 
 
-#: ``--compute-scale`` and ``--comm-scale``: factors from 0 to 1e9.
-SCALE = Quantity("", 0.0, 1e9)
+def _scale() -> Any:
+    """``--compute-scale`` and ``--comm-scale``: factors from 0 to 1e9."""
+    from ._validate import Quantity
+
+    return Quantity("", 0.0, 1e9)
+
+
+def _max_npu() -> int:
+    from .topology.network_config import MAX_NPUS
+
+    return MAX_NPUS - 1
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default (unless the text already states it)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (action.option_strings and "default" not in text and default is not None
+                and default is not False and default != [] and default != argparse.SUPPRESS):
+            text += " (default: %(default)s)"
+        return text
+
+
 #: Most processes ``--jobs`` may ask for.
 MAX_JOBS = 4096
-_NPU = _argument(as_int, int, minimum=0, maximum=MAX_NPUS - 1)
+_NPU = _argument("as_int", int, minimum=0, maximum=_max_npu)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every ``flowsim`` subcommand."""
     parser = argparse.ArgumentParser(
-        prog="flowsim",
+        prog="flowsim", formatter_class=_HelpFormatter,
         description="Fast analytical and flow-level simulator of distributed ML training "
                     "platforms (ASTRA-sim family).")
     parser.add_argument("--version", action="version", version=f"flowsim {__version__}")
@@ -58,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _collective_command(commands: Any) -> None:
     """``flowsim collective``."""
     coll = commands.add_parser(
-        "collective", help="simulate one collective",
+        "collective", help="simulate one collective", formatter_class=_HelpFormatter,
         description="Simulate one collective on a network and print its time.")
     coll.add_argument("--network", default=DEFAULT_NETWORK,
                       help="network YAML (ASTRA-sim 2.x keys) or a bundled name "
@@ -101,36 +133,43 @@ def _collective_command(commands: Any) -> None:
 def _run_command(commands: Any) -> None:
     """``flowsim run``."""
     run = commands.add_parser(
-        "run", help="simulate a training workload",
+        "run", help="simulate a training workload", formatter_class=_HelpFormatter,
         description="Simulate a training workload (iterations of compute and communication) "
                     "and print its iteration time and exposed communication.")
     run.add_argument("--network", default=DEFAULT_NETWORK,
                      help="network: ASTRA-sim 2.x YAML, 1.0 analytical JSON, fabric or "
-                          f"bundled name (default: {DEFAULT_NETWORK})")
+                          f"bundled name (default: {DEFAULT_NETWORK}; bundled: "
+                          + ", ".join(bundled_names("network")) + ")")
     run.add_argument("--system", default=None,
                      help="system: 2.x json, 1.0 txt or bundled name (default: ASTRA-sim's "
-                          "Ring_4chunks settings)")
+                          "Ring_4chunks settings, ring in every dimension; bundled: "
+                          + ", ".join(bundled_names("system")) + ")")
     run.add_argument("--workload", default=DEFAULT_WORKLOAD,
                      help="ASTRA-sim text workload (.txt), flowsim YAML graph or generator "
                           "spec (.yml), Chakra traces (<prefix> of <prefix>.<rank>.et) or a "
                           f"bundled name (default: {DEFAULT_WORKLOAD}; bundled: "
                           + ", ".join(bundled_names("workload")) + ")")
     run.add_argument("--model", default="analytical", choices=MODELS,
-                     help="analytical (congestion-unaware, as ASTRA-sim) or flow")
-    run.add_argument("--iterations", type=_argument(as_int, int, minimum=1), default=1,
+                     help="analytical (congestion-unaware, as ASTRA-sim) or flow "
+                          "(max-min fair sharing)")
+    run.add_argument("--iterations", type=_argument("as_int", int, minimum=1), default=1,
                      help="training iterations (ASTRA-sim's --num-passes; default 1)")
-    run.add_argument("--compute-scale", type=_argument(as_number, float, quantity=SCALE),
+    run.add_argument("--compute-scale", type=_argument("as_number", float, quantity=_scale),
                      default=1.0,
-                     help="multiply text-workload compute (cycles of a 1 GHz clock = ns); "
-                          "e.g. 0.5 for a 2 GHz part")
-    run.add_argument("--comm-scale", type=_argument(as_number, float, quantity=SCALE),
+                     help="multiply every compute time (durations, FLOPs and bytes of "
+                          "roofline ops; a text workload's cycles of a 1 GHz clock are ns: "
+                          "0.5 for a 2 GHz part), in any workload format")
+    run.add_argument("--comm-scale", type=_argument("as_number", float, quantity=_scale),
                      default=1.0,
-                     help="multiply text-workload communication sizes")
+                     help="multiply every communication size (collectives, send / recv), "
+                          "in any workload format")
     run.add_argument("--memory", default=None,
-                     help="remote-memory json (ASTRA-sim keys) for memory ops")
+                     help="remote-memory json (ASTRA-sim keys) for memory ops (default: no "
+                          "memory expansion)")
     run.add_argument("--roofline", default=None, metavar="TFLOPS,GBPS[,EFF]",
                      help="time compute ops given as FLOPs and bytes: peak TFLOP/s, memory "
-                          "GB/s (1e9 B/s) and efficiency, e.g. 312,2039,0.5")
+                          "GB/s (1e9 B/s) and efficiency, e.g. 312,2039,0.5 (default: none; such "
+                          "ops are then an error)")
     run.add_argument("--comm-group", default=None,
                      help="Chakra communicator groups json {\"<pg_name>\": [ranks]} "
                           "(default: <prefix>.comm_group.json or <prefix>.json beside the "
@@ -138,7 +177,7 @@ def _run_command(commands: Any) -> None:
     run.add_argument("--spmd", action="store_true",
                      help="Chakra: run one rank's trace on every NPU (its default "
                           "communicator spans all NPUs; see 'Bring your own traces')")
-    run.add_argument("--element-bytes", type=_argument(as_int, int, minimum=1, maximum=64),
+    run.add_argument("--element-bytes", type=_argument("as_int", int, minimum=1, maximum=64),
                      default=None,
                      help="Chakra traces whose sizes count elements (symbolic_tensor_graph): "
                           "bytes per element (default 2)")
@@ -151,19 +190,20 @@ def _run_command(commands: Any) -> None:
     run.add_argument("--trace", default=None,
                      help="write a Chrome-trace / Perfetto timeline of every NPU (.json)")
     _max_work(run)
-    add_astra_options(run, _argument(as_int, int, minimum=1))
+    add_astra_options(run, _argument("as_int", int, minimum=1))
 
 
 def _sweep_commands(commands: Any) -> None:
     """``flowsim sweep`` and ``flowsim merge``."""
     sw = commands.add_parser(
         "sweep", help="run a sweep spec (grid of configurations)",
+        formatter_class=_HelpFormatter,
         description="Run every point of a sweep spec and write one xarray Dataset.")
     sw.add_argument("spec", help="sweep spec YAML (see README, 'Sweeps and clusters')")
     sw.add_argument("-o", "--output", required=True,
                     help="result file (.nc, .zarr, .csv or .json, by extension); with --shard, "
                          "the folder that receives shard files")
-    sw.add_argument("--jobs", type=_argument(as_int, int, minimum=1, maximum=MAX_JOBS),
+    sw.add_argument("--jobs", type=_argument("as_int", int, minimum=1, maximum=MAX_JOBS),
                     default=None,
                     help="processes (default: all cores)")
     sw.add_argument("--shard", default=None,
@@ -172,7 +212,7 @@ def _sweep_commands(commands: Any) -> None:
     sw.add_argument("--dask", default=None, metavar="ADDRESS",
                     help="run on the dask.distributed scheduler at ADDRESS")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
-    sw.add_argument("--checkpoint", type=_argument(as_number, float, minimum=0.0,
+    sw.add_argument("--checkpoint", type=_argument("as_number", float, minimum=0.0,
                                                    maximum=86400.0),
                     default=None, metavar="SECONDS",
                     help="save finished points every SECONDS (default: 5, "
@@ -180,7 +220,7 @@ def _sweep_commands(commands: Any) -> None:
                          "sweep resumes from them")
     _max_work(sw, "each point")
     mg = commands.add_parser(
-        "merge", help="merge the shard files of a sweep",
+        "merge", help="merge the shard files of a sweep", formatter_class=_HelpFormatter,
         description="Check that every shard of one sweep is present and write the result.")
     mg.add_argument("folder", help="folder with shard-IIIII-of-NNNNN.nc files")
     mg.add_argument("-o", "--output", required=True,
@@ -190,7 +230,7 @@ def _sweep_commands(commands: Any) -> None:
 def _max_work(parser: argparse.ArgumentParser, what: str = "the run") -> None:
     """``--max-work`` (the default is read where the budget lives, not imported here: the
     parser stays cheap to build)."""
-    finite = _argument(as_number, float, positive=True)
+    finite = _argument("as_number", float, positive=True)
     parser.add_argument("--max-work", type=lambda text: math.inf if text.strip().lower() in
                         ("inf", "infinity") else finite(text),
                         default=None, metavar="UNITS",

@@ -56,7 +56,7 @@ def add_astra_options(parser: argparse.ArgumentParser, passes_type: Any) -> None
         "ASTRA-sim's flags", "accepted as they are; see 'From ASTRA-sim' in the docs")
     for flag, (dest, ours) in ALIASES.items():
         group.add_argument(flag, dest=dest, default=argparse.SUPPRESS, metavar="VALUE",
-                           type=passes_type if dest == "iterations" else None,
+                           type=passes_type if dest == "iterations" else str,
                            help=f"= {ours}")
     group.add_argument("--comm-group-configuration", dest=_dest("--comm-group-configuration"),
                        default=None, metavar="FILE",

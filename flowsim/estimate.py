@@ -17,9 +17,12 @@ import functools
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 from ._validate import BANDWIDTH_GBPS, LATENCY_NS, SIZE_BYTES
 from .collectives import canonical_collective
@@ -104,7 +107,7 @@ def _broadcast_dims(value: Any, ndims: int, name: str, default: np.ndarray) -> l
 @public_api
 def estimate_batch(network: Any, collective: str, size: Any, system: Any = None, *,
                    bandwidth: Any = None, latency: Any = None, dims: Any = None,
-                   model: str = "analytical") -> np.ndarray:
+                   model: str = "analytical") -> np.ndarray | xr.DataArray:
     """Analytical times (ns) over a broadcast grid of sizes, bandwidths and latencies.
 
     Parameters

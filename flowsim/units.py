@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numbers
 import re
+from collections.abc import Mapping
 
 from ._validate import DURATION_NS, SIZE_BYTES, as_int, as_number
 from .errors import ConfigError, ConfigTypeError, config_error
@@ -72,16 +73,17 @@ def parse_duration(value: object, *, source: str | None = None, key: str = "dura
         raise config_error(source, key, expected + limit, value, cls=type(exc)) from None
 
 
-def _with_unit(value: object, pattern: re.Pattern, units: dict[str, float],
-               source: str | None, key: str, expected: str) -> numbers.Real:
-    """A number, or a string of a number and a unit of ``units`` scaled to the base unit."""
+def _with_unit(value: object, pattern: re.Pattern, units: Mapping[str, float],
+               source: str | None, key: str, expected: str) -> float:
+    """A number, or a string of a number and a unit of ``units`` scaled to the base unit (a
+    number is returned as it is: any ``numbers.Real``, typed ``float`` for the comparisons)."""
     if isinstance(value, bool) or not isinstance(value, (str, numbers.Real)):
         raise config_error(source, key, expected, value, cls=ConfigTypeError)
     if not isinstance(value, str):
-        return value
+        return value  # type: ignore[return-value]  # a Real: compared and checked as a float
     match = pattern.match(value) if len(value) <= 64 else None
     unit = match.group(2).lower() if match else None
-    if match is None or unit not in units:
+    if match is None or unit is None or unit not in units:
         raise config_error(source, key, expected, value)
     return float(match.group(1)) * units[unit]
 

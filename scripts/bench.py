@@ -9,6 +9,7 @@ Targets are checked here, not in unit tests (timings depend on the machine).
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -139,7 +140,13 @@ def _verdict(name: str, warm: float, rss: float) -> str:
 
 
 def main(argv: list[str]) -> int:
-    pattern = argv[0] if argv else ""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("pattern", nargs="?", default="",
+                        help="run only the cases whose name contains this text (default: all "
+                             "cases, then the scaling series)")
+    pattern = parser.parse_args(argv).pattern
     repeats = 5
     print(f"{'case':<66} {'NPUs':>6} {'flows':>9} {'steps':>7} {'reused':>7} {'events':>7} "
           f"{'rates':>6} {'import':>6} {'cold s':>7} {'warm s':>7} {'RSS MB':>6}")

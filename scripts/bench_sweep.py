@@ -6,6 +6,7 @@ live here and not in the unit tests).
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -68,4 +69,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     sys.exit(main())

@@ -10,6 +10,7 @@ error distribution and a table per topology x collective x algorithm.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import sys
 import time
@@ -42,7 +43,10 @@ def compare(validation: Path) -> dict[str, list[tuple[dict, float]]]:
 
 def main(argv: list[str]) -> int:
     default = Path(__file__).resolve().parents[2] / "shared" / "validation"
-    validation = Path(argv[0]) if argv else default
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("validation", nargs="?", type=Path, default=default,
+                        help="the validation folder (default: %(default)s)")
+    validation = parser.parse_args(argv).validation
     start = time.perf_counter()
     results = compare(validation)
     for backend, pairs in results.items():

@@ -3,14 +3,16 @@ the layers, no import cycles, small modules.
 
 Layers, lowest first (a module may import its own layer or lower ones only)::
 
-    base          errors, units, _version, _arrays, _validate, _io, _atomic, resources
+    base          errors, units, _version (+ the generated _scm_version), _arrays, _validate,
+                  _io, _atomic, resources
     topology      flowsim.topology.*
     network       flowsim.network.*
     descriptions  flowsim.collectives.*, flowsim.workload.*
     compute       flowsim.compute.* (prices the workload's kernels on a device)
     results       flowsim.results.* (Datasets, files and traces built from the engine's arrays)
     system        flowsim.system.*
-    top           estimate, sweep.*, cli, cli_args, cli_astra, testing, _warmup, flowsim itself
+    top           estimate, sweep.*, cli, cli_args, cli_astra, __main__, testing, _warmup,
+                  flowsim itself
 
 The import graph is read from the source with ``ast`` (every ``import`` statement, including
 those inside functions), so a lazy import cannot hide a wrong direction or a cycle.
@@ -31,8 +33,9 @@ PACKAGE = Path(flowsim.__file__).resolve().parent
 ROOT = PACKAGE.parent
 
 LAYERS = [
-    ("base", {"flowsim.errors", "flowsim.units", "flowsim._version", "flowsim._arrays",
-              "flowsim._validate", "flowsim._io", "flowsim._atomic", "flowsim.resources"}),
+    ("base", {"flowsim.errors", "flowsim.units", "flowsim._version", "flowsim._scm_version",
+              "flowsim._arrays", "flowsim._validate", "flowsim._io", "flowsim._atomic",
+              "flowsim.resources"}),
     ("topology", {"flowsim.topology"}),
     ("network", {"flowsim.network"}),
     ("descriptions", {"flowsim.collectives", "flowsim.workload"}),
@@ -40,7 +43,7 @@ LAYERS = [
     ("results", {"flowsim.results"}),
     ("system", {"flowsim.system"}),
     ("top", {"flowsim.estimate", "flowsim.sweep", "flowsim.cli", "flowsim.cli_args",
-             "flowsim.cli_astra",
+             "flowsim.cli_astra", "flowsim.__main__",
              "flowsim.testing", "flowsim._warmup", "flowsim"}),
 ]
 
@@ -68,6 +71,9 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+#: Modules written at install time (setuptools-scm's version file), absent from a fresh
+#: checkout: imports of them resolve to them, not to the package.
+GENERATED = {"flowsim._scm_version"}
 
 
 def _imports(name: str, path: Path) -> set[str]:
@@ -91,7 +97,7 @@ def _imports(name: str, path: Path) -> set[str]:
         else:
             continue
         for target in targets:
-            while target and target not in MODULES:  # `import flowsim.x.y` -> flowsim.x.y
+            while target and target not in MODULES.keys() | GENERATED:  # import flowsim.x.y
                 target = target.rpartition(".")[0]
             if target and target != name:
                 found.add(target)

@@ -389,10 +389,11 @@ def test_cli_roofline_times_flop_ops(tmp_path, capsys):
 
 
 def test_readme_yaml_example_runs(tmp_path):
-    """The graph example of the README's Training workloads section, as printed there."""
+    """The graph example of the Training workloads page (docs/guide/workloads.md), as
+    printed there."""
     from conftest import REPO
 
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "guide" / "workloads.md").read_text()
     start = readme.index("```yaml\nname: two stages") + len("```yaml\n")
     path = tmp_path / "two_stages.yml"
     path.write_text(readme[start: readme.index("```", start)])

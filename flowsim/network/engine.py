@@ -41,7 +41,8 @@ class _Growable:
     def __init__(self, spec: dict[str, tuple[type, float]], capacity: int = 1024) -> None:
         self.spec = spec
         self.n = 0
-        self.arrays = {name: np.full(capacity, fill, dtype) for name, (dtype, fill) in spec.items()}
+        self.arrays: dict[str, np.ndarray] = {name: np.full(capacity, fill, dtype)
+                                              for name, (dtype, fill) in spec.items()}
 
     def reserve(self, extra: int) -> None:
         need = self.n + extra
@@ -50,7 +51,7 @@ class _Growable:
             return
         cap = max(need, 2 * cap)
         for name, (dtype, fill) in self.spec.items():
-            grown = np.full(cap, fill, dtype)
+            grown: np.ndarray = np.full(cap, fill, dtype)
             grown[: self.n] = self.arrays[name][: self.n]
             self.arrays[name] = grown
 
@@ -145,7 +146,7 @@ class FlowEngine:
             self._watched.append(g)
         return g
 
-    def add(self, indptr: np.ndarray, links: np.ndarray, nbytes: np.ndarray, *,
+    def add(self, indptr: np.ndarray, links: np.ndarray, nbytes: np.ndarray | float, *,
             release: np.ndarray | float | None = None, delay: np.ndarray | float | None = None,
             dep_indptr: np.ndarray | None = None, dep_ids: np.ndarray | None = None,
             group: int | np.ndarray | None = None, path_latency: np.ndarray | None = None,
@@ -168,7 +169,7 @@ class FlowEngine:
         flows.reserve(n)
         first = flows.n
         if first + n + 1 > self._indptr.size:
-            grown = np.zeros(max(first + n + 1, 2 * self._indptr.size), np.int64)
+            grown: np.ndarray = np.zeros(max(first + n + 1, 2 * self._indptr.size), np.int64)
             grown[: first + 1] = self._indptr[: first + 1]
             self._indptr = grown
         ids = np.arange(first, first + n, dtype=np.int64)

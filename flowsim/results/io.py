@@ -24,6 +24,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -138,9 +139,9 @@ def _open(file: Path) -> xr.Dataset:
 
 
 # ------------------------------------------------------------------------------ formats
-def _netcdf4_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:
+def _netcdf4_encoding(ds: xr.Dataset) -> dict[Hashable, dict[str, Any]]:
     """zlib and chunking for numeric arrays (HDF5 filters do not apply to text)."""
-    encoding = {}
+    encoding: dict[Hashable, dict[str, Any]] = {}
     for name, var in ds.variables.items():
         if var.ndim and var.size > 1 and var.dtype.kind in "iufb":
             encoding[name] = {"zlib": True, "complevel": COMPRESSION_LEVEL, "shuffle": True}

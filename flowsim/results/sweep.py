@@ -98,7 +98,7 @@ def sweep_grid_dataset(axes: Sequence[tuple[str, Sequence[tuple[str, str, Sequen
 
     size = int(np.prod(shape))
     names = [name for name, _ in axes]
-    data = {}
+    data: dict[str, tuple] = {}
     for k, (name, units) in enumerate(outputs.items()):
         values = np.array([results[i][0][k] for i in range(size)], dtype=np.float64)
         data[name] = (names, values.reshape(shape), {"units": units})

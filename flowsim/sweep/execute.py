@@ -30,7 +30,7 @@ POINTS_PER_BATCH = 4
 Results = dict[int, tuple[tuple, str]]
 #: the clock of checkpoints (a name of its own, so that tests can drive it)
 _clock = time.monotonic
-Checkpoint = Callable[[Results], None]
+Checkpoint = Callable[[Results], object]   # its return value is ignored
 
 
 class SweepInterrupted(FlowsimError):

@@ -77,11 +77,12 @@ class AnalyticalTimer:
             start = np.fmax(start, handles[dag.npus])
         start_of = np.full(self.network.npus, np.nan)
         start_of[dag.npus] = start
-        arrivals = []
+        arrivals: list[np.ndarray] = []
         for index, (template, size, delay) in enumerate(zip(dag.templates, nbytes, delays)):
             self._account(template, size)
             ready = start_of[template.src]
-            if index > 0 and template.dep_indptr is not None and template.dep_local.size:
+            if index > 0 and template.dep_indptr is not None and template.dep_local is not None \
+                    and template.dep_local.size:
                 owner = np.repeat(np.arange(template.src.size), np.diff(template.dep_indptr))
                 np.maximum.at(ready, owner, arrivals[-1][template.dep_local])
             arrivals.append(ready + delay + template.arrivals(size))
@@ -129,6 +130,7 @@ class AnalyticalTimer:
 
     def message_times(self, token: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Start, last byte sent and arrival of every message of a step (``keep_flows``)."""
+        assert self._steps_by_token is not None, "message times need keep_flows=True"
         template, nbytes, start_ns = self._steps_by_token[token]
         start = np.full(template.src.size, start_ns)
         transfer = nbytes * template.per_byte

@@ -71,8 +71,8 @@ def algorithm_work(algorithm: str, collective: str, p: int) -> tuple[int, int]:
     if name == "doubleBinaryTree":
         depth = max(1, p.bit_length() - 1)
         return (depth, p - 1) if rooted else (2 * depth, 2 * (p - 1))
-    steps = base_algorithm(algorithm).steps(collective, p, 1, 0, 0)  # a newly added one
-    return len(steps), sum(int(s.src.size) for s in steps)
+    added = base_algorithm(algorithm).steps(collective, p, 1, 0, 0)  # a newly added one
+    return len(added), sum(int(s.src.size) for s in added)
 
 
 def phase_work(network, phase: Phase, replicate: bool, npus: int | None = None) -> float:

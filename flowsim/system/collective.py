@@ -6,7 +6,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import xarray as xr
@@ -16,7 +16,8 @@ from ..collectives import COLLECTIVES, canonical_collective
 from ..errors import ConfigError, ConfigTypeError, FlowsimWarning, config_error, public_api
 from ..network.engine import check_model
 from ..results import collective_dataset
-from ..topology import Network, load_network
+from ..topology import NetworkConfig, load_network
+from ..topology.load import AnyNetwork
 from ..units import parse_size
 from .budget import check_max_work, check_work, collective_work
 from .config import SystemConfig
@@ -25,10 +26,10 @@ from .phases import algorithm_names, assign_variants, chunk_sizes, collective_ph
 from .scheduler import Schedule, can_replicate
 from .templates import route_messages
 
-NetworkLike = "str | os.PathLike | Mapping[str, Any] | NetworkConfig | Network"
+NetworkLike: TypeAlias = "str | os.PathLike | Mapping[str, Any] | NetworkConfig | AnyNetwork"
 
 
-def _check_dims(network: Network, dims: Any) -> tuple[int, ...] | None:
+def _check_dims(network: AnyNetwork, dims: Any) -> tuple[int, ...] | None:
     if dims is None:
         return None
     expected = f"a list of distinct dimension indices in 0..{network.ndims - 1}"
@@ -43,7 +44,7 @@ def _check_dims(network: Network, dims: Any) -> tuple[int, ...] | None:
     return tuple(sorted(out))
 
 
-def _check_group(network: Network, group: Any) -> tuple[int, ...]:
+def _check_group(network: AnyNetwork, group: Any) -> tuple[int, ...]:
     if group is None:
         return ()
     try:
@@ -60,7 +61,7 @@ def _check_group(network: Network, group: Any) -> tuple[int, ...]:
     return tuple(members)
 
 
-def _check_npu(network: Network, value: Any, key: str) -> int:
+def _check_npu(network: AnyNetwork, value: Any, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
             not 0 <= int(value) < network.npus:
         raise config_error("argument", key, f"an NPU id in 0..{network.npus - 1}", value)
@@ -80,7 +81,7 @@ class _Request:
     dst: int
 
 
-def _request(net: Network, collective: Any, size: Any, *, dims: Any, group: Any, root: Any,
+def _request(net: AnyNetwork, collective: Any, size: Any, *, dims: Any, group: Any, root: Any,
              src: Any, dst: Any) -> _Request:
     """Check the arguments of :func:`simulate_collective` against the network."""
     name = canonical_collective(collective)

@@ -194,7 +194,7 @@ def parse_system_config(data: Mapping[str, Any], source: str = "<dict>") -> Syst
     are reported as :class:`~flowsim.errors.FlowsimWarning` naming the key.
     """
     as_config(data, source=source, what="system")
-    impls = {}
+    impls: dict[str, Any] = {}
     for collective, key in IMPLEMENTATION_KEYS.items():
         default = impls.get("all_reduce", ("ring",)) if collective in ("broadcast", "reduce") \
             else ("ring",)

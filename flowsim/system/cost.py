@@ -39,9 +39,14 @@ class DelayParameters(Protocol):
     """The system settings the delays around steps depend on (a
     :class:`~flowsim.system.config.SystemConfig` has them)."""
 
-    endpoint_delay_ns: float
-    local_mem_bw_gbps: float | None
-    local_reduction_delay_ns: float
+    @property
+    def endpoint_delay_ns(self) -> float: ...
+
+    @property
+    def local_mem_bw_gbps(self) -> float | None: ...
+
+    @property
+    def local_reduction_delay_ns(self) -> float: ...
 
 def ns_per_byte(bottleneck: np.ndarray) -> np.ndarray:
     """Time per byte of a message alone on a path whose slowest link carries ``bottleneck``
@@ -117,7 +122,7 @@ def phase_end(start: float, delays: Sequence[float], durations: Sequence[float])
     return end + delays[-1]
 
 
-def phase_ns_grouped(endpoint_ns: float, step_ns_: Sequence, post_ns: Sequence,
+def phase_ns_grouped(endpoint_ns: float | np.ndarray, step_ns_: Sequence, post_ns: Sequence,
                      counts: Sequence[int]):
     """The length of a phase whose steps come in groups of identical steps: ``counts[k]`` steps
     lasting ``step_ns_[k]`` each followed by ``post_ns[k]`` (arrays broadcast over grid points).

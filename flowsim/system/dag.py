@@ -139,7 +139,7 @@ def add_dag_flows(engine, npus: int, dag: PhaseDag, nbytes: list[float], delays:
                            dep_ids=deps[valid].astype(np.int64))
     start_of = np.full(npus, -1, np.int64)
     start_of[dag.npus] = start_ids
-    previous = None
+    previous: np.ndarray | None = None
     step_ids = []
     flows = 0
     for index, (template, size, delay) in enumerate(zip(dag.templates, nbytes, delays)):
@@ -151,6 +151,7 @@ def add_dag_flows(engine, npus: int, dag: PhaseDag, nbytes: list[float], delays:
             dep_ids[dep_indptr[:-1]] = own
             rest = np.ones(dep_ids.size, bool)
             rest[dep_indptr[:-1]] = False
+            assert previous is not None and template.dep_local is not None   # index > 0
             dep_ids[rest] = previous[template.dep_local]
         else:
             dep_indptr = np.arange(own.size + 1, dtype=np.int64)
@@ -161,7 +162,7 @@ def add_dag_flows(engine, npus: int, dag: PhaseDag, nbytes: list[float], delays:
         previous = ids
         flows += template.src.size
     # exit markers: after the start and the last step each participant receives in
-    ptr, flat_ids, delay = dag.exit_dependencies(start_ids, step_ids, posts)
+    ptr, flat_ids, exit_delay = dag.exit_dependencies(start_ids, step_ids, posts)
     exits = engine.add(np.zeros(dag.npus.size + 1, np.int64), no_links, 0.0, release=at,
-                       delay=delay, dep_indptr=ptr, dep_ids=flat_ids)
+                       delay=exit_delay, dep_indptr=ptr, dep_ids=flat_ids)
     return exits, start_ids, flows

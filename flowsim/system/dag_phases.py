@@ -7,7 +7,7 @@ NPU runs its own dimension queues. The timers time the DAG (``Timer.dag_phase``)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import numpy as np
 
@@ -39,8 +39,8 @@ class DagPhases:
         self.active_chunks = shapes.system.active_chunks
         # (collective id, phase, participants, exit handles, start handles), resolved at the end
         self._issued: list[tuple[int, Phase, np.ndarray, np.ndarray, np.ndarray]] = []
-        self._slots: dict[int, list[np.ndarray]] = {}
-        self._slot_turn: dict[int, int] = {}
+        self._slots: dict[Hashable, list[np.ndarray]] = {}   # keyed by Phase.queue
+        self._slot_turn: dict[Hashable, int] = {}
 
     @property
     def pending(self) -> bool:

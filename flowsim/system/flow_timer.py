@@ -252,6 +252,7 @@ class FlowTimer:
 
     def message_times(self, token: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Start, last byte sent and arrival of every flow of a step (``keep_flows``)."""
+        assert self._first_flow is not None, "message times need keep_flows=True"
         first, count = self._first_flow[token]
         ids = slice(first, first + count)
         engine = self.engine

@@ -33,7 +33,7 @@ class PhasePlan:
     step_dim_bytes: list[np.ndarray]
     #: per distinct template: [template, bytes per message over the phase, steps]
     usage: list[list] = field(init=False)
-    dim_bytes: np.ndarray = field(init=False)
+    dim_bytes: np.ndarray | float = field(init=False)
     #: flows of every group the phase stands for
     represented: int = field(init=False)
     links: np.ndarray | None = field(default=None, init=False)

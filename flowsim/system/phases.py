@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from ..collectives import FLAT_PREFIX, base_algorithm
 from ..errors import ConfigError, FlowsimWarning
-from ..topology import Network
+from ..topology.load import AnyNetwork
+from ..topology.view import LogicalView
 from .config import IMPLEMENTATION_KEYS, SystemConfig
 
 
@@ -98,7 +99,7 @@ def chunk_sizes(size: int, splits: int) -> list[int]:
 TREE = "doubleBinaryTree"
 
 
-def _check_algorithm(network: Network, system: SystemConfig, collective: str, name: str,
+def _check_algorithm(network: AnyNetwork, system: SystemConfig, collective: str, name: str,
                      dims: tuple[int, ...], key: str) -> None:
     algorithm = base_algorithm(name)
     if algorithm.name == TREE and collective in ("reduce_scatter", "all_gather", "all_to_all"):
@@ -117,7 +118,7 @@ def _check_algorithm(network: Network, system: SystemConfig, collective: str, na
             raise ConfigError(f"{system.source}: key '{key}': {exc}") from None
 
 
-def algorithm_names(network: Network, system: SystemConfig, collective: str
+def algorithm_names(network: AnyNetwork, system: SystemConfig, collective: str
                     ) -> tuple[str, ...]:
     """The system's algorithms for a collective type, one per dimension of ``network`` (``ring``
     everywhere by default); on a logical view, a list with one algorithm per network dimension
@@ -125,13 +126,12 @@ def algorithm_names(network: Network, system: SystemConfig, collective: str
     names = system.implementation(collective) or ("ring",) * network.ndims
     if collective in system.every_dimension:
         return tuple(names) * network.ndims
-    parents = getattr(network, "parents", None)
-    if parents is not None and len(names) == network.base.ndims != network.ndims:
-        names = tuple(names[p] for p in parents)
+    if isinstance(network, LogicalView) and len(names) == network.base.ndims != network.ndims:
+        names = tuple(names[p] for p in network.parents)
     return tuple(names)
 
 
-def collective_phases(network: Network, system: SystemConfig, collective: str,
+def collective_phases(network: AnyNetwork, system: SystemConfig, collective: str,
                       chunk: float, *, dims: tuple[int, ...] | None = None,
                       root: int = 0, group: tuple[int, ...] = (),
                       scope: tuple[int, ...] = ()) -> list[Phase]:
@@ -199,7 +199,7 @@ def _group_phases(system: SystemConfig, collective: str, chunk: float, root: int
                   members=tuple(group))]
 
 
-def _dimension_phases(network: Network, system: SystemConfig, collective: str, chunk: float,
+def _dimension_phases(network: AnyNetwork, system: SystemConfig, collective: str, chunk: float,
                       involved: tuple[int, ...], names: tuple[str, ...], root: int,
                       scope: tuple[int, ...]) -> list[Phase]:
     """One phase per involved dimension, composed as the module docstring says."""

@@ -63,10 +63,10 @@ class ProgramState:
     #: the NPUs whose times are tracked: all of them, or only the first of a *uniform*
     #: program, whose NPUs run at one speed with nothing to tell them apart (every time array
     #: above has one entry per NPU of ``rep``)
-    rep: np.ndarray = field(default=None)   # type: ignore[assignment]
+    rep: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
 
     def __post_init__(self) -> None:
-        if self.rep is None:
+        if self.rep.size == 0:
             self.rep = self.npus
 
     @property

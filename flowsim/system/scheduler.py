@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,8 +81,8 @@ class Schedule:
         self.dags = DagPhases(self.shapes, self.timer, self.ledger, self.when)
         #: step log for timelines (see :mod:`flowsim.results.trace`), kept only when tracing
         self.trace_log: list[dict] | None = [] if trace else None
-        self._queues: dict[int, list] = {}
-        self._running: dict[int, int] = {}
+        self._queues: dict[Hashable, list] = {}   # keyed by Phase.queue
+        self._running: dict[Hashable, int] = {}
         self._seq = itertools.count()
         self._counter = 0
         self._collectives = 0
@@ -266,9 +266,10 @@ class Schedule:
             else:
                 self._after_last_step(chunk, plan, t, release)
 
-        token = self.timer.whole_phase(plan, t, resume)
-        if token is None:
+        handed = self.timer.whole_phase(plan, t, resume)
+        if handed is None:
             return False
+        token = handed
         self.ledger.dim_bytes += plan.dim_bytes
         self.ledger.represented_flows += plan.represented
         self.when(token, self._phase_done, chunk, t)

@@ -46,8 +46,9 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
     iterations : int
         Training iterations (ASTRA-sim's ``--num-passes``; for ``MICRO``, concurrent copies).
     compute_scale, comm_scale : float
-        Multiply a text workload's compute cycles (1 cycle = 1 ns at ASTRA-sim's 1 GHz
-        clock) and byte counts, like ASTRA-sim's ``--compute-scale`` / ``--comm-scale``.
+        Multiply every compute time (a text workload's cycles: 1 cycle = 1 ns at ASTRA-sim's
+        1 GHz clock) and every communication size, in any workload format, like ASTRA-sim's
+        ``--compute-scale`` / ``--comm-scale``.
     speed : float or array of shape (npus,)
         Compute speed factor per NPU (0.5: a straggler taking twice as long).
     roofline : Roofline or mapping, optional

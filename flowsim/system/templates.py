@@ -67,7 +67,7 @@ class StepTemplate:
         single = self._cache.get("single_path")
         if single is None:
             single = self._cache["single_path"] = bool(np.all(self.weight == 1.0))
-        return single
+        return bool(single)
 
     def engine_paths(self) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Per-flow path latency and bottleneck for the flow engine (computed once; ``None``
@@ -142,6 +142,8 @@ def make_template(network, src: np.ndarray, dst: np.ndarray, indptr: np.ndarray,
         return StepTemplate(src, dst, indptr, links, weight, path_latency, per_byte,
                             (ids, counts.astype(float)),
                             (np.nonzero(busy)[0], busy[busy > 0]))
+    if weight is None:
+        raise ValueError("make_template: flows of messages need their weights")
     n_messages = int(message.max()) + 1 if n else 0
     if np.any(message[1:] < message[:-1]):
         raise ValueError("make_template: flows must be sorted by message")

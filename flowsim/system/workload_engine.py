@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import SimulationError
 from ..results.workload import RunRecord
 from ..workload.graph import PASSES, Op, Program, Workload
 from ..workload.memory import MemoryConfig
@@ -33,8 +32,8 @@ from .custom import issue_custom
 from .deadlock import deadlock_error
 from .memory_servers import MemoryServers
 from .phases import assign_variants, chunk_sizes, collective_phases
-from .program_state import ProgramState, program_state
 from .point_to_point import PointToPoint, peers
+from .program_state import ProgramState, program_state
 from .rendezvous import CollectiveRendezvous
 from .scheduler import Schedule
 
@@ -252,7 +251,7 @@ class WorkloadEngine:
             return
         duration = op.duration_ns
         if duration == 0.0 and self.compute is not None:
-            duration = self._price(op)
+            duration = self._price(op, self.compute)
         durations = duration / self.speed[st.rep]
         free = self.compute_free[st.rep]
         if op.id in st.waits:
@@ -277,16 +276,16 @@ class WorkloadEngine:
         np.maximum.at(self.local_end, st.rep, end)
         self._complete(st, op, end)
 
-    def _price(self, op: Op) -> float:
+    def _price(self, op: Op, compute: ComputeModel) -> float:
         """A compute op's time from its kernels (memoised per kernels tuple: generators share
         one tuple between the ops of every micro-batch), or from its FLOPs and bytes."""
         if not op.kernels:
-            return self.compute.work_ns(op.flops, op.mem_bytes) \
+            return compute.work_ns(op.flops, op.mem_bytes) \
                 if (op.flops or op.mem_bytes) else 0.0
         memo = self._priced.get(id(op.kernels))
         if memo is None:
             memo = self._priced[id(op.kernels)] = (op.kernels,
-                                                   self.compute.kernels_ns(op.kernels))
+                                                   compute.kernels_ns(op.kernels))
         return memo[1]
 
     # collectives

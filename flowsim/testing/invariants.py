@@ -64,8 +64,8 @@ def assert_maxmin_fair(capacity: np.ndarray, indptr: np.ndarray, links: np.ndarr
 
 
 # ---------------------------------------------------------------- helpers
-def _assert_close(found: np.ndarray, expected: np.ndarray, what: str, *, rtol: float,
-                  atol: float) -> None:
+def _assert_close(found: np.ndarray | float, expected: np.ndarray | float, what: str, *,
+                  rtol: float, atol: float) -> None:
     """Elementwise ``found == expected`` within tolerance, naming the first offender."""
     found, expected = np.broadcast_arrays(np.atleast_1d(np.asarray(found, float)),
                                           np.atleast_1d(np.asarray(expected, float)))
@@ -74,8 +74,8 @@ def _assert_close(found: np.ndarray, expected: np.ndarray, what: str, *, rtol: f
                            f"found {found[bad[0]]!r}, expected {expected[bad[0]]!r}")
 
 
-def _assert_at_least(lhs: np.ndarray, rhs: np.ndarray, what: str, *, rtol: float = TIME_RTOL,
-                     atol: float = TIME_ATOL) -> None:
+def _assert_at_least(lhs: np.ndarray | float, rhs: np.ndarray | float, what: str, *,
+                     rtol: float = TIME_RTOL, atol: float = TIME_ATOL) -> None:
     """Elementwise ``lhs >= rhs`` up to ``rtol * |rhs| + atol``, naming the first offender."""
     lhs, rhs = np.broadcast_arrays(np.atleast_1d(np.asarray(lhs, float)),
                                    np.atleast_1d(np.asarray(rhs, float)))
@@ -227,7 +227,7 @@ def _flow_time(result: Any, problem: FlowProblem, rtol: float, atol: float) -> N
         bad = np.nonzero(arrived & ~np.isfinite(values))[0]
         assert bad.size == 0, f"{name} of arrived flow {bad[0]} is {values[bad[0]]!r}"
     started = np.nonzero(~np.isnan(start))[0]
-    ready = np.array([_ready_time(problem, finish, f) for f in started])
+    ready = np.array([_ready_time(problem, finish, int(f)) for f in started])
     assert not np.isnan(ready).any(), \
         f"flow {started[np.isnan(ready)][0]} started before all its dependencies arrived"
     tol = {"rtol": rtol, "atol": atol}

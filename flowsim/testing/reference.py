@@ -321,9 +321,10 @@ def expand_paths_reference(hop_ptr: ArrayLike, hop_links: ArrayLike, link_dst: A
 
     message, weights, paths = [], [], []
     mixed = False
+    keys = np.asarray(hash_key)
     try:
         for i, (s, d) in enumerate(zip(np.asarray(src).tolist(), np.asarray(dst).tolist())):
-            found = [([], 1.0)] if s == d else list(walk(s, d, int(hash_key[i]), 1.0, []))
+            found = [([], 1.0)] if s == d else list(walk(s, d, int(keys[i]), 1.0, []))
             mixed = mixed or len({len(path) for path, _ in found}) > 1
             for path, w in found:
                 message.append(i)

@@ -175,18 +175,18 @@ def _explicit(fabric: Mapping[str, Any], source: str) -> FabricBuilder:
     """An explicit fabric: ``npus``, ``switches`` and ``links``."""
     builder = FabricBuilder(read_int(fabric, "npus", source=source, prefix="fabric.",
                                      minimum=2), source, "fabric.npus")
-    switches = as_list(fabric.get("switches") or [], source=source, key="fabric.switches",
-                       what="a list of switch names")
+    switches: list[Any] = as_list(fabric.get("switches") or [], source=source,
+                                  key="fabric.switches", what="a list of switch names")
     for i, name in enumerate(switches):
         builder.switch(name, f"fabric.switches[{i}]")
-    links = read_list(fabric, "links", source=source, prefix="fabric.", min_length=1,
-                      what="a non-empty list of links")
+    links: list[Any] = read_list(fabric, "links", source=source, prefix="fabric.", min_length=1,
+                                 what="a non-empty list of links")
     for i, item in enumerate(links):
         key = f"fabric.links[{i}]"
         if isinstance(item, list):
             if len(item) != 4:
                 raise config_error(source, key, "[a, b, bandwidth GB/s, latency ns]", item)
-            spec = dict(zip(("src", "dst", "bandwidth", "latency"), item))
+            spec: Mapping[str, Any] = dict(zip(("src", "dst", "bandwidth", "latency"), item))
         else:
             spec = as_mapping(item, source=source, key=key,
                               what="a list [a, b, bw, lat] or a mapping")

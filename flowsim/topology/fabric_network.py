@@ -62,11 +62,11 @@ class FabricNetwork(LogicalGrid):
                    num_switches=len(config.node_names) - config.npus)
 
     @property
-    def npus(self) -> int:
+    def npus(self) -> int:  # type: ignore[override]  # LogicalView: an attribute
         return self.config.npus
 
     @property
-    def dims(self) -> tuple[int, ...]:
+    def dims(self) -> tuple[int, ...]:  # type: ignore[override]  # as npus
         return self.config.logical_dims
 
     @property

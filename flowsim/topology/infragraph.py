@@ -134,7 +134,7 @@ class _Expander:
                               f"(count {count})")
         return chosen
 
-    def expand_device(self, name: str, prefix: str, element: str) -> None:
+    def expand_device(self, name: Any, prefix: str, element: str) -> None:
         device = self.device(name, element)
         if name in self.expanding:
             raise self.fail(element, f"device '{name}' contains itself "
@@ -270,7 +270,7 @@ def _latency_ns(link: Mapping[str, Any], where: str) -> float:
 
 def _validate_with_package(infra: Mapping[str, Any], where: str) -> None:
     try:
-        from infragraph import Infrastructure  # type: ignore[import-not-found]
+        from infragraph import Infrastructure
     except ImportError:
         return
     try:
@@ -291,7 +291,7 @@ def parse_infragraph_config(data: Mapping[str, Any], source: str = "<dict>") -> 
         if not path.is_absolute() and source not in ("<dict>",):
             path = Path(source).parent / path
         try:
-            infra = read_mapping(path, what="InfraGraph description")
+            infra: Mapping[str, Any] = read_mapping(path, what="InfraGraph description")
         except ConfigError as exc:
             raise ConfigError(f"{source}: key 'infragraph': {exc}") from None
         where = str(path)

@@ -30,7 +30,7 @@ from .view import LogicalView
 CACHE_SIZE = 64
 
 AnyConfig = NetworkConfig | FabricConfig
-AnyNetwork = Network | FabricNetwork
+AnyNetwork = Network | FabricNetwork | LogicalView
 
 
 @public_api

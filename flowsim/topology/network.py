@@ -84,7 +84,7 @@ class Network(LogicalGrid):
 
     # ------------------------------------------------------------------ shape
     @property
-    def npus(self) -> int:
+    def npus(self) -> int:  # type: ignore[override]  # LogicalView: an attribute
         """Number of NPUs."""
         return self.config.npus
 
@@ -98,7 +98,7 @@ class Network(LogicalGrid):
         return int(self.link_src.shape[0])
 
     @property
-    def dims(self) -> tuple[int, ...]:
+    def dims(self) -> tuple[int, ...]:  # type: ignore[override]  # as npus
         """NPUs per dimension."""
         return self.config.npus_count
 

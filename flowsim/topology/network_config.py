@@ -116,8 +116,8 @@ def _per_dimension(data: Mapping[str, Any], key: str, item: Callable[..., Any],
                    source: str, ndims: int | None) -> list[Any]:
     """The values under ``key``, one per dimension (a single value is broadcast), each read by
     ``item``; ``ndims`` is None for ``topology``, which sets the dimension count."""
-    values = read_list(data, key, source=source, scalar=True, min_length=1,
-                       max_length=MAX_DIMS, what="one value per dimension")
+    values: list[Any] = read_list(data, key, source=source, scalar=True, min_length=1,
+                                  max_length=MAX_DIMS, what="one value per dimension")
     if ndims is not None and len(values) != ndims:
         if isinstance(data[key], (list, tuple)):
             raise config_error(source, key, f"{ndims} values (one per dimension, as in "

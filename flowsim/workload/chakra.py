@@ -144,9 +144,11 @@ def load_chakra(prefix_or_dir: str | os.PathLike, npus: int | None = None,
         ranks = list(range(len(files)))
     groups, group_source = _comm_groups(comm_group, prefix, None if spmd else len(files))
     tally: Counter = Counter()
-    programs, layers = [], []
+    programs: list[Program] = []
+    layers: list[str] = []
+    count = npus if spmd and npus is not None else len(files)   # spmd: npus checked above
     for rank, file in zip(ranks, files):
-        ctx = TraceContext(rank, npus if spmd else len(files), groups, group_source, ndims,
+        ctx = TraceContext(rank, count, groups, group_source, ndims,
                            tally=tally)
         metadata, ops = _read_rank(file, ctx, element_bytes)
         if not programs:
@@ -156,14 +158,14 @@ def load_chakra(prefix_or_dir: str | os.PathLike, npus: int | None = None,
         topological_order(program)
         programs.append(program)
     if spmd:
-        programs = spmd_programs(programs[0].ops, npus, str(files[0]))
+        programs = spmd_programs(programs[0].ops, count, str(files[0]))
     _warn(tally, prefix)
     return Workload(programs, layers, prefix.name)
 
 
 def _element_bytes(value: Any) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, Integral)
-                              or not 1 <= value <= 64):
+                              or not 1 <= int(value) <= 64):
         raise ConfigError(f"argument 'element_bytes': expected an integer in 1..64, found "
                           f"{describe(value)}")
     return None if value is None else int(value)
@@ -265,7 +267,7 @@ def _comm_groups(comm_group: Any, prefix: Path, npus: int | None
             raise ConfigError(f"{source}: communicator {key!r}: expected a list of distinct "
                               f"NPU ids, found {describe(ranks)}")
         outside = [r for r in ranks if npus is not None and not 0 <= r < npus]
-        if outside:
+        if outside and npus is not None:
             raise ConfigError(f"{source}: communicator {key!r}: rank(s) {_some(outside)} "
                               f"outside the network's NPUs 0..{npus - 1}")
         groups[group_key(str(key))] = tuple(int(r) for r in ranks)

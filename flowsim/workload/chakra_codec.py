@@ -86,11 +86,11 @@ def _messages(stream: BinaryIO, size: int) -> Iterator[tuple[int, bytes]]:
         pos += length
 
 
-def _check_known_fields(message: Any, kind: type, at: int) -> None:
+def _check_known_fields(message: Any, kind: Any, at: int) -> None:
     """protobuf keeps a known field sent with another wire type as an unknown field; that is
     a corrupt file, not a newer schema (whose new field numbers are skipped)."""
     names = FIELD_NAMES[kind]
-    for field in unknown_fields.UnknownFieldSet(message):
+    for field in unknown_fields.UnknownFieldSet(message):  # type: ignore[attr-defined]  # iterable; the stubs omit it
         if field.field_number in names:
             name = names[field.field_number]
             raise _Corrupt(f"{kind.DESCRIPTOR.name}.{name} (field {field.field_number}) has "

@@ -94,11 +94,11 @@ def _op_to_node(op: Op, rank: int, npus: int, ndims: int | None,
             attrs["flowsim_duration_ns"] = float(op.duration_ns)
     elif op.kind == "collective":
         node["type"] = "COMM_COLL_NODE"
-        name = canonical_collective(op.collective)
-        if name not in _COMM_TYPE_OF:
+        coll_name = canonical_collective(op.collective)
+        if coll_name not in _COMM_TYPE_OF:
             raise ConfigError(f"{where}: collective {op.collective!r} has no Chakra comm_type "
                               f"(supported: {', '.join(_COMM_TYPE_OF)})")
-        attrs.update(comm_type=_COMM_TYPE_OF[name], comm_size=int(op.size))
+        attrs.update(comm_type=_COMM_TYPE_OF[coll_name], comm_size=int(op.size))
         if op.dims is not None:
             if ndims is None or any(not 0 <= d < ndims for d in op.dims):
                 raise ConfigError(f"{where}: dims {op.dims} need ndims covering them "
@@ -111,9 +111,12 @@ def _op_to_node(op: Op, rank: int, npus: int, ndims: int | None,
             attrs["pg_name"] = str(group_ids.setdefault(group, len(group_ids) + 1))
     elif op.kind in ("send", "recv"):
         node["type"] = "COMM_SEND_NODE" if op.kind == "send" else "COMM_RECV_NODE"
-        if op.peer is None and op.peer_offset is None:
+        if op.peer is not None:
+            peer = op.peer
+        elif op.peer_offset is not None:
+            peer = rank + op.peer_offset
+        else:
             raise ConfigError(f"{where}: {op.kind} without peer or peer_offset")
-        peer = op.peer if op.peer is not None else rank + op.peer_offset
         if not 0 <= peer < npus:
             raise ConfigError(f"{where}: peer {peer} of NPU {rank} is outside 0..{npus - 1}")
         src, dst = (rank, peer) if op.kind == "send" else (peer, rank)

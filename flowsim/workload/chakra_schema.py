@@ -25,6 +25,8 @@ fields: ASTRA-sim looks them up by name.
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 #: Scalar types of ``AttributeProto``'s oneof, in field-number order.
@@ -98,7 +100,7 @@ def _schema() -> descriptor_pb2.FileDescriptorProto:
     return file
 
 
-def _classes() -> tuple[type, type, type]:
+def _classes() -> tuple[Any, ...]:  # classes built at run time: fields unknown to mypy
     pool = descriptor_pool.DescriptorPool()
     pool.Add(_schema())
     return tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{n}"))

@@ -43,7 +43,11 @@ def load_workload(source: WorkloadLike, network, iterations: int = 1, *,
         if value is not None and not chakra:
             raise ConfigError(f"argument '{key}': applies to Chakra traces only")
     if isinstance(source, TextWorkload) or (path is not None and path.suffix == ".txt"):
-        text = source if path is None else read_astra_text(path)
+        if isinstance(source, TextWorkload):
+            text = source
+        else:
+            assert path is not None   # a .txt path, by the condition above
+            text = read_astra_text(path)
         text = scale_text(text, compute_scale, comm_scale)
         return build_training_loop(text, network, iterations)
     if isinstance(source, Workload):
@@ -52,11 +56,11 @@ def load_workload(source: WorkloadLike, network, iterations: int = 1, *,
         from .yaml_graph import parse_workload_mapping
 
         work = parse_workload_mapping(source, "<dict>", network)
-    elif path.suffix in (".yml", ".yaml"):
+    elif path is not None and path.suffix in (".yml", ".yaml"):
         from .yaml_graph import read_workload_yaml
 
         work = read_workload_yaml(path, network)
-    elif path.suffix == ".et" or path.is_dir() or not path.exists():
+    elif path is not None and (path.suffix == ".et" or path.is_dir() or not path.exists()):
         from .chakra import load_chakra
 
         work = load_chakra(path, npus=network.npus, ndims=network.ndims,

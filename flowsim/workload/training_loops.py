@@ -65,7 +65,8 @@ class _Loop:
         if op_id is None:
             return
         coll = self.ops[op_id]
-        op = Op(len(self.ops), "compute", f"wait {coll.name}", ctrl_deps=(self.last,),
+        op = Op(len(self.ops), "compute", f"wait {coll.name}",
+                ctrl_deps=() if self.last is None else (self.last,),
                 deps=(op_id,), layer=coll.layer, pass_=coll.pass_)
         self.ops.append(op)
         self.last = op.id
@@ -175,8 +176,8 @@ def build_training_loop(text: TextWorkload, network, passes: int = 1) -> Workloa
             warnings.warn(f"{text.source}: MICRO runs the first layer line's weight-gradient "
                           f"collective only, as ASTRA-sim 1.0 and SimAI do; {L - 1} other "
                           f"line(s) ignored", FlowsimWarning, stacklevel=3)
-        dims = _policy_dims("DATA", ndims, split)["wg"]
-        ids = [loop.collective(0, "wg", dims) for _ in range(passes)]
+        micro_dims = _policy_dims("DATA", ndims, split)["wg"]
+        ids = [loop.collective(0, "wg", micro_dims) for _ in range(passes)]
         ops = loop.finish(ids)
         return _workload(ops, npus, text, split_config)
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..collectives import COLLECTIVES
 from ..errors import ConfigError
-from ..topology import Network
+from ..topology.load import AnyNetwork
 from .graph import OP_KINDS, PRIORITIES, Op, Program, Workload, topological_order
 
 
@@ -20,7 +20,7 @@ def _error(program: Program, op: Op, message: str) -> ConfigError:
     return ConfigError(f"{_where(program, op)}: {message}")
 
 
-def check_workload(workload: Workload, network: Network, *, roofline: bool = False) -> None:
+def check_workload(workload: Workload, network: AnyNetwork, *, roofline: bool = False) -> None:
     """Raise :class:`ConfigError` naming the file and node for anything the engine cannot run.
 
     Checks: NPUs of programs exist and belong to one program each; op kinds, sizes, durations,
@@ -60,7 +60,7 @@ def check_workload(workload: Workload, network: Network, *, roofline: bool = Fal
     _check_pairs(workload, network)
 
 
-def _check_op(program: Program, op: Op, network: Network,
+def _check_op(program: Program, op: Op, network: AnyNetwork,
               whole_groups: dict[tuple[int, ...] | None, bool]) -> None:
     """Check one op; ``whole_groups`` caches, per dims, whether the program holds whole groups
     of them."""
@@ -125,7 +125,7 @@ def _check_op(program: Program, op: Op, network: Network,
             raise _error(program, op, f"an NPU cannot {op.kind} to itself")
 
 
-def _check_pairs(workload: Workload, network: Network) -> None:
+def _check_pairs(workload: Workload, network: AnyNetwork) -> None:
     """Every send has a recv posted by its receiver for it, and vice versa (as multisets of
     (sender, receiver, tag), compared with arrays: programs of many NPUs send many)."""
     tags: dict = {}

@@ -30,7 +30,7 @@ def _ew(nbytes: float, name: str) -> Elementwise:
 @dataclass(frozen=True)
 class LayerKernels:
     """The kernel tuples of one layer's blocks and its communication sizes (one rank, one
-    micro-batch). Blocks run between communication points; see :mod:`.transformer_graph`."""
+    micro-batch). Blocks run between communication points; see :mod:`.transformer_passes`."""
 
     spec: TransformerSpec
 

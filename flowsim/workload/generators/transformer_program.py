@@ -122,7 +122,7 @@ class StageProgram:
         own = self.layers[chunk]
         top = own[-1] if len(own) else self.row["optimizer"]
         g: Frontier = ()
-        buckets: list[tuple[float, Frontier]] = []
+        buckets: list[tuple[tuple[float, float], Frontier]] = []
         if after is not None:
             g = self._receive(f"{tag}.recv_gradient", after, self._tag(m, vs, 1), top, "ig")
         carry: tuple = ()
@@ -131,21 +131,21 @@ class StageProgram:
             g = b.tp_block(f"{tag}.logits.dgrad", k.logits_dgrad, row, "ig", g, gather=False,
                            reduce=True)
             b.compute(f"{tag}.logits.wgrad", k.logits_wgrad, row, "wg")
-            buckets.append(((k.vocab_parameters, 0), (b.last_wgrad,)))
+            buckets.append(((k.vocab_parameters, 0), _frontier(b.last_wgrad)))
             carry = k.norm_backward
         for layer in reversed(own):
             if spec.recompute == "full":
                 g = (*g, *b.forward(layer, f"{tag}.recompute", ()))
             g = b.backward(layer, tag, g, carry)
             carry = b.norm_backward
-            buckets.append((self._layer_parameters(), (b.last_wgrad,)))
+            buckets.append((self._layer_parameters(), _frontier(b.last_wgrad)))
         if vs == 0 and spec.vocab:
             row = self.row["embedding"]
             if spec.tp > 1 and spec.sp:
                 g = (b.collective(f"{tag}.embedding.all_gather", "all_gather", k.shard_bytes,
                                   self.ctx.groups.tp, row, "ig", g),)
             b.compute(f"{tag}.embedding.backward", carry + k.embedding_backward, row, "wg", g)
-            buckets.append(((k.vocab_parameters, 0), (b.last,)))
+            buckets.append(((k.vocab_parameters, 0), _frontier(b.last)))
         elif carry:
             g = (b.compute(f"{tag}.norm_backward", carry, own[0] if len(own) else top, "ig",
                            g),)
@@ -226,7 +226,8 @@ class StageProgram:
                                    ("expert", self.ctx.groups.expert_dp, 1)):
             if not dims:
                 continue
-            pending, after = 0.0, ()
+            pending = 0.0
+            after: Frontier = ()
             for entry, ready in items:
                 params = entry[index]
                 if not params:
@@ -258,3 +259,7 @@ class StageProgram:
         for layer in self.layers[chunk]:
             self.param_gathers[layer] = op
 
+
+def _frontier(op: int | None) -> Frontier:
+    """The op as a frontier (empty when there is none yet)."""
+    return () if op is None else (op,)

@@ -1,0 +1,105 @@
+"""The documentation: the site builds with warnings as errors, its references are generated from
+the code and cover it, every figure has a script, and the README's commands stay as CI runs
+them."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import flowsim
+from flowsim.cli_args import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+sys.path.insert(0, str(DOCS / "_hooks"))
+
+import cli_reference  # noqa: E402  (the MkDocs hook, from docs/_hooks)
+import sphinx_roles  # noqa: E402
+
+FIRST = ('pip install -e . && flowsim run                    # install, simulate a ResNet-50 '
+         'training step on the bundled 8-NPU ring')
+SECOND_COMMAND = 'pip install -e ".[dev]" && pytest'
+
+
+@pytest.mark.slow
+def test_the_site_builds_with_warnings_as_errors(tmp_path):
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
+                           "--site-dir", str(tmp_path / "site")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
+
+
+def test_the_cli_reference_holds_every_option_of_every_subcommand():
+    text = cli_reference.cli_reference()
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name, subparser in sub.choices.items():  # type: ignore[union-attr]
+        assert f"`flowsim {name}`" in text
+        for action in subparser._actions:
+            if action.help == "==SUPPRESS==":   # hidden (e.g. refused ASTRA-sim flags)
+                continue
+            for option in action.option_strings:
+                assert f"`{option}" in text, (name, option)
+
+
+def test_the_api_reference_covers_every_public_name():
+    page = (DOCS / "reference" / "api.md").read_text()
+    documented = set(re.findall(r"^::: flowsim\.(?:[\w.]+\.)?(\w+)$", page, re.M))
+    assert set(flowsim.__all__) - {"__version__"} <= documented
+
+
+@pytest.mark.parametrize("text, expected", [
+    (":func:`load_network`", "`load_network`"),
+    (":class:`~flowsim.workload.roofline.Roofline`", "`Roofline`"),
+    ("see :py:meth:`Network.routes` and :data:`MODELS`", "see `Network.routes` and `MODELS`"),
+])
+def test_sphinx_roles_read_as_code(text, expected):
+    assert sphinx_roles.plain_roles(text) == expected
+
+
+def _images() -> set[str]:
+    """Images shown by the pages, as paths relative to ``docs/``."""
+    found = set()
+    for page in DOCS.rglob("*.md"):
+        for target in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page.read_text()):
+            found.add((page.parent / target).resolve().relative_to(DOCS).as_posix())
+    return found
+
+
+def test_every_figure_is_drawn_by_a_listed_script():
+    figures = (DOCS / "figures.md").read_text()
+    rows = [line for line in figures.splitlines() if line.startswith("| `docs/")]
+    for image in _images():
+        stem = Path(image).name
+        row = next((r for r in rows if stem in r), None)
+        assert row is not None, f"{image} is not listed in docs/figures.md"
+        scripts = re.findall(r"python (scripts/\S+\.py)", row)
+        assert scripts and all((ROOT / s).is_file() for s in scripts), row
+        assert (DOCS / image).is_file(), image
+
+
+def test_the_readme_keeps_its_two_commands_and_links_into_the_docs():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    assert block[0] == FIRST
+    assert block[1].startswith(SECOND_COMMAND + " ")
+    assert SECOND_COMMAND in (ROOT / ".ci" / "run").read_text()
+    assert len(readme.splitlines()) <= 220
+    for target in re.findall(r"\]\((docs/[^)#]+)", readme):
+        assert (ROOT / target).is_file(), target
+
+
+def test_every_page_is_in_the_navigation():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for page in DOCS.rglob("*.md"):
+        name = page.relative_to(DOCS).as_posix()
+        assert f": {name}" in nav or f"- {name}" in nav, f"{name} is not in mkdocs.yml's nav"
