@@ -224,8 +224,10 @@ def _run_workload(args: argparse.Namespace) -> int:
     summary = {"time_ns": float(ds.time_ns), "model": ds.attrs["model"],
                "workload": ds.attrs["workload"], "npus": ds.attrs["npus"],
                "iterations": ds.attrs["iterations"], "compute_ns": compute,
-               "exposed_comm_ns": exposed, "idle_ns": float(ds.idle_ns.mean()),
-               **shares(ds),
+               "exposed_comm_ns": exposed, "bubble_ns": float(ds.bubble_ns.mean()),
+               "idle_ns": float(ds.idle_ns.mean()), **shares(ds),
+               **{key: ds.attrs[key] for key in ("model_flops", "tflops_per_npu", "mfu")
+                  if key in ds.attrs},
                "dim_bytes": [float(b) if np.isfinite(b) else None
                              for b in ds.dim_bytes.values],
                "collectives": ds.attrs["collectives"],
@@ -244,7 +246,14 @@ def _run_workload(args: argparse.Namespace) -> int:
     print(f"  compute:       {format_time(compute)}  {share('compute_share')} (means over "
           "NPUs, shares of their time)")
     print(f"  exposed comm:  {format_time(exposed)}  {share('exposed_comm_share')}")
+    if summary["bubble_ns"] > 0:   # a pipeline
+        print(f"  bubble:        {format_time(summary['bubble_ns'])}  {share('bubble_share')} "
+              "(waiting on pipeline receives)")
     print(f"  idle:          {format_time(summary['idle_ns'])}  {share('idle_share')}")
+    if "tflops_per_npu" in summary:
+        mfu = f", MFU {100 * summary['mfu']:.1f}%" if "mfu" in summary else ""
+        print(f"  throughput:    {summary['tflops_per_npu']:.1f} TFLOP/s per NPU{mfu} "
+              f"({summary['model_flops']:.3e} model FLOPs per iteration, Megatron-LM's count)")
     by_layer = ds.layer_exposed_comm_ns.sum("pass")
     if float(by_layer.sum()) > 0:
         top = by_layer.sortby(by_layer, ascending=False)[:3]

@@ -160,11 +160,11 @@ def test_shares_are_one_definition_everywhere(capsys, tmp_path):
     text = capsys.readouterr().out
     with open(tmp_path / "end_to_end.csv") as f:
         rows = {r[0]: r[1] for r in csv.reader(f) if r}
-    for key in ("compute_share", "exposed_comm_share", "idle_share"):
+    for key in ("compute_share", "exposed_comm_share", "bubble_share", "idle_share"):
         assert summary[key] == ds.attrs[key]
         assert float(rows[key]) == pytest.approx(ds.attrs[key], abs=1e-6)
     assert f"{100 * ds.attrs['exposed_comm_share']:5.1f}%" in text
-    assert sum(ds.attrs[k] for k in ("compute_share", "exposed_comm_share",
+    assert sum(ds.attrs[k] for k in ("compute_share", "exposed_comm_share", "bubble_share",
                                      "idle_share")) == pytest.approx(1.0)
 
 

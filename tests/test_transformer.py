@@ -212,6 +212,42 @@ def test_interleaving_shrinks_the_pipeline_bubble():
     assert t[2] < t[1]
 
 
+def test_the_breakdown_separates_the_pipeline_bubble():
+    """Equal stages, no collectives, a network too fast to matter: every stage idles
+    (p - 1) forward-and-backward slots of the iteration (1F1B's bubble, Narayanan et al.
+    2021, sec. 2.2): waiting on its receives, then (a later stage) after its last backward
+    until the first stage is done. None of it is exposed communication; the parts add up to
+    each NPU's time."""
+    net = {"topology": ["Switch"], "npus_count": [4], "bandwidth": [1e9], "latency": [0]}
+    p, m = 4, 8
+    spec = dict(SMALL, layers=8, pp=p, micro_batches=m, device="h100")
+    ds = simulate(net, dict(generator="transformer", **spec), {"endpoint-delay": 0})
+    np.testing.assert_allclose(ds.compute_ns + ds.exposed_comm_ns + ds.bubble_ns + ds.idle_ns,
+                               ds.finish_ns, rtol=1e-12)
+    assert float(ds.exposed_comm_ns.max()) < 1e-6 * float(ds.time_ns)
+    slot = float(ds.compute_ns.mean()) / m      # one micro-batch forward and backward
+    np.testing.assert_allclose(ds.bubble_ns + ds.time_ns - ds.finish_ns, (p - 1) * slot,
+                               rtol=0.05)
+    assert ds.attrs["bubble_share"] == pytest.approx(
+        float(ds.bubble_ns.mean()) / float(ds.finish_ns.mean()))
+
+
+def test_model_flops_throughput_and_mfu(two_nodes):
+    """model_flops is Narayanan et al.'s closed form without recomputation for a GPT
+    (72 B s L h^2 (1 + s / 6h + V / 12 L h)); TFLOP/s per NPU and MFU follow from the time
+    and the device's BF16 peak."""
+    spec = dict(SMALL, vocab=1024, tp=2, dp=8, global_batch=32, device="a100")
+    ds = simulate(two_nodes, dict(generator="transformer", **spec), "nccl")
+    B, s, L, h, V = 32, 128, 4, 256, 1024
+    closed = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+    assert ds.attrs["model_flops"] == pytest.approx(closed, rel=1e-12)
+    per_npu = closed / (float(ds.time_ns) * 1e-9) / 16
+    assert ds.attrs["tflops_per_npu"] == pytest.approx(per_npu / 1e12, rel=1e-12)
+    assert ds.attrs["mfu"] == pytest.approx(per_npu / 312e12, rel=1e-12)
+    unknown = simulate(two_nodes, flowsim.workload.graph.spmd([], 16))   # no model known
+    assert "model_flops" not in unknown.attrs and "mfu" not in unknown.attrs
+
+
 # ------------------------------------------------------------------ FLOPs and time
 def test_gemm_flops_are_six_times_tokens_times_weights(two_nodes):
     """Forward, data and weight gradients: every weight matrix's GEMMs cost 6 FLOPs per token

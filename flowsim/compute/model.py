@@ -15,6 +15,11 @@ class ComputeModel(Protocol):
     """What the engine asks of a compute model (a :class:`DeviceModel` or a
     :class:`~flowsim.workload.roofline.Roofline`)."""
 
+    @property
+    def peak_flops(self) -> float:
+        """Dense peak FLOP/s of the device (BF16 for a device preset): the MFU's
+        denominator."""
+
     def kernels_ns(self, kernels: Iterable[Kernel]) -> float:
         """Time of kernels run one after the other (ns)."""
 
@@ -39,6 +44,11 @@ class DeviceModel:
         self.device = device(preset)
         self.sustained = sustained or self.device.sustained or SUSTAINED
         self._memo: dict[Kernel, float] = {}
+
+    @property
+    def peak_flops(self) -> float:
+        """Dense BF16 peak FLOP/s (the convention of published MFU figures)."""
+        return self.device.peak("bf16") * 1e9   # FLOP/ns -> FLOP/s
 
     def kernel_ns(self, kernel: Kernel) -> float:
         """Time of one kernel (ns)."""

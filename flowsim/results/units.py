@@ -46,10 +46,13 @@ VARIABLES: dict[str, tuple[str | None, str]] = {
     # training runs
     "finish_ns": ("ns", "time each NPU finished its last op or collective"),
     "compute_ns": ("ns", "compute time per NPU"),
-    "exposed_comm_ns": ("ns", "communication per NPU not hidden by compute (blocked, then "
-                              "collectives still running after its last op)"),
-    "blocked_comm_ns": ("ns", "time per NPU an op waited for communication"),
-    "idle_ns": ("ns", "rest of each NPU's time: finish - compute - exposed communication"),
+    "exposed_comm_ns": ("ns", "collective communication per NPU not hidden by compute "
+                              "(blocked, then collectives still running after its last op)"),
+    "bubble_ns": ("ns", "pipeline bubble per NPU: time its compute waited on point-to-point "
+                        "receives"),
+    "blocked_comm_ns": ("ns", "time per NPU an op waited for communication (bubble included)"),
+    "idle_ns": ("ns", "rest of each NPU's time: finish - compute - exposed communication - "
+                      "bubble"),
     "layer_compute_ns": ("ns", "compute per layer and pass, mean over the NPUs running "
                                "the layer"),
     "layer_exposed_comm_ns": ("ns", "exposed communication per layer and pass, mean over "

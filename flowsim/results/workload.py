@@ -36,9 +36,12 @@ class RunRecord:
         When the last op and every collective it issued had finished.
     npu_finish_ns, npu_compute_ns : ndarray, shape (npus,)
     npu_exposed_ns : ndarray, shape (npus,)
-        Blocked on communication, then its tail after the NPU's last op.
+        Blocked on collectives (and sends), then the communication tail after the NPU's last
+        op.
     npu_blocked_ns : ndarray, shape (npus,)
-        Blocked only (ASTRA-sim 1.0's per-layer sums).
+        Blocked on any communication, receives included (ASTRA-sim 1.0's per-layer sums).
+    npu_bubble_ns : ndarray, shape (npus,)
+        Blocked on point-to-point receives: the pipeline bubble.
     layer_compute_ns, layer_exposed_ns, layer_comm_ns : ndarray, shape (layers + 1, passes)
         Per layer and pass, summed over the NPUs that ran the layer's ops; the last row
         collects unlabelled ops.
@@ -56,6 +59,7 @@ class RunRecord:
     npu_compute_ns: np.ndarray
     npu_exposed_ns: np.ndarray
     npu_blocked_ns: np.ndarray
+    npu_bubble_ns: np.ndarray
     layer_compute_ns: np.ndarray
     layer_exposed_ns: np.ndarray
     layer_comm_ns: np.ndarray
@@ -69,8 +73,9 @@ class RunRecord:
 
 
 def workload_dataset(record: RunRecord, network, system, model: str, workload: Workload,
-                     iterations: int) -> xr.Dataset:
-    """Assemble the Dataset of one workload run (see :func:`flowsim.simulate`)."""
+                     iterations: int, peak_flops: float | None = None) -> xr.Dataset:
+    """Assemble the Dataset of one workload run (see :func:`flowsim.simulate`);
+    ``peak_flops`` (FLOP/s per NPU, of the compute model the run used) gives the MFU."""
     import xarray as xr
 
     layers = list(workload.layers) + ["(other)"]
@@ -80,7 +85,8 @@ def workload_dataset(record: RunRecord, network, system, model: str, workload: W
     cfg = network.config
     _, _, per_link = per_dimension_config(network)
     total = float(record.time_ns)
-    idle = record.npu_finish_ns - record.npu_compute_ns - record.npu_exposed_ns
+    idle = (record.npu_finish_ns - record.npu_compute_ns - record.npu_exposed_ns
+            - record.npu_bubble_ns)
     idle[idle < IDLE_NOISE_NS] = 0.0   # float rounding of the subtraction, not idle time
     per_npu = np.maximum(record.layer_npus, 1)[:, None]  # sums over NPUs -> means
     ds = xr.Dataset(
@@ -89,6 +95,7 @@ def workload_dataset(record: RunRecord, network, system, model: str, workload: W
             "finish_ns": (("npu",), record.npu_finish_ns),
             "compute_ns": (("npu",), record.npu_compute_ns),
             "exposed_comm_ns": (("npu",), record.npu_exposed_ns),
+            "bubble_ns": (("npu",), record.npu_bubble_ns),
             "blocked_comm_ns": (("npu",), record.npu_blocked_ns),
             "idle_ns": (("npu",), idle),
             "layer_compute_ns": (("layer", "pass"), (record.layer_compute_ns / per_npu)[keep]),
@@ -125,6 +132,8 @@ def workload_dataset(record: RunRecord, network, system, model: str, workload: W
         },
     )
     ds.attrs.update(shares(ds))
+    ds.attrs.update(throughput(workload.model_flops, total * 1e-9 / iterations,
+                               int(network.npus), peak_flops))
     set_units(ds)
     ds["dim_bytes"].attrs["units"] = "bytes"
     return ds
@@ -134,14 +143,28 @@ def workload_dataset(record: RunRecord, network, system, model: str, workload: W
 IDLE_NOISE_NS = 1e-3
 
 
+def throughput(model_flops: float | None, iteration_s: float, npus: int,
+               peak_flops: float | None) -> dict[str, float]:
+    """``model_flops`` (per iteration), ``tflops_per_npu`` (model FLOPs per second and NPU,
+    in 1e12) and ``mfu`` (that over the NPU's peak), for the keys that are known: nothing
+    without the workload's model FLOPs, no MFU without a peak."""
+    if not model_flops or not iteration_s > 0:
+        return {}
+    per_npu = model_flops / iteration_s / npus
+    out = {"model_flops": float(model_flops), "tflops_per_npu": per_npu / 1e12}
+    if peak_flops:
+        out["mfu"] = per_npu / peak_flops
+    return out
+
+
 def shares(ds: xr.Dataset) -> dict[str, float]:
     """The one definition of a run's shares, used by the summary, ``--json``, the CSVs and the
-    Dataset's attributes: the mean over NPUs of compute, exposed communication and idle time,
-    each divided by the mean over NPUs of their finish time (so the three add up to 1).
-    NaN when no NPU did anything."""
+    Dataset's attributes: the mean over NPUs of compute, exposed communication, pipeline
+    bubble and idle time, each divided by the mean over NPUs of their finish time (so the
+    four add up to 1). NaN when no NPU did anything."""
     span = float(ds.finish_ns.mean())
     names = {"compute_share": "compute_ns", "exposed_comm_share": "exposed_comm_ns",
-             "idle_share": "idle_ns"}
+             "bubble_share": "bubble_ns", "idle_share": "idle_ns"}
     return {key: float(ds[var].mean()) / span if span > 0 else math.nan
             for key, var in names.items()}
 
@@ -172,7 +195,7 @@ def write_csvs(ds: xr.Dataset, directory: str | os.PathLike) -> list[Path]:
     write_text_atomic(layers, buffer.getvalue())
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    names = ("finish_ns", "compute_ns", "exposed_comm_ns", "idle_ns")
+    names = ("finish_ns", "compute_ns", "exposed_comm_ns", "bubble_ns", "idle_ns")
     writer.writerow(["npu", *names])
     for npu in range(ds.sizes["npu"]):
         writer.writerow([npu] + [f"{float(ds[n][npu]):.3f}" for n in names])

@@ -56,6 +56,9 @@ class ProgramState:
     start: dict[int, np.ndarray] = field(default_factory=dict)
     ready: dict[int, np.ndarray] = field(default_factory=dict)
     waits: dict[int, tuple] = field(default_factory=dict)
+    #: per communication op fed by point-to-point receives: when the last of them arrived
+    #: (the part of a wait on it that is pipeline bubble)
+    pipeline: dict[int, np.ndarray] = field(default_factory=dict)
     inflight: int = 0
     waiting: deque = field(default_factory=deque)
     origin: float = 0.0

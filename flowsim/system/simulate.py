@@ -122,7 +122,8 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
         from ..results.trace import workload_trace, write_trace
 
         write_trace(workload_trace(record.timeline, work), trace)
-    return workload_dataset(record, net, sys_cfg, model, work, iterations)
+    return workload_dataset(record, net, sys_cfg, model, work, iterations,
+                            peak_flops=compute.peak_flops if compute is not None else None)
 
 
 def _speeds(speed: Any, npus: int) -> np.ndarray:

@@ -88,6 +88,8 @@ class WorkloadEngine:
         self.host_free = np.zeros(network.npus)  # each NPU's host CPU (Chakra is_cpu_op ops)
         self.npu_compute = np.zeros(network.npus)
         self.npu_exposed = np.zeros(network.npus)
+        #: waiting on point-to-point receives: the pipeline bubble
+        self.npu_bubble = np.zeros(network.npus)
         self.npu_finish = np.zeros(network.npus)
         self.local_end = np.zeros(network.npus)  # last compute or memory op of each NPU
         n_layers = len(workload.layers) + 1
@@ -179,6 +181,8 @@ class WorkloadEngine:
         ready = base
         if comm_ids:
             times = np.array([st.seen[d] for d in comm_ids])
+            if op.kind in _COMM:
+                self._note_pipeline(st, op, comm_ids)
             ready = np.maximum(base, times.max(axis=0))
             if op.kind == "compute":
                 st.waits[op.id] = (base, times, comm_ids)
@@ -194,12 +198,36 @@ class WorkloadEngine:
         exposed = np.maximum(latest - np.maximum(base, free), 0.0)
         if not exposed.any():
             return
-        self.npu_exposed[st.rep] += exposed
         binding = times.argmax(axis=0)
+        # waiting for a receive (or for communication that waited for one) is the pipeline's
+        # bubble up to the receive's arrival; the rest is exposed communication
+        start = latest - exposed
+        arrived = np.array([self._pipeline_end(st, d, times[j])
+                            for j, d in enumerate(comm_ids)])[binding, np.arange(binding.size)]
+        bubble = np.clip(arrived - start, 0.0, exposed)
+        exposed = exposed - bubble
+        self.npu_bubble[st.rep] += bubble
+        self.npu_exposed[st.rep] += exposed
         for j, d in enumerate(comm_ids):
             total = float(exposed[binding == j].sum())
             if total:
                 self._charge(self.layer_exposed, st, st.ops[d], total * st.weight)
+
+    @staticmethod
+    def _note_pipeline(st: ProgramState, op: Op, comm_ids: list[int]) -> None:
+        """Remember when the receives feeding communication op ``op`` arrived."""
+        fed = [st.seen[d] if st.ops[d].kind == "recv" else st.pipeline[d]
+               for d in comm_ids if st.ops[d].kind == "recv" or d in st.pipeline]
+        if fed:
+            st.pipeline[op.id] = np.max(fed, axis=0)
+
+    @staticmethod
+    def _pipeline_end(st: ProgramState, op_id: int, seen: np.ndarray) -> np.ndarray:
+        """Until when a wait on communication op ``op_id`` (finished at ``seen``) was a wait
+        on the pipeline (``-inf``: never)."""
+        if st.ops[op_id].kind == "recv":
+            return seen
+        return st.pipeline.get(op_id, np.full(seen.shape, -np.inf))
 
     def _charge(self, table: np.ndarray, st: ProgramState, op: Op, value: float) -> None:
         """Add ``value`` (summed over the program's NPUs) to an op's layer and pass."""
@@ -341,7 +369,7 @@ class WorkloadEngine:
         for st in self.states:   # a uniform program's NPUs all did what its first did
             if st.rep.size < st.npus.size:
                 for values in (self.npu_finish, self.npu_compute, self.npu_exposed,
-                               self.local_end):
+                               self.npu_bubble, self.local_end):
                     values[st.npus] = values[st.rep[0]]
         sched = self.schedule
         time_ns = max(float(self.npu_finish.max(initial=0.0)),
@@ -350,7 +378,8 @@ class WorkloadEngine:
             time_ns=time_ns, npu_finish_ns=self.npu_finish.copy(),
             npu_compute_ns=self.npu_compute.copy(),
             npu_exposed_ns=self.npu_exposed + np.maximum(self.npu_finish - self.local_end, 0),
-            npu_blocked_ns=self.npu_exposed.copy(),
+            npu_blocked_ns=self.npu_exposed + self.npu_bubble,
+            npu_bubble_ns=self.npu_bubble.copy(),
             layer_compute_ns=self.layer_compute, layer_exposed_ns=self.layer_exposed,
             layer_comm_ns=self.layer_comm, dim_bytes=sched.ledger.dim_bytes.copy(),
             layer_npus=np.array([np.unique(np.concatenate([self.states[i].npus for i in p])).size

@@ -175,6 +175,9 @@ class Workload:
     #: the compute model the workload's kernels are priced with unless the simulation is
     #: given one: a device preset name (:mod:`flowsim.compute`) or a Roofline; ``None``: none
     compute: Any = None
+    #: model FLOPs of one iteration (Megatron-LM's count, see :mod:`flowsim.workload.flops`),
+    #: when the workload knows its model (the transformer generator); ``None``: unknown
+    model_flops: float | None = None
 
 
 def spmd(ops: Sequence[Op], npus: int, *, layers: Sequence[str] = (), name: str = "workload",

@@ -68,11 +68,13 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import config_error
+from ..flops import ModelShape, megatron
 from ..graph import Program, Workload
 from .transformer_mapping import map_groups, stages
 from .transformer_program import StageContext, StageProgram, layer_names
 from .transformer_schedule import layer_counts, stage_schedule
-from .transformer_spec import A100_ROOFLINE, KEYS, TransformerSpec, _where, parse_transformer
+from .transformer_spec import (A100_ROOFLINE, KEYS, TransformerSpec, _where, micro_batches,
+                               parse_transformer)
 
 
 def transformer(network: Any, **values: Any) -> Workload:
@@ -133,10 +135,23 @@ def build_transformer(network: Any, spec: TransformerSpec) -> Workload:
     work = Workload(programs, layer_names(spec), "transformer")
     if view is not network:
         work.network = view
+    work.model_flops = megatron(model_shape(spec))
     work.compute = spec.roofline or spec.device or \
         getattr(getattr(network, "config", None), "device", None) or A100_ROOFLINE
     return work
 
 
 __all__ = ["A100_ROOFLINE", "TransformerSpec", "build_transformer", "layer_counts",
-           "parse_transformer", "stage_schedule", "transformer"]
+           "model_shape", "parse_transformer", "stage_schedule", "transformer"]
+
+
+def model_shape(spec: TransformerSpec) -> ModelShape:
+    """The numbers of ``spec`` that FLOP conventions count (one iteration of the global
+    batch)."""
+    return ModelShape(layers=spec.layers, hidden=spec.hidden,
+                      ffn=spec.moe_ffn if spec.experts and spec.moe_ffn else spec.ffn,
+                      heads=spec.heads, kv_heads=spec.kv_heads, head_dim=spec.head_dim,
+                      vocab=spec.vocab, sequence=spec.sequence,
+                      global_batch=spec.micro_batch * micro_batches(spec) * spec.dp,
+                      gated_mlp=spec.gated_mlp, experts=spec.experts,
+                      top_k=spec.top_k or 1, tied_embeddings=spec.tied_embeddings)
