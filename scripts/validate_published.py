@@ -23,8 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "validation" / "published"
-#: cluster presets by the name the rows use: the ``cluster:`` keys besides device and nodes
-CLUSTERS = {"dgx_a100": {}, "dgx_h100": {}, "meta_h100_roce": {}}
+#: the cluster preset (topologies/clusters/) of each machine the rows name
+CLUSTERS = {"dgx_a100": "dgx_a100_superpod", "dgx_h100": "dgx_h100",
+            "meta_h100_roce": "roce_clos_h100"}
 _BOOL = {"true": True, "false": False}
 
 
@@ -40,10 +41,14 @@ def rows(only: str | None = None) -> list[dict[str, str]]:
 
 
 def network(row: dict[str, str]) -> dict:
-    """The row's cluster as a network mapping (a ``cluster:`` block)."""
+    """The row's cluster as a network mapping: its preset's ``cluster:`` block at the row's
+    size, with the row's overrides (a cluster that differs from the preset's machine)."""
+    import yaml
+
     gpus = int(row["gpus"])
-    cluster = {"device": row["device"], "nodes": max(1, gpus // 8),
-               "gpus_per_node": min(8, gpus), **CLUSTERS[row["cluster"]]}
+    preset = ROOT / "topologies" / "clusters" / f"{CLUSTERS[row['cluster']]}.yml"
+    cluster = yaml.safe_load(preset.read_text())["cluster"]
+    cluster.update(device=row["device"], nodes=max(1, gpus // 8), gpus_per_node=min(8, gpus))
     for item in filter(None, (row.get("cluster_overrides") or "").split(";")):
         key, value = item.split("=")
         cluster[key] = float(value) if "." in value else int(value)

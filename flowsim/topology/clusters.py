@@ -11,7 +11,11 @@
       fabric: rail_optimized  # or clos: how NICs reach the leaf switches (fabric form)
       form: multidim          # or fabric: how the cluster is simulated (see below)
       hosts_per_leaf: 32      # fabric form: servers per leaf group (default 32, an SU)
-      oversubscription: 1     # fabric form: leaf downlink over uplink bandwidth
+      tiers: 2                # fabric form: 2 (leaf-spine) or 3 (pods of leaf-spine under
+                              # a super-spine tier)
+      hosts_per_pod: 384      # fabric form, 3 tiers: servers per pod (default all)
+      oversubscription: 1     # fabric form: leaf downlink over uplink bandwidth; with 3
+                              # tiers [leaf, spine]
 
 Every other number comes from public specifications, set once per device and technology:
 
@@ -26,7 +30,12 @@ Every other number comes from public specifications, set once per device and tec
 ``form: multidim`` (the default) is two Switch dimensions, ``[gpus_per_node, nodes]``: fast,
 exact for the bandwidth of every NIC, blind to where flows meet above the leaves.
 ``form: fabric`` builds the leaf-spine fabric (:func:`~.fabric_generators.leaf_spine`),
-rail-optimized or not, oversubscribed or not, routed with ECMP: slower, and shows contention.
+rail-optimized or not, oversubscribed or not, in two or three tiers, routed with ECMP:
+slower, and shows contention.
+
+Presets of real machines, network files to copy and scale by ``nodes``, are in
+``topologies/clusters/`` (a DGX A100 SuperPOD, a DGX H100 cluster, Meta's 24K-GPU RoCE
+cluster of Llama 3), each in both forms.
 
 NCCL's own cost per collective step (kernel synchronisation, proxy threads) is not a link
 property: the bundled system config ``nccl`` (``topologies/systems/nccl.json``) sets it as
@@ -41,14 +50,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from .._validate import (
     FACTOR,
     as_config,
+    as_number,
     check_unknown_keys,
     read_choice,
     read_int,
+    read_list,
     read_number,
     read_str,
 )
@@ -85,7 +97,7 @@ INTERCONNECTS: dict[str, Interconnect] = {
 }
 ALIASES = {"a100": "a100_sxm_80gb", "h100": "h100_sxm_80gb"}
 CLUSTER_KEYS = ("device", "nodes", "gpus_per_node", "nic_gbps", "nics_per_node", "fabric",
-                "form", "hosts_per_leaf", "oversubscription")
+                "form", "hosts_per_leaf", "tiers", "hosts_per_pod", "oversubscription")
 
 
 def device_name(value: Any, *, source: str, key: str) -> str:
@@ -131,15 +143,31 @@ def expand_cluster(cluster: Any, source: str) -> dict[str, Any]:
                 "latency": [NVLINK_LATENCY_NS, NIC_LATENCY_NS], "device": device}
     per_leaf = read_int(cluster, "hosts_per_leaf", source=source, prefix="cluster.",
                         default=min(32, nodes), minimum=1)
-    ratio = read_number(cluster, "oversubscription", source=source, prefix="cluster.",
-                        default=1.0, quantity=FACTOR)
-    return {"fabric": {"generator": "leaf_spine", "hosts": nodes, "npus_per_host": gpus,
-                       "scale_up": {"bandwidth": scale_up, "latency": NVLINK_LATENCY_NS},
-                       "nic": {"bandwidth": per_nic, "latency": NIC_LATENCY_NS},
-                       "nics_per_host": nics, "hosts_per_leaf": per_leaf,
-                       "rail_optimized": fabric == "rail_optimized",
-                       "oversubscription": ratio, "spine_latency": NIC_LATENCY_NS},
-            "device": device}
+    tiers = read_int(cluster, "tiers", source=source, prefix="cluster.", default=2, minimum=2,
+                     maximum=3)
+    spec: dict[str, Any] = {
+        "generator": "leaf_spine", "hosts": nodes, "npus_per_host": gpus,
+        "scale_up": {"bandwidth": scale_up, "latency": NVLINK_LATENCY_NS},
+        "nic": {"bandwidth": per_nic, "latency": NIC_LATENCY_NS}, "nics_per_host": nics,
+        "hosts_per_leaf": per_leaf, "rail_optimized": fabric == "rail_optimized",
+        "spine_latency": NIC_LATENCY_NS}
+    if tiers == 2:
+        spec["oversubscription"] = read_number(cluster, "oversubscription", source=source,
+                                               prefix="cluster.", default=1.0,
+                                               quantity=FACTOR)
+    else:
+        per_pod = read_int(cluster, "hosts_per_pod", source=source, prefix="cluster.",
+                           default=nodes, minimum=1)
+        if nodes % per_pod or per_pod % per_leaf:
+            raise config_error(source, "cluster.hosts_per_pod",
+                               f"a divisor of nodes ({nodes}) and a multiple of "
+                               f"hosts_per_leaf ({per_leaf})", per_pod)
+        spec["pods"] = nodes // per_pod
+        spec["oversubscription"] = read_list(
+            cluster, "oversubscription", partial(as_number, quantity=FACTOR), source=source,
+            prefix="cluster.", default=[1.0, 1.0], min_length=2, max_length=2,
+            what="[leaf, spine] ratios")
+    return {"fabric": spec, "device": device}
 
 
 def cluster_mapping(data: Mapping[str, Any], source: str) -> dict[str, Any]:

@@ -73,8 +73,14 @@ from ..graph import Program, Workload
 from .transformer_mapping import map_groups, stages
 from .transformer_program import StageContext, StageProgram, layer_names
 from .transformer_schedule import layer_counts, stage_schedule
-from .transformer_spec import (A100_ROOFLINE, KEYS, TransformerSpec, _where, micro_batches,
-                               parse_transformer)
+from .transformer_spec import (
+    A100_ROOFLINE,
+    KEYS,
+    TransformerSpec,
+    _where,
+    micro_batches,
+    parse_transformer,
+)
 
 
 def transformer(network: Any, **values: Any) -> Workload:

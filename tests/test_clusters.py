@@ -1,0 +1,115 @@
+"""Cluster presets: the ``cluster:`` block, the network files of real machines in
+``topologies/clusters/`` in both forms, and the facts they rest on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+import flowsim
+from flowsim.compute import DEVICES
+from flowsim.errors import ConfigError
+from flowsim.topology.clusters import (
+    _GB,
+    INTERCONNECTS,
+    NIC_EFFICIENCY,
+    NVLINK_EFFICIENCY,
+    expand_cluster,
+)
+
+PRESETS = Path(__file__).resolve().parent.parent / "topologies" / "clusters"
+FILES = sorted(PRESETS.glob("*.yml"))
+
+
+def _cluster(path: Path, **changes) -> dict:
+    data = yaml.safe_load(path.read_text())
+    data["cluster"].update(changes)
+    return data
+
+
+def test_every_device_preset_has_its_interconnect_facts():
+    assert set(DEVICES) == set(INTERCONNECTS)
+
+
+def test_the_presets_come_in_both_forms():
+    names = {p.stem for p in FILES}
+    assert {"dgx_a100_superpod", "dgx_h100", "roce_clos_h100"} <= names
+    for name in names - {n for n in names if n.endswith("_fabric")}:
+        assert f"{name}_fabric" in names
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_a_preset_scaled_down_loads_as_its_machine(path):
+    """Every preset loads with a few nodes (a multiple of its pod), with its device."""
+    cluster = yaml.safe_load(path.read_text())["cluster"]
+    nodes = cluster.get("hosts_per_pod", cluster.get("hosts_per_leaf", 4))
+    nodes *= 2 if cluster.get("tiers") == 3 else 1
+    net = flowsim.load_network(_cluster(path, nodes=nodes))
+    assert net.npus == nodes * cluster["gpus_per_node"]
+    assert net.dims == (cluster["gpus_per_node"], nodes)
+    assert net.config.device == cluster["device"]
+
+
+def test_the_multidimensional_form_is_nvlink_then_the_nics():
+    """Scale-up at NCCL's NVLink bus bandwidth, scale-out at the NICs' usable line rate
+    shared by the GPUs of a node (flowsim GB/s are 2**30 B/s)."""
+    net = flowsim.load_network(_cluster(PRESETS / "dgx_h100.yml", nodes=4))
+    bandwidth = net.config.bandwidth_gbps
+    assert bandwidth[0] == pytest.approx(450 * NVLINK_EFFICIENCY * _GB)
+    assert bandwidth[1] == pytest.approx(400 / 8 * NIC_EFFICIENCY * _GB)
+
+
+@pytest.mark.parametrize("collective", ["all_reduce", "all_to_all"])
+def test_a_non_blocking_fabric_agrees_with_the_multidimensional_form(collective):
+    """Rail-optimized and non-blocking, the fabric form has no contention the two Switch
+    dimensions do not already have: same NPUs, times within a few percent (the fabric's
+    extra hops add latency only)."""
+    times = {}
+    for name in ("dgx_h100", "dgx_h100_fabric"):
+        net = _cluster(PRESETS / f"{name}.yml", nodes=4)
+        if "hosts_per_leaf" in net["cluster"]:
+            net["cluster"]["hosts_per_leaf"] = 2   # two leaf groups: traffic crosses spines
+        ds = flowsim.simulate_collective(net, collective, 256 << 20, system="nccl",
+                                         model="flow")
+        times[name] = float(ds.time_ns)
+    assert times["dgx_h100_fabric"] == pytest.approx(times["dgx_h100"], rel=0.05)
+
+
+def test_oversubscription_above_the_pods_slows_traffic_between_them():
+    """Three tiers, two pods of 8 GPUs: 8 of each GPU's 15 all-to-all messages cross pods, so
+    at 1:2 above the pods (half the pod's NIC bandwidth) the crossing bytes need
+    (8 / 15) / (1 / 2) = 1.07 times the 1:1 time, at least."""
+    base = dict(device="h100", nodes=8, gpus_per_node=2, nics_per_node=2, fabric="clos",
+                form="fabric", hosts_per_leaf=2, tiers=3, hosts_per_pod=4)
+    times = [float(flowsim.simulate_collective(
+        {"cluster": dict(base, oversubscription=[1, ratio])}, "all_to_all", 8 << 20,
+        system="nccl", model="flow").time_ns) for ratio in (1, 2)]
+    assert times[1] >= 16 / 15 * times[0]
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"tiers": 4}, "cluster.tiers"),
+    ({"tiers": 3, "hosts_per_pod": 3}, "cluster.hosts_per_pod"),
+    ({"tiers": 3, "hosts_per_pod": 4, "oversubscription": 2}, "cluster.oversubscription"),
+    ({"device": "tpu_v5"}, "cluster.device"),
+    ({"fabric": "torus"}, "cluster.fabric"),
+    ({"racks": 2}, "cluster.racks"),
+])
+def test_bad_cluster_blocks_name_the_key(change, key):
+    cluster = {"device": "h100", "nodes": 8, "form": "fabric", "hosts_per_leaf": 2, **change}
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        expand_cluster(cluster, "net.yml")
+
+
+def test_the_device_of_a_cluster_prices_the_generator_s_kernels():
+    """A transformer spec that names no device runs on the cluster's."""
+    spec = dict(generator="transformer", layers=2, hidden=256, heads=8, sequence=128,
+                micro_batch=1, global_batch=16, tp=8, dp=2)
+    times = {device: float(flowsim.simulate(
+        {"cluster": {"device": device, "nodes": 2}}, spec, "nccl").compute_ns.mean())
+        for device in ("a100", "h100")}
+    assert times["h100"] < times["a100"]
+    assert np.isfinite(list(times.values())).all()
