@@ -312,9 +312,14 @@ def test_send_recv_pipeline(model):
     np.testing.assert_allclose(ds.finish_ns.values, [total, total, stage1_end, stage1_end],
                                rtol=1e-12)
     # stage 0's backward pass is control-ready when its send has ended (the message has
-    # arrived); it then waits for the gradient: stage 1's work and the message back
-    np.testing.assert_allclose(ds.exposed_comm_ns.values[:2], T_F1 + T_B1 + message,
-                               rtol=1e-12)
+    # arrived); it then waits for the gradient: stage 1's work and the message back, the
+    # pipeline's bubble. Stage 1 waits for stage 0's forward and its message (bubble), and
+    # its last send is exposed communication (the tail after its last compute).
+    np.testing.assert_allclose(ds.bubble_ns.values, [T_F1 + T_B1 + message] * 2
+                               + [T_F0 + message] * 2, rtol=1e-12)
+    np.testing.assert_allclose(ds.exposed_comm_ns.values, [0, 0, message, message],
+                               rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(ds.blocked_comm_ns.values, ds.bubble_ns.values, rtol=1e-12)
     assert int(ds.attrs["messages"]) == 4
 
 
