@@ -27,12 +27,16 @@ DATA = ROOT / "validation" / "published"
 CLUSTERS = {"dgx_a100": "dgx_a100_superpod", "dgx_h100": "dgx_h100",
             "meta_h100_roce": "roce_clos_h100"}
 _BOOL = {"true": True, "false": False}
+#: the recorded predictions (``--csv`` of a full run), beside the publications' rows
+RECORD = DATA / "results.csv"
 
 
 def rows(only: str | None = None) -> list[dict[str, str]]:
     """Every published row (``only``: those whose run name contains it)."""
     out = []
     for path in sorted(DATA.glob("*.csv")):
+        if path.name == RECORD.name:   # flowsim's predictions, not a publication
+            continue
         for row in csv.DictReader(path.open()):
             row["file"] = path.name
             if only is None or only in row["run"]:
@@ -127,16 +131,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="runs whose name contains this")
     parser.add_argument("--csv", help="write the comparison as CSV here")
     parser.add_argument("--plot", help="draw predicted against published times here (PNG)")
+    parser.add_argument("--markdown", help="write the comparison as a Markdown table here")
+    parser.add_argument("--from-csv", dest="from_csv",
+                        help="take the predictions from a CSV this script wrote (--csv) "
+                             "instead of simulating: redraw the plot and the table")
     parser.add_argument("--sustained", type=float, default=None,
                         help="override the compute model's calibrated sustained fraction "
                              "(to re-derive it on its calibration rows)")
     args = parser.parse_args(argv)
     results = []
+    done = _read_predictions(args.from_csv) if args.from_csv else {}
     print(f"{'run':36} {'GPUs':>6} {'published s':>12} {'predicted s':>12} {'error':>8} "
           f"{'wall s':>7}")
     for row in rows(args.only):
+        if args.from_csv and row["run"] not in done:
+            continue
         start = time.perf_counter()
-        predicted = predict(row, args.model, args.sustained)
+        predicted = done[row["run"]] if args.from_csv else \
+            predict(row, args.model, args.sustained)
         wall = time.perf_counter() - start
         published = published_seconds(row)
         error = (predicted - published) / published
@@ -157,7 +169,33 @@ def main(argv: list[str] | None = None) -> int:
                               f"{predicted:.6g}", f"{error:.4f}"])
     if args.plot:
         _plot(results, args.plot)
+    if args.markdown:
+        Path(args.markdown).write_text(_markdown(results))
     return 0
+
+
+def _read_predictions(path: str) -> dict[str, float]:
+    """Predicted seconds by run, from a CSV written with ``--csv``."""
+    with open(path, newline="") as handle:
+        return {r["run"]: float(r["predicted_s"]) for r in csv.DictReader(handle)}
+
+
+def _markdown(results: list) -> str:
+    """The comparison as a Markdown table, one row per run, with its source."""
+    lines = ["| run | GPUs | TP-PP-DP-CP (VPP) | published s | predicted s | error | source |",
+             "|---|---:|---|---:|---:|---:|---|"]
+    for row, published, predicted, error in results:
+        vpp = f" ({row['vpp']})" if int(row["vpp"] or 1) > 1 else ""
+        layout = "-".join(row[k] or "1" for k in ("tp", "pp", "dp", "cp")) + vpp
+        source = f"`{row['file']}`"   # each row of the file cites its page and table
+        lines.append(f"| {row['run']} | {int(row['gpus']):,} | {layout} | {published:.3f} | "
+                     f"{predicted:.3f} | {100 * error:+.1f}% | {source} |")
+    errors = sorted(abs(e) for *_, e in results)
+    lines.append("")
+    lines.append(f"{len(errors)} runs: median |error| {100 * statistics.median(errors):.1f}%, "
+                 f"max {100 * errors[-1]:.1f}%, within 10%: "
+                 f"{sum(e <= 0.10 for e in errors)} of {len(errors)}.")
+    return "\n".join(lines) + "\n"
 
 
 def _plot(results: list, path: str) -> None:
@@ -170,7 +208,8 @@ def _plot(results: list, path: str) -> None:
     files = sorted({row["file"] for row, *_ in results})
     for name in files:
         mine = [(p, q) for row, p, q, _ in results if row["file"] == name]
-        ax.scatter([p for p, _ in mine], [q for _, q in mine], label=name.removesuffix(".csv"))
+        ax.scatter([p for p, _ in mine], [q for _, q in mine], label=name.removesuffix(".csv"),
+                   zorder=3, s=18)
     low = min(min(p, q) for _, p, q, _ in results) * 0.8
     high = max(max(p, q) for _, p, q, _ in results) * 1.25
     ax.plot([low, high], [low, high], "k-", lw=0.8)

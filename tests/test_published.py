@@ -1,0 +1,73 @@
+"""The published-run validation: its records are complete and cited, every row builds, the
+recorded predictions (validation/published/results.csv) are what flowsim predicts today, and
+the documentation's table is generated from them."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import validate_published as vp  # noqa: E402
+
+import flowsim  # noqa: E402
+from flowsim.compute import device  # noqa: E402
+from flowsim.workload.generators.transformer_spec import parse_transformer  # noqa: E402
+
+RECORD = vp.RECORD
+ROWS = vp.rows()
+
+
+def _record() -> dict[str, dict[str, str]]:
+    with RECORD.open(newline="") as handle:
+        return {r["run"]: r for r in csv.DictReader(handle)}
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r["run"])
+def test_every_row_is_cited_and_consistent(row):
+    assert len(row["citation"]) > 20 and row["notes"]
+    layout = [int(row[k] or 1) for k in ("tp", "pp", "dp", "cp")]
+    assert layout[0] * layout[1] * layout[2] * layout[3] == int(row["gpus"])
+    device(row["device"])                       # a preset
+    assert row["cluster"] in vp.CLUSTERS
+    assert row["metric"] in ("iteration_s", "tflops_per_gpu")
+    net = flowsim.load_network(vp.network(row))
+    assert net.npus == int(row["gpus"])
+    spec = {k: v for k, v in vp.spec(row).items() if k != "generator"}
+    parse_transformer(spec, "row")              # the workload is a valid spec
+
+
+def test_the_record_covers_every_row_with_its_error():
+    record = _record()
+    assert set(record) == {row["run"] for row in ROWS}
+    for row in ROWS:
+        r = record[row["run"]]
+        published, predicted = float(r["published_s"]), float(r["predicted_s"])
+        assert published == pytest.approx(vp.published_seconds(row), rel=1e-5)
+        assert float(r["error"]) == pytest.approx((predicted - published) / published,
+                                                  abs=1e-4)
+
+
+FAST = [row for row in ROWS if int(row["gpus"]) <= 96]
+
+
+@pytest.mark.parametrize("row", FAST, ids=lambda r: r["run"])
+def test_the_recorded_prediction_is_today_s(row):
+    """The small runs, predicted again, give the recorded times (the record is not stale)."""
+    recorded = float(_record()[row["run"]]["predicted_s"])
+    assert vp.predict(row, "analytical") == pytest.approx(recorded, rel=1e-5)
+
+
+def test_the_documentation_table_is_generated_from_the_record():
+    record = _record()
+    results = []
+    for row in ROWS:
+        published = vp.published_seconds(row)
+        predicted = float(record[row["run"]]["predicted_s"])
+        results.append((row, published, predicted, (predicted - published) / published))
+    page = (ROOT / "validation" / "published" / "results.md").read_text()
+    assert page == vp._markdown(results)
