@@ -93,20 +93,23 @@ def spec(row: dict[str, str]) -> dict:
     return out
 
 
+def parsed_spec(row: dict[str, str]):
+    """The row's workload as a validated :class:`TransformerSpec` (errors name the file)."""
+    from flowsim.workload.generators.transformer_spec import parse_transformer
+
+    values = {k: v for k, v in spec(row).items() if k != "generator"}
+    return parse_transformer(values, f"{row['file']}, run {row['run']}")
+
+
 def published_seconds(row: dict[str, str]) -> float:
     """The published figure as an iteration time (s), with the publication's convention."""
     if row["metric"] == "iteration_s":
         return float(row["published"])
-    from flowsim.workload.flops import CONVENTIONS, ModelShape
+    from flowsim.workload.flops import CONVENTIONS
+    from flowsim.workload.generators.transformer import model_shape
 
-    h, heads = int(row["hidden"]), int(row["heads"])
-    shape = ModelShape(layers=int(row["layers"]), hidden=h, ffn=int(row["ffn"]), heads=heads,
-                       kv_heads=int(row["kv_heads"]), head_dim=h // heads,
-                       vocab=int(row["vocab"]), sequence=int(row["sequence"]),
-                       global_batch=int(row["global_batch"]),
-                       gated_mlp=_BOOL[row["gated_mlp"]],
-                       tied_embeddings=not _BOOL[row["gated_mlp"]])
-    flops = CONVENTIONS[row["flops"]](shape)
+    # the model the simulation runs, counted the publication's way
+    flops = CONVENTIONS[row["flops"]](model_shape(parsed_spec(row)))
     return flops / (float(row["published"]) * 1e12 * int(row["gpus"]))
 
 

@@ -16,7 +16,6 @@ import validate_published as vp  # noqa: E402
 
 import flowsim  # noqa: E402
 from flowsim.compute import device  # noqa: E402
-from flowsim.workload.generators.transformer_spec import parse_transformer  # noqa: E402
 
 RECORD = vp.RECORD
 ROWS = vp.rows()
@@ -37,8 +36,7 @@ def test_every_row_is_cited_and_consistent(row):
     assert row["metric"] in ("iteration_s", "tflops_per_gpu")
     net = flowsim.load_network(vp.network(row))
     assert net.npus == int(row["gpus"])
-    spec = {k: v for k, v in vp.spec(row).items() if k != "generator"}
-    parse_transformer(spec, "row")              # the workload is a valid spec
+    vp.parsed_spec(row)                         # the workload is a valid spec
 
 
 def test_the_record_covers_every_row_with_its_error():
