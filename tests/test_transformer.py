@@ -285,6 +285,17 @@ def test_groups_inside_a_dimension_run_on_a_logical_view(two_nodes):
     assert fits.network is None
 
 
+def test_bytes_of_a_cut_dimension_are_unknown_not_zero(two_nodes):
+    """The pieces of a cut dimension share its links: their bytes are NaN (unknown, as a
+    fabric's), never 0 B; a dimension left whole keeps its count."""
+    spec = dict(generator="transformer", **dict(SMALL, layers=8), tp=1, dp=2, pp=8,
+                micro_batches=8)
+    ds = simulate(two_nodes, spec, "nccl")
+    assert ds.sizes["dim"] == 3
+    assert np.isnan(ds.dim_bytes.values[:2]).all()
+    assert float(ds.dim_bytes[2]) > 0     # the inter-node dimension, whole
+
+
 @pytest.mark.parametrize("change, match", [
     ({"heads": 6}, r"key 'heads': expected a multiple of tp=4"),
     ({"kv_heads": 3}, r"key 'kv_heads'"),

@@ -102,9 +102,7 @@ def workload_dataset(record: RunRecord, network, system, model: str, workload: W
             "layer_exposed_comm_ns": (("layer", "pass"),
                                       (record.layer_exposed_ns / per_npu)[keep]),
             "layer_comm_ns": (("layer", "pass"), (record.layer_comm_ns / per_npu)[keep]),
-            # a fabric's links belong to no logical dimension: unknown, as for collectives
-            "dim_bytes": (("dim",), np.full(network.ndims, np.nan) if per_link
-                          else record.dim_bytes),
+            "dim_bytes": (("dim",), _attributable(network, record.dim_bytes)),
             "dim_busy_ns": (("dim",), record.dim_busy_ns),
         },
         coords={
@@ -137,6 +135,14 @@ def workload_dataset(record: RunRecord, network, system, model: str, workload: W
     set_units(ds)
     ds["dim_bytes"].attrs["units"] = "bytes"
     return ds
+
+
+def _attributable(network, dim_bytes: np.ndarray) -> np.ndarray:
+    """Bytes over the links of each logical dimension, NaN for a dimension that owns no
+    links of its own: a fabric's (links belong to no logical dimension, as for collectives)
+    and the pieces of a dimension a workload split (their links are shared)."""
+    owned = np.isin(np.arange(network.ndims), network.link_dim)
+    return np.where(owned, dim_bytes, np.nan)
 
 
 #: Sub-picosecond remainders of ``finish - compute - exposed`` are rounding, not idle time.
