@@ -294,6 +294,8 @@ def test_bytes_of_a_cut_dimension_are_unknown_not_zero(two_nodes):
     assert ds.sizes["dim"] == 3
     assert np.isnan(ds.dim_bytes.values[:2]).all()
     assert float(ds.dim_bytes[2]) > 0     # the inter-node dimension, whole
+    # the pipeline's piece carries only point-to-point messages: busy while they fly
+    assert float(ds.dim_busy_ns[1]) > 0
 
 
 @pytest.mark.parametrize("change, match", [

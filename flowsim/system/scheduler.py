@@ -170,7 +170,7 @@ class Schedule:
         ``callback(t)`` when the last has arrived."""
         token = self.timer.step(template, nbytes, release, delay)
         self._count_dim_bytes(template, nbytes)
-        dims = template.dims_crossed(self.network.link_dim)
+        dims = template.dims_between(self.network)
         start = release + delay
 
         def arrived(t: float) -> None:

@@ -112,13 +112,14 @@ class StepTemplate:
             self._cache["dim_bytes"] = per_dim
         return per_dim  # type: ignore[return-value]
 
-    def dims_crossed(self, link_dim: np.ndarray) -> tuple[int, ...]:
-        """Logical dimensions whose links the step's messages cross."""
-        dims = self._cache.get("dims")
+    def dims_between(self, network) -> tuple[int, ...]:
+        """Logical dimensions in which the messages' ends differ: those a point-to-point
+        message occupies (the dimensions whose links it crosses on a multi-dimensional
+        network; also defined where links belong to no dimension: fabrics, cut dimensions)."""
+        dims = self._cache.get("between")
         if dims is None:
-            ids, _ = self.link_bytes_per_byte
-            dims = self._cache["dims"] = tuple(int(d) for d in np.unique(link_dim[ids])
-                                               if d >= 0)
+            differ = np.any(network.coords(self.src) != network.coords(self.dst), axis=0)
+            dims = self._cache["between"] = tuple(int(d) for d in np.flatnonzero(differ))
         return dims  # type: ignore[return-value]
 
 
