@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..results.workload import RunRecord
-from ..workload.graph import PASSES, Op, Program, Workload
+from ..workload.graph import Op, Program, Workload
 from ..workload.memory import MemoryConfig
+from .accounting import TimeAccounts, note_pipeline
 from .config import SystemConfig
 from .custom import issue_custom
 from .deadlock import deadlock_error
@@ -86,18 +87,7 @@ class WorkloadEngine:
                                     system.local_mem_bw_gbps or math.inf)
         self.compute_free = np.zeros(network.npus)
         self.host_free = np.zeros(network.npus)  # each NPU's host CPU (Chakra is_cpu_op ops)
-        self.npu_compute = np.zeros(network.npus)
-        self.npu_exposed = np.zeros(network.npus)
-        #: waiting on point-to-point receives: the pipeline bubble
-        self.npu_bubble = np.zeros(network.npus)
-        self.npu_finish = np.zeros(network.npus)
-        self.local_end = np.zeros(network.npus)  # last compute or memory op of each NPU
-        n_layers = len(workload.layers) + 1
-        self.layer_compute = np.zeros((n_layers, len(PASSES)))
-        self.layer_exposed = np.zeros((n_layers, len(PASSES)))
-        self.layer_comm = np.zeros((n_layers, len(PASSES)))
-        #: programs that ran ops of each layer (per-layer values are means over their NPUs)
-        self.layer_programs: list[set[int]] = [set() for _ in range(n_layers)]
+        self.accounts = TimeAccounts(network.npus, len(workload.layers))
         self.states = [self._state(i, p) for i, p in enumerate(workload.programs)]
         #: the workload's own programs (custom collectives append states of their own)
         self.programs = len(self.states)
@@ -182,65 +172,18 @@ class WorkloadEngine:
         if comm_ids:
             times = np.array([st.seen[d] for d in comm_ids])
             if op.kind in _COMM:
-                self._note_pipeline(st, op, comm_ids)
+                note_pipeline(st, op, comm_ids)
             ready = np.maximum(base, times.max(axis=0))
             if op.kind == "compute":
                 st.waits[op.id] = (base, times, comm_ids)
         st.ready[op.id] = ready
         heapq.heappush(self._heap, (float(ready.max()), st.index, st.order[op.id], op.id))
 
-    def _charge_exposure(self, st: ProgramState, op: Op, free: np.ndarray) -> None:
-        """Charge the time this compute op's NPUs sat idle waiting for communication: from
-        when the compute resource and the op's other inputs were ready to when the last
-        communication it waits for had finished (so idle gaps are never counted twice)."""
-        base, times, comm_ids = st.waits.pop(op.id)
-        latest = times.max(axis=0)
-        exposed = np.maximum(latest - np.maximum(base, free), 0.0)
-        if not exposed.any():
-            return
-        binding = times.argmax(axis=0)
-        # waiting for a receive (or for communication that waited for one) is the pipeline's
-        # bubble up to the receive's arrival; the rest is exposed communication
-        start = latest - exposed
-        arrived = np.array([self._pipeline_end(st, d, times[j])
-                            for j, d in enumerate(comm_ids)])[binding, np.arange(binding.size)]
-        bubble = np.clip(arrived - start, 0.0, exposed)
-        exposed = exposed - bubble
-        self.npu_bubble[st.rep] += bubble
-        self.npu_exposed[st.rep] += exposed
-        for j, d in enumerate(comm_ids):
-            total = float(exposed[binding == j].sum())
-            if total:
-                self._charge(self.layer_exposed, st, st.ops[d], total * st.weight)
-
-    @staticmethod
-    def _note_pipeline(st: ProgramState, op: Op, comm_ids: list[int]) -> None:
-        """Remember when the receives feeding communication op ``op`` arrived."""
-        fed = [st.seen[d] if st.ops[d].kind == "recv" else st.pipeline[d]
-               for d in comm_ids if st.ops[d].kind == "recv" or d in st.pipeline]
-        if fed:
-            st.pipeline[op.id] = np.max(fed, axis=0)
-
-    @staticmethod
-    def _pipeline_end(st: ProgramState, op_id: int, seen: np.ndarray) -> np.ndarray:
-        """Until when a wait on communication op ``op_id`` (finished at ``seen``) was a wait
-        on the pipeline (``-inf``: never)."""
-        if st.ops[op_id].kind == "recv":
-            return seen
-        return st.pipeline.get(op_id, np.full(seen.shape, -np.inf))
-
-    def _charge(self, table: np.ndarray, st: ProgramState, op: Op, value: float) -> None:
-        """Add ``value`` (summed over the program's NPUs) to an op's layer and pass."""
-        row = op.layer if op.layer >= 0 else table.shape[0] - 1
-        col = PASSES.index(op.pass_) if op.pass_ in PASSES else PASSES.index("fwd")
-        table[row, col] += value
-        self.layer_programs[row].add(st.index)
-
     def _complete(self, st: ProgramState, op: Op, end: np.ndarray, seen: np.ndarray | None = None
                   ) -> None:
         st.end[op.id] = end
         st.seen[op.id] = end if seen is None else seen
-        np.maximum.at(self.npu_finish, st.rep, end)
+        np.maximum.at(self.accounts.npu_finish, st.rep, end)
         if self.keep_timeline:   # every NPU's times (results.trace bounds what it writes)
             self.timeline.append({"program": st.index, "npus": st.npus, "op": op,
                                   "start": np.broadcast_to(np.asarray(
@@ -261,7 +204,7 @@ class WorkloadEngine:
             self._compute(st, op, ready)
         elif op.kind == "memory":
             end = self.memory.serve(st.rep, ready, float(op.size), op.remote)
-            np.maximum.at(self.local_end, st.rep, end)
+            np.maximum.at(self.accounts.local_end, st.rep, end)
             self._complete(st, op, end)
         elif op.kind == "collective":
             if self.streams is not None and st.inflight >= self.streams:
@@ -283,14 +226,13 @@ class WorkloadEngine:
         durations = duration / self.speed[st.rep]
         free = self.compute_free[st.rep]
         if op.id in st.waits:
-            self._charge_exposure(st, op, free)
+            self.accounts.exposure(st, op, free)
         start = np.maximum(ready, free)
         st.start[op.id] = start
         end = start + durations
         self.compute_free[st.rep] = end
-        np.maximum.at(self.local_end, st.rep, end)
-        self.npu_compute[st.rep] += durations
-        self._charge(self.layer_compute, st, op, float(durations.sum()) * st.weight)
+        np.maximum.at(self.accounts.local_end, st.rep, end)
+        self.accounts.compute(st, op, durations)
         self._complete(st, op, end)
 
     def _host(self, st: ProgramState, op: Op, ready: np.ndarray) -> None:
@@ -301,7 +243,7 @@ class WorkloadEngine:
         st.start[op.id] = start
         end = start + op.duration_ns
         self.host_free[st.rep] = end
-        np.maximum.at(self.local_end, st.rep, end)
+        np.maximum.at(self.accounts.local_end, st.rep, end)
         self._complete(st, op, end)
 
     def _price(self, op: Op, compute: ComputeModel) -> float:
@@ -343,7 +285,8 @@ class WorkloadEngine:
                 end = np.full(st.rep.size, t_end)
                 # a collective that never ran (no dimension left) has no update delay either
                 seen = end + (member.update_delay_ns if any(chunks) else 0.0)
-                self._charge(self.layer_comm, st, member, float(seen[0] - t) * st.npus.size)
+                self.accounts.charge(self.accounts.layer_comm, st, member,
+                                     float(seen[0] - t) * st.npus.size)
                 self._complete(st, member, end, seen)
                 if st.waiting:
                     self._arrive(st, st.waiting.popleft(), t_end)
@@ -366,24 +309,14 @@ class WorkloadEngine:
             raise error
 
     def _record(self) -> RunRecord:
-        for st in self.states:   # a uniform program's NPUs all did what its first did
-            if st.rep.size < st.npus.size:
-                for values in (self.npu_finish, self.npu_compute, self.npu_exposed,
-                               self.npu_bubble, self.local_end):
-                    values[st.npus] = values[st.rep[0]]
-        sched = self.schedule
-        time_ns = max(float(self.npu_finish.max(initial=0.0)),
+        accounts, sched = self.accounts, self.schedule
+        accounts.expand_uniform(self.states)
+        time_ns = max(float(accounts.npu_finish.max(initial=0.0)),
                       max(sched.ledger.collective_end.values(), default=0.0))
-        return RunRecord(
-            time_ns=time_ns, npu_finish_ns=self.npu_finish.copy(),
-            npu_compute_ns=self.npu_compute.copy(),
-            npu_exposed_ns=self.npu_exposed + np.maximum(self.npu_finish - self.local_end, 0),
-            npu_blocked_ns=self.npu_exposed + self.npu_bubble,
-            npu_bubble_ns=self.npu_bubble.copy(),
-            layer_compute_ns=self.layer_compute, layer_exposed_ns=self.layer_exposed,
-            layer_comm_ns=self.layer_comm, dim_bytes=sched.ledger.dim_bytes.copy(),
+        return accounts.record(
+            time_ns=time_ns, dim_bytes=sched.ledger.dim_bytes.copy(),
             layer_npus=np.array([np.unique(np.concatenate([self.states[i].npus for i in p])).size
-                                 if p else 0 for p in map(sorted, self.layer_programs)]),
+                                 if p else 0 for p in map(sorted, accounts.layer_programs)]),
             dim_busy_ns=sched.ledger.dim_busy_ns(), collectives=self.collectives,
             messages=self.p2p.messages, stats=sched.timer.stats(), timeline=self.timeline)
 
