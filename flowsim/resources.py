@@ -1,7 +1,8 @@
 """Where the bundled configs live, and how a config argument becomes a file path.
 
 A config argument is either a path to a file or the name of a bundled config (with or without
-its extension), e.g. ``ring8`` for ``topologies/ring8.yml``. Bundled configs are looked up in
+its extension), e.g. ``ring8`` for ``topologies/ring8.yml`` or ``dgx_h100`` for the cluster
+preset ``topologies/clusters/dgx_h100.yml``. Bundled configs are looked up in
 the source tree's ``topologies/`` (editable installs, the README's way) and then in
 ``<prefix>/share/flowsim/`` (wheel installs).
 """
@@ -19,6 +20,8 @@ _KIND_DIRS = {"network": "topologies", "system": "topologies/systems",
 _KIND_SUFFIXES = {"network": (".yml", ".yaml"), "system": (".json", ".txt"),
                   "workload": (".txt", ".yml", ".yaml")}
 _SHARE_DIRS = {"network": "topologies", "system": "systems", "workload": "workloads"}
+#: sub-folders of a kind's folder whose configs are bundled too (by their bare names)
+_KIND_SUBFOLDERS = {"network": ("clusters",), "system": (), "workload": ()}
 
 #: Bundled network used when ``--network`` is not given (without ``--system`` the defaults of
 #: :class:`flowsim.SystemConfig` apply: ASTRA-sim's Ring_4chunks settings in every dimension).
@@ -37,10 +40,17 @@ def bundled_dir(kind: str) -> Path:
 
 def bundled_names(kind: str) -> list[str]:
     """Names of the bundled configs of ``kind``, sorted."""
-    folder = bundled_dir(kind)
-    if not folder.is_dir():
-        return []
-    return sorted(p.stem for p in folder.iterdir() if p.suffix in _KIND_SUFFIXES[kind])
+    return sorted(p.stem for p in _bundled_files(kind))
+
+
+def _bundled_files(kind: str) -> list[Path]:
+    """The bundled config files of ``kind``, its folder's and then its sub-folders'."""
+    top = bundled_dir(kind)
+    out = []
+    for folder in (top, *(top / sub for sub in _KIND_SUBFOLDERS[kind])):
+        if folder.is_dir():
+            out += sorted(p for p in folder.iterdir() if p.suffix in _KIND_SUFFIXES[kind])
+    return out
 
 
 def resolve_config_path(value: str | os.PathLike, *, kind: str) -> Path:
@@ -55,9 +65,8 @@ def resolve_config_path(value: str | os.PathLike, *, kind: str) -> Path:
         raise ConfigError(f"{value}: is a directory, not a {kind} config file")
     # a bare name (no folder, no extension) may name a bundled config
     if path.name == str(value) and not path.suffix:
-        folder = bundled_dir(kind)
-        for candidate in [folder / (path.name + s) for s in _KIND_SUFFIXES[kind]]:
-            if candidate.is_file():
+        for candidate in _bundled_files(kind):
+            if candidate.stem == path.name:
                 return candidate
     names = ", ".join(bundled_names(kind)) or "none found"
     raise ConfigError(f"{value}: {kind} config not found (expected a file path or a bundled "

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -102,6 +103,19 @@ def test_bad_cluster_blocks_name_the_key(change, key):
     cluster = {"device": "h100", "nodes": 8, "form": "fabric", "hosts_per_leaf": 2, **change}
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         expand_cluster(cluster, "net.yml")
+
+
+def test_fabric_keys_in_the_multidimensional_form_are_warned_of():
+    from flowsim.errors import FlowsimWarning
+
+    with pytest.warns(FlowsimWarning, match=r"'cluster\.tiers', 'cluster\.hosts_per_pod'.*"
+                                            r"form: fabric"):
+        expand_cluster({"device": "h100", "nodes": 8, "tiers": 3, "hosts_per_pod": 4},
+                       "net.yml")
+    for path in FILES:     # the presets themselves say nothing they do not use
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            expand_cluster(yaml.safe_load(path.read_text())["cluster"], str(path))
 
 
 def test_the_device_of_a_cluster_prices_the_generator_s_kernels():

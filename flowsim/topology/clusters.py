@@ -8,7 +8,8 @@
       gpus_per_node: 8        # default 8
       nic_gbps: 400           # line rate of one NIC, Gb/s (default by device: 200 A100, 400 H100)
       nics_per_node: 8        # default one per GPU
-      fabric: rail_optimized  # or clos: how NICs reach the leaf switches (fabric form)
+      fabric: rail_optimized  # or clos: how NICs reach the leaf switches (this and the keys
+                              # below: fabric form only; the multidim form warns of them)
       form: multidim          # or fabric: how the cluster is simulated (see below)
       hosts_per_leaf: 32      # fabric form: servers per leaf group (default 32, an SU)
       tiers: 2                # fabric form: 2 (leaf-spine) or 3 (pods of leaf-spine under
@@ -48,6 +49,7 @@ Bandwidths in the generated config are flowsim's GB/s (2**30 B/s, ASTRA-sim's co
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -64,7 +66,7 @@ from .._validate import (
     read_number,
     read_str,
 )
-from ..errors import config_error
+from ..errors import FlowsimWarning, config_error
 
 #: NCCL's bus bandwidth over NVLink as a fraction of the per-direction link bandwidth
 NVLINK_EFFICIENCY = 370.0 / 450.0
@@ -96,6 +98,8 @@ INTERCONNECTS: dict[str, Interconnect] = {
                                                 "8 x 400 Gb/s ConnectX-7"),
 }
 ALIASES = {"a100": "a100_sxm_80gb", "h100": "h100_sxm_80gb"}
+#: keys that only the fabric form reads
+FABRIC_FORM_KEYS = ("fabric", "hosts_per_leaf", "tiers", "hosts_per_pod", "oversubscription")
 CLUSTER_KEYS = ("device", "nodes", "gpus_per_node", "nic_gbps", "nics_per_node", "fabric",
                 "form", "hosts_per_leaf", "tiers", "hosts_per_pod", "oversubscription")
 
@@ -128,6 +132,13 @@ def expand_cluster(cluster: Any, source: str) -> dict[str, Any]:
                        prefix="cluster.", default="multidim")
     fabric = read_choice(cluster, "fabric", ("rail_optimized", "clos"), source=source,
                          prefix="cluster.", default="rail_optimized")
+    ignored = [key for key in FABRIC_FORM_KEYS if key in cluster] if form == "multidim" else []
+    if ignored:   # a user switching forms keeps them; say they do nothing here
+        names = ", ".join(f"'cluster.{k}'" for k in ignored)
+        warnings.warn(f"{source}: {names}: fabric-form key{'s' if len(ignored) > 1 else ''}, "
+                      f"ignored by the multidim form (the default); set 'cluster.form: "
+                      f"fabric' to use {'them' if len(ignored) > 1 else 'it'}",
+                      FlowsimWarning, stacklevel=4)
     if nodes * gpus < 2:
         raise config_error(source, "cluster.nodes", "at least 2 GPUs in the cluster", nodes)
     scale_up = facts.nvlink_gbps * NVLINK_EFFICIENCY * _GB
