@@ -14,11 +14,11 @@ line's ``--help`` / ``--version`` load neither numpy, xarray nor Numba.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
 
+from ._lazy import lazy_names
 from ._version import __version__
 from .errors import (
                      ConfigError,
@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # the real imports, for type checkers and the API reference
     from .estimate import estimate, estimate_batch
     from .network import FlowResult, maxmin_rates, simulate_flows
     from .sweep import merge, sweep
-    from .system import SystemConfig, load_system, simulate, simulate_collective
+    from .system import SystemConfig, load_system, run_collective, simulate, simulate_collective
     from .topology import Network, NetworkConfig, load_network
     from .workload import Workload, load_workload
 
@@ -45,7 +45,7 @@ _LAZY = {
     "FlowResult": ".network", "maxmin_rates": ".network", "simulate_flows": ".network",
     "merge": ".sweep", "sweep": ".sweep",
     "SystemConfig": ".system", "load_system": ".system", "simulate": ".system",
-    "simulate_collective": ".system",
+    "simulate_collective": ".system", "run_collective": ".system",
     "Network": ".topology", "NetworkConfig": ".topology", "load_network": ".topology",
     "Workload": ".workload", "load_workload": ".workload",
 }
@@ -59,24 +59,11 @@ _SHADOWED = {"sweep", "estimate"}
 __all__ = ["ConfigError", "FlowResult", "FlowSetError", "FlowsimError", "FlowsimWarning",
            "Network", "NetworkConfig", "RoutingError", "SimulationError", "SystemConfig",
            "__version__", "estimate", "estimate_batch", "load_network", "load_system",
-           "load_workload", "maxmin_rates", "merge", "simulate", "simulate_collective",
-           "simulate_flows", "sweep", "warmup", "Workload"]
+           "load_workload", "maxmin_rates", "merge", "run_collective", "simulate",
+           "simulate_collective", "simulate_flows", "sweep", "warmup", "Workload"]
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name (or a submodule) on first access and keep it."""
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module("." + name, __name__)
-    else:
-        raise AttributeError(f"module 'flowsim' has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__) | _SUBMODULES)
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), _SUBMODULES)
 
 
 class _Package(types.ModuleType):

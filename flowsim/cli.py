@@ -96,10 +96,8 @@ def _with_failures(args: argparse.Namespace):
 
 
 def _run_collective(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from .results import from_attrs
-    from .system import simulate_collective
+    # the record, not the Dataset: a shell loop's --json point never loads xarray
+    from .system.collective import run_collective
     from .topology import load_network
     from .units import format_size, format_time
 
@@ -113,42 +111,28 @@ def _run_collective(args: argparse.Namespace) -> int:
             raise FlowsimError(f"argument --dims: expected comma-separated integers, "
                                f"found {args.dims!r}") from None
     network = load_network(_with_failures(args) if args.fail or args.degrade else args.network)
-    ds = simulate_collective(network, args.collective, args.size, args.system,
-                             model=args.model, dims=dims, root=args.root, src=args.src,
-                             dst=args.dst, trace=args.trace, max_work=args.max_work)
+    record = run_collective(network, args.collective, args.size, args.system,
+                            model=args.model, dims=dims, root=args.root, src=args.src,
+                            dst=args.dst, trace=args.trace, max_work=args.max_work)
     if args.output:
         from .results import write_dataset
-        write_dataset(ds, args.output, option="-o")
-    summary = {
-        "time_ns": float(ds.time_ns),
-        "model": ds.attrs["model"],
-        "collective": ds.attrs["collective"],
-        "size_bytes": ds.attrs["size_bytes"],
-        "npus": ds.attrs["npus"],
-        "network": str(args.network),
-        "system": str(args.system) if args.system else "default",
-        "topology": [str(t) for t in ds.topology.values],
-        "algorithm": [str(a) for a in ds.algorithm.values],
-        # fabrics: links belong to no logical dimension (NaN in the Dataset, null here)
-        "dim_bytes": [float(b) if np.isfinite(b) else None for b in ds.dim_bytes.values],
-        "stats": from_attrs(ds.attrs).as_dict(),
-    }
+        write_dataset(record.to_dataset(), args.output, option="-o")
+    summary = {"network": str(args.network),
+               "system": str(args.system) if args.system else "default",
+               **record.summary()}
     if args.json:
         print(json.dumps(summary))
         return 0
     shape = " x ".join(f"{t}({n})" for t, n in zip(summary["topology"],
-                                                 ds.npus_count.values.tolist()))
+                                                 summary["npus_count"]))
     print(f"flowsim {__version__}: {summary['collective'].replace('_', '-')} of "
           f"{format_size(summary['size_bytes'])} on {summary['npus']} NPUs [{shape}], "
           f"{summary['model']} model")
     print(f"  time:       {format_time(summary['time_ns'])}  ({summary['time_ns']:.1f} ns)")
     print(f"  algorithms: {', '.join(summary['algorithm'])}")
-    busy = ds.dim_busy_ns.values
-    for d in range(len(busy)):
-        carried = ds.dim_bytes.values[d]
-        over = f"{format_size(carried)} over links, " if np.isfinite(carried) else ""
-        print(f"  dim {d}: {over}busy "
-              f"{format_time(busy[d])}")
+    for d, (carried, busy) in enumerate(zip(summary["dim_bytes"], summary["dim_busy_ns"])):
+        over = f"{format_size(carried)} over links, " if carried is not None else ""
+        print(f"  dim {d}: {over}busy {format_time(busy)}")
     stats = summary["stats"]
     print(f"  flows: {stats['flows']}, steps: {stats['steps']}, events: {stats['events']}")
     if args.output:

@@ -11,14 +11,11 @@ from typing import Any
 from ._version import __version__
 from .cli_astra import add_astra_options
 from .errors import ConfigError
+from .network.models import MODELS
 from .resources import DEFAULT_NETWORK, DEFAULT_WORKLOAD, bundled_names
 
 # This module imports nothing heavy (no numpy): ``flowsim --help`` and ``--version`` build the
 # parser and exit. The readers of :mod:`flowsim._validate` load when an option is parsed.
-
-#: The network models (``flowsim.network.engine.MODELS``, which imports numpy; a test keeps
-#: the two equal).
-MODELS: tuple[str, ...] = ("analytical", "flow")
 
 
 def _argument(reader: str, convert: Callable[[str], Any],

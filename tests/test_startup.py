@@ -13,7 +13,6 @@ import pytest
 
 import flowsim
 from flowsim import cli_args
-from flowsim.network import MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("numpy", "scipy", "xarray", "pandas", "numba", "yaml")
@@ -43,6 +42,30 @@ def test_import_flowsim_is_light():
     assert _loaded_after("import flowsim") == set()
 
 
+def test_a_small_collective_run_loads_only_numpy_and_yaml():
+    # a shell loop's point: no xarray / pandas (the record, not a Dataset), no scipy / Numba
+    # (no fabric; the small step's loads are vectorized), no dask (xarray's chunk managers)
+    code = ("import sys\nfrom flowsim.cli import main\n"
+            "main(['collective', '--json', '--network', 'ring8', '--size', '64MiB'])\n"
+            "assert 'dask' not in sys.modules")
+    assert _loaded_after(code) == {"numpy", "yaml"}
+
+
+@pytest.mark.parametrize("package", ["topology", "network", "system", "results"])
+def test_every_subpackage_name_loads_on_first_use(package):
+    code = (f"import importlib\npkg = importlib.import_module('flowsim.{package}')\n"
+            "for name in pkg.__all__:\n"
+            "    value = getattr(pkg, name)\n"
+            "    home = getattr(value, '__module__', None)\n"
+            "    assert home is None or home.startswith(pkg.__name__), (name, home)\n"
+            "assert set(pkg.__all__) <= set(dir(pkg))\n"
+            "try:\n    pkg.nope\nexcept AttributeError as e:\n    assert 'nope' in str(e)\n"
+            "else:\n    raise AssertionError('pkg.nope')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+
+
 def test_every_public_name_loads_on_first_use():
     code = ("import flowsim\n"
             "missing = [n for n in flowsim.__all__ if getattr(flowsim, n, None) is None]\n"
@@ -65,10 +88,6 @@ def test_public_names_are_the_defining_modules_objects():
     assert set(flowsim.__all__) <= set(dir(flowsim))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         flowsim.nope  # noqa: B018
-
-
-def test_the_parser_offers_the_engines_models():
-    assert tuple(cli_args.MODELS) == tuple(MODELS)
 
 
 def test_python_dash_m_flowsim_is_the_command():

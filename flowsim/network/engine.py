@@ -14,25 +14,15 @@ last dependency, and its data arrives one path latency after its last byte left.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 
 from .._arrays import gather_segments, segment_min, segment_sum
-from .._validate import as_choice, choices_of
 from ..errors import SimulationError
 from . import _kernels
 from .maxmin import MaxMinWorkspace
+from .models import NetworkModel, check_model
 
-#: The two network models (see the module docstring).
-NetworkModel = Literal["analytical", "flow"]
-MODELS: tuple[NetworkModel, ...] = choices_of(NetworkModel)
 _MODEL_CODES = {"analytical": _kernels.MODEL_ANALYTICAL, "flow": _kernels.MODEL_FLOW}
-
-
-def check_model(model: object, *, source: str = "argument", key: str = "model") -> str:
-    """Validate a network model name."""
-    return as_choice(model, MODELS, source=source, key=key)
 
 
 class _Growable:

@@ -1,4 +1,8 @@
-"""``simulate_collective``: one collective, end to end, as an xarray Dataset."""
+"""One collective, end to end: :func:`run_collective` (a record of plain arrays) and
+:func:`simulate_collective` (the same as an xarray Dataset).
+
+Importing this module loads no xarray: a one-process-per-point loop that prints a summary
+(``flowsim collective --json``) never needs it."""
 
 from __future__ import annotations
 
@@ -6,16 +10,15 @@ import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
-import xarray as xr
 
 from .._validate import as_int
 from ..collectives import COLLECTIVES, canonical_collective
 from ..errors import ConfigError, ConfigTypeError, FlowsimWarning, config_error, public_api
-from ..network.engine import check_model
-from ..results import collective_dataset
+from ..network.models import check_model
+from ..results.collective import CollectiveRecord
 from ..topology import NetworkConfig, load_network
 from ..topology.load import AnyNetwork
 from ..units import parse_size
@@ -25,6 +28,9 @@ from .load import load_system
 from .phases import algorithm_names, assign_variants, chunk_sizes, collective_phases
 from .scheduler import Schedule, can_replicate
 from .templates import route_messages
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 NetworkLike: TypeAlias = "str | os.PathLike | Mapping[str, Any] | NetworkConfig | AnyNetwork"
 
@@ -159,6 +165,26 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
         ``link_bytes``, ``link_busy_ns``, ``link_utilization`` (link), ``dim_bytes`` and
         ``dim_busy_ns`` (dim), with the topology and algorithm per dimension as coordinates.
     """
+    return run_collective(network, collective, size, system, model, dims=dims, root=root,
+                          src=src, dst=dst, trace=trace, symmetry=symmetry, group=group,
+                          replay=replay, max_work=max_work).to_dataset()
+
+
+@public_api
+def run_collective(network: NetworkLike, collective: str, size: int | str,
+                   system: str | os.PathLike | Mapping[str, Any] | SystemConfig | None = None,
+                   model: str = "analytical", *, dims: Any = None, root: int = 0,
+                   src: int | None = None, dst: int | None = None,
+                   trace: str | os.PathLike | None = None,
+                   symmetry: bool = True, group: Any = None,
+                   replay: bool = True, max_work: float | None = None) -> CollectiveRecord:
+    """Simulate one collective and return its record: the numbers of
+    :func:`simulate_collective` as plain arrays, without building a Dataset (nor importing
+    xarray): for a shell loop that runs one process per point, or an optimizer's inner loop.
+
+    Takes the parameters of :func:`simulate_collective`; ``.to_dataset()`` of the record is
+    its Dataset.
+    """
     budget = check_max_work(max_work)
     net = load_network(network)
     sys_cfg = load_system(system)
@@ -173,8 +199,8 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
         schedule = run_custom_collective(net, sys_cfg, model, name, nbytes, dims=request.dims,
                                          group=request.group, prefix=custom,
                                          trace=trace is not None, replay=replay)
-        return _dataset(schedule, net, sys_cfg, name, nbytes, model,
-                        (f"custom:{os.path.basename(custom)}",) * net.ndims)
+        return _record(schedule, net, sys_cfg, name, nbytes, model,
+                       (f"custom:{os.path.basename(custom)}",) * net.ndims)
     if name == "send_recv":
         schedule = Schedule(net, sys_cfg, model, trace=trace is not None, replay=replay)
         algorithms = ("p2p",) * net.ndims
@@ -196,7 +222,7 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
                           "synchronisation, a tree, or a send-recv) has none, so the trace "
                           "file is empty", FlowsimWarning, stacklevel=2)
         _write_trace(schedule, trace)
-    return _dataset(schedule, net, sys_cfg, name, nbytes, model, algorithms)
+    return _record(schedule, net, sys_cfg, name, nbytes, model, algorithms)
 
 
 def _write_trace(schedule: Schedule, path: str | os.PathLike) -> None:
@@ -228,8 +254,8 @@ def _send_recv(schedule: Schedule, src: int, dst: int, nbytes: int) -> None:
                      lambda t: schedule.at(t + ed, finished))
 
 
-def _dataset(schedule: Schedule, net, system: SystemConfig, collective: str,
-             nbytes: int, model: str, algorithms: tuple[str, ...]) -> xr.Dataset:
+def _record(schedule: Schedule, net, system: SystemConfig, collective: str,
+            nbytes: int, model: str, algorithms: tuple[str, ...]) -> CollectiveRecord:
     timer = schedule.timer
     ledger = schedule.ledger
     time_ns = max(ledger.collective_end.values(), default=0.0)
@@ -242,10 +268,10 @@ def _dataset(schedule: Schedule, net, system: SystemConfig, collective: str,
     if schedule.replicate:
         # every simulated flow stands for one flow in each group of its dimension
         stats = stats.with_represented_flows(ledger.represented_flows)
-    return collective_dataset(network=net, system=system, collective=collective, size=nbytes,
-                              model=model, algorithms=algorithms, time_ns=time_ns,
-                              npu_finish_ns=ledger.npu_finish.copy(), link_bytes=link_bytes,
-                              link_busy_ns=schedule.expand_replicated(
-                                  np.asarray(timer.link_busy, np.float64)),
-                              dim_bytes=dim_bytes, dim_busy_ns=ledger.dim_busy_ns(),
-                              stats=stats)
+    return CollectiveRecord(network=net, system=system, collective=collective, size=nbytes,
+                            model=model, algorithms=algorithms, time_ns=time_ns,
+                            npu_finish_ns=ledger.npu_finish.copy(), link_bytes=link_bytes,
+                            link_busy_ns=schedule.expand_replicated(
+                                np.asarray(timer.link_busy, np.float64)),
+                            dim_bytes=dim_bytes, dim_busy_ns=ledger.dim_busy_ns(),
+                            stats=stats)

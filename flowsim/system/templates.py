@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._arrays import gather_segments
-from ..network._messages import message_loads
+from ..network.messages import message_loads
 from . import cost
 
 

@@ -91,7 +91,6 @@ class Timer(Protocol):
         """Work done so far."""
 
 
-MODELS: tuple[str, ...] = ("analytical", "flow")
 
 
 def make_timer(model: str, network, *, replay: bool = True, keep_flows: bool = False

@@ -10,6 +10,8 @@ reference                              fast code
 :func:`run_events_reference`           :func:`flowsim.simulate_flows` (the event loop
                                        ``flowsim.network._kernels.run_events``)
 :func:`message_loads_reference`        ``flowsim.network._messages.message_loads``
+                                       (this one is also the fast path of small
+                                       steps, ``flowsim.network.messages``)
 :func:`expand_paths_reference`         ``flowsim.topology._paths.expand_paths``
 =====================================  ==================================================
 
@@ -24,6 +26,7 @@ from collections.abc import Iterator
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..network.messages import message_loads_vectorized as message_loads_reference  # noqa: F401
 from ._targets import EXPANDED, NO_CONVERGENCE, FlowResult, maxmin_rates_reference
 from .problems import FlowProblem
 
@@ -190,57 +193,6 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
             total += hi - max(lo, reach)
             reach = hi
     return total
-
-
-def message_loads_reference(indptr: ArrayLike, links: ArrayLike, weight: ArrayLike,
-                            message: ArrayLike, path_latency: ArrayLike, bandwidth: ArrayLike,
-                            n_messages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-message numbers of messages split over several paths, in numpy.
-
-    Parameters
-    ----------
-    indptr, links : CSR path incidence of the F flows (link ids into ``bandwidth``).
-    weight : ndarray, shape (F,)
-        Share of its message's bytes flow ``f`` carries (> 0).
-    message : ndarray of int, shape (F,)
-        Message of every flow, non-decreasing.
-    path_latency : ndarray, shape (F,)
-        Latency of every flow's path (ns).
-    bandwidth : ndarray, shape (L,)
-        Link bandwidth (bytes/ns).
-    n_messages : int
-
-    Returns
-    -------
-    latency : ndarray, shape (n_messages,)
-        The longest of the message's path latencies (0 for a message without flows).
-    per_byte : ndarray, shape (n_messages,)
-        ns per byte of the message when it is alone on the network: the link it loads most
-        relative to its bandwidth sets the pace, ``max over links of load / bandwidth``,
-        where a link's load is the sum of the weights of the message's flows crossing it.
-    busy : ndarray, shape (L,)
-        Per link, ns of transmission per byte of message: the sum of ``per_byte`` over the
-        messages that cross the link (each message keeps the link busy for its whole
-        transmission).
-    """
-    indptr = np.asarray(indptr, np.int64)
-    links = np.asarray(links, np.int64)
-    weight = np.asarray(weight, np.float64)
-    message = np.asarray(message, np.int64)
-    bandwidth = np.asarray(bandwidth, np.float64)
-    n_links = bandwidth.size
-    flow_of = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))   # per incidence
-    latency = np.zeros(n_messages)
-    np.maximum.at(latency, message, np.asarray(path_latency, np.float64))
-    # load of every (message, link) pair that occurs
-    pair = message[flow_of] * n_links + links
-    pairs, which = np.unique(pair, return_inverse=True)
-    load = np.bincount(which.ravel(), weights=weight[flow_of], minlength=pairs.size)
-    pair_message, pair_link = np.divmod(pairs, n_links)
-    per_byte = np.zeros(n_messages)
-    np.maximum.at(per_byte, pair_message, load / bandwidth[pair_link])
-    busy = np.bincount(pair_link, weights=per_byte[pair_message], minlength=n_links)
-    return latency, per_byte, busy.astype(np.float64)
 
 
 def expand_paths_reference(hop_ptr: ArrayLike, hop_links: ArrayLike, link_dst: ArrayLike,

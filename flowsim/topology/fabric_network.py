@@ -17,17 +17,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
 
 from .._arrays import gather_segments
 from ..errors import RoutingError
 from ..units import network_bandwidth_to_bytes_per_ns
-from ._paths import EXPANDED, expand_paths
 from .fabric_config import FabricConfig
 from .grid import LogicalGrid
+
+if TYPE_CHECKING:
+    from scipy.sparse import csr_matrix
 
 #: cost of one hop added to the latency when choosing shortest paths (ns)
 HOP_COST = 1e-3
@@ -90,6 +91,8 @@ class FabricNetwork(LogicalGrid):
     @cached_property
     def _cost_to(self) -> np.ndarray:
         """``cost[t, v]``: cheapest path cost from node ``v`` to NPU ``t`` (inf: none)."""
+        from scipy.sparse.csgraph import shortest_path  # here: a run without fabrics skips it
+
         cost = self.link_latency + HOP_COST
         # distances *to* each NPU: shortest paths from it on the reversed graph; parallel
         # links between two nodes keep the cheapest
@@ -155,6 +158,8 @@ class FabricNetwork(LogicalGrid):
 def _min_duplicates(rows: np.ndarray, cols: np.ndarray, values: np.ndarray,
                     n: int) -> csr_matrix:
     """Sparse matrix keeping the smallest value among duplicate entries."""
+    from scipy.sparse import csr_matrix
+
     key = rows * n + cols
     order = np.lexsort((values, key))
     first = np.ones(order.size, bool)
@@ -169,6 +174,8 @@ def _shortest_path_flows(net: FabricNetwork, src: np.ndarray, dst: np.ndarray,
     message, each message's paths by length and then in next-link order: a depth-first walk
     per pair (jitted), splitting the bytes evenly at every hop (or following the hash
     choice if ``single``)."""
+    from ._paths import EXPANDED, expand_paths  # Numba: loaded when a fabric routes
+
     hop_ptr, hop_links = net._next_hops
     hash_key = (src * 1_000_003 + dst * 998_244_353) % 2_147_483_647
     message, weight, indptr, links, mixed, status = expand_paths(

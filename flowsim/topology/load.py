@@ -10,27 +10,28 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .._io import read_mapping
 from .._validate import as_config
 from ..errors import public_api
 from ..resources import resolve_config_path
 from .astra1 import is_astra1_network, parse_astra1_network
-from .clusters import cluster_mapping
-from .fabric_config import FabricConfig, parse_fabric_config
-from .fabric_network import FabricNetwork
-from .infragraph import parse_infragraph_config
 from .network import Network
 from .network_config import NetworkConfig, parse_network_config
 from .view import LogicalView
 
+if TYPE_CHECKING:   # the other formats load when a config uses them (a shell loop's start-up)
+    from .fabric_config import FabricConfig
+    from .fabric_network import FabricNetwork
+
 #: How many built networks :func:`load_network` keeps (least recently used dropped first).
 CACHE_SIZE = 64
 
-AnyConfig = NetworkConfig | FabricConfig
-AnyNetwork = Network | FabricNetwork | LogicalView
+AnyConfig: TypeAlias = "NetworkConfig | FabricConfig"
+AnyNetwork: TypeAlias = "Network | FabricNetwork | LogicalView"
 
 
 @public_api
@@ -48,9 +49,10 @@ def load_network(source: Any) -> AnyNetwork:
     >>> net.npus, net.num_links
     (8, 16)
     """
-    if isinstance(source, (Network, FabricNetwork, LogicalView)):
+    if isinstance(source, (Network, LogicalView)) or _is_fabric(source, "fabric_network",
+                                                                  "FabricNetwork"):
         return source
-    if isinstance(source, (NetworkConfig, FabricConfig)):
+    if isinstance(source, NetworkConfig) or _is_fabric(source, "fabric_config", "FabricConfig"):
         config = source
     elif isinstance(source, Mapping):
         config = parse_network_mapping(source, "<dict>")
@@ -62,9 +64,17 @@ def load_network(source: Any) -> AnyNetwork:
 @functools.lru_cache(maxsize=CACHE_SIZE)
 def build_network(config: AnyConfig) -> AnyNetwork:
     """The network of a validated config (cached: configs are frozen and hashable)."""
-    if isinstance(config, FabricConfig):
-        return FabricNetwork.from_config(config)
-    return Network.from_config(config)
+    if isinstance(config, NetworkConfig):
+        return Network.from_config(config)
+    from .fabric_network import FabricNetwork
+
+    return FabricNetwork.from_config(config)
+
+
+def _is_fabric(obj: Any, module: str, name: str) -> bool:
+    """``obj`` is an instance of the fabric class ``name`` (no fabric: nothing imported)."""
+    loaded = sys.modules.get(f"{__package__}.{module}")
+    return loaded is not None and isinstance(obj, getattr(loaded, name))
 
 
 def read_network_file(path: str | os.PathLike) -> AnyConfig:
@@ -77,10 +87,16 @@ def parse_network_mapping(data: Mapping[str, Any], source: str = "<dict>") -> An
     """Validate a network mapping of any format (see the module docstring)."""
     as_config(data, source=source, what="network")
     if "cluster" in data:
+        from .clusters import cluster_mapping
+
         data = cluster_mapping(data, source)
     if "fabric" in data:
+        from .fabric_config import parse_fabric_config
+
         return parse_fabric_config(data, source)
     if "infragraph" in data:
+        from .infragraph import parse_infragraph_config
+
         return parse_infragraph_config(data, source)
     if is_astra1_network(data):
         return parse_astra1_network(data, source)
