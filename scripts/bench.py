@@ -1,8 +1,12 @@
 """flowsim benchmarks: prints a table of cold (fresh process, import + compile or cache load
 + first call) and warm (median of repeats) wall times and peak RSS per case.
 
-    python scripts/bench.py             # all cases, then the scaling series
+    python scripts/bench.py             # all cases, the scaling series, the whole processes
     python scripts/bench.py maxmin      # cases whose name contains 'maxmin'
+
+Whole processes (one point per process, start-up included, against ASTRA-sim's recorded or
+locally run wall times; the 16K- and 131K-GPU training iterations) are in
+``scripts/bench_process.py``; start-up alone in ``scripts/bench_cli.py``.
 
 Targets are checked here, not in unit tests (timings depend on the machine).
 """
@@ -164,10 +168,11 @@ def main(argv: list[str]) -> int:
               f"{i.get('reused_steps', 0):>7} {i['events']:>7} {i['rate_computations']:>6} "
               f"{r['import_s']:6.2f} {r['cold_s']:7.3f} {r['warm_s']:7.3f} {r['rss_mb']:6.0f}"
               f"{_verdict(name, r['warm_s'], r['rss_mb'])}")
-    if not pattern:   # the scaling series (and its plot) in a fresh process
-        print()
-        subprocess.run([sys.executable, str(Path(__file__).with_name("bench_scaling.py"))],
-                       check=False)
+    if not pattern:   # the scaling series (and its plot), then the whole processes
+        for script in ("bench_scaling.py", "bench_process.py"):
+            print()
+            subprocess.run([sys.executable, str(Path(__file__).with_name(script))],
+                           check=False)
     return 0
 
 

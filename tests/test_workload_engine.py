@@ -187,6 +187,26 @@ def test_a_send_without_recv_is_reported_as_a_pair():
         simulate(ring(4), work, pure())
 
 
+def test_pairs_split_across_programs_match_npu_by_npu():
+    # the sends of one 2-NPU program are received by two 1-NPU programs: the per-program
+    # summary does not balance, the per-NPU pairs do (validation falls back to them)
+    from flowsim.workload.validate import _check_pairs, _pairs_balance_by_program
+
+    send = Op(0, "send", peer_offset=2, size=8)
+    work = Workload([Program([send], [0, 1], "senders"),
+                     Program([Op(0, "recv", peer_offset=-2, size=8)], [2], "r2"),
+                     Program([Op(0, "recv", peer_offset=-2, size=8)], [3], "r3")])
+    assert not _pairs_balance_by_program(work)
+    _check_pairs(work, ring(4))
+    # one receiver short: caught per NPU
+    with pytest.raises(ConfigError, match="no matching recv on NPU 3"):
+        _check_pairs(Workload(work.programs[:2]), ring(4))
+    # a pipeline's programs pair up program by program
+    pipeline = Workload([Program([send], [0, 1], "stage0"),
+                         Program([Op(0, "recv", peer_offset=-2, size=8)], [2, 3], "stage1")])
+    assert _pairs_balance_by_program(pipeline)
+
+
 @pytest.mark.parametrize("kwargs, key", [
     ({"iterations": 0}, "iterations"), ({"speed": [1, 0, 1, 1]}, "speed"),
     ({"collective_streams": 0}, "collective_streams"), ({"compute_scale": -1}, "compute_scale"),
