@@ -1,5 +1,5 @@
 """Scaling series: ring all-reduce (1 GiB, 16 chunks, localBWAware) on 3-D Ring x
-FullyConnected x Switch systems from 64 to 16384 NPUs, warm medians, for the analytical
+FullyConnected x Switch systems from 64 to 131,072 NPUs, warm medians, for the analytical
 model, the flow model, and the flow model's raw engine (every step's flows simulated: no
 replay of isolated steps); prints a table and draws scaling.png (wall time against NPUs,
 and the raw engine's against simulated flows x rate recomputations, log-log; pass
@@ -23,7 +23,7 @@ RUNS = [("analytical", "analytical", True), ("flow", "flow", True),
         ("flow, raw engine", "flow", False)]
 
 SHAPES = [(4, 4, 4), (8, 8, 4), (8, 8, 8), (16, 8, 8), (16, 16, 16), (16, 32, 16),
-          (16, 32, 32)]
+          (16, 32, 32), (16, 64, 32), (32, 64, 32), (32, 64, 64)]
 SYSTEM = {"preferred-dataset-splits": 16, "endpoint-delay": 10, "local-mem-bw": 1600,
           "collective-optimization": "localBWAware",
           "all-reduce-implementation": ["ring", "ring", "ring"]}
