@@ -29,6 +29,21 @@ from ..topology.view import LogicalView
 from .config import IMPLEMENTATION_KEYS, SystemConfig
 
 
+class NpuSet(tuple):
+    """NPU ids as a tuple that hashes its items once.
+
+    A program's scope (its 1,024 NPUs, say) keys the dimension queues and the phase, group
+    and template caches at every collective it issues; a plain tuple would hash every item
+    each time. Equal to, and hashing like, the plain tuple of the same ids.
+    """
+
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("hash")
+        if cached is None:
+            cached = self.__dict__["hash"] = tuple.__hash__(self)
+        return cached
+
+
 @dataclass(frozen=True)
 class Phase:
     """One collective on every group of one dimension (or of several, for flat algorithms).

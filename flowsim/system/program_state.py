@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..workload.graph import Op, Program, topological_order
+from .phases import NpuSet
 
 
 @dataclass
@@ -93,7 +94,7 @@ def program_state(index: int, program: Program, total_npus: int, *, uniform: boo
     ``uniform`` one tracks the times of its first NPU only."""
     order = topological_order(program)
     npus = np.sort(program.npus)
-    scope = () if npus.size == total_npus else tuple(int(n) for n in npus)
+    scope = () if npus.size == total_npus else NpuSet(int(n) for n in npus)
     users: dict[int, list[int]] = {op.id: [] for op in order}
     remaining = {}
     for op in order:

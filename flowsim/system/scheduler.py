@@ -83,6 +83,8 @@ class Schedule:
         self.trace_log: list[dict] | None = [] if trace else None
         self._queues: dict[Hashable, list] = {}   # keyed by Phase.queue
         self._running: dict[Hashable, int] = {}
+        #: chunks waiting in all queues (admission is a no-op at zero: most events)
+        self._waiting = 0
         self._seq = itertools.count()
         self._counter = 0
         self._collectives = 0
@@ -206,12 +208,16 @@ class Schedule:
     def _enqueue(self, chunk: _Chunk) -> None:
         queue = chunk.phases[chunk.phase].queue
         heapq.heappush(self._queues.setdefault(queue, []), (chunk.key, next(self._seq), chunk))
+        self._waiting += 1
 
     def _admit(self, now: float) -> None:
+        if not self._waiting:
+            return
         limit = self.system.active_chunks
         for queue, waiting in self._queues.items():
             while waiting and self._running.get(queue, 0) < limit:
                 _, _, chunk = heapq.heappop(waiting)
+                self._waiting -= 1
                 self._running[queue] = self._running.get(queue, 0) + 1
                 self._start_phase(chunk, now)
 
