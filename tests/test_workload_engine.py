@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import pure, ring
-from flowsim import ConfigError, FlowsimWarning, simulate
+from flowsim import ConfigError, FlowsimWarning, load_network, simulate
 from flowsim.cli import main
 from flowsim.units import network_bandwidth_to_bytes_per_ns
 from flowsim.workload import Op, Program, Workload, spmd
@@ -435,3 +435,23 @@ def test_op_times_that_are_not_non_negative_numbers_name_file_and_node(bad):
     with pytest.raises(ConfigError, match=r"my\.yml: node 0 \(x\): duration_ns must be a "
                                           r"non-negative number, found"):
         check_workload(work, load_network("ring8"))
+
+
+def test_a_program_scope_hashes_like_its_tuple_and_only_once():
+    from flowsim.system.phases import NpuSet
+
+    scope = NpuSet(range(1024))
+    plain = tuple(range(1024))
+    assert scope == plain and hash(scope) == hash(plain)
+    assert {plain: "queue"}[scope] == "queue" and {scope: 1}[plain] == 1
+    assert scope.__dict__["hash"] == hash(plain)   # kept after the first hash
+    assert NpuSet(range(3)) != NpuSet(range(4))
+    # a pipeline stage's state carries its scope as an NpuSet; the whole network none
+    net = load_network(ring(4))
+    work = Workload([Program([Op(0, "compute", duration_ns=1.0)], [0, 1], "a"),
+                     Program([Op(0, "compute", duration_ns=1.0)], [2, 3], "b")])
+    from flowsim.system.program_state import program_state
+
+    assert isinstance(program_state(0, work.programs[0], net.npus).scope, NpuSet)
+    assert program_state(0, spmd([Op(0, "compute", duration_ns=1.0)], 4).programs[0],
+                         net.npus).scope == ()
