@@ -61,6 +61,11 @@ def test_every_subpackage_name_loads_on_first_use(package):
             "assert set(pkg.__all__) <= set(dir(pkg))\n"
             "try:\n    pkg.nope\nexcept AttributeError as e:\n    assert 'nope' in str(e)\n"
             "else:\n    raise AssertionError('pkg.nope')\n")
+    _passes(code)
+
+
+def _passes(code: str) -> None:
+    """``code`` runs to the end in a fresh interpreter."""
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
@@ -75,9 +80,7 @@ def test_every_public_name_loads_on_first_use():
             "import flowsim.sweep.run, flowsim.estimate  # the submodules keep their names\n"
             "assert callable(flowsim.sweep) and callable(flowsim.estimate)\n"
             "assert callable(flowsim.results.from_attrs)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
+    _passes(code)
 
 
 def test_public_names_are_the_defining_modules_objects():
