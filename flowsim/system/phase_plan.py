@@ -50,10 +50,11 @@ class PhasePlan:
         self.represented = sum(tp.represented_flows for tp in self.templates)
 
     def all_links(self) -> np.ndarray:
-        """Every link a step of the phase sends on (computed once)."""
+        """Every link a step of the phase sends on (computed once, over the distinct
+        templates: a 1,024-NPU ring's 1,023 steps share one)."""
         if self.links is None:
             self.links = np.unique(np.concatenate(
-                [tp.link_bytes_per_byte[0] for tp in self.templates]))
+                [tp.link_bytes_per_byte[0] for tp, _, _ in self.usage]))
         return self.links
 
     def end_alone(self, start: float) -> float:
