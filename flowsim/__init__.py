@@ -14,11 +14,9 @@ line's ``--help`` / ``--version`` load neither numpy, xarray nor Numba.
 
 from __future__ import annotations
 
-import sys
-import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ._lazy import lazy_names
+from ._lazy import keep_functions_over_submodules, lazy_names
 from ._version import __version__
 from .errors import (
                      ConfigError,
@@ -34,7 +32,14 @@ if TYPE_CHECKING:  # the real imports, for type checkers and the API reference
     from .estimate import estimate, estimate_batch
     from .network import FlowResult, maxmin_rates, simulate_flows
     from .sweep import merge, sweep
-    from .system import SystemConfig, load_system, run_collective, simulate, simulate_collective
+    from .system import (
+        SystemConfig,
+        load_system,
+        run_collective,
+        run_training,
+        simulate,
+        simulate_collective,
+    )
     from .topology import Network, NetworkConfig, load_network
     from .workload import Workload, load_workload
 
@@ -45,7 +50,7 @@ _LAZY = {
     "FlowResult": ".network", "maxmin_rates": ".network", "simulate_flows": ".network",
     "merge": ".sweep", "sweep": ".sweep",
     "SystemConfig": ".system", "load_system": ".system", "simulate": ".system",
-    "simulate_collective": ".system", "run_collective": ".system",
+    "simulate_collective": ".system", "run_collective": ".system", "run_training": ".system",
     "Network": ".topology", "NetworkConfig": ".topology", "load_network": ".topology",
     "Workload": ".workload", "load_workload": ".workload",
 }
@@ -59,22 +64,11 @@ _SHADOWED = {"sweep", "estimate"}
 __all__ = ["ConfigError", "FlowResult", "FlowSetError", "FlowsimError", "FlowsimWarning",
            "Network", "NetworkConfig", "RoutingError", "SimulationError", "SystemConfig",
            "__version__", "estimate", "estimate_batch", "load_network", "load_system",
-           "load_workload", "maxmin_rates", "merge", "run_collective", "simulate",
-           "simulate_collective", "simulate_flows", "sweep", "warmup", "Workload"]
+           "load_workload", "maxmin_rates", "merge", "run_collective", "run_training",
+           "simulate", "simulate_collective", "simulate_flows", "sweep", "warmup", "Workload"]
 
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), _SUBMODULES)
 
 
-class _Package(types.ModuleType):
-    """The package's module type: importing ``flowsim.sweep`` or ``flowsim.estimate`` makes
-    the import system set that attribute to the submodule; the public name stays the
-    function."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _SHADOWED and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+keep_functions_over_submodules(__name__, _SHADOWED)

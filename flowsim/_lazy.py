@@ -8,6 +8,8 @@ then costs nothing until a run asks for, say, a fabric (scipy, Numba) or a Datas
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -45,3 +47,22 @@ def lazy_names(package: str, names: Mapping[str, str], namespace: dict[str, Any]
         return sorted(set(namespace) | set(names) | subs)
 
     return __getattr__, __dir__
+
+
+def keep_functions_over_submodules(package: str, names: Iterable[str]) -> None:
+    """Keep the public functions ``names`` of ``package`` when their homonymous submodules
+    load.
+
+    Importing ``flowsim.system.simulate`` makes the import system set the package's attribute
+    ``simulate`` to the submodule; the public name must stay the function (``flowsim.sweep``
+    and ``flowsim.estimate`` likewise). The package's module type ignores that assignment.
+    """
+    shadowed = frozenset(names)
+
+    class _Package(types.ModuleType):
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name in shadowed and isinstance(value, types.ModuleType):
+                return
+            super().__setattr__(name, value)
+
+    sys.modules[package].__class__ = _Package

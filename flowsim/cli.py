@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import warnings
 from pathlib import Path
@@ -174,50 +175,37 @@ def _check_output(option: str, path: str | None, *, folder: bool = False,
 
 
 def _run_workload(args: argparse.Namespace) -> int:
-    import numpy as np
-
+    # the run's record and summary; a Dataset (xarray) only when -o or --csv writes one
     from .cli_astra import apply_astra_options
-    from .results import from_attrs
-    from .system import simulate
+    from .system.simulate import run_training
     from .units import format_size, format_time
 
     apply_astra_options(args)
     _check_output("-o", args.output)
     _check_output("--trace", args.trace, trace=True)
     _check_output("--csv", args.csv, folder=True)
-    ds = simulate(args.network, args.workload, args.system, model=args.model,
-                  iterations=args.iterations, compute_scale=args.compute_scale,
-                  comm_scale=args.comm_scale, memory=args.memory,
-                  roofline=_roofline_option(args.roofline), comm_groups=args.comm_group,
-                  trace=args.trace, max_work=args.max_work, spmd=args.spmd,
-                  element_bytes=args.element_bytes)
+    run = run_training(args.network, args.workload, args.system, model=args.model,
+                       iterations=args.iterations, compute_scale=args.compute_scale,
+                       comm_scale=args.comm_scale, memory=args.memory,
+                       roofline=_roofline_option(args.roofline), comm_groups=args.comm_group,
+                       trace=args.trace, max_work=args.max_work, spmd=args.spmd,
+                       element_bytes=args.element_bytes)
     written = []
-    if args.output:
-        from .results import write_dataset
-        write_dataset(ds, args.output, option="-o")
-        written.append(args.output)
-    if args.csv:
-        from .results import write_csvs
-        written += [str(p) for p in write_csvs(ds, args.csv)]
+    if args.output or args.csv:
+        ds = run.to_dataset()
+        if args.output:
+            from .results import write_dataset
+            write_dataset(ds, args.output, option="-o")
+            written.append(args.output)
+        if args.csv:
+            from .results import write_csvs
+            written += [str(p) for p in write_csvs(ds, args.csv)]
     if args.trace:
         written.append(args.trace)
-    from .results.workload import shares
-
-    compute = float(ds.compute_ns.mean())
-    exposed = float(ds.exposed_comm_ns.mean())
-    summary = {"time_ns": float(ds.time_ns), "model": ds.attrs["model"],
-               "workload": ds.attrs["workload"], "npus": ds.attrs["npus"],
-               "iterations": ds.attrs["iterations"], "compute_ns": compute,
-               "exposed_comm_ns": exposed, "bubble_ns": float(ds.bubble_ns.mean()),
-               "idle_ns": float(ds.idle_ns.mean()), **shares(ds),
-               **{key: ds.attrs[key] for key in ("model_flops", "tflops_per_npu", "mfu")
-                  if key in ds.attrs},
-               "dim_bytes": [float(b) if np.isfinite(b) else None
-                             for b in ds.dim_bytes.values],
-               "collectives": ds.attrs["collectives"],
-               "stats": from_attrs(ds.attrs).as_dict()}
+    summary = run.summary()
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps({k: v for k, v in summary.items()
+                          if k not in ("dim_busy_ns", "most_exposed")}))
         return 0
     total = summary["time_ns"]
     print(f"flowsim {__version__}: {summary['workload']} on {summary['npus']} NPUs, "
@@ -225,11 +213,12 @@ def _run_workload(args: argparse.Namespace) -> int:
     print(f"  time:          {format_time(total)}  ({total:.1f} ns)")
 
     def share(key: str) -> str:
-        return f"{100 * summary[key]:5.1f}%" if np.isfinite(summary[key]) else "  -  "
+        return f"{100 * summary[key]:5.1f}%" if math.isfinite(summary[key]) else "  -  "
 
-    print(f"  compute:       {format_time(compute)}  {share('compute_share')} (means over "
-          "NPUs, shares of their time)")
-    print(f"  exposed comm:  {format_time(exposed)}  {share('exposed_comm_share')}")
+    print(f"  compute:       {format_time(summary['compute_ns'])}  {share('compute_share')} "
+          "(means over NPUs, shares of their time)")
+    print(f"  exposed comm:  {format_time(summary['exposed_comm_ns'])}  "
+          f"{share('exposed_comm_share')}")
     if summary["bubble_ns"] > 0:   # a pipeline
         print(f"  bubble:        {format_time(summary['bubble_ns'])}  {share('bubble_share')} "
               "(waiting on pipeline receives)")
@@ -238,16 +227,13 @@ def _run_workload(args: argparse.Namespace) -> int:
         mfu = f", MFU {100 * summary['mfu']:.1f}%" if "mfu" in summary else ""
         print(f"  throughput:    {summary['tflops_per_npu']:.1f} TFLOP/s per NPU{mfu} "
               f"({summary['model_flops']:.3e} model FLOPs per iteration, Megatron-LM's count)")
-    by_layer = ds.layer_exposed_comm_ns.sum("pass")
-    if float(by_layer.sum()) > 0:
-        top = by_layer.sortby(by_layer, ascending=False)[:3]
-        print("  most exposed:  " + ", ".join(f"{str(layer)} {format_time(float(v))}"
-                                             for layer, v in zip(top.layer.values, top.values)
-                                             if v > 0) + " (per layer, mean over its NPUs)")
-    for d in range(ds.sizes["dim"]):
-        carried = float(ds.dim_bytes[d])
-        over = f"{format_size(carried)} over links, " if np.isfinite(carried) else ""
-        print(f"  dim {d}: {over}busy {format_time(float(ds.dim_busy_ns[d]))}")
+    if summary["most_exposed"]:
+        print("  most exposed:  " + ", ".join(f"{layer} {format_time(v)}"
+                                             for layer, v in summary["most_exposed"])
+              + " (per layer, mean over its NPUs)")
+    for d, (carried, busy) in enumerate(zip(summary["dim_bytes"], summary["dim_busy_ns"])):
+        over = f"{format_size(carried)} over links, " if carried is not None else ""
+        print(f"  dim {d}: {over}busy {format_time(busy)}")
     for path in written:
         print(f"  wrote {path}")
     return 0

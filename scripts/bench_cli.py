@@ -51,6 +51,7 @@ def commands() -> dict[str, list[str]]:
         out["flowsim --help"] = [script, "--help"]
         out[SMALL_RUN] = [script, "collective", "--json", "--network", "ring8",
                           "--collective", "all_reduce", "--size", "64MiB"]
+        out["flowsim run"] = [script, "run"]   # the README's first command
     return out
 
 

@@ -51,6 +51,20 @@ def test_a_small_collective_run_loads_only_numpy_and_yaml():
     assert _loaded_after(code) == {"numpy", "yaml"}
 
 
+def test_the_default_run_loads_only_numpy_and_yaml():
+    # `flowsim run` prints its summary from the run's record: no xarray, and the analytical
+    # model of a multi-dimensional network loads neither scipy nor Numba
+    code = "from flowsim.cli import main\nmain(['run'])"
+    assert _loaded_after(code) == {"numpy", "yaml"}
+
+
+def test_a_function_keeps_its_name_when_its_homonymous_submodule_loads():
+    _passes("import flowsim.system.simulate, flowsim.sweep, flowsim.estimate\n"
+            "import flowsim, flowsim.system\n"
+            "assert callable(flowsim.simulate) and callable(flowsim.system.simulate)\n"
+            "assert callable(flowsim.sweep) and callable(flowsim.estimate)\n")
+
+
 @pytest.mark.parametrize("package", ["topology", "network", "system", "results"])
 def test_every_subpackage_name_loads_on_first_use(package):
     code = (f"import importlib\npkg = importlib.import_module('flowsim.{package}')\n"

@@ -9,21 +9,19 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._io import write_text_atomic
 from .._version import __version__
-from ..workload.graph import PASSES
+from ..workload.graph import PASSES, Workload
 from .collective import per_dimension_config
 from .stats import SimulationStats, to_attrs
 from .units import set_units
 
 if TYPE_CHECKING:
     import xarray as xr
-
-    from ..workload.graph import Workload
 
 
 @dataclass
@@ -72,6 +70,55 @@ class RunRecord:
     timeline: list[dict] = field(default_factory=list)
 
 
+@dataclass
+class WorkloadRun:
+    """A finished workload run: its :class:`RunRecord` and what it ran on, as plain arrays
+    (:func:`flowsim.system.run_training` returns it); :meth:`to_dataset` is what
+    :func:`flowsim.simulate` returns, :meth:`summary` the headline numbers without xarray."""
+
+    record: RunRecord
+    network: Any
+    system: Any
+    model: str
+    workload: Workload
+    iterations: int
+    peak_flops: float | None = None
+
+    def to_dataset(self) -> xr.Dataset:
+        """The run as an xarray Dataset (see :func:`flowsim.simulate`)."""
+        return workload_dataset(self.record, self.network, self.system, self.model,
+                                self.workload, self.iterations, peak_flops=self.peak_flops)
+
+    def summary(self) -> dict[str, Any]:
+        """What ``flowsim run`` prints (``--json``): means over NPUs, shares, throughput, the
+        three layers with the most exposed communication, per-dimension bytes and busy time."""
+        rec, net = self.record, self.network
+        idle = npu_idle(rec)
+        layers = np.array(list(self.workload.layers) + ["(other)"], dtype=str)
+        # per layer and pass means over the layer's NPUs, then summed over passes (as the
+        # Dataset's layer_exposed_comm_ns.sum("pass"))
+        by_layer = (rec.layer_exposed_ns / np.maximum(rec.layer_npus, 1)[:, None]).sum(axis=1)
+        top = np.lexsort((by_layer,))[::-1][:3]   # as xarray's sortby(ascending=False)
+        return {
+            "time_ns": float(rec.time_ns), "model": self.model,
+            "workload": self.workload.name, "npus": int(net.npus),
+            "iterations": int(self.iterations),
+            "compute_ns": float(np.mean(rec.npu_compute_ns)),
+            "exposed_comm_ns": float(np.mean(rec.npu_exposed_ns)),
+            "bubble_ns": float(np.mean(rec.npu_bubble_ns)), "idle_ns": float(np.mean(idle)),
+            **shares_of(rec.npu_finish_ns, rec.npu_compute_ns, rec.npu_exposed_ns,
+                        rec.npu_bubble_ns, idle),
+            **throughput(self.workload.model_flops,
+                         float(rec.time_ns) * 1e-9 / self.iterations, int(net.npus),
+                         self.peak_flops),
+            "dim_bytes": [float(b) if np.isfinite(b) else None
+                          for b in _attributable(net, rec.dim_bytes)],
+            "dim_busy_ns": [float(b) for b in rec.dim_busy_ns],
+            "most_exposed": [[str(layers[i]), float(by_layer[i])] for i in top
+                             if by_layer[i] > 0],
+            "collectives": int(rec.collectives), "stats": rec.stats.as_dict()}
+
+
 def workload_dataset(record: RunRecord, network, system, model: str, workload: Workload,
                      iterations: int, peak_flops: float | None = None) -> xr.Dataset:
     """Assemble the Dataset of one workload run (see :func:`flowsim.simulate`);
@@ -85,9 +132,7 @@ def workload_dataset(record: RunRecord, network, system, model: str, workload: W
     cfg = network.config
     _, _, per_link = per_dimension_config(network)
     total = float(record.time_ns)
-    idle = (record.npu_finish_ns - record.npu_compute_ns - record.npu_exposed_ns
-            - record.npu_bubble_ns)
-    idle[idle < IDLE_NOISE_NS] = 0.0   # float rounding of the subtraction, not idle time
+    idle = npu_idle(record)
     per_npu = np.maximum(record.layer_npus, 1)[:, None]  # sums over NPUs -> means
     ds = xr.Dataset(
         data_vars={
@@ -129,7 +174,8 @@ def workload_dataset(record: RunRecord, network, system, model: str, workload: W
             **to_attrs(record.stats),
         },
     )
-    ds.attrs.update(shares(ds))
+    ds.attrs.update(shares_of(record.npu_finish_ns, record.npu_compute_ns,
+                              record.npu_exposed_ns, record.npu_bubble_ns, idle))
     ds.attrs.update(throughput(workload.model_flops, total * 1e-9 / iterations,
                                int(network.npus), peak_flops))
     set_units(ds)
@@ -149,6 +195,14 @@ def _attributable(network, dim_bytes: np.ndarray) -> np.ndarray:
 IDLE_NOISE_NS = 1e-3
 
 
+def npu_idle(record: RunRecord) -> np.ndarray:
+    """Per NPU, the time neither computing, exposed to communication nor in the bubble."""
+    idle = (record.npu_finish_ns - record.npu_compute_ns - record.npu_exposed_ns
+            - record.npu_bubble_ns)
+    idle[idle < IDLE_NOISE_NS] = 0.0   # float rounding of the subtraction, not idle time
+    return idle
+
+
 def throughput(model_flops: float | None, iteration_s: float, npus: int,
                peak_flops: float | None) -> dict[str, float]:
     """``model_flops`` (per iteration), ``tflops_per_npu`` (model FLOPs per second and NPU,
@@ -164,15 +218,23 @@ def throughput(model_flops: float | None, iteration_s: float, npus: int,
 
 
 def shares(ds: xr.Dataset) -> dict[str, float]:
+    """A run's shares from its Dataset (see :func:`shares_of`)."""
+    return shares_of(*(ds[name].values for name in ("finish_ns", "compute_ns",
+                                                    "exposed_comm_ns", "bubble_ns",
+                                                    "idle_ns")))
+
+
+def shares_of(finish: np.ndarray, compute: np.ndarray, exposed: np.ndarray,
+              bubble: np.ndarray, idle: np.ndarray) -> dict[str, float]:
     """The one definition of a run's shares, used by the summary, ``--json``, the CSVs and the
     Dataset's attributes: the mean over NPUs of compute, exposed communication, pipeline
     bubble and idle time, each divided by the mean over NPUs of their finish time (so the
     four add up to 1). NaN when no NPU did anything."""
-    span = float(ds.finish_ns.mean())
-    names = {"compute_share": "compute_ns", "exposed_comm_share": "exposed_comm_ns",
-             "bubble_share": "bubble_ns", "idle_share": "idle_ns"}
-    return {key: float(ds[var].mean()) / span if span > 0 else math.nan
-            for key, var in names.items()}
+    span = float(np.mean(finish))
+    parts = {"compute_share": compute, "exposed_comm_share": exposed, "bubble_share": bubble,
+             "idle_share": idle}
+    return {key: float(np.mean(part)) / span if span > 0 else math.nan
+            for key, part in parts.items()}
 
 
 def write_csvs(ds: xr.Dataset, directory: str | os.PathLike) -> list[Path]:

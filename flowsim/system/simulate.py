@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from ..compute import ComputeModel, DeviceModel
 from ..errors import ConfigError, config_error, public_api
-from ..network.engine import check_model
-from ..results import workload_dataset
+from ..network.models import check_model
+from ..results.workload import WorkloadRun
 from ..topology import load_network
 from ..workload.load import WorkloadLike, load_workload
 from ..workload.memory import load_memory
@@ -21,6 +20,9 @@ from .budget import check_max_work, check_work, workload_work
 from .load import load_system
 from .split_dims import logical_system
 from .workload_engine import run_workload
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 @public_api
@@ -95,6 +97,30 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
         ``layer_comm_ns`` (issue to finish plus update delay of the layer's collectives),
         averaged over the NPUs that run them; per dimension ``dim_bytes`` and ``dim_busy_ns``.
     """
+    return run_training(network, workload, system, model, iterations,
+                        compute_scale=compute_scale, comm_scale=comm_scale, speed=speed,
+                        roofline=roofline, memory=memory,
+                        collective_streams=collective_streams, comm_groups=comm_groups,
+                        trace=trace, replay=replay, device=device, max_work=max_work,
+                        spmd=spmd, element_bytes=element_bytes).to_dataset()
+
+
+@public_api
+def run_training(network: Any, workload: WorkloadLike, system: Any = None,
+                 model: str = "analytical", iterations: int = 1, *,
+                 compute_scale: float = 1.0, comm_scale: float = 1.0,
+                 speed: Any = None, roofline: Any = None, memory: Any = None,
+                 collective_streams: int | None = None, comm_groups: Any = None,
+                 trace: str | os.PathLike | None = None, replay: bool = True,
+                 device: Any = None, max_work: float | None = None, spmd: bool = False,
+                 element_bytes: int | None = None) -> WorkloadRun:
+    """Simulate a training workload and return the run (:class:`~flowsim.results.
+    WorkloadRun`): its record as plain arrays, without building a Dataset or importing
+    xarray; ``.to_dataset()`` is what :func:`simulate` returns, ``.summary()`` the headline
+    numbers. For one process per point, or an optimizer's inner loop.
+
+    Takes the parameters of :func:`simulate`.
+    """
     budget = check_max_work(max_work)
     net = load_network(network)
     sys_cfg = load_system(system)
@@ -122,8 +148,8 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
         from ..results.trace import workload_trace, write_trace
 
         write_trace(workload_trace(record.timeline, work), trace)
-    return workload_dataset(record, net, sys_cfg, model, work, iterations,
-                            peak_flops=compute.peak_flops if compute is not None else None)
+    return WorkloadRun(record, net, sys_cfg, model, work, iterations,
+                       peak_flops=compute.peak_flops if compute is not None else None)
 
 
 def _speeds(speed: Any, npus: int) -> np.ndarray:

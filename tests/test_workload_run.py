@@ -1,0 +1,54 @@
+"""``run_training`` returns the run without a Dataset: its Dataset is ``simulate``'s, and its
+summary (what ``flowsim run`` prints) holds the Dataset's numbers to the bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import flowsim
+from flowsim.results.workload import WorkloadRun, shares
+from flowsim.system import run_training
+
+PIPELINE = {"generator": "transformer", "layers": 4, "hidden": 1024, "ffn": 4096,
+            "heads": 8, "vocab": 32000, "sequence": 1024, "micro_batch": 1,
+            "micro_batches": 4, "tp": 2, "pp": 2, "dp": 2, "device": "a100"}
+CASES = [("ring8", "resnet50_dp", "analytical"),
+         ("ring8", "microbench_allreduce", "flow"),
+         ({"topology": ["Ring", "Switch"], "npus_count": [2, 4], "bandwidth": [200, 50],
+           "latency": [500, 500]}, PIPELINE, "flow"),
+         ("dgx_pod_64_leafspine_4to1", {**PIPELINE, "dp": 16}, "analytical")]
+
+
+def _from_dataset(ds: xr.Dataset) -> dict:
+    """The summary as the command line computed it from the Dataset before."""
+    by_layer = ds.layer_exposed_comm_ns.sum("pass")
+    top = by_layer.sortby(by_layer, ascending=False)[:3]
+    return {"time_ns": float(ds.time_ns), "model": ds.attrs["model"],
+            "workload": ds.attrs["workload"], "npus": ds.attrs["npus"],
+            "iterations": ds.attrs["iterations"],
+            "compute_ns": float(ds.compute_ns.mean()),
+            "exposed_comm_ns": float(ds.exposed_comm_ns.mean()),
+            "bubble_ns": float(ds.bubble_ns.mean()), "idle_ns": float(ds.idle_ns.mean()),
+            **shares(ds),
+            **{key: ds.attrs[key] for key in ("model_flops", "tflops_per_npu", "mfu")
+               if key in ds.attrs},
+            "dim_bytes": [float(b) if np.isfinite(b) else None for b in ds.dim_bytes.values],
+            "dim_busy_ns": [float(b) for b in ds.dim_busy_ns.values],
+            "most_exposed": [[str(layer), float(v)] for layer, v in
+                             zip(top.layer.values, top.values) if v > 0],
+            "collectives": ds.attrs["collectives"],
+            "stats": flowsim.results.from_attrs(ds.attrs).as_dict()}
+
+
+@pytest.mark.parametrize(("network", "workload", "model"), CASES)
+def test_the_summary_is_the_datasets_numbers(network, workload, model):
+    run = run_training(network, workload, "nccl" if isinstance(workload, dict) else None,
+                       model)
+    assert isinstance(run, WorkloadRun)
+    ds = run.to_dataset()
+    xr.testing.assert_identical(ds, flowsim.simulate(
+        network, workload, "nccl" if isinstance(workload, dict) else None, model))
+    assert run.summary() == _from_dataset(ds)
+    assert run.summary()["time_ns"] > 0
