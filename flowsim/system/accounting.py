@@ -62,16 +62,19 @@ class TimeAccounts:
         exposed = np.maximum(latest - np.maximum(base, free), 0.0)
         if not exposed.any():
             return
-        binding = times.argmax(axis=0)
         start = latest - exposed
-        arrived = np.array([pipeline_end(st, d, times[j])
-                            for j, d in enumerate(comm_ids)])[binding, np.arange(binding.size)]
+        if len(comm_ids) == 1:   # the common case: one op waited for, it binds everywhere
+            arrived = pipeline_end(st, comm_ids[0], times[0])
+        else:
+            binding = times.argmax(axis=0)
+            arrived = np.array([pipeline_end(st, d, times[j]) for j, d in
+                                enumerate(comm_ids)])[binding, np.arange(binding.size)]
         bubble = np.clip(arrived - start, 0.0, exposed)
         exposed = exposed - bubble
         self.npu_bubble[st.rep] += bubble
         self.npu_exposed[st.rep] += exposed
         for j, d in enumerate(comm_ids):
-            total = float(exposed[binding == j].sum())
+            total = float((exposed if len(comm_ids) == 1 else exposed[binding == j]).sum())
             if total:
                 self.charge(self.layer_exposed, st, st.ops[d], total * st.weight)
 

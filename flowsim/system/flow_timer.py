@@ -2,10 +2,8 @@
 :class:`~flowsim.system.timer.Timer`.
 
 Steps and phases whose links are free are replayed from their solution alone (see
-:mod:`.replay`); everything else puts its flows into the
-:class:`~flowsim.network.engine.FlowEngine`, where everything in flight shares links max-min
-fairly.
-"""
+:mod:`.replay`); everything else puts its flows into the :class:`~flowsim.network.engine.
+FlowEngine`, where everything in flight shares links max-min fairly."""
 
 from __future__ import annotations
 
@@ -87,6 +85,8 @@ class FlowTimer:
         self._extra_events = 0
         self._extra_rates = 0
         self._alone: dict[tuple[int, float], Alone] = {}
+        #: per phase plan (by id): its steps' solutions alone, and its flows
+        self._phase_alone: dict[int, tuple[list[Alone], int]] = {}
         self._arrived: dict[tuple[int, float], list] = {}
 
     @property
@@ -138,17 +138,21 @@ class FlowTimer:
         self._materialise_overlapping(links, at + plan.delays[0])
         if self._outstanding[links].any():
             return None
-        steps = []
-        end = at
-        for template, size, delay in zip(plan.templates, plan.sizes, plan.delays):
-            step = VirtualStep(template, size, end, delay, self._solve(template, size))
-            end = step.end
-            steps.append(step)
+        solved = self._phase_alone.get(id(plan))   # the plans live as long as this timer
+        if solved is None:
+            solved = self._phase_alone[id(plan)] = (
+                [self._solve(tp, size) for tp, size in zip(plan.templates, plan.sizes)],
+                sum(tp.src.size for tp in plan.templates))
+        steps, end = [], at
+        for template, size, delay, alone in zip(plan.templates, plan.sizes, plan.delays,
+                                                solved[0]):
+            steps.append(VirtualStep(template, size, end, delay, alone))
+            end = (end + delay) + alone.duration   # VirtualStep.end, without two calls
         token = self.timer(end + plan.delays[-1])
         # conservative: every link of the phase is taken until its last step has arrived
         self._virtual_phases[token] = VirtualPhase(steps, at, resume, links, end)
         self._virtual_until[links] = np.maximum(self._virtual_until[links], end)
-        self._count_steps(plan.templates, len(steps))
+        self._count_steps(plan.templates, len(steps), solved[1])
         return token
 
     def dag_phase(self, dag: PhaseDag, nbytes: list[float], delays: list[float],
@@ -320,9 +324,9 @@ class FlowTimer:
             self._extra_busy[virtual.alone.busy_links] += virtual.alone.busy_ns * count
         self._arrived.clear()
 
-    def _count_steps(self, templates, reused: int) -> None:
+    def _count_steps(self, templates, reused: int, flows: int | None = None) -> None:
         self.steps += len(templates)
-        self.flows += sum(tp.src.size for tp in templates)
+        self.flows += sum(tp.src.size for tp in templates) if flows is None else flows
         self.reused_steps += reused
 
     def _materialise_overlapping(self, links: np.ndarray, start: float) -> None:

@@ -158,16 +158,17 @@ class WorkloadEngine:
 
     def _make_ready(self, st: ProgramState, op: Op) -> None:
         """All dependencies known: compute when the op may start and what it waited for."""
-        n = st.rep.size
-        ctrl = np.full(n, st.origin)
+        # the scalar origin broadcasts; the same maxima as full arrays of it, fewer calls
+        ctrl: float | np.ndarray = st.origin
         if op.ctrl_deps:
-            ctrl = np.maximum(ctrl, np.max([st.end[d] for d in op.ctrl_deps], axis=0)
-                              + op.gap_ns)
-        base = ctrl
-        comm_ids = [d for d in op.deps if st.ops[d].kind in _COMM]
-        other = [d for d in op.deps if st.ops[d].kind not in _COMM]
-        if other:
-            base = np.maximum(base, np.max([st.seen[d] for d in other], axis=0))
+            ctrl = np.maximum(ctrl, _latest([st.end[d] for d in op.ctrl_deps]) + op.gap_ns)
+        comm_ids: list[int] = []
+        other: list[int] = []
+        for d in op.deps:
+            (comm_ids if st.ops[d].kind in _COMM else other).append(d)
+        base = np.maximum(ctrl, _latest([st.seen[d] for d in other])) if other else ctrl
+        if not isinstance(base, np.ndarray):
+            base = np.full(st.rep.size, base)
         ready = base
         if comm_ids:
             times = np.array([st.seen[d] for d in comm_ids])
@@ -183,7 +184,7 @@ class WorkloadEngine:
                   ) -> None:
         st.end[op.id] = end
         st.seen[op.id] = end if seen is None else seen
-        np.maximum.at(self.accounts.npu_finish, st.rep, end)
+        _raise_to(self.accounts.npu_finish, st.rep, end)
         if self.keep_timeline:   # every NPU's times (results.trace bounds what it writes)
             self.timeline.append({"program": st.index, "npus": st.npus, "op": op,
                                   "start": np.broadcast_to(np.asarray(
@@ -204,7 +205,7 @@ class WorkloadEngine:
             self._compute(st, op, ready)
         elif op.kind == "memory":
             end = self.memory.serve(st.rep, ready, float(op.size), op.remote)
-            np.maximum.at(self.accounts.local_end, st.rep, end)
+            _raise_to(self.accounts.local_end, st.rep, end)
             self._complete(st, op, end)
         elif op.kind == "collective":
             if self.streams is not None and st.inflight >= self.streams:
@@ -231,7 +232,7 @@ class WorkloadEngine:
         st.start[op.id] = start
         end = start + durations
         self.compute_free[st.rep] = end
-        np.maximum.at(self.accounts.local_end, st.rep, end)
+        _raise_to(self.accounts.local_end, st.rep, end)
         self.accounts.compute(st, op, durations)
         self._complete(st, op, end)
 
@@ -243,7 +244,7 @@ class WorkloadEngine:
         st.start[op.id] = start
         end = start + op.duration_ns
         self.host_free[st.rep] = end
-        np.maximum.at(self.accounts.local_end, st.rep, end)
+        _raise_to(self.accounts.local_end, st.rep, end)
         self._complete(st, op, end)
 
     def _price(self, op: Op, compute: ComputeModel) -> float:
@@ -319,6 +320,16 @@ class WorkloadEngine:
                                  if p else 0 for p in map(sorted, accounts.layer_programs)]),
             dim_busy_ns=sched.ledger.dim_busy_ns(), collectives=self.collectives,
             messages=self.p2p.messages, stats=sched.timer.stats(), timeline=self.timeline)
+
+
+def _latest(times: list[np.ndarray]) -> np.ndarray:
+    """The element-wise latest of same-shape time arrays."""
+    return times[0] if len(times) == 1 else np.max(times, axis=0)
+
+
+def _raise_to(values: np.ndarray, npus: np.ndarray, times: np.ndarray) -> None:
+    """``values[npus] = max(values[npus], times)`` for distinct ``npus`` (a program's)."""
+    values[npus] = np.maximum(values[npus], times)
 
 
 def run_workload(network, workload: Workload, system: SystemConfig, model: str,
