@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..estimate import _check_dims as check_dims
+from ..estimate import _collective as check_collective
+from ..estimate import _structure as batch_structure
+from ..estimate import _system as load_system_cached
 from ..network import (
     FlowEngine,
     FlowResult,
@@ -18,8 +22,9 @@ from ..network import (
 from ..network._messages import message_loads
 from ..topology._paths import EXPANDED, NO_CONVERGENCE, expand_paths
 
-__all__ = ["EXPANDED", "NO_CONVERGENCE", "FlowEngine", "FlowResult", "expand_paths",
-           "fabric_next_hops", "maxmin_rates", "maxmin_rates_reference", "message_loads",
+__all__ = ["EXPANDED", "NO_CONVERGENCE", "FlowEngine", "FlowResult", "batch_structure",
+           "check_collective", "check_dims", "expand_paths", "fabric_next_hops",
+           "load_system_cached", "maxmin_rates", "maxmin_rates_reference", "message_loads",
            "simulate_flows"]
 
 
