@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -144,20 +145,18 @@ def estimate_batch(network: Any, collective: str, size: Any, system: Any = None,
     cfg = net.config
     bws = _broadcast_dims(bandwidth, net.ndims, "bandwidth", np.array(cfg.bandwidth_gbps))
     lats = _broadcast_dims(latency, net.ndims, "latency", np.array(cfg.latency_ns))
-    try:
+    # a DataArray input means xarray is loaded: the numpy path does not import it
+    if "xarray" in sys.modules:
         import xarray as xr
         if any(isinstance(v, xr.DataArray) for v in [size, *bws, *lats]):
             args = xr.broadcast(*[v if isinstance(v, xr.DataArray) else xr.DataArray(v)
-                                  for v in [xr.DataArray(size) if not isinstance(
-                                      size, xr.DataArray) else size, *bws, *lats]])
+                                  for v in [size, *bws, *lats]])
             values = estimate_batch(net, collective, args[0].values, sys_cfg,
                                     bandwidth=[a.values for a in args[1:1 + net.ndims]],
                                     latency=[a.values for a in args[1 + net.ndims:]],
                                     dims=dims, model=model)
             return xr.DataArray(values, coords=args[0].coords, dims=args[0].dims,
                                 attrs={"units": "ns"})
-    except ImportError:  # pragma: no cover - xarray is a dependency
-        pass
     shape, sizes, bw, lat = _grid(size, bws, lats)
     if model == "flow":
         out = np.empty(sizes.size)

@@ -1,9 +1,13 @@
 """The batched estimator is its slow, readable twin (:func:`flowsim.testing.
 estimate_batch_reference`, point by point in plain Python) bit for bit: on drawn networks,
 systems and grids, and where chunks join a queue at the same moment; inputs given in any
-broadcast form give the same times."""
+broadcast form give the same times; the numpy path loads no xarray."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +22,7 @@ from flowsim.testing import (
     system_configs,
 )
 
+ROOT = Path(__file__).resolve().parent.parent
 NET = {"topology": ["Ring", "FullyConnected", "Switch"], "npus_count": [4, 2, 4],
        "bandwidth": [200, 100, 50], "latency": [100, 200, 500]}
 COLLECTIVES = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
@@ -108,3 +113,13 @@ def test_a_bad_value_is_reported_before_a_bad_shape():
     with pytest.raises(ConfigError, match="bandwidths must be > 0"):
         flowsim.estimate_batch(NET, "all_reduce", np.array([1, 1 << 20]),
                                bandwidth=[np.zeros(3), 100, 50])
+
+
+def test_the_numpy_path_loads_no_xarray():
+    code = ("import sys, numpy as np, flowsim\n"
+            "flowsim.estimate_batch('ring8', 'all_reduce', np.array([1 << 20, 1 << 22]))\n"
+            "print('xarray' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "False"
