@@ -20,12 +20,15 @@ from ..network import (
     simulate_flows,
 )
 from ..network._messages import message_loads
+from ..system._kernels import _queues_in_order as queues_in_order
+from ..system._kernels import _queues_one_in_flight as queues_one_in_flight
+from ..system._kernels import _queues_simulated as queues_simulated
 from ..topology._paths import EXPANDED, NO_CONVERGENCE, expand_paths
 
 __all__ = ["EXPANDED", "NO_CONVERGENCE", "FlowEngine", "FlowResult", "batch_structure",
            "check_collective", "check_dims", "expand_paths", "fabric_next_hops",
            "load_system_cached", "maxmin_rates", "maxmin_rates_reference", "message_loads",
-           "simulate_flows"]
+           "queues_in_order", "queues_one_in_flight", "queues_simulated", "simulate_flows"]
 
 
 def fabric_next_hops(network) -> tuple[np.ndarray, np.ndarray]:
