@@ -6,7 +6,9 @@
 
 Whole processes (one point per process, start-up included, against ASTRA-sim's recorded or
 locally run wall times; the 16K- and 131K-GPU training iterations) are in
-``scripts/bench_process.py``; start-up alone in ``scripts/bench_cli.py``.
+``scripts/bench_process.py``; start-up alone in ``scripts/bench_cli.py``; grid points per
+second of ``estimate_batch`` (several networks, and a one-point call) in
+``scripts/bench_estimate.py``.
 
 Targets are checked here, not in unit tests (timings depend on the machine).
 """
@@ -96,6 +98,15 @@ net = flowsim.load_network('gpt_1024')
 def run():
     return flowsim.simulate(net, 'gpt3_3d', model='flow')
 """,
+    "estimate_batch 1M points, 2-D ring x switch all-reduce": """
+net = flowsim.load_network({'topology': ['Ring', 'Switch'], 'npus_count': [8, 16],
+                            'bandwidth': [100, 50], 'latency': [500, 500]})
+rng = np.random.default_rng(0)
+bw, size = rng.uniform(10, 400, (1_000_000, 2)), np.full(1_000_000, 1 << 26)
+def run():
+    flowsim.estimate_batch(net, 'all_reduce', size, bandwidth=bw)
+    return {'npus': 128, 'flows': 0, 'steps': 0, 'events': 0, 'rate_computations': 0}
+""",
 }
 
 #: issue targets on this 2-core machine: case -> (warm seconds, peak RSS MB or None)
@@ -104,6 +115,7 @@ TARGETS: dict[str, tuple[float, float | None]] = {
     "direct all-to-all 1GiB, 1024-NPU switch, flow": (6.7, 2048.0),
     "transformer iteration, 1024 NPUs (GPT-3 class, TP8 x DP8 x PP16, 16 micro-batches), "
     "flow": (30.0, None),
+    "estimate_batch 1M points, 2-D ring x switch all-reduce": (0.2, None),   # 5 M points/s
 }
 
 _CHILD = """

@@ -2,8 +2,10 @@
 
 These are the rules of ASTRA-sim's congestion-unaware analytical backend
 (``validation/astra_sim/README.md``), written once and used by the analytical timer, the
-phase plans that time a whole barrier phase at once, the per-NPU (DAG) phases and the
-batched estimator (which broadcasts the same functions over arrays of grid points):
+phase plans that time a whole barrier phase at once and the per-NPU (DAG) phases. The batched
+estimator's kernel (``flowsim.system._kernels``) restates them on scalars, operation for
+operation; its plain-Python twin ``flowsim.testing.estimate_batch_reference`` calls these
+functions, and a test holds the two equal bit for bit:
 
 * a message of ``m`` bytes on a path takes ``latency(path) + m * ns_per_byte(path)``, where
   ``ns_per_byte`` is ``1 / bottleneck`` (or, for a message sprayed over several paths, the

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..estimate import _check_dims as check_dims
+from ..estimate import _collective as check_collective
+from ..estimate import _structure as batch_structure
+from ..estimate import _system as load_system_cached
 from ..network import (
     FlowEngine,
     FlowResult,
@@ -16,11 +20,15 @@ from ..network import (
     simulate_flows,
 )
 from ..network._messages import message_loads
+from ..system._kernels import _queues_in_order as queues_in_order
+from ..system._kernels import _queues_one_in_flight as queues_one_in_flight
+from ..system._kernels import _queues_simulated as queues_simulated
 from ..topology._paths import EXPANDED, NO_CONVERGENCE, expand_paths
 
-__all__ = ["EXPANDED", "NO_CONVERGENCE", "FlowEngine", "FlowResult", "expand_paths",
-           "fabric_next_hops", "maxmin_rates", "maxmin_rates_reference", "message_loads",
-           "simulate_flows"]
+__all__ = ["EXPANDED", "NO_CONVERGENCE", "FlowEngine", "FlowResult", "batch_structure",
+           "check_collective", "check_dims", "expand_paths", "fabric_next_hops",
+           "load_system_cached", "maxmin_rates", "maxmin_rates_reference", "message_loads",
+           "queues_in_order", "queues_one_in_flight", "queues_simulated", "simulate_flows"]
 
 
 def fabric_next_hops(network) -> tuple[np.ndarray, np.ndarray]:

@@ -13,6 +13,8 @@ reference                              fast code
                                        (this one is also the fast path of small
                                        steps, ``flowsim.network.messages``)
 :func:`expand_paths_reference`         ``flowsim.topology._paths.expand_paths``
+:func:`estimate_batch_reference`       :func:`flowsim.estimate_batch` (the kernel
+(in :mod:`.estimate_reference`)        ``flowsim.system._kernels.batched_collective_times``)
 =====================================  ==================================================
 
 The max-min fair rates themselves have their reference in
