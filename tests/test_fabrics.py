@@ -260,3 +260,26 @@ def test_single_path_routes_check_their_endpoints():
         net.routes(np.array([-1]), np.array([2]))
     with pytest.raises(RoutingError, match="NPU 100 does not exist"):
         net.routes(np.array([0]), np.array([100]))
+
+
+def test_routing_tables_are_sized_by_the_switches_that_reach_npus(monkeypatch):
+    # a 1024-GPU pod: 128 scale-up switches and 32 leaves link to NPUs, so the tables hold
+    # 160 x nodes entries (the dense form: 1024 NPUs x every link)
+    net = flowsim.load_network("dgx_pod_1024_leafspine_1to1")
+    tables = net._routing
+    assert tables.dist.shape == (160, net.num_nodes)
+    assert tables.hop_ptr.size == 160 * net.num_nodes + 1
+    assert np.array_equal(tables.anchor_node, np.unique(net.link_src[net.link_dst < net.npus]))
+    # the cap counts those entries: just enough loads, one fewer is a clear error
+    import flowsim.topology.fabric_builder as builder
+
+    config = {"fabric": {"generator": "leaf_spine", "hosts": 8, "npus_per_host": 4,
+                         "scale_up": {"bandwidth": 400, "latency": 100},
+                         "nic": {"bandwidth": 50, "latency": 500}, "hosts_per_leaf": 2}}
+    small = flowsim.load_network(config)
+    entries = small._routing.dist.size
+    monkeypatch.setattr(builder, "MAX_ROUTING_ENTRIES", entries)
+    assert flowsim.load_network(config).npus == 32
+    monkeypatch.setattr(builder, "MAX_ROUTING_ENTRIES", entries - 1)
+    with pytest.raises(ConfigError, match=f"routing tables of {entries} entries"):
+        flowsim.load_network(config)

@@ -16,6 +16,7 @@ import flowsim
 from flowsim.testing import (
     FlowProblem,
     expand_paths_reference,
+    fabric_next_hops_reference,
     flow_sets,
     message_loads_reference,
     run_events_reference,
@@ -24,8 +25,8 @@ from flowsim.testing._targets import (
     EXPANDED,
     NO_CONVERGENCE,
     expand_paths,
-    fabric_next_hops,
     message_loads,
+    path_kernel_args,
     simulate_flows,
 )
 
@@ -148,18 +149,20 @@ def test_message_loads_matches_the_reference(args):
 
 
 # ---------------------------------------------------------------- expand_paths
-def fabric_kernel_args(net, src: np.ndarray, dst: np.ndarray, single: bool) -> tuple:
-    """The arguments of the path expansion for a fabric and NPU pairs (any hash key)."""
-    hop_ptr, hop_links = fabric_next_hops(net)
-    key = (src * 1_000_003 + dst * 998_244_353) % 2_147_483_647
-    return (hop_ptr, hop_links, np.ascontiguousarray(net.link_dst, np.int64), net.npus,
-            src.astype(np.int64), dst.astype(np.int64), single, key.astype(np.int64),
-            net.num_nodes + 1)
+def reference_args(net, src: np.ndarray, dst: np.ndarray, single: bool) -> tuple:
+    """The reference walk's arguments: the dense next-hop table of the fabric (every node to
+    every NPU), the kernel's hash key and depth."""
+    hop_ptr, hop_links = fabric_next_hops_reference(net)
+    kernel = path_kernel_args(net, src, dst, single)
+    return (hop_ptr, hop_links, np.asarray(net.link_dst, np.int64), net.npus, kernel[3],
+            kernel[4], single, kernel[6], kernel[7])
 
 
-def assert_same_paths(args) -> None:
-    fast = expand_paths(*args)
-    reference = expand_paths_reference(*args)
+def assert_same_paths(net, src: np.ndarray, dst: np.ndarray, single: bool) -> None:
+    """The kernel over the fabric's anchor tables walks the paths the reference walks over
+    the dense table: same flows, weights and links, in the same order."""
+    fast = expand_paths(*path_kernel_args(net, src, dst, single))
+    reference = expand_paths_reference(*reference_args(net, src, dst, single))
     assert fast[4] == reference[4] and fast[5] == reference[5]  # mixed, status
     for name, x, y in zip(("message", "weight", "indptr", "links"), fast, reference):
         np.testing.assert_array_equal(x, y, err_msg=name)
@@ -194,7 +197,7 @@ def test_expand_paths_matches_the_reference_on_bundled_fabrics(name):
     assert net.config.topology[0] == "Fabric"
     src, dst = all_pairs(net.npus, limit=400)
     for single in (False, True):
-        assert_same_paths(fabric_kernel_args(net, src, dst, single))
+        assert_same_paths(net, src, dst, single)
 
 
 @st.composite
@@ -222,9 +225,9 @@ def test_expand_paths_and_fabric_routes_match_the_reference_on_leaf_spines(confi
     net = flowsim.load_network(config)
     src, dst = all_pairs(net.npus, limit=256)
     for single in (False, True):
-        assert_same_paths(fabric_kernel_args(net, src, dst, single))
+        assert_same_paths(net, src, dst, single)
     # the public routes: ECMP gives the reference's path set; hash routing one of its paths
-    spray = expand_paths_reference(*fabric_kernel_args(net, src, dst, False))
+    spray = expand_paths_reference(*reference_args(net, src, dst, False))
     routed = net.routes_multipath(src, dst)
     if config["fabric"]["routing"] == "ecmp":
         assert canonical_paths(*routed) == canonical_paths(*spray[:4])
@@ -236,35 +239,30 @@ def test_expand_paths_and_fabric_routes_match_the_reference_on_leaf_spines(confi
 
 
 @st.composite
-def next_hop_tables(draw) -> tuple:
-    """Random next-hop tables over a small graph: dead ends, cycles, mixed lengths."""
-    nodes = draw(st.integers(2, 6))
-    npus = draw(st.integers(1, nodes))
-    link_src = draw(st.lists(st.integers(0, nodes - 1), min_size=1, max_size=12))
-    link_dst = [draw(st.integers(0, nodes - 1).filter(lambda v, s=s: v != s))
-                for s in link_src]
-    hops = []
-    for node in range(nodes):
-        out = [k for k, s in enumerate(link_src) if s == node]
-        for _ in range(npus):
-            hops.append(sorted(draw(st.sets(st.sampled_from(out), max_size=len(out))))
-                        if out else [])
-    hop_ptr = np.concatenate([[0], np.cumsum([len(h) for h in hops])]).astype(np.int64)
-    hop_links = np.array([k for h in hops for k in h], np.int64)
-    pairs = draw(st.lists(st.tuples(st.integers(0, npus - 1), st.integers(0, npus - 1)),
-                          min_size=1, max_size=6))
-    src = np.array([s for s, _ in pairs], np.int64)
-    dst = np.array([d for _, d in pairs], np.int64)
-    key = np.array(draw(st.lists(st.integers(0, 2**31 - 1), min_size=len(pairs),
-                                 max_size=len(pairs))), np.int64)
-    return (hop_ptr, hop_links, np.array(link_dst, np.int64), npus, src, dst,
-            draw(st.booleans()), key, nodes + 1)
+def explicit_fabrics(draw) -> dict:
+    """Small explicit fabrics over random graphs: NPUs linked to switches and to each other,
+    parallel and one-way links, zero and equal latencies (many equal-cost paths), and NPUs
+    that cannot reach every other."""
+    npus = draw(st.integers(2, 5))
+    switches = draw(st.integers(0, 4))
+    nodes = [*range(npus), *(f"s{k}" for k in range(switches))]
+    links = []
+    for i in range(draw(st.integers(npus, 14))):
+        a = nodes[i] if i < npus else draw(st.sampled_from(nodes))   # every NPU has a link
+        b = draw(st.sampled_from([n for n in nodes if n != a]))
+        links.append({"src": a, "dst": b, "bandwidth": draw(st.sampled_from([50, 100])),
+                      "latency": draw(st.sampled_from([0, 100, 100, 200])),
+                      "duplex": draw(st.booleans())})
+    return {"fabric": {"npus": npus, "switches": [n for n in nodes[npus:]], "links": links}}
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
-@given(next_hop_tables())
-def test_expand_paths_matches_the_reference_on_random_tables(args):
-    assert_same_paths(args)
+@given(explicit_fabrics())
+def test_expand_paths_matches_the_reference_on_random_fabrics(config):
+    net = flowsim.load_network(config)
+    src, dst = all_pairs(net.npus, limit=64)
+    for single in (False, True):
+        assert_same_paths(net, src, dst, single)
 
 
 def test_expand_paths_reference_weights_and_cycles():
@@ -284,10 +282,8 @@ def test_expand_paths_reference_weights_and_cycles():
     assert status == EXPANDED and mixed
     assert canonical_paths(message, weight, indptr, links) == [
         (0, (0, 2), 1 / 3), (0, (1, 3), 1 / 3), (0, (4,), 1 / 3), (1, (), 1.0)]
-    assert_same_paths(args)
     # a cycle of next hops (node 0 -> switch 2 -> node 0 ...) never reaches NPU 1
     hop_ptr = np.array([0, 0, 1, 1, 1, 1, 2])       # slots (node, dst): (0, 1) and (2, 1)
     cycle = (hop_ptr, np.array([0, 1]), np.array([2, 0]), 2, np.array([0]), np.array([1]),
              False, np.array([0]), 4)
     assert expand_paths_reference(*cycle)[5] == NO_CONVERGENCE
-    assert_same_paths(cycle)

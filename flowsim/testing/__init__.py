@@ -6,7 +6,8 @@
   compare with;
 * slow, readable reference implementations of the fast kernels, the tests' oracles:
   :func:`run_events_reference`, :func:`message_loads_reference`,
-  :func:`expand_paths_reference`, :func:`estimate_batch_reference` (with its queues,
+  :func:`expand_paths_reference` (over :func:`fabric_next_hops_reference`),
+  :func:`estimate_batch_reference` (with its queues,
   :func:`queue_finish_reference`);
 * hypothesis strategies (``hypothesis`` is needed only to build them):
   :func:`flow_instances`, :func:`flow_sets`, :func:`small_networks`, :func:`system_configs`;
@@ -26,12 +27,18 @@ from .invariants import (
     assert_schedule_sane,
 )
 from .problems import FlowProblem
-from .reference import expand_paths_reference, message_loads_reference, run_events_reference
+from .reference import (
+    expand_paths_reference,
+    fabric_next_hops_reference,
+    message_loads_reference,
+    run_events_reference,
+)
 from .strategies import flow_instances, flow_sets, small_networks, system_configs
 
 __all__ = ["BYTES_RTOL", "RTOL", "TIME_ATOL", "TIME_RTOL", "FlowProblem",
            "assert_conservation", "assert_maxmin_fair", "assert_monotone_time",
            "assert_schedule_sane", "closed_form_sent_bytes", "estimate_batch_reference",
-           "expand_paths_reference", "flow_instances", "flow_sets", "group_sent_bytes",
+           "expand_paths_reference", "fabric_next_hops_reference", "flow_instances", "flow_sets",
+           "group_sent_bytes",
            "message_loads_reference", "queue_finish_reference", "run_events_reference",
            "small_networks", "system_configs"]

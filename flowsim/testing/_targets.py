@@ -6,8 +6,6 @@ reach the fast code only through these names.
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..estimate import _check_dims as check_dims
 from ..estimate import _collective as check_collective
 from ..estimate import _structure as batch_structure
@@ -24,15 +22,9 @@ from ..system._kernels import _queues_in_order as queues_in_order
 from ..system._kernels import _queues_one_in_flight as queues_one_in_flight
 from ..system._kernels import _queues_simulated as queues_simulated
 from ..topology._paths import EXPANDED, NO_CONVERGENCE, expand_paths
+from ..topology.fabric_network import path_kernel_args
 
 __all__ = ["EXPANDED", "NO_CONVERGENCE", "FlowEngine", "FlowResult", "batch_structure",
-           "check_collective", "check_dims", "expand_paths", "fabric_next_hops",
+           "check_collective", "check_dims", "expand_paths", "path_kernel_args",
            "load_system_cached", "maxmin_rates", "maxmin_rates_reference", "message_loads",
            "queues_in_order", "queues_one_in_flight", "queues_simulated", "simulate_flows"]
-
-
-def fabric_next_hops(network) -> tuple[np.ndarray, np.ndarray]:
-    """A fabric's next-hop table ``(hop_ptr, hop_links)``: CSR over ``node * npus + dst``
-    listing the links that start a shortest path from ``node`` to NPU ``dst``."""
-    hop_ptr, hop_links = network._next_hops
-    return np.asarray(hop_ptr, np.int64), np.ascontiguousarray(hop_links, np.int64)

@@ -13,6 +13,9 @@ reference                              fast code
                                        (this one is also the fast path of small
                                        steps, ``flowsim.network.messages``)
 :func:`expand_paths_reference`         ``flowsim.topology._paths.expand_paths``
+:func:`fabric_next_hops_reference`     the anchor tables of
+                                       ``flowsim.topology.fabric_routing`` (a dense
+                                       table over every node and NPU)
 :func:`estimate_batch_reference`       :func:`flowsim.estimate_batch` (the kernel
 (in :mod:`.estimate_reference`)        ``flowsim.system._kernels.batched_collective_times``)
 =====================================  ==================================================
@@ -195,6 +198,37 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
             total += hi - max(lo, reach)
             reach = hi
     return total
+
+
+def fabric_next_hops_reference(network) -> tuple[np.ndarray, np.ndarray]:
+    """A fabric's next-hop table in its dense form, ``(hop_ptr, hop_links)``: CSR over
+    ``node * npus + dst`` listing, in ascending link id, the links that start a shortest path
+    from ``node`` to NPU ``dst``.
+
+    Costs to every NPU come from a shortest-path search rooted at that NPU (on the reversed
+    graph); a link ``v -> w`` starts a shortest path to ``t`` when ``cost(w, t)`` plus its own
+    cost equals ``cost(v, t)``. NPUs x links work and memory: the fabric's own tables get the
+    same links from the switches that reach NPUs instead.
+    """
+    from scipy.sparse.csgraph import shortest_path
+
+    from ..topology.fabric_routing import COST_RTOL, HOP_COST, _min_duplicates
+
+    npus, nodes = network.npus, network.num_nodes
+    src, dst = network.link_src, network.link_dst
+    link_cost = network.link_latency + HOP_COST
+    cost = shortest_path(_min_duplicates(dst, src, link_cost, nodes), method="D",
+                         directed=True, indices=np.arange(npus))     # cost[t, v]: v -> t
+    here = cost[:, src]
+    there = cost[:, dst] + link_cost[None, :]
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(there) & (np.abs(there - here) <= COST_RTOL * np.maximum(here, 1.0))
+    target, link = np.nonzero(ok)                     # by destination, then link id
+    key = src[link] * npus + target
+    order = np.argsort(key, kind="stable")
+    hop_ptr = np.zeros(nodes * npus + 1, np.int64)
+    np.cumsum(np.bincount(key, minlength=nodes * npus), out=hop_ptr[1:])
+    return hop_ptr, link[order].astype(np.int64)
 
 
 def expand_paths_reference(hop_ptr: ArrayLike, hop_links: ArrayLike, link_dst: ArrayLike,

@@ -1,7 +1,9 @@
-"""Numba kernel: expand NPU pairs into their shortest paths over a next-hop table (ECMP).
+"""Numba kernel: expand NPU pairs into their shortest paths over a fabric's routing tables
+(ECMP).
 
 Plain contiguous arrays in; :func:`flowsim.topology.fabric_network._shortest_path_flows`
-validates and owns them.
+validates and owns them, and :mod:`flowsim.topology.fabric_routing` says what the tables
+hold.
 """
 
 from __future__ import annotations
@@ -15,15 +17,97 @@ NO_CONVERGENCE = 1
 
 
 @njit(cache=True)
-def _walk(hop_ptr, hop_links, link_dst, npus, s, d, single, hkey, max_depth, fill,
-          flow_base, link_base, out_length, out_weight, out_links, path, nodes, next_pos,
-          weights):
+def anchor_next_links(dist, link_src, link_dst, link_cost, rtol):
+    """CSR over ``anchor * nodes + node`` of the links that start a shortest path from the
+    node to the anchor (``dist[anchor, node]`` the cost), in ascending link id: a link
+    ``v -> w`` qualifies when ``dist[a, w] + cost`` equals ``dist[a, v]`` within ``rtol``."""
+    anchors, num_nodes = dist.shape
+    ptr = np.zeros(anchors * num_nodes + 1, np.int64)
+    for fill in range(2):
+        if fill:
+            for k in range(ptr.size - 1):
+                ptr[k + 1] += ptr[k]
+            links = np.empty(ptr[-1], np.int32)
+            pos = ptr[:-1].copy()
+        else:
+            links = np.empty(0, np.int32)
+            pos = ptr[:0]
+        for a in range(anchors):
+            for link in range(link_src.size):
+                here = dist[a, link_src[link]]
+                there = dist[a, link_dst[link]] + link_cost[link]
+                if not (there < np.inf and abs(there - here) <= rtol * max(here, 1.0)):
+                    continue
+                slot = a * num_nodes + link_src[link]
+                if fill:
+                    links[pos[slot]] = link
+                    pos[slot] += 1
+                else:
+                    ptr[slot + 1] += 1
+    return ptr, links
+
+
+@njit(cache=True)
+def _add_choice(out, n, link):
+    """Insert ``link`` into the ascending ``out[:n]`` unless present; returns the new n."""
+    if n == 0 or out[n - 1] < link:       # the common case: lists arrive in order
+        out[n] = link
+        return n + 1
+    i = n - 1
+    while i >= 0 and out[i] > link:
+        i -= 1
+    if i >= 0 and out[i] == link:
+        return n
+    for k in range(n, i + 1, -1):
+        out[k] = out[k - 1]
+    out[i + 1] = link
+    return n + 1
+
+
+@njit(cache=True)
+def next_links(v, t, anchor_node, dist, hop_ptr, hop_links, entry_ptr, entry_anchor,
+               entry_link, entry_cost, rtol, out):
+    """The links that start a shortest path from node ``v`` to NPU ``t`` (``v != t``),
+    ascending, into ``out``; returns their count (0: no path).
+
+    The cost to ``t`` is the cheapest of its in-links ``u -> t`` plus the distance to ``u``;
+    the next links are the union, over the in-links that attain it, of the in-link itself
+    (when ``v`` is ``u``) or the next links toward ``u``.
+    """
+    num_nodes = dist.shape[1]
+    best = np.inf
+    for e in range(entry_ptr[t], entry_ptr[t + 1]):
+        c = dist[entry_anchor[e], v] + entry_cost[e]
+        if c < best:
+            best = c
+    if best == np.inf:
+        return 0
+    tol = rtol * max(best, 1.0)
+    n = 0
+    for e in range(entry_ptr[t], entry_ptr[t + 1]):
+        a = entry_anchor[e]
+        if abs(dist[a, v] + entry_cost[e] - best) > tol:
+            continue
+        if anchor_node[a] == v:
+            n = _add_choice(out, n, entry_link[e])
+        else:
+            slot = a * num_nodes + v
+            for k in range(hop_ptr[slot], hop_ptr[slot + 1]):
+                n = _add_choice(out, n, hop_links[k])
+    return n
+
+
+@njit(cache=True)
+def _walk(tables, link_dst, s, d, single, hkey, max_depth, fill, flow_base, link_base,
+          out_length, out_weight, out_links, path, choices, n_choices, next_pos, weights):
     """Depth-first walk of the shortest paths from ``s`` to ``d`` in next-link order.
 
     Splits the bytes evenly at every hop (or, if ``single``, follows the candidate
     ``hkey % count``). With ``fill`` writes each path's length, weight and links at
     ``flow_base`` / ``link_base``. Returns (paths, links, mixed lengths, status).
     """
+    anchor_node, dist, hop_ptr, hop_links, entry_ptr, entry_anchor, entry_link, entry_cost, \
+        rtol = tables
     if s == d:
         if fill:
             out_length[flow_base] = 0
@@ -34,22 +118,20 @@ def _walk(hop_ptr, hop_links, link_dst, npus, s, d, single, hkey, max_depth, fil
     first_length = -1
     mixed = False
     depth = 0
-    nodes[0] = s
     weights[0] = 1.0
-    slot = s * npus + d
-    count = hop_ptr[slot + 1] - hop_ptr[slot]
+    count = next_links(s, d, anchor_node, dist, hop_ptr, hop_links, entry_ptr, entry_anchor,
+                       entry_link, entry_cost, rtol, choices[0])
+    n_choices[0] = count
     next_pos[0] = hkey % count if single and count > 0 else 0
     while depth >= 0:
-        slot = nodes[depth] * npus + d
-        lo = hop_ptr[slot]
-        count = hop_ptr[slot + 1] - lo
+        count = n_choices[depth]
         pos = next_pos[depth]
         last = (hkey % count + 1 if count > 0 else 0) if single else count
         if pos >= last:
             depth -= 1
             continue
         next_pos[depth] = pos + 1
-        link = hop_links[lo + pos]
+        link = choices[depth, pos]
         path[depth] = link
         weight = weights[depth] if single else weights[depth] / count
         head = link_dst[link]
@@ -70,24 +152,28 @@ def _walk(hop_ptr, hop_links, link_dst, npus, s, d, single, hkey, max_depth, fil
         if depth + 1 >= max_depth:
             return n_paths, n_links, mixed, NO_CONVERGENCE
         depth += 1
-        nodes[depth] = head
         weights[depth] = weight
-        slot = head * npus + d
-        count = hop_ptr[slot + 1] - hop_ptr[slot]
+        count = next_links(head, d, anchor_node, dist, hop_ptr, hop_links, entry_ptr,
+                           entry_anchor, entry_link, entry_cost, rtol, choices[depth])
+        n_choices[depth] = count
         next_pos[depth] = hkey % count if single and count > 0 else 0
     return n_paths, n_links, mixed, EXPANDED
 
 
 @njit(cache=True)
-def expand_paths(hop_ptr, hop_links, link_dst, npus, src, dst, single, hash_key, max_depth):
+def expand_paths(tables, link_dst, max_degree, src, dst, single, hash_key, max_depth):
     """Every pair's shortest paths as flows: (message, weight, indptr, links, mixed, status).
 
-    Flows come out grouped by pair, each pair's paths in depth-first next-link order;
-    ``mixed`` is True if some pair has paths of different lengths.
+    ``tables`` is the tuple ``(anchor_node, dist, hop_ptr, hop_links, entry_ptr,
+    entry_anchor, entry_link, entry_cost, rtol)`` of a fabric's routing tables and
+    ``max_degree`` the most links out of one node. Flows come out grouped by pair, each
+    pair's paths in depth-first next-link order; ``mixed`` is True if some pair has paths of
+    different lengths.
     """
     n = src.size
     path = np.empty(max_depth, np.int64)
-    nodes = np.empty(max_depth, np.int64)
+    choices = np.empty((max_depth, max(max_degree, 1)), np.int64)
+    n_choices = np.empty(max_depth, np.int64)
     next_pos = np.empty(max_depth, np.int64)
     weights = np.empty(max_depth, np.float64)
     dummy_int = np.empty(0, np.int64)
@@ -97,9 +183,9 @@ def expand_paths(hop_ptr, hop_links, link_dst, npus, src, dst, single, hash_key,
     links_of = np.zeros(n + 1, np.int64)
     mixed = False
     for i in range(n):
-        p, m, mix, status = _walk(hop_ptr, hop_links, link_dst, npus, src[i], dst[i], single,
-                                  hash_key[i], max_depth, False, 0, 0, dummy_int, dummy_float,
-                                  dummy_links, path, nodes, next_pos, weights)
+        p, m, mix, status = _walk(tables, link_dst, src[i], dst[i], single, hash_key[i],
+                                  max_depth, False, 0, 0, dummy_int, dummy_float, dummy_links,
+                                  path, choices, n_choices, next_pos, weights)
         if status != EXPANDED:
             return (dummy_int, dummy_float, dummy_int, dummy_links, mixed, status)
         paths_of[i + 1] = paths_of[i] + p
@@ -111,8 +197,8 @@ def expand_paths(hop_ptr, hop_links, link_dst, npus, src, dst, single, hash_key,
     weight = np.empty(n_flows, np.float64)
     links = np.empty(links_of[n], np.int32)
     for i in range(n):
-        _walk(hop_ptr, hop_links, link_dst, npus, src[i], dst[i], single, hash_key[i],
-              max_depth, True, paths_of[i], links_of[i], length, weight, links, path, nodes,
+        _walk(tables, link_dst, src[i], dst[i], single, hash_key[i], max_depth, True,
+              paths_of[i], links_of[i], length, weight, links, path, choices, n_choices,
               next_pos, weights)
         for f in range(paths_of[i], paths_of[i + 1]):
             message[f] = i

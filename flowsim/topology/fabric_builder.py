@@ -1,10 +1,11 @@
 """The node and link lists of a fabric while it is being described (explicitly, by a generator
 or from InfraGraph), with the size caps that keep a fabric routable.
 
-Routing a fabric (:mod:`.fabric_network`) holds dense tables of (NPU, node) and (NPU, link)
-entries, so a fabric is capped well below a multi-dimensional network: at most
-:data:`MAX_FABRIC_NPUS` NPUs, :data:`MAX_FABRIC_NODES` nodes, :data:`MAX_FABRIC_LINKS`
-directed links, and :data:`MAX_ROUTING_ENTRIES` entries in each routing table. The caps are
+Routing a fabric (:mod:`.fabric_routing`) holds tables of (anchor, node) entries, an anchor
+being a node with a link into an NPU (a scale-up switch, a leaf), so a fabric is capped below a
+multi-dimensional network: at most :data:`MAX_FABRIC_NPUS` NPUs, :data:`MAX_FABRIC_NODES`
+nodes, :data:`MAX_FABRIC_LINKS` directed links, and :data:`MAX_ROUTING_ENTRIES` entries in
+each routing table. The caps are
 checked while the lists grow, so an absurd description stops after a bounded amount of work.
 """
 
@@ -20,7 +21,7 @@ MAX_FABRIC_NPUS = 1 << 16
 MAX_FABRIC_NODES = 1 << 18
 #: Most directed links of a fabric.
 MAX_FABRIC_LINKS = 1 << 19
-#: Most entries of a routing table (NPUs x nodes, NPUs x links): 512 MiB of float64.
+#: Most entries of a routing table (anchors x nodes): 512 MiB of float64.
 MAX_ROUTING_ENTRIES = 1 << 26
 
 #: One directed link: (source node, destination node, bandwidth GB/s, latency ns, name).
@@ -90,10 +91,11 @@ class FabricBuilder:
                               back_name=f"{up_name}->{low_name}{suffix}")
 
 
-def check_routable(npus: int, nodes: int, links: int, source: str) -> None:
+def check_routable(npus: int, nodes: int, links: list[Link], source: str) -> None:
     """The routing tables of a fabric of this size fit :data:`MAX_ROUTING_ENTRIES`."""
-    entries = npus * max(nodes, links)
+    anchors = len({a for a, b, *_ in links if b < npus})
+    entries = anchors * nodes
     if entries > MAX_ROUTING_ENTRIES:
-        raise ConfigError(f"{source}: a fabric of {npus} NPUs, {nodes} nodes and {links} "
-                          f"links needs routing tables of {entries} entries, more than "
-                          f"{MAX_ROUTING_ENTRIES}")
+        raise ConfigError(f"{source}: a fabric of {npus} NPUs, {nodes} nodes and "
+                          f"{anchors} nodes linked to NPUs needs routing tables of {entries} "
+                          f"entries (those nodes x nodes), more than {MAX_ROUTING_ENTRIES}")

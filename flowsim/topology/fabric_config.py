@@ -145,7 +145,7 @@ def finish_fabric(npus: int, names: list[str], links: list[Link], fabric: Mappin
                   prefix: str = "fabric.") -> FabricConfig:
     """Failures, connectivity, logical dims and routing: the checks every fabric passes.
     ``prefix`` is how keys are named in errors (``fabric.`` or nothing, for InfraGraph)."""
-    check_routable(npus, len(names), len(links), source)
+    check_routable(npus, len(names), links, source)
     links = _apply_failures(names, links, fabric, source, prefix)
     connected = {a for a, *_ in links} | {b for _, b, *_ in links}
     for npu in range(npus):

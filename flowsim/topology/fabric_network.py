@@ -7,17 +7,17 @@ NPU ids, dimension 0 fastest, as ASTRA-sim's ns-3 backend maps its logical topol
 physical one; every algorithm of the system layer runs unchanged.
 
 Routing: shortest paths by latency (plus a tiny cost per hop, so zero-latency links count),
-computed with ``scipy.sparse.csgraph``. ``ecmp`` splits a message evenly at every hop over the
-next hops on shortest paths (per-packet spraying: the fluid limit of ECMP); ``hash`` sends it
-on one of them, chosen by a deterministic hash of (source, destination), as per-flow ECMP
-hashing does.
+computed with ``scipy.sparse.csgraph`` to the switches that reach NPUs (tables of switches x
+nodes, not NPUs x links: :mod:`.fabric_routing`). ``ecmp`` splits a message evenly at every
+hop over the next hops on shortest paths (per-packet spraying: the fluid limit of ECMP);
+``hash`` sends it on one of them, chosen by a deterministic hash of (source, destination), as
+per-flow ECMP hashing does.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,15 +25,8 @@ from .._arrays import gather_segments
 from ..errors import RoutingError
 from ..units import network_bandwidth_to_bytes_per_ns
 from .fabric_config import FabricConfig
+from .fabric_routing import RoutingTables, routing_tables
 from .grid import LogicalGrid
-
-if TYPE_CHECKING:
-    from scipy.sparse import csr_matrix
-
-#: cost of one hop added to the latency when choosing shortest paths (ns)
-HOP_COST = 1e-3
-#: relative tolerance for "equal cost" paths
-COST_RTOL = 1e-9
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,32 +82,15 @@ class FabricNetwork(LogicalGrid):
 
     # ------------------------------------------------------------------ routing
     @cached_property
-    def _cost_to(self) -> np.ndarray:
-        """``cost[t, v]``: cheapest path cost from node ``v`` to NPU ``t`` (inf: none)."""
-        from scipy.sparse.csgraph import shortest_path  # here: a run without fabrics skips it
-
-        cost = self.link_latency + HOP_COST
-        # distances *to* each NPU: shortest paths from it on the reversed graph; parallel
-        # links between two nodes keep the cheapest
-        reversed_graph = _min_duplicates(self.link_dst, self.link_src, cost, self.num_nodes)
-        return shortest_path(reversed_graph, method="D", directed=True,
-                             indices=np.arange(self.npus))
+    def _routing(self) -> RoutingTables:
+        """Distances to the switches that reach NPUs and the next links toward them."""
+        return routing_tables(self.link_src, self.link_dst, self.link_latency, self.npus,
+                              self.num_nodes)
 
     @cached_property
-    def _next_hops(self) -> tuple[np.ndarray, np.ndarray]:
-        """CSR over (node, destination NPU): the links that start a shortest path."""
-        cost = self._cost_to                                  # (npus, nodes)
-        link_cost = self.link_latency + HOP_COST
-        here = cost[:, self.link_src]                         # (npus, links)
-        there = cost[:, self.link_dst] + link_cost[None, :]
-        with np.errstate(invalid="ignore"):  # inf - inf where failures cut nodes off
-            ok = np.isfinite(there) & (np.abs(there - here) <= COST_RTOL * np.maximum(here, 1.0))
-        target, link = np.nonzero(ok)
-        key = self.link_src[link] * self.npus + target
-        order = np.argsort(key, kind="stable")
-        ptr = np.zeros(self.num_nodes * self.npus + 1, np.int64)
-        np.cumsum(np.bincount(key, minlength=self.num_nodes * self.npus), out=ptr[1:])
-        return ptr, link[order]
+    def _max_degree(self) -> int:
+        """Most links out of one node."""
+        return int(np.bincount(self.link_src, minlength=1).max()) if self.num_links else 0
 
     def routes_multipath(self, src: np.ndarray, dst: np.ndarray, *,
                          lowest_dim_only: bool = False) -> tuple[np.ndarray, np.ndarray,
@@ -137,8 +113,7 @@ class FabricNetwork(LogicalGrid):
     def _check_pairs(self, src: np.ndarray, dst: np.ndarray) -> None:
         """Both ends exist and are connected (raises RoutingError)."""
         self.check_npus(src, dst)
-        cost = self._cost_to
-        unreachable = ~np.isfinite(cost[dst, src])
+        unreachable = ~np.isfinite(self._routing.pair_cost(src, dst))
         if unreachable.any():
             i = int(np.nonzero(unreachable)[0][0])
             raise RoutingError(f"{self.config.source}: no path from "
@@ -155,17 +130,14 @@ class FabricNetwork(LogicalGrid):
         return indptr, links
 
 
-def _min_duplicates(rows: np.ndarray, cols: np.ndarray, values: np.ndarray,
-                    n: int) -> csr_matrix:
-    """Sparse matrix keeping the smallest value among duplicate entries."""
-    from scipy.sparse import csr_matrix
-
-    key = rows * n + cols
-    order = np.lexsort((values, key))
-    first = np.ones(order.size, bool)
-    first[1:] = key[order][1:] != key[order][:-1]
-    keep = order[first]
-    return csr_matrix((values[keep], (rows[keep], cols[keep])), shape=(n, n))
+def path_kernel_args(net: FabricNetwork, src: np.ndarray, dst: np.ndarray,
+                     single: bool) -> tuple:
+    """The arguments of the path kernel for NPU pairs (hash routing keyed on the pair)."""
+    hash_key = (src * 1_000_003 + dst * 998_244_353) % 2_147_483_647
+    return (net._routing.kernel_tables(), np.ascontiguousarray(net.link_dst, np.int64),
+            net._max_degree, np.ascontiguousarray(src, np.int64),
+            np.ascontiguousarray(dst, np.int64), single, np.ascontiguousarray(hash_key, np.int64),
+            net.num_nodes + 1)
 
 
 def _shortest_path_flows(net: FabricNetwork, src: np.ndarray, dst: np.ndarray,
@@ -176,13 +148,8 @@ def _shortest_path_flows(net: FabricNetwork, src: np.ndarray, dst: np.ndarray,
     choice if ``single``)."""
     from ._paths import EXPANDED, expand_paths  # Numba: loaded when a fabric routes
 
-    hop_ptr, hop_links = net._next_hops
-    hash_key = (src * 1_000_003 + dst * 998_244_353) % 2_147_483_647
     message, weight, indptr, links, mixed, status = expand_paths(
-        hop_ptr, np.ascontiguousarray(hop_links, np.int64),
-        np.ascontiguousarray(net.link_dst, np.int64), net.npus,
-        np.ascontiguousarray(src, np.int64), np.ascontiguousarray(dst, np.int64), single,
-        np.ascontiguousarray(hash_key, np.int64), net.num_nodes + 1)
+        *path_kernel_args(net, src, dst, single))
     if status != EXPANDED:
         raise RoutingError("routing did not converge (a cycle of zero-cost links?)")
     if mixed:  # shorter paths of a message first (stable: next-link order within a length)

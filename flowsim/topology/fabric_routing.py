@@ -1,0 +1,117 @@
+"""A fabric's shortest-path routing tables, sized by the switches that reach NPUs, not by
+NPUs x links.
+
+Every shortest path into NPU ``t`` ends with one of ``t``'s in-links ``u -> t``; call the
+nodes ``u`` that have a link into some NPU the *anchors* (a host's scale-up switch and its
+leaves, or neighbouring NPUs on a torus). So the cost from node ``v`` to ``t`` is
+
+    cost(v, t) = min over in-links (u -> t) of  dist(v, u) + cost(u -> t),
+
+and a link ``v -> w`` starts a shortest path to ``t`` exactly when it starts a shortest path
+to an anchor ``u`` that attains that minimum (or is the in-link itself, when ``v`` is ``u``).
+The tables hold distances to the anchors and, per (anchor, node), the links that start a
+shortest path to the anchor: anchors x nodes entries, where the dense form holds NPUs x links
+(an 8,192-GPU rail fabric: 1,280 anchors x 9,488 nodes, against 8,192 x 49,152). The jitted
+walk (:func:`flowsim.topology._paths.expand_paths`) takes the union at every hop; it gives the
+same next links, in the same order, as the dense table (``flowsim.testing.
+fabric_next_hops_reference``), up to ties within :data:`COST_RTOL`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._arrays import gather_segments
+
+#: cost of one hop added to the latency when choosing shortest paths (ns)
+HOP_COST = 1e-3
+#: relative tolerance for "equal cost" paths
+COST_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class RoutingTables:
+    """Distances to the anchors, next links toward them, and every NPU's in-links.
+
+    Attributes
+    ----------
+    anchor_node : ndarray of int64, shape (A,)
+        Node id of every anchor.
+    dist : ndarray of float64, shape (A, nodes)
+        ``dist[a, v]``: cheapest cost from node ``v`` to anchor ``a`` (inf: no path).
+    hop_ptr, hop_links : ndarray of int64, int32
+        CSR over ``a * nodes + v``: the links that start a shortest path from ``v`` to
+        anchor ``a``, in ascending link id.
+    entry_ptr : ndarray of int64, shape (npus + 1,)
+        CSR over NPUs of their in-links (ascending link id):
+    entry_anchor, entry_link : ndarray of int64
+        the anchor index of the link's tail and the link id,
+    entry_cost : ndarray of float64
+        and the link's routing cost (latency + :data:`HOP_COST`).
+    """
+
+    anchor_node: np.ndarray
+    dist: np.ndarray
+    hop_ptr: np.ndarray
+    hop_links: np.ndarray
+    entry_ptr: np.ndarray
+    entry_anchor: np.ndarray
+    entry_link: np.ndarray
+    entry_cost: np.ndarray
+
+    def kernel_tables(self) -> tuple:
+        """The tables as the path kernel takes them (with :data:`COST_RTOL` last)."""
+        return (self.anchor_node, self.dist, self.hop_ptr, self.hop_links, self.entry_ptr,
+                self.entry_anchor, self.entry_link, self.entry_cost, COST_RTOL)
+
+    def pair_cost(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Cheapest routing cost from NPU ``src[i]`` to NPU ``dst[i]`` (0 to itself, inf if
+        no path)."""
+        counts = np.diff(self.entry_ptr)[dst]
+        pair = np.repeat(np.arange(src.size), counts)
+        entry = gather_segments(self.entry_ptr[dst], counts)
+        cost = np.full(src.size, np.inf)
+        if entry.size:
+            through = self.dist[self.entry_anchor[entry], src[pair]] + self.entry_cost[entry]
+            np.minimum.at(cost, pair, through)
+        cost[src == dst] = 0.0
+        return cost
+
+
+def routing_tables(link_src: np.ndarray, link_dst: np.ndarray, link_latency: np.ndarray,
+                   npus: int, num_nodes: int) -> RoutingTables:
+    """The routing tables of a fabric (NPUs are nodes ``0..npus-1``)."""
+    from scipy.sparse.csgraph import shortest_path  # here: a run without fabrics skips it
+
+    from ._paths import anchor_next_links  # Numba, as the walk
+
+    link_cost = link_latency + HOP_COST
+    into_npu = np.nonzero(link_dst < npus)[0]                 # ascending link id
+    anchor_node, anchor_of_link = np.unique(link_src[into_npu], return_inverse=True)
+    order = np.argsort(link_dst[into_npu], kind="stable")     # by NPU, then link id
+    entry_link = into_npu[order]
+    entry_ptr = np.zeros(npus + 1, np.int64)
+    np.cumsum(np.bincount(link_dst[entry_link], minlength=npus), out=entry_ptr[1:])
+    # distances *to* each anchor: shortest paths from it on the reversed graph; parallel
+    # links between two nodes keep the cheapest
+    reversed_graph = _min_duplicates(link_dst, link_src, link_cost, num_nodes)
+    dist = shortest_path(reversed_graph, method="D", directed=True, indices=anchor_node)
+    dist = np.ascontiguousarray(dist.reshape(anchor_node.size, num_nodes))
+    hop_ptr, hop_links = anchor_next_links(dist, link_src, link_dst, link_cost, COST_RTOL)
+    return RoutingTables(anchor_node.astype(np.int64), dist, hop_ptr, hop_links, entry_ptr,
+                         anchor_of_link[order].astype(np.int64), entry_link.astype(np.int64),
+                         link_cost[entry_link].astype(np.float64))
+
+
+def _min_duplicates(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, n: int):
+    """Sparse matrix keeping the smallest value among duplicate entries."""
+    from scipy.sparse import csr_matrix
+
+    key = rows * n + cols
+    order = np.lexsort((values, key))
+    first = np.ones(order.size, bool)
+    first[1:] = key[order][1:] != key[order][:-1]
+    keep = order[first]
+    return csr_matrix((values[keep], (rows[keep], cols[keep])), shape=(n, n))
