@@ -283,3 +283,17 @@ def test_routing_tables_are_sized_by_the_switches_that_reach_npus(monkeypatch):
     monkeypatch.setattr(builder, "MAX_ROUTING_ENTRIES", entries - 1)
     with pytest.raises(ConfigError, match=f"routing tables of {entries} entries"):
         flowsim.load_network(config)
+
+
+def test_a_step_whose_ecmp_paths_outgrow_memory_is_refused_before_it_allocates(monkeypatch):
+    import flowsim.topology.fabric_network as fabric_network
+
+    net = flowsim.load_network("dgx_pod_1024_leafspine_1to1")
+    src = np.arange(64)
+    dst = (src + 512) % 1024            # other leaves: 64 paths of 4 links each
+    _, _, indptr, _ = net.routes_multipath(src, dst)
+    monkeypatch.setattr(fabric_network, "MAX_PATH_LINKS", int(indptr[-1]))
+    assert net.routes_multipath(src, dst)[2][-1] == indptr[-1]
+    monkeypatch.setattr(fabric_network, "MAX_PATH_LINKS", int(indptr[-1]) - 1)
+    with pytest.raises(RoutingError, match="routing: hash"):
+        net.routes_multipath(src, dst)

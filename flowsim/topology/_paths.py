@@ -14,6 +14,7 @@ from numba import njit
 #: status codes of ``expand_paths``
 EXPANDED = 0
 NO_CONVERGENCE = 1
+TOO_LARGE = 2
 
 
 @njit(cache=True)
@@ -161,8 +162,12 @@ def _walk(tables, link_dst, s, d, single, hkey, max_depth, fill, flow_base, link
 
 
 @njit(cache=True)
-def expand_paths(tables, link_dst, max_degree, src, dst, single, hash_key, max_depth):
+def expand_paths(tables, link_dst, max_degree, src, dst, single, hash_key, max_depth,
+                 max_links):
     """Every pair's shortest paths as flows: (message, weight, indptr, links, mixed, status).
+
+    Counts first and stops with ``TOO_LARGE`` (nothing allocated) once the paths hold more
+    than ``max_links`` links in all.
 
     ``tables`` is the tuple ``(anchor_node, dist, hop_ptr, hop_links, entry_ptr,
     entry_anchor, entry_link, entry_cost, rtol)`` of a fabric's routing tables and
@@ -190,6 +195,8 @@ def expand_paths(tables, link_dst, max_degree, src, dst, single, hash_key, max_d
             return (dummy_int, dummy_float, dummy_int, dummy_links, mixed, status)
         paths_of[i + 1] = paths_of[i] + p
         links_of[i + 1] = links_of[i] + m
+        if links_of[i + 1] > max_links:
+            return (dummy_int, dummy_float, dummy_int, dummy_links, mixed, TOO_LARGE)
         mixed = mixed or mix
     n_flows = paths_of[n]
     message = np.empty(n_flows, np.int64)

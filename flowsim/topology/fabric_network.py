@@ -28,6 +28,10 @@ from .fabric_config import FabricConfig
 from .fabric_routing import RoutingTables, routing_tables
 from .grid import LogicalGrid
 
+#: Most links, summed over the paths, of the flows one routed step may give (~100 bytes each
+#: in the flow engine: ~13 GB): ECMP spraying multiplies a message by its equal-cost paths.
+MAX_PATH_LINKS = 1 << 27
+
 
 @dataclass(frozen=True, eq=False)
 class FabricNetwork(LogicalGrid):
@@ -137,7 +141,7 @@ def path_kernel_args(net: FabricNetwork, src: np.ndarray, dst: np.ndarray,
     return (net._routing.kernel_tables(), np.ascontiguousarray(net.link_dst, np.int64),
             net._max_degree, np.ascontiguousarray(src, np.int64),
             np.ascontiguousarray(dst, np.int64), single, np.ascontiguousarray(hash_key, np.int64),
-            net.num_nodes + 1)
+            net.num_nodes + 1, MAX_PATH_LINKS)
 
 
 def _shortest_path_flows(net: FabricNetwork, src: np.ndarray, dst: np.ndarray,
@@ -146,10 +150,16 @@ def _shortest_path_flows(net: FabricNetwork, src: np.ndarray, dst: np.ndarray,
     message, each message's paths by length and then in next-link order: a depth-first walk
     per pair (jitted), splitting the bytes evenly at every hop (or following the hash
     choice if ``single``)."""
-    from ._paths import EXPANDED, expand_paths  # Numba: loaded when a fabric routes
+    from ._paths import EXPANDED, TOO_LARGE, expand_paths  # Numba: when a fabric routes
 
     message, weight, indptr, links, mixed, status = expand_paths(
         *path_kernel_args(net, src, dst, single))
+    if status == TOO_LARGE:
+        raise RoutingError(
+            f"{net.config.source}: the {src.size} messages of one step split over their "
+            f"equal-cost paths into more than {MAX_PATH_LINKS} path links (~100 bytes each "
+            f"in the flow engine); use 'routing: hash' (one path per message, as switches "
+            f"hash flows), fewer NPUs, or the multi-dimensional form")
     if status != EXPANDED:
         raise RoutingError("routing did not converge (a cycle of zero-cost links?)")
     if mixed:  # shorter paths of a message first (stable: next-link order within a length)
