@@ -38,11 +38,21 @@ SMALL_3D = {"topology": ["Ring", "FullyConnected", "Switch"], "npus_count": [4, 
 RING_8 = {"topology": ["Ring"], "npus_count": [8], "bandwidth": [50.0], "latency": [500.0]}
 
 
-def system(ndims: int) -> dict:
+#: 8,192 GPUs as the 1,024-GPU rail pod (topologies/dgx_pod_1024_rail.yml): 8 rails, 32
+#: servers per rail group, 16 spines at 1:1
+RAIL_8192 = {"fabric": {"generator": "leaf_spine", "hosts": 1024, "npus_per_host": 8,
+                        "scale_up": {"bandwidth": 450, "latency": 150},
+                        "nic": {"bandwidth": 50, "latency": 500}, "hosts_per_leaf": 32,
+                        "rail_optimized": True, "oversubscription": 1, "spines": 16,
+                        "spine_latency": 500, "routing": "ecmp"}}
+RAIL_8192_HASH = {"fabric": {**RAIL_8192["fabric"], "routing": "hash"}}
+
+
+def system(ndims: int, splits: int = 4) -> dict:
     """ASTRA-sim's system json of the validation runs: 4 chunks, one in flight per dimension,
     ring all-reduce, direct all-to-all."""
     return {"scheduling-policy": "LIFO", "endpoint-delay": 10,
-            "active-chunks-per-dimension": 1, "preferred-dataset-splits": 4,
+            "active-chunks-per-dimension": 1, "preferred-dataset-splits": splits,
             "all-reduce-implementation": ["ring"] * ndims,
             "all-gather-implementation": ["ring"] * ndims,
             "reduce-scatter-implementation": ["ring"] * ndims,
@@ -65,6 +75,19 @@ class Collective:
 
 
 @dataclass
+class FabricCollective:
+    """One collective on a routed fabric, whole process, one chunk (all of a direct
+    all-to-all's messages in one step)."""
+
+    network: dict
+    collective: str
+    size: int
+    targets_s: dict[str, float] = field(default_factory=dict)
+    rss_gb: float | None = None
+    models: tuple[str, ...] = ("analytical", "flow")
+
+
+@dataclass
 class Training:
     """One Llama-3-405B-class iteration (TP 8 x PP 16 x DP ``dp``, interleaved 1F1B, 16
     micro-batches per DP group) on a multi-dimensional cluster of ``dp * 128`` GPUs."""
@@ -75,7 +98,7 @@ class Training:
     models: tuple[str, ...] = ("analytical", "flow")
 
 
-CASES: dict[str, Collective | Training] = {
+CASES: dict[str, Collective | FabricCollective | Training] = {
     "ring 8, all-reduce 64 MiB": Collective(RING_8, "all_reduce", 64 << 20, 0.01, 0.5,
                                             ("analytical",)),
     "switch 1024, ring all-reduce 1 GiB": Collective(SWITCH_1024, "all_reduce", 1 << 30, 18.1,
@@ -85,6 +108,16 @@ CASES: dict[str, Collective | Training] = {
     "16x16x16, ring all-reduce 1 GiB": Collective(CUBE_4096, "all_reduce", 1 << 30, 12.7,
                                                   12.7 / 50),
     "4x8x4, direct all-to-all 1 GiB": Collective(SMALL_3D, "all_to_all", 1 << 30, 0.07),
+    "1,024-GPU 1:1 pod, ECMP all-to-all 1 GiB": FabricCollective(
+        {"fabric": {"generator": "leaf_spine", "hosts": 128, "npus_per_host": 8,
+                    "scale_up": {"bandwidth": 450, "latency": 150},
+                    "nic": {"bandwidth": 50, "latency": 500}, "hosts_per_leaf": 4,
+                    "oversubscription": 1, "spines": 16, "spine_latency": 500,
+                    "routing": "ecmp"}}, "all_to_all", 1 << 30, {"flow": 10.0}, 2.0),
+    "8,192-GPU rail fabric, ring all-reduce 256 MiB": FabricCollective(
+        RAIL_8192, "all_reduce", 256 << 20, {"flow": 60.0}),
+    "8,192-GPU rail fabric, hashed all-to-all 256 MiB": FabricCollective(
+        RAIL_8192_HASH, "all_to_all", 256 << 20, {"flow": 60.0}, models=("flow",)),
     "Llama-3-405B iteration, 16,384 GPUs": Training(128, {"flow": 5.0}, 2.0),
     "Llama-3-405B iteration, 131,072 GPUs": Training(1024, {"flow": 60.0}, 8.0),
 }
@@ -116,7 +149,7 @@ def timed(argv: list[str], cwd: str) -> tuple[float, float]:
     return wall, usage.ru_maxrss / 1e6
 
 
-def write_configs(case: Collective, folder: Path) -> dict[str, Path]:
+def write_configs(case: Collective | FabricCollective, folder: Path) -> dict[str, Path]:
     """The case's network and system files, and (for ASTRA-sim) a remote-memory file and a
     Chakra trace per rank: one collective node, every dimension involved."""
     import yaml
@@ -126,6 +159,9 @@ def write_configs(case: Collective, folder: Path) -> dict[str, Path]:
     files = {"network": folder / "network.yml", "system": folder / "system.json",
              "memory": folder / "memory.json", "traces": folder / "trace"}
     files["network"].write_text(yaml.safe_dump(case.network))
+    if isinstance(case, FabricCollective):   # the leaf-spine generator's [GPUs, servers]
+        files["system"].write_text(json.dumps(system(2, splits=1)))
+        return files
     files["system"].write_text(json.dumps(system(len(case.network["npus_count"]))))
     files["memory"].write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}))
     npus = 1
@@ -140,7 +176,8 @@ def write_configs(case: Collective, folder: Path) -> dict[str, Path]:
     return files
 
 
-def commands(case: Collective | Training, folder: Path, flowsim: str) -> dict[str, list[str]]:
+def commands(case: Collective | FabricCollective | Training, folder: Path,
+             flowsim: str) -> dict[str, list[str]]:
     """The timed commands of a case: flowsim under each model, ASTRA-sim where built."""
     if isinstance(case, Training):
         return {f"flowsim {m}": [sys.executable, "-c", _TRAINING.format(dp=case.dp, model=m)]
@@ -150,7 +187,7 @@ def commands(case: Collective | Training, folder: Path, flowsim: str) -> dict[st
                             "--system", str(files["system"]), "--collective", case.collective,
                             "--size", str(case.size), "--model", m] for m in case.models}
     binary = Path(os.environ.get("ASTRA_SIM_BIN", "")) / "AstraSim_Analytical_Congestion_Unaware"
-    if os.environ.get("ASTRA_SIM_BIN") and binary.is_file():
+    if isinstance(case, Collective) and os.environ.get("ASTRA_SIM_BIN") and binary.is_file():
         out["ASTRA-sim unaware"] = [
             str(binary), f"--workload-configuration={files['traces']}",
             f"--system-configuration={files['system']}",
@@ -178,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
 
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(package.__file__).parent)],
                    check=True, stdout=subprocess.DEVNULL)
-    print(f"{'case':<40} {'command':<20} {'median s':>9} {'RSS GB':>7} {'vs pass':>8}  "
+    print(f"{'case':<48} {'command':<20} {'median s':>9} {'RSS GB':>7} {'vs pass':>8}  "
           "ASTRA-sim unaware / target")
     for name, case in CASES.items():
         if args.pattern.lower() not in name.lower():
@@ -214,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                 met = median < target and (limit is None or rss[label] < limit)
                 notes.append(f"target < {target:.2f} s" + (f", {limit:g} GB" if limit else "")
                              + (": met" if met else ": MISSED"))
-            print(f"{name:<40} {label:<20} {median:9.2f} {rss[label]:7.2f} "
+            print(f"{name:<48} {label:<20} {median:9.2f} {rss[label]:7.2f} "
                   f"{median / base:7.1f}x  {'; '.join(notes)}")
     return 0
 

@@ -96,8 +96,9 @@ def maxmin_active(capacity, indptr, links, active, n_active, rates,
 
     Writes ``rates[f]`` for every active ``f`` (``inf`` for a flow without links). Workspaces:
     ``remaining_cap, link_start, link_fill`` (float/int, size L), ``unfrozen`` (int, size
-    L, all zero on entry and on exit), ``touched`` (size L), ``link_flows`` and the heap arrays
-    (size >= incidences of the active flows + L), ``frozen`` (uint8, size F).
+    L, all zero on entry and on exit), ``touched`` (size L), ``link_flows`` (size >=
+    incidences of the active flows), the heap arrays (size L: a link is in the heap at most
+    once), ``frozen`` (uint8, size F).
     Returns the number of links touched.
     """
     n_touched = 0

@@ -25,21 +25,17 @@ class MaxMinWorkspace:
         self.touched = np.zeros(L, np.int64)
         self.frozen = np.zeros(max(num_flows, 1), np.uint8)
         self.flows = np.zeros(max(num_incidences, 1), np.int64)
-        heap = max(num_incidences + num_links, 1)
-        self.hkeys = np.zeros(heap, np.float64)
-        self.hids = np.zeros(heap, np.int64)
-        self.htags = np.zeros(heap, np.int64)
+        # the heap holds every touched link at most once (a re-queued link was popped first)
+        self.hkeys = np.zeros(L, np.float64)
+        self.hids = np.zeros(L, np.int64)
+        self.htags = np.zeros(L, np.int64)
 
     def ensure(self, num_flows: int, num_incidences: int) -> None:
         """Grow the flow- and incidence-sized buffers (amortized doubling)."""
         if num_flows > self.frozen.size:
             self.frozen = np.zeros(max(num_flows, 2 * self.frozen.size), np.uint8)
         if num_incidences > self.flows.size:
-            size = max(num_incidences, 2 * self.flows.size)
-            self.flows = np.zeros(size, np.int64)
-            self.hkeys = np.zeros(size + self.num_links, np.float64)
-            self.hids = np.zeros(size + self.num_links, np.int64)
-            self.htags = np.zeros(size + self.num_links, np.int64)
+            self.flows = np.zeros(max(num_incidences, 2 * self.flows.size), np.int64)
 
     def kernel_args(self) -> tuple:
         return (self.cap, self.unfrozen, self.start, self.fill, self.flows, self.touched,

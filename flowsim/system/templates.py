@@ -70,8 +70,10 @@ class StepTemplate:
         return bool(single)
 
     def engine_paths(self) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """Per-flow path latency and bottleneck for the flow engine (computed once; ``None``
-        for multi-path messages, whose numbers here are per message)."""
+        """Per-flow path latency and bottleneck for the flow engine (computed once). Flows of
+        multi-path messages get the latency of their own path, kept when the template was
+        made, and no bottleneck (``None``: the engine takes it from the links; the numbers
+        here are per message)."""
         cached = self._cache.get("paths")
         if cached is None:
             if self.single_path:
@@ -154,10 +156,13 @@ def make_template(network, src: np.ndarray, dst: np.ndarray, indptr: np.ndarray,
         np.ascontiguousarray(path_latency, np.float64),
         np.ascontiguousarray(network.link_bandwidth, np.float64), n_messages)
     carried = np.bincount(links, weights=np.repeat(weight, lengths), minlength=L)
-    return StepTemplate(src, dst, indptr, links, weight, latency[message],
-                        message_per_byte[message],
-                        (np.nonzero(carried)[0], carried[carried > 0]),
-                        (np.nonzero(busy)[0], busy[busy > 0]))
+    template = StepTemplate(src, dst, indptr, links, weight, latency[message],
+                            message_per_byte[message],
+                            (np.nonzero(carried)[0], carried[carried > 0]),
+                            (np.nonzero(busy)[0], busy[busy > 0]))
+    if not template.single_path:   # the engine would sum the same latencies again
+        template._cache["paths"] = (path_latency, None)
+    return template
 
 
 def route_messages(network, src: np.ndarray, dst: np.ndarray, *,
