@@ -154,17 +154,21 @@ def reference_args(net, src: np.ndarray, dst: np.ndarray, single: bool) -> tuple
     every NPU), the kernel's hash key and depth."""
     hop_ptr, hop_links = fabric_next_hops_reference(net)
     kernel = path_kernel_args(net, src, dst, single)
-    return (hop_ptr, hop_links, np.asarray(net.link_dst, np.int64), net.npus, kernel[3],
-            kernel[4], single, kernel[6], kernel[7])
+    src_, dst_, key, depth = kernel[5], kernel[6], kernel[8], kernel[9]
+    return (hop_ptr, hop_links, np.asarray(net.link_dst, np.int64), net.npus, src_, dst_,
+            single, key, depth)
 
 
 def assert_same_paths(net, src: np.ndarray, dst: np.ndarray, single: bool) -> None:
     """The kernel over the fabric's anchor tables walks the paths the reference walks over
     the dense table: same flows, weights and links, in the same order."""
-    fast = expand_paths(*path_kernel_args(net, src, dst, single))
+    message, weight, mult, indptr, links, mixed, status = expand_paths(
+        *path_kernel_args(net, src, dst, single))
     reference = expand_paths_reference(*reference_args(net, src, dst, single))
-    assert fast[4] == reference[4] and fast[5] == reference[5]  # mixed, status
-    for name, x, y in zip(("message", "weight", "indptr", "links"), fast, reference):
+    assert mixed == reference[4] and status == reference[5]
+    assert np.all(mult == 1.0)   # twins are merged only when asked
+    for name, x, y in zip(("message", "weight", "indptr", "links"),
+                          (message, weight, indptr, links), reference):
         np.testing.assert_array_equal(x, y, err_msg=name)
 
 

@@ -83,10 +83,11 @@ def heap_pop(keys, ids, tags, size):
 
 # ---------------------------------------------------------------- max-min fair rates
 @njit(cache=True)
-def maxmin_active(capacity, indptr, links, active, n_active, rates,
+def maxmin_active(capacity, indptr, links, mult, active, n_active, rates,
                   remaining_cap, unfrozen, link_start, link_fill, link_flows, touched,
                   frozen, heap_keys, heap_ids, heap_tags):
-    """Max-min fair rates of the flows ``active[:n_active]`` by progressive filling.
+    """Max-min fair rates of the flows ``active[:n_active]`` by progressive filling; flow
+    ``f`` counts as ``mult[f]`` flows of its rate (copies merged into one, 1 otherwise).
 
     The link with the smallest fair share ``remaining_cap / unfrozen`` saturates first; its
     unfrozen flows are frozen at that share and their rate is taken off every other link on
@@ -95,10 +96,10 @@ def maxmin_active(capacity, indptr, links, active, n_active, rates,
     its new share; one whose share is its key is the next bottleneck.
 
     Writes ``rates[f]`` for every active ``f`` (``inf`` for a flow without links). Workspaces:
-    ``remaining_cap, link_start, link_fill`` (float/int, size L), ``unfrozen`` (int, size
-    L, all zero on entry and on exit), ``touched`` (size L), ``link_flows`` (size >=
-    incidences of the active flows), the heap arrays (size L: a link is in the heap at most
-    once), ``frozen`` (uint8, size F).
+    ``remaining_cap, link_start, link_fill`` (float/int, size L), ``unfrozen`` (float,
+    size L: the unfrozen copies, all zero on entry and on exit), ``touched`` (size L),
+    ``link_flows`` (size >= incidences of the active flows), the heap arrays (size L: a link
+    is in the heap at most once), ``frozen`` (uint8, size F).
     Returns the number of links touched.
     """
     n_touched = 0
@@ -110,14 +111,16 @@ def maxmin_active(capacity, indptr, links, active, n_active, rates,
             if unfrozen[link] == 0:
                 touched[n_touched] = link
                 n_touched += 1
-            unfrozen[link] += 1
+                link_fill[link] = 0
+            unfrozen[link] += mult[f]
+            link_fill[link] += 1
     # link -> flows incidence over the touched links
     pos = 0
     for t in range(n_touched):
         link = touched[t]
         link_start[link] = pos
+        pos += link_fill[link]
         link_fill[link] = 0
-        pos += unfrozen[link]
     for i in range(n_active):
         f = active[i]
         if indptr[f] == indptr[f + 1]:
@@ -155,10 +158,11 @@ def maxmin_active(capacity, indptr, links, active, n_active, rates,
                 continue
             frozen[f] = 1
             rates[f] = share
+            copies = mult[f]
             for e in range(indptr[f], indptr[f + 1]):
                 other = links[e]
-                remaining_cap[other] -= share
-                unfrozen[other] -= 1
+                remaining_cap[other] -= share * copies
+                unfrozen[other] -= copies
     return n_touched
 
 
@@ -175,7 +179,7 @@ def append_edges(dep_head, edge_next, edge_succ, first_edge, preds, succs):
 
 # ---------------------------------------------------------------- the event loop
 @njit(cache=True)
-def run_events(model, capacity, indptr, links,
+def run_events(model, capacity, indptr, links, mult,
                nbytes, latency, release, delay, bottleneck, group,
                pending, ready, dep_head, edge_next, edge_succ,
                state, start_time, send_end, finish, remaining, rate, time_to_go,
@@ -191,7 +195,8 @@ def run_events(model, capacity, indptr, links,
     Flow ``f`` starts ``delay[f]`` after the later of ``release[f]`` and the arrival of its last
     dependency, sends ``nbytes[f]`` at its current rate (max-min fair share under
     ``MODEL_FLOW``, its path's bottleneck alone under ``MODEL_ANALYTICAL``), and arrives
-    ``latency[f]`` after its last byte left. ``counters`` holds (scheduled-heap size,
+    ``latency[f]`` after its last byte left; ``mult[f]`` copies of it share the links
+    (:func:`maxmin_active`). ``counters`` holds (scheduled-heap size,
     arrival-heap size, active flows, active links, done flows, rates-dirty flag, events,
     rate computations); ``clock[0]`` is the current time. Flows ``first_new..n_flows-1`` were
     added since the last call. Returns a status code.
@@ -274,7 +279,7 @@ def run_events(model, capacity, indptr, links,
             break
         # ---- rates
         if dirty and model == MODEL_FLOW and n_act > 0:
-            maxmin_active(capacity, indptr, links, active, n_act, rate,
+            maxmin_active(capacity, indptr, links, mult, active, n_act, rate,
                           ws_cap, ws_unfrozen, ws_start, ws_fill, ws_flows, ws_touched,
                           ws_frozen, ws_hkeys, ws_hids, ws_htags)
             counters[7] += 1

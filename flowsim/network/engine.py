@@ -58,14 +58,14 @@ _FLOW_FIELDS: dict[str, tuple[type, float]] = {
     "time_to_go": (np.float64, np.inf), "active": (np.int64, 0), "active_pos": (np.int64, 0),
     "sched_keys": (np.float64, 0.0), "sched_ids": (np.int64, 0), "sched_tags": (np.int64, 0),
     "arr_keys": (np.float64, 0.0), "arr_ids": (np.int64, 0), "arr_tags": (np.int64, 0),
-    "dep_head": (np.int64, -1),
+    "dep_head": (np.int64, -1), "mult": (np.float64, 1.0),
 }
 
 
 #: per-flow fields (indexed by flow id); the others are pools indexed by position
 _PER_FLOW_FIELDS = ("nbytes", "latency", "release", "delay", "bottleneck", "group", "pending",
                     "ready", "state", "start", "send_end", "finish", "remaining", "rate",
-                    "time_to_go", "dep_head")
+                    "time_to_go", "dep_head", "mult")
 
 
 class FlowEngine:
@@ -140,7 +140,8 @@ class FlowEngine:
             release: np.ndarray | float | None = None, delay: np.ndarray | float | None = None,
             dep_indptr: np.ndarray | None = None, dep_ids: np.ndarray | None = None,
             group: int | np.ndarray | None = None, path_latency: np.ndarray | None = None,
-            path_bottleneck: np.ndarray | None = None) -> np.ndarray:
+            path_bottleneck: np.ndarray | None = None,
+            multiplicity: np.ndarray | None = None) -> np.ndarray:
         """Add flows; returns their engine ids.
 
         Parameters
@@ -153,6 +154,8 @@ class FlowEngine:
         group : group id (from :meth:`new_group`) per flow or for all.
         path_latency, path_bottleneck : each flow's path latency and smallest capacity, when
             the caller already has them (routed templates are reused many times).
+        multiplicity : copies each flow stands for (default 1): they share its links as
+            that many flows of its rate and bytes.
         """
         n = indptr.size - 1
         flows = self._flows
@@ -180,6 +183,7 @@ class FlowEngine:
             if path_bottleneck is None else path_bottleneck
         a["release"][span] = self.now if release is None else release
         a["delay"][span] = 0.0 if delay is None else delay
+        a["mult"][span] = 1.0 if multiplicity is None else multiplicity
         a["state"][span] = _kernels.WAITING
         if group is None:
             a["group"][span] = -1
@@ -244,7 +248,7 @@ class FlowEngine:
         a = flows.arrays
         g = self._groups.arrays
         status = _kernels.run_events(
-            _MODEL_CODES[self.model], self.capacity, indptr, self._links,
+            _MODEL_CODES[self.model], self.capacity, indptr, self._links, a["mult"],
             a["nbytes"], a["latency"], a["release"], a["delay"], a["bottleneck"], a["group"],
             a["pending"], a["ready"], a["dep_head"], self._edges["next"], self._edges["succ"],
             a["state"], a["start"], a["send_end"], a["finish"], a["remaining"], a["rate"],
@@ -284,7 +288,7 @@ class FlowEngine:
         done = np.nonzero(~keep)[0]
         self._retired_link_bytes += np.bincount(
             links[gather_segments(indptr[done], counts[done])],
-            weights=np.repeat(a["nbytes"][done], counts[done]),
+            weights=np.repeat(a["nbytes"][done] * a["mult"][done], counts[done]),
             minlength=self._retired_link_bytes.size)
         kept = np.nonzero(keep)[0]
         new_links = links[gather_segments(indptr[kept], counts[kept])]
@@ -322,7 +326,7 @@ class FlowEngine:
         """Bytes carried by every link so far (finished flows count fully)."""
         indptr, links = self.incidence()
         done = self.flow_arrays("state") == _kernels.DONE
-        per_flow = np.where(done, self.flow_arrays("nbytes"), 0.0)
+        per_flow = np.where(done, self.flow_arrays("nbytes") * self.flow_arrays("mult"), 0.0)
         held = np.bincount(links, weights=np.repeat(per_flow, np.diff(indptr)),
                            minlength=self.capacity.size).astype(np.float64)
         return held + self._retired_link_bytes[: self.capacity.size]

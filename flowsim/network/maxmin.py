@@ -19,7 +19,7 @@ class MaxMinWorkspace:
         L = max(num_links, 1)
         self.num_links = num_links
         self.cap = np.zeros(L, np.float64)
-        self.unfrozen = np.zeros(L, np.int64)
+        self.unfrozen = np.zeros(L, np.float64)
         self.start = np.zeros(L, np.int64)
         self.fill = np.zeros(L, np.int64)
         self.touched = np.zeros(L, np.int64)
@@ -90,7 +90,8 @@ def maxmin_rates(capacity: np.ndarray, indptr: np.ndarray, links: np.ndarray) ->
     rates = np.zeros(n_flows, np.float64)
     ws = MaxMinWorkspace(capacity.size, n_flows, links.size)
     active = np.arange(n_flows, dtype=np.int64)
-    _kernels.maxmin_active(capacity, indptr, links, active, n_flows, rates, *ws.kernel_args())
+    _kernels.maxmin_active(capacity, indptr, links, np.ones(n_flows), active, n_flows, rates,
+                           *ws.kernel_args())
     return rates
 
 

@@ -121,12 +121,12 @@ class AnalyticalTimer:
     @property
     def link_bytes(self) -> np.ndarray:
         self._spread_usage()
-        return self._link_bytes
+        return self.network.spread_links(self._link_bytes, self._link_busy)[0]
 
     @property
     def link_busy(self) -> np.ndarray:
         self._spread_usage()
-        return self._link_busy
+        return self.network.spread_links(self._link_bytes, self._link_busy)[1]
 
     def message_times(self, token: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Start, last byte sent and arrival of every message of a step (``keep_flows``)."""

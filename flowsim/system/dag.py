@@ -156,8 +156,13 @@ def add_dag_flows(engine, npus: int, dag: PhaseDag, nbytes: list[float], delays:
         else:
             dep_indptr = np.arange(own.size + 1, dtype=np.int64)
             dep_ids = own
+        # merged flows: their bottleneck is one link's, not the engine capacity of its group
+        latency, bottleneck = template.engine_paths() if template.multiplicity is not None \
+            else (None, None)
         ids = engine.add(template.indptr, template.links, template.flow_bytes(size),
-                         release=at, delay=delay, dep_indptr=dep_indptr, dep_ids=dep_ids)
+                         release=at, delay=delay, dep_indptr=dep_indptr, dep_ids=dep_ids,
+                         path_latency=latency, path_bottleneck=bottleneck,
+                         multiplicity=template.multiplicity)
         step_ids.append(ids)
         previous = ids
         flows += template.src.size

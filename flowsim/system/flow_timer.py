@@ -53,7 +53,7 @@ class FlowTimer:
 
     def __init__(self, network, *, replay: bool = True, keep_flows: bool = False) -> None:
         self.network = network
-        self.engine = FlowEngine(network.link_bandwidth, network.link_latency, "flow",
+        self.engine = FlowEngine(network.engine_capacity, network.link_latency, "flow",
                                  retire=not keep_flows)
         self.steps = 0
         self.flows = 0
@@ -246,13 +246,18 @@ class FlowTimer:
     # ------------------------------------------------------------------ results
     @property
     def link_bytes(self) -> np.ndarray:
-        self._spread_arrived()
-        return self.engine.link_bytes()[: self.network.num_links] + self._extra_bytes
+        return self._spread_links()[0]
 
     @property
     def link_busy(self) -> np.ndarray:
+        return self._spread_links()[1]
+
+    def _spread_links(self) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes and busy time of every network link (twin groups shared back)."""
         self._spread_arrived()
-        return self.engine.link_busy[: self.network.num_links] + self._extra_busy
+        L = self.network.num_links
+        return self.network.spread_links(self.engine.link_bytes()[:L] + self._extra_bytes,
+                                         self.engine.link_busy[:L] + self._extra_busy)
 
     def message_times(self, token: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Start, last byte sent and arrival of every flow of a step (``keep_flows``)."""
@@ -279,7 +284,7 @@ class FlowTimer:
         latency, bottleneck = template.engine_paths()
         self.engine.add(template.indptr, template.links, template.flow_bytes(nbytes),
                         release=release, delay=delay, group=group, path_latency=latency,
-                        path_bottleneck=bottleneck)
+                        path_bottleneck=bottleneck, multiplicity=template.multiplicity)
         self._outstanding[links] += 1
         self._real_links[token] = links
         return group
@@ -389,8 +394,9 @@ class FlowTimer:
         rest = remainder(self.network, virtual, now)
         add_remainder(engine, virtual, rest, group, now)
         # what was sent before now never enters the engine
+        sent = rest.sent if template.multiplicity is None else rest.sent * template.multiplicity
         self._extra_bytes += np.bincount(
-            template.links, weights=np.repeat(rest.sent, np.diff(template.indptr)),
+            template.links, weights=np.repeat(sent, np.diff(template.indptr)),
             minlength=self._extra_bytes.size)
         self._extra_busy += rest.link_busy
         self._extra_events += rest.events

@@ -76,10 +76,11 @@ def run_alone(network, template: StepTemplate, nbytes: float,
               until: float | None = None) -> FlowEngine:
     """A fresh engine holding only this step, started at 0 and run to the end (or until
     ``until``, when it stops with the step's state at that time)."""
-    engine = FlowEngine(network.link_bandwidth, network.link_latency, "flow")
+    engine = FlowEngine(network.engine_capacity, network.link_latency, "flow")
     latency, bottleneck = template.engine_paths()
     engine.add(template.indptr, template.links, template.flow_bytes(nbytes), release=0.0,
-               path_latency=latency, path_bottleneck=bottleneck)
+               path_latency=latency, path_bottleneck=bottleneck,
+               multiplicity=template.multiplicity)
     if until is not None:
         group = engine.new_group()
         engine.add(MARKER_PTR, NO_LINKS, 0.0, release=until, group=group)
@@ -161,7 +162,9 @@ def add_remainder(engine: FlowEngine, virtual: VirtualStep, rest: Remainder, gro
         engine.add(indptr, template.links[gather_segments(template.indptr[sending], counts)],
                    rest.remaining, release=now, group=group,
                    path_latency=None if latency is None else latency[sending],
-                   path_bottleneck=None if bottleneck is None else bottleneck[sending])
+                   path_bottleneck=None if bottleneck is None else bottleneck[sending],
+                   multiplicity=None if template.multiplicity is None else
+                   template.multiplicity[sending])
     if rest.arrival.size or not sending.size:
         at = rest.arrival if rest.arrival.size else np.array(
             [max(now, virtual.start + virtual.alone.duration)])

@@ -35,6 +35,8 @@ class StepTemplate:
     dep_indptr, dep_local : ``per_npu`` only: for every flow, the flows of the previous step
         into its sender, as indices into that step's arrays.
     copies : groups this template stands for (more than 1 when one group is simulated for all).
+    multiplicity : copies each flow stands for (flows over twin links merged, see
+        ``FabricNetwork.merges_twins``), or ``None``: one each. ``weight`` is per copy.
     """
 
     src: np.ndarray
@@ -49,6 +51,7 @@ class StepTemplate:
     dep_indptr: np.ndarray | None = None
     dep_local: np.ndarray | None = None
     copies: int = 1
+    multiplicity: np.ndarray | None = None
     _durations: dict[float, float] = field(default_factory=dict, repr=False)
     _cache: dict[str, object] = field(default_factory=dict, repr=False)
 
@@ -127,11 +130,13 @@ class StepTemplate:
 
 def make_template(network, src: np.ndarray, dst: np.ndarray, indptr: np.ndarray,
                   links: np.ndarray, message: np.ndarray | None = None,
-                  weight: np.ndarray | None = None) -> StepTemplate:
+                  weight: np.ndarray | None = None,
+                  multiplicity: np.ndarray | None = None) -> StepTemplate:
     """Bundle a routed step with the per-message numbers both timers need.
 
     ``message[f]`` is the message flow ``f`` belongs to and ``weight[f]`` its share of the
-    bytes (default: one flow per message; flows sorted by message).
+    bytes (default: one flow per message; flows sorted by message); ``multiplicity[f]`` the
+    copies it stands for, on links whose engine capacity is their twin group's.
     """
     n = src.size
     lengths = np.diff(indptr)
@@ -150,18 +155,24 @@ def make_template(network, src: np.ndarray, dst: np.ndarray, indptr: np.ndarray,
     n_messages = int(message.max()) + 1 if n else 0
     if np.any(message[1:] < message[:-1]):
         raise ValueError("make_template: flows must be sorted by message")
+    # a merged flow loads its representative links as all its copies, against the twin
+    # group's capacity there: the share of one link of the group
+    load = weight if multiplicity is None else weight * multiplicity
+    capacity = network.link_bandwidth if multiplicity is None else network.engine_capacity
     latency, message_per_byte, busy = message_loads(
         np.ascontiguousarray(indptr, np.int64), np.ascontiguousarray(links, np.int64),
-        np.ascontiguousarray(weight, np.float64), np.ascontiguousarray(message, np.int64),
+        np.ascontiguousarray(load, np.float64), np.ascontiguousarray(message, np.int64),
         np.ascontiguousarray(path_latency, np.float64),
-        np.ascontiguousarray(network.link_bandwidth, np.float64), n_messages)
-    carried = np.bincount(links, weights=np.repeat(weight, lengths), minlength=L)
+        np.ascontiguousarray(capacity, np.float64), n_messages)
+    carried = np.bincount(links, weights=np.repeat(load, lengths), minlength=L)
     template = StepTemplate(src, dst, indptr, links, weight, latency[message],
                             message_per_byte[message],
                             (np.nonzero(carried)[0], carried[carried > 0]),
-                            (np.nonzero(busy)[0], busy[busy > 0]))
-    if not template.single_path:   # the engine would sum the same latencies again
-        template._cache["paths"] = (path_latency, None)
+                            (np.nonzero(busy)[0], busy[busy > 0]), multiplicity=multiplicity)
+    if not template.single_path:   # the engine would sum the same latencies again; a merged
+        # flow's bottleneck is one link's, not its group's engine capacity
+        template._cache["paths"] = (path_latency, None if multiplicity is None else
+                                    network.path_bottleneck(indptr, links))
     return template
 
 
@@ -169,12 +180,19 @@ def route_messages(network, src: np.ndarray, dst: np.ndarray, *,
                    lowest_dim_only: bool = False) -> StepTemplate:
     """A template of messages ``src[i] -> dst[i]`` routed on ``network`` (ECMP-split where the
     network sprays)."""
-    message, weight, indptr, links = network.routes_multipath(src, dst,
-                                                              lowest_dim_only=lowest_dim_only)
-    if np.array_equal(message, np.arange(src.size)):
+    multiplicity = None
+    if network.merges_twins:
+        message, weight, multiplicity, indptr, links = network.routes_multipath(
+            src, dst, lowest_dim_only=lowest_dim_only, multiplicity=True)
+        if np.all(multiplicity == 1.0):
+            multiplicity = None
+    else:
+        message, weight, indptr, links = network.routes_multipath(
+            src, dst, lowest_dim_only=lowest_dim_only)
+    if multiplicity is None and np.array_equal(message, np.arange(src.size)):
         return make_template(network, src, dst, indptr, links)
     return make_template(network, src[message], dst[message], indptr, links,
-                         message=message, weight=weight)
+                         message=message, weight=weight, multiplicity=multiplicity)
 
 
 def incoming(previous_dst: np.ndarray, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

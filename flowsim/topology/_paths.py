@@ -99,13 +99,39 @@ def next_links(v, t, anchor_node, dist, hop_ptr, hop_links, entry_ptr, entry_anc
 
 
 @njit(cache=True)
-def _walk(tables, link_dst, s, d, single, hkey, max_depth, fill, flow_base, link_base,
-          out_length, out_weight, out_links, path, choices, n_choices, next_pos, weights):
+def _group_choices(row, count, link_rep, members):
+    """Keep the first of the ``count`` links in ``row`` of every twin group (same
+    ``link_rep``), in order, with its group's number of links in ``members``; returns the
+    number of groups."""
+    n = 0
+    for i in range(count):
+        link = row[i]
+        found = -1
+        for j in range(n):
+            if link_rep[row[j]] == link_rep[link]:
+                found = j
+                break
+        if found >= 0:
+            members[found] += 1
+        else:
+            row[n] = link
+            members[n] = 1
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def _walk(tables, link_dst, link_rep, merge, s, d, single, hkey, max_depth, fill, flow_base,
+          link_base, out_length, out_weight, out_mult, out_links, path, choices, members,
+          n_choices, totals, next_pos, weights, mults):
     """Depth-first walk of the shortest paths from ``s`` to ``d`` in next-link order.
 
     Splits the bytes evenly at every hop (or, if ``single``, follows the candidate
-    ``hkey % count``). With ``fill`` writes each path's length, weight and links at
-    ``flow_base`` / ``link_base``. Returns (paths, links, mixed lengths, status).
+    ``hkey % count``). With ``merge``, the next links of one twin group are one choice: the
+    walk follows the first and the path counts the others as copies (its multiplicity), and
+    a path's links are its groups' representatives. With ``fill`` writes each path's length,
+    weight, multiplicity and links at ``flow_base`` / ``link_base``. Returns (paths, links,
+    mixed lengths, status).
     """
     anchor_node, dist, hop_ptr, hop_links, entry_ptr, entry_anchor, entry_link, entry_cost, \
         rtol = tables
@@ -113,18 +139,26 @@ def _walk(tables, link_dst, s, d, single, hkey, max_depth, fill, flow_base, link
         if fill:
             out_length[flow_base] = 0
             out_weight[flow_base] = 1.0
+            out_mult[flow_base] = 1.0
         return 1, 0, False, EXPANDED
     n_paths = 0
     n_links = 0
     first_length = -1
     mixed = False
     depth = 0
+    node = s
     weights[0] = 1.0
-    count = next_links(s, d, anchor_node, dist, hop_ptr, hop_links, entry_ptr, entry_anchor,
-                       entry_link, entry_cost, rtol, choices[0])
-    n_choices[0] = count
-    next_pos[0] = hkey % count if single and count > 0 else 0
+    mults[0] = 1.0
     while depth >= 0:
+        if node >= 0:      # just arrived at ``node``: list its choices
+            count = next_links(node, d, anchor_node, dist, hop_ptr, hop_links, entry_ptr,
+                               entry_anchor, entry_link, entry_cost, rtol, choices[depth])
+            totals[depth] = count
+            if merge:
+                count = _group_choices(choices[depth], count, link_rep, members[depth])
+            n_choices[depth] = count
+            next_pos[depth] = hkey % count if single and count > 0 else 0
+            node = -1
         count = n_choices[depth]
         pos = next_pos[depth]
         last = (hkey % count + 1 if count > 0 else 0) if single else count
@@ -133,14 +167,16 @@ def _walk(tables, link_dst, s, d, single, hkey, max_depth, fill, flow_base, link
             continue
         next_pos[depth] = pos + 1
         link = choices[depth, pos]
-        path[depth] = link
-        weight = weights[depth] if single else weights[depth] / count
+        path[depth] = link_rep[link] if merge else link
+        weight = weights[depth] if single else weights[depth] / totals[depth]
+        mult = mults[depth] * members[depth, pos] if merge else 1.0
         head = link_dst[link]
         if head == d:
             length = depth + 1
             if fill:
                 out_length[flow_base + n_paths] = length
                 out_weight[flow_base + n_paths] = weight
+                out_mult[flow_base + n_paths] = mult
                 for k in range(length):
                     out_links[link_base + n_links + k] = path[k]
             if first_length < 0:
@@ -154,33 +190,35 @@ def _walk(tables, link_dst, s, d, single, hkey, max_depth, fill, flow_base, link
             return n_paths, n_links, mixed, NO_CONVERGENCE
         depth += 1
         weights[depth] = weight
-        count = next_links(head, d, anchor_node, dist, hop_ptr, hop_links, entry_ptr,
-                           entry_anchor, entry_link, entry_cost, rtol, choices[depth])
-        n_choices[depth] = count
-        next_pos[depth] = hkey % count if single and count > 0 else 0
+        mults[depth] = mult
+        node = head
     return n_paths, n_links, mixed, EXPANDED
 
 
 @njit(cache=True)
-def expand_paths(tables, link_dst, max_degree, src, dst, single, hash_key, max_depth,
-                 max_links):
-    """Every pair's shortest paths as flows: (message, weight, indptr, links, mixed, status).
-
-    Counts first and stops with ``TOO_LARGE`` (nothing allocated) once the paths hold more
-    than ``max_links`` links in all.
+def expand_paths(tables, link_dst, link_rep, merge, max_degree, src, dst, single, hash_key,
+                 max_depth, max_links):
+    """Every pair's shortest paths as flows: (message, weight, multiplicity, indptr, links,
+    mixed, status).
 
     ``tables`` is the tuple ``(anchor_node, dist, hop_ptr, hop_links, entry_ptr,
     entry_anchor, entry_link, entry_cost, rtol)`` of a fabric's routing tables and
-    ``max_degree`` the most links out of one node. Flows come out grouped by pair, each
-    pair's paths in depth-first next-link order; ``mixed`` is True if some pair has paths of
-    different lengths.
+    ``max_degree`` the most links out of one node; ``link_rep`` the representative of every
+    link's twin group, used when ``merge``. Flows come out grouped by pair, each pair's paths
+    in depth-first next-link order; ``mixed`` is True if some pair has paths of different
+    lengths. Counts first and stops with ``TOO_LARGE`` (nothing allocated) once the paths
+    hold more than ``max_links`` links in all.
     """
     n = src.size
     path = np.empty(max_depth, np.int64)
-    choices = np.empty((max_depth, max(max_degree, 1)), np.int64)
+    width = max(max_degree, 1)
+    choices = np.empty((max_depth, width), np.int64)
+    members = np.ones((max_depth, width), np.int64)
     n_choices = np.empty(max_depth, np.int64)
+    totals = np.empty(max_depth, np.int64)
     next_pos = np.empty(max_depth, np.int64)
     weights = np.empty(max_depth, np.float64)
+    mults = np.empty(max_depth, np.float64)
     dummy_int = np.empty(0, np.int64)
     dummy_float = np.empty(0, np.float64)
     dummy_links = np.empty(0, np.int32)
@@ -188,28 +226,31 @@ def expand_paths(tables, link_dst, max_degree, src, dst, single, hash_key, max_d
     links_of = np.zeros(n + 1, np.int64)
     mixed = False
     for i in range(n):
-        p, m, mix, status = _walk(tables, link_dst, src[i], dst[i], single, hash_key[i],
-                                  max_depth, False, 0, 0, dummy_int, dummy_float, dummy_links,
-                                  path, choices, n_choices, next_pos, weights)
+        p, m, mix, status = _walk(tables, link_dst, link_rep, merge, src[i], dst[i], single,
+                                  hash_key[i], max_depth, False, 0, 0, dummy_int, dummy_float,
+                                  dummy_float, dummy_links, path, choices, members, n_choices,
+                                  totals, next_pos, weights, mults)
         if status != EXPANDED:
-            return (dummy_int, dummy_float, dummy_int, dummy_links, mixed, status)
+            return (dummy_int, dummy_float, dummy_float, dummy_int, dummy_links, mixed, status)
         paths_of[i + 1] = paths_of[i] + p
         links_of[i + 1] = links_of[i] + m
         if links_of[i + 1] > max_links:
-            return (dummy_int, dummy_float, dummy_int, dummy_links, mixed, TOO_LARGE)
+            return (dummy_int, dummy_float, dummy_float, dummy_int, dummy_links, mixed,
+                    TOO_LARGE)
         mixed = mixed or mix
     n_flows = paths_of[n]
     message = np.empty(n_flows, np.int64)
     length = np.empty(n_flows, np.int64)
     weight = np.empty(n_flows, np.float64)
+    mult = np.empty(n_flows, np.float64)
     links = np.empty(links_of[n], np.int32)
     for i in range(n):
-        _walk(tables, link_dst, src[i], dst[i], single, hash_key[i], max_depth, True,
-              paths_of[i], links_of[i], length, weight, links, path, choices, n_choices,
-              next_pos, weights)
+        _walk(tables, link_dst, link_rep, merge, src[i], dst[i], single, hash_key[i], max_depth,
+              True, paths_of[i], links_of[i], length, weight, mult, links, path, choices,
+              members, n_choices, totals, next_pos, weights, mults)
         for f in range(paths_of[i], paths_of[i + 1]):
             message[f] = i
     indptr = np.zeros(n_flows + 1, np.int64)
     for f in range(n_flows):
         indptr[f + 1] = indptr[f] + length[f]
-    return message, weight, indptr, links, mixed, EXPANDED
+    return message, weight, mult, indptr, links, mixed, EXPANDED

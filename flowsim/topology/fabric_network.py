@@ -25,7 +25,7 @@ from .._arrays import gather_segments
 from ..errors import RoutingError
 from ..units import network_bandwidth_to_bytes_per_ns
 from .fabric_config import FabricConfig
-from .fabric_routing import RoutingTables, routing_tables
+from .fabric_routing import RoutingTables, routing_tables, twin_link_groups
 from .grid import LogicalGrid
 
 #: Most links, summed over the paths, of the flows one routed step may give (~100 bytes each
@@ -92,17 +92,60 @@ class FabricNetwork(LogicalGrid):
                               self.num_nodes)
 
     @cached_property
+    def _twins(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per link: the representative and size of its twin group (:func:`.fabric_routing.
+        twin_link_groups`); every link its own group unless ECMP sprays over twins."""
+        if self.config.routing == "ecmp" and self.twin_merging:
+            rep, size = twin_link_groups(self.link_src, self.link_dst, self.link_bandwidth,
+                                         self.link_latency, self.npus, self.num_nodes)
+            if np.any(size > 1):
+                return rep, size
+        return np.arange(self.num_links, dtype=np.int64), np.ones(self.num_links, np.int64)
+
+    #: merge twins where ECMP sprays over them (tests turn it off to compare)
+    twin_merging = True
+
+    @property
+    def merges_twins(self) -> bool:  # type: ignore[override]  # computed
+        """Routes merge the flows of twin links: ECMP spraying over a fabric with twins.
+
+        The flows of a message that differ only by the twins they cross have equal max-min
+        rates at every instant (the fabric, the routing and the traffic are invariant under
+        swapping twins, and max-min rates are unique), so they travel as one flow counted
+        as many times as it has copies, on one representative link per twin group that
+        holds the group's capacity; per-link results are shared back evenly
+        (:meth:`spread_links`).
+        """
+        return bool(self._twins[1].max(initial=1) > 1)
+
+    @cached_property
+    def engine_capacity(self) -> np.ndarray:
+        rep, size = self._twins
+        capacity = self.link_bandwidth.copy()
+        heads = rep == np.arange(rep.size)
+        capacity[heads] *= size[heads]
+        return capacity
+
+    def spread_links(self, link_bytes: np.ndarray,
+                     link_busy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if not self.merges_twins:
+            return link_bytes, link_busy
+        rep, size = self._twins
+        return link_bytes[rep] / size, link_busy[rep]
+
+    @cached_property
     def _max_degree(self) -> int:
         """Most links out of one node."""
         return int(np.bincount(self.link_src, minlength=1).max()) if self.num_links else 0
 
     def routes_multipath(self, src: np.ndarray, dst: np.ndarray, *,
-                         lowest_dim_only: bool = False) -> tuple[np.ndarray, np.ndarray,
-                                                                 np.ndarray, np.ndarray]:
+                         lowest_dim_only: bool = False, multiplicity: bool = False) -> tuple:
         """Shortest-path routes of NPU pairs as flows: ``(message, weight, indptr, links)``.
 
         With ``ecmp`` a message is split evenly at every hop over the next links on shortest
-        paths; with ``hash`` it takes one of them.
+        paths; with ``hash`` it takes one of them. With ``multiplicity``, ``(message, weight,
+        multiplicity, indptr, links)`` where flows over twins are merged
+        (:attr:`merges_twins`): ``weight`` is each copy's share of the bytes.
 
         Raises
         ------
@@ -112,7 +155,11 @@ class FabricNetwork(LogicalGrid):
         src = np.asarray(src, np.int64).ravel()
         dst = np.asarray(dst, np.int64).ravel()
         self._check_pairs(src, dst)
-        return _shortest_path_flows(self, src, dst, self.config.routing == "hash")
+        single = self.config.routing == "hash"
+        if multiplicity:
+            return _shortest_path_flows(self, src, dst, single, self.merges_twins)
+        message, weight, _, indptr, links = _shortest_path_flows(self, src, dst, single)
+        return message, weight, indptr, links
 
     def _check_pairs(self, src: np.ndarray, dst: np.ndarray) -> None:
         """Both ends exist and are connected (raises RoutingError)."""
@@ -130,30 +177,30 @@ class FabricNetwork(LogicalGrid):
         src = np.asarray(src, np.int64).ravel()
         dst = np.asarray(dst, np.int64).ravel()
         self._check_pairs(src, dst)
-        _, _, indptr, links = _shortest_path_flows(self, src, dst, True)
+        _, _, _, indptr, links = _shortest_path_flows(self, src, dst, True)
         return indptr, links
 
 
-def path_kernel_args(net: FabricNetwork, src: np.ndarray, dst: np.ndarray,
-                     single: bool) -> tuple:
+def path_kernel_args(net: FabricNetwork, src: np.ndarray, dst: np.ndarray, single: bool,
+                     merge: bool = False) -> tuple:
     """The arguments of the path kernel for NPU pairs (hash routing keyed on the pair)."""
     hash_key = (src * 1_000_003 + dst * 998_244_353) % 2_147_483_647
     return (net._routing.kernel_tables(), np.ascontiguousarray(net.link_dst, np.int64),
-            net._max_degree, np.ascontiguousarray(src, np.int64),
+            net._twins[0], merge, net._max_degree, np.ascontiguousarray(src, np.int64),
             np.ascontiguousarray(dst, np.int64), single, np.ascontiguousarray(hash_key, np.int64),
             net.num_nodes + 1, MAX_PATH_LINKS)
 
 
-def _shortest_path_flows(net: FabricNetwork, src: np.ndarray, dst: np.ndarray,
-                         single: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Every pair's shortest paths as flows ``(message, weight, indptr, links)``, sorted by
-    message, each message's paths by length and then in next-link order: a depth-first walk
-    per pair (jitted), splitting the bytes evenly at every hop (or following the hash
-    choice if ``single``)."""
+def _shortest_path_flows(net: FabricNetwork, src: np.ndarray, dst: np.ndarray, single: bool,
+                         merge: bool = False) -> tuple[np.ndarray, ...]:
+    """Every pair's shortest paths as flows ``(message, weight, multiplicity, indptr,
+    links)``, sorted by message, each message's paths by length and then in next-link order:
+    a depth-first walk per pair (jitted), splitting the bytes evenly at every hop (or
+    following the hash choice if ``single``; with ``merge``, twins as one flow)."""
     from ._paths import EXPANDED, TOO_LARGE, expand_paths  # Numba: when a fabric routes
 
-    message, weight, indptr, links, mixed, status = expand_paths(
-        *path_kernel_args(net, src, dst, single))
+    message, weight, mult, indptr, links, mixed, status = expand_paths(
+        *path_kernel_args(net, src, dst, single, merge))
     if status == TOO_LARGE:
         raise RoutingError(
             f"{net.config.source}: the {src.size} messages of one step split over their "
@@ -166,8 +213,9 @@ def _shortest_path_flows(net: FabricNetwork, src: np.ndarray, dst: np.ndarray,
         length = np.diff(indptr)
         order = np.lexsort((length, message))
         starts = indptr[:-1][order]
-        message, weight, length = message[order], weight[order], length[order]
+        message, weight, mult = message[order], weight[order], mult[order]
+        length = length[order]
         links = links[gather_segments(starts, length)]
         indptr = np.concatenate([[0], np.cumsum(length)]).astype(np.int64)
-    return message, weight, indptr, links
+    return message, weight, mult, indptr, links
 

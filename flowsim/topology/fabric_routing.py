@@ -115,3 +115,36 @@ def _min_duplicates(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, n: i
     first[1:] = key[order][1:] != key[order][:-1]
     keep = order[first]
     return csr_matrix((values[keep], (rows[keep], cols[keep])), shape=(n, n))
+
+
+def twin_link_groups(link_src: np.ndarray, link_dst: np.ndarray, bandwidth: np.ndarray,
+                     latency: np.ndarray, npus: int,
+                     num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Groups of links that a symmetry of the fabric maps onto each other: ``(rep, size)``,
+    per link the lowest id of its group and the group's size.
+
+    Two switches are *twins* when their links in and out go to the same neighbours with the
+    same bandwidths and latencies (a pod's spines); swapping them, or two parallel links of
+    equal parameters, maps the fabric onto itself and fixes every NPU. A group is every link
+    from one twin class to another with the same bandwidth and latency. Under ECMP spraying
+    the traffic is invariant under these swaps, and max-min rates are unique, so every link of
+    a group carries the same load at every instant.
+    """
+    out_of: list[list[tuple]] = [[] for _ in range(num_nodes)]
+    into: list[list[tuple]] = [[] for _ in range(num_nodes)]
+    for a, b, bw, lat in zip(link_src.tolist(), link_dst.tolist(), bandwidth.tolist(),
+                             latency.tolist()):
+        out_of[a].append((b, bw, lat))
+        into[b].append((a, bw, lat))
+    classes: dict[tuple, int] = {}
+    node_class = np.arange(num_nodes, dtype=np.int64)      # NPUs: a class each
+    for v in range(npus, num_nodes):
+        signature = (tuple(sorted(out_of[v])), tuple(sorted(into[v])))
+        node_class[v] = classes.setdefault(signature, num_nodes + len(classes))
+    groups: dict[tuple, int] = {}
+    rep = np.empty(link_src.size, np.int64)
+    for k, key in enumerate(zip(node_class[link_src].tolist(), node_class[link_dst].tolist(),
+                                bandwidth.tolist(), latency.tolist())):
+        rep[k] = groups.setdefault(key, k)
+    size = np.bincount(rep, minlength=rep.size)[rep]
+    return rep, size

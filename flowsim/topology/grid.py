@@ -25,6 +25,22 @@ class LogicalGrid:
     link_latency: np.ndarray
     link_bandwidth: np.ndarray
 
+    #: whether routes merge the flows of twin links into one flow with a multiplicity
+    #: (fabrics with ECMP spraying, see ``FabricNetwork``)
+    merges_twins = False
+
+    @property
+    def engine_capacity(self) -> np.ndarray:
+        """Capacity of every link as the flow engine sees it (bytes/ns): the bandwidth, or a
+        twin group's total on its representative link where routes merge twins."""
+        return self.link_bandwidth
+
+    def spread_links(self, link_bytes: np.ndarray,
+                     link_busy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per-link results of the engine's links as the network's links (the identity, or
+        a twin group's bytes shared evenly by its links and its busy time copied)."""
+        return link_bytes, link_busy
+
     def path_latency(self, indptr: np.ndarray, link_ids: np.ndarray) -> np.ndarray:
         """Sum of link latencies along each path (ns)."""
         return segment_sum(self.link_latency[link_ids], indptr)

@@ -156,8 +156,23 @@ class LogicalView(LogicalGrid):
         return self.base.routes(src, dst, lowest_dim_only=lowest_dim_only)
 
     def routes_multipath(self, src: np.ndarray, dst: np.ndarray, *,
-                         lowest_dim_only: bool = False):
+                         lowest_dim_only: bool = False, multiplicity: bool = False):
+        if multiplicity:
+            return self.base.routes_multipath(src, dst, lowest_dim_only=lowest_dim_only,
+                                              multiplicity=True)
         return self.base.routes_multipath(src, dst, lowest_dim_only=lowest_dim_only)
+
+    @property
+    def merges_twins(self) -> bool:  # type: ignore[override]  # the base's
+        return bool(self.base.merges_twins)
+
+    @property
+    def engine_capacity(self) -> np.ndarray:
+        return self.base.engine_capacity
+
+    def spread_links(self, link_bytes: np.ndarray,
+                     link_busy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.base.spread_links(link_bytes, link_busy)
 
     def switch_links(self, dim: int) -> tuple[np.ndarray, np.ndarray]:
         """Up- and downlinks of a Switch dimension that is whole in this view."""
