@@ -116,6 +116,8 @@ CASES: dict[str, Collective | FabricCollective | Training] = {
                     "routing": "ecmp"}}, "all_to_all", 1 << 30, {"flow": 10.0}, 2.0),
     "8,192-GPU rail fabric, ring all-reduce 256 MiB": FabricCollective(
         RAIL_8192, "all_reduce", 256 << 20, {"flow": 60.0}),
+    "8,192-GPU rail fabric, ECMP all-to-all 256 MiB": FabricCollective(
+        RAIL_8192, "all_to_all", 256 << 20, {"flow": 60.0}),
     "8,192-GPU rail fabric, hashed all-to-all 256 MiB": FabricCollective(
         RAIL_8192_HASH, "all_to_all", 256 << 20, {"flow": 60.0}, models=("flow",)),
     "Llama-3-405B iteration, 16,384 GPUs": Training(128, {"flow": 5.0}, 2.0),

@@ -82,8 +82,7 @@ class FlowTimer:
         # bytes and busy time of what never went through the engine
         self._extra_bytes = np.zeros(L)
         self._extra_busy = np.zeros(L)
-        self._extra_events = 0
-        self._extra_rates = 0
+        self._extra_events = self._extra_rates = 0
         self._alone: dict[tuple[int, float], Alone] = {}
         #: per phase plan (by id): its steps' solutions alone, and its flows
         self._phase_alone: dict[int, tuple[list[Alone], int]] = {}
@@ -393,11 +392,7 @@ class FlowTimer:
         # the step alone up to now: what each flow still has to send, or when it arrives
         rest = remainder(self.network, virtual, now)
         add_remainder(engine, virtual, rest, group, now)
-        # what was sent before now never enters the engine
-        sent = rest.sent if template.multiplicity is None else rest.sent * template.multiplicity
-        self._extra_bytes += np.bincount(
-            template.links, weights=np.repeat(sent, np.diff(template.indptr)),
-            minlength=self._extra_bytes.size)
+        self._extra_bytes += rest.link_bytes    # sent before now: never enters the engine
         self._extra_busy += rest.link_busy
         self._extra_events += rest.events
         self._extra_rates += rest.rate_computations

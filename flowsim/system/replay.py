@@ -105,7 +105,7 @@ class Remainder:
     sending: np.ndarray      # flows still sending
     remaining: np.ndarray    # their bytes left
     arrival: np.ndarray      # absolute arrival times of the flows in flight (sent, not there)
-    sent: np.ndarray         # bytes each flow has sent
+    link_bytes: np.ndarray   # bytes every link has carried so far (each flow's copies)
     link_busy: np.ndarray    # busy time of every link so far
     events: int
     rate_computations: int
@@ -124,7 +124,11 @@ def remainder(network, virtual: VirtualStep, now: float) -> Remainder:
         alone.flow_arrays("latency")[flying]
     sent = np.asarray(template.flow_bytes(virtual.nbytes), np.float64) * np.ones(n)
     sent[sending] -= remaining[sending]
-    return Remainder(sending, remaining[sending], arrival, sent,
+    if template.multiplicity is not None:
+        sent = sent * template.multiplicity
+    carried = np.bincount(template.links, weights=np.repeat(sent, np.diff(template.indptr)),
+                          minlength=network.num_links)
+    return Remainder(sending, remaining[sending], arrival, carried,
                      alone.link_busy[: network.num_links].copy(), alone.events,
                      alone.rate_computations)
 
