@@ -267,7 +267,7 @@ def test_routing_tables_are_sized_by_the_switches_that_reach_npus(monkeypatch):
     # 160 x nodes entries (the dense form: 1024 NPUs x every link)
     net = flowsim.load_network("dgx_pod_1024_leafspine_1to1")
     tables = net._routing
-    assert tables.dist.shape == (160, net.num_nodes)
+    assert tables.dist.shape == (net.num_nodes, 160)
     assert tables.hop_ptr.size == 160 * net.num_nodes + 1
     assert np.array_equal(tables.anchor_node, np.unique(net.link_src[net.link_dst < net.npus]))
     # the cap counts those entries: just enough loads, one fewer is a clear error

@@ -15,15 +15,16 @@ from numba import njit
 EXPANDED = 0
 NO_CONVERGENCE = 1
 TOO_LARGE = 2
+NEED_ROOM = 3      # internal: the output buffers are full; grow them and walk the pair again
 
 
 @njit(cache=True)
 def anchor_next_links(dist, link_src, link_dst, link_cost, rtol):
-    """CSR over ``anchor * nodes + node`` of the links that start a shortest path from the
-    node to the anchor (``dist[anchor, node]`` the cost), in ascending link id: a link
-    ``v -> w`` qualifies when ``dist[a, w] + cost`` equals ``dist[a, v]`` within ``rtol``."""
-    anchors, num_nodes = dist.shape
-    ptr = np.zeros(anchors * num_nodes + 1, np.int64)
+    """CSR over ``node * anchors + anchor`` of the links that start a shortest path from the
+    node to the anchor (``dist[node, anchor]`` the cost), in ascending link id: a link
+    ``v -> w`` qualifies when ``dist[w, a] + cost`` equals ``dist[v, a]`` within ``rtol``."""
+    num_nodes, anchors = dist.shape
+    ptr = np.zeros(num_nodes * anchors + 1, np.int64)
     for fill in range(2):
         if fill:
             for k in range(ptr.size - 1):
@@ -33,13 +34,15 @@ def anchor_next_links(dist, link_src, link_dst, link_cost, rtol):
         else:
             links = np.empty(0, np.int32)
             pos = ptr[:0]
-        for a in range(anchors):
-            for link in range(link_src.size):
-                here = dist[a, link_src[link]]
-                there = dist[a, link_dst[link]] + link_cost[link]
+        for link in range(link_src.size):       # ascending: each slot's links in order
+            v = link_src[link]
+            w = link_dst[link]
+            for a in range(anchors):
+                here = dist[v, a]
+                there = dist[w, a] + link_cost[link]
                 if not (there < np.inf and abs(there - here) <= rtol * max(here, 1.0)):
                     continue
-                slot = a * num_nodes + link_src[link]
+                slot = v * anchors + a
                 if fill:
                     links[pos[slot]] = link
                     pos[slot] += 1
@@ -75,10 +78,10 @@ def next_links(v, t, anchor_node, dist, hop_ptr, hop_links, entry_ptr, entry_anc
     the next links are the union, over the in-links that attain it, of the in-link itself
     (when ``v`` is ``u``) or the next links toward ``u``.
     """
-    num_nodes = dist.shape[1]
+    anchors = dist.shape[1]
     best = np.inf
     for e in range(entry_ptr[t], entry_ptr[t + 1]):
-        c = dist[entry_anchor[e], v] + entry_cost[e]
+        c = dist[v, entry_anchor[e]] + entry_cost[e]
         if c < best:
             best = c
     if best == np.inf:
@@ -87,12 +90,12 @@ def next_links(v, t, anchor_node, dist, hop_ptr, hop_links, entry_ptr, entry_anc
     n = 0
     for e in range(entry_ptr[t], entry_ptr[t + 1]):
         a = entry_anchor[e]
-        if abs(dist[a, v] + entry_cost[e] - best) > tol:
+        if abs(dist[v, a] + entry_cost[e] - best) > tol:
             continue
         if anchor_node[a] == v:
             n = _add_choice(out, n, entry_link[e])
         else:
-            slot = a * num_nodes + v
+            slot = v * anchors + a
             for k in range(hop_ptr[slot], hop_ptr[slot + 1]):
                 n = _add_choice(out, n, hop_links[k])
     return n
@@ -136,6 +139,8 @@ def _walk(tables, link_dst, link_rep, merge, s, d, single, hkey, max_depth, fill
     anchor_node, dist, hop_ptr, hop_links, entry_ptr, entry_anchor, entry_link, entry_cost, \
         rtol = tables
     if s == d:
+        if fill and flow_base >= out_length.size:
+            return 0, 0, False, NEED_ROOM
         if fill:
             out_length[flow_base] = 0
             out_weight[flow_base] = 1.0
@@ -173,6 +178,9 @@ def _walk(tables, link_dst, link_rep, merge, s, d, single, hkey, max_depth, fill
         head = link_dst[link]
         if head == d:
             length = depth + 1
+            if fill and (flow_base + n_paths >= out_length.size
+                         or link_base + n_links + length > out_links.size):
+                return n_paths, n_links, mixed, NEED_ROOM
             if fill:
                 out_length[flow_base + n_paths] = length
                 out_weight[flow_base + n_paths] = weight
@@ -196,6 +204,14 @@ def _walk(tables, link_dst, link_rep, merge, s, d, single, hkey, max_depth, fill
 
 
 @njit(cache=True)
+def _grown(a, size, used):
+    """``a`` in a new buffer of ``size`` entries, its first ``used`` kept."""
+    out = np.empty(size, a.dtype)
+    out[:used] = a[:used]
+    return out
+
+
+@njit(cache=True)
 def expand_paths(tables, link_dst, link_rep, merge, max_degree, src, dst, single, hash_key,
                  max_depth, max_links):
     """Every pair's shortest paths as flows: (message, weight, multiplicity, indptr, links,
@@ -206,8 +222,8 @@ def expand_paths(tables, link_dst, link_rep, merge, max_degree, src, dst, single
     ``max_degree`` the most links out of one node; ``link_rep`` the representative of every
     link's twin group, used when ``merge``. Flows come out grouped by pair, each pair's paths
     in depth-first next-link order; ``mixed`` is True if some pair has paths of different
-    lengths. Counts first and stops with ``TOO_LARGE`` (nothing allocated) once the paths
-    hold more than ``max_links`` links in all.
+    lengths. One walk per pair into buffers grown by doubling (the tables are read once);
+    stops with ``TOO_LARGE`` once the paths hold more than ``max_links`` links in all.
     """
     n = src.size
     path = np.empty(max_depth, np.int64)
@@ -219,38 +235,40 @@ def expand_paths(tables, link_dst, link_rep, merge, max_degree, src, dst, single
     next_pos = np.empty(max_depth, np.int64)
     weights = np.empty(max_depth, np.float64)
     mults = np.empty(max_depth, np.float64)
-    dummy_int = np.empty(0, np.int64)
-    dummy_float = np.empty(0, np.float64)
-    dummy_links = np.empty(0, np.int32)
-    paths_of = np.zeros(n + 1, np.int64)
-    links_of = np.zeros(n + 1, np.int64)
+    room = max(n, 16)
+    message = np.empty(room, np.int64)
+    length = np.empty(room, np.int64)
+    weight = np.empty(room, np.float64)
+    mult = np.empty(room, np.float64)
+    links = np.empty(4 * room, np.int32)
+    n_flows = 0
+    n_links = 0
     mixed = False
     for i in range(n):
-        p, m, mix, status = _walk(tables, link_dst, link_rep, merge, src[i], dst[i], single,
-                                  hash_key[i], max_depth, False, 0, 0, dummy_int, dummy_float,
-                                  dummy_float, dummy_links, path, choices, members, n_choices,
-                                  totals, next_pos, weights, mults)
+        while True:
+            p, m, mix, status = _walk(tables, link_dst, link_rep, merge, src[i], dst[i],
+                                      single, hash_key[i], max_depth, True, n_flows, n_links,
+                                      length, weight, mult, links, path, choices, members,
+                                      n_choices, totals, next_pos, weights, mults)
+            if status != NEED_ROOM:
+                break
+            room = 2 * message.size
+            message = _grown(message, room, n_flows)
+            length = _grown(length, room, n_flows)
+            weight = _grown(weight, room, n_flows)
+            mult = _grown(mult, room, n_flows)
+            links = _grown(links, max(2 * links.size, n_links + max_depth), n_links)
         if status != EXPANDED:
-            return (dummy_int, dummy_float, dummy_float, dummy_int, dummy_links, mixed, status)
-        paths_of[i + 1] = paths_of[i] + p
-        links_of[i + 1] = links_of[i] + m
-        if links_of[i + 1] > max_links:
-            return (dummy_int, dummy_float, dummy_float, dummy_int, dummy_links, mixed,
-                    TOO_LARGE)
+            return (message[:0], weight[:0], mult[:0], message[:0], links[:0], mixed, status)
+        message[n_flows:n_flows + p] = i
+        n_flows += p
+        n_links += m
         mixed = mixed or mix
-    n_flows = paths_of[n]
-    message = np.empty(n_flows, np.int64)
-    length = np.empty(n_flows, np.int64)
-    weight = np.empty(n_flows, np.float64)
-    mult = np.empty(n_flows, np.float64)
-    links = np.empty(links_of[n], np.int32)
-    for i in range(n):
-        _walk(tables, link_dst, link_rep, merge, src[i], dst[i], single, hash_key[i], max_depth,
-              True, paths_of[i], links_of[i], length, weight, mult, links, path, choices,
-              members, n_choices, totals, next_pos, weights, mults)
-        for f in range(paths_of[i], paths_of[i + 1]):
-            message[f] = i
+        if n_links > max_links:
+            return (message[:0], weight[:0], mult[:0], message[:0], links[:0], mixed,
+                    TOO_LARGE)
     indptr = np.zeros(n_flows + 1, np.int64)
     for f in range(n_flows):
         indptr[f + 1] = indptr[f] + length[f]
-    return message, weight, mult, indptr, links, mixed, EXPANDED
+    return (message[:n_flows].copy(), weight[:n_flows].copy(), mult[:n_flows].copy(), indptr,
+            links[:n_links].copy(), mixed, EXPANDED)

@@ -154,29 +154,19 @@ class FabricNetwork(LogicalGrid):
         """
         src = np.asarray(src, np.int64).ravel()
         dst = np.asarray(dst, np.int64).ravel()
-        self._check_pairs(src, dst)
+        self.check_npus(src, dst)
         single = self.config.routing == "hash"
         if multiplicity:
             return _shortest_path_flows(self, src, dst, single, self.merges_twins)
         message, weight, _, indptr, links = _shortest_path_flows(self, src, dst, single)
         return message, weight, indptr, links
 
-    def _check_pairs(self, src: np.ndarray, dst: np.ndarray) -> None:
-        """Both ends exist and are connected (raises RoutingError)."""
-        self.check_npus(src, dst)
-        unreachable = ~np.isfinite(self._routing.pair_cost(src, dst))
-        if unreachable.any():
-            i = int(np.nonzero(unreachable)[0][0])
-            raise RoutingError(f"{self.config.source}: no path from "
-                               f"{self.config.node_names[src[i]]} to "
-                               f"{self.config.node_names[dst[i]]}")
-
     def routes(self, src: np.ndarray, dst: np.ndarray, *,
                lowest_dim_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """One path per pair (the hash choice), for callers that need single paths."""
         src = np.asarray(src, np.int64).ravel()
         dst = np.asarray(dst, np.int64).ravel()
-        self._check_pairs(src, dst)
+        self.check_npus(src, dst)
         _, _, _, indptr, links = _shortest_path_flows(self, src, dst, True)
         return indptr, links
 
@@ -209,6 +199,11 @@ def _shortest_path_flows(net: FabricNetwork, src: np.ndarray, dst: np.ndarray, s
             f"hash flows), fewer NPUs, or the multi-dimensional form")
     if status != EXPANDED:
         raise RoutingError("routing did not converge (a cycle of zero-cost links?)")
+    unreachable = np.bincount(message, minlength=src.size) == 0   # a pair to itself: 1 path
+    if unreachable.any():
+        i = int(np.nonzero(unreachable)[0][0])
+        raise RoutingError(f"{net.config.source}: no path from {net.config.node_names[src[i]]} "
+                           f"to {net.config.node_names[dst[i]]}")
     if mixed:  # shorter paths of a message first (stable: next-link order within a length)
         length = np.diff(indptr)
         order = np.lexsort((length, message))

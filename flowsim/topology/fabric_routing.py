@@ -23,8 +23,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._arrays import gather_segments
-
 #: cost of one hop added to the latency when choosing shortest paths (ns)
 HOP_COST = 1e-3
 #: relative tolerance for "equal cost" paths
@@ -39,10 +37,11 @@ class RoutingTables:
     ----------
     anchor_node : ndarray of int64, shape (A,)
         Node id of every anchor.
-    dist : ndarray of float64, shape (A, nodes)
-        ``dist[a, v]``: cheapest cost from node ``v`` to anchor ``a`` (inf: no path).
+    dist : ndarray of float64, shape (nodes, A)
+        ``dist[v, a]``: cheapest cost from node ``v`` to anchor ``a`` (inf: no path); a
+        node's row is contiguous, as a walk reads it.
     hop_ptr, hop_links : ndarray of int64, int32
-        CSR over ``a * nodes + v``: the links that start a shortest path from ``v`` to
+        CSR over ``v * A + a``: the links that start a shortest path from ``v`` to
         anchor ``a``, in ascending link id.
     entry_ptr : ndarray of int64, shape (npus + 1,)
         CSR over NPUs of their in-links (ascending link id):
@@ -66,19 +65,6 @@ class RoutingTables:
         return (self.anchor_node, self.dist, self.hop_ptr, self.hop_links, self.entry_ptr,
                 self.entry_anchor, self.entry_link, self.entry_cost, COST_RTOL)
 
-    def pair_cost(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """Cheapest routing cost from NPU ``src[i]`` to NPU ``dst[i]`` (0 to itself, inf if
-        no path)."""
-        counts = np.diff(self.entry_ptr)[dst]
-        pair = np.repeat(np.arange(src.size), counts)
-        entry = gather_segments(self.entry_ptr[dst], counts)
-        cost = np.full(src.size, np.inf)
-        if entry.size:
-            through = self.dist[self.entry_anchor[entry], src[pair]] + self.entry_cost[entry]
-            np.minimum.at(cost, pair, through)
-        cost[src == dst] = 0.0
-        return cost
-
 
 def routing_tables(link_src: np.ndarray, link_dst: np.ndarray, link_latency: np.ndarray,
                    npus: int, num_nodes: int) -> RoutingTables:
@@ -98,7 +84,7 @@ def routing_tables(link_src: np.ndarray, link_dst: np.ndarray, link_latency: np.
     # links between two nodes keep the cheapest
     reversed_graph = _min_duplicates(link_dst, link_src, link_cost, num_nodes)
     dist = shortest_path(reversed_graph, method="D", directed=True, indices=anchor_node)
-    dist = np.ascontiguousarray(dist.reshape(anchor_node.size, num_nodes))
+    dist = np.ascontiguousarray(dist.reshape(anchor_node.size, num_nodes).T)
     hop_ptr, hop_links = anchor_next_links(dist, link_src, link_dst, link_cost, COST_RTOL)
     return RoutingTables(anchor_node.astype(np.int64), dist, hop_ptr, hop_links, entry_ptr,
                          anchor_of_link[order].astype(np.int64), entry_link.astype(np.int64),
