@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import flowsim
 from flowsim.errors import ConfigError, RoutingError
+from flowsim.testing import leaf_spine_fabrics
 from flowsim.topology.fabric_config import parse_fabric_config
 from flowsim.topology.fabric_network import FabricNetwork
 
@@ -97,31 +98,9 @@ def test_a_failed_spine_link_breaks_only_its_own_symmetry():
         assert_same_run(config, collective, "flow")
 
 
-@st.composite
-def sprayed_fabrics(draw) -> dict:
-    """Small ECMP leaf-spines with twins: rails or not, oversubscribed or not, parallel
-    uplinks, and sometimes a failed link."""
-    hosts = draw(st.sampled_from([2, 4, 8]))
-    per_host = draw(st.sampled_from([1, 2, 4]))
-    per_leaf = draw(st.sampled_from([h for h in (1, 2, 4) if hosts % h == 0]))
-    rails = draw(st.booleans())
-    down = per_leaf * (1 if rails else per_host)
-    ratio = draw(st.sampled_from([r for r in (1, 2) if down % r == 0]))
-    uplinks = down // ratio
-    fabric = {"generator": "leaf_spine", "hosts": hosts, "npus_per_host": per_host,
-              "scale_up": {"bandwidth": 400, "latency": draw(st.sampled_from([0, 100]))},
-              "nic": {"bandwidth": 50, "latency": draw(st.sampled_from([0, 500]))},
-              "hosts_per_leaf": per_leaf, "oversubscription": ratio, "rail_optimized": rails,
-              "spines": draw(st.sampled_from([s for s in range(1, uplinks + 1)
-                                              if uplinks % s == 0])),
-              "routing": "ecmp"}
-    if draw(st.booleans()):
-        fabric["fail"] = ["leaf0->spine0*"]
-    return {"fabric": fabric}
-
-
 @settings(max_examples=25, deadline=None, derandomize=True)
-@given(sprayed_fabrics(), st.sampled_from(["all_to_all", "all_reduce", "all_gather"]),
+@given(leaf_spine_fabrics(hosts=(2, 4, 8), routings=("ecmp",), failures=True),
+       st.sampled_from(["all_to_all", "all_reduce", "all_gather"]),
        st.sampled_from(["flow", "analytical"]))
 def test_random_sprayed_fabrics_time_alike_merged_or_not(config, collective, model):
     try:

@@ -18,6 +18,7 @@ from flowsim.testing import (
     expand_paths_reference,
     fabric_next_hops_reference,
     flow_sets,
+    leaf_spine_fabrics,
     message_loads_reference,
     run_events_reference,
 )
@@ -172,6 +173,16 @@ def assert_same_paths(net, src: np.ndarray, dst: np.ndarray, single: bool) -> No
         np.testing.assert_array_equal(x, y, err_msg=name)
 
 
+def assert_kernel_walks_like_the_reference(config, limit: int) -> tuple:
+    """Every ordered NPU pair of the fabric (or ``limit`` of them) walked by the kernel and
+    the reference alike, spraying and hashing; returns the network and the pairs."""
+    net = flowsim.load_network(config)
+    src, dst = all_pairs(net.npus, limit=limit)
+    for single in (False, True):
+        assert_same_paths(net, src, dst, single)
+    return net, src, dst
+
+
 def canonical_paths(message, weight, indptr, links) -> list:
     """Sorted ``(message, links, weight)`` triples: path sets compared regardless of order."""
     return sorted((int(message[f]), tuple(links[indptr[f]: indptr[f + 1]].tolist()),
@@ -197,39 +208,14 @@ def bundled_fabrics() -> list[str]:
 
 @pytest.mark.parametrize("name", bundled_fabrics())
 def test_expand_paths_matches_the_reference_on_bundled_fabrics(name):
-    net = flowsim.load_network(name)
+    net, _, _ = assert_kernel_walks_like_the_reference(name, limit=400)
     assert net.config.topology[0] == "Fabric"
-    src, dst = all_pairs(net.npus, limit=400)
-    for single in (False, True):
-        assert_same_paths(net, src, dst, single)
-
-
-@st.composite
-def leaf_spines(draw) -> dict:
-    """Small valid leaf-spine fabrics: rails or not, oversubscribed or not, parallel uplinks."""
-    hosts = draw(st.sampled_from([2, 4]))
-    per_host = draw(st.sampled_from([1, 2, 4]))
-    per_leaf = draw(st.sampled_from([h for h in (1, 2, 4) if hosts % h == 0]))
-    rails = draw(st.booleans())
-    down = per_leaf * (1 if rails else per_host)       # NICs on a leaf
-    ratio = draw(st.sampled_from([r for r in (1, 2) if down % r == 0]))
-    uplinks = down // ratio
-    return {"fabric": {
-        "generator": "leaf_spine", "hosts": hosts, "npus_per_host": per_host,
-        "scale_up": {"bandwidth": 400, "latency": draw(st.sampled_from([0, 100]))},
-        "nic": {"bandwidth": 50, "latency": draw(st.sampled_from([0, 500]))},
-        "hosts_per_leaf": per_leaf, "oversubscription": ratio, "rail_optimized": rails,
-        "spines": draw(st.sampled_from([s for s in range(1, uplinks + 1) if uplinks % s == 0])),
-        "routing": draw(st.sampled_from(["ecmp", "hash"]))}}
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
-@given(leaf_spines())
+@given(leaf_spine_fabrics())
 def test_expand_paths_and_fabric_routes_match_the_reference_on_leaf_spines(config):
-    net = flowsim.load_network(config)
-    src, dst = all_pairs(net.npus, limit=256)
-    for single in (False, True):
-        assert_same_paths(net, src, dst, single)
+    net, src, dst = assert_kernel_walks_like_the_reference(config, limit=256)
     # the public routes: ECMP gives the reference's path set; hash routing one of its paths
     spray = expand_paths_reference(*reference_args(net, src, dst, False))
     routed = net.routes_multipath(src, dst)
@@ -263,10 +249,7 @@ def explicit_fabrics(draw) -> dict:
 @settings(max_examples=100, deadline=None, derandomize=True)
 @given(explicit_fabrics())
 def test_expand_paths_matches_the_reference_on_random_fabrics(config):
-    net = flowsim.load_network(config)
-    src, dst = all_pairs(net.npus, limit=64)
-    for single in (False, True):
-        assert_same_paths(net, src, dst, single)
+    assert_kernel_walks_like_the_reference(config, limit=64)
 
 
 def test_expand_paths_reference_weights_and_cycles():

@@ -10,7 +10,8 @@
   :func:`estimate_batch_reference` (with its queues,
   :func:`queue_finish_reference`);
 * hypothesis strategies (``hypothesis`` is needed only to build them):
-  :func:`flow_instances`, :func:`flow_sets`, :func:`small_networks`, :func:`system_configs`;
+  :func:`flow_instances`, :func:`flow_sets`, :func:`small_networks`,
+  :func:`leaf_spine_fabrics`, :func:`system_configs`;
 * :class:`FlowProblem`, a flow set with everything needed to time it.
 """
 
@@ -33,12 +34,18 @@ from .reference import (
     message_loads_reference,
     run_events_reference,
 )
-from .strategies import flow_instances, flow_sets, small_networks, system_configs
+from .strategies import (
+    flow_instances,
+    flow_sets,
+    leaf_spine_fabrics,
+    small_networks,
+    system_configs,
+)
 
 __all__ = ["BYTES_RTOL", "RTOL", "TIME_ATOL", "TIME_RTOL", "FlowProblem",
            "assert_conservation", "assert_maxmin_fair", "assert_monotone_time",
            "assert_schedule_sane", "closed_form_sent_bytes", "estimate_batch_reference",
            "expand_paths_reference", "fabric_next_hops_reference", "flow_instances", "flow_sets",
-           "group_sent_bytes",
+           "group_sent_bytes", "leaf_spine_fabrics",
            "message_loads_reference", "queue_finish_reference", "run_events_reference",
            "small_networks", "system_configs"]

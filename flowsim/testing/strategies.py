@@ -132,6 +132,40 @@ def small_networks(max_dims: int = 3, max_npus: int = 16, sizes: Sequence[int] =
     return build()
 
 
+def leaf_spine_fabrics(hosts: Sequence[int] = (2, 4), routings: Sequence[str] = ("ecmp", "hash"),
+                       failures: bool = False) -> SearchStrategy[dict[str, Any]]:
+    """Hypothesis strategy of small valid leaf-spine fabric configs (``{"fabric": ...}``).
+
+    Hosts of 1, 2 or 4 NPUs on a scale-up switch, rail-optimized or not, oversubscribed 1:1 or
+    2:1, one or more spines (parallel uplinks when fewer spines than uplinks), zero or non-zero
+    latencies, routing from ``routings``; with ``failures``, sometimes leaf 0's uplinks to
+    spine 0 failed (which may cut NPUs off: a ``RoutingError`` to expect).
+    """
+    from hypothesis import strategies as st
+
+    @st.composite
+    def build(draw) -> dict[str, Any]:
+        n_hosts = draw(st.sampled_from(list(hosts)))
+        per_host = draw(st.sampled_from([1, 2, 4]))
+        per_leaf = draw(st.sampled_from([h for h in (1, 2, 4) if n_hosts % h == 0]))
+        rails = draw(st.booleans())
+        down = per_leaf * (1 if rails else per_host)       # NICs on a leaf
+        ratio = draw(st.sampled_from([r for r in (1, 2) if down % r == 0]))
+        uplinks = down // ratio
+        fabric = {"generator": "leaf_spine", "hosts": n_hosts, "npus_per_host": per_host,
+                  "scale_up": {"bandwidth": 400, "latency": draw(st.sampled_from([0, 100]))},
+                  "nic": {"bandwidth": 50, "latency": draw(st.sampled_from([0, 500]))},
+                  "hosts_per_leaf": per_leaf, "oversubscription": ratio, "rail_optimized": rails,
+                  "spines": draw(st.sampled_from([s for s in range(1, uplinks + 1)
+                                                  if uplinks % s == 0])),
+                  "routing": draw(st.sampled_from(list(routings)))}
+        if failures and draw(st.booleans()):
+            fabric["fail"] = ["leaf0->spine0*"]
+        return {"fabric": fabric}
+
+    return build()
+
+
 def system_configs(npus_count: Sequence[int] | None = None
                    ) -> SearchStrategy[dict[str, Any]]:
     """Hypothesis strategy of system configs (mappings in ASTRA-sim 2.x json keys).
