@@ -40,6 +40,9 @@ def assert_same_run(config: dict, collective: str, model: str, system="nccl") ->
     assert a.time_ns == pytest.approx(b.time_ns, rel=RTOL)
     np.testing.assert_allclose(a.link_bytes, b.link_bytes, rtol=RTOL, atol=1e-6)
     np.testing.assert_allclose(a.link_busy_ns, b.link_busy_ns, rtol=RTOL, atol=1e-6)
+    # the flows counted are the paths'; the flows simulated, the merged ones
+    assert a.stats.flows == b.stats.flows == b.stats.simulated_flows
+    assert a.stats.simulated_flows <= b.stats.simulated_flows
 
 
 def test_a_pods_spines_are_twins_and_hash_routing_merges_nothing():

@@ -265,8 +265,9 @@ def _record(schedule: Schedule, net, system: SystemConfig, collective: str,
     else:
         dim_bytes = np.bincount(net.link_dim, weights=link_bytes, minlength=net.ndims)
     stats = timer.stats()
-    if schedule.replicate:
-        # every simulated flow stands for one flow in each group of its dimension
+    if schedule.replicate or net.merges_twins:
+        # every simulated flow stands for one flow in each group of its dimension, or for
+        # its copies over twin links
         stats = stats.with_represented_flows(ledger.represented_flows)
     return CollectiveRecord(network=net, system=system, collective=collective, size=nbytes,
                             model=model, algorithms=algorithms, time_ns=time_ns,

@@ -62,8 +62,10 @@ class StepTemplate:
 
     @property
     def represented_flows(self) -> int:
-        """Flows of every group this template stands for."""
-        return int(self.src.size) * self.copies
+        """Flows of every group this template stands for, each merged flow's copies
+        counted."""
+        flows = self.src.size if self.multiplicity is None else round(self.multiplicity.sum())
+        return int(flows) * self.copies
 
     @property
     def single_path(self) -> bool:
