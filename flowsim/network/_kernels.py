@@ -87,7 +87,8 @@ def maxmin_active(capacity, indptr, links, mult, active, n_active, rates,
                   remaining_cap, unfrozen, link_start, link_fill, link_flows, touched,
                   frozen, heap_keys, heap_ids, heap_tags):
     """Max-min fair rates of the flows ``active[:n_active]`` by progressive filling; flow
-    ``f`` counts as ``mult[f]`` flows of its rate (copies merged into one, 1 otherwise).
+    ``f`` counts as ``mult[f]`` flows of its rate (copies merged into one; ``mult`` empty:
+    every flow counts once).
 
     The link with the smallest fair share ``remaining_cap / unfrozen`` saturates first; its
     unfrozen flows are frozen at that share and their rate is taken off every other link on
@@ -102,24 +103,34 @@ def maxmin_active(capacity, indptr, links, mult, active, n_active, rates,
     is in the heap at most once), ``frozen`` (uint8, size F).
     Returns the number of links touched.
     """
+    single = mult.size == 0         # no flow stands for copies: counts are flows
     n_touched = 0
     for i in range(n_active):
         f = active[i]
         frozen[f] = 0
-        for e in range(indptr[f], indptr[f + 1]):
-            link = links[e]
-            if unfrozen[link] == 0:
-                touched[n_touched] = link
-                n_touched += 1
-                link_fill[link] = 0
-            unfrozen[link] += mult[f]
-            link_fill[link] += 1
+        if single:
+            for e in range(indptr[f], indptr[f + 1]):
+                link = links[e]
+                if unfrozen[link] == 0:
+                    touched[n_touched] = link
+                    n_touched += 1
+                unfrozen[link] += 1.0
+        else:
+            copies = mult[f]
+            for e in range(indptr[f], indptr[f + 1]):
+                link = links[e]
+                if unfrozen[link] == 0:
+                    touched[n_touched] = link
+                    n_touched += 1
+                    link_fill[link] = 0
+                unfrozen[link] += copies
+                link_fill[link] += 1
     # link -> flows incidence over the touched links
     pos = 0
     for t in range(n_touched):
         link = touched[t]
         link_start[link] = pos
-        pos += link_fill[link]
+        pos += int(unfrozen[link]) if single else link_fill[link]
         link_fill[link] = 0
     for i in range(n_active):
         f = active[i]
@@ -158,11 +169,17 @@ def maxmin_active(capacity, indptr, links, mult, active, n_active, rates,
                 continue
             frozen[f] = 1
             rates[f] = share
-            copies = mult[f]
-            for e in range(indptr[f], indptr[f + 1]):
-                other = links[e]
-                remaining_cap[other] -= share * copies
-                unfrozen[other] -= copies
+            if single:
+                for e in range(indptr[f], indptr[f + 1]):
+                    other = links[e]
+                    remaining_cap[other] -= share
+                    unfrozen[other] -= 1.0
+            else:
+                copies = mult[f]
+                for e in range(indptr[f], indptr[f + 1]):
+                    other = links[e]
+                    remaining_cap[other] -= share * copies
+                    unfrozen[other] -= copies
     return n_touched
 
 

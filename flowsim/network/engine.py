@@ -19,7 +19,7 @@ import numpy as np
 from .._arrays import gather_segments, segment_min, segment_sum
 from ..errors import SimulationError
 from . import _kernels
-from .maxmin import MaxMinWorkspace
+from .maxmin import NO_COPIES, MaxMinWorkspace
 from .models import NetworkModel, check_model
 
 _MODEL_CODES = {"analytical": _kernels.MODEL_ANALYTICAL, "flow": _kernels.MODEL_FLOW}
@@ -113,6 +113,7 @@ class FlowEngine:
         self.clock = np.zeros(1, np.float64)
         self._first_new = 0
         self._retired_link_bytes = np.zeros(max(L, 1), np.float64)
+        self._copies = False   # whether some flow stands for copies (twins merged)
 
     # ------------------------------------------------------------------ building
     @property
@@ -184,6 +185,7 @@ class FlowEngine:
         a["release"][span] = self.now if release is None else release
         a["delay"][span] = 0.0 if delay is None else delay
         a["mult"][span] = 1.0 if multiplicity is None else multiplicity
+        self._copies = self._copies or multiplicity is not None
         a["state"][span] = _kernels.WAITING
         if group is None:
             a["group"][span] = -1
@@ -248,7 +250,8 @@ class FlowEngine:
         a = flows.arrays
         g = self._groups.arrays
         status = _kernels.run_events(
-            _MODEL_CODES[self.model], self.capacity, indptr, self._links, a["mult"],
+            _MODEL_CODES[self.model], self.capacity, indptr, self._links,
+            a["mult"] if self._copies else NO_COPIES,
             a["nbytes"], a["latency"], a["release"], a["delay"], a["bottleneck"], a["group"],
             a["pending"], a["ready"], a["dep_head"], self._edges["next"], self._edges["succ"],
             a["state"], a["start"], a["send_end"], a["finish"], a["remaining"], a["rate"],
