@@ -25,15 +25,16 @@ SMALL_POD = {"fabric": {"generator": "leaf_spine", "hosts": 8, "npus_per_host": 
                         "spines": 4, "routing": "ecmp"}}
 
 
-def both(config: dict) -> tuple[FabricNetwork, FabricNetwork]:
-    """The fabric with twins merged, and the same fabric simulating every path."""
-    built = parse_fabric_config(config, "<test>")
+def both(config) -> tuple[FabricNetwork, FabricNetwork]:
+    """The fabric with twins merged, and the same fabric simulating every path (``config``:
+    a ``fabric:`` mapping or a parsed fabric config)."""
+    built = parse_fabric_config(config, "<test>") if isinstance(config, dict) else config
     merged, every_path = FabricNetwork.from_config(built), FabricNetwork.from_config(built)
     object.__setattr__(every_path, "twin_merging", False)
     return merged, every_path
 
 
-def assert_same_run(config: dict, collective: str, model: str, system="nccl") -> None:
+def assert_same_run(config, collective: str, model: str, system="nccl") -> None:
     merged, every_path = both(config)
     a = flowsim.run_collective(merged, collective, "4MiB", system, model=model)
     b = flowsim.run_collective(every_path, collective, "4MiB", system, model=model)
@@ -91,6 +92,18 @@ def test_bundled_fabrics_time_alike_merged_or_not(name, collective, model):
     raw = yaml.safe_load((TOPOLOGIES / f"{name}.yml").read_text())
     assert raw["fabric"].get("routing", "ecmp") == "ecmp"
     assert_same_run(raw, collective, model)
+
+
+@pytest.mark.parametrize("collective", ["all_to_all", "all_reduce"])
+def test_a_three_tier_clos_with_shared_nics_times_alike_merged_or_not(collective):
+    # twins at every tier: a host's two NICs, a pod's spines, the super spines
+    cluster = {"device": "h100_sxm_80gb", "nodes": 16, "gpus_per_node": 8, "nic_gbps": 400,
+               "nics_per_node": 2, "fabric": "clos", "form": "fabric", "hosts_per_leaf": 2,
+               "tiers": 3, "hosts_per_pod": 8, "oversubscription": [1, 2]}
+    config = flowsim.load_network({"cluster": cluster}).config
+    merged, _ = both(config)
+    assert set(np.unique(merged._twins[1]).tolist()) == {1, 2, 4, 8}
+    assert_same_run(config, collective, "flow")
 
 
 def test_a_failed_spine_link_breaks_only_its_own_symmetry():
