@@ -177,12 +177,19 @@ KILL_SPEC = {"base": {"network": {"topology": ["Ring", "Switch"], "npus_count": 
                       "network.latency[1]": [250 * k for k in range(1, 25)]}}
 
 
+def _default_sigint() -> None:
+    """In the child: Ctrl-C as in a terminal. A test run started in the background of a
+    script has SIGINT ignored, and a child would inherit that and never see the signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(spec: Path, out: Path, jobs: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-m", "flowsim.cli", "sweep", str(spec), "-o",
                              str(out), "--jobs", str(jobs), "--no-progress",
                              "--checkpoint", "0.2"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_default_sigint)
 
 
 @pytest.mark.slow
