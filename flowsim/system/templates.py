@@ -76,9 +76,10 @@ class StepTemplate:
 
     def engine_paths(self) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Per-flow path latency and bottleneck for the flow engine (computed once). Flows of
-        multi-path messages get the latency of their own path, kept when the template was
-        made, and no bottleneck (``None``: the engine takes it from the links; the numbers
-        here are per message)."""
+        multi-path messages get their own path's latency, kept when the template was made
+        (the template's ``latency`` and ``per_byte`` are per message), and a bottleneck only
+        when merged: one link's bandwidth, not the group's engine capacity (otherwise
+        ``None``: the engine takes it from the links)."""
         cached = self._cache.get("paths")
         if cached is None:
             if self.single_path:

@@ -124,7 +124,7 @@ def _group_choices(row, count, link_rep, members):
 
 
 @njit(cache=True)
-def _walk(tables, link_dst, link_rep, merge, s, d, single, hkey, max_depth, fill, flow_base,
+def _walk(tables, link_dst, link_rep, merge, s, d, single, hkey, max_depth, flow_base,
           link_base, out_length, out_weight, out_mult, out_links, path, choices, members,
           n_choices, totals, next_pos, weights, mults):
     """Depth-first walk of the shortest paths from ``s`` to ``d`` in next-link order.
@@ -132,19 +132,18 @@ def _walk(tables, link_dst, link_rep, merge, s, d, single, hkey, max_depth, fill
     Splits the bytes evenly at every hop (or, if ``single``, follows the candidate
     ``hkey % count``). With ``merge``, the next links of one twin group are one choice: the
     walk follows the first and the path counts the others as copies (its multiplicity), and
-    a path's links are its groups' representatives. With ``fill`` writes each path's length,
-    weight, multiplicity and links at ``flow_base`` / ``link_base``. Returns (paths, links,
-    mixed lengths, status).
+    a path's links are its groups' representatives. Writes each path's length, weight,
+    multiplicity and links at ``flow_base`` / ``link_base``, or stops with ``NEED_ROOM`` when
+    the buffers are full. Returns (paths, links, mixed lengths, status).
     """
     anchor_node, dist, hop_ptr, hop_links, entry_ptr, entry_anchor, entry_link, entry_cost, \
         rtol = tables
     if s == d:
-        if fill and flow_base >= out_length.size:
+        if flow_base >= out_length.size:
             return 0, 0, False, NEED_ROOM
-        if fill:
-            out_length[flow_base] = 0
-            out_weight[flow_base] = 1.0
-            out_mult[flow_base] = 1.0
+        out_length[flow_base] = 0
+        out_weight[flow_base] = 1.0
+        out_mult[flow_base] = 1.0
         return 1, 0, False, EXPANDED
     n_paths = 0
     n_links = 0
@@ -178,15 +177,14 @@ def _walk(tables, link_dst, link_rep, merge, s, d, single, hkey, max_depth, fill
         head = link_dst[link]
         if head == d:
             length = depth + 1
-            if fill and (flow_base + n_paths >= out_length.size
-                         or link_base + n_links + length > out_links.size):
+            if (flow_base + n_paths >= out_length.size
+                    or link_base + n_links + length > out_links.size):
                 return n_paths, n_links, mixed, NEED_ROOM
-            if fill:
-                out_length[flow_base + n_paths] = length
-                out_weight[flow_base + n_paths] = weight
-                out_mult[flow_base + n_paths] = mult
-                for k in range(length):
-                    out_links[link_base + n_links + k] = path[k]
+            out_length[flow_base + n_paths] = length
+            out_weight[flow_base + n_paths] = weight
+            out_mult[flow_base + n_paths] = mult
+            for k in range(length):
+                out_links[link_base + n_links + k] = path[k]
             if first_length < 0:
                 first_length = length
             elif length != first_length:
@@ -247,7 +245,7 @@ def expand_paths(tables, link_dst, link_rep, merge, max_degree, src, dst, single
     for i in range(n):
         while True:
             p, m, mix, status = _walk(tables, link_dst, link_rep, merge, src[i], dst[i],
-                                      single, hash_key[i], max_depth, True, n_flows, n_links,
+                                      single, hash_key[i], max_depth, n_flows, n_links,
                                       length, weight, mult, links, path, choices, members,
                                       n_choices, totals, next_pos, weights, mults)
             if status != NEED_ROOM:
