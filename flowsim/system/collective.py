@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
+from .._gc_pause import gc_paused
 from .._validate import as_int
 from ..collectives import COLLECTIVES, canonical_collective
 from ..errors import ConfigError, ConfigTypeError, FlowsimWarning, config_error, public_api
@@ -171,6 +172,7 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
 
 
 @public_api
+@gc_paused()
 def run_collective(network: NetworkLike, collective: str, size: int | str,
                    system: str | os.PathLike | Mapping[str, Any] | SystemConfig | None = None,
                    model: str = "analytical", *, dims: Any = None, root: int = 0,

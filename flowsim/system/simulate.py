@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._gc_pause import gc_paused
 from ..compute import ComputeModel, DeviceModel
 from ..errors import ConfigError, config_error, public_api
 from ..network.models import check_model
@@ -106,6 +107,7 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
 
 
 @public_api
+@gc_paused()
 def run_training(network: Any, workload: WorkloadLike, system: Any = None,
                  model: str = "analytical", iterations: int = 1, *,
                  compute_scale: float = 1.0, comm_scale: float = 1.0,

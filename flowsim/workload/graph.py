@@ -195,6 +195,8 @@ def topological_order(program: Program) -> list[Op]:
         A dependency names an op that does not exist, an id repeats, or the dependencies form
         a cycle (the message names the ops on it).
     """
+    if _in_id_order(program.ops):   # generators' programs: the id order is the order
+        return list(program.ops)
     by_id: dict[int, Op] = {}
     for op in program.ops:
         if op.id in by_id:
@@ -226,6 +228,22 @@ def topological_order(program: Program) -> list[Op]:
         raise ConfigError(f"{program.source}: dependency cycle among nodes "
                           f"{_some(stuck)}")
     return order
+
+
+def _in_id_order(ops: Sequence[Op]) -> bool:
+    """Whether the ops' ids are their positions and every dependency is an earlier op: then
+    the smallest ready id is always the next position, so :func:`topological_order` is the
+    list itself (and there is no cycle, repeat or missing dependency to report)."""
+    for i, op in enumerate(ops):
+        if op.id != i:
+            return False
+        for d in op.deps:
+            if not 0 <= d < i:
+                return False
+        for d in op.ctrl_deps:
+            if not 0 <= d < i:
+                return False
+    return True
 
 
 def _some(ids: Sequence[int], limit: int = 10) -> str:

@@ -57,6 +57,9 @@ class PassBuilder:
         self.last: int | None = None     # the last compute op (stream order)
         self.last_wgrad: int | None = None   # the last weight-gradient op
         self.overlap = spec.tp_comm_overlap and spec.tp > 1
+        #: kernels tuple -> (its shared copy, FLOPs, bytes); and by id of the shared copy
+        self._by_value: dict[tuple[Kernel, ...], tuple[tuple[Kernel, ...], float, float]] = {}
+        self._by_id: dict[int, tuple[tuple[Kernel, ...], float, float]] = {}
 
     # ------------------------------------------------------------------ primitives
     def add(self, **fields: Any) -> int:
@@ -68,14 +71,26 @@ class PassBuilder:
                 deps: Frontier = ()) -> int:
         """A compute op after the previous one on the stream, needing ``deps``' data."""
         ctrl = () if self.last is None else (self.last,)
-        self.last = self.add(kind="compute", name=name, kernels=kernels,
-                             flops=sum(k.flops for k in kernels),
-                             mem_bytes=sum(k.bytes for k in kernels),
+        kernels, flops, mem_bytes = self._interned(kernels)
+        self.last = self.add(kind="compute", name=name, kernels=kernels, flops=flops,
+                             mem_bytes=mem_bytes,
                              deps=tuple(d for d in deps if d != self.last), ctrl_deps=ctrl,
                              layer=layer, pass_=pass_)
         if pass_ == "wg":
             self.last_wgrad = self.last
         return self.last
+
+    def _interned(self, kernels: tuple[Kernel, ...]) -> tuple[tuple[Kernel, ...], float, float]:
+        """One shared tuple per distinct kernels tuple, with its FLOPs and bytes summed once:
+        the ops of every micro-batch then share it (and compute models price it once)."""
+        hit = self._by_id.get(id(kernels))   # a shared tuple (kept alive, so its id is its)
+        if hit is None:
+            hit = self._by_value.get(kernels)   # a fresh concatenation: hashed
+            if hit is None:
+                hit = self._by_value[kernels] = (kernels, sum(k.flops for k in kernels),
+                                                 sum(k.bytes for k in kernels))
+                self._by_id[id(kernels)] = hit
+        return hit
 
     def collective(self, name: str, collective: str, size: int, dims: tuple[int, ...],
                    layer: int, pass_: str, deps: Frontier) -> int:
