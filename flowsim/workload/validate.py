@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
@@ -10,6 +11,9 @@ from ..collectives import COLLECTIVES
 from ..errors import ConfigError
 from ..topology.load import AnyNetwork
 from .graph import OP_KINDS, PRIORITIES, Op, Program, Workload, topological_order
+
+#: the largest finite float: ``0 <= x <= _FLOAT_MAX`` rejects negatives, infinities and NaN
+_FLOAT_MAX = sys.float_info.max
 
 
 def _where(program: Program, op: Op) -> str:
@@ -60,13 +64,19 @@ def check_workload(workload: Workload, network: AnyNetwork, *, roofline: bool = 
     _check_pairs(workload, network)
 
 
-def _check_op(program: Program, op: Op, network: AnyNetwork,
-              whole_groups: dict[tuple[int, ...] | None, bool]) -> None:
-    """Check one op; ``whole_groups`` caches, per dims, whether the program holds whole groups
-    of them."""
-    if op.kind not in OP_KINDS:
-        raise _error(program, op, f"kind must be one of {', '.join(OP_KINDS)}, "
-                                  f"found {op.kind!r}")
+def _plain_amounts(op: Op) -> bool:
+    """Whether the op's size and times are plain non-negative finite numbers (the common
+    case, checked in one pass; anything else goes through :func:`_check_amounts`)."""
+    if type(op.size) is not int or op.size < 0:
+        return False
+    for value in (op.duration_ns, op.flops, op.mem_bytes, op.gap_ns, op.update_delay_ns):
+        if type(value) is not float and type(value) is not int or not 0 <= value <= _FLOAT_MAX:
+            return False
+    return True
+
+
+def _check_amounts(program: Program, op: Op) -> None:
+    """The op's size and times, one by one, naming the first bad one."""
     if not isinstance(op.size, (int, np.integer)) or isinstance(op.size, bool) or op.size < 0:
         raise _error(program, op, f"size must be a non-negative integer (bytes), "
                                   f"found {op.size!r}")
@@ -75,6 +85,17 @@ def _check_op(program: Program, op: Op, network: AnyNetwork,
         if not isinstance(value, (int, float, np.number)) or not math.isfinite(value) \
                 or value < 0:
             raise _error(program, op, f"{name} must be a non-negative number, found {value!r}")
+
+
+def _check_op(program: Program, op: Op, network: AnyNetwork,
+              whole_groups: dict[tuple[int, ...] | None, bool]) -> None:
+    """Check one op; ``whole_groups`` caches, per dims, whether the program holds whole groups
+    of them."""
+    if op.kind not in OP_KINDS:
+        raise _error(program, op, f"kind must be one of {', '.join(OP_KINDS)}, "
+                                  f"found {op.kind!r}")
+    if not _plain_amounts(op):
+        _check_amounts(program, op)
     if op.priority not in PRIORITIES:
         raise _error(program, op, f"priority must be one of {', '.join(PRIORITIES)}, "
                                   f"found {op.priority!r}")
