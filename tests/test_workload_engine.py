@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import pure, ring
-from flowsim import ConfigError, FlowsimWarning, load_network, simulate
+from flowsim import ConfigError, FlowsimWarning, load_network, load_workload, simulate
 from flowsim.cli import main
 from flowsim.units import network_bandwidth_to_bytes_per_ns
 from flowsim.workload import Op, Program, Workload, spmd
@@ -76,6 +76,31 @@ def test_a_straggler_delays_the_collective_and_exposes_the_others():
     np.testing.assert_allclose(ds.exposed_comm_ns, [6001 + allreduce - 3002] * 3 +
                                [allreduce - 1])
     np.testing.assert_allclose(ds.idle_ns, [2.0] * 4)
+
+
+@pytest.mark.parametrize("model", ["analytical", "flow"])
+def test_a_straggler_in_a_pipeline_slows_its_stage_and_reaches_the_next(model):
+    """One slow GPU in a pipeline stage: its stage's collectives wait for it, so the run takes
+    what it takes with the whole stage slow; the other stage receives its activations late
+    (it once crashed: the other stage was simulated as one NPU and got per-NPU arrivals)."""
+    net = {"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth": [300, 25],
+           "latency": [500, 2000]}
+    spec = dict(generator="transformer", layers=4, hidden=256, heads=8, sequence=128,
+                micro_batch=1, vocab=0, tp=4, pp=2, dp=2, global_batch=8,
+                roofline={"peak_tflops": 100, "memory_bandwidth_GBps": 1000})
+    base = simulate(net, spec, model=model)
+    one = np.ones(16)
+    one[5] = 0.5
+    stage = next(p.npus for p in load_workload(spec, load_network(net)).programs
+                 if 5 in p.npus)
+    whole = np.ones(16)
+    whole[stage] = 0.5
+    slow_one = simulate(net, spec, model=model, speed=one)
+    slow_stage = simulate(net, spec, model=model, speed=whole)
+    assert float(slow_one.time_ns) > float(base.time_ns)
+    assert float(slow_one.time_ns) == float(slow_stage.time_ns)
+    assert float(slow_one.finish_ns[5]) == float(slow_stage.finish_ns[5])
+    assert float(slow_one.compute_ns[5]) > float(slow_one.compute_ns[stage[stage != 5][0]])
 
 
 def test_iterations_repeat_a_plain_graph():
