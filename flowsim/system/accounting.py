@@ -11,10 +11,13 @@ communication after it.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..results.workload import RunRecord
 from ..workload.graph import PASSES, Op
+from .npu_times import Times
 from .program_state import ProgramState
 
 
@@ -49,14 +52,17 @@ class TimeAccounts:
         table[row, col] += value
         self.layer_programs[row].add(st.index)
 
-    def compute(self, st: ProgramState, op: Op, durations: np.ndarray) -> None:
+    def compute(self, st: ProgramState, op: Op, durations: Times) -> None:
         """A compute op ran for ``durations`` on the program's tracked NPUs."""
-        self.npu_compute[st.rep] += durations
-        self.charge(self.layer_compute, st, op, float(durations.sum()) * st.weight)
+        st.times.add_to(self.npu_compute, durations)
+        self.charge(self.layer_compute, st, op, st.times.total(durations) * st.weight)
 
-    def exposure(self, st: ProgramState, op: Op, free: np.ndarray) -> None:
+    def exposure(self, st: ProgramState, op: Op, free: Times) -> None:
         """Charge the wait of compute op ``op`` for its communication (see the module
         docstring); ``free`` is when its NPUs' compute resource was free."""
+        if st.times.scalar:
+            self._exposure_of_one(st, op, free)
+            return
         base, times, comm_ids = st.waits.pop(op.id)
         latest = times.max(axis=0)
         exposed = np.maximum(latest - np.maximum(base, free), 0.0)
@@ -77,6 +83,25 @@ class TimeAccounts:
             total = float((exposed if len(comm_ids) == 1 else exposed[binding == j]).sum())
             if total:
                 self.charge(self.layer_exposed, st, st.ops[d], total * st.weight)
+
+    def _exposure_of_one(self, st: ProgramState, op: Op, free: float) -> None:
+        """:meth:`exposure` of a program tracking one NPU, on floats (the same arithmetic:
+        the latest wait binds, the first of equal ones)."""
+        base, times, comm_ids = st.waits.pop(op.id)
+        latest = max(times)
+        exposed = max(latest - max(base, free), 0.0)
+        if not exposed:
+            return
+        start = latest - exposed
+        binding = times.index(latest)
+        arrived = pipeline_end(st, comm_ids[binding], times[binding])
+        bubble = min(max(arrived - start, 0.0), exposed)
+        exposed = exposed - bubble
+        st.times.add_to(self.npu_bubble, bubble)
+        st.times.add_to(self.npu_exposed, exposed)
+        if exposed:
+            self.charge(self.layer_exposed, st, st.ops[comm_ids[binding]],
+                        exposed * st.weight)
 
     def expand_uniform(self, states: list[ProgramState]) -> None:
         """A uniform program's NPUs all did what its first did: copy its times to them."""
@@ -102,12 +127,15 @@ def note_pipeline(st: ProgramState, op: Op, comm_ids: list[int]) -> None:
     fed = [st.seen[d] if st.ops[d].kind == "recv" else st.pipeline[d]
            for d in comm_ids if st.ops[d].kind == "recv" or d in st.pipeline]
     if fed:
-        st.pipeline[op.id] = np.max(fed, axis=0)
+        st.pipeline[op.id] = st.times.latest(fed)
 
 
-def pipeline_end(st: ProgramState, op_id: int, seen: np.ndarray) -> np.ndarray:
+def pipeline_end(st: ProgramState, op_id: int, seen: Times) -> Times:
     """Until when a wait on communication op ``op_id`` (finished at ``seen``) was a wait on
     the pipeline (``-inf``: never)."""
     if st.ops[op_id].kind == "recv":
         return seen
-    return st.pipeline.get(op_id, np.full(seen.shape, -np.inf))
+    arrived = st.pipeline.get(op_id)
+    if arrived is not None:
+        return arrived
+    return -math.inf if st.times.scalar else np.full(seen.shape, -np.inf)

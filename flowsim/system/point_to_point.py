@@ -14,13 +14,14 @@ import numpy as np
 
 from ..errors import SimulationError
 from ..workload.graph import Op
+from .npu_times import Times
 from .program_state import ProgramState
 from .rendezvous import Mailboxes
 from .scheduler import Schedule
 from .templates import StepTemplate, route_messages
 
 #: completes an op of a program at per-NPU times
-Complete = Callable[[ProgramState, Op, np.ndarray], None]
+Complete = Callable[[ProgramState, Op, Times], None]
 
 
 def peers(st: ProgramState, op: Op) -> np.ndarray:
@@ -60,8 +61,9 @@ class PointToPoint:
         self.messages += st.npus.size
 
         def arrived(t_arrival: float) -> None:
-            end = np.full(st.rep.size, t_arrival + self.delay)
-            self.complete(st, op, end)
+            # one time for every NPU of the step: each receiver takes it in its own shape
+            end = t_arrival + self.delay
+            self.complete(st, op, st.times.full(end))
             receiver = self.mailboxes.delivered(key, end, st, op)
             if receiver is not None:
                 self._deliver(receiver, end, op)
@@ -79,13 +81,13 @@ class PointToPoint:
         """Raise if a message was sent that nobody received."""
         self.mailboxes.check_all_received()
 
-    def _deliver(self, receiver: tuple[ProgramState, Op], arrival: np.ndarray, send: Op) -> None:
+    def _deliver(self, receiver: tuple[ProgramState, Op], arrival: float, send: Op) -> None:
         st, op = receiver
         if op.size and op.size != send.size:
             raise SimulationError(
                 f"{st.program.source}: recv node {op.id} expects {op.size} B, but the matching "
                 f"send (node {send.id}, tag {op.tag}) sends {send.size} B")
-        self.complete(st, op, np.maximum(st.ready[op.id], arrival))
+        self.complete(st, op, st.times.maximum(st.ready[op.id], arrival))
 
     def _route(self, src: np.ndarray, dst: np.ndarray) -> StepTemplate:
         key = (src.tobytes(), dst.tobytes())

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..workload.graph import Op, Program, topological_order
+from .npu_times import ArrayTimes, ScalarTimes, Times, npu_times
 from .phases import NpuSet
 
 
@@ -29,9 +30,10 @@ class ProgramState:
         Op id -> position in a dependency-respecting order (ties by id).
     ops, users, remaining : dict
         Ops by id, their dependants, and how many dependencies each still waits for.
-    end, seen, start, ready : dict of op id -> ndarray
+    end, seen, start, ready : dict of op id -> times
         When an op ended, when its dependants see it end (a collective's update delay added),
-        when it started and when it was ready.
+        when it started and when it was ready: an array over ``rep``, or a float when
+        ``rep`` is one NPU (see :mod:`.npu_times`).
     waits : dict
         Compute ops waiting for communication: (other inputs ready, comm finishes, comm ids).
     inflight : int
@@ -52,14 +54,14 @@ class ProgramState:
     ops: dict[int, Op]
     users: dict[int, list[int]]
     remaining: dict[int, int]
-    end: dict[int, np.ndarray] = field(default_factory=dict)
-    seen: dict[int, np.ndarray] = field(default_factory=dict)
-    start: dict[int, np.ndarray] = field(default_factory=dict)
-    ready: dict[int, np.ndarray] = field(default_factory=dict)
+    end: dict[int, Times] = field(default_factory=dict)
+    seen: dict[int, Times] = field(default_factory=dict)
+    start: dict[int, Times] = field(default_factory=dict)
+    ready: dict[int, Times] = field(default_factory=dict)
     waits: dict[int, tuple] = field(default_factory=dict)
     #: per communication op fed by point-to-point receives: when the last of them arrived
     #: (the part of a wait on it that is pipeline bubble)
-    pipeline: dict[int, np.ndarray] = field(default_factory=dict)
+    pipeline: dict[int, Times] = field(default_factory=dict)
     inflight: int = 0
     waiting: deque = field(default_factory=deque)
     origin: float = 0.0
@@ -68,10 +70,15 @@ class ProgramState:
     #: program, whose NPUs run at one speed with nothing to tell them apart (every time array
     #: above has one entry per NPU of ``rep``)
     rep: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    #: the arithmetic of the time values above: floats when ``rep`` is one NPU, else arrays
+    times: ArrayTimes | ScalarTimes = field(init=False)
+    #: compute speed factor of the tracked NPUs (set by the engine), in that representation
+    speed: Times = 1.0
 
     def __post_init__(self) -> None:
         if self.rep.size == 0:
             self.rep = self.npus
+        self.times = npu_times(self.rep)
 
     @property
     def weight(self) -> int:

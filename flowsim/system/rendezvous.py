@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 
-import numpy as np
-
 from ..errors import SimulationError
 from ..workload.graph import Op
 from .program_state import ProgramState
@@ -147,7 +145,7 @@ class Mailboxes:
         self._mailbox: dict[tuple, deque] = defaultdict(deque)
         self._receivers: dict[tuple, deque[Member]] = defaultdict(deque)
 
-    def delivered(self, key: tuple, arrival: np.ndarray, sender: ProgramState,
+    def delivered(self, key: tuple, arrival: float, sender: ProgramState,
                   send: Op) -> Member | None:
         """A message has arrived; returns the recv waiting for it (or keeps the message)."""
         waiting = self._receivers[key]
@@ -156,7 +154,7 @@ class Mailboxes:
         self._mailbox[key].append((arrival, sender, send))
         return None
 
-    def posted(self, key: tuple, st: ProgramState, op: Op) -> tuple[np.ndarray, Op] | None:
+    def posted(self, key: tuple, st: ProgramState, op: Op) -> tuple[float, Op] | None:
         """A recv is posted; returns the arrival and send of a message already there (or
         keeps the recv waiting)."""
         box = self._mailbox[key]

@@ -32,6 +32,7 @@ from .config import SystemConfig
 from .custom import issue_custom
 from .deadlock import deadlock_error
 from .memory_servers import MemoryServers
+from .npu_times import Times
 from .phases import assign_variants, chunk_sizes, collective_phases
 from .point_to_point import PointToPoint, peers
 from .program_state import ProgramState, program_state
@@ -104,7 +105,9 @@ class WorkloadEngine:
         self.timeline: list[dict] = []
 
     def _state(self, index: int, program: Program) -> ProgramState:
-        return program_state(index, program, self.net.npus, uniform=self._uniform(program))
+        st = program_state(index, program, self.net.npus, uniform=self._uniform(program))
+        st.speed = st.times.read(self.speed)
+        return st
 
     def _uniform(self, program: Program) -> bool:
         """Whether every NPU of a program does the same thing at the same time: one speed, no
@@ -173,33 +176,36 @@ class WorkloadEngine:
 
     def _make_ready(self, st: ProgramState, op: Op) -> None:
         """All dependencies known: compute when the op may start and what it waited for."""
+        tv = st.times
         # the scalar origin broadcasts; the same maxima as full arrays of it, fewer calls
-        ctrl: float | np.ndarray = st.origin
+        ctrl = st.origin
         if op.ctrl_deps:
-            ctrl = np.maximum(ctrl, _latest([st.end[d] for d in op.ctrl_deps]) + op.gap_ns)
+            ctrl = tv.maximum(ctrl, tv.latest([st.end[d] for d in op.ctrl_deps]) + op.gap_ns)
         comm_ids: list[int] = []
         other: list[int] = []
         for d in op.deps:
             (comm_ids if st.ops[d].kind in _COMM else other).append(d)
-        base = np.maximum(ctrl, _latest([st.seen[d] for d in other])) if other else ctrl
-        if not isinstance(base, np.ndarray):
-            base = np.full(st.rep.size, base)
+        base = tv.maximum(ctrl, tv.latest([st.seen[d] for d in other])) if other else ctrl
+        if not tv.scalar and not isinstance(base, np.ndarray):
+            base = tv.full(base)
         ready = base
         if comm_ids:
-            times = np.array([st.seen[d] for d in comm_ids])
+            times: Times = [st.seen[d] for d in comm_ids]
+            if not tv.scalar:
+                times = np.array(times)
             if op.kind in _COMM:
                 note_pipeline(st, op, comm_ids)
-            ready = np.maximum(base, times.max(axis=0))
+            ready = tv.maximum(base, max(times) if tv.scalar else times.max(axis=0))
             if op.kind == "compute":
                 st.waits[op.id] = (base, times, comm_ids)
         st.ready[op.id] = ready
-        heapq.heappush(self._heap, (float(ready.max()), st.index, st.order[op.id], op.id))
+        heapq.heappush(self._heap, (tv.peak(ready), st.index, st.order[op.id], op.id))
 
-    def _complete(self, st: ProgramState, op: Op, end: np.ndarray, seen: np.ndarray | None = None
+    def _complete(self, st: ProgramState, op: Op, end: Times, seen: Times | None = None
                   ) -> None:
         st.end[op.id] = end
         st.seen[op.id] = end if seen is None else seen
-        _raise_to(self.accounts.npu_finish, st.rep, end)
+        st.times.raise_to(self.accounts.npu_finish, end)
         if self.keep_timeline:   # every NPU's times (results.trace bounds what it writes)
             self.timeline.append({"program": st.index, "npus": st.npus, "op": op,
                                   "start": np.broadcast_to(np.asarray(
@@ -210,7 +216,7 @@ class WorkloadEngine:
             if st.remaining[user] == 0:
                 self._make_ready(st, st.ops[user])
         if st.on_finish is not None and len(st.end) == len(st.ops):
-            st.on_finish(float(end.max()))
+            st.on_finish(st.times.peak(end))
 
     # ------------------------------------------------------------------ op kinds
     def _start(self, st: ProgramState, op: Op, t: float) -> None:
@@ -219,8 +225,9 @@ class WorkloadEngine:
         if op.kind == "compute":
             self._compute(st, op, ready)
         elif op.kind == "memory":
-            end = self.memory.serve(st.rep, ready, float(op.size), op.remote)
-            _raise_to(self.accounts.local_end, st.rep, end)
+            end = st.times.from_array(self.memory.serve(
+                st.rep, st.times.as_array(ready), float(op.size), op.remote))
+            st.times.raise_to(self.accounts.local_end, end)
             self._complete(st, op, end)
         elif op.kind == "collective":
             if self.streams is not None and st.inflight >= self.streams:
@@ -232,34 +239,36 @@ class WorkloadEngine:
         else:
             self.p2p.recv(st, op)
 
-    def _compute(self, st: ProgramState, op: Op, ready: np.ndarray) -> None:
+    def _compute(self, st: ProgramState, op: Op, ready: Times) -> None:
         if op.host:
             self._host(st, op, ready)
             return
         duration = op.duration_ns
         if duration == 0.0 and self.compute is not None:
             duration = self._price(op, self.compute)
-        durations = duration / self.speed[st.rep]
-        free = self.compute_free[st.rep]
+        tv = st.times
+        durations = duration / st.speed
+        free = tv.read(self.compute_free)
         if op.id in st.waits:
             self.accounts.exposure(st, op, free)
-        start = np.maximum(ready, free)
+        start = tv.maximum(ready, free)
         st.start[op.id] = start
         end = start + durations
-        self.compute_free[st.rep] = end
-        _raise_to(self.accounts.local_end, st.rep, end)
+        tv.write(self.compute_free, end)
+        tv.raise_to(self.accounts.local_end, end)
         self.accounts.compute(st, op, durations)
         self._complete(st, op, end)
 
-    def _host(self, st: ProgramState, op: Op, ready: np.ndarray) -> None:
+    def _host(self, st: ProgramState, op: Op, ready: Times) -> None:
         """A host CPU op: one at a time per NPU on its host, beside the device's compute (as
         ASTRA-sim's CPU slot), for its traced duration; not device compute time."""
         st.waits.pop(op.id, None)
-        start = np.maximum(ready, self.host_free[st.rep])
+        tv = st.times
+        start = tv.maximum(ready, tv.read(self.host_free))
         st.start[op.id] = start
         end = start + op.duration_ns
-        self.host_free[st.rep] = end
-        _raise_to(self.accounts.local_end, st.rep, end)
+        tv.write(self.host_free, end)
+        tv.raise_to(self.accounts.local_end, end)
         self._complete(st, op, end)
 
     def _price(self, op: Op, compute: ComputeModel) -> float:
@@ -298,11 +307,11 @@ class WorkloadEngine:
         def done(t_end: float) -> None:
             for st, member in members:
                 st.inflight -= 1
-                end = np.full(st.rep.size, t_end)
+                end = st.times.full(t_end)
                 # a collective that never ran (no dimension left) has no update delay either
                 seen = end + (member.update_delay_ns if any(chunks) else 0.0)
                 self.accounts.charge(self.accounts.layer_comm, st, member,
-                                     float(seen[0] - t) * st.npus.size)
+                                     float(st.times.first(seen) - t) * st.npus.size)
                 self._complete(st, member, end, seen)
                 if st.waiting:
                     self._arrive(st, st.waiting.popleft(), t_end)
@@ -335,16 +344,6 @@ class WorkloadEngine:
                                  if p else 0 for p in map(sorted, accounts.layer_programs)]),
             dim_busy_ns=sched.ledger.dim_busy_ns(), collectives=self.collectives,
             messages=self.p2p.messages, stats=sched.timer.stats(), timeline=self.timeline)
-
-
-def _latest(times: list[np.ndarray]) -> np.ndarray:
-    """The element-wise latest of same-shape time arrays."""
-    return times[0] if len(times) == 1 else np.max(times, axis=0)
-
-
-def _raise_to(values: np.ndarray, npus: np.ndarray, times: np.ndarray) -> None:
-    """``values[npus] = max(values[npus], times)`` for distinct ``npus`` (a program's)."""
-    values[npus] = np.maximum(values[npus], times)
 
 
 def run_workload(network, workload: Workload, system: SystemConfig, model: str,
