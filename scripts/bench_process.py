@@ -98,7 +98,16 @@ class Training:
     models: tuple[str, ...] = ("analytical", "flow")
 
 
-CASES: dict[str, Collective | FabricCollective | Training] = {
+@dataclass
+class Published:
+    """One run of ``validation/published/`` predicted as ``scripts/validate_published.py``
+    does (the run's name, a substring of one row's)."""
+
+    run: str
+    models: tuple[str, ...] = ("analytical",)
+
+
+CASES: dict[str, Collective | FabricCollective | Training | Published] = {
     "ring 8, all-reduce 64 MiB": Collective(RING_8, "all_reduce", 64 << 20, 0.01, 0.5,
                                             ("analytical",)),
     "switch 1024, ring all-reduce 1 GiB": Collective(SWITCH_1024, "all_reduce", 1 << 30, 18.1,
@@ -122,7 +131,19 @@ CASES: dict[str, Collective | FabricCollective | Training] = {
         RAIL_8192_HASH, "all_to_all", 256 << 20, {"flow": 60.0}, models=("flow",)),
     "Llama-3-405B iteration, 16,384 GPUs": Training(128, {"flow": 5.0}, 2.0),
     "Llama-3-405B iteration, 131,072 GPUs": Training(1024, {"flow": 60.0}, 8.0),
+    # a long pipeline of many micro-batches: 0.67 M ops to build, check and run
+    "Narayanan et al. 529B, 2,240 A100s (PP 35)": Published("narayanan21_t2_529b_2240gpu"),
 }
+
+_PUBLISHED = """
+import sys
+import warnings
+sys.path.insert(0, {scripts!r})
+import validate_published as vp
+warnings.simplefilter("ignore")
+(row,) = vp.rows({run!r})
+print(vp.predict(row, {model!r}))
+"""
 
 _TRAINING = """
 import warnings
@@ -178,12 +199,16 @@ def write_configs(case: Collective | FabricCollective, folder: Path) -> dict[str
     return files
 
 
-def commands(case: Collective | FabricCollective | Training, folder: Path,
+def commands(case: Collective | FabricCollective | Training | Published, folder: Path,
              flowsim: str) -> dict[str, list[str]]:
     """The timed commands of a case: flowsim under each model, ASTRA-sim where built."""
     if isinstance(case, Training):
         return {f"flowsim {m}": [sys.executable, "-c", _TRAINING.format(dp=case.dp, model=m)]
                 for m in case.models}
+    if isinstance(case, Published):
+        scripts = str(Path(__file__).resolve().parent)
+        return {f"flowsim {m}": [sys.executable, "-c", _PUBLISHED.format(
+            scripts=scripts, run=case.run, model=m)] for m in case.models}
     files = write_configs(case, folder)
     out = {f"flowsim {m}": [flowsim, "collective", "--json", "--network", str(files["network"]),
                             "--system", str(files["system"]), "--collective", case.collective,
@@ -255,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
                              + (": met" if met else ": MISSED"))
             print(f"{name:<48} {label:<20} {median:9.2f} {rss[label]:7.2f} "
                   f"{median / base:7.1f}x  {'; '.join(notes)}")
+        if isinstance(case, Training) and {"flowsim analytical", "flowsim flow"} <= set(walls):
+            ratio = statistics.median(walls["flowsim flow"]) / statistics.median(
+                walls["flowsim analytical"])
+            print(f"{name:<48} {'flow / analytical':<20} {ratio:8.1f}x  "
+                  f"target >= 10x: {'met' if ratio >= 10 else 'MISSED'}")
     return 0
 
 

@@ -35,7 +35,7 @@ ROOT = PACKAGE.parent
 LAYERS = [
     ("base", {"flowsim.errors", "flowsim.units", "flowsim._version", "flowsim._scm_version",
               "flowsim._arrays", "flowsim._validate", "flowsim._io", "flowsim._atomic",
-              "flowsim._lazy", "flowsim.resources"}),
+              "flowsim._lazy", "flowsim._gc_pause", "flowsim.resources"}),
     ("topology", {"flowsim.topology"}),
     ("network", {"flowsim.network"}),
     ("descriptions", {"flowsim.collectives", "flowsim.workload"}),

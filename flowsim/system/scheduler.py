@@ -82,6 +82,10 @@ class Schedule:
         #: step log for timelines (see :mod:`flowsim.results.trace`), kept only when tracing
         self.trace_log: list[dict] | None = [] if trace else None
         self._queues: dict[Hashable, list] = {}   # keyed by Phase.queue
+        #: queues holding waiting chunks, by when each queue was first used (the order
+        #: admission visits them in)
+        self._nonempty: dict[Hashable, int] = {}
+        self._rank: dict[Hashable, int] = {}
         self._running: dict[Hashable, int] = {}
         #: chunks waiting in all queues (admission is a no-op at zero: most events)
         self._waiting = 0
@@ -207,19 +211,29 @@ class Schedule:
 
     def _enqueue(self, chunk: _Chunk) -> None:
         queue = chunk.phases[chunk.phase].queue
-        heapq.heappush(self._queues.setdefault(queue, []), (chunk.key, next(self._seq), chunk))
+        waiting = self._queues.get(queue)
+        if waiting is None:
+            waiting = self._queues[queue] = []
+            self._rank[queue] = len(self._rank)
+        heapq.heappush(waiting, (chunk.key, next(self._seq), chunk))
+        self._nonempty[queue] = self._rank[queue]
         self._waiting += 1
 
     def _admit(self, now: float) -> None:
         if not self._waiting:
             return
         limit = self.system.active_chunks
-        for queue, waiting in self._queues.items():
+        # the queues with waiting chunks, oldest queue first (starting a phase never
+        # enqueues a chunk: its end does, from an event)
+        for queue in sorted(self._nonempty, key=self._nonempty.__getitem__):
+            waiting = self._queues[queue]
             while waiting and self._running.get(queue, 0) < limit:
                 _, _, chunk = heapq.heappop(waiting)
                 self._waiting -= 1
                 self._running[queue] = self._running.get(queue, 0) + 1
                 self._start_phase(chunk, now)
+            if not waiting:
+                del self._nonempty[queue]
 
     def _phase_done(self, chunk: _Chunk, start: float, t: float) -> None:
         phase = chunk.phases[chunk.phase]
