@@ -21,6 +21,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+_LLAMA_16K = """
+spec = dict(generator="transformer", layers=126, hidden=16384, ffn=53248, heads=128,
+            kv_heads=8, vocab=128256, sequence=8192, global_batch=16 * 128, micro_batch=1,
+            tp=8, pp=16, dp=128, vpp=4, pipeline_layout="first_last_fewer", sp=True,
+            distributed_optimizer=True, gated_mlp=True, attention="flash", dtype="bf16",
+            overlap_grad_reduce=True, overlap_param_gather=True)
+net = flowsim.load_network(dict(cluster=dict(device="h100_sxm_80gb", nodes=2048,
+                                             gpus_per_node=8, nic_gbps=400, nics_per_node=8)))
+def run():
+    return flowsim.simulate(net, spec, "nccl", model=MODEL)
+"""
+
 CASES: dict[str, str] = {
     "maxmin 200k flows x 20k links": """
 rng = np.random.default_rng(0)
@@ -98,6 +110,8 @@ net = flowsim.load_network('gpt_1024')
 def run():
     return flowsim.simulate(net, 'gpt3_3d', model='flow')
 """,
+    **{f"Llama-3-405B-class iteration, 16,384 GPUs, {model}":
+       _LLAMA_16K.replace("MODEL", repr(model)) for model in ("analytical", "flow")},
     "estimate_batch 1M points, 2-D ring x switch all-reduce": """
 net = flowsim.load_network({'topology': ['Ring', 'Switch'], 'npus_count': [8, 16],
                             'bandwidth': [100, 50], 'latency': [500, 500]})
