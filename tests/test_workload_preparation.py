@@ -58,6 +58,10 @@ def test_programs_in_id_order_keep_the_order_the_heap_gives(ops, rnd):
      "dependency cycle among nodes 0, 1"),
     ([Op(id=0, kind="compute", deps=(5,))], "depends on node 5, which does not exist"),
     ([Op(id=0, kind="compute", deps=(-1,))], "depends on node -1, which does not exist"),
+    ([Op(id=0, kind="compute"), Op(id=1, kind="compute", deps=("x",))],
+     "depends on node x, which does not exist"),
+    ([Op(id=0, kind="compute"), Op(id=1, kind="compute", ctrl_deps=(None,))],
+     "depends on node None, which does not exist"),
     ([Op(id=0, kind="compute"), Op(id=0, kind="compute")], "node id 0 appears twice"),
 ])
 def test_programs_the_fast_path_declines_are_still_checked(ops, message):

@@ -231,17 +231,16 @@ def topological_order(program: Program) -> list[Op]:
 
 
 def _in_id_order(ops: Sequence[Op]) -> bool:
-    """Whether the ops' ids are their positions and every dependency is an earlier op: then
-    the smallest ready id is always the next position, so :func:`topological_order` is the
-    list itself (and there is no cycle, repeat or missing dependency to report)."""
+    """Whether the ops' ids are their positions and every dependency is an earlier op (a
+    plain int): then the smallest ready id is always the next position, so
+    :func:`topological_order` is the list itself (and there is no cycle, repeat or missing
+    dependency to report). Anything else, odd types included, takes the general path and
+    its messages."""
     for i, op in enumerate(ops):
         if op.id != i:
             return False
-        for d in op.deps:
-            if not 0 <= d < i:
-                return False
-        for d in op.ctrl_deps:
-            if not 0 <= d < i:
+        for d in (*op.deps, *op.ctrl_deps):
+            if type(d) is not int or not 0 <= d < i:
                 return False
     return True
 
