@@ -82,7 +82,7 @@ def test_a_straggler_delays_the_collective_and_exposes_the_others():
 def test_a_straggler_in_a_pipeline_slows_its_stage_and_reaches_the_next(model):
     """One slow GPU in a pipeline stage: its stage's collectives wait for it, so the run takes
     what it takes with the whole stage slow; the other stage receives its activations late
-    (it once crashed: the other stage was simulated as one NPU and got per-NPU arrivals)."""
+    (it once crashed: the other stage, simulated as one NPU, got the sender's per-NPU array)."""
     net = {"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth": [300, 25],
            "latency": [500, 2000]}
     spec = dict(generator="transformer", layers=4, hidden=256, heads=8, sequence=128,

@@ -89,7 +89,6 @@ class WorkloadEngine:
         self.compute_free = np.zeros(network.npus)
         self.host_free = np.zeros(network.npus)  # each NPU's host CPU (Chakra is_cpu_op ops)
         self.accounts = TimeAccounts(network.npus, len(workload.layers))
-        self._messaging_uniform: bool | None = None
         self.states = [self._state(i, p) for i, p in enumerate(workload.programs)]
         #: the workload's own programs (custom collectives append states of their own)
         self.programs = len(self.states)
@@ -111,28 +110,15 @@ class WorkloadEngine:
 
     def _uniform(self, program: Program) -> bool:
         """Whether every NPU of a program does the same thing at the same time: one speed, no
-        memory ops (remote memories serve NPUs in turn), no custom collectives (whose ranks
-        run programs of their own on the same NPUs), and, when it sends or receives, one
-        speed on every NPU that does (a straggler in another pipeline stage reaches it
-        through its messages)."""
+        memory ops (remote memories serve NPUs in turn), and no custom collectives (whose
+        ranks run programs of their own on the same NPUs). What other programs do cannot
+        tell its NPUs apart: a message arrives at one time for every NPU of its step."""
         npus = np.asarray(program.npus)
         if npus.size < 2 or self.system.custom:
             return False
         if np.any(self.speed[npus] != self.speed[npus[0]]):
             return False
-        kinds = {op.kind for op in program.ops}
-        if "memory" in kinds:
-            return False
-        return not kinds & {"send", "recv"} or self._messaging_speeds_equal()
-
-    def _messaging_speeds_equal(self) -> bool:
-        """Whether every NPU of the programs that send or receive has one speed."""
-        if self._messaging_uniform is None:
-            npus = [p.npus for p in self.workload.programs
-                    if any(op.kind in ("send", "recv") for op in p.ops)]
-            speeds = self.speed[np.concatenate(npus)]
-            self._messaging_uniform = bool(np.all(speeds == speeds[0]))
-        return self._messaging_uniform
+        return not any(op.kind == "memory" for op in program.ops)
 
     def add_program(self, program: Program, *, origin: float,
                     on_finish: Callable[[float], None]) -> ProgramState:
