@@ -176,14 +176,12 @@ class WorkloadEngine:
             base = tv.full(base)
         ready = base
         if comm_ids:
-            times: Times = [st.seen[d] for d in comm_ids]
-            if not tv.scalar:
-                times = np.array(times)
+            times = [st.seen[d] for d in comm_ids]
             if op.kind in _COMM:
                 note_pipeline(st, op, comm_ids)
-            ready = tv.maximum(base, max(times) if tv.scalar else times.max(axis=0))
-            if op.kind == "compute":
-                st.waits[op.id] = (base, times, comm_ids)
+            ready = tv.maximum(base, tv.latest(times))
+            if op.kind == "compute":   # exposure takes them per NPU: (comm ops, NPUs)
+                st.waits[op.id] = (base, times if tv.scalar else np.array(times), comm_ids)
         st.ready[op.id] = ready
         heapq.heappush(self._heap, (tv.peak(ready), st.index, st.order[op.id], op.id))
 
