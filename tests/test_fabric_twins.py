@@ -68,7 +68,7 @@ def test_a_pods_spines_are_twins_and_hash_routing_merges_nothing():
 def test_merged_routes_stand_for_every_path():
     merged, every_path = both(SMALL_POD)
     src, dst = (a.ravel() for a in np.meshgrid(np.arange(32), np.arange(32)))
-    message, weight, mult, indptr, links = merged.routes_multipath(src, dst, multiplicity=True)
+    message, weight, mult, indptr, links = merged.routes_merged(src, dst)
     m2, w2, i2, l2 = every_path.routes_multipath(src, dst)
     rep = merged._twins[0]
     # every message's bytes: its copies' shares sum to one

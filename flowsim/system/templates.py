@@ -185,8 +185,8 @@ def route_messages(network, src: np.ndarray, dst: np.ndarray, *,
     network sprays)."""
     multiplicity = None
     if network.merges_twins:
-        message, weight, multiplicity, indptr, links = network.routes_multipath(
-            src, dst, lowest_dim_only=lowest_dim_only, multiplicity=True)
+        message, weight, multiplicity, indptr, links = network.routes_merged(
+            src, dst, lowest_dim_only=lowest_dim_only)
         if np.all(multiplicity == 1.0):
             multiplicity = None
     else:

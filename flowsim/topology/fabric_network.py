@@ -139,27 +139,33 @@ class FabricNetwork(LogicalGrid):
         return int(np.bincount(self.link_src, minlength=1).max()) if self.num_links else 0
 
     def routes_multipath(self, src: np.ndarray, dst: np.ndarray, *,
-                         lowest_dim_only: bool = False, multiplicity: bool = False) -> tuple:
-        """Shortest-path routes of NPU pairs as flows: ``(message, weight, indptr, links)``.
+                         lowest_dim_only: bool = False) -> tuple[np.ndarray, ...]:
+        """Shortest-path routes of NPU pairs as flows: ``(message, weight, indptr, links)``,
+        every path its own flow.
 
         With ``ecmp`` a message is split evenly at every hop over the next links on shortest
-        paths; with ``hash`` it takes one of them. With ``multiplicity``, ``(message, weight,
-        multiplicity, indptr, links)`` where flows over twins are merged
-        (:attr:`merges_twins`): ``weight`` is each copy's share of the bytes.
+        paths; with ``hash`` it takes one of them.
 
         Raises
         ------
         RoutingError
             For an NPU that does not exist or a pair with no path (e.g. after failures).
         """
+        message, weight, _, indptr, links = self._flows(src, dst, merge=False)
+        return message, weight, indptr, links
+
+    def routes_merged(self, src: np.ndarray, dst: np.ndarray, *,
+                      lowest_dim_only: bool = False) -> tuple[np.ndarray, ...]:
+        """The routes of :meth:`routes_multipath` with flows over twins merged where this
+        fabric merges them (:attr:`merges_twins`): ``(message, weight, multiplicity, indptr,
+        links)``, ``weight`` each copy's share of the bytes."""
+        return self._flows(src, dst, merge=self.merges_twins)
+
+    def _flows(self, src: np.ndarray, dst: np.ndarray, *, merge: bool) -> tuple[np.ndarray, ...]:
         src = np.asarray(src, np.int64).ravel()
         dst = np.asarray(dst, np.int64).ravel()
         self.check_npus(src, dst)
-        single = self.config.routing == "hash"
-        if multiplicity:
-            return _shortest_path_flows(self, src, dst, single, self.merges_twins)
-        message, weight, _, indptr, links = _shortest_path_flows(self, src, dst, single)
-        return message, weight, indptr, links
+        return _shortest_path_flows(self, src, dst, self.config.routing == "hash", merge)
 
     def routes(self, src: np.ndarray, dst: np.ndarray, *,
                lowest_dim_only: bool = False) -> tuple[np.ndarray, np.ndarray]:

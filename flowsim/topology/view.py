@@ -156,11 +156,11 @@ class LogicalView(LogicalGrid):
         return self.base.routes(src, dst, lowest_dim_only=lowest_dim_only)
 
     def routes_multipath(self, src: np.ndarray, dst: np.ndarray, *,
-                         lowest_dim_only: bool = False, multiplicity: bool = False):
-        if multiplicity:
-            return self.base.routes_multipath(src, dst, lowest_dim_only=lowest_dim_only,
-                                              multiplicity=True)
+                         lowest_dim_only: bool = False):
         return self.base.routes_multipath(src, dst, lowest_dim_only=lowest_dim_only)
+
+    def routes_merged(self, src: np.ndarray, dst: np.ndarray, *, lowest_dim_only: bool = False):
+        return self.base.routes_merged(src, dst, lowest_dim_only=lowest_dim_only)
 
     @property
     def merges_twins(self) -> bool:  # type: ignore[override]  # the base's
