@@ -392,6 +392,33 @@ def test_scheduling_policy_orders_collectives_waiting_for_a_dimension(policy, mo
     assert schedule.ledger.collective_end[late] == pytest.approx(2 * one)
 
 
+def test_queues_freed_together_admit_in_the_order_they_were_first_used():
+    """Two dimensions' queues each hold a waiting collective when their running ones end at
+    the same instant: the queue used first starts first (the order admission has always
+    visited them in, so a run's events, and its bits, do not change), and no queue is left
+    marked as holding chunks."""
+    from flowsim.system.phases import collective_phases
+    from flowsim.system.scheduler import Schedule
+
+    net = flowsim.load_network({"topology": ["Ring", "Ring"], "npus_count": [4, 4],
+                                "bandwidth": [50, 50], "latency": [500, 500]})
+    system = flowsim.load_system(pure(**{"all-reduce-implementation": ["ring", "ring"]}))
+    schedule = Schedule(net, system, "analytical", trace=True)
+
+    def on(dim):
+        return [collective_phases(net, system, "all_reduce", N, dims=(dim,))]
+
+    schedule.issue(on(0))           # queue of dim 0 first used here
+    schedule.issue(on(1))           # then dim 1's; both run, equally long
+    schedule.issue(on(1))           # waits on dim 1
+    schedule.issue(on(0))           # waits on dim 0
+    schedule.run()
+    starts = [(e["start"], e["dims"]) for e in schedule.trace_log if e["step"] == 0]
+    assert [dims for _, dims in starts] == [(0,), (1,), (0,), (1,)]
+    assert starts[2][0] == starts[3][0] > 0   # released together, dim 0's queue first
+    assert not schedule._nonempty and schedule._waiting == 0
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_per_npu_busy_time_and_a_broadcast_root_that_only_sends(model):
     net = {"topology": ["Ring", "Ring"], "npus_count": [4, 2], "bandwidth": [50, 50],
