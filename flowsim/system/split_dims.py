@@ -43,17 +43,24 @@ def physical_of(physical: tuple[int, ...], logical: tuple[int, ...], source: str
 
 
 def logical_system(system: SystemConfig, physical: tuple[int, ...],
-                   logical: tuple[int, ...]) -> SystemConfig:
+                   logical: tuple[int, ...],
+                   parents: tuple[int, ...] | None = None) -> SystemConfig:
     """``system`` with every algorithm list of one entry per physical dimension turned into
     one entry per logical dimension (the split dimension's entry serving its parts); lists
-    already of the logical length, and a single flat ``one*`` algorithm, stay."""
+    already of the logical length, and a single flat ``one*`` algorithm, stay.
+    ``parents`` gives each logical dimension's physical one where the logical dimensions are
+    not consecutive factors of the physical ones (a
+    :class:`~flowsim.topology.view.StraddlingView`)."""
     if len(physical) == len(logical):
         return system
-    parent = physical_of(physical, logical, system.source)
+    parent = list(parents) if parents is not None else \
+        physical_of(physical, logical, system.source)
     changed = []
     for collective, names in system.implementations:
         flat = len(names) == 1 and names[0].startswith(FLAT_PREFIX)
-        if len(names) == len(physical) and not flat:
+        # a plain string already serves every dimension, however many (phases.py)
+        if len(names) == len(physical) and not flat and \
+                collective not in system.every_dimension:
             names = tuple(names[d] for d in parent)
         changed.append((collective, names))
     return replace(system, implementations=tuple(changed))
