@@ -137,7 +137,8 @@ def run_training(network: Any, workload: WorkloadLike, system: Any = None,
     if work.network is not None:   # the workload runs on a re-shaped network
         physical = net.config.npus_count
         net = load_network(work.network)
-        sys_cfg = logical_system(sys_cfg, physical, net.config.npus_count)
+        sys_cfg = logical_system(sys_cfg, physical, net.config.npus_count,
+                                 getattr(net, "parents", None))
     compute = _compute_model(device, roofline, work, net)
     check_workload(work, net, roofline=compute is not None)
     replicable = net.replicable and sys_cfg.synchronization == "barrier"

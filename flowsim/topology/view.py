@@ -191,6 +191,89 @@ class LogicalView(LogicalGrid):
         return self.base.tile_first_instance(per_link)
 
 
+def touched_dims(base, dims: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """For each logical dimension of sizes ``dims`` (mixed radix over the NPU ids, the first
+    fastest), the dimensions of ``base`` along which its groups' members differ.
+
+    Consecutive members are compared: a base coordinate that never changes between neighbours
+    is shared by the whole group."""
+    ids = np.arange(base.npus, dtype=np.int64)
+    out = []
+    stride = 1
+    for size in dims:
+        inner = ids[(ids // stride) % size < size - 1]   # members with a next member
+        moved = base.coords(inner) != base.coords(inner + stride)
+        out.append(tuple(int(d) for d in np.flatnonzero(moved.any(axis=0))))
+        stride *= size
+    return tuple(out)
+
+
+class StraddlingView(LogicalView):
+    """``base`` seen with logical dimensions that do not factor its dimensions: a group may
+    hold part of one dimension and part of the next (4 GPUs of one node and 2 of the next
+    one, as Megatron-LM lays out tensor 2 x data 6 x pipeline 2 ranks on three 8-GPU nodes).
+
+    NPU ids are unchanged and every message is routed on ``base``, so both models price the
+    real paths (the analytical model by their latency and bottleneck, the flow model by
+    sharing their links). What is lost is symmetry: groups of such a dimension are not
+    replicas of each other (their members sit differently across the base dimensions), so
+    every group is simulated (:attr:`replicable` is False). Each logical dimension is
+    described by the outermost base dimension it touches (its :attr:`parents`: per-dimension
+    algorithm lists and the results' coordinates), and its links are counted for it only
+    when no other logical dimension uses them.
+
+    Parameters
+    ----------
+    base : Network or FabricNetwork
+    dims : tuple of int
+        Sizes of the logical dimensions (consecutive factors of the NPU count, first
+        fastest).
+    """
+
+    def __init__(self, base, dims: tuple[int, ...]) -> None:  # noqa: D107  (class docstring)
+        if int(np.prod(dims)) != base.npus:
+            raise ConfigError(f"logical dims {list(dims)} do not multiply to the {base.npus} "
+                              f"NPUs of the network")
+        self.base = base
+        self.touched = touched_dims(base, tuple(int(s) for s in dims))
+        # a dimension of size 1 touches nothing: it sits with the base dimension before it
+        parents, last = [], 0
+        for touched in self.touched:
+            last = max(touched) if touched else last
+            parents.append(last)
+        self.pieces = tuple(zip(parents, (int(s) for s in dims)))
+        self.npus = base.npus
+        self.dims = tuple(int(s) for s in dims)
+        self.link_src, self.link_dst = base.link_src, base.link_dst
+        self.link_bandwidth, self.link_latency = base.link_bandwidth, base.link_latency
+        self.num_switches = getattr(base, "num_switches", 0)
+
+    @cached_property
+    def split(self) -> tuple[bool, ...]:
+        """Per logical dimension: whether it shares a base dimension's links with another
+        logical dimension, or spans several base dimensions."""
+        users = np.zeros(self.base.ndims, np.int64)
+        for touched in self.touched:
+            users[list(touched)] += 1
+        return tuple(len(t) != 1 or bool(users[t[0]] > 1) for t in self.touched)
+
+    @property
+    def replicable(self) -> bool:
+        return False
+
+
+def straddling_view(base, groups: tuple[int, ...]
+                    ) -> tuple[StraddlingView, tuple[tuple[int, ...], ...]]:
+    """``base`` seen with one logical dimension per group of more than one NPU (see
+    :class:`StraddlingView`), and the logical dims of each group (none for a group of 1)."""
+    owned: list[tuple[int, ...]] = []
+    dims: list[int] = []
+    for g in groups:
+        owned.append((len(dims),) if g > 1 else ())
+        dims.extend([int(g)] if g > 1 else [])
+    return StraddlingView(base, tuple(dims)), tuple(owned)
+
+
 def logical_view(base, groups: tuple[int, ...]) -> tuple[object, tuple[tuple[int, ...], ...]]:
     """``base`` seen with the logical dimensions that make ``groups`` whole (the base itself
     when its dimensions already do), and the logical dims of each group; see

@@ -59,8 +59,11 @@ beyond its mask, kernel-level effects of communication on compute (NCCL's SM use
 Mapping onto the network: ranks are numbered in Megatron-Core's default order
 ``tp-cp-ep-dp-pp`` (tensor parallelism innermost); the network's dimensions are cut wherever a
 group ends inside one (:class:`~flowsim.topology.view.LogicalView`), so any degrees whose
-product is the NPU count fit any network whose dimensions they divide. ``dims`` gives whole
-network dims per parallelism instead.
+product is the NPU count fit any network whose dimensions they divide. Degrees that do not
+divide them (tensor 2 x data 6 x pipeline 2 on three 8-GPU nodes: a data-parallel group of 4
+GPUs of one node and 2 of the next) run on a
+:class:`~flowsim.topology.view.StraddlingView`: every message on its real route, every group
+simulated (no symmetry). ``dims`` gives whole network dims per parallelism instead.
 """
 
 from __future__ import annotations

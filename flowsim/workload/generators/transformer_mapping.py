@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConfigError, config_error
-from ...topology.view import logical_view
+from ...topology.view import logical_view, straddling_view
 from .transformer_passes import Groups
 from .transformer_spec import TransformerSpec, _where
 
@@ -21,8 +21,7 @@ def map_groups(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[
     Raises
     ------
     ConfigError
-        ``tp * cp * dp * pp`` differs from the network's NPUs, or a group cuts a dimension
-        where it does not divide it.
+        ``tp * cp * dp * pp`` differs from the network's NPUs.
     """
     sizes = tuple(int(p) for p in network.dims)
     total = spec.tp * spec.cp * spec.dp * spec.pp
@@ -36,10 +35,8 @@ def map_groups(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[
     groups = (spec.tp, spec.cp, spec.ep, spec.dp // spec.ep, spec.pp)
     try:
         view, owned = logical_view(network, groups)
-    except ConfigError as exc:
-        raise ConfigError(f"{_where(spec.source)}the parallel groups (tp, cp, ep, dp / ep, "
-                          f"pp) = {list(groups)}, innermost first, do not fit the network: "
-                          f"{exc}") from None
+    except ConfigError:   # a group holds uneven parts of several dims: route it as it is
+        view, owned = straddling_view(network, groups)
     tp, cp, ep, dpx, pp = owned
     return view, Groups(tp=tp, cp=cp, ep=ep, dp=tuple(sorted(cp + ep + dpx)),
                         expert_dp=tuple(sorted(tp + cp + dpx))), pp
