@@ -103,3 +103,4 @@ def test_one_node_split_into_groups_takes_a_plain_string_algorithm_everywhere():
     plain = flowsim.simulate(net, spec, system)
     lists = flowsim.simulate(net, spec, listed)
     assert float(plain.time_ns) == float(lists.time_ns) > 0
+
