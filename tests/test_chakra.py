@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import VALIDATION
-from flowsim import ConfigError
+from flowsim import ConfigError, FlowsimWarning
 from flowsim.workload.chakra import (
     load_chakra,
     read_custom_collective,
@@ -531,3 +532,21 @@ def test_microbenchmark_trace_times_like_the_collective(model):
     # ASTRA-sim 2.x ran this trace's collective on this config: 64440 ns (validation cases.csv,
     # a_ring8__cu__all_reduce__ring__1MiB__ex); flowsim keeps fractional ns
     assert float(in_workload.time_ns) == pytest.approx(64440, rel=1e-3)
+
+
+def test_a_trace_of_host_ops_only_says_the_network_plays_no_part(tmp_path):
+    """A PyTorch job traced without GPUs (gloo on CPUs) converts to CPU ops only: it runs as
+    host time, with a warning; one GPU op or one collective beside them silences it."""
+    host = [Op(0, "compute", "aten::mm", duration_ns=3000.0),
+            Op(1, "compute", "gloo:all_reduce", duration_ns=5000.0, deps=(0,))]
+    for op in host:
+        op.host = True
+    save_chakra(spmd(host, 2), tmp_path / "cpu" / "t", 2)
+    with pytest.warns(FlowsimWarning, match="every node is a host CPU op .* the network "
+                                            "plays no part"):
+        load_chakra(tmp_path / "cpu" / "t")
+    gpu = [*host, Op(2, "compute", "gemm", duration_ns=1000.0, deps=(1,))]
+    save_chakra(spmd(gpu, 2), tmp_path / "gpu" / "t", 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FlowsimWarning)
+        load_chakra(tmp_path / "gpu" / "t")

@@ -151,6 +151,10 @@ def load_chakra(prefix_or_dir: str | os.PathLike, npus: int | None = None,
         ctx = TraceContext(rank, count, groups, group_source, ndims,
                            tally=tally)
         metadata, ops = _read_rank(file, ctx, element_bytes)
+        # what the device or the network does: GPU compute, communication, memory
+        tally["device_work"] += sum(op.kind != "compute" or (not op.host and (
+            op.duration_ns > 0 or op.flops > 0 or op.kernels != ())) for op in ops)
+        tally["host_work"] += sum(op.kind == "compute" and bool(op.host) for op in ops)
         if not programs:
             names = metadata["attrs"].get("flowsim_layers", [])
             layers = [str(x) for x in names] if isinstance(names, list) else []
@@ -210,6 +214,13 @@ def _warn(tally: Counter, prefix: Path) -> None:
             f"collectives; the GPU node each one launches carries the communication"
             + (f" ({typed} of them carry a comm_type, not simulated)" if typed else ""),
             FlowsimWarning, stacklevel=3)
+    if tally["host_work"] and not tally["device_work"]:
+        warnings.warn(
+            f"{prefix}: every node is a host CPU op (is_cpu_op), with no device compute and no "
+            f"communication node, so the network plays no part: a trace captured without GPUs "
+            f"(gloo on CPUs, say), where Chakra's converter, which makes communication nodes "
+            f"from NCCL kernels only, leaves collectives as CPU ops", FlowsimWarning,
+            stacklevel=3)
     if tally["ctrl_files"]:
         warnings.warn(
             f"{prefix}: {tally['ctrl_deps']} ctrl_deps of {tally['ctrl_files']} file(s) "
