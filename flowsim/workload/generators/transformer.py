@@ -63,7 +63,10 @@ product is the NPU count fit any network whose dimensions they divide. Degrees t
 divide them (tensor 2 x data 6 x pipeline 2 on three 8-GPU nodes: a data-parallel group of 4
 GPUs of one node and 2 of the next) run on a
 :class:`~flowsim.topology.view.StraddlingView`: every message on its real route, every group
-simulated (no symmetry). ``dims`` gives whole network dims per parallelism instead.
+simulated (no symmetry); the flow model routes a message that changes node and GPU index in
+dimension order (GPU index first, as NCCL's PXN does), so two rings of such groups can meet on
+one NIC where NCCL's topology-aware ring order would keep them apart. ``dims`` gives whole
+network dims per parallelism instead.
 """
 
 from __future__ import annotations
