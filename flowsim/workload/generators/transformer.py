@@ -21,7 +21,11 @@ Narayanan et al. 2021), layer norms, bias-dropout-residual adds and the activati
 memory-bound kernels; backward passes as data- and weight-gradient GEMMs. Activation
 recomputation (Korthikanti et al. 2022): ``full`` re-runs each layer's forward, with its
 communication, before its backward; ``selective`` re-runs the attention core (scores, softmax,
-dropout; a no-op with flash attention, which recomputes them anyway).
+dropout; a no-op with flash attention, which recomputes them anyway). ``dtype: fp8`` is
+Transformer Engine's FP8 training: the layers' linear GEMMs in FP8, each with a memory-bound
+cast-transpose of its input forward and of its output's gradient backward; attention, the
+output layer and the MoE router stay 16-bit (Megatron-LM's output layer and router are not
+Transformer Engine modules).
 
 Communication:
 

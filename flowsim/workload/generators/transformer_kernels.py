@@ -5,6 +5,16 @@ Everything here is per rank: ``n = b s / cp`` tokens of the rank's sequence shar
 of them in the sequence-parallel regions (norms, dropout, residual adds) when ``sp``; weights
 split ``t`` ways by tensor parallelism. Activations are 16-bit (also in FP8 training, whose
 GEMMs alone run in FP8).
+
+FP8 training is Transformer Engine's (NVIDIA, "Using FP8 with Transformer Engine"): only the
+linear layers of the transformer layers run in FP8. Each casts its 16-bit input to FP8 and
+keeps an FP8 transpose of it for the weight gradient (Hopper's FP8 GEMMs take ``TN`` operands
+only), and casts the incoming gradient the same way in the backward pass: one fused
+cast-transpose per operand, reading 2 bytes and writing 2 x 1 byte per element
+(:data:`FP8_CAST_BYTES`). Weights are cast once per iteration, not per micro-batch (left out).
+Megatron-LM's output layer and MoE router are plain PyTorch linear layers
+(``tensor_parallel.ColumnParallelLinear``, ``torch.nn.functional.linear`` in
+``megatron/core``), so they stay 16-bit.
 """
 
 from __future__ import annotations
@@ -17,6 +27,8 @@ from .transformer_spec import TransformerSpec
 
 #: bytes of an activation element (16-bit)
 ACT = 2
+#: bytes one FP8 cast-transpose moves per element: read 16-bit, write FP8 and its transpose
+FP8_CAST_BYTES = ACT + 1 + 1
 #: Adam with FP32 master weights: bytes moved per parameter by the optimizer step (read the
 #: FP32 gradient, read and write master weight, first and second moment, write the 16-bit
 #: weight: 4 + 2*(4 + 4 + 4) + 2)
@@ -65,8 +77,20 @@ class LayerKernels:
         return (2 if self.spec.gated_mlp else 1) * self.f
 
     def _gemm(self, m: int, n: int, k: int, batch: int = 1) -> Gemm:
+        """A GEMM of a transformer layer's linear layers (FP8 in FP8 training)."""
         dtype = "bf16" if self.spec.dtype == "fp16" else self.spec.dtype
         return Gemm(int(m), int(n), int(k), int(batch), dtype)
+
+    def _gemm16(self, m: int, n: int, k: int, batch: int = 1) -> Gemm:
+        """A GEMM that stays 16-bit in FP8 training (output layer, router)."""
+        return Gemm(int(m), int(n), int(k), int(batch), "bf16")
+
+    def _cast(self, elements: int) -> tuple[Kernel, ...]:
+        """FP8 training's cast-transpose of one GEMM operand of ``elements`` (none
+        otherwise)."""
+        if self.spec.dtype != "fp8":
+            return ()
+        return (_ew(FP8_CAST_BYTES * elements, "fp8_cast_transpose"),)
 
     # ------------------------------------------------------------------ communication
     @property
@@ -97,7 +121,8 @@ class LayerKernels:
 
     @cached_property
     def qkv(self) -> tuple[Kernel, ...]:
-        return (self._gemm(self.n, self.q + 2 * self.kv, self.spec.hidden),)
+        return (*self._cast(self.n * self.spec.hidden),
+                self._gemm(self.n, self.q + 2 * self.kv, self.spec.hidden))
 
     @cached_property
     def core_attention(self) -> tuple[Kernel, ...]:
@@ -126,14 +151,15 @@ class LayerKernels:
 
     @cached_property
     def projection(self) -> tuple[Kernel, ...]:
-        return (self._gemm(self.n, self.spec.hidden, self.q),)
+        return (*self._cast(self.n * self.q), self._gemm(self.n, self.spec.hidden, self.q))
 
     @cached_property
     def mlp(self) -> tuple[Kernel, ...]:
         """The dense MLP: FC1, activation (bias-GeLU, or SwiGLU), FC2."""
         h = self.spec.hidden
         act = (3 if self.spec.gated_mlp else 2) * self.n * self.f * ACT
-        return (self._gemm(self.n, self.fc1_out, h), _ew(act, "activation"),
+        return (*self._cast(self.n * h), self._gemm(self.n, self.fc1_out, h),
+                _ew(act, "activation"), *self._cast(self.n * self.f),
                 self._gemm(self.n, h, self.f))
 
     # ------------------------------------------------------------------ backward
@@ -149,7 +175,8 @@ class LayerKernels:
     def mlp_dgrad(self) -> tuple[Kernel, ...]:
         h = self.spec.hidden
         act = (5 if self.spec.gated_mlp else 3) * self.n * self.f * ACT
-        return (self._gemm(self.n, self.f, h), _ew(act, "activation_backward"),
+        return (*self._cast(self.n * h), self._gemm(self.n, self.f, h),
+                _ew(act, "activation_backward"), *self._cast(self.n * self.fc1_out),
                 self._gemm(self.n, h, self.fc1_out))
 
     @cached_property
@@ -169,8 +196,15 @@ class LayerKernels:
             gemm = self._gemm(s.sequence, s.head_dim, s.sequence, batch)
             core = (self._gemm(s.sequence, s.sequence, s.head_dim, batch), gemm,
                     _ew(scores * (3 * ACT + 1), "softmax_dropout_backward"), gemm, gemm)
-        return (self._gemm(self.n, self.q, s.hidden), *core,
-                self._gemm(self.n, s.hidden, self.q + 2 * self.kv))
+        return (*self._cast(self.n * s.hidden), self._gemm(self.n, self.q, s.hidden), *core,
+                *self.qkv_dgrad)
+
+    @cached_property
+    def qkv_dgrad(self) -> tuple[Kernel, ...]:
+        """The QKV data gradient: the tail of :attr:`attention_dgrad` (context parallelism
+        runs it after the key and value gradients are reduced)."""
+        width = self.q + 2 * self.kv
+        return (*self._cast(self.n * width), self._gemm(self.n, self.spec.hidden, width))
 
     @cached_property
     def attention_wgrad(self) -> tuple[Kernel, ...]:
@@ -200,7 +234,7 @@ class LayerKernels:
     @cached_property
     def router(self) -> tuple[Kernel, ...]:
         s = self.spec
-        return (self._gemm(self.moe_tokens, s.experts, s.hidden),
+        return (self._gemm16(self.moe_tokens, s.experts, s.hidden),
                 _ew(2 * self.moe_tokens * s.experts * 4, "router_softmax_topk"))
 
     @cached_property
@@ -208,17 +242,21 @@ class LayerKernels:
         s = self.spec
         local, m, f = s.experts // s.ep, self.expert_tokens, s.moe_ffn
         act = (3 if s.gated_mlp else 2) * m * f * ACT * local
-        return (self._gemm(m, (2 if s.gated_mlp else 1) * f, s.hidden, local),
-                _ew(act, "expert_activation"), self._gemm(m, s.hidden, f, local))
+        return (*self._cast(m * s.hidden * local),
+                self._gemm(m, (2 if s.gated_mlp else 1) * f, s.hidden, local),
+                _ew(act, "expert_activation"), *self._cast(m * f * local),
+                self._gemm(m, s.hidden, f, local))
 
     @cached_property
     def experts_dgrad(self) -> tuple[Kernel, ...]:
         s = self.spec
         local, m, f = s.experts // s.ep, self.expert_tokens, s.moe_ffn
         act = (5 if s.gated_mlp else 3) * m * f * ACT * local
-        return (self._gemm(m, f, s.hidden, local), _ew(act, "expert_activation_backward"),
-                self._gemm(m, s.hidden, (2 if s.gated_mlp else 1) * f, local),
-                self._gemm(self.moe_tokens, s.hidden, s.experts))
+        fc1 = (2 if s.gated_mlp else 1) * f
+        return (*self._cast(m * s.hidden * local), self._gemm(m, f, s.hidden, local),
+                _ew(act, "expert_activation_backward"), *self._cast(m * fc1 * local),
+                self._gemm(m, s.hidden, fc1, local),
+                self._gemm16(self.moe_tokens, s.hidden, s.experts))
 
     @cached_property
     def experts_wgrad(self) -> tuple[Kernel, ...]:
@@ -226,7 +264,7 @@ class LayerKernels:
         local, m, f = s.experts // s.ep, self.expert_tokens, s.moe_ffn
         return (self._gemm(f, s.hidden, m, local),
                 self._gemm(s.hidden, (2 if s.gated_mlp else 1) * f, m, local),
-                self._gemm(s.hidden, s.experts, self.moe_tokens))
+                self._gemm16(s.hidden, s.experts, self.moe_tokens))
 
     # ------------------------------------------------------------------ embedding, logits
     @cached_property
@@ -246,17 +284,17 @@ class LayerKernels:
     def logits(self) -> tuple[Kernel, ...]:
         """Output layer and vocabulary-parallel cross entropy (FP32 logits: max, exp-sum and
         the loss read them three times)."""
-        return (self._gemm(self.n, self.vocab_shard, self.spec.hidden),
+        return (self._gemm16(self.n, self.vocab_shard, self.spec.hidden),
                 _ew(3 * self.n * self.vocab_shard * 4, "cross_entropy"))
 
     @cached_property
     def logits_dgrad(self) -> tuple[Kernel, ...]:
         return (_ew(2 * self.n * self.vocab_shard * 4, "cross_entropy_backward"),
-                self._gemm(self.n, self.spec.hidden, self.vocab_shard))
+                self._gemm16(self.n, self.spec.hidden, self.vocab_shard))
 
     @cached_property
     def logits_wgrad(self) -> tuple[Kernel, ...]:
-        return (self._gemm(self.spec.hidden, self.vocab_shard, self.n),)
+        return (self._gemm16(self.spec.hidden, self.vocab_shard, self.n),)
 
     @property
     def vocab_parameters(self) -> int:

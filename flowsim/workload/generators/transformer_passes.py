@@ -200,12 +200,13 @@ class PassBuilder:
     def _cp_backward(self, name: str, layer: int, g: Frontier,
                      dgrad: tuple[Kernel, ...]) -> Frontier:
         k, s = self.k, self.spec
-        core = dgrad[:-1]
+        tail = len(k.qkv_dgrad)
+        core = dgrad[:-tail]
         x = self.tp_block(f"{name}.attention.dgrad", core, layer, "ig", g, gather=True,
                           reduce=False)
         dkv = self.collective(f"{name}.kv.reduce_scatter", "reduce_scatter",
                               k.kv_bytes * s.cp, self.groups.cp, layer, "ig", x)
-        out = self.tp_block(f"{name}.qkv.dgrad", dgrad[-1:], layer, "ig", (*x, dkv),
+        out = self.tp_block(f"{name}.qkv.dgrad", dgrad[-tail:], layer, "ig", (*x, dkv),
                             gather=False, reduce=True)
         self.compute(f"{name}.attention.wgrad", k.attention_wgrad, layer, "wg")
         return out

@@ -1,0 +1,68 @@
+"""FP8 training as Transformer Engine and Megatron-LM run it: the layers' linear GEMMs in FP8
+with a cast-transpose of each operand, the output layer and the router in 16 bits; checked
+by closed forms on the generated kernels."""
+
+from __future__ import annotations
+
+import pytest
+
+import flowsim
+from flowsim.workload.generators import transformer
+from flowsim.workload.kernels import Elementwise, Gemm
+
+NET = {"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth": [300, 25],
+       "latency": [500, 2000]}
+H, F, HEADS, SEQ, LAYERS, MICRO = 256, 1024, 8, 128, 2, 4
+
+
+@pytest.fixture(scope="module")
+def net():
+    return flowsim.load_network(NET)
+
+
+def _kernels(workload, *, name: str | None = None, op_name: str = ""):
+    """Kernels of the compute ops whose name holds ``op_name`` (and named ``name``)."""
+    return [k for op in workload.programs[0].ops if op.kind == "compute"
+            and op_name in op.name for k in op.kernels
+            if name is None or getattr(k, "name", None) == name]
+
+
+def _spec(**extra):
+    return dict(layers=LAYERS, hidden=H, ffn=F, heads=HEADS, sequence=SEQ, micro_batch=1,
+                vocab=1000, tp=2, dp=8, global_batch=8 * MICRO, sp=True, **extra)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_every_fp8_gemm_operand_is_cast_and_transposed_once(net, gated):
+    """Per layer and micro-batch, 4 bytes per element (read 16-bit, write FP8 and its
+    transpose) of each forward input (QKV, projection, FC1, FC2) and each incoming gradient
+    (their outputs' gradients)."""
+    w = transformer(net, **_spec(dtype="fp8", gated_mlp=gated))
+    n, q, f = SEQ, H // 2, F // 2
+    keys_values = 2 * (H // HEADS) * (HEADS // 2)   # K and V of the rank's 4 heads
+    fc1 = (2 if gated else 1) * f
+    forward = n * (H + q + H + f)
+    backward = n * ((q + keys_values) + H + fc1 + H)
+    cast = sum(k.bytes for k in _kernels(w, name="fp8_cast_transpose"))
+    assert cast == 4 * (forward + backward) * LAYERS * MICRO
+    assert not _kernels(transformer(net, **_spec(gated_mlp=gated)), name="fp8_cast_transpose")
+
+
+def test_output_layer_and_router_stay_16_bit(net):
+    w = transformer(net, **_spec(dtype="fp8", experts=4, top_k=2, ep=2))
+    logits = [k for k in _kernels(w, op_name="logits") if isinstance(k, Gemm)]
+    router = [k for k in _kernels(w, op_name="router") if isinstance(k, Gemm)]
+    layer = [k for k in _kernels(w, op_name="attention") if isinstance(k, Gemm)]
+    assert len(logits) == 3 * MICRO and {k.dtype for k in logits} == {"bf16"}
+    assert router and {k.dtype for k in router} == {"bf16"}
+    assert layer and {k.dtype for k in layer} == {"fp8"}
+
+
+def test_context_parallel_qkv_gradient_casts_after_the_key_value_reduction(net):
+    """With cp, the QKV data gradient runs after the reduce-scatter of the key and value
+    gradients; in FP8 its cast-transpose goes with it."""
+    w = transformer(net, **dict(_spec(dtype="fp8"), cp=2, dp=4, global_batch=4 * MICRO))
+    (op, *_) = [op for op in w.programs[0].ops if op.name.endswith("layer0.qkv.dgrad")]
+    assert [type(k) for k in op.kernels] == [Elementwise, Gemm]
+    assert op.kernels[0].name == "fp8_cast_transpose" and op.kernels[1].dtype == "fp8"
+
