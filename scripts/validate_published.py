@@ -105,6 +105,9 @@ def published_seconds(row: dict[str, str]) -> float:
     """The published figure as an iteration time (s), with the publication's convention."""
     if row["metric"] == "iteration_s":
         return float(row["published"])
+    if row["metric"] == "tokens_per_gpu_s":   # the global batch's tokens, spread over GPUs
+        tokens = int(row["global_batch"]) * int(row["sequence"])
+        return tokens / (float(row["published"]) * int(row["gpus"]))
     from flowsim.workload.flops import CONVENTIONS
     from flowsim.workload.generators.transformer import model_shape
 

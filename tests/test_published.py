@@ -33,7 +33,7 @@ def test_every_row_is_cited_and_consistent(row):
     assert layout[0] * layout[1] * layout[2] * layout[3] == int(row["gpus"])
     device(row["device"])                       # a preset
     assert row["cluster"] in vp.CLUSTERS
-    assert row["metric"] in ("iteration_s", "tflops_per_gpu")
+    assert row["metric"] in ("iteration_s", "tflops_per_gpu", "tokens_per_gpu_s")
     net = flowsim.load_network(vp.network(row))
     assert net.npus == int(row["gpus"])
     vp.parsed_spec(row)                         # the workload is a valid spec
