@@ -7,8 +7,9 @@ Every row of ``validation/published/*.csv`` is a run someone measured and publis
 citation is in the row). Each is predicted from what the publication states and nothing else:
 the model and parallelism of the row, a cluster preset of the machine (``cluster:`` block:
 device, nodes, NICs), the bundled NCCL-like system config, the generator's Megatron-LM
-semantics. No constant is set per row. The published figure is turned into an iteration time
-with the publication's own FLOP convention (``flops`` column) and compared with the
+semantics. No constant is set per row. The published figure (``metric``: ``iteration_s``,
+``tflops_per_gpu`` or ``tokens_per_gpu_s``) is turned into an iteration time, with the
+publication's own FLOP convention (``flops`` column) for TFLOP/s, and compared with the
 simulated iteration.
 """
 
