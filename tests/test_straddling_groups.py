@@ -12,8 +12,15 @@ import pytest
 import flowsim
 from flowsim.errors import ConfigError
 from flowsim.resources import resolve_config_path
-from flowsim.topology.view import StraddlingView, straddling_view, touched_dims
-from flowsim.workload.generators import transformer, transformer_mapping
+from flowsim.topology import view as view_module
+from flowsim.topology.view import (
+    LogicalView,
+    StraddlingView,
+    logical_view,
+    straddling_view,
+    touched_dims,
+)
+from flowsim.workload.generators import transformer
 
 #: three 8-GPU nodes (24 NPUs)
 THREE_NODES = {"topology": ["Switch", "Switch"], "npus_count": [8, 3],
@@ -56,6 +63,16 @@ def test_straddling_view_owns_one_dim_per_group(three_nodes):
     assert owned == ((0,), (), (), (1,), (2,))
 
 
+def test_logical_view_picks_the_exact_view_and_falls_back_only_when_it_must(three_nodes):
+    assert logical_view(three_nodes, (8, 3))[0] is three_nodes
+    exact, _ = logical_view(three_nodes, (2, 4, 3))
+    assert type(exact) is LogicalView and exact.dims == (2, 4, 3)
+    straddling, _ = logical_view(three_nodes, (2, 6, 2))
+    assert type(straddling) is StraddlingView
+    with pytest.raises(ConfigError, match="multiply"):
+        logical_view(three_nodes, (2, 6))
+
+
 @pytest.mark.parametrize("model", ["analytical", "flow"])
 def test_uneven_groups_simulate_where_they_were_refused(three_nodes, model):
     """tp 2 x pp 2 x dp 6 on three nodes runs; the second stage starts at rank 12, in the
@@ -81,10 +98,12 @@ def test_straddling_view_times_what_the_exact_view_times(three_nodes, monkeypatc
     spec = dict(SPEC, **degrees, global_batch=2 * degrees["dp"])
     exact = flowsim.simulate(three_nodes, spec, "nccl", model=model)
 
-    def refuse(network, groups):
+    def refuse(sizes, groups):
         raise ConfigError("forced")
 
-    monkeypatch.setattr(transformer_mapping, "logical_view", refuse)
+    monkeypatch.setattr(view_module, "factor_dims", refuse)
+    keys = {k: v for k, v in spec.items() if k != "generator"}
+    assert isinstance(transformer(three_nodes, **keys).network, StraddlingView)
     forced = flowsim.simulate(three_nodes, spec, "nccl", model=model)
     assert forced.sizes["dim"] <= exact.sizes["dim"]
     np.testing.assert_allclose(forced.finish_ns, exact.finish_ns, rtol=1e-12)

@@ -94,8 +94,13 @@ class LogicalView(LogicalGrid):
         parents = [p for p, _ in self.pieces]
         if parents != sorted(parents):
             raise ConfigError(f"pieces {list(self.pieces)} must keep the dims' order")
+        self._adopt(base, tuple(s for _, s in self.pieces))
+
+    def _adopt(self, base, dims: tuple[int, ...]) -> None:
+        """Take the base's NPUs and links, seen with the logical ``dims``."""
+        self.base = base
         self.npus = base.npus
-        self.dims = tuple(s for _, s in self.pieces)
+        self.dims = dims
         self.link_src, self.link_dst = base.link_src, base.link_dst
         self.link_bandwidth, self.link_latency = base.link_bandwidth, base.link_latency
         self.num_switches = getattr(base, "num_switches", 0)
@@ -234,19 +239,15 @@ class StraddlingView(LogicalView):
         if int(np.prod(dims)) != base.npus:
             raise ConfigError(f"logical dims {list(dims)} do not multiply to the {base.npus} "
                               f"NPUs of the network")
-        self.base = base
-        self.touched = touched_dims(base, tuple(int(s) for s in dims))
+        dims = tuple(int(s) for s in dims)
+        self.touched = touched_dims(base, dims)
         # a dimension of size 1 touches nothing: it sits with the base dimension before it
         parents, last = [], 0
         for touched in self.touched:
             last = max(touched) if touched else last
             parents.append(last)
-        self.pieces = tuple(zip(parents, (int(s) for s in dims)))
-        self.npus = base.npus
-        self.dims = tuple(int(s) for s in dims)
-        self.link_src, self.link_dst = base.link_src, base.link_dst
-        self.link_bandwidth, self.link_latency = base.link_bandwidth, base.link_latency
-        self.num_switches = getattr(base, "num_switches", 0)
+        self.pieces = tuple(zip(parents, dims))
+        self._adopt(base, dims)
 
     @cached_property
     def split(self) -> tuple[bool, ...]:
@@ -275,10 +276,20 @@ def straddling_view(base, groups: tuple[int, ...]
 
 
 def logical_view(base, groups: tuple[int, ...]) -> tuple[object, tuple[tuple[int, ...], ...]]:
-    """``base`` seen with the logical dimensions that make ``groups`` whole (the base itself
-    when its dimensions already do), and the logical dims of each group; see
-    :func:`factor_dims`."""
-    pieces, owned = factor_dims(tuple(int(s) for s in base.dims), groups)
+    """``base`` seen with the logical dimensions that make ``groups`` whole, and the logical
+    dims of each group: the base itself when its dimensions already do, a
+    :class:`LogicalView` when the groups cut them where they divide (:func:`factor_dims`),
+    else a :class:`StraddlingView` (a group holds uneven parts of several dimensions).
+
+    Raises
+    ------
+    ConfigError
+        The groups do not multiply to the NPU count.
+    """
+    try:
+        pieces, owned = factor_dims(tuple(int(s) for s in base.dims), groups)
+    except ConfigError:
+        return straddling_view(base, groups)
     if all(size == base.dims[d] for d, size in pieces):
         return base, owned
     return LogicalView(base, pieces), owned

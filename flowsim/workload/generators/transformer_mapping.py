@@ -9,14 +9,15 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConfigError, config_error
-from ...topology.view import logical_view, straddling_view
+from ...topology.view import logical_view
 from .transformer_passes import Groups
 from .transformer_spec import TransformerSpec, _where
 
 
 def map_groups(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[int, ...]]:
-    """The network the program runs on (a logical view when a group is part of a dimension),
-    the logical dims of every communicator, and the pipeline-parallel dims.
+    """The network the program runs on (a logical view when a group is part of a dimension or
+    holds uneven parts of several: :func:`~flowsim.topology.view.logical_view`), the logical
+    dims of every communicator, and the pipeline-parallel dims.
 
     Raises
     ------
@@ -33,10 +34,7 @@ def map_groups(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[
     if spec.dims is not None:
         return _explicit(network, spec)
     groups = (spec.tp, spec.cp, spec.ep, spec.dp // spec.ep, spec.pp)
-    try:
-        view, owned = logical_view(network, groups)
-    except ConfigError:   # a group holds uneven parts of several dims: route it as it is
-        view, owned = straddling_view(network, groups)
+    view, owned = logical_view(network, groups)
     tp, cp, ep, dpx, pp = owned
     return view, Groups(tp=tp, cp=cp, ep=ep, dp=tuple(sorted(cp + ep + dpx)),
                         expert_dp=tuple(sorted(tp + cp + dpx))), pp
