@@ -102,15 +102,33 @@ def parsed_spec(row: dict[str, str]):
     return parse_transformer(values, f"{row['file']}, run {row['run']}")
 
 
+#: what a row's ``published`` figure may be
+METRICS = ("iteration_s", "tflops_per_gpu", "tokens_per_gpu_s")
+
+
 def published_seconds(row: dict[str, str]) -> float:
-    """The published figure as an iteration time (s), with the publication's convention."""
+    """The published figure as an iteration time (s), with the publication's convention.
+
+    Raises
+    ------
+    ConfigError
+        The row's ``metric`` or ``flops`` is not one this script knows.
+    """
+    from flowsim.errors import config_error
+    from flowsim.workload.flops import CONVENTIONS
+
+    where = f"{row['file']}, run {row['run']}"
+    if row["metric"] not in METRICS:
+        raise config_error(where, "metric", "one of " + ", ".join(METRICS), row["metric"])
     if row["metric"] == "iteration_s":
         return float(row["published"])
     if row["metric"] == "tokens_per_gpu_s":   # the global batch's tokens, spread over GPUs
         tokens = int(row["global_batch"]) * int(row["sequence"])
         return tokens / (float(row["published"]) * int(row["gpus"]))
-    from flowsim.workload.flops import CONVENTIONS
     from flowsim.workload.generators.transformer import model_shape
+
+    if row["flops"] not in CONVENTIONS:
+        raise config_error(where, "flops", "one of " + ", ".join(CONVENTIONS), row["flops"])
 
     # the model the simulation runs, counted the publication's way
     flops = CONVENTIONS[row["flops"]](model_shape(parsed_spec(row)))

@@ -33,7 +33,7 @@ def test_every_row_is_cited_and_consistent(row):
     assert layout[0] * layout[1] * layout[2] * layout[3] == int(row["gpus"])
     device(row["device"])                       # a preset
     assert row["cluster"] in vp.CLUSTERS
-    assert row["metric"] in ("iteration_s", "tflops_per_gpu", "tokens_per_gpu_s")
+    assert row["metric"] in vp.METRICS
     net = flowsim.load_network(vp.network(row))
     assert net.npus == int(row["gpus"])
     vp.parsed_spec(row)                         # the workload is a valid spec
@@ -48,6 +48,15 @@ def test_the_record_covers_every_row_with_its_error():
         assert published == pytest.approx(vp.published_seconds(row), rel=1e-5)
         assert float(r["error"]) == pytest.approx((predicted - published) / published,
                                                   abs=1e-4)
+
+
+@pytest.mark.parametrize("key, value", [("metric", "mfu"), ("flops", "6nd")])
+def test_an_unknown_metric_or_flop_convention_names_the_row_and_key(key, value):
+    counted = next(r for r in ROWS if r["metric"] == "tflops_per_gpu")   # reads its flops
+    row = dict(counted, **{key: value})
+    with pytest.raises(flowsim.ConfigError, match=rf"{row['file']}, run {row['run']}: key "
+                                                  rf"'{key}': expected one of .*found '{value}'"):
+        vp.published_seconds(row)
 
 
 FAST = [row for row in ROWS if int(row["gpus"]) <= 96]
