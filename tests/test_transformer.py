@@ -314,6 +314,10 @@ def test_bytes_of_a_cut_dimension_are_unknown_not_zero(two_nodes):
      r"key 'global_batch': expected a multiple of pp=8 micro-batches per pipeline with the "
      r"interleaved schedule \(Megatron-LM's requirement; global_batch / \(micro_batch \* dp\) "
      r"= 3\), found 12"),
+    ({"tp": 1, "dp": 2, "pp": 8, "vpp": 2, "layers": 16, "global_batch": None,
+      "micro_batches": 3}, r"key 'micro_batches': expected a multiple of pp=8 micro-batches "
+                           r"per pipeline with the interleaved schedule \(Megatron-LM's "
+                           r"requirement\), found 3"),
 ])
 def test_bad_specs_are_one_line_naming_the_key(two_nodes, change, match):
     spec = {"generator": "transformer", **SMALL, "tp": 4, "dp": 4, "global_batch": 16}

@@ -311,11 +311,10 @@ def _check_consistent(spec: TransformerSpec) -> None:
          "optimizer is sharded)", spec.overlap_param_gather)
     m = micro_batches(spec)
     if spec.interleaved:
-        given = (f"global_batch / (micro_batch * dp) = {m}" if spec.global_batch
-                 else f"{m}")
+        counted = f"; global_batch / (micro_batch * dp) = {m}" if spec.global_batch else ""
         need(m % spec.pp == 0, "global_batch" if spec.global_batch else "micro_batches",
              f"a multiple of pp={spec.pp} micro-batches per pipeline with the interleaved "
-             f"schedule (Megatron-LM's requirement; {given})",
+             f"schedule (Megatron-LM's requirement{counted})",
              spec.global_batch or spec.micro_batches)
     per_layer = 30 if spec.recompute == "full" else 22
     ops = m * spec.layers * per_layer + 8 * m * spec.pp * spec.vpp
