@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         start = time.perf_counter()
         predicted = done[row["run"]] if args.from_csv else \
-            predict(row, args.model, args.sustained)
+            float(f"{predict(row, args.model, args.sustained):.6g}")   # as recorded (--csv)
         wall = time.perf_counter() - start
         published = published_seconds(row)
         error = (predicted - published) / published
