@@ -142,6 +142,48 @@ def test_mixture_of_experts_dispatches_over_the_expert_group(two_nodes):
     assert names == {"dense_grads", "expert_grads"}
 
 
+@pytest.mark.parametrize("expert_tp", [2, 1])
+def test_experts_split_over_tensor_parallel_ranks_gather_their_tokens(two_nodes, expert_tp):
+    """Megatron-Core's all-to-all dispatcher (core_r0.9.0) with TP 2: the experts are split
+    over the TP ranks (its default), so after the all-to-all the received tokens are
+    all-gathered over TP and the experts' output reduce-scattered before the all-to-all back,
+    and each rank runs half an expert's width on twice the tokens; ``expert_tp: 1`` keeps
+    whole experts per rank, without those collectives, and reduces their gradients over the
+    TP ranks too."""
+    ffn, hidden, ep, experts, top_k, cf = 1024, 256, 4, 8, 2, 1.0
+    w = transformer(two_nodes, **SMALL, tp=2, dp=8, ep=ep, experts=experts, top_k=top_k,
+                    ffn=ffn, global_batch=16, gated_mlp=True, expert_tp=expert_tp)
+    program = w.programs[0]
+    tokens = 2 * 128 // 2                            # the rank's sequence-parallel shard
+    dispatch = int(tokens * top_k * cf * hidden * 2)
+    tp_dims = _ops(program, "collective", "all_gather", "attention")[0].dims
+    around = [op for op in _ops(program, "collective", name="experts")]
+    if expert_tp == 1:
+        assert not around
+    else:
+        count = Counter((op.collective, op.pass_, op.size, op.dims) for op in around)
+        per = 4                                      # layers x one micro-batch
+        assert count == {("all_gather", "fwd", dispatch, tp_dims): per,
+                         ("reduce_scatter", "fwd", 2 * dispatch, tp_dims): per,
+                         ("all_gather", "ig", dispatch, tp_dims): per,
+                         ("reduce_scatter", "ig", 2 * dispatch, tp_dims): per}
+    received = ep * tokens * top_k * cf / experts    # per local expert
+    fc1 = {(k.m, k.n, k.k, k.batch) for op in _ops(program, "compute", name="experts")
+           if op.pass_ == "fwd" for k in op.kernels if isinstance(k, Gemm) and k.k == hidden}
+    assert fc1 == {(received * expert_tp, 2 * ffn // expert_tp, hidden, experts // ep)}
+    grads = _ops(program, "collective", name="expert_grads")
+    group = int(np.prod([w.network.dims[d] for d in grads[0].dims]))
+    assert group == (8 // ep) * (2 // expert_tp)     # dp / ep, times TP ranks sharing
+
+
+def test_experts_with_tensor_parallelism_imply_sequence_parallelism():
+    spec = parse_transformer(dict(SMALL, tp=2, dp=2, ep=2, experts=4, global_batch=4),
+                             "argument")
+    assert spec.sp and spec.expert_tp == 2
+    dense = parse_transformer(dict(SMALL, tp=2, dp=2, global_batch=4), "argument")
+    assert not dense.sp
+
+
 # ------------------------------------------------------------------ schedules and layouts
 def test_one_f_one_b_and_gpipe_orders():
     spec = parse_transformer(dict(SMALL, pp=4, micro_batches=8), "argument")
@@ -303,6 +345,10 @@ def test_bytes_of_a_cut_dimension_are_unknown_not_zero(two_nodes):
     ({"kv_heads": 3}, r"key 'kv_heads'"),
     ({"experts": 6, "ep": 4}, r"key 'experts': expected a multiple of ep=4"),
     ({"ep": 2}, r"key 'ep': expected 1 without experts"),
+    ({"experts": 8, "ep": 4, "expert_tp": 2}, r"key 'expert_tp': expected 1 or tp=4"),
+    ({"experts": 8, "ep": 4, "moe_ffn": 1026},
+     r"key 'moe_ffn': expected a multiple of expert_tp=4"),
+    ({"expert_tp": 1}, r"key 'expert_tp': expected unset \(or tp=4\) without experts"),
     ({"global_batch": 20}, r"key 'global_batch': expected a multiple of micro_batch \* dp"),
     ({"global_batch": None}, r"either global_batch"),
     ({"tp": 8}, r"8 \* 1 \* 4 \* 1 = 32 NPUs, but the network has 16"),

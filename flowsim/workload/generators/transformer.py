@@ -37,9 +37,13 @@ Communication:
 * **context parallel** (ring attention with causal load balancing, as Megatron-Core does): the
   sequence split in ``2 cp`` chunks, two per rank; keys and values all-gathered over the CP
   group (the local, causal ring step running meanwhile) and their gradients reduce-scattered;
-* **expert parallel** (Megatron-Core's all-to-all dispatcher): tokens dispatched to and
-  combined from the experts' ranks by all-to-alls over the EP group (a part of the data-
-  parallel group), forward and backward;
+* **expert parallel** (Megatron-Core's all-to-all dispatcher, ``MoEAlltoAllTokenDispatcher``
+  in core_r0.9.0): tokens dispatched to and combined from the experts' ranks by all-to-alls
+  over the EP group (a part of the data-parallel group), forward and backward. Each expert is
+  split over the TP ranks (``expert_tp = tp``, Megatron-Core's default): the received tokens
+  are all-gathered over TP before the experts and their output reduce-scattered after
+  (sequence parallelism is implied, as Megatron-Core requires it with MoE and TP); with
+  ``expert_tp: 1`` every TP rank holds whole experts and sends its own tokens;
 * **pipeline parallel** (Narayanan et al. 2021): one program per pipeline rank; activations
   and gradients sent between consecutive virtual stages (sequence-parallel shards, or split
   over the TP ranks and all-gathered on arrival: Megatron's scatter/gather optimisation);
@@ -106,7 +110,7 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``kv_heads``, ``head_dim``, ``ffn``, ``gated_mlp``, ``vocab``, ``tied_embeddings``;
         ``global_batch`` (sequences) or ``micro_batches``, ``micro_batch``; ``tp``, ``pp``,
         ``dp``, ``cp``, ``ep``, ``vpp``, ``sp``; ``experts``, ``top_k``, ``moe_ffn``,
-        ``capacity_factor``; ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``),
+        ``capacity_factor``, ``expert_tp``; ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``),
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``);
         ``distributed_optimizer`` (alias ``zero``), ``overlap_grad_reduce``,
         ``overlap_param_gather``, ``tp_comm_overlap``, ``scatter_gather``, ``bucket_size``;
@@ -141,7 +145,8 @@ def build_transformer(network: Any, spec: TransformerSpec) -> Workload:
     npus = stages(view, pp_dims, spec.pp)
     bases = tuple(int(n[0]) for n in npus)
     dp_size = spec.dp * spec.cp
-    expert_dp_size = spec.tp * spec.cp * spec.dp // spec.ep
+    # the ranks holding the same expert weights: all but the EP (and the expert-TP) ones
+    expert_dp_size = spec.tp // spec.expert_tp * spec.cp * spec.dp // spec.ep
     programs = []
     for s in range(spec.pp):
         ctx = StageContext(stage=s, groups=groups, stage_base=bases, dp_size=dp_size,

@@ -214,8 +214,8 @@ class LayerKernels:
     # ------------------------------------------------------------------ mixture of experts
     @property
     def moe_tokens(self) -> int:
-        """Tokens a rank routes: its sequence-parallel shard (experts are not split by tensor
-        parallelism: Megatron-LM needs sequence parallelism with MoE and TP)."""
+        """Tokens a rank routes: its sequence-parallel shard (Megatron-LM needs sequence
+        parallelism with MoE and TP)."""
         return self.n_sp
 
     @property
@@ -224,6 +224,19 @@ class LayerKernels:
         the experts, times the capacity factor."""
         s = self.spec
         return max(1, round(s.ep * self.moe_tokens * s.top_k * s.capacity_factor / s.experts))
+
+    @property
+    def expert_rows(self) -> int:
+        """Tokens a local expert's GEMMs see on this rank: those it receives, gathered over
+        the tensor-parallel ranks when it is split over them (``expert_tp = tp``: Megatron-
+        Core's all-to-all dispatcher all-gathers the received tokens over TP after the
+        all-to-all and reduce-scatters the experts' output before the one back)."""
+        return self.expert_tokens * self.spec.expert_tp
+
+    @property
+    def expert_width(self) -> int:
+        """The rank's share of an expert's inner width (``moe_ffn / expert_tp``)."""
+        return self.spec.moe_ffn // self.spec.expert_tp
 
     @property
     def dispatch_bytes(self) -> int:
@@ -240,7 +253,7 @@ class LayerKernels:
     @cached_property
     def experts(self) -> tuple[Kernel, ...]:
         s = self.spec
-        local, m, f = s.experts // s.ep, self.expert_tokens, s.moe_ffn
+        local, m, f = s.experts // s.ep, self.expert_rows, self.expert_width
         act = (3 if s.gated_mlp else 2) * m * f * ACT * local
         return (*self._cast(m * s.hidden * local),
                 self._gemm(m, (2 if s.gated_mlp else 1) * f, s.hidden, local),
@@ -250,7 +263,7 @@ class LayerKernels:
     @cached_property
     def experts_dgrad(self) -> tuple[Kernel, ...]:
         s = self.spec
-        local, m, f = s.experts // s.ep, self.expert_tokens, s.moe_ffn
+        local, m, f = s.experts // s.ep, self.expert_rows, self.expert_width
         act = (5 if s.gated_mlp else 3) * m * f * ACT * local
         fc1 = (2 if s.gated_mlp else 1) * f
         return (*self._cast(m * s.hidden * local), self._gemm(m, f, s.hidden, local),
@@ -261,7 +274,7 @@ class LayerKernels:
     @cached_property
     def experts_wgrad(self) -> tuple[Kernel, ...]:
         s = self.spec
-        local, m, f = s.experts // s.ep, self.expert_tokens, s.moe_ffn
+        local, m, f = s.experts // s.ep, self.expert_rows, self.expert_width
         return (self._gemm(f, s.hidden, m, local),
                 self._gemm(s.hidden, (2 if s.gated_mlp else 1) * f, m, local),
                 self._gemm16(s.hidden, s.experts, self.moe_tokens))
@@ -317,7 +330,7 @@ class LayerKernels:
         s = self.spec
         if not s.experts:
             return 0
-        return (s.experts // s.ep) * (3 if s.gated_mlp else 2) * s.hidden * s.moe_ffn
+        return (s.experts // s.ep) * (3 if s.gated_mlp else 2) * s.hidden * self.expert_width
 
 
 def optimizer_step(parameters: float) -> tuple[Kernel, ...]:

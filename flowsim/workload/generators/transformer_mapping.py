@@ -36,8 +36,7 @@ def map_groups(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[
     groups = (spec.tp, spec.cp, spec.ep, spec.dp // spec.ep, spec.pp)
     view, owned = logical_view(network, groups)
     tp, cp, ep, dpx, pp = owned
-    return view, Groups(tp=tp, cp=cp, ep=ep, dp=tuple(sorted(cp + ep + dpx)),
-                        expert_dp=tuple(sorted(tp + cp + dpx))), pp
+    return view, _groups(spec, tp, cp, ep, dpx), pp
 
 
 def _explicit(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[int, ...]]:
@@ -57,8 +56,18 @@ def _explicit(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[i
                                f"dims whose sizes multiply to {want} (the network's dims are "
                                f"{list(sizes)}; these multiply to {got})", list(chosen))
     tp, cp, ep, dpx, pp = (tuple(dims.get(p, ())) for p in ("tp", "cp", "ep", "dp", "pp"))
-    return network, Groups(tp=tp, cp=cp, ep=ep, dp=tuple(sorted(cp + ep + dpx)),
-                           expert_dp=tuple(sorted(tp + cp + dpx))), pp
+    return network, _groups(spec, tp, cp, ep, dpx), pp
+
+
+def _groups(spec: TransformerSpec, tp: tuple[int, ...], cp: tuple[int, ...],
+            ep: tuple[int, ...], dpx: tuple[int, ...]) -> Groups:
+    """The communicators from the dims each parallelism owns: dense gradients over data x
+    context x expert ranks; expert gradients over the ranks that hold the same expert
+    weights (Megatron-Core's data-modulo-expert group: the TP ranks too when the experts
+    are not split over them)."""
+    shared = tp if spec.expert_tp == 1 else ()
+    return Groups(tp=tp, cp=cp, ep=ep, dp=tuple(sorted(cp + ep + dpx)),
+                  expert_dp=tuple(sorted(shared + cp + dpx)))
 
 
 def stages(network: Any, pp_dims: tuple[int, ...], pp: int) -> list[np.ndarray]:

@@ -157,7 +157,7 @@ class PassBuilder:
         if s.ep > 1:
             x = (self.collective(f"{name}.dispatch", "all_to_all", k.dispatch_bytes, ep,
                                  layer, "fwd", x),)
-        x = (self.compute(f"{name}.experts", k.experts, layer, "fwd", x),)
+        x = self._expert_tp(f"{name}.experts", k.experts, layer, "fwd", x)
         if s.ep > 1:
             x = (self.collective(f"{name}.combine", "all_to_all", k.dispatch_bytes, ep,
                                  layer, "fwd", x),)
@@ -216,12 +216,28 @@ class PassBuilder:
         if s.ep > 1:
             g = (self.collective(f"{name}.combine_backward", "all_to_all", k.dispatch_bytes,
                                  ep, layer, "ig", g),)
-        g = (self.compute(f"{name}.experts.dgrad", k.experts_dgrad, layer, "ig", g),)
+        g = self._expert_tp(f"{name}.experts.dgrad", k.experts_dgrad, layer, "ig", g)
         if s.ep > 1:
             g = (self.collective(f"{name}.dispatch_backward", "all_to_all",
                                  k.dispatch_bytes, ep, layer, "ig", g),)
         self.compute(f"{name}.experts.wgrad", k.experts_wgrad, layer, "wg")
         return g
+
+    def _expert_tp(self, name: str, kernels: tuple[Kernel, ...], layer: int, pass_: str,
+                   x: Frontier) -> Frontier:
+        """The local experts' pass; split over the tensor-parallel ranks (``expert_tp > 1``)
+        it works on the TP group's tokens: an all-gather of the received ones before it, a
+        reduce-scatter of its output after it (backward: the same two, as the gradients of
+        the forward's reduce-scatter and all-gather)."""
+        k, etp = self.k, self.spec.expert_tp
+        if etp > 1:
+            x = (self.collective(f"{name}.all_gather", "all_gather", k.dispatch_bytes,
+                                 self.groups.tp, layer, pass_, x),)
+        x = (self.compute(name, kernels, layer, pass_, x),)
+        if etp > 1:
+            x = (self.collective(f"{name}.reduce_scatter", "reduce_scatter",
+                                 k.dispatch_bytes * etp, self.groups.tp, layer, pass_, x),)
+        return x
 
 
 def _reduce(spec: TransformerSpec) -> str:

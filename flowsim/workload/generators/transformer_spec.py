@@ -60,7 +60,8 @@ MAXIMA = {"layers": MAX_INT, "micro_batches": MAX_INT, "global_batch": MAX_INT,
           "kv_heads": 1 << 24, "head_dim": 1 << 16, "ffn": 1 << 26, "moe_ffn": 1 << 26,
           "vocab": 1 << 26, "dtype_bytes": 64, "dp": MAX_NPUS, "tp": MAX_NPUS,
           "pp": MAX_NPUS, "cp": MAX_NPUS, "ep": MAX_NPUS, "vpp": 1 << 16,
-          "experts": 1 << 20, "top_k": 1 << 20, "bucket_size": MAX_INT}
+          "experts": 1 << 20, "top_k": 1 << 20, "bucket_size": MAX_INT,
+          "expert_tp": MAX_NPUS}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +93,9 @@ class TransformerSpec:
     top_k: int = 0
     moe_ffn: int = 0
     capacity_factor: float = 1.0
+    #: tensor-parallel ranks each expert is split over (Megatron-Core's
+    #: ``--expert-tensor-parallel-size``): ``tp`` (its default) or 1; 0 before defaults
+    expert_tp: int = 0
     schedule: Schedule = "1f1b"
     pipeline_layout: tuple[int, ...] | str = "even"
     recompute: Recompute = "none"
@@ -145,7 +149,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                          ("ep", 1), ("vpp", 1)):
         v[key] = _count(values, key, source, default)
     for key in ("micro_batches", "global_batch", "heads", "kv_heads", "head_dim", "ffn",
-                "moe_ffn", "vocab", "experts", "top_k", "bucket_size"):
+                "moe_ffn", "vocab", "experts", "top_k", "bucket_size", "expert_tp"):
         v[key] = _count(values, key, source, 0, minimum=0)
     for key in ("gated_mlp", "sp", "overlap_grad_reduce", "overlap_param_gather",
                 "tp_comm_overlap"):
@@ -227,8 +231,11 @@ def _with_defaults(spec: TransformerSpec) -> TransformerSpec:
     changes: dict[str, Any] = {
         "heads": heads, "head_dim": head_dim, "kv_heads": spec.kv_heads or heads, "ffn": ffn,
         "moe_ffn": spec.moe_ffn or ffn, "top_k": spec.top_k or (1 if spec.experts else 0),
-        # communication overlap of tensor parallelism needs sequence parallelism (Megatron)
-        "sp": spec.sp or (spec.tp_comm_overlap and spec.tp > 1)}
+        "expert_tp": spec.expert_tp or spec.tp,
+        # communication overlap of tensor parallelism, and experts with tensor parallelism,
+        # need sequence parallelism (Megatron-LM; Megatron-Core's MoELayer refuses to train
+        # without it)
+        "sp": spec.sp or (spec.tp > 1 and (spec.tp_comm_overlap or spec.experts > 0))}
     return replace(spec, **changes)
 
 
@@ -299,6 +306,14 @@ def _check_consistent(spec: TransformerSpec) -> None:
              spec.experts)
         need(spec.top_k <= spec.experts, "top_k", f"at most experts={spec.experts}",
              spec.top_k)
+        need(spec.expert_tp in (1, spec.tp), "expert_tp",
+             f"1 or tp={spec.tp} (each expert split over the tensor-parallel ranks, or not "
+             f"at all)", spec.expert_tp)
+        need(spec.moe_ffn % spec.expert_tp == 0, "moe_ffn",
+             f"a multiple of expert_tp={spec.expert_tp}", spec.moe_ffn)
+    else:
+        need(spec.expert_tp == spec.tp, "expert_tp", f"unset (or tp={spec.tp}) without "
+                                                     f"experts", spec.expert_tp)
     need(spec.dp % spec.ep == 0, "ep", f"a divisor of dp={spec.dp} (expert parallelism "
                                        f"splits the data-parallel ranks)", spec.ep)
     need(spec.ep == 1 or spec.experts > 0, "ep", "1 without experts", spec.ep)
