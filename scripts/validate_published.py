@@ -1,6 +1,6 @@
 """Predict published training runs and compare: flowsim against measurements of real runs.
 
-    python scripts/validate_published.py [--model analytical|flow] [--only NAME]
+    python scripts/validate_published.py [--model auto|analytical|flow] [--only NAME]
                                          [--csv OUT.csv] [--plot OUT.png]
 
 Every row of ``validation/published/*.csv`` is a run someone measured and published (the
@@ -11,6 +11,11 @@ semantics. No constant is set per row. The published figure (``metric``: ``itera
 ``tflops_per_gpu`` or ``tokens_per_gpu_s``) is turned into an iteration time, with the
 publication's own FLOP convention (``flops`` column) for TFLOP/s, and compared with the
 simulated iteration.
+
+The network model (``--model auto``, the default) is the analytical one, except for rows with
+expert parallelism, whose all-to-alls need the flow model: the analytical model prices every
+message as if alone (ASTRA-sim's congestion-unaware semantics), so the ``p - 1`` messages an
+all-to-all sends at once each get the whole NIC, ``p - 1`` times what one NIC carries.
 """
 
 from __future__ import annotations
@@ -135,6 +140,14 @@ def published_seconds(row: dict[str, str]) -> float:
     return flops / (float(row["published"]) * 1e12 * int(row["gpus"]))
 
 
+def model_for(row: dict[str, str], model: str = "auto") -> str:
+    """The network model a row is predicted with: ``model``, or for ``auto`` the flow model
+    where the row has all-to-alls (expert parallelism) and the analytical one elsewhere."""
+    if model != "auto":
+        return model
+    return "flow" if int(row["ep"] or 1) > 1 else "analytical"
+
+
 def predict(row: dict[str, str], model: str, sustained: float | None = None) -> float:
     """Simulated iteration time (s); ``sustained`` overrides the compute model's calibrated
     constant (to re-derive it: see :data:`flowsim.compute.devices.SUSTAINED`)."""
@@ -152,7 +165,9 @@ def predict(row: dict[str, str], model: str, sustained: float | None = None) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=("analytical", "flow"), default="analytical")
+    parser.add_argument("--model", choices=("auto", "analytical", "flow"), default="auto",
+                        help="network model (auto: flow for rows with expert parallelism, "
+                             "analytical for the others)")
     parser.add_argument("--only", help="runs whose name contains this")
     parser.add_argument("--csv", help="write the comparison as CSV here")
     parser.add_argument("--plot", help="draw predicted against published times here (PNG)")
@@ -173,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         start = time.perf_counter()
         predicted = done[row["run"]] if args.from_csv else \
-            float(f"{predict(row, args.model, args.sustained):.6g}")   # as recorded (--csv)
+            float(f"{predict(row, model_for(row, args.model), args.sustained):.6g}")
         wall = time.perf_counter() - start
         published = published_seconds(row)
         error = (predicted - published) / published
@@ -188,9 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.csv:
         with open(args.csv, "w", newline="") as handle:
             out = csv.writer(handle)
-            out.writerow(["run", "file", "gpus", "published_s", "predicted_s", "error"])
+            out.writerow(["run", "file", "gpus", "model", "published_s", "predicted_s",
+                          "error"])
             for row, published, predicted, error in results:
-                out.writerow([row["run"], row["file"], row["gpus"], f"{published:.6g}",
+                out.writerow([row["run"], row["file"], row["gpus"],
+                              model_for(row, args.model), f"{published:.6g}",
                               f"{predicted:.6g}", f"{error:.4f}"])
     if args.plot:
         _plot(results, args.plot)
@@ -211,7 +228,8 @@ def _markdown(results: list) -> str:
              "|---|---:|---|---:|---:|---:|---|"]
     for row, published, predicted, error in results:
         vpp = f" ({row['vpp']})" if int(row["vpp"] or 1) > 1 else ""
-        layout = "-".join(row[k] or "1" for k in ("tp", "pp", "dp", "cp")) + vpp
+        ep = f" EP {row['ep']}" if int(row["ep"] or 1) > 1 else ""
+        layout = "-".join(row[k] or "1" for k in ("tp", "pp", "dp", "cp")) + vpp + ep
         source = f"`{row['file']}`"   # each row of the file cites its page and table
         lines.append(f"| {row['run']} | {int(row['gpus']):,} | {layout} | {published:.3f} | "
                      f"{predicted:.3f} | {100 * error:+.1f}% | {source} |")

@@ -66,7 +66,9 @@ FAST = [row for row in ROWS if int(row["gpus"]) <= 96]
 def test_the_recorded_prediction_is_today_s(row):
     """The small runs, predicted again, give the recorded times (the record is not stale)."""
     recorded = float(_record()[row["run"]]["predicted_s"])
-    assert vp.predict(row, "analytical") == pytest.approx(recorded, rel=1e-5)
+    model = _record()[row["run"]]["model"]
+    assert model == vp.model_for(row)
+    assert vp.predict(row, model) == pytest.approx(recorded, rel=1e-5)
 
 
 def test_the_documentation_table_is_generated_from_the_record():
