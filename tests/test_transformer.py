@@ -4,6 +4,7 @@ network, hand-timed runs, and bad specs."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -314,6 +315,30 @@ def test_one_rank_iteration_is_its_kernels_in_a_row(model):
     ds = simulate(net, w, {"endpoint-delay": 0, "preferred-dataset-splits": 1}, model=model)
     np.testing.assert_allclose(ds.compute_ns, busy, rtol=1e-12)
     assert float(ds.time_ns) >= busy
+
+
+@pytest.mark.parametrize("preset, forward, backward", [("h100", 0.35, 0.31),
+                                                       ("a100", 0.73, 0.55)])
+def test_flash2_prices_flashattention_2_where_the_device_has_a_newer_kernel(
+        two_nodes, preset, forward, backward):
+    """``attention: flash2`` makes the same attention kernels, priced at FlashAttention-2's
+    published fraction of peak: on H100 35% forward (FlashAttention-3's abstract) instead of
+    FlashAttention-3's 75%; on A100, whose best kernel is FlashAttention-2, unchanged."""
+    from flowsim.compute.attention import attention_ns
+
+    def kernels(attention):
+        w = transformer(two_nodes, **dict(SMALL, sequence=4096), tp=4, dp=4, global_batch=16,
+                        attention=attention)
+        return [k for op in _ops(w.programs[0], "compute") for k in op.kernels
+                if isinstance(k, Attention)]
+    fa, fa2 = kernels("flash"), kernels("flash2")
+    assert [dataclasses.replace(k, implementation="flash") for k in fa2] == fa
+    dev = flowsim.compute.device(preset)
+    for k, k2 in zip(fa, fa2):
+        rate = dev.attention_backward if k.backward else dev.attention_forward
+        launch = dev.launch_us * 1e3
+        ratio = (attention_ns(dev, k2) - launch) / (attention_ns(dev, k) - launch)
+        assert ratio == pytest.approx(rate / (backward if k.backward else forward))
 
 
 # ------------------------------------------------------------------ mapping and errors

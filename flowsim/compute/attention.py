@@ -23,7 +23,11 @@ KV_OVERHEAD = 256
 
 def attention_ns(device: Device, attention: Attention) -> float:
     """Time of ``attention`` on ``device`` (ns), plus a kernel launch."""
-    efficiency = attention.backward and device.attention_backward or device.attention_forward
+    if attention.implementation == "flash2" and device.flash2_forward:
+        efficiency = device.flash2_backward if attention.backward else device.flash2_forward
+    else:
+        efficiency = device.attention_backward if attention.backward else \
+            device.attention_forward
     rate = device.peak(attention.dtype) * efficiency
     blocks = attention.batch * attention.heads * math.ceil(attention.seq_q / BLOCK_Q)
     waves = math.ceil(blocks / device.sms)

@@ -16,7 +16,10 @@ adjusted to a training run (sources beside each preset):
   "up to 230 TFLOPs/s, 73% of the theoretical maximum" on A100 (forward and backward
   together; the backward runs at about 2/3 of the forward's rate in its figures); Shah et al.,
   "FlashAttention-3" (arXiv 2407.08608, 2024): "up to 740 TFLOPs/s (75% utilization)" in
-  the BF16 forward pass on H100, the backward 1.5-1.75x FlashAttention-2's;
+  the BF16 forward pass on H100, the backward 1.5-1.75x FlashAttention-2's; and, for
+  FlashAttention-2 on H100 (``attention: flash2``), the same paper's abstract:
+  "FlashAttention-2 [...] achieving only 35% utilization on the H100 GPU" forward, and
+  its backward at FlashAttention-3's divided by 1.625, the middle of that 1.5-1.75x;
 * memory-bound kernels reach about 90% of the HBM bandwidth (a device-to-device copy: e.g.
   3.57 of 3.94 TB/s measured on an H100 NVL, ml-engineering's benchmark notes); kernel
   launch and tail costs of a few microseconds per kernel.
@@ -67,6 +70,9 @@ class Device:
         Fraction of the 16-bit peak a fused attention forward pass reaches on long sequences.
     attention_backward : float
         The same for its backward pass.
+    flash2_forward, flash2_backward : float
+        The same for FlashAttention-2 on a device whose best kernel is newer (0: the device's
+        best kernel is FlashAttention-2).
     memory_efficiency : float
         Fraction of ``memory_gbps`` memory-bound kernels reach.
     launch_us : float
@@ -87,6 +93,8 @@ class Device:
     mamf_shape: tuple[int, int, int]
     attention_forward: float
     attention_backward: float
+    flash2_forward: float = 0.0
+    flash2_backward: float = 0.0
     memory_efficiency: float = 0.9
     launch_us: float = 4.0
     sustained: float = field(default=0.0, compare=False)
@@ -116,9 +124,10 @@ H100_SXM_80GB = Device(
     peak_tflops=(("bf16", 989.4), ("fp16", 989.4), ("fp8", 1978.9), ("tf32", 494.7),
                  ("fp32", 66.9)),
     memory_gbps=3350.0, memory_gb=80.0, mamf_tflops=792.1, mamf_shape=(6144, 17920, 2816),
-    attention_forward=0.75, attention_backward=0.5,
+    attention_forward=0.75, attention_backward=0.5, flash2_forward=0.35,
+    flash2_backward=0.31,
     source="NVIDIA H100 datasheet; MAMF: ml-engineering accelerator table (CUDA 12.1); "
-           "attention: FlashAttention-3")
+           "attention: FlashAttention-3 (and its account of FlashAttention-2 on H100)")
 
 #: presets by name (also reachable by the short names ``a100``, ``h100``)
 DEVICES: Mapping[str, Device] = MappingProxyType({

@@ -56,7 +56,8 @@ class Gemm:
 class Attention:
     """Fused (flash) attention: ``batch`` sequences of ``seq_q`` queries against ``seq_kv``
     keys, ``heads`` query heads of ``head_dim``, ``kv_heads`` key/value heads (grouped-query
-    attention when fewer than ``heads``)."""
+    attention when fewer than ``heads``). ``implementation``: ``flash``, the device's best
+    fused kernel, or ``flash2``, FlashAttention-2 (slower on devices that have a newer one)."""
 
     batch: int
     heads: int
@@ -67,6 +68,7 @@ class Attention:
     causal: bool = True
     backward: bool = False
     dtype: str = "bf16"
+    implementation: str = "flash"
 
     @property
     def flops(self) -> float:

@@ -15,10 +15,12 @@ Each op carries its kernels' shapes (:mod:`.transformer_kernels`), priced by a c
 when the run is simulated: a device preset (``device``, or the network's ``cluster``
 device), or a ``roofline``. Per layer and micro-batch, per rank (``n = b s / cp`` tokens,
 ``t = tp``): the QKV, projection, FC1 and FC2 GEMMs (Megatron's column- and row-parallel
-splits), fused (flash) attention with the causal mask (Dao 2023) or Megatron-LM's unfused
-attention (batched GEMMs, softmax and dropout of the score matrix: Shoeybi et al. 2019,
-Narayanan et al. 2021), layer norms, bias-dropout-residual adds and the activation as
-memory-bound kernels; backward passes as data- and weight-gradient GEMMs. Activation
+splits), fused (flash) attention with the causal mask (Dao 2023: the device's best fused
+kernel, or with ``flash2`` FlashAttention-2, which H100 runs at about half FlashAttention-3's
+rate) or Megatron-LM's unfused attention (batched GEMMs, softmax and dropout of the score
+matrix: Shoeybi et al. 2019, Narayanan et al. 2021), layer norms, bias-dropout-residual
+adds and the activation as memory-bound kernels; backward passes as data- and weight-
+gradient GEMMs. Activation
 recomputation (Korthikanti et al. 2022): ``full`` re-runs each layer's forward, with its
 communication, before its backward; ``selective`` re-runs the attention core (scores, softmax,
 dropout; a no-op with flash attention, which recomputes them anyway). ``dtype: fp8`` is
@@ -114,7 +116,7 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``);
         ``distributed_optimizer`` (alias ``zero``), ``overlap_grad_reduce``,
         ``overlap_param_gather``, ``tp_comm_overlap``, ``scatter_gather``, ``bucket_size``;
-        ``attention`` (``flash``, ``unfused``), ``dtype`` (``bf16``, ``fp16``, ``fp8``);
+        ``attention`` (``flash``, ``flash2``, ``unfused``), ``dtype`` (``bf16``, ``fp16``, ``fp8``);
         ``device`` (a compute preset) or ``roofline`` (a mapping); ``dims``.
 
     Returns

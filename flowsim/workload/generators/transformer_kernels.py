@@ -129,7 +129,7 @@ class LayerKernels:
         """Scores, softmax and values: one flash kernel per context-parallel ring step (the
         local, causal step first), or Megatron's unfused batched GEMMs and softmax."""
         s = self.spec
-        if s.attention == "flash":
+        if s.attention != "unfused":
             return self._flash(backward=False)
         scores = s.micro_batch * (s.heads // s.tp) * s.sequence * s.sequence
         batch = s.micro_batch * (s.heads // s.tp)
@@ -142,11 +142,12 @@ class LayerKernels:
         heads, local = s.heads // s.tp, s.sequence // s.cp
         kv_heads = max(1, s.kv_heads // s.tp)
         out = [Attention(s.micro_batch, heads, local, local, s.head_dim, kv_heads,
-                         causal=True, backward=backward)]
+                         causal=True, backward=backward, implementation=s.attention)]
         # the other cp - 1 ring steps: with causal load balancing (two chunks per rank),
         # each attends half of another rank's keys
         out += [Attention(s.micro_batch, heads, local, local // 2, s.head_dim, kv_heads,
-                          causal=False, backward=backward)] * (s.cp - 1)
+                          causal=False, backward=backward,
+                          implementation=s.attention)] * (s.cp - 1)
         return tuple(out)
 
     @cached_property
@@ -188,7 +189,7 @@ class LayerKernels:
     def attention_dgrad(self) -> tuple[Kernel, ...]:
         """Projection data gradient, attention backward, QKV data gradient."""
         s = self.spec
-        if s.attention == "flash":
+        if s.attention != "unfused":
             core: tuple[Kernel, ...] = self._flash(backward=True)
         else:
             scores = s.micro_batch * (s.heads // s.tp) * s.sequence * s.sequence
