@@ -63,6 +63,26 @@ def test_the_multidimensional_form_is_nvlink_then_the_nics():
     assert bandwidth[1] == pytest.approx(400 / 8 * NIC_EFFICIENCY * _GB)
 
 
+def test_a_gb200_rack_is_one_nvlink_domain_of_72_gpus():
+    """GB200 NVL72: a node is the rack's 72 GPUs on NVLink 5 (900 GB/s each way), one
+    400 Gb/s NIC per GPU; jobs on 64 GPUs of each rack set gpus_per_node: 64. Its device
+    prices a GEMM from the GB200 MAMF (1,822 TFLOP/s at 4096x9728x2048)."""
+    from flowsim.compute import DeviceModel
+    from flowsim.workload.kernels import Gemm
+
+    net = flowsim.load_network(_cluster(PRESETS / "gb200_nvl72.yml", nodes=2))
+    assert net.dims == (72, 2) and net.config.device == "gb200"
+    bandwidth = net.config.bandwidth_gbps
+    assert bandwidth[0] == pytest.approx(900 * NVLINK_EFFICIENCY * _GB)
+    assert bandwidth[1] == pytest.approx(400 / 8 * NIC_EFFICIENCY * _GB)
+    assert flowsim.load_network(_cluster(PRESETS / "gb200_nvl72.yml", nodes=2,
+                                         gpus_per_node=64)).npus == 128
+    model = DeviceModel("gb200", sustained=1.0)
+    m, n, k = 4096, 9728, 2048
+    achieved = 2 * m * n * k / model.kernel_ns(Gemm(m, n, k)) / 1e3   # TFLOP/s
+    assert achieved == pytest.approx(1822.0, rel=1e-9)
+
+
 @pytest.mark.parametrize("collective", ["all_reduce", "all_to_all"])
 def test_a_non_blocking_fabric_agrees_with_the_multidimensional_form(collective):
     """Rail-optimized and non-blocking, the fabric form has no contention the two Switch

@@ -80,3 +80,16 @@ def test_the_documentation_table_is_generated_from_the_record():
         results.append((row, published, predicted, (predicted - published) / published))
     page = (ROOT / "validation" / "published" / "results.md").read_text()
     assert page == vp._markdown(results)
+
+
+def test_gb200_s_own_constant_reproduces_its_one_source_row():
+    """GB200's sustained fraction comes from one bubble-free, compute-bound run (its
+    docstring names it): predicted again, that row stays within 1%, and the device uses it
+    (not the A100/H100 constant)."""
+    from flowsim.compute import DeviceModel
+    from flowsim.compute.devices import GB200_SUSTAINED, SUSTAINED
+
+    assert DeviceModel("gb200").sustained == GB200_SUSTAINED != SUSTAINED
+    (row,) = [r for r in ROWS if r["run"] == "dgxc_gb200_nemotron4_340b_bf16_128gpu_strong"]
+    published = vp.published_seconds(row)
+    assert vp.predict(row, vp.model_for(row)) == pytest.approx(published, rel=0.01)

@@ -5,12 +5,16 @@ adjusted to a training run (sources beside each preset):
 
 * dense tensor-core peaks per data type, SM count and memory bandwidth: NVIDIA's datasheets
   (A100: 312 TFLOP/s 16-bit, 108 SMs, 2,039 GB/s HBM2e on the 80 GB SXM4 part; H100 SXM5:
-  989.4 TFLOP/s BF16 dense, 1,978.9 FP8, 132 SMs, 3.35 TB/s HBM3);
+  989.4 TFLOP/s BF16 dense, 1,978.9 FP8, 132 SMs, 3.35 TB/s HBM3); for the Blackwell GPU of
+  a GB200 superchip, the dense peaks and memory of ml-engineering's "TFLOPS comparison
+  table" and memory table (2,500 TFLOP/s BF16, 5,000 FP8, 186 GB at 8 TB/s) and B200's 148
+  SMs;
 * the *maximum achievable matmul FLOPS* (MAMF), the best BF16 GEMM throughput found by a
   brute-force shape search, and that shape: S. Bekman, *Machine Learning Engineering*,
   "Maximum Achievable Matmul FLOPS comparison table" (github.com/stas00/ml-engineering,
   ``compute/accelerator/README.md``): A100 SXM 267.9 TFLOP/s at 6912x16384x2048 (CUDA 12.1),
-  H100 SXM 792.1 TFLOP/s at 6144x17920x2816 (CUDA 12.1). The GEMM model's asymptotic
+  H100 SXM 792.1 TFLOP/s at 6144x17920x2816 (CUDA 12.1); GB200 1,822.0 at 4096x9728x2048
+  (CUDA 13.0). The GEMM model's asymptotic
   efficiency is derived from it (:func:`flowsim.compute.gemm.asymptotic_efficiency`);
 * fused attention throughput: Dao, "FlashAttention-2" (arXiv 2307.08691, 2023), section 4.1:
   "up to 230 TFLOPs/s, 73% of the theoretical maximum" on A100 (forward and backward
@@ -19,7 +23,12 @@ adjusted to a training run (sources beside each preset):
   the BF16 forward pass on H100, the backward 1.5-1.75x FlashAttention-2's; and, for
   FlashAttention-2 on H100 (``attention: flash2``), the same paper's abstract:
   "FlashAttention-2 [...] achieving only 35% utilization on the H100 GPU" forward, and
-  its backward at FlashAttention-3's divided by 1.625, the middle of that 1.5-1.75x;
+  its backward at FlashAttention-3's divided by 1.625, the middle of that 1.5-1.75x; on
+  Blackwell, Transformer Engine's default (cuDNN) attention from the FlashAttention-4 paper
+  (2026): FlashAttention-4 reaches "71% utilization" in BF16 on B200, "up to 1.3x" cuDNN
+  9.13's, so cuDNN's forward is taken at 0.71 / 1.3 = 0.55 of peak and its
+  backward at 2/3 of that, the ratio FlashAttention-3 has on H100 (an assumption: the paper's
+  backward numbers are not in its abstract);
 * memory-bound kernels reach about 90% of the HBM bandwidth (a device-to-device copy: e.g.
   3.57 of 3.94 TB/s measured on an H100 NVL, ml-engineering's benchmark notes); kernel
   launch and tail costs of a few microseconds per kernel.
@@ -37,7 +46,8 @@ from ..errors import config_error
 #: fraction of what the kernel model (MAMF-derived GEMM tiles, published attention and
 #: memory rates, measured in isolation) predicts — clocks held lower under the job's power
 #: and heat, communication kernels sharing the SMs, launch gaps between kernels. It is set
-#: once, for every device, from one source: the four iteration times of Korthikanti et al.,
+#: once, for every device without a constant of its own (GB200 has one, :data:`GB200_SUSTAINED`),
+#: from one source: the four iteration times of Korthikanti et al.,
 #: "Reducing Activation Recomputation in Large Transformer Models" (MLSys 2023), Tables 3
 #: and 5 (22B and 175B, selective and full recomputation; 8 and 64 A100s, no data
 #: parallelism), rounded: 0.8 leaves their median error at +0.9% (errors -3.6%, -0.2%, +1.9%,
@@ -129,9 +139,26 @@ H100_SXM_80GB = Device(
     source="NVIDIA H100 datasheet; MAMF: ml-engineering accelerator table (CUDA 12.1); "
            "attention: FlashAttention-3 (and its account of FlashAttention-2 on H100)")
 
+#: GB200's own sustained fraction, from one source: the one bubble-free, compute-bound run of
+#: NVIDIA's DGX Cloud recipes v25.05 on GB200 (Nemotron-4 340B, BF16, 128 GPUs, global batch
+#: 512: 32.66 s per step, NeMo 25.04), which 0.56 predicts within 0.2%
+#: (``validate_published.py --only dgxc_gb200_nemotron4_340b_bf16_128gpu_strong --sustained
+#: X``); every other GB200 run is validated with it unchanged. It is far below the 0.8 of
+#: A100 and H100: that software (April 2025) ran GB200 at about 50% MFU, against its measured
+#: best GEMM of 73% of peak. Newer software is faster; the constant says what was measured.
+GB200_SUSTAINED = 0.56
+GB200 = Device(
+    name="gb200", sms=148,
+    peak_tflops=(("bf16", 2500.0), ("fp16", 2500.0), ("fp8", 5000.0), ("tf32", 1250.0),
+                 ("fp32", 80.0)),
+    memory_gbps=8000.0, memory_gb=186.0, mamf_tflops=1822.0, mamf_shape=(4096, 9728, 2048),
+    attention_forward=0.55, attention_backward=0.36, sustained=GB200_SUSTAINED,
+    source="one B200 of a GB200 superchip; ml-engineering accelerator tables (peaks, memory, "
+           "MAMF with CUDA 13.0); attention: FlashAttention-4 paper's cuDNN 9.13 comparison")
+
 #: presets by name (also reachable by the short names ``a100``, ``h100``)
 DEVICES: Mapping[str, Device] = MappingProxyType({
-    d.name: d for d in (A100_SXM_80GB, A100_SXM_40GB, H100_SXM_80GB)})
+    d.name: d for d in (A100_SXM_80GB, A100_SXM_40GB, H100_SXM_80GB, GB200)})
 ALIASES: Mapping[str, str] = MappingProxyType({"a100": "a100_sxm_80gb",
                                                "h100": "h100_sxm_80gb"})
 

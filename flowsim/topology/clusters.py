@@ -21,7 +21,8 @@
 Every other number comes from public specifications, set once per device and technology:
 
 * **scale-up** (NVLink through NVSwitch): the device's per-direction NVLink bandwidth (A100:
-  300 GB/s; H100: 450 GB/s) at :data:`NVLINK_EFFICIENCY`, the bus bandwidth NCCL measures on
+  300 GB/s; H100: 450 GB/s; GB200: 900 GB/s, a node of GB200 being its NVL72 rack's NVLink
+  domain) at :data:`NVLINK_EFFICIENCY`, the bus bandwidth NCCL measures on
   8 H100s (about 370 of 450 GB/s: the JAX scaling book's GPU chapter and the ASTRA-sim
   documentation's HGX-H100 validation both show it), :data:`NVLINK_LATENCY_NS` per link;
 * **scale-out** (InfiniBand or RoCE): ``nic_gbps`` per NIC, shared by the GPUs of a node,
@@ -36,7 +37,7 @@ slower, and shows contention.
 
 Presets of real machines, network files to copy and scale by ``nodes``, are in
 ``topologies/clusters/`` (a DGX A100 SuperPOD, a DGX H100 cluster, Meta's 24K-GPU RoCE
-cluster of Llama 3), each in both forms; their names are bundled names
+cluster of Llama 3, GB200 NVL72 racks), each in both forms; their names are bundled names
 (``flowsim run --network dgx_h100 --workload llama3_70b --system nccl``).
 
 NCCL's own cost per collective step (kernel synchronisation, proxy threads) is not a link
@@ -97,6 +98,9 @@ INTERCONNECTS: dict[str, Interconnect] = {
     "a100_sxm_40gb": Interconnect(300.0, 200.0, "as the 80 GB part"),
     "h100_sxm_80gb": Interconnect(450.0, 400.0, "NVLink 4: 900 GB/s bidirectional; DGX H100: "
                                                 "8 x 400 Gb/s ConnectX-7"),
+    "gb200": Interconnect(900.0, 400.0, "NVLink 5: 1.8 TB/s bidirectional across the 72 GPUs "
+                                        "of a GB200 NVL72 rack; DGX GB200: one 400 Gb/s "
+                                        "ConnectX-7 per GPU"),
 }
 ALIASES = {"a100": "a100_sxm_80gb", "h100": "h100_sxm_80gb"}
 #: keys that only the fabric form reads
