@@ -42,7 +42,7 @@ from types import MappingProxyType
 
 from ..errors import config_error
 
-#: The one calibrated constant of the compute model: kernels in a training job run at this
+#: The calibrated constant of the compute model: kernels in a training job run at this
 #: fraction of what the kernel model (MAMF-derived GEMM tiles, published attention and
 #: memory rates, measured in isolation) predicts — clocks held lower under the job's power
 #: and heat, communication kernels sharing the SMs, launch gaps between kernels. It is set

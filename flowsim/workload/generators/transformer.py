@@ -81,6 +81,7 @@ network dims per parallelism instead.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ...errors import config_error
@@ -146,9 +147,9 @@ def build_transformer(network: Any, spec: TransformerSpec) -> Workload:
     layer_counts(spec)   # the layout fits the layers (a clear error before any op is made)
     npus = stages(view, pp_dims, spec.pp)
     bases = tuple(int(n[0]) for n in npus)
-    dp_size = spec.dp * spec.cp
-    # the ranks holding the same expert weights: all but the EP (and the expert-TP) ones
-    expert_dp_size = spec.tp // spec.expert_tp * spec.cp * spec.dp // spec.ep
+    # the ranks each kind of gradient is reduced over: those of its communicator's dims
+    dp_size = math.prod(view.dims[d] for d in groups.dp)
+    expert_dp_size = math.prod(view.dims[d] for d in groups.expert_dp)
     programs = []
     for s in range(spec.pp):
         ctx = StageContext(stage=s, groups=groups, stage_base=bases, dp_size=dp_size,
