@@ -44,15 +44,18 @@ def _tile_ns(device: Device, tm: int, tn: int, k: int, rate: float, relative: fl
     return 2.0 * tm * tn * (k + K_OVERHEAD) / (rate / device.sms * relative)
 
 
-def _compute_ns(device: Device, m: int, n: int, k: int, batch: int, rate: float) -> float:
-    """The best tile shape and split-K for the product, its compute-bound time (ns)."""
+def _compute_ns(device: Device, m: int, n: int, k: int, batch: int, rate: float,
+                sms: int = 0) -> float:
+    """The best tile shape and split-K for the product on ``sms`` SMs (0: all of them), its
+    compute-bound time (ns)."""
+    sms = sms or device.sms
     best = math.inf
     for tm, tn, relative in TILES:
         tiles = batch * math.ceil(m / tm) * math.ceil(n / tn)
         split = 1
-        if tiles < device.sms:   # fill the SMs by splitting k
-            split = max(1, min(device.sms // tiles, k // MIN_SPLIT_K))
-        waves = math.ceil(tiles * split / device.sms)
+        if tiles < sms:   # fill the SMs by splitting k
+            split = max(1, min(sms // tiles, k // MIN_SPLIT_K))
+        waves = math.ceil(tiles * split / sms)
         t = waves * _tile_ns(device, tm, tn, math.ceil(k / split), rate, relative)
         best = min(best, t)
     return best
@@ -73,9 +76,13 @@ def _asymptotic(device: Device) -> float:
 
 
 def gemm_ns(device: Device, gemm: Gemm) -> float:
-    """Time of ``gemm`` on ``device`` (ns): compute- or memory-bound, plus a kernel launch."""
+    """Time of ``gemm`` on ``device`` (ns): compute- or memory-bound, plus a kernel launch.
+
+    A GEMM beside a communication kernel that holds ``sm_margin`` SMs runs its tiles on the
+    others (at least one), each at the same per-SM rate."""
     rate = device.peak(gemm.dtype) * _asymptotic(device)
-    compute = _compute_ns(device, gemm.m, gemm.n, gemm.k, gemm.batch, rate)
+    sms = max(1, device.sms - gemm.sm_margin) if gemm.sm_margin else 0
+    compute = _compute_ns(device, gemm.m, gemm.n, gemm.k, gemm.batch, rate, sms)
     traffic = DTYPE_BYTES[gemm.dtype] * gemm.batch * (
         gemm.m * gemm.k + gemm.k * gemm.n + gemm.m * gemm.n)
     memory = traffic / (device.memory_gbps * device.memory_efficiency)

@@ -33,13 +33,15 @@ DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8"
 
 @dataclass(frozen=True)
 class Gemm:
-    """``batch`` matrix products of ``(m x k)`` by ``(k x n)`` in ``dtype``."""
+    """``batch`` matrix products of ``(m x k)`` by ``(k x n)`` in ``dtype``; ``sm_margin``
+    SMs are held by a communication kernel running beside it (its tiles run on the rest)."""
 
     m: int
     n: int
     k: int
     batch: int = 1
     dtype: str = "bf16"
+    sm_margin: int = 0
 
     @property
     def flops(self) -> float:

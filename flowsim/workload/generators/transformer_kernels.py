@@ -155,13 +155,24 @@ class LayerKernels:
         return (*self._cast(self.n * self.q), self._gemm(self.n, self.spec.hidden, self.q))
 
     @cached_property
-    def mlp(self) -> tuple[Kernel, ...]:
-        """The dense MLP: FC1, activation (bias-GeLU, or SwiGLU), FC2."""
+    def fc1(self) -> tuple[Kernel, ...]:
         h = self.spec.hidden
+        return (*self._cast(self.n * h), self._gemm(self.n, self.fc1_out, h))
+
+    @cached_property
+    def activation(self) -> tuple[Kernel, ...]:
+        """Bias-GeLU, or SwiGLU."""
         act = (3 if self.spec.gated_mlp else 2) * self.n * self.f * ACT
-        return (*self._cast(self.n * h), self._gemm(self.n, self.fc1_out, h),
-                _ew(act, "activation"), *self._cast(self.n * self.f),
-                self._gemm(self.n, h, self.f))
+        return (_ew(act, "activation"),)
+
+    @cached_property
+    def fc2(self) -> tuple[Kernel, ...]:
+        return (*self._cast(self.n * self.f), self._gemm(self.n, self.spec.hidden, self.f))
+
+    @cached_property
+    def mlp(self) -> tuple[Kernel, ...]:
+        """The dense MLP: FC1, activation, FC2."""
+        return self.fc1 + self.activation + self.fc2
 
     # ------------------------------------------------------------------ backward
     @cached_property
@@ -173,12 +184,23 @@ class LayerKernels:
         return (_ew(self.n_sp * self.spec.hidden * (3 * ACT + 1), "dropout_add_backward"),)
 
     @cached_property
-    def mlp_dgrad(self) -> tuple[Kernel, ...]:
+    def fc2_dgrad(self) -> tuple[Kernel, ...]:
         h = self.spec.hidden
+        return (*self._cast(self.n * h), self._gemm(self.n, self.f, h))
+
+    @cached_property
+    def activation_backward(self) -> tuple[Kernel, ...]:
         act = (5 if self.spec.gated_mlp else 3) * self.n * self.f * ACT
-        return (*self._cast(self.n * h), self._gemm(self.n, self.f, h),
-                _ew(act, "activation_backward"), *self._cast(self.n * self.fc1_out),
-                self._gemm(self.n, h, self.fc1_out))
+        return (_ew(act, "activation_backward"),)
+
+    @cached_property
+    def fc1_dgrad(self) -> tuple[Kernel, ...]:
+        return (*self._cast(self.n * self.fc1_out),
+                self._gemm(self.n, self.spec.hidden, self.fc1_out))
+
+    @cached_property
+    def mlp_dgrad(self) -> tuple[Kernel, ...]:
+        return self.fc2_dgrad + self.activation_backward + self.fc1_dgrad
 
     @cached_property
     def mlp_wgrad(self) -> tuple[Kernel, ...]:
@@ -188,17 +210,23 @@ class LayerKernels:
     @cached_property
     def attention_dgrad(self) -> tuple[Kernel, ...]:
         """Projection data gradient, attention backward, QKV data gradient."""
+        return self.projection_dgrad + self.core_attention_backward + self.qkv_dgrad
+
+    @cached_property
+    def projection_dgrad(self) -> tuple[Kernel, ...]:
+        s = self.spec
+        return (*self._cast(self.n * s.hidden), self._gemm(self.n, self.q, s.hidden))
+
+    @cached_property
+    def core_attention_backward(self) -> tuple[Kernel, ...]:
         s = self.spec
         if s.attention != "unfused":
-            core: tuple[Kernel, ...] = self._flash(backward=True)
-        else:
-            scores = s.micro_batch * (s.heads // s.tp) * s.sequence * s.sequence
-            batch = s.micro_batch * (s.heads // s.tp)
-            gemm = self._gemm(s.sequence, s.head_dim, s.sequence, batch)
-            core = (self._gemm(s.sequence, s.sequence, s.head_dim, batch), gemm,
-                    _ew(scores * (3 * ACT + 1), "softmax_dropout_backward"), gemm, gemm)
-        return (*self._cast(self.n * s.hidden), self._gemm(self.n, self.q, s.hidden), *core,
-                *self.qkv_dgrad)
+            return self._flash(backward=True)
+        scores = s.micro_batch * (s.heads // s.tp) * s.sequence * s.sequence
+        batch = s.micro_batch * (s.heads // s.tp)
+        gemm = self._gemm(s.sequence, s.head_dim, s.sequence, batch)
+        return (self._gemm(s.sequence, s.sequence, s.head_dim, batch), gemm,
+                _ew(scores * (3 * ACT + 1), "softmax_dropout_backward"), gemm, gemm)
 
     @cached_property
     def qkv_dgrad(self) -> tuple[Kernel, ...]:
