@@ -52,7 +52,9 @@ def _check_graph(workload):
 def test_tensor_parallel_collectives_per_layer(two_nodes, sp):
     """Per layer and micro-batch: 2 all-reduces of b s h 2 bytes forward and 2 backward, or
     with sequence parallelism 2 all-gathers of b s h 2 / t and 2 reduce-scatters of b s h 2
-    each way (Korthikanti et al. 2022, fig. 5)."""
+    each way (Korthikanti et al. 2022, fig. 5), and in backward 2 more all-gathers: each
+    column-parallel layer's input, kept sharded, gathered again for its weight gradient
+    (Megatron-LM's ``LinearWithGradAccumulationAndAsyncCommunication``)."""
     t, m = 4, 3
     w = transformer(two_nodes, **SMALL, tp=t, dp=4, global_batch=2 * 4 * m, sp=sp)
     (program,) = w.programs
@@ -62,7 +64,7 @@ def test_tensor_parallel_collectives_per_layer(two_nodes, sp):
     if sp:
         assert count == {("all_gather", "fwd", act // t): 2 * 4 * m,
                          ("reduce_scatter", "fwd", act): 2 * 4 * m,
-                         ("all_gather", "ig", act // t): 2 * 4 * m,
+                         ("all_gather", "ig", act // t): 2 * 2 * 4 * m,
                          ("reduce_scatter", "ig", act): 2 * 4 * m}
     else:
         assert count == {("all_reduce", "fwd", act): 2 * 4 * m,

@@ -34,8 +34,10 @@ Communication:
 * **tensor parallel** (Shoeybi et al. 2019; with ``sp``, Korthikanti et al. 2022): around the
   attention and the MLP, an all-reduce of the ``n h`` output forward and of the input gradient
   backward; with sequence parallelism an all-gather of the ``n h / t`` shard before and a
-  reduce-scatter after instead. A data gradient's collective overlaps with the weight
-  gradient; ``tp_comm_overlap`` overlaps the forward ones with the GEMMs as well;
+  reduce-scatter after instead, and in backward each column-parallel layer's input gathered
+  again for its weight gradient. A data gradient's collective overlaps with the weight
+  gradient; ``tp_comm_overlap`` pipelines every collective of a layer with its GEMMs as
+  Transformer Engine's userbuffers do (:mod:`.transformer_overlap`);
 * **context parallel** (ring attention with causal load balancing, as Megatron-Core does): the
   sequence split in ``2 cp`` chunks, two per rank; keys and values all-gathered over the CP
   group (the local, causal ring step running meanwhile) and their gradients reduce-scattered;

@@ -14,8 +14,8 @@ gradient's collective, as Megatron-LM's asynchronous tensor-parallel communicati
     [residual'] -AG-> [MLP dgrad] -RS-> [MLP wgrad] [norm' + residual'] -AG->
     [attention dgrad] -RS-> [attention wgrad] [norm']
 
-``tp_comm_overlap`` (Megatron's ``--tp-comm-overlap``) hides a block's collectives behind its
-GEMMs: they start with the block and the next block waits for all of them. Context
+``tp_comm_overlap`` (Megatron's ``--tp-comm-overlap``) pipelines a layer's collectives with its
+GEMMs as Transformer Engine's userbuffers do (:mod:`.transformer_overlap`). Context
 parallelism exchanges keys and values over the CP group (an all-gather the remote ring steps
 wait for; the local causal step runs meanwhile) and reduce-scatters their gradients. Mixture
 of experts replaces the MLP by a router, an all-to-all dispatch over the EP group, the local
@@ -30,9 +30,8 @@ from typing import Any
 from ..graph import Op
 from ..kernels import Kernel
 from .transformer_kernels import LayerKernels
+from .transformer_overlap import Block, Frontier, Userbuffers
 from .transformer_spec import TransformerSpec
-
-Frontier = tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,8 @@ class PassBuilder:
         self.ops: list[Op] = []
         self.last: int | None = None     # the last compute op (stream order)
         self.last_wgrad: int | None = None   # the last weight-gradient op
-        self.overlap = spec.tp_comm_overlap and spec.tp > 1
+        #: the layers' overlapped tensor-parallel communication (``tp_comm_overlap``)
+        self.ub = Userbuffers(self) if spec.tp_comm_overlap and spec.tp > 1 else None
         #: kernels tuple -> (its shared copy, FLOPs, bytes); and by id of the shared copy
         self._by_value: dict[tuple[Kernel, ...], tuple[tuple[Kernel, ...], float, float]] = {}
         self._by_id: dict[int, tuple[tuple[Kernel, ...], float, float]] = {}
@@ -98,9 +98,11 @@ class PassBuilder:
                         dims=dims, deps=deps, layer=layer, pass_=pass_)
 
     def tp_block(self, name: str, kernels: tuple[Kernel, ...], layer: int, pass_: str,
-                 x: Frontier, *, gather: bool, reduce: bool) -> Frontier:
+                 x: Frontier, *, gather: bool, reduce: bool, after: Frontier = ()
+                 ) -> Frontier:
         """A block between tensor-parallel collectives: an all-gather of its input before it
-        (sequence parallelism), an all-reduce or reduce-scatter of its output after it."""
+        (sequence parallelism), an all-reduce or reduce-scatter of its output after it, each
+        waited for; the reduction also waits for ``after``."""
         s, k, tp = self.spec, self.k, self.groups.tp
         if s.tp == 1:
             return (self.compute(name, kernels, layer, pass_, x),)
@@ -108,16 +110,20 @@ class PassBuilder:
         if gather and s.sp:
             before.append(self.collective(f"{name}.all_gather", "all_gather", k.shard_bytes,
                                           tp, layer, pass_, x))
-        if self.overlap:   # the collectives run with the block's GEMMs
-            block = self.compute(name, kernels, layer, pass_, x)
-            after = [self.collective(f"{name}.{_reduce(s)}", _reduce(s), k.activation_bytes,
-                                     tp, layer, pass_, x)] if reduce else []
-            return (block, *before, *after)
         block = self.compute(name, kernels, layer, pass_, tuple(before) or x)
         if not reduce:
             return (block,)
         return (self.collective(f"{name}.{_reduce(s)}", _reduce(s), k.activation_bytes, tp,
-                                layer, pass_, (block,)),)
+                                layer, pass_, (block, *after)),)
+
+    def layer_block(self, name: str, block: Block, layer: int, x: Frontier, *, gather: bool,
+                    reduce: bool) -> Frontier:
+        """A forward block of a transformer layer: overlapped with its collectives under
+        ``tp_comm_overlap`` (:mod:`.transformer_overlap`), else :meth:`tp_block`."""
+        if self.ub is not None:
+            return self.ub.forward(name, block, layer, x, gather=gather, reduce=reduce)
+        return self.tp_block(name, block.kernels, layer, "fwd", x, gather=gather,
+                             reduce=reduce)
 
     # ------------------------------------------------------------------ forward
     def forward(self, layer: int, tag: str, x: Frontier, carry: tuple[Kernel, ...] = ()
@@ -131,7 +137,8 @@ class PassBuilder:
         x = (self.compute(f"{name}.norm2", k.residual + k.norm, layer, "fwd", x),)
         if self.spec.experts:
             return self._moe_forward(name, layer, x)
-        return self.tp_block(f"{name}.mlp", k.mlp, layer, "fwd", x, gather=True, reduce=True)
+        return self.layer_block(f"{name}.mlp", Block(k.fc1, k.activation, k.fc2, "fc1", "fc2"),
+                                layer, x, gather=True, reduce=True)
 
     @property
     def residual(self) -> tuple[Kernel, ...]:
@@ -141,15 +148,18 @@ class PassBuilder:
     def _attention_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
         k, s = self.k, self.spec
         if s.cp == 1:
-            return self.tp_block(f"{name}.attention", k.qkv + k.core_attention + k.projection,
-                                 layer, "fwd", x, gather=True, reduce=True)
-        qkv = self.tp_block(f"{name}.qkv", k.qkv, layer, "fwd", x, gather=True, reduce=False)
+            return self.layer_block(f"{name}.attention", Block(
+                k.qkv, k.core_attention, k.projection, "qkv", "projection"), layer, x,
+                gather=True, reduce=True)
+        qkv = self.layer_block(f"{name}.qkv", Block(k.qkv, head_name="qkv"), layer, x,
+                               gather=True, reduce=False)
         kv = self.collective(f"{name}.kv.all_gather", "all_gather", k.kv_bytes,
                              self.groups.cp, layer, "fwd", qkv)
         local = self.compute(f"{name}.attention_local", k.core_attention[:1], layer, "fwd",
                              qkv)
-        return self.tp_block(f"{name}.attention_remote", k.core_attention[1:] + k.projection,
-                             layer, "fwd", (local, kv), gather=False, reduce=True)
+        return self.layer_block(f"{name}.attention_remote", Block(
+            body=k.core_attention[1:], tail=k.projection, tail_name="projection"), layer,
+            (local, kv), gather=False, reduce=True)
 
     def _moe_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
         k, s, ep = self.k, self.spec, self.groups.ep
@@ -175,12 +185,18 @@ class PassBuilder:
         if s.experts:
             g = self._moe_backward(name, layer, g)
         else:
-            g = self._dgrad_wgrad(f"{name}.mlp", k.mlp_dgrad, k.mlp_wgrad, layer, g)
+            g = self._dgrad_wgrad(f"{name}.mlp", Block(
+                k.fc2_dgrad, k.activation_backward, k.fc1_dgrad, "fc2", "fc1"), k.mlp_wgrad,
+                layer, g)
         g = (self.compute(f"{name}.norm2_backward", k.norm_backward + k.residual_backward,
                           layer, "ig", g),)
-        dgrad = k.attention_dgrad
+        core = k.core_attention_backward
+        order = None
         if s.recompute == "selective" and s.attention == "unfused":
-            dgrad = k.core_attention + dgrad    # recompute scores, softmax and dropout
+            # recompute scores, softmax and dropout (priced first without overlap)
+            core = k.core_attention + core
+            order = k.core_attention + k.attention_dgrad
+        dgrad = Block(k.projection_dgrad, core, k.qkv_dgrad, "projection", "qkv", order)
         if s.cp > 1:
             return self._cp_backward(name, layer, g, dgrad)
         return self._dgrad_wgrad(f"{name}.attention", dgrad, k.attention_wgrad, layer, g)
@@ -189,26 +205,49 @@ class PassBuilder:
     def norm_backward(self) -> tuple[Kernel, ...]:
         return self.k.norm_backward
 
-    def _dgrad_wgrad(self, name: str, dgrad: tuple[Kernel, ...], wgrad: tuple[Kernel, ...],
+    def _dgrad_wgrad(self, name: str, dgrad: Block, wgrad: tuple[Kernel, ...],
                      layer: int, g: Frontier) -> Frontier:
         """A block's data gradient between tensor-parallel collectives, then its weight
-        gradient, which runs while the data gradient's collective does."""
-        out = self.tp_block(f"{name}.dgrad", dgrad, layer, "ig", g, gather=True, reduce=True)
-        self.compute(f"{name}.wgrad", wgrad, layer, "wg")
+        gradient, which runs while the data gradient's collective does (the head's and the
+        tail's weight gradients, in that order)."""
+        if self.ub is not None:
+            return self.ub.backward(f"{name}.dgrad", dgrad, wgrad, layer, g)
+        regather = self._regather(f"{name}.dgrad", layer, g)
+        out = self.tp_block(f"{name}.dgrad", dgrad.kernels, layer, "ig", g, gather=True,
+                            reduce=True, after=regather)
+        self.compute(f"{name}.wgrad", wgrad, layer, "wg", regather)
         return out
 
-    def _cp_backward(self, name: str, layer: int, g: Frontier,
-                     dgrad: tuple[Kernel, ...]) -> Frontier:
-        k, s = self.k, self.spec
-        tail = len(k.qkv_dgrad)
-        core = dgrad[:-tail]
-        x = self.tp_block(f"{name}.attention.dgrad", core, layer, "ig", g, gather=True,
-                          reduce=False)
+    def _regather(self, name: str, layer: int, g: Frontier) -> Frontier:
+        """With sequence parallelism a column-parallel layer keeps its input sharded and
+        gathers it again for its weight gradient, beside its data gradient (Megatron-LM's
+        ``LinearWithGradAccumulationAndAsyncCommunication``; the data gradient's
+        reduce-scatter waits for it)."""
+        if self.spec.tp == 1 or not self.spec.sp:
+            return ()
+        return (self.collective(f"{name}.input.all_gather", "all_gather", self.k.shard_bytes,
+                                self.groups.tp, layer, "ig", g),)
+
+    def _cp_backward(self, name: str, layer: int, g: Frontier, dgrad: Block) -> Frontier:
+        k, s, ub = self.k, self.spec, self.ub
+        core = dgrad.kernels[:-len(dgrad.tail)]
+        if ub is not None:
+            x = ub.gather(f"{name}.attention.dgrad.projection", dgrad.head, layer, "ig", g)
+            self.compute(f"{name}.attention.dgrad.projection.wgrad", k.attention_wgrad[:1],
+                         layer, "wg")
+            x = (self.compute(f"{name}.attention.dgrad", dgrad.body, layer, "ig", x),)
+        else:
+            x = self.tp_block(f"{name}.attention.dgrad", core, layer, "ig", g, gather=True,
+                              reduce=False)
         dkv = self.collective(f"{name}.kv.reduce_scatter", "reduce_scatter",
                               k.kv_bytes * s.cp, self.groups.cp, layer, "ig", x)
-        out = self.tp_block(f"{name}.qkv.dgrad", dgrad[-tail:], layer, "ig", (*x, dkv),
-                            gather=False, reduce=True)
-        self.compute(f"{name}.attention.wgrad", k.attention_wgrad, layer, "wg")
+        if ub is not None:
+            return ub.bulk(f"{name}.attention.dgrad.qkv", dgrad.tail, k.attention_wgrad[1:],
+                           layer, (*x, dkv))
+        regather = self._regather(f"{name}.qkv.dgrad", layer, x)
+        out = self.tp_block(f"{name}.qkv.dgrad", dgrad.tail, layer, "ig", (*x, dkv),
+                            gather=False, reduce=True, after=regather)
+        self.compute(f"{name}.attention.wgrad", k.attention_wgrad, layer, "wg", regather)
         return out
 
     def _moe_backward(self, name: str, layer: int, g: Frontier) -> Frontier:

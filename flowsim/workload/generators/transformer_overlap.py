@@ -1,0 +1,181 @@
+"""Tensor-parallel communication overlapped with the GEMMs of a transformer layer, as
+Transformer Engine's userbuffers run it (Megatron's ``--tp-comm-overlap``, NeMo's
+``ub_tp_comm_overlap``; TransformerEngine v1.11 ``csrc/comm_gemm_overlap.h``).
+
+Every tensor-parallel collective of a layer's linear layers is split and pipelined with the
+GEMM that needs or makes its data, so only part of it can hide:
+
+* **ring exchange** (the all-gather before QKV and FC1 forward, and before the projection's
+  and FC2's data gradients): the GEMM runs in ``tp`` chunks of tokens, the local one first;
+  each step sends the chunk just used to the next rank (copy engine, no SMs) while the GEMM
+  works on it. With ``g`` a chunk's GEMM and ``c`` one transfer, the block takes
+  ``(tp - 1) max(g, c) + g``: the all-gather beside the first ``tp - 1`` chunks, the last
+  chunk after it (two compute ops and one collective give exactly that).
+* **pipeline** (the reduce-scatter after the projection and FC2 forward): the GEMM runs in
+  :data:`RS_SPLITS` chunks of its output features, on the SMs the reduce-scatter kernel does
+  not hold (NeMo's configs set ``set_sm_margin``), and each chunk's reduce-scatter runs
+  beside the next chunk: ``g + (s - 1) max(g, r) + r`` (the first chunk, then the other
+  chunks beside the first ``s - 1`` reduce-scatters, then the last one).
+* **bulk** (backward of QKV and FC1): the layer's input, saved sharded, is all-gathered again
+  for the weight gradient beside the data-gradient GEMM; the data gradient is reduce-
+  scattered beside the weight-gradient GEMM. Their SM contention is not priced (the bulk
+  kernels hold 2-4 SMs, 24 beside the QKV weight gradient).
+
+In FP8 training the all-gathers move FP8 (one byte per element), and so do the pipelined
+reduce-scatters (the DGX Cloud recipes set ``fp8_buf`` on them); the bulk reduce-scatter
+stays 16-bit. The SM counts are the H100 defaults of NeMo's userbuffers configs for a
+hidden size of 8,192 (``ub_cfg_h100_h8192_tp4_mbs1_seqlen8192.yaml``, also the DGX Cloud
+Llama 3.1 70B recipe); the output layer and the embedding are plain Megatron layers and
+keep their synchronous collectives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from ..kernels import Gemm, Kernel
+from .transformer_kernels import LayerKernels
+from .transformer_spec import TransformerSpec
+
+#: the ops whose data the next op needs
+Frontier = tuple[int, ...]
+
+
+class Builder(Protocol):
+    """What the overlap needs of :class:`~.transformer_passes.PassBuilder`."""
+
+    spec: TransformerSpec
+    k: LayerKernels
+    groups: Any
+
+    def compute(self, name: str, kernels: tuple[Kernel, ...], layer: int, pass_: str,
+                deps: Frontier = ()) -> int: ...
+
+    def collective(self, name: str, collective: str, size: int, dims: tuple[int, ...],
+                   layer: int, pass_: str, deps: Frontier) -> int: ...
+
+#: chunks of a pipelined reduce-scatter (``num_splits``)
+RS_SPLITS = 4
+#: SMs the pipelined reduce-scatter kernel holds beside the projection's and FC2's GEMMs
+RS_SMS = {"projection": 24, "fc2": 16}
+
+
+@dataclass(frozen=True)
+class Block:
+    """A block between tensor-parallel collectives: the linear layer fed by the all-gather
+    (``head``, a row-parallel layer's data gradient in backward), what follows it, and the
+    linear layer whose output is reduce-scattered (``tail``). ``order``, when given, is the
+    block's kernels in the order they are priced without overlap (default: the three parts
+    in order)."""
+
+    head: tuple[Kernel, ...] = ()
+    body: tuple[Kernel, ...] = ()
+    tail: tuple[Kernel, ...] = ()
+    head_name: str = "head"
+    tail_name: str = "tail"
+    order: tuple[Kernel, ...] | None = None
+
+    @property
+    def kernels(self) -> tuple[Kernel, ...]:
+        return self.order if self.order is not None else self.head + self.body + self.tail
+
+
+def _split(kernels: tuple[Kernel, ...], *, rows: int = 1, cols: int = 1, margin: int = 0
+           ) -> tuple[tuple[Kernel, ...], Gemm, Gemm]:
+    """The other kernels of a linear layer (its FP8 casts), one chunk of its GEMM (``rows``
+    chunks of tokens or ``cols`` chunks of output features) and the other chunks as one GEMM,
+    ``margin`` SMs held. The other chunks run on Transformer Engine's several GEMM streams,
+    so their tiles fill each other's waves: one GEMM of their rows (or columns) prices that;
+    the lone chunk pays its own wave quantization."""
+    gemms = [k for k in kernels if isinstance(k, Gemm)]
+    if len(gemms) != 1:
+        raise ValueError(f"a linear layer has one GEMM, got {kernels!r}")
+    g = gemms[0]
+    m, n = max(1, g.m // rows), max(1, g.n // cols)
+    one = replace(g, m=m, n=n, sm_margin=margin)
+    others = replace(g, m=g.m - m if rows > 1 else g.m, n=g.n - n if cols > 1 else g.n,
+                     sm_margin=margin)
+    return tuple(k for k in kernels if not isinstance(k, Gemm)), one, others
+
+
+class Userbuffers:
+    """Appends a layer's blocks with userbuffers overlap to a pass builder."""
+
+    def __init__(self, builder: Builder) -> None:
+        self.b = builder
+        #: bytes per element the all-gathers and pipelined reduce-scatters move, over two
+        self.narrow = 1 if builder.spec.dtype == "fp8" else 2
+
+    def _narrowed(self, nbytes: int) -> int:
+        return nbytes * self.narrow // 2
+
+    def gather(self, name: str, head: tuple[Kernel, ...], layer: int, pass_: str,
+               x: Frontier) -> Frontier:
+        """Ring exchange: the all-gather of ``x``'s shards beside the first ``tp - 1`` chunks
+        of ``head``'s GEMM, the last chunk after it."""
+        b, tp = self.b, self.b.spec.tp
+        ag = b.collective(f"{name}.all_gather", "all_gather", self._narrowed(b.k.shard_bytes),
+                          b.groups.tp, layer, pass_, x)
+        casts, last, others = _split(head, rows=tp)
+        b.compute(f"{name}.chunks", casts + (others,), layer, pass_, x)
+        return (b.compute(f"{name}.last_chunk", (last,), layer, pass_, (ag,)),)
+
+    def scatter(self, name: str, tail: tuple[Kernel, ...], sms: int, layer: int,
+                x: Frontier) -> Frontier:
+        """Pipeline: ``tail``'s GEMM in :data:`RS_SPLITS` chunks on the SMs left, each
+        chunk's reduce-scatter beside the next chunk."""
+        b, splits = self.b, RS_SPLITS
+        casts, chunk, others = _split(tail, cols=splits, margin=sms)
+        nbytes = self._narrowed(b.k.activation_bytes)
+        first = b.compute(f"{name}.chunk", casts + (chunk,), layer, "fwd", x)
+        early = b.collective(f"{name}.reduce_scatter", "reduce_scatter",
+                             nbytes * (splits - 1) // splits, b.groups.tp, layer, "fwd",
+                             (first,))
+        rest = b.compute(f"{name}.chunks", (others,), layer, "fwd")
+        return (b.collective(f"{name}.reduce_scatter_last", "reduce_scatter",
+                             nbytes // splits, b.groups.tp, layer, "fwd", (rest, early)),)
+
+    def forward(self, name: str, block: Block, layer: int, x: Frontier, *, gather: bool,
+                reduce: bool) -> Frontier:
+        """A forward block: ring exchange into its head, pipeline out of its tail."""
+        b = self.b
+        body = block.body
+        if gather:
+            x = self.gather(f"{name}.{block.head_name}", block.head, layer, "fwd", x)
+        else:
+            body = block.head + body
+        if not reduce:
+            body += block.tail
+        if body:
+            x = (b.compute(name, body, layer, "fwd", x),)
+        if not reduce:
+            return x
+        return self.scatter(f"{name}.{block.tail_name}", block.tail, RS_SMS[block.tail_name],
+                            layer, x)
+
+    def backward(self, name: str, block: Block, wgrad: tuple[Kernel, ...], layer: int,
+                 g: Frontier) -> Frontier:
+        """A data-gradient block and its weight gradients (the head's first, as Transformer
+        Engine runs each linear layer's backward whole): ring exchange into the head (the
+        row-parallel layer's data gradient), bulk overlap around the tail."""
+        b = self.b
+        g = self.gather(f"{name}.{block.head_name}", block.head, layer, "ig", g)
+        b.compute(f"{name}.{block.head_name}.wgrad", wgrad[:1], layer, "wg")
+        if block.body:
+            g = (b.compute(name, block.body, layer, "ig", g),)
+        return self.bulk(f"{name}.{block.tail_name}", block.tail, wgrad[1:], layer, g)
+
+    def bulk(self, name: str, tail: tuple[Kernel, ...], wgrad: tuple[Kernel, ...],
+             layer: int, g: Frontier) -> Frontier:
+        """A column-parallel layer's backward with bulk overlap: its input (saved sharded)
+        all-gathered again beside its data-gradient GEMM, which is reduce-scattered beside
+        its weight gradient."""
+        b, tp, k = self.b, self.b.groups.tp, self.b.k
+        regather = b.collective(f"{name}.input.all_gather", "all_gather",
+                                self._narrowed(k.shard_bytes), tp, layer, "ig", g)
+        dgrad = b.compute(name, tail, layer, "ig", g)
+        rs = b.collective(f"{name}.reduce_scatter", "reduce_scatter", k.activation_bytes, tp,
+                          layer, "ig", (dgrad,))
+        b.compute(f"{name}.wgrad", wgrad, layer, "wg", (regather,))
+        return (rs,)
