@@ -66,3 +66,20 @@ def test_context_parallel_qkv_gradient_casts_after_the_key_value_reduction(net):
     assert [type(k) for k in op.kernels] == [Elementwise, Gemm]
     assert op.kernels[0].name == "fp8_cast_transpose" and op.kernels[1].dtype == "fp8"
 
+
+
+@pytest.mark.parametrize("preset, ratio", [("h100", (1402.6 / 1978.9) / (794.5 / 989.4)),
+                                           ("gb200", (3615.6 / 5000.0) / (1822.0 / 2500.0)),
+                                           ("a100", 1.0)])
+def test_fp8_gemms_reach_the_published_fraction_of_their_peak(preset, ratio):
+    """A compute-bound FP8 GEMM runs at its peak times the BF16 GEMM's fraction times the
+    ratio of the two best measured fractions (ml-engineering's MAMF tables, same software);
+    A100 has no FP8 and runs it at its 16-bit rate."""
+    from flowsim.compute.gemm import gemm_ns
+
+    dev = flowsim.compute.device(preset)
+    launch = dev.launch_us * 1e3
+    bf16, fp8 = (gemm_ns(dev, Gemm(16384, 16384, 16384, 1, dtype)) - launch
+                 for dtype in ("bf16", "fp8"))
+    speedup = dev.peak("fp8") / dev.peak("bf16") * round(ratio, 3)
+    assert bf16 / fp8 == pytest.approx(speedup, rel=1e-9)

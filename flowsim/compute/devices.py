@@ -15,7 +15,11 @@ adjusted to a training run (sources beside each preset):
   ``compute/accelerator/README.md``): A100 SXM 267.9 TFLOP/s at 6912x16384x2048 (CUDA 12.1),
   H100 SXM 792.1 TFLOP/s at 6144x17920x2816 (CUDA 12.1); GB200 1,822.0 at 4096x9728x2048
   (CUDA 13.0). The GEMM model's asymptotic
-  efficiency is derived from it (:func:`flowsim.compute.gemm.asymptotic_efficiency`);
+  efficiency is derived from it (:func:`flowsim.compute.gemm.asymptotic_efficiency`). FP8
+  GEMMs reach a smaller fraction of their peak: the same table's best FP8 (``float8_e4m3fn``)
+  GEMM against its best BF16 GEMM, both measured with the same software, gives the ratio of
+  the two fractions (H100 SXM: 70.9% / 80.3% = 0.883 with torch 2.7.0+cu126; GB200: 72.3% /
+  72.9% = 0.992 with torch 2.10.0+cu130), :attr:`Device.fp8_gemm_ratio`;
 * fused attention throughput: Dao, "FlashAttention-2" (arXiv 2307.08691, 2023), section 4.1:
   "up to 230 TFLOPs/s, 73% of the theoretical maximum" on A100 (forward and backward
   together; the backward runs at about 2/3 of the forward's rate in its figures); Shah et al.,
@@ -76,6 +80,9 @@ class Device:
         Best measured BF16 GEMM throughput (TFLOP/s) ...
     mamf_shape : tuple of int
         ... and the ``(m, n, k)`` it was measured at.
+    fp8_gemm_ratio : float
+        The best FP8 GEMM's fraction of the FP8 peak over the best BF16 GEMM's fraction of
+        the BF16 peak (1: FP8 GEMMs reach the BF16 fraction).
     attention_forward : float
         Fraction of the 16-bit peak a fused attention forward pass reaches on long sequences.
     attention_backward : float
@@ -101,6 +108,7 @@ class Device:
     memory_gb: float
     mamf_tflops: float
     mamf_shape: tuple[int, int, int]
+    fp8_gemm_ratio: float = 1.0
     attention_forward: float
     attention_backward: float
     flash2_forward: float = 0.0
@@ -134,6 +142,7 @@ H100_SXM_80GB = Device(
     peak_tflops=(("bf16", 989.4), ("fp16", 989.4), ("fp8", 1978.9), ("tf32", 494.7),
                  ("fp32", 66.9)),
     memory_gbps=3350.0, memory_gb=80.0, mamf_tflops=792.1, mamf_shape=(6144, 17920, 2816),
+    fp8_gemm_ratio=round(1402.6 / 1978.9 / (794.5 / 989.4), 3),
     attention_forward=0.75, attention_backward=0.5, flash2_forward=0.35,
     flash2_backward=0.31,
     source="NVIDIA H100 datasheet; MAMF: ml-engineering accelerator table (CUDA 12.1); "
@@ -153,6 +162,7 @@ GB200 = Device(
     peak_tflops=(("bf16", 2500.0), ("fp16", 2500.0), ("fp8", 5000.0), ("tf32", 1250.0),
                  ("fp32", 80.0)),
     memory_gbps=8000.0, memory_gb=186.0, mamf_tflops=1822.0, mamf_shape=(4096, 9728, 2048),
+    fp8_gemm_ratio=round(3615.6 / 5000.0 / (1822.0 / 2500.0), 3),
     attention_forward=0.55, attention_backward=0.36, sustained=GB200_SUSTAINED,
     source="one B200 of a GB200 superchip; ml-engineering accelerator tables (peaks, memory, "
            "MAMF with CUDA 13.0); attention: FlashAttention-4 paper's cuDNN 9.13 comparison")

@@ -81,6 +81,8 @@ def gemm_ns(device: Device, gemm: Gemm) -> float:
     A GEMM beside a communication kernel that holds ``sm_margin`` SMs runs its tiles on the
     others (at least one), each at the same per-SM rate."""
     rate = device.peak(gemm.dtype) * _asymptotic(device)
+    if gemm.dtype == "fp8":
+        rate *= device.fp8_gemm_ratio
     sms = max(1, device.sms - gemm.sm_margin) if gemm.sm_margin else 0
     compute = _compute_ns(device, gemm.m, gemm.n, gemm.k, gemm.batch, rate, sms)
     traffic = DTYPE_BYTES[gemm.dtype] * gemm.batch * (
