@@ -83,3 +83,27 @@ def test_fp8_gemms_reach_the_published_fraction_of_their_peak(preset, ratio):
                  for dtype in ("bf16", "fp8"))
     speedup = dev.peak("fp8") / dev.peak("bf16") * round(ratio, 3)
     assert bf16 / fp8 == pytest.approx(speedup, rel=1e-9)
+
+
+@pytest.mark.parametrize("tp_comm_overlap", [False, True])
+def test_fp8_layers_gather_one_byte_per_element_and_reduce_in_16_bits(net, tp_comm_overlap):
+    """Transformer Engine casts to FP8 before it all-gathers (the layer norm's output
+    forward and again for the weight gradient, the output gradient backward), so a layer's
+    all-gathers move half the BF16 bytes; without userbuffers its reduce-scatters stay 16-bit,
+    and the output layer (plain Megatron) gathers 16 bits."""
+    def sizes(dtype):
+        w = transformer(net, **_spec(dtype=dtype, tp_comm_overlap=tp_comm_overlap))
+        ops = [op for op in w.programs[0].ops if op.kind == "collective"
+               and op.collective in ("all_gather", "reduce_scatter")
+               and ".layer" in op.name and "grads" not in op.name]
+        return {(op.name, op.collective): op.size for op in ops}, w
+    bf16, _ = sizes("bf16")
+    fp8, w = sizes("fp8")
+    assert bf16.keys() == fp8.keys()
+    for key, size in bf16.items():
+        if key[1] == "all_gather":
+            assert fp8[key] * 2 == size
+        elif not tp_comm_overlap:
+            assert fp8[key] == size
+    logits = [op for op in w.programs[0].ops if op.name.endswith("logits.all_gather")]
+    assert logits and all(op.size == SEQ * H * 2 // 2 for op in logits)

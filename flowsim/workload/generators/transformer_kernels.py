@@ -105,6 +105,14 @@ class LayerKernels:
         return self.activation_bytes // self.spec.tp
 
     @property
+    def gather_bytes(self) -> int:
+        """Each NPU's input of a transformer layer's all-gathers (sequence parallelism): its
+        shard, in FP8 training one byte per element (Transformer Engine casts before it
+        gathers: the layer norm's output forward, the output gradient backward; v1.11
+        ``layernorm_linear.py``, ``base.py`` ``grad_output_preprocess``)."""
+        return self.shard_bytes // ACT if self.spec.dtype == "fp8" else self.shard_bytes
+
+    @property
     def kv_bytes(self) -> int:
         """The rank's keys and values (context parallelism exchanges them)."""
         return 2 * self.n * self.kv * ACT

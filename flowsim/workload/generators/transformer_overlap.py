@@ -104,7 +104,7 @@ class Userbuffers:
 
     def __init__(self, builder: Builder) -> None:
         self.b = builder
-        #: bytes per element the all-gathers and pipelined reduce-scatters move, over two
+        #: bytes per element the pipelined reduce-scatters move, over two
         self.narrow = 1 if builder.spec.dtype == "fp8" else 2
 
     def _narrowed(self, nbytes: int) -> int:
@@ -115,8 +115,8 @@ class Userbuffers:
         """Ring exchange: the all-gather of ``x``'s shards beside the first ``tp - 1`` chunks
         of ``head``'s GEMM, the last chunk after it."""
         b, tp = self.b, self.b.spec.tp
-        ag = b.collective(f"{name}.all_gather", "all_gather", self._narrowed(b.k.shard_bytes),
-                          b.groups.tp, layer, pass_, x)
+        ag = b.collective(f"{name}.all_gather", "all_gather", b.k.gather_bytes, b.groups.tp,
+                          layer, pass_, x)
         casts, last, others = _split(head, rows=tp)
         b.compute(f"{name}.chunks", casts + (others,), layer, pass_, x)
         return (b.compute(f"{name}.last_chunk", (last,), layer, pass_, (ag,)),)
@@ -173,7 +173,7 @@ class Userbuffers:
         its weight gradient."""
         b, tp, k = self.b, self.b.groups.tp, self.b.k
         regather = b.collective(f"{name}.input.all_gather", "all_gather",
-                                self._narrowed(k.shard_bytes), tp, layer, "ig", g)
+                                k.gather_bytes, tp, layer, "ig", g)
         dgrad = b.compute(name, tail, layer, "ig", g)
         rs = b.collective(f"{name}.reduce_scatter", "reduce_scatter", k.activation_bytes, tp,
                           layer, "ig", (dgrad,))

@@ -98,18 +98,19 @@ class PassBuilder:
                         dims=dims, deps=deps, layer=layer, pass_=pass_)
 
     def tp_block(self, name: str, kernels: tuple[Kernel, ...], layer: int, pass_: str,
-                 x: Frontier, *, gather: bool, reduce: bool, after: Frontier = ()
-                 ) -> Frontier:
+                 x: Frontier, *, gather: bool, reduce: bool, after: Frontier = (),
+                 gathered: int = 0) -> Frontier:
         """A block between tensor-parallel collectives: an all-gather of its input before it
         (sequence parallelism), an all-reduce or reduce-scatter of its output after it, each
-        waited for; the reduction also waits for ``after``."""
+        waited for; the reduction also waits for ``after``. ``gathered``: each NPU's bytes
+        in the all-gather (default its activation shard)."""
         s, k, tp = self.spec, self.k, self.groups.tp
         if s.tp == 1:
             return (self.compute(name, kernels, layer, pass_, x),)
         before: list[int] = []
         if gather and s.sp:
-            before.append(self.collective(f"{name}.all_gather", "all_gather", k.shard_bytes,
-                                          tp, layer, pass_, x))
+            before.append(self.collective(f"{name}.all_gather", "all_gather",
+                                          gathered or k.shard_bytes, tp, layer, pass_, x))
         block = self.compute(name, kernels, layer, pass_, tuple(before) or x)
         if not reduce:
             return (block,)
@@ -123,7 +124,7 @@ class PassBuilder:
         if self.ub is not None:
             return self.ub.forward(name, block, layer, x, gather=gather, reduce=reduce)
         return self.tp_block(name, block.kernels, layer, "fwd", x, gather=gather,
-                             reduce=reduce)
+                             reduce=reduce, gathered=self.k.gather_bytes)
 
     # ------------------------------------------------------------------ forward
     def forward(self, layer: int, tag: str, x: Frontier, carry: tuple[Kernel, ...] = ()
@@ -214,7 +215,7 @@ class PassBuilder:
             return self.ub.backward(f"{name}.dgrad", dgrad, wgrad, layer, g)
         regather = self._regather(f"{name}.dgrad", layer, g)
         out = self.tp_block(f"{name}.dgrad", dgrad.kernels, layer, "ig", g, gather=True,
-                            reduce=True, after=regather)
+                            reduce=True, after=regather, gathered=self.k.gather_bytes)
         self.compute(f"{name}.wgrad", wgrad, layer, "wg", regather)
         return out
 
@@ -225,8 +226,8 @@ class PassBuilder:
         reduce-scatter waits for it)."""
         if self.spec.tp == 1 or not self.spec.sp:
             return ()
-        return (self.collective(f"{name}.input.all_gather", "all_gather", self.k.shard_bytes,
-                                self.groups.tp, layer, "ig", g),)
+        return (self.collective(f"{name}.input.all_gather", "all_gather",
+                                self.k.gather_bytes, self.groups.tp, layer, "ig", g),)
 
     def _cp_backward(self, name: str, layer: int, g: Frontier, dgrad: Block) -> Frontier:
         k, s, ub = self.k, self.spec, self.ub
@@ -238,7 +239,7 @@ class PassBuilder:
             x = (self.compute(f"{name}.attention.dgrad", dgrad.body, layer, "ig", x),)
         else:
             x = self.tp_block(f"{name}.attention.dgrad", core, layer, "ig", g, gather=True,
-                              reduce=False)
+                              reduce=False, gathered=k.gather_bytes)
         dkv = self.collective(f"{name}.kv.reduce_scatter", "reduce_scatter",
                               k.kv_bytes * s.cp, self.groups.cp, layer, "ig", x)
         if ub is not None:
