@@ -55,6 +55,7 @@ class Builder(Protocol):
     def collective(self, name: str, collective: str, size: int, dims: tuple[int, ...],
                    layer: int, pass_: str, deps: Frontier) -> int: ...
 
+
 #: chunks of a pipelined reduce-scatter (``num_splits``)
 RS_SPLITS = 4
 #: SMs the pipelined reduce-scatter kernel holds beside the projection's and FC2's GEMMs
@@ -104,11 +105,6 @@ class Userbuffers:
 
     def __init__(self, builder: Builder) -> None:
         self.b = builder
-        #: bytes per element the pipelined reduce-scatters move, over two
-        self.narrow = 1 if builder.spec.dtype == "fp8" else 2
-
-    def _narrowed(self, nbytes: int) -> int:
-        return nbytes * self.narrow // 2
 
     def gather(self, name: str, head: tuple[Kernel, ...], layer: int, pass_: str,
                x: Frontier) -> Frontier:
@@ -127,7 +123,8 @@ class Userbuffers:
         chunk's reduce-scatter beside the next chunk."""
         b, splits = self.b, RS_SPLITS
         casts, chunk, others = _split(tail, cols=splits, margin=sms)
-        nbytes = self._narrowed(b.k.activation_bytes)
+        # FP8 output buffers (``fp8_buf``) in FP8 training
+        nbytes = b.k.activation_bytes // (2 if b.spec.dtype == "fp8" else 1)
         first = b.compute(f"{name}.chunk", casts + (chunk,), layer, "fwd", x)
         early = b.collective(f"{name}.reduce_scatter", "reduce_scatter",
                              nbytes * (splits - 1) // splits, b.groups.tp, layer, "fwd",
