@@ -94,30 +94,39 @@ def test_pipelines_wait_for_what_they_need(net):
         deps = {by_id[d].name for d in op.deps}
         if op.name.endswith(".last_chunk"):
             assert deps == {op.name.replace("last_chunk", "all_gather")}
-        if op.name.endswith(".chunks") and ".all_gather" not in op.name:
+        if op.name.endswith(".chunks"):
             assert not any(d.endswith("all_gather") for d in deps)
         if op.name.endswith("reduce_scatter_last"):
             assert {d.rsplit(".", 1)[1] for d in deps} == {"chunks", "reduce_scatter"}
         if op.name.endswith((".qkv.wgrad", ".fc1.wgrad")):
             assert deps == {op.name.replace("wgrad", "input.all_gather")}
         if op.name.endswith((".qkv.reduce_scatter", ".fc1.reduce_scatter")):
-            assert deps == {op.name.rsplit(".", 1)[0]}     # the data gradient alone
+            # the data gradient, then TE waits for the bulk all-gather before launching it
+            assert deps == {op.name.rsplit(".", 1)[0],
+                            op.name.replace("reduce_scatter", "input.all_gather")}
 
 
 def test_without_overlap_the_input_is_gathered_again_beside_the_data_gradient(net):
     """Megatron-LM with sequence parallelism: each column-parallel layer's input gathered
-    again in backward beside its data gradient; its weight gradient and the data gradient's
+    again when its backward starts (after the row-parallel layer's data gradient and what
+    follows it), beside its data gradient; its weight gradient and the data gradient's
     reduce-scatter wait for it."""
     program = _program(net)
     by_id = {op.id: op for op in program.ops}
     regathers = [op for op in program.ops if op.name.endswith("input.all_gather")]
     assert len(regathers) == 2 * 2                      # layers x blocks, one micro-batch
+    tails = {".mlp.": "fc1", ".attention.": "qkv"}
+    for op in regathers:
+        (dep,) = op.deps
+        assert by_id[dep].kind == "compute" and by_id[dep].name.endswith(".dgrad")
     for op in program.ops:
         deps = {by_id[d].name for d in op.deps}
         if op.pass_ == "wg" and ".layer" in op.name:
-            assert deps == {op.name.replace("wgrad", "dgrad.input.all_gather")}
+            tail = next(t for part, t in tails.items() if part in op.name)
+            assert deps == {op.name.replace("wgrad", f"dgrad.{tail}.input.all_gather")}
         if op.pass_ == "ig" and op.name.endswith("reduce_scatter"):
-            assert op.name.replace("reduce_scatter", "input.all_gather") in deps
+            assert deps == {op.name.rsplit(".", 1)[0],
+                            op.name.replace("reduce_scatter", "input.all_gather")}
 
 
 def test_a_gemm_beside_a_communication_kernel_runs_on_the_other_sms():

@@ -89,14 +89,15 @@ def _split(kernels: tuple[Kernel, ...], *, rows: int = 1, cols: int = 1, margin:
     ``margin`` SMs held. The other chunks run on Transformer Engine's several GEMM streams,
     so their tiles fill each other's waves: one GEMM of their rows (or columns) prices that;
     the lone chunk pays its own wave quantization."""
+    assert rows > 1 or cols > 1, "a split into one chunk"
     gemms = [k for k in kernels if isinstance(k, Gemm)]
     if len(gemms) != 1:
         raise ValueError(f"a linear layer has one GEMM, got {kernels!r}")
     g = gemms[0]
     m, n = max(1, g.m // rows), max(1, g.n // cols)
     one = replace(g, m=m, n=n, sm_margin=margin)
-    others = replace(g, m=g.m - m if rows > 1 else g.m, n=g.n - n if cols > 1 else g.n,
-                     sm_margin=margin)
+    others = replace(g, m=max(1, g.m - m) if rows > 1 else g.m,
+                     n=max(1, g.n - n) if cols > 1 else g.n, sm_margin=margin)
     return tuple(k for k in kernels if not isinstance(k, Gemm)), one, others
 
 
@@ -172,7 +173,8 @@ class Userbuffers:
         regather = b.collective(f"{name}.input.all_gather", "all_gather",
                                 k.gather_bytes, tp, layer, "ig", g)
         dgrad = b.compute(name, tail, layer, "ig", g)
+        # TE waits for the bulk all-gather after the GEMM, then launches the reduce-scatter
         rs = b.collective(f"{name}.reduce_scatter", "reduce_scatter", k.activation_bytes, tp,
-                          layer, "ig", (dgrad,))
+                          layer, "ig", (dgrad, regather))
         b.compute(f"{name}.wgrad", wgrad, layer, "wg", (regather,))
         return (rs,)

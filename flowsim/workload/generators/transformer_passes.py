@@ -9,10 +9,12 @@ the data of. Forward of a layer (``sp``: sequence parallelism)::
     [FC1, activation, FC2] -RS->                 (without sp: all-reduces instead of RS, no AG)
 
 Backward (each block's data gradient, then its weight gradient, which overlaps with the data
-gradient's collective, as Megatron-LM's asynchronous tensor-parallel communication does)::
+gradient's collective, as Megatron-LM's asynchronous tensor-parallel communication does; with
+``sp`` the column-parallel layer's input is gathered again, AG', beside its data gradient)::
 
-    [residual'] -AG-> [MLP dgrad] -RS-> [MLP wgrad] [norm' + residual'] -AG->
-    [attention dgrad] -RS-> [attention wgrad] [norm']
+    [residual'] -AG-> [FC2 dgrad, activation'] -AG'-> [FC1 dgrad] -RS-> [MLP wgrad]
+    [norm' + residual'] -AG-> [projection dgrad, attention'] -AG'-> [QKV dgrad] -RS->
+    [attention wgrad] [norm']
 
 ``tp_comm_overlap`` (Megatron's ``--tp-comm-overlap``) pipelines a layer's collectives with its
 GEMMs as Transformer Engine's userbuffers do (:mod:`.transformer_overlap`). Context
@@ -213,9 +215,19 @@ class PassBuilder:
         tail's weight gradients, in that order)."""
         if self.ub is not None:
             return self.ub.backward(f"{name}.dgrad", dgrad, wgrad, layer, g)
-        regather = self._regather(f"{name}.dgrad", layer, g)
-        out = self.tp_block(f"{name}.dgrad", dgrad.kernels, layer, "ig", g, gather=True,
-                            reduce=True, after=regather, gathered=self.k.gather_bytes)
+        if self.spec.tp == 1 or not self.spec.sp:
+            out = self.tp_block(f"{name}.dgrad", dgrad.kernels, layer, "ig", g, gather=True,
+                                reduce=True)
+            self.compute(f"{name}.wgrad", wgrad, layer, "wg")
+            return out
+        # the column-parallel layer (the tail) gathers its input again when its backward
+        # starts, beside its data gradient
+        tail = len(dgrad.tail)
+        x = self.tp_block(f"{name}.dgrad", dgrad.kernels[:-tail], layer, "ig", g, gather=True,
+                          reduce=False, gathered=self.k.gather_bytes)
+        regather = self._regather(f"{name}.dgrad.{dgrad.tail_name}", layer, x)
+        out = self.tp_block(f"{name}.dgrad.{dgrad.tail_name}", dgrad.tail, layer, "ig", x,
+                            gather=False, reduce=True, after=regather)
         self.compute(f"{name}.wgrad", wgrad, layer, "wg", regather)
         return out
 
@@ -231,15 +243,15 @@ class PassBuilder:
 
     def _cp_backward(self, name: str, layer: int, g: Frontier, dgrad: Block) -> Frontier:
         k, s, ub = self.k, self.spec, self.ub
-        core = dgrad.kernels[:-len(dgrad.tail)]
         if ub is not None:
             x = ub.gather(f"{name}.attention.dgrad.projection", dgrad.head, layer, "ig", g)
             self.compute(f"{name}.attention.dgrad.projection.wgrad", k.attention_wgrad[:1],
                          layer, "wg")
             x = (self.compute(f"{name}.attention.dgrad", dgrad.body, layer, "ig", x),)
         else:
-            x = self.tp_block(f"{name}.attention.dgrad", core, layer, "ig", g, gather=True,
-                              reduce=False, gathered=k.gather_bytes)
+            x = self.tp_block(f"{name}.attention.dgrad", dgrad.kernels[:-len(dgrad.tail)],
+                              layer, "ig", g, gather=True, reduce=False,
+                              gathered=k.gather_bytes)
         dkv = self.collective(f"{name}.kv.reduce_scatter", "reduce_scatter",
                               k.kv_bytes * s.cp, self.groups.cp, layer, "ig", x)
         if ub is not None:
