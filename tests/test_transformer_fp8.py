@@ -90,7 +90,7 @@ def test_fp8_layers_gather_one_byte_per_element_and_reduce_in_16_bits(net, tp_co
     """Transformer Engine casts to FP8 before it all-gathers (the layer norm's output
     forward and again for the weight gradient, the output gradient backward), so a layer's
     all-gathers move half the BF16 bytes; without userbuffers its reduce-scatters stay 16-bit,
-    and the output layer (plain Megatron) gathers 16 bits."""
+    and the output layer (plain Megatron) gathers 16 bits, forward and again backward."""
     def sizes(dtype):
         w = transformer(net, **_spec(dtype=dtype, tp_comm_overlap=tp_comm_overlap))
         ops = [op for op in w.programs[0].ops if op.kind == "collective"
@@ -105,5 +105,7 @@ def test_fp8_layers_gather_one_byte_per_element_and_reduce_in_16_bits(net, tp_co
             assert fp8[key] * 2 == size
         elif not tp_comm_overlap:
             assert fp8[key] == size
-    logits = [op for op in w.programs[0].ops if op.name.endswith("logits.all_gather")]
-    assert logits and all(op.size == SEQ * H * 2 // 2 for op in logits)
+    logits = [op for op in w.programs[0].ops if op.name.endswith(
+        ("logits.all_gather", "logits.dgrad.input.all_gather"))]
+    assert {op.pass_ for op in logits} == {"fwd", "ig"}
+    assert all(op.size == SEQ * H * 2 // 2 for op in logits)

@@ -225,21 +225,22 @@ class PassBuilder:
         tail = len(dgrad.tail)
         x = self.tp_block(f"{name}.dgrad", dgrad.kernels[:-tail], layer, "ig", g, gather=True,
                           reduce=False, gathered=self.k.gather_bytes)
-        regather = self._regather(f"{name}.dgrad.{dgrad.tail_name}", layer, x)
+        regather = self.regather(f"{name}.dgrad.{dgrad.tail_name}", layer, x)
         out = self.tp_block(f"{name}.dgrad.{dgrad.tail_name}", dgrad.tail, layer, "ig", x,
                             gather=False, reduce=True, after=regather)
         self.compute(f"{name}.wgrad", wgrad, layer, "wg", regather)
         return out
 
-    def _regather(self, name: str, layer: int, g: Frontier) -> Frontier:
+    def regather(self, name: str, layer: int, g: Frontier, nbytes: int = 0) -> Frontier:
         """With sequence parallelism a column-parallel layer keeps its input sharded and
         gathers it again for its weight gradient, beside its data gradient (Megatron-LM's
         ``LinearWithGradAccumulationAndAsyncCommunication``; the data gradient's
-        reduce-scatter waits for it)."""
+        reduce-scatter waits for it). ``nbytes``: each NPU's shard (default a transformer
+        layer's, FP8 in FP8 training)."""
         if self.spec.tp == 1 or not self.spec.sp:
             return ()
         return (self.collective(f"{name}.input.all_gather", "all_gather",
-                                self.k.gather_bytes, self.groups.tp, layer, "ig", g),)
+                                nbytes or self.k.gather_bytes, self.groups.tp, layer, "ig", g),)
 
     def _cp_backward(self, name: str, layer: int, g: Frontier, dgrad: Block) -> Frontier:
         k, s, ub = self.k, self.spec, self.ub
@@ -257,7 +258,7 @@ class PassBuilder:
         if ub is not None:
             return ub.bulk(f"{name}.attention.dgrad.qkv", dgrad.tail, k.attention_wgrad[1:],
                            layer, (*x, dkv))
-        regather = self._regather(f"{name}.qkv.dgrad", layer, x)
+        regather = self.regather(f"{name}.qkv.dgrad", layer, x)
         out = self.tp_block(f"{name}.qkv.dgrad", dgrad.tail, layer, "ig", (*x, dkv),
                             gather=False, reduce=True, after=regather)
         self.compute(f"{name}.attention.wgrad", k.attention_wgrad, layer, "wg", regather)

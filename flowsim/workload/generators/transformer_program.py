@@ -128,9 +128,11 @@ class StageProgram:
         carry: tuple = ()
         if vs == self.last_vs and spec.vocab:
             row = self.row["logits"]
+            # the output layer is column-parallel: a 16-bit input gathered again (sp)
+            regather = b.regather(f"{tag}.logits.dgrad", row, g, k.shard_bytes)
             g = b.tp_block(f"{tag}.logits.dgrad", k.logits_dgrad, row, "ig", g, gather=False,
-                           reduce=True)
-            b.compute(f"{tag}.logits.wgrad", k.logits_wgrad, row, "wg")
+                           reduce=True, after=regather)
+            b.compute(f"{tag}.logits.wgrad", k.logits_wgrad, row, "wg", regather)
             buckets.append(((k.vocab_parameters, 0), _frontier(b.last_wgrad)))
             carry = k.norm_backward
         for layer in reversed(own):
