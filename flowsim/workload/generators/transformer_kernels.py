@@ -177,11 +177,6 @@ class LayerKernels:
     def fc2(self) -> tuple[Kernel, ...]:
         return (*self._cast(self.n * self.f), self._gemm(self.n, self.spec.hidden, self.f))
 
-    @cached_property
-    def mlp(self) -> tuple[Kernel, ...]:
-        """The dense MLP: FC1, activation, FC2."""
-        return self.fc1 + self.activation + self.fc2
-
     # ------------------------------------------------------------------ backward
     @cached_property
     def norm_backward(self) -> tuple[Kernel, ...]:
@@ -205,10 +200,6 @@ class LayerKernels:
     def fc1_dgrad(self) -> tuple[Kernel, ...]:
         return (*self._cast(self.n * self.fc1_out),
                 self._gemm(self.n, self.spec.hidden, self.fc1_out))
-
-    @cached_property
-    def mlp_dgrad(self) -> tuple[Kernel, ...]:
-        return self.fc2_dgrad + self.activation_backward + self.fc1_dgrad
 
     @cached_property
     def mlp_wgrad(self) -> tuple[Kernel, ...]:
