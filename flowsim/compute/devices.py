@@ -150,10 +150,10 @@ H100_SXM_80GB = Device(
 
 #: GB200's own sustained fraction, from one source: the one bubble-free, compute-bound run of
 #: NVIDIA's DGX Cloud recipes v25.05 on GB200 (Nemotron-4 340B, BF16, 128 GPUs, global batch
-#: 512: 32.66 s per step, NeMo 25.04), which 0.59 predicts within 0.2% (re-derived the same
-#: way when the run's TP communication overlap came to be priced: it was 0.56 before)
+#: 512: 32.66 s per step, NeMo 25.04), which 0.59 predicts within 0.2%
 #: (``validate_published.py --only dgxc_gb200_nemotron4_340b_bf16_128gpu_strong --sustained
-#: X``); every other GB200 run is validated with it unchanged. It is far below the 0.8 of
+#: X``; it was 0.56, re-derived the same way once the run's TP communication overlap was
+#: priced); every other GB200 run is validated with it unchanged. It is far below the 0.8 of
 #: A100 and H100: that software (April 2025) ran GB200 at about 50% MFU, against its measured
 #: best GEMM of 73% of peak. Newer software is faster; the constant says what was measured.
 GB200_SUSTAINED = 0.59
