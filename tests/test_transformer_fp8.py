@@ -62,7 +62,7 @@ def test_context_parallel_qkv_gradient_casts_after_the_key_value_reduction(net):
     """With cp, the QKV data gradient runs after the reduce-scatter of the key and value
     gradients; in FP8 its cast-transpose goes with it."""
     w = transformer(net, **dict(_spec(dtype="fp8"), cp=2, dp=4, global_batch=4 * MICRO))
-    (op, *_) = [op for op in w.programs[0].ops if op.name.endswith("layer0.qkv.dgrad")]
+    (op, *_) = [op for op in w.programs[0].ops if op.name.endswith("layer0.attention.dgrad.qkv")]
     assert [type(k) for k in op.kernels] == [Elementwise, Gemm]
     assert op.kernels[0].name == "fp8_cast_transpose" and op.kernels[1].dtype == "fp8"
 

@@ -152,17 +152,18 @@ class Userbuffers:
         return self.scatter(f"{name}.{block.tail_name}", block.tail, RS_SMS[block.tail_name],
                             layer, x)
 
-    def backward(self, name: str, block: Block, wgrad: tuple[Kernel, ...], layer: int,
-                 g: Frontier) -> Frontier:
-        """A data-gradient block and its weight gradients (the head's first, as Transformer
-        Engine runs each linear layer's backward whole): ring exchange into the head (the
-        row-parallel layer's data gradient), bulk overlap around the tail."""
+    def head_backward(self, name: str, block: Block, wgrad: tuple[Kernel, ...], layer: int,
+                      g: Frontier) -> Frontier:
+        """A data-gradient block up to its tail: ring exchange into the head (the row-parallel
+        layer's data gradient), the head's weight gradient ``wgrad`` right after it (as
+        Transformer Engine runs each linear layer's backward whole), then the body. The tail
+        follows with :meth:`bulk`."""
         b = self.b
         g = self.gather(f"{name}.{block.head_name}", block.head, layer, "ig", g)
-        b.compute(f"{name}.{block.head_name}.wgrad", wgrad[:1], layer, "wg")
+        b.compute(f"{name}.{block.head_name}.wgrad", wgrad, layer, "wg")
         if block.body:
             g = (b.compute(name, block.body, layer, "ig", g),)
-        return self.bulk(f"{name}.{block.tail_name}", block.tail, wgrad[1:], layer, g)
+        return g
 
     def bulk(self, name: str, tail: tuple[Kernel, ...], wgrad: tuple[Kernel, ...],
              layer: int, g: Frontier) -> Frontier:

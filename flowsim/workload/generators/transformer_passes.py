@@ -26,6 +26,7 @@ experts and an all-to-all combine.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,34 +201,47 @@ class PassBuilder:
             core = k.core_attention + core
             order = k.core_attention + k.attention_dgrad
         dgrad = Block(k.projection_dgrad, core, k.qkv_dgrad, "projection", "qkv", order)
-        if s.cp > 1:
-            return self._cp_backward(name, layer, g, dgrad)
-        return self._dgrad_wgrad(f"{name}.attention", dgrad, k.attention_wgrad, layer, g)
+        between = None
+        if s.cp > 1:   # the key and value gradients reduced over CP before the QKV gradient
+            def between(x: Frontier) -> Frontier:
+                return (self.collective(f"{name}.kv.reduce_scatter", "reduce_scatter",
+                                        k.kv_bytes * s.cp, self.groups.cp, layer, "ig", x),)
+        return self._dgrad_wgrad(f"{name}.attention", dgrad, k.attention_wgrad, layer, g,
+                                 between)
 
     @property
     def norm_backward(self) -> tuple[Kernel, ...]:
         return self.k.norm_backward
 
     def _dgrad_wgrad(self, name: str, dgrad: Block, wgrad: tuple[Kernel, ...],
-                     layer: int, g: Frontier) -> Frontier:
+                     layer: int, g: Frontier,
+                     between: Callable[[Frontier], Frontier] | None = None) -> Frontier:
         """A block's data gradient between tensor-parallel collectives, then its weight
-        gradient, which runs while the data gradient's collective does (the head's and the
-        tail's weight gradients, in that order)."""
-        if self.ub is not None:
-            return self.ub.backward(f"{name}.dgrad", dgrad, wgrad, layer, g)
-        if self.spec.tp == 1 or not self.spec.sp:
+        gradients, which run while the data gradient's collective does. ``between`` adds
+        what the tail (the column-parallel layer) also waits for, given the frontier before
+        it. The tail's backward starts with its input gathered again (sequence
+        parallelism), beside its data gradient; under ``tp_comm_overlap`` the head's weight
+        gradient runs right after the head, and the tail's collectives are overlapped."""
+        ub, s = self.ub, self.spec
+        if ub is None and between is None and not (s.sp and s.tp > 1):
+            # nothing starts inside the block: one op
             out = self.tp_block(f"{name}.dgrad", dgrad.kernels, layer, "ig", g, gather=True,
                                 reduce=True)
             self.compute(f"{name}.wgrad", wgrad, layer, "wg")
             return out
-        # the column-parallel layer (the tail) gathers its input again when its backward
-        # starts, beside its data gradient
-        tail = len(dgrad.tail)
-        x = self.tp_block(f"{name}.dgrad", dgrad.kernels[:-tail], layer, "ig", g, gather=True,
-                          reduce=False, gathered=self.k.gather_bytes)
-        regather = self.regather(f"{name}.dgrad.{dgrad.tail_name}", layer, x)
-        out = self.tp_block(f"{name}.dgrad.{dgrad.tail_name}", dgrad.tail, layer, "ig", x,
-                            gather=False, reduce=True, after=regather)
+        if ub is not None:
+            x = ub.head_backward(f"{name}.dgrad", dgrad, wgrad[:1], layer, g)
+        else:
+            x = self.tp_block(f"{name}.dgrad", dgrad.kernels[:-len(dgrad.tail)], layer, "ig",
+                              g, gather=True, reduce=False, gathered=self.k.gather_bytes)
+        if between is not None:
+            x = (*x, *between(x))
+        tail = f"{name}.dgrad.{dgrad.tail_name}"
+        if ub is not None:
+            return ub.bulk(tail, dgrad.tail, wgrad[1:], layer, x)
+        regather = self.regather(tail, layer, x)
+        out = self.tp_block(tail, dgrad.tail, layer, "ig", x, gather=False, reduce=True,
+                            after=regather)
         self.compute(f"{name}.wgrad", wgrad, layer, "wg", regather)
         return out
 
@@ -241,28 +255,6 @@ class PassBuilder:
             return ()
         return (self.collective(f"{name}.input.all_gather", "all_gather",
                                 nbytes or self.k.gather_bytes, self.groups.tp, layer, "ig", g),)
-
-    def _cp_backward(self, name: str, layer: int, g: Frontier, dgrad: Block) -> Frontier:
-        k, s, ub = self.k, self.spec, self.ub
-        if ub is not None:
-            x = ub.gather(f"{name}.attention.dgrad.projection", dgrad.head, layer, "ig", g)
-            self.compute(f"{name}.attention.dgrad.projection.wgrad", k.attention_wgrad[:1],
-                         layer, "wg")
-            x = (self.compute(f"{name}.attention.dgrad", dgrad.body, layer, "ig", x),)
-        else:
-            x = self.tp_block(f"{name}.attention.dgrad", dgrad.kernels[:-len(dgrad.tail)],
-                              layer, "ig", g, gather=True, reduce=False,
-                              gathered=k.gather_bytes)
-        dkv = self.collective(f"{name}.kv.reduce_scatter", "reduce_scatter",
-                              k.kv_bytes * s.cp, self.groups.cp, layer, "ig", x)
-        if ub is not None:
-            return ub.bulk(f"{name}.attention.dgrad.qkv", dgrad.tail, k.attention_wgrad[1:],
-                           layer, (*x, dkv))
-        regather = self.regather(f"{name}.qkv.dgrad", layer, x)
-        out = self.tp_block(f"{name}.qkv.dgrad", dgrad.tail, layer, "ig", (*x, dkv),
-                            gather=False, reduce=True, after=regather)
-        self.compute(f"{name}.attention.wgrad", k.attention_wgrad, layer, "wg", regather)
-        return out
 
     def _moe_backward(self, name: str, layer: int, g: Frontier) -> Frontier:
         k, s, ep = self.k, self.spec, self.groups.ep
