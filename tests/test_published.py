@@ -93,3 +93,19 @@ def test_gb200_s_own_constant_reproduces_its_one_source_row():
     (row,) = [r for r in ROWS if r["run"] == "dgxc_gb200_nemotron4_340b_bf16_128gpu_strong"]
     published = vp.published_seconds(row)
     assert vp.predict(row, vp.model_for(row)) == pytest.approx(published, rel=0.01)
+
+
+def test_nemo_s_tflops_count_attention_as_megatron_does():
+    """The long-sequence rows read NeMo's TFLOP/s with Megatron's FLOP count (whole score
+    matrix): NeMo 24.07's pre-training table gives Llama 2 7B both ways, 16,847 tokens/s and
+    776 TFLOP/s per GPU, and Megatron's count per token is their ratio; with the causal mask
+    halving attention it would be 7% less."""
+    from flowsim.workload.flops import ModelShape, megatron
+
+    shape = dict(layers=32, hidden=4096, ffn=11008, heads=32, kv_heads=32, head_dim=128,
+                 vocab=32000, sequence=4096, global_batch=1, gated_mlp=True,
+                 tied_embeddings=False)
+    per_token = megatron(ModelShape(**shape)) / 4096
+    assert per_token == pytest.approx(776e12 / 16847, rel=2e-3)
+    long = next(r for r in ROWS if r["file"] == "nemo_long_sequence.csv")
+    assert long["flops"] == "megatron"
