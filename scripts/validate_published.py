@@ -95,6 +95,8 @@ def spec(row: dict[str, str]) -> dict:
     out["overlap_grad_reduce"] = "grad_reduce" in overlap
     out["overlap_param_gather"] = "param_gather" in overlap and out["distributed_optimizer"]
     out["tp_comm_overlap"] = "tp_comm" in overlap and out["tp"] > 1
+    if out["tp_comm_overlap"] and row.get("tp_comm_overlap_cfg"):   # whose userbuffers settings
+        out["tp_comm_overlap_cfg"] = row["tp_comm_overlap_cfg"]
     out["tied_embeddings"] = not out["gated_mlp"]   # GPT ties them, Llama does not
     return out
 

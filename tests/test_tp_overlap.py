@@ -181,3 +181,43 @@ def test_context_parallel_layers_overlap_too(net, model):
         assert any(by_id[d].name.endswith("kv.reduce_scatter") for d in op.deps)
     ds = simulate(NET, w, "nccl", model=model)
     assert float(ds.time_ns) > float(ds.compute_ns.max()) > 0
+
+
+def test_transformer_engine_s_defaults_hold_no_sms_and_reduce_scatter_16_bit(net):
+    """``tp_comm_overlap_cfg: te_default`` (Megatron-LM without a userbuffers config): the
+    pipelined GEMMs run on every SM and, in FP8, the pipelined reduce-scatters stay 16-bit;
+    the same ops and all-gathers as NeMo's settings otherwise."""
+    nemo = _program(net, tp_comm_overlap=True, dtype="fp8")
+    te = _program(net, tp_comm_overlap=True, dtype="fp8", tp_comm_overlap_cfg="te_default")
+    assert [op.name for op in te.ops] == [op.name for op in nemo.ops]
+    assert not any(k.sm_margin for op in te.ops if op.kind == "compute" for k in op.kernels
+                   if isinstance(k, Gemm))
+    act = 512 * 1024 * 2
+    pieces = {op.size for op in _layer_collectives(te)
+              if op.collective == "reduce_scatter" and op.pass_ == "fwd"}
+    assert pieces == {act * (RS_SPLITS - 1) // RS_SPLITS, act // RS_SPLITS}
+    gathers = {(op.name, op.size) for op in _layer_collectives(te) if op.collective == "all_gather"}
+    assert gathers == {(op.name, op.size) for op in _layer_collectives(nemo)
+                       if op.collective == "all_gather"}
+
+
+def test_no_sm_margin_runs_the_pipelined_gemms_faster(net):
+    """With every SM the projection's and FC2's forward chunks take less time, so a
+    compute-bound BF16 layer's iteration is shorter under Transformer Engine's defaults."""
+    spec = dict(LAYER, generator="transformer", tp_comm_overlap=True, device="h100",
+                hidden=4096, ffn=16384, heads=32)
+    nemo = simulate(NET, spec, "nccl")
+    te = simulate(NET, dict(spec, tp_comm_overlap_cfg="te_default"), "nccl")
+    assert float(te.compute_ns.max()) < float(nemo.compute_ns.max())
+    assert float(te.time_ns) < float(nemo.time_ns)
+
+
+def test_an_unknown_userbuffers_setting_names_the_key(tmp_path):
+    spec = tmp_path / "spec.yml"
+    spec.write_text("generator: transformer\nlayers: 2\nhidden: 1024\nheads: 8\nsequence: 512\n"
+                    "tp: 4\ndp: 4\nglobal_batch: 4\ntp_comm_overlap: true\n"
+                    "tp_comm_overlap_cfg: megatron\n")
+    with pytest.raises(flowsim.ConfigError, match=r"spec\.yml.*key 'tp_comm_overlap_cfg': "
+                                                   r"expected one of nemo, te_default, found "
+                                                   r"'megatron'"):
+        simulate(NET, str(spec), "nccl")

@@ -118,7 +118,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``capacity_factor``, ``expert_tp``; ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``),
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``);
         ``distributed_optimizer`` (alias ``zero``), ``overlap_grad_reduce``,
-        ``overlap_param_gather``, ``tp_comm_overlap``, ``scatter_gather``, ``bucket_size``;
+        ``overlap_param_gather``, ``tp_comm_overlap`` with ``tp_comm_overlap_cfg``
+        (``nemo``, ``te_default``), ``scatter_gather``, ``bucket_size``;
         ``attention`` (``flash``, ``flash2``, ``unfused``), ``dtype`` (``bf16``, ``fp16``, ``fp8``);
         ``device`` (a compute preset) or ``roofline`` (a mapping); ``dims``.
 

@@ -21,12 +21,21 @@ GEMM that needs or makes its data, so only part of it can hide:
   scattered beside the weight-gradient GEMM. Their SM contention is not priced (the bulk
   kernels hold 2-4 SMs, 24 beside the QKV weight gradient).
 
-In FP8 training the all-gathers move FP8 (one byte per element), and so do the pipelined
-reduce-scatters (the DGX Cloud recipes set ``fp8_buf`` on them); the bulk reduce-scatter
-stays 16-bit. The SM counts are the H100 defaults of NeMo's userbuffers configs for a
-hidden size of 8,192 (``ub_cfg_h100_h8192_tp4_mbs1_seqlen8192.yaml``, also the DGX Cloud
-Llama 3.1 70B recipe); the output layer and the embedding are plain Megatron layers and
-keep their synchronous collectives.
+In FP8 training the all-gathers move FP8 (one byte per element); the bulk reduce-scatter
+stays 16-bit. Two sets of settings (``tp_comm_overlap_cfg``, :data:`UB_SETTINGS`) differ in
+the pipelined reduce-scatters:
+
+* ``nemo`` (the default): NeMo's H100 userbuffers configs for a hidden size of 8,192
+  (``ub_cfg_h100_h8192_tp4_mbs1_seqlen8192.yaml``, also the DGX Cloud Llama 3.1 70B recipe)
+  hold SMs beside the pipelined GEMMs (``set_sm_margin``) and, in FP8, reduce-scatter FP8
+  (``fp8_buf``);
+* ``te_default``: Transformer Engine's own defaults (``initialize_ub`` in v1.11's
+  ``module/base.py``), what Megatron-LM runs without ``--tp-comm-overlap-cfg``: no SM
+  margin (the GEMMs run on every SM, beside the reduce-scatter kernel's) and 16-bit
+  buffers for the reduce-scatters (``fp8_buf`` only on the all-gathers).
+
+The output layer and the embedding are plain Megatron layers and keep their synchronous
+collectives.
 """
 
 from __future__ import annotations
@@ -56,10 +65,31 @@ class Builder(Protocol):
                    layer: int, pass_: str, deps: Frontier) -> int: ...
 
 
-#: chunks of a pipelined reduce-scatter (``num_splits``)
+#: chunks of a pipelined reduce-scatter (``num_splits``, the same in both settings)
 RS_SPLITS = 4
-#: SMs the pipelined reduce-scatter kernel holds beside the projection's and FC2's GEMMs
-RS_SMS = {"projection": 24, "fc2": 16}
+
+
+@dataclass(frozen=True)
+class UbSettings:
+    """What differs between userbuffers settings (see the module docstring).
+
+    Attributes
+    ----------
+    rs_sms : dict
+        SMs held beside the projection's and FC2's pipelined GEMMs (``set_sm_margin``).
+    rs_fp8 : bool
+        The pipelined reduce-scatters move FP8 in FP8 training (``fp8_buf``).
+    """
+
+    rs_sms: dict[str, int]
+    rs_fp8: bool
+
+
+#: settings by ``tp_comm_overlap_cfg``
+UB_SETTINGS = {"nemo": UbSettings({"projection": 24, "fc2": 16}, rs_fp8=True),
+               "te_default": UbSettings({"projection": 0, "fc2": 0}, rs_fp8=False)}
+#: NeMo's SMs beside the pipelined GEMMs (the default settings')
+RS_SMS = UB_SETTINGS["nemo"].rs_sms
 
 
 @dataclass(frozen=True)
@@ -106,6 +136,7 @@ class Userbuffers:
 
     def __init__(self, builder: Builder) -> None:
         self.b = builder
+        self.settings = UB_SETTINGS[builder.spec.tp_comm_overlap_cfg]
 
     def gather(self, name: str, head: tuple[Kernel, ...], layer: int, pass_: str,
                x: Frontier) -> Frontier:
@@ -124,8 +155,8 @@ class Userbuffers:
         chunk's reduce-scatter beside the next chunk."""
         b, splits = self.b, RS_SPLITS
         casts, chunk, others = _split(tail, cols=splits, margin=sms)
-        # FP8 output buffers (``fp8_buf``) in FP8 training
-        nbytes = b.k.activation_bytes // (2 if b.spec.dtype == "fp8" else 1)
+        fp8 = b.spec.dtype == "fp8" and self.settings.rs_fp8   # FP8 buffers (``fp8_buf``)
+        nbytes = b.k.activation_bytes // (2 if fp8 else 1)
         first = b.compute(f"{name}.chunk", casts + (chunk,), layer, "fwd", x)
         early = b.collective(f"{name}.reduce_scatter", "reduce_scatter",
                              nbytes * (splits - 1) // splits, b.groups.tp, layer, "fwd",
@@ -149,8 +180,8 @@ class Userbuffers:
             x = (b.compute(name, body, layer, "fwd", x),)
         if not reduce:
             return x
-        return self.scatter(f"{name}.{block.tail_name}", block.tail, RS_SMS[block.tail_name],
-                            layer, x)
+        return self.scatter(f"{name}.{block.tail_name}", block.tail,
+                            self.settings.rs_sms[block.tail_name], layer, x)
 
     def head_backward(self, name: str, block: Block, wgrad: tuple[Kernel, ...], layer: int,
                       g: Frontier) -> Frontier:

@@ -38,6 +38,9 @@ RECOMPUTES: tuple[Recompute, ...] = choices_of(Recompute)
 AttentionKind = Literal["flash", "flash2", "unfused"]
 ATTENTIONS: tuple[AttentionKind, ...] = choices_of(AttentionKind)
 DType = Literal["bf16", "fp16", "fp8"]
+#: userbuffers settings of ``tp_comm_overlap`` (:mod:`.transformer_overlap`)
+UbConfig = Literal["nemo", "te_default"]
+UB_CONFIGS: tuple[UbConfig, ...] = choices_of(UbConfig)
 DTYPES: tuple[DType, ...] = choices_of(DType)
 #: The parallelisms, innermost first in Megatron-Core's default rank order ("tp-cp-ep-dp-pp").
 Parallelism = Literal["tp", "cp", "ep", "dp", "pp"]
@@ -103,6 +106,8 @@ class TransformerSpec:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
+    #: whose userbuffers settings: NeMo's H100 configs or Transformer Engine's defaults
+    tp_comm_overlap_cfg: UbConfig = "nemo"
     scatter_gather: bool = True
     bucket_size: int = 0
     attention: AttentionKind = "flash"
@@ -168,6 +173,9 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                                  default="none", case_insensitive=True)
     v["attention"] = read_choice(values, "attention", ATTENTIONS, source=source,
                                  default="flash", case_insensitive=True)
+    v["tp_comm_overlap_cfg"] = read_choice(values, "tp_comm_overlap_cfg", UB_CONFIGS,
+                                           source=source, default="nemo",
+                                           case_insensitive=True)
     v["dtype"] = _dtype(values, source)
     v["pipeline_layout"] = _layout(values, source)
     v["device"] = _device(values, source)
