@@ -20,6 +20,8 @@ From YAML::
     roofline: {peak_tflops: 312, memory_bandwidth_GBps: 2039, efficiency: 0.5}
 
 The keys are the keyword arguments of :func:`transformer` or :func:`dlrm`.
+``generator: megatron`` (:mod:`.megatron`) reads a Megatron-LM command line and
+``generator: nemo`` (:mod:`.nemo`) a NeMo training config into the transformer's keys.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from typing import Any
 from ...errors import ConfigError, config_error
 from ..graph import Workload
 from .dlrm import DLRMSpec, build_dlrm, dlrm, parse_dlrm
+from .megatron import build_imported, parse_megatron
+from .nemo import parse_nemo
 from .transformer import (
     TransformerSpec,
     build_transformer,
@@ -52,6 +56,8 @@ class Generator:
 GENERATORS: dict[str, Generator] = {
     "transformer": Generator(parse_transformer, build_transformer),
     "dlrm": Generator(parse_dlrm, build_dlrm),
+    "megatron": Generator(parse_megatron, build_imported),
+    "nemo": Generator(parse_nemo, build_imported),
 }
 
 

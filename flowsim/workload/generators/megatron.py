@@ -1,0 +1,216 @@
+"""A Megatron-LM command line as a transformer spec: ``generator: megatron``.
+
+Megatron-LM users describe a run by the arguments of ``pretrain_gpt.py``. This generator
+reads them (a string as written in a launch script, backslash-newlines and all, or a list) and
+builds the :mod:`transformer <.transformer>` workload they describe, with Megatron-LM's own
+defaults where a flag is absent (``megatron/training/arguments.py``: ``ffn_hidden_size`` 4h,
+or ``int(8h / 3 / 64) * 64`` with ``--swiglu``; ``kv_channels`` h / heads; tied embeddings;
+Transformer Engine's fused attention; its userbuffers defaults under ``--tp-comm-overlap``
+without ``--tp-comm-overlap-cfg``). The data-parallel size is what the network's NPUs leave,
+as ``torchrun``'s world size decides it. From YAML::
+
+    generator: megatron
+    args: >-
+      --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096
+      --micro-batch-size 1 --global-batch-size 256 --tensor-model-parallel-size 2
+      --sequence-parallel --use-distributed-optimizer --swiglu --bf16 --vocab-size 32000
+    device: h100          # any transformer key overrides what the flags say
+
+Flags that do not change an iteration's time (paths, learning rate, logging) are skipped;
+:data:`FLAGS` lists the ones read. Others that do are named in a :class:`FlowsimWarning`.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import ConfigError, FlowsimWarning, config_error
+from ..graph import Workload
+from .transformer import build_transformer, parse_transformer
+from .transformer_spec import KEYS
+
+#: flags with a value: flag -> transformer key
+VALUED = {"num-layers": "layers", "hidden-size": "hidden", "ffn-hidden-size": "ffn",
+          "num-attention-heads": "heads", "num-query-groups": "kv_heads",
+          "kv-channels": "head_dim", "seq-length": "sequence",
+          "micro-batch-size": "micro_batch", "global-batch-size": "global_batch",
+          "tensor-model-parallel-size": "tp", "pipeline-model-parallel-size": "pp",
+          "context-parallel-size": "cp", "expert-model-parallel-size": "ep",
+          "expert-tensor-parallel-size": "expert_tp", "num-experts": "experts",
+          "moe-router-topk": "top_k", "moe-ffn-hidden-size": "moe_ffn",
+          "moe-expert-capacity-factor": "capacity_factor", "vocab-size": "vocab",
+          "num-virtual-stages-per-pipeline-rank": "vpp"}
+#: switches: flag -> (transformer key, value)
+SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
+            "use-distributed-optimizer": ("distributed_optimizer", True),
+            "overlap-grad-reduce": ("overlap_grad_reduce", True),
+            "overlap-param-gather": ("overlap_param_gather", True),
+            "tp-comm-overlap": ("tp_comm_overlap", True),
+            "untie-embeddings-and-output-weights": ("tied_embeddings", False),
+            "recompute-activations": ("recompute", "selective"),
+            "bf16": ("dtype", "bf16"), "fp16": ("dtype", "fp16"),
+            "use-flash-attn": ("attention", "flash"), "group-query-attention": None}
+#: flags read by hand below (their meaning needs more than one key)
+SPECIAL = ("num-layers-per-virtual-pipeline-stage", "recompute-granularity", "fp8-format",
+           "attention-backend", "tp-comm-overlap-cfg", "tokenizer-type", "use-legacy-models",
+           "no-scatter-gather-tensors-in-pipeline")
+#: every flag this module reads
+FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL
+#: flags that shape an iteration's time but have no transformer key (named in a warning)
+UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
+              "grad-reduce-in-bf16", "moe-grouped-gemm", "cp-comm-type",
+              "recompute-num-layers", "recompute-method", "fp8-param-gather")
+#: vocabulary sizes of tokenizers named by type alone
+TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257}
+
+
+def megatron_keys(args: str | Sequence[str], source: str) -> dict[str, Any]:
+    """The transformer keys Megatron-LM arguments ``args`` set (``dp`` left to the network).
+
+    Raises
+    ------
+    ConfigError
+        A flag's value that is not a number (a shell variable, say) or a choice Megatron-LM
+        does not have, naming ``source`` and the flag.
+    """
+    flags = _flags(args, source)
+    keys: dict[str, Any] = {}
+    for flag, value in flags.items():
+        where = f"{source}: args"
+        if flag in VALUED:
+            keys[VALUED[flag]] = _number(value, flag, where)
+        elif flag in SWITCHES and SWITCHES[flag] is not None:
+            key, setting = SWITCHES[flag]   # type: ignore[misc]
+            keys[key] = setting
+    _special(flags, keys, f"{source}: args")
+    # Megatron-Core's pipeline sends whole tensors (the legacy models scatter-gather them)
+    keys["scatter_gather"] = "use-legacy-models" in flags and \
+        "no-scatter-gather-tensors-in-pipeline" not in flags
+    if "ffn" not in keys and "hidden" in keys:   # Megatron-LM's default MLP width
+        h = keys["hidden"]
+        keys["ffn"] = int(4 * h * 2 / 3 / 64) * 64 if keys.get("gated_mlp") else 4 * h
+    skipped = sorted(f"--{f}" for f in flags if f in UNMODELLED)
+    if skipped:
+        warnings.warn(f"{source}: not modelled, left out: {', '.join(skipped)}",
+                      FlowsimWarning, stacklevel=3)
+    return keys
+
+
+def _flags(args: str | Sequence[str], source: str) -> dict[str, str | None]:
+    """``--flag value`` pairs (a switch's value is None), flags spelt with dashes."""
+    if isinstance(args, str):
+        tokens = shlex.split(args.replace("\\\n", " "))
+    elif isinstance(args, Sequence) and all(isinstance(a, (str, int, float)) for a in args):
+        tokens = [str(a) for a in args]
+    else:
+        raise config_error(source, "args", "Megatron-LM's arguments as one string or a list",
+                           args)
+    out: dict[str, str | None] = {}
+    flag = None
+    for token in tokens:
+        if token.startswith("--"):
+            flag, _, inline = token[2:].replace("_", "-").partition("=")
+            out[flag] = inline or None
+        elif flag is not None and out[flag] is None:
+            out[flag] = token
+    return out
+
+
+def _number(value: str | None, flag: str, where: str) -> int | float:
+    try:
+        number = float(value or "")
+    except ValueError:
+        raise config_error(where, f"--{flag}", "a number", value) from None
+    return int(number) if number.is_integer() else number
+
+
+def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) -> None:
+    """The flags of :data:`SPECIAL`."""
+    per_stage = flags.get("num-layers-per-virtual-pipeline-stage")
+    if per_stage is not None:
+        layers, pp = keys.get("layers", 0), keys.get("pp", 1)
+        chunk = _number(per_stage, "num-layers-per-virtual-pipeline-stage", where)
+        if not layers or layers % (pp * chunk):
+            raise config_error(where, "--num-layers-per-virtual-pipeline-stage",
+                               f"a divisor of --num-layers / pipeline size ({layers} / {pp})",
+                               per_stage)
+        keys["vpp"] = layers // (pp * chunk)
+    granularity = flags.get("recompute-granularity")
+    if granularity is not None:
+        if granularity not in ("full", "selective"):
+            raise config_error(where, "--recompute-granularity", "full or selective",
+                               granularity)
+        keys["recompute"] = granularity
+    if "fp8-format" in flags:
+        keys["dtype"] = "fp8"
+    backend = flags.get("attention-backend")
+    if backend is not None:
+        choices = {"flash": "flash", "fused": "flash", "auto": "flash", "unfused": "unfused",
+                   "local": "unfused"}
+        if backend not in choices:
+            raise config_error(where, "--attention-backend", "one of " + ", ".join(choices),
+                               backend)
+        keys["attention"] = choices[backend]
+    if keys.get("tp_comm_overlap"):
+        # without a config file Transformer Engine's defaults; a file's settings are not
+        # read: NeMo's tuned ones are the nearest
+        keys["tp_comm_overlap_cfg"] = "nemo" if flags.get("tp-comm-overlap-cfg") else \
+            "te_default"
+    if "vocab" not in keys and flags.get("tokenizer-type") in TOKENIZER_VOCAB:
+        keys["vocab"] = TOKENIZER_VOCAB[flags["tokenizer-type"]]   # type: ignore[index]
+
+
+@dataclass(frozen=True)
+class ImportedSpec:
+    """Transformer keys read from another tool's configuration, before the network is known
+    (the data-parallel size is what its NPUs leave)."""
+
+    keys: tuple[tuple[str, Any], ...]
+    source: str
+    #: where the keys came from, for messages (``args``, ``config``)
+    origin: str
+
+    def build(self, network: Any) -> Workload:
+        keys = dict(self.keys)
+        if "dp" not in keys:
+            model = math.prod(keys.get(k, 1) for k in ("tp", "pp", "cp"))
+            if network.npus % model:
+                raise ConfigError(f"{self.source}: {self.origin}: tensor x pipeline x context "
+                                  f"parallel = {model} does not divide the network's "
+                                  f"{network.npus} NPUs")
+            keys["dp"] = network.npus // model
+        return build_transformer(network, parse_transformer(keys, self.source))
+
+
+def parse_imported(values: Mapping[str, Any], source: str, *, read: str,
+                   translate) -> ImportedSpec:
+    """An :class:`ImportedSpec` from ``values``: key ``read`` holds the other tool's
+    configuration, which ``translate(value, source)`` turns into transformer keys; every
+    other key is a transformer key and wins over the translated ones."""
+    if read not in values:
+        raise config_error(source, read, "the configuration to read", None)
+    overrides = {k: v for k, v in values.items() if k != read}
+    unknown = sorted(set(overrides) - set(KEYS))
+    if unknown:
+        raise config_error(source, unknown[0], f"'{read}' or a transformer key",
+                           overrides[unknown[0]])
+    keys = {**translate(values[read], source), **overrides}
+    if not keys.get("vocab"):
+        warnings.warn(f"{source}: '{read}' gives no vocabulary size: the embedding and output "
+                      f"layers are left out (give 'vocab' beside '{read}')", FlowsimWarning,
+                      stacklevel=4)
+    return ImportedSpec(tuple(keys.items()), source, read)
+
+
+def parse_megatron(values: Mapping[str, Any], source: str) -> ImportedSpec:
+    """``generator: megatron``: key ``args`` (Megatron-LM's arguments), transformer keys."""
+    return parse_imported(values, source, read="args", translate=megatron_keys)
+
+
+def build_imported(network: Any, spec: ImportedSpec) -> Workload:
+    return spec.build(network)

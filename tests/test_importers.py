@@ -1,0 +1,125 @@
+"""Other tools' run descriptions as transformer workloads: a Megatron-LM command line
+(``generator: megatron``) and a NeMo training config (``generator: nemo``) give the same
+workload as the transformer spec they describe, with the tools' own defaults; bad values are
+one line naming the file and the flag or key."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import yaml
+
+import flowsim
+from flowsim import FlowsimWarning, simulate
+
+NET = {"cluster": {"device": "h100_sxm_80gb", "nodes": 2, "gpus_per_node": 8,
+                   "nic_gbps": 400, "nics_per_node": 8}}
+#: the run both tools describe below, as transformer keys (16 NPUs: DP 2)
+SPEC = dict(generator="transformer", device="h100", layers=8, hidden=2048, heads=16,
+            kv_heads=4, ffn=5440, sequence=2048, micro_batch=1, global_batch=16, tp=2, pp=2,
+            vpp=2, dp=4, sp=True, gated_mlp=True, tied_embeddings=False, vocab=32000,
+            distributed_optimizer=True, overlap_grad_reduce=True, recompute="selective",
+            tp_comm_overlap=True, tp_comm_overlap_cfg="te_default", scatter_gather=False)
+ARGS = r"""torchrun --nproc_per_node 8 pretrain_gpt.py \
+    --num-layers 8 --hidden-size 2048 --num-attention-heads 16 \
+    --group-query-attention --num-query-groups 4 --seq-length 2048 \
+    --micro-batch-size 1 --global-batch-size 16 --tensor-model-parallel-size 2 \
+    --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 \
+    --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --swiglu \
+    --untie-embeddings-and-output-weights --vocab-size 32000 --bf16 \
+    --recompute-granularity selective --tp-comm-overlap --lr 3e-4 --data-path $DATA
+"""
+NEMO = {"trainer": {"num_nodes": 2, "devices": 8, "precision": "bf16"},
+        "model": {"mcore_gpt": True, "num_layers": 8, "hidden_size": 2048,
+                  "ffn_hidden_size": 5440, "num_attention_heads": 16, "num_query_groups": 4,
+                  "encoder_seq_length": 2048, "micro_batch_size": 1, "global_batch_size": 16,
+                  "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
+                  "virtual_pipeline_model_parallel_size": 2, "context_parallel_size": 1,
+                  "sequence_parallel": True, "activation": "fast-swiglu",
+                  "share_embeddings_and_output_weights": False,
+                  "activations_checkpoint_granularity": "selective",
+                  "ub_tp_comm_overlap": True, "fp8": False, "kv_channels": None,
+                  "tokenizer": {"library": "huggingface", "type": "meta-llama/Llama-2-7b-hf"},
+                  "optim": {"name": "distributed_fused_adam", "overlap_grad_sync": True,
+                            "overlap_param_sync": False, "lr": 3e-4}}}
+
+
+def _time(workload) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FlowsimWarning)
+        return float(simulate(NET, workload, "nccl").time_ns)
+
+
+@pytest.fixture(scope="module")
+def reference() -> float:
+    return _time(SPEC)
+
+
+def test_a_megatron_command_line_is_the_run_it_describes(reference):
+    """Megatron-LM's own defaults fill the rest: its SwiGLU width (int(8h/3/64)*64 = 5440),
+    virtual stages from layers per stage, TE's userbuffers defaults, DP from the NPUs."""
+    assert _time({"generator": "megatron", "device": "h100", "args": ARGS}) == reference
+
+
+def test_the_arguments_may_be_a_list_and_use_underscores(reference):
+    args = ARGS.replace("\\\n", " ").split()[3:]
+    args = ["--" + a[2:].replace("-", "_") if a.startswith("--num") else a for a in args]
+    assert _time({"generator": "megatron", "device": "h100", "args": args}) == reference
+
+
+def test_a_nemo_config_is_the_run_it_describes(reference, tmp_path):
+    """NeMo's names, its tuned userbuffers settings, the vocabulary from the tokenizer."""
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(NEMO))
+    spec = tmp_path / "spec.yml"
+    spec.write_text("generator: nemo\nconfig: run.yaml\ndevice: h100\n")
+    nemo = _time(str(spec))
+    assert nemo == _time(dict(SPEC, tp_comm_overlap_cfg="nemo"))
+    assert nemo != reference   # the userbuffers settings differ, and are priced
+
+
+def test_keys_beside_the_configuration_win():
+    wide = _time({"generator": "megatron", "device": "h100", "args": ARGS, "ffn": 8192})
+    assert wide == _time(dict(SPEC, ffn=8192))
+
+
+def test_flags_that_cannot_be_read_are_one_line_naming_them(tmp_path):
+    spec = tmp_path / "spec.yml"
+    spec.write_text(yaml.safe_dump({"generator": "megatron", "device": "h100",
+                                    "args": ARGS.replace("--tensor-model-parallel-size 2",
+                                                         "--tensor-model-parallel-size $TP")}))
+    with pytest.raises(flowsim.ConfigError, match=r"spec\.yml: args: key "
+                                                   r"'--tensor-model-parallel-size': expected a "
+                                                   r"number, found '\$TP'"):
+        simulate(NET, str(spec), "nccl")
+
+
+def test_model_parallel_sizes_that_do_not_divide_the_npus_are_one_line():
+    args = ARGS.replace("--pipeline-model-parallel-size 2", "--pipeline-model-parallel-size 3")
+    args = args.replace("--num-layers 8", "--num-layers 12")
+    with pytest.raises(flowsim.ConfigError, match=r"args: tensor x pipeline x context parallel"
+                                                   r" = 6 does not divide the network's 16"):
+        simulate(NET, {"generator": "megatron", "device": "h100", "args": args}, "nccl")
+
+
+def test_unknown_keys_and_a_missing_configuration_name_the_key(tmp_path):
+    with pytest.raises(flowsim.ConfigError, match=r"key 'layerz': expected 'args' or a "
+                                                   r"transformer key"):
+        simulate(NET, {"generator": "megatron", "args": ARGS, "layerz": 2}, "nccl")
+    with pytest.raises(flowsim.ConfigError, match=r"key 'config': expected the configuration"):
+        simulate(NET, {"generator": "nemo", "device": "h100"}, "nccl")
+    spec = tmp_path / "spec.yml"
+    spec.write_text("generator: nemo\nconfig: absent.yaml\n")
+    with pytest.raises(flowsim.ConfigError, match=r"spec\.yml: key 'config': cannot read "
+                                                   r".*absent\.yaml"):
+        simulate(NET, str(spec), "nccl")
+
+
+def test_what_is_left_out_is_said():
+    """No vocabulary: the embedding and output layers are left out, with a warning; flags
+    that shape the time but have no key are named."""
+    args = ARGS.replace("--vocab-size 32000", "--grad-reduce-in-bf16")
+    with pytest.warns(FlowsimWarning) as caught:
+        simulate(NET, {"generator": "megatron", "device": "h100", "args": args}, "nccl")
+    messages = " ".join(str(w.message) for w in caught)
+    assert "no vocabulary size" in messages and "--grad-reduce-in-bf16" in messages
