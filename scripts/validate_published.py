@@ -97,7 +97,9 @@ def spec(row: dict[str, str]) -> dict:
     out["tp_comm_overlap"] = "tp_comm" in overlap and out["tp"] > 1
     if out["tp_comm_overlap"] and row.get("tp_comm_overlap_cfg"):   # whose userbuffers settings
         out["tp_comm_overlap_cfg"] = row["tp_comm_overlap_cfg"]
-    out["tied_embeddings"] = not out["gated_mlp"]   # GPT ties them, Llama does not
+    # GPT ties them, Llama does not; a row's own column (Nemotron-4: untied) wins
+    tied = row.get("tied_embeddings")
+    out["tied_embeddings"] = _BOOL[tied] if tied else not out["gated_mlp"]
     return out
 
 
