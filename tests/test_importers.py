@@ -9,9 +9,16 @@ import warnings
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import flowsim
 from flowsim import FlowsimWarning, simulate
+from flowsim.workload.generators.megatron import VALUED
+
+#: the read-by-hand flags that take a value
+SPECIAL_VALUED = ["num-layers-per-virtual-pipeline-stage", "recompute-granularity",
+                  "attention-backend", "tokenizer-type"]
 
 NET = {"cluster": {"device": "h100_sxm_80gb", "nodes": 2, "gpus_per_node": 8,
                    "nic_gbps": 400, "nics_per_node": 8}}
@@ -123,3 +130,20 @@ def test_what_is_left_out_is_said():
         simulate(NET, {"generator": "megatron", "device": "h100", "args": args}, "nccl")
     messages = " ".join(str(w.message) for w in caught)
     assert "no vocabulary size" in messages and "--grad-reduce-in-bf16" in messages
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(changes=st.lists(st.tuples(st.sampled_from(sorted(VALUED) + SPECIAL_VALUED),
+                                  st.sampled_from(["0", "-3", "abc", "$TP", "1.5", "1e9", "7",
+                                                   "3", "selective", "none", "=", ""])),
+                        min_size=1, max_size=3))
+def test_any_flag_value_runs_or_is_one_line(changes):
+    """Mutated flags give a workload or one ConfigError line, never a crash."""
+    args = ARGS + " " + " ".join(f"--{flag} {value}" for flag, value in changes)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FlowsimWarning)
+            simulate(NET, {"generator": "megatron", "device": "h100", "args": args}, "nccl",
+                     max_work=2e8)
+    except flowsim.ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("<dict>")

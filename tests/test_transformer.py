@@ -109,6 +109,25 @@ def test_data_parallel_gradients_and_the_distributed_optimizer(two_nodes):
     assert [by_id[op.deps[0]].layer for op in rs] == [3, 2, 1, 0]
 
 
+@pytest.mark.parametrize("pp", [1, 2])
+def test_a_tied_embedding_on_one_stage_is_one_weight(two_nodes, pp):
+    """On one pipeline stage a tied embedding and output layer are one weight: one gradient
+    reduced, one parameter gathered; on two stages each holds its own copy, as untied."""
+    v, h, t, dp = 1024, 256, 2, 8 // pp
+    spec = dict(SMALL, vocab=v, tp=t, pp=pp, dp=dp, global_batch=4 * dp,
+                distributed_optimizer=True)
+
+    def sizes(tied):
+        w = transformer(two_nodes, **spec, tied_embeddings=tied)
+        return [sum(op.size for p in w.programs for op in _ops(p, "collective", kind, name))
+                for kind, name in (("reduce_scatter", "grads"), ("all_gather", "params"))]
+    (rs_tied, ag_tied), (rs_untied, ag_untied) = sizes(True), sizes(False)
+    vocab = -(-v // (128 * t)) * 128 * t // t * h    # the padded shard's weights
+    shared = pp == 1
+    assert rs_untied - rs_tied == (4 * vocab if shared else 0)   # FP32 gradients
+    assert ag_untied - ag_tied == (2 * vocab // dp if shared else 0)
+
+
 def test_context_parallel_exchanges_keys_and_values(two_nodes):
     """CP 2: keys and values all-gathered per layer forward (2 b (s / cp) kv 2 bytes from each
     rank), their gradients reduce-scattered backward; the attention split into the local

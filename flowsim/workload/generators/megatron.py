@@ -29,10 +29,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..._validate import read_int
 from ...errors import ConfigError, FlowsimWarning, config_error
 from ..graph import Workload
 from .transformer import build_transformer, parse_transformer
-from .transformer_spec import KEYS
+from .transformer_spec import KEYS, MAXIMA
 
 #: flags with a value: flag -> transformer key
 VALUED = {"num-layers": "layers", "hidden-size": "hidden", "ffn-hidden-size": "ffn",
@@ -178,7 +179,9 @@ class ImportedSpec:
     def build(self, network: Any) -> Workload:
         keys = dict(self.keys)
         if "dp" not in keys:
-            model = math.prod(keys.get(k, 1) for k in ("tp", "pp", "cp"))
+            model = math.prod(read_int(keys, k, source=self.source, minimum=1,
+                                       maximum=MAXIMA[k], default=1)
+                              for k in ("tp", "pp", "cp"))
             if network.npus % model:
                 raise ConfigError(f"{self.source}: {self.origin}: tensor x pipeline x context "
                                   f"parallel = {model} does not divide the network's "

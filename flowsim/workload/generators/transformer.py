@@ -64,6 +64,8 @@ Communication:
   The optimizer step is a memory-bound kernel (Adam with FP32 master weights: 30 bytes per
   parameter).
 
+Tied embeddings (``tied_embeddings``, GPT's) are one weight when one stage holds both the
+embedding and the output layer: one gradient, one optimizer shard, one parameter all-gather.
 Left out: the tied embedding's gradient all-reduce between the first and last stage, the
 vocabulary-parallel cross entropy's small all-reduces, dropout's random number generation
 beyond its mask, kernel-level effects of communication on compute (NCCL's SM use).

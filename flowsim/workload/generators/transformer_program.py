@@ -133,7 +133,8 @@ class StageProgram:
             g = b.tp_block(f"{tag}.logits.dgrad", k.logits_dgrad, row, "ig", g, gather=False,
                            reduce=True, after=regather)
             b.compute(f"{tag}.logits.wgrad", k.logits_wgrad, row, "wg", regather)
-            buckets.append(((k.vocab_parameters, 0), _frontier(b.last_wgrad)))
+            if not self._shared_vocab(vs):   # else one weight, in the embedding's bucket
+                buckets.append(((k.vocab_parameters, 0), _frontier(b.last_wgrad)))
             carry = k.norm_backward
         for layer in reversed(own):
             if spec.recompute == "full":
@@ -201,8 +202,16 @@ class StageProgram:
         n = len(self.layers[chunk])
         dense, expert = n * self.k.dense_parameters, n * self.k.expert_parameters
         if self.spec.vocab:
-            dense += self.k.vocab_parameters * ((vs == 0) + (vs == self.last_vs))
+            copies = (vs == 0) + (vs == self.last_vs) - self._shared_vocab(vs)
+            dense += self.k.vocab_parameters * copies
         return dense, expert
+
+    def _shared_vocab(self, vs: int) -> bool:
+        """Whether virtual stage ``vs`` holds both the embedding and the output layer as one
+        tied weight (one stage): one gradient, one optimizer state, one all-gather. On
+        different stages Megatron keeps a copy on each (their gradients' all-reduce between
+        the first and last stage is left out)."""
+        return self.spec.tied_embeddings and vs == 0 == self.last_vs
 
     def _local_parameters(self) -> float:
         """Parameters this rank's optimizer updates (its shard with a distributed
