@@ -66,14 +66,18 @@ class Schedule:
         Simulate only the first group of every replicable phase (see :func:`can_replicate`).
     replay : bool
         Flow model: replay steps whose links are free from their solution alone (exact).
+    npu_finish : bool
+        Keep when each NPU last left a phase (``ledger.npu_finish``: a collective's record;
+        a training loop keeps its own).
     """
 
     def __init__(self, network, system: SystemConfig, model: str, trace: bool = False,
-                 replicate: bool = False, replay: bool = True) -> None:
+                 replicate: bool = False, replay: bool = True, npu_finish: bool = True) -> None:
         self.network = network
         self.system = system
         self.model = model
         self.replicate = replicate
+        self.npu_finish = npu_finish
         self.timer: Timer = make_timer(model, network, replay=replay, keep_flows=trace)
         self.shapes = PhaseShapes(network, system, replicate=replicate,
                                   lowest_dim_for_flat=self.timer.prices_flat_by_lowest_dim)
@@ -238,7 +242,8 @@ class Schedule:
     def _phase_done(self, chunk: _Chunk, start: float, t: float) -> None:
         phase = chunk.phases[chunk.phase]
         self.ledger.busy(self.shapes.dims_used(phase), start, t)
-        self.ledger.npu_finish[self.shapes.groups(phase).ravel()] = t
+        if self.npu_finish:
+            self.ledger.npu_finish[self.shapes.groups(phase).ravel()] = t
         self._running[phase.queue] -= 1
         chunk.phase += 1
         if chunk.phase < len(chunk.phases):

@@ -83,7 +83,8 @@ class WorkloadEngine:
         self.streams = collective_streams
         self.keep_timeline = timeline
         replicable = network.replicable and system.synchronization == "barrier"
-        self.schedule = Schedule(network, system, model, replicate=replicable, replay=replay)
+        self.schedule = Schedule(network, system, model, replicate=replicable, replay=replay,
+                                 npu_finish=False)
         self.memory = MemoryServers(memory or MemoryConfig(), network.npus,
                                     system.local_mem_bw_gbps or math.inf)
         self.compute_free = np.zeros(network.npus)
