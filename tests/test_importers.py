@@ -47,6 +47,9 @@ NEMO = {"trainer": {"num_nodes": 2, "devices": 8, "precision": "bf16"},
                   "share_embeddings_and_output_weights": False,
                   "activations_checkpoint_granularity": "selective",
                   "ub_tp_comm_overlap": True, "fp8": False, "kv_channels": None,
+                  "ub_tp_comm_overlap_cfg": {"proj_fprop": {"method": "pipeline",
+                                                            "num_sm": 24,
+                                                            "set_sm_margin": True}},
                   "tokenizer": {"library": "huggingface", "type": "meta-llama/Llama-2-7b-hf"},
                   "optim": {"name": "distributed_fused_adam", "overlap_grad_sync": True,
                             "overlap_param_sync": False, "lr": 3e-4}}}
@@ -83,6 +86,41 @@ def test_a_nemo_config_is_the_run_it_describes(reference, tmp_path):
     nemo = _time(str(spec))
     assert nemo == _time(dict(SPEC, tp_comm_overlap_cfg="nemo"))
     assert nemo != reference   # the userbuffers settings differ, and are priced
+
+
+def test_query_groups_need_group_query_attention(reference):
+    """Megatron-LM reads --num-query-groups only with --group-query-attention."""
+    plain = ARGS.replace("--group-query-attention ", "")
+    assert _time({"generator": "megatron", "device": "h100", "args": plain}) == \
+        _time(dict(SPEC, kv_heads=16))
+
+
+def test_nemo_s_userbuffers_need_their_config_and_sequence_parallelism(reference):
+    """Without ``ub_tp_comm_overlap_cfg`` Transformer Engine's defaults run them; without
+    sequence parallelism NeMo turns them off."""
+    model = {k: v for k, v in NEMO["model"].items() if k != "ub_tp_comm_overlap_cfg"}
+    assert _time({"generator": "nemo", "device": "h100",
+                  "config": dict(NEMO, model=model)}) == reference
+    no_sp = dict(NEMO, model=dict(NEMO["model"], sequence_parallel=False))
+    assert _time({"generator": "nemo", "device": "h100", "config": no_sp}) == \
+        _time(dict(SPEC, sp=False, tp_comm_overlap=False))
+
+
+def test_gradients_reduced_in_bf16_halve_the_data_parallel_bytes():
+    """``--grad-reduce-in-bf16`` / ``grad_sync_dtype: bf16``: 16-bit gradient buckets."""
+    from flowsim.workload.load import load_workload
+    net = flowsim.load_network(NET)
+
+    def grads(spec):
+        w = load_workload(spec, net)
+        return sum(op.size for p in w.programs for op in p.ops if "grads" in op.name)
+    fp32 = grads({"generator": "megatron", "device": "h100", "args": ARGS})
+    bf16 = grads({"generator": "megatron", "device": "h100",
+                  "args": ARGS + " --grad-reduce-in-bf16"})
+    optim = dict(NEMO["model"]["optim"], grad_sync_dtype="bf16")
+    nemo = grads({"generator": "nemo", "device": "h100",
+                  "config": dict(NEMO, model=dict(NEMO["model"], optim=optim))})
+    assert bf16 * 2 == fp32 and nemo == bf16
 
 
 def test_keys_beside_the_configuration_win():
@@ -125,11 +163,12 @@ def test_unknown_keys_and_a_missing_configuration_name_the_key(tmp_path):
 def test_what_is_left_out_is_said():
     """No vocabulary: the embedding and output layers are left out, with a warning; flags
     that shape the time but have no key are named."""
-    args = ARGS.replace("--vocab-size 32000", "--grad-reduce-in-bf16")
+    args = ARGS.replace("--vocab-size 32000", "--decoder-first-pipeline-num-layers 3")
     with pytest.warns(FlowsimWarning) as caught:
         simulate(NET, {"generator": "megatron", "device": "h100", "args": args}, "nccl")
     messages = " ".join(str(w.message) for w in caught)
-    assert "no vocabulary size" in messages and "--grad-reduce-in-bf16" in messages
+    assert "no vocabulary size" in messages
+    assert "--decoder-first-pipeline-num-layers" in messages
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, database=None)

@@ -45,13 +45,14 @@ VALUED = {"num-layers": "layers", "hidden-size": "hidden", "ffn-hidden-size": "f
           "expert-tensor-parallel-size": "expert_tp", "num-experts": "experts",
           "moe-router-topk": "top_k", "moe-ffn-hidden-size": "moe_ffn",
           "moe-expert-capacity-factor": "capacity_factor", "vocab-size": "vocab",
-          "num-virtual-stages-per-pipeline-rank": "vpp"}
+          "num-virtual-stages-per-pipeline-rank": "vpp", "ddp-bucket-size": "bucket_size"}
 #: switches: flag -> (transformer key, value)
 SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
             "use-distributed-optimizer": ("distributed_optimizer", True),
             "overlap-grad-reduce": ("overlap_grad_reduce", True),
             "overlap-param-gather": ("overlap_param_gather", True),
             "tp-comm-overlap": ("tp_comm_overlap", True),
+            "grad-reduce-in-bf16": ("grad_reduce_in_bf16", True),
             "untie-embeddings-and-output-weights": ("tied_embeddings", False),
             "recompute-activations": ("recompute", "selective"),
             "bf16": ("dtype", "bf16"), "fp16": ("dtype", "fp16"),
@@ -59,13 +60,17 @@ SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
 #: flags read by hand below (their meaning needs more than one key)
 SPECIAL = ("num-layers-per-virtual-pipeline-stage", "recompute-granularity", "fp8-format",
            "attention-backend", "tp-comm-overlap-cfg", "tokenizer-type", "use-legacy-models",
-           "no-scatter-gather-tensors-in-pipeline")
+           "no-scatter-gather-tensors-in-pipeline", "transformer-impl",
+           "moe-token-dispatcher-type", "recompute-method", "recompute-num-layers")
 #: every flag this module reads
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL
 #: flags that shape an iteration's time but have no transformer key (named in a warning)
 UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
-              "grad-reduce-in-bf16", "moe-grouped-gemm", "cp-comm-type",
-              "recompute-num-layers", "recompute-method", "fp8-param-gather")
+              "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
+              "account-for-loss-in-pipeline-split", "moe-grouped-gemm", "moe-layer-freq",
+              "moe-shared-expert-intermediate-size", "cp-comm-type", "fp8-param-gather",
+              "use-torch-fsdp2", "use-megatron-fsdp", "disable-tp-comm-overlap-ag",
+              "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by")
 #: vocabulary sizes of tokenizers named by type alone
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257}
 
@@ -88,6 +93,18 @@ def megatron_keys(args: str | Sequence[str], source: str) -> dict[str, Any]:
         elif flag in SWITCHES and SWITCHES[flag] is not None:
             key, setting = SWITCHES[flag]   # type: ignore[misc]
             keys[key] = setting
+    if "group-query-attention" not in flags:   # Megatron-LM reads the groups only with it
+        keys.pop("kv_heads", None)
+    else:
+        keys.setdefault("kv_heads", 1)            # --num-query-groups' default
+    if "global_batch" not in keys:                # one micro-batch per data-parallel rank
+        keys["micro_batches"] = 1
+    if keys.get("experts"):
+        keys.setdefault("top_k", 2)               # --moe-router-topk's default
+    if not {"bf16", "fp16", "fp8-format"} & set(flags):
+        warnings.warn(f"{source}: neither --bf16 nor --fp16: Megatron-LM trains in FP32, "
+                      "which flowsim does not model; priced as BF16", FlowsimWarning,
+                      stacklevel=3)
     _special(flags, keys, f"{source}: args")
     # Megatron-Core's pipeline sends whole tensors (the legacy models scatter-gather them)
     keys["scatter_gather"] = "use-legacy-models" in flags and \
@@ -115,7 +132,8 @@ def _flags(args: str | Sequence[str], source: str) -> dict[str, str | None]:
     flag = None
     for token in tokens:
         if token.startswith("--"):
-            flag, _, inline = token[2:].replace("_", "-").partition("=")
+            flag, _, inline = token[2:].partition("=")
+            flag = flag.replace("_", "-")
             out[flag] = inline or None
         elif flag is not None and out[flag] is None:
             out[flag] = token
@@ -136,17 +154,30 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
     if per_stage is not None:
         layers, pp = keys.get("layers", 0), keys.get("pp", 1)
         chunk = _number(per_stage, "num-layers-per-virtual-pipeline-stage", where)
-        if not layers or layers % (pp * chunk):
+        if not isinstance(layers, int) or not isinstance(pp, int) or pp < 1 or \
+                not isinstance(chunk, int) or chunk < 1 or not layers or layers % (pp * chunk):
             raise config_error(where, "--num-layers-per-virtual-pipeline-stage",
                                f"a divisor of --num-layers / pipeline size ({layers} / {pp})",
                                per_stage)
         keys["vpp"] = layers // (pp * chunk)
     granularity = flags.get("recompute-granularity")
-    if granularity is not None:
+    if granularity is not None and "recompute-activations" not in flags:   # that one wins
         if granularity not in ("full", "selective"):
             raise config_error(where, "--recompute-granularity", "full or selective",
                                granularity)
         keys["recompute"] = granularity
+    method, count = flags.get("recompute-method"), flags.get("recompute-num-layers")
+    if keys.get("recompute") == "full" and (method, count) not in ((None, None),
+                                                                   ("uniform", "1")):
+        warnings.warn(f"{where}: --recompute-method {method} --recompute-num-layers {count} "
+                      "recompute part of the layers; priced as every layer recomputed",
+                      FlowsimWarning, stacklevel=4)
+    if flags.get("transformer-impl") == "local":   # Megatron's own layers: no fused attention
+        keys["attention"] = "unfused"
+    dispatcher = flags.get("moe-token-dispatcher-type", "allgather")
+    if keys.get("experts") and dispatcher != "alltoall":
+        warnings.warn(f"{where}: --moe-token-dispatcher-type {dispatcher}: priced as the "
+                      "all-to-all dispatcher", FlowsimWarning, stacklevel=4)
     if "fp8-format" in flags:
         keys["dtype"] = "fp8"
     backend = flags.get("attention-backend")
@@ -158,12 +189,18 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
                                backend)
         keys["attention"] = choices[backend]
     if keys.get("tp_comm_overlap"):
+        if not keys.get("sp"):
+            raise ConfigError(f"{where}: --tp-comm-overlap needs --sequence-parallel "
+                              "(Megatron-LM refuses it without)")
         # without a config file Transformer Engine's defaults; a file's settings are not
         # read: NeMo's tuned ones are the nearest
         keys["tp_comm_overlap_cfg"] = "nemo" if flags.get("tp-comm-overlap-cfg") else \
             "te_default"
-    if "vocab" not in keys and flags.get("tokenizer-type") in TOKENIZER_VOCAB:
-        keys["vocab"] = TOKENIZER_VOCAB[flags["tokenizer-type"]]   # type: ignore[index]
+    tokenizer = flags.get("tokenizer-type")
+    if "vocab" in keys and tokenizer == "NullTokenizer":
+        keys["vocab"] += 1   # its end-of-document token
+    if "vocab" not in keys and tokenizer in TOKENIZER_VOCAB:
+        keys["vocab"] = TOKENIZER_VOCAB[tokenizer]
 
 
 @dataclass(frozen=True)

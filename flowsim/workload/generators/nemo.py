@@ -19,19 +19,26 @@ What is read, by NeMo key (``model.`` omitted): the shape (``num_layers``, ``hid
 ``sequence_parallel``), the experts (``num_moe_experts``, ``moe_router_topk``,
 ``moe_expert_capacity_factor``), recomputation (``activations_checkpoint_granularity``),
 precision (``trainer.precision``, ``fp8``), ``ub_tp_comm_overlap`` (NeMo's userbuffers
-settings) and the optimizer (``optim.name``: :data:`DISTRIBUTED_OPTIMIZERS`, with
-``overlap_grad_sync`` and ``overlap_param_sync``). The vocabulary comes from
+settings, or Transformer Engine's defaults without ``ub_tp_comm_overlap_cfg``; off without
+sequence parallelism, as NeMo turns it off), ``transformer_engine`` (false: unfused
+attention), ``mcore_gpt`` (absent or false: the legacy model, which scatter-gathers pipeline
+messages) and the optimizer (``optim.name``: :data:`DISTRIBUTED_OPTIMIZERS`, with
+``overlap_grad_sync``, ``overlap_param_sync``, ``grad_sync_dtype`` and ``ddp_bucket_size``;
+Apex's ``distributed_fused_adam`` overlaps the gradient reduction by default). Keys that
+shape the time but have no transformer key (:data:`UNMODELLED`) are named in a warning, and
+so is an interpolation (``${...}``), taken as NeMo's default. The vocabulary comes from
 ``tokenizer.type`` when it names a known model family (:data:`TOKENIZER_VOCAB`), else from a
 ``vocab`` key beside ``config``.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ...errors import ConfigError, config_error
+from ...errors import ConfigError, FlowsimWarning, config_error
 from .megatron import ImportedSpec, parse_imported
 
 #: NeMo model key -> transformer key (numbers)
@@ -46,45 +53,89 @@ NUMBERS = {"num_layers": "layers", "hidden_size": "hidden", "ffn_hidden_size": "
 #: ``optim.name`` of NeMo's distributed optimizers (ZeRO-1: sharded states, reduce-scattered
 #: gradients, all-gathered parameters)
 DISTRIBUTED_OPTIMIZERS = ("distributed_fused_adam", "mcore_distributed_optim")
-#: vocabulary by a fragment of ``tokenizer.type`` (Hugging Face model names)
+#: vocabulary by a fragment of ``tokenizer.type`` (Hugging Face model names, Megatron's GPT-2
+#: tokenizer)
 TOKENIZER_VOCAB = {"Meta-Llama-3": 128256, "Llama-3.1": 128256, "Llama-2": 32000,
-                   "gpt2": 50257, "Mixtral": 32000, "Mistral-7B": 32000}
+                   "GPT2BPETokenizer": 50257, "gpt2": 50257, "Mixtral-8x7B": 32000}
+#: model keys that shape an iteration's time but have no transformer key (named in a warning)
+UNMODELLED = ("num_micro_batches_with_partial_activation_checkpoints", "moe_grouped_gemm",
+              "fp8_params", "fsdp", "cp_comm_type")
 
 
 def nemo_keys(config: Any, source: str) -> dict[str, Any]:
     """The transformer keys a NeMo config (a mapping, or a path relative to ``source``'s
     folder) sets."""
     where, config = _load(config, source)
-    model = config.get("model")
-    if not isinstance(model, Mapping):
-        raise config_error(where, "model", "NeMo's model block (a mapping)", model)
+    model = _block(config, "model", where)
+    trainer, optim = _block(config, "trainer", where), _block(model, "optim", where)
     keys: dict[str, Any] = {}
     for nemo, key in NUMBERS.items():
         value = model.get(nemo)
-        if value is not None:   # null: NeMo's default, which the generator's is
+        if isinstance(value, str) and "${" in value:   # an interpolation: NeMo's default
+            warnings.warn(f"{where}: key 'model.{nemo}' is an interpolation ({value}); "
+                          f"taken as NeMo's default (give '{key}' beside 'config')",
+                          FlowsimWarning, stacklevel=4)
+        elif value is not None:   # null: NeMo's default, which the generator's is
             keys[key] = value
+    if keys.get("experts"):
+        keys.setdefault("top_k", 2)   # Megatron-Core's default
     keys["gated_mlp"] = "glu" in str(model.get("activation", "gelu"))
     keys["tied_embeddings"] = bool(model.get("share_embeddings_and_output_weights", True))
-    for nemo, key in (("sequence_parallel", "sp"), ("ub_tp_comm_overlap", "tp_comm_overlap")):
-        keys[key] = bool(model.get(nemo, False))
+    keys["sp"] = bool(model.get("sequence_parallel", False))
+    # NeMo turns the userbuffers off without sequence parallelism; without a config of its
+    # own (``ub_tp_comm_overlap_cfg``) Transformer Engine runs them with its defaults
+    keys["tp_comm_overlap"] = bool(model.get("ub_tp_comm_overlap", False)) and keys["sp"]
+    keys["tp_comm_overlap_cfg"] = "nemo" if model.get("ub_tp_comm_overlap_cfg") else \
+        "te_default"
     granularity = model.get("activations_checkpoint_granularity")
     keys["recompute"] = granularity if granularity in ("selective", "full") else "none"
-    precision = str((config.get("trainer") or {}).get("precision", "bf16"))
+    if not model.get("transformer_engine", True):   # the local layers: no fused attention
+        keys["attention"] = "unfused"
+    precision = str(trainer.get("precision", "bf16"))
+    if precision.startswith("32"):
+        warnings.warn(f"{where}: trainer.precision {precision}: FP32 training is not "
+                      "modelled; priced as BF16", FlowsimWarning, stacklevel=4)
     keys["dtype"] = "fp8" if model.get("fp8") else "fp16" if precision.startswith("16") \
         else "bf16"
     # Megatron-Core's pipeline sends whole tensors (the legacy models scatter-gather them)
-    keys["scatter_gather"] = not model.get("mcore_gpt", True)
-    optim = model.get("optim") or {}
+    keys["scatter_gather"] = not model.get("mcore_gpt", False)
     if optim.get("name") in DISTRIBUTED_OPTIMIZERS:
+        apex = optim["name"] == "distributed_fused_adam"   # Apex overlaps grads by default
         keys["distributed_optimizer"] = True
-        keys["overlap_grad_reduce"] = bool(optim.get("overlap_grad_sync", False))
+        keys["overlap_grad_reduce"] = bool(optim.get("overlap_grad_sync", apex))
         keys["overlap_param_gather"] = bool(optim.get("overlap_param_sync", False))
-    tokenizer = str((model.get("tokenizer") or {}).get("type", ""))
+        keys["grad_reduce_in_bf16"] = optim.get("grad_sync_dtype", "fp32") in ("bf16",
+                                                                              "bfloat16")
+        if optim.get("ddp_bucket_size"):
+            keys["bucket_size"] = optim["ddp_bucket_size"]
+    tokenizer = str(_block(model, "tokenizer", where).get("type", ""))
     for fragment, size in TOKENIZER_VOCAB.items():
         if fragment.lower() in tokenizer.lower():
             keys["vocab"] = size
             break
+    left = sorted(f"model.{k}" for k in UNMODELLED if model.get(k) not in (None, False, 0))
+    method = model.get("activations_checkpoint_method")
+    count = model.get("activations_checkpoint_num_layers")
+    if granularity == "full" and (method, count) not in ((None, None), ("uniform", 1)):
+        left.append(f"model.activations_checkpoint_method {method} with num_layers {count} "
+                    "(priced as every layer recomputed)")
+    dispatcher = model.get("moe_token_dispatcher_type", "allgather")
+    if keys.get("experts") and dispatcher != "alltoall":
+        left.append(f"model.moe_token_dispatcher_type {dispatcher} (priced as alltoall)")
+    if left:
+        warnings.warn(f"{where}: not modelled, left out: {', '.join(left)}", FlowsimWarning,
+                      stacklevel=4)
     return keys
+
+
+def _block(config: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    """A nested block of the config (absent or null: empty)."""
+    block = config.get(key)
+    if block is None:
+        return {}
+    if not isinstance(block, Mapping):
+        raise config_error(where, key, "a mapping (a NeMo config block)", block)
+    return block
 
 
 def _load(config: Any, source: str) -> tuple[str, Mapping[str, Any]]:

@@ -54,7 +54,8 @@ Communication:
   ``gpipe``, ``1f1b`` (PipeDream-Flush) or ``interleaved`` with ``vpp`` model chunks per rank;
   layers laid out ``even``-ly, ``first_last_fewer`` (Llama 3) or as an explicit list;
 * **data parallel** (Megatron-Core's DDP): gradients (FP32 with BF16 or FP8 training, as
-  Megatron-LM accumulates them, else 16-bit) reduced over the data- and context-parallel ranks
+  Megatron-LM accumulates them, unless ``grad_reduce_in_bf16``; else 16-bit) reduced over the
+  data- and context-parallel ranks
   in buckets of ``bucket_size`` parameters (default ``max(40 M, 1 M dp)``) as soon as a bucket
   is ready in the last micro-batch's backward (``overlap_grad_reduce``) or all after the
   backward; expert gradients over the expert-data-parallel ranks. With
@@ -119,7 +120,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``dp``, ``cp``, ``ep``, ``vpp``, ``sp``; ``experts``, ``top_k``, ``moe_ffn``,
         ``capacity_factor``, ``expert_tp``; ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``),
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``);
-        ``distributed_optimizer`` (alias ``zero``), ``overlap_grad_reduce``,
+        ``distributed_optimizer`` (alias ``zero``), ``grad_reduce_in_bf16``,
+        ``overlap_grad_reduce``,
         ``overlap_param_gather``, ``tp_comm_overlap`` with ``tp_comm_overlap_cfg``
         (``nemo``, ``te_default``), ``scatter_gather``, ``bucket_size``;
         ``attention`` (``flash``, ``flash2``, ``unfused``), ``dtype`` (``bf16``, ``fp16``, ``fp8``);

@@ -52,7 +52,8 @@ class StageProgram:
         names = layer_names(spec)
         self.row = {name: i for i, name in enumerate(names)}
         self.last_vs = spec.pp * spec.vpp - 1
-        self.grad_bytes = 4 if spec.dtype in ("bf16", "fp8") else 2
+        self.grad_bytes = 4 if spec.dtype in ("bf16", "fp8") and not spec.grad_reduce_in_bf16 \
+            else 2
         self.grad_ops: list[int] = []
         self.param_gathers: dict[int, int] = {}     # layer -> its buckets' all-gather
         self.first_forward: set[int] = set()        # layers whose parameters are gathered

@@ -103,6 +103,9 @@ class TransformerSpec:
     pipeline_layout: tuple[int, ...] | str = "even"
     recompute: Recompute = "none"
     distributed_optimizer: bool = False
+    #: gradients reduced in 16 bits (Megatron-LM's ``--grad-reduce-in-bf16``, NeMo's
+    #: ``grad_sync_dtype: bf16``) instead of FP32 in BF16 and FP8 training
+    grad_reduce_in_bf16: bool = False
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
@@ -157,7 +160,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                 "moe_ffn", "vocab", "experts", "top_k", "bucket_size", "expert_tp"):
         v[key] = _count(values, key, source, 0, minimum=0)
     for key in ("gated_mlp", "sp", "overlap_grad_reduce", "overlap_param_gather",
-                "tp_comm_overlap"):
+                "tp_comm_overlap", "grad_reduce_in_bf16"):
         v[key] = read_bool(values, key, source=source, default=False)
     v["tied_embeddings"] = read_bool(values, "tied_embeddings", source=source, default=True)
     v["scatter_gather"] = read_bool(values, "scatter_gather", source=source, default=True)
@@ -325,6 +328,8 @@ def _check_consistent(spec: TransformerSpec) -> None:
     need(spec.dp % spec.ep == 0, "ep", f"a divisor of dp={spec.dp} (expert parallelism "
                                        f"splits the data-parallel ranks)", spec.ep)
     need(spec.ep == 1 or spec.experts > 0, "ep", "1 without experts", spec.ep)
+    need(spec.vpp == 1 or spec.pp > 1, "vpp", "1 without pipeline parallelism (pp=1)",
+         spec.vpp)
     need(spec.vpp == 1 or spec.schedule == "interleaved", "schedule",
          "'interleaved' when vpp > 1", spec.schedule)
     need(spec.vpp > 1 or spec.schedule != "interleaved", "vpp",
