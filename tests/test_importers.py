@@ -106,6 +106,18 @@ def test_nemo_s_userbuffers_need_their_config_and_sequence_parallelism(reference
         _time(dict(SPEC, sp=False, tp_comm_overlap=False))
 
 
+def test_a_launch_script_s_hydra_overrides_apply_over_the_config(reference):
+    """``overrides``: what a launch script passes on NeMo's command line."""
+    off = dict(NEMO, model=dict(NEMO["model"], ub_tp_comm_overlap=False, num_layers=4))
+    launched = {"generator": "nemo", "device": "h100", "config": off,
+                "overrides": "model.ub_tp_comm_overlap=true \\\n ++model.num_layers=8 "
+                             "~model.ub_tp_comm_overlap_cfg"}
+    assert _time(launched) == reference
+    with pytest.raises(flowsim.ConfigError, match=r"key 'overrides': expected items like "
+                                                   r"model.x=y or ~model.x, found 'model.fp8'"):
+        simulate(NET, dict(launched, overrides=["model.fp8"]), "nccl")
+
+
 def test_gradients_reduced_in_bf16_halve_the_data_parallel_bytes():
     """``--grad-reduce-in-bf16`` / ``grad_sync_dtype: bf16``: 16-bit gradient buckets."""
     from flowsim.workload.load import load_workload

@@ -8,6 +8,7 @@ workload it describes; the data-parallel size is what the network's NPUs leave. 
 
     generator: nemo
     config: llama3_70b.yaml
+    overrides: model.ub_tp_comm_overlap=true model.global_batch_size=256   # as launched
     vocab: 128256          # any transformer key overrides what the config says
 
 What is read, by NeMo key (``model.`` omitted): the shape (``num_layers``, ``hidden_size``,
@@ -33,10 +34,14 @@ so is an interpolation (``${...}``), taken as NeMo's default. The vocabulary com
 
 from __future__ import annotations
 
+import copy
+import shlex
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from ...errors import ConfigError, FlowsimWarning, config_error
 from .megatron import ImportedSpec, parse_imported
@@ -62,10 +67,11 @@ UNMODELLED = ("num_micro_batches_with_partial_activation_checkpoints", "moe_grou
               "fp8_params", "fsdp", "cp_comm_type")
 
 
-def nemo_keys(config: Any, source: str) -> dict[str, Any]:
+def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]:
     """The transformer keys a NeMo config (a mapping, or a path relative to ``source``'s
-    folder) sets."""
+    folder) sets, after Hydra's command-line ``overrides`` (``model.x=y`` items)."""
     where, config = _load(config, source)
+    config = _override(config, overrides, source)
     model = _block(config, "model", where)
     trainer, optim = _block(config, "trainer", where), _block(model, "optim", where)
     keys: dict[str, Any] = {}
@@ -128,6 +134,39 @@ def nemo_keys(config: Any, source: str) -> dict[str, Any]:
     return keys
 
 
+def _override(config: Mapping[str, Any], overrides: Any, source: str) -> Mapping[str, Any]:
+    """``config`` with Hydra's overrides applied: ``a.b=value`` (``+`` and ``++`` prefixes
+    too) sets a key, the value read as YAML; ``~a.b`` removes one."""
+    if overrides is None:
+        return config
+    if isinstance(overrides, str):
+        items = shlex.split(overrides.replace("\\\n", " "))
+    elif isinstance(overrides, list) and all(isinstance(o, str) for o in overrides):
+        items = overrides
+    else:
+        raise config_error(source, "overrides", "Hydra overrides (model.x=y) as one string or "
+                           "a list", overrides)
+    out = copy.deepcopy(dict(config))
+    for item in items:
+        path, equals, value = item.lstrip("+~").partition("=")
+        if not path or (not equals and not item.startswith("~")):
+            raise config_error(source, "overrides", "items like model.x=y or ~model.x", item)
+        *parents, last = path.split(".")
+        block = out
+        for name in parents:
+            if not isinstance(block.get(name), dict):
+                block[name] = {}
+            block = block[name]
+        if item.startswith("~"):
+            block.pop(last, None)
+        else:
+            try:
+                block[last] = yaml.safe_load(value)
+            except yaml.YAMLError:
+                block[last] = value
+    return out
+
+
 def _block(config: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
     """A nested block of the config (absent or null: empty)."""
     block = config.get(key)
@@ -144,8 +183,6 @@ def _load(config: Any, source: str) -> tuple[str, Mapping[str, Any]]:
         return f"{source}: config", config
     if not isinstance(config, str):
         raise config_error(source, "config", "a NeMo config: a YAML path or a mapping", config)
-    import yaml
-
     base = Path(source).parent if Path(source).is_file() else Path.cwd()
     path = base / config
     try:
@@ -162,5 +199,9 @@ def _load(config: Any, source: str) -> tuple[str, Mapping[str, Any]]:
 
 
 def parse_nemo(values: Mapping[str, Any], source: str) -> ImportedSpec:
-    """``generator: nemo``: key ``config`` (a NeMo config), transformer keys."""
-    return parse_imported(values, source, read="config", translate=nemo_keys)
+    """``generator: nemo``: key ``config`` (a NeMo config), optionally ``overrides`` (Hydra's
+    command-line items, as a launch script passes them), transformer keys."""
+    values = dict(values)
+    overrides = values.pop("overrides", None)
+    return parse_imported(values, source, read="config",
+                          translate=lambda config, src: nemo_keys(config, src, overrides))
