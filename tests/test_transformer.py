@@ -128,6 +128,23 @@ def test_a_tied_embedding_on_one_stage_is_one_weight(two_nodes, pp):
     assert ag_untied - ag_tied == (2 * vocab // dp if shared else 0)
 
 
+def test_fp8_parameters_are_gathered_in_one_byte(two_nodes):
+    """``fp8_param_gather``: the layers' weights all-gathered in FP8, the vocabulary's in 16
+    bits; refused without FP8 training."""
+    spec = dict(SMALL, vocab=1024, tp=2, dp=8, global_batch=16, dtype="fp8",
+                distributed_optimizer=True)
+
+    def gathered(**kw):
+        w = transformer(two_nodes, **spec, **kw)
+        return sum(op.size for op in _ops(w.programs[0], "collective", "all_gather", "params"))
+    h, t = 256, 2
+    per_layer = h * 3 * h // t + h * h // t + 2 * h * 4 * h // t + 2 * h
+    assert gathered() - gathered(fp8_param_gather=True) == 4 * per_layer // 8
+    with pytest.raises(ConfigError, match=r"'fp8_param_gather': expected false without "
+                                          r"dtype: fp8"):
+        transformer(two_nodes, **dict(spec, dtype="bf16"), fp8_param_gather=True)
+
+
 def test_context_parallel_exchanges_keys_and_values(two_nodes):
     """CP 2: keys and values all-gathered per layer forward (2 b (s / cp) kv 2 bytes from each
     rank), their gradients reduce-scattered backward; the attention split into the local

@@ -53,6 +53,7 @@ SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
             "overlap-param-gather": ("overlap_param_gather", True),
             "tp-comm-overlap": ("tp_comm_overlap", True),
             "grad-reduce-in-bf16": ("grad_reduce_in_bf16", True),
+            "fp8-param-gather": ("fp8_param_gather", True),
             "untie-embeddings-and-output-weights": ("tied_embeddings", False),
             "recompute-activations": ("recompute", "selective"),
             "bf16": ("dtype", "bf16"), "fp16": ("dtype", "fp16"),
@@ -68,7 +69,7 @@ FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL
 UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
               "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
               "account-for-loss-in-pipeline-split", "moe-grouped-gemm", "moe-layer-freq",
-              "moe-shared-expert-intermediate-size", "cp-comm-type", "fp8-param-gather",
+              "moe-shared-expert-intermediate-size", "cp-comm-type",
               "use-torch-fsdp2", "use-megatron-fsdp", "disable-tp-comm-overlap-ag",
               "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by")
 #: vocabulary sizes of tokenizers named by type alone

@@ -19,7 +19,8 @@ What is read, by NeMo key (``model.`` omitted): the shape (``num_layers``, ``hid
 ``expert_model_parallel_size``, ``virtual_pipeline_model_parallel_size``,
 ``sequence_parallel``), the experts (``num_moe_experts``, ``moe_router_topk``,
 ``moe_expert_capacity_factor``), recomputation (``activations_checkpoint_granularity``),
-precision (``trainer.precision``, ``fp8``), ``ub_tp_comm_overlap`` (NeMo's userbuffers
+precision (``trainer.precision``, ``fp8``, ``fp8_params``), ``ub_tp_comm_overlap``
+(NeMo's userbuffers
 settings, or Transformer Engine's defaults without ``ub_tp_comm_overlap_cfg``; off without
 sequence parallelism, as NeMo turns it off), ``transformer_engine`` (false: unfused
 attention), ``mcore_gpt`` (absent or false: the legacy model, which scatter-gathers pipeline
@@ -64,7 +65,7 @@ TOKENIZER_VOCAB = {"Meta-Llama-3": 128256, "Llama-3.1": 128256, "Llama-2": 32000
                    "GPT2BPETokenizer": 50257, "gpt2": 50257, "Mixtral-8x7B": 32000}
 #: model keys that shape an iteration's time but have no transformer key (named in a warning)
 UNMODELLED = ("num_micro_batches_with_partial_activation_checkpoints", "moe_grouped_gemm",
-              "fp8_params", "fsdp", "cp_comm_type")
+              "fsdp", "cp_comm_type")
 
 
 def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]:
@@ -103,6 +104,7 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
                       "modelled; priced as BF16", FlowsimWarning, stacklevel=4)
     keys["dtype"] = "fp8" if model.get("fp8") else "fp16" if precision.startswith("16") \
         else "bf16"
+    keys["fp8_param_gather"] = keys["dtype"] == "fp8" and bool(model.get("fp8_params", False))
     # Megatron-Core's pipeline sends whole tensors (the legacy models scatter-gather them)
     keys["scatter_gather"] = not model.get("mcore_gpt", False)
     if optim.get("name") in DISTRIBUTED_OPTIMIZERS:

@@ -61,7 +61,8 @@ Communication:
   backward; expert gradients over the expert-data-parallel ranks. With
   ``distributed_optimizer`` (ZeRO-1 as Megatron-LM does it): reduce-scatter instead of
   all-reduce, the optimizer step on the rank's shard, and an all-gather of the updated 16-bit
-  parameters, overlapped with the forward passes (``overlap_param_gather``) or after the step.
+  parameters (the layers' in FP8 with ``fp8_param_gather``), overlapped with the forward
+  passes (``overlap_param_gather``) or after the step.
   The optimizer step is a memory-bound kernel (Adam with FP32 master weights: 30 bytes per
   parameter).
 
@@ -121,6 +122,7 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``capacity_factor``, ``expert_tp``; ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``),
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``);
         ``distributed_optimizer`` (alias ``zero``), ``grad_reduce_in_bf16``,
+        ``fp8_param_gather``,
         ``overlap_grad_reduce``,
         ``overlap_param_gather``, ``tp_comm_overlap`` with ``tp_comm_overlap_cfg``
         (``nemo``, ``te_default``), ``scatter_gather``, ``bucket_size``;

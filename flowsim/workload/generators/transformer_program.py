@@ -260,13 +260,17 @@ class StageProgram:
 
     def _gather_parameters(self, chunk: int, deps: Frontier) -> None:
         """The distributed optimizer's all-gather of a chunk's updated 16-bit parameters
-        (each rank's shard is its input)."""
+        (each rank's shard is its input); with ``fp8_param_gather`` the layers' weights in
+        one byte each, the vocabulary's in two."""
         dims = self.ctx.groups.dp
         dense = self._chunk_parameters(chunk)[0]
         if not dims or not dense:
             return
+        nbytes = 2 * dense
+        if self.spec.fp8_param_gather:   # the layers' weights in one byte
+            nbytes -= len(self.layers[chunk]) * self.k.dense_parameters
         op = self.b.collective(f"chunk{chunk}.params.all_gather", "all_gather",
-                               int(2 * dense / self.ctx.dp_size), dims,
+                               int(nbytes / self.ctx.dp_size), dims,
                                self.row["optimizer"], "fwd", deps)
         for layer in self.layers[chunk]:
             self.param_gathers[layer] = op

@@ -106,6 +106,9 @@ class TransformerSpec:
     #: gradients reduced in 16 bits (Megatron-LM's ``--grad-reduce-in-bf16``, NeMo's
     #: ``grad_sync_dtype: bf16``) instead of FP32 in BF16 and FP8 training
     grad_reduce_in_bf16: bool = False
+    #: FP8 training keeps the layers' weights in FP8, so the distributed optimizer gathers
+    #: them in one byte each (Megatron-LM's ``--fp8-param-gather``, NeMo's ``fp8_params``)
+    fp8_param_gather: bool = False
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
@@ -160,7 +163,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                 "moe_ffn", "vocab", "experts", "top_k", "bucket_size", "expert_tp"):
         v[key] = _count(values, key, source, 0, minimum=0)
     for key in ("gated_mlp", "sp", "overlap_grad_reduce", "overlap_param_gather",
-                "tp_comm_overlap", "grad_reduce_in_bf16"):
+                "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather"):
         v[key] = read_bool(values, key, source=source, default=False)
     v["tied_embeddings"] = read_bool(values, "tied_embeddings", source=source, default=True)
     v["scatter_gather"] = read_bool(values, "scatter_gather", source=source, default=True)
@@ -334,6 +337,8 @@ def _check_consistent(spec: TransformerSpec) -> None:
          "'interleaved' when vpp > 1", spec.schedule)
     need(spec.vpp > 1 or spec.schedule != "interleaved", "vpp",
          "> 1 with the interleaved schedule", spec.vpp)
+    need(not spec.fp8_param_gather or spec.dtype == "fp8", "fp8_param_gather",
+         "false without dtype: fp8", spec.fp8_param_gather)
     need(not spec.overlap_param_gather or spec.distributed_optimizer, "overlap_param_gather",
          "false without distributed_optimizer (parameters are gathered only when the "
          "optimizer is sharded)", spec.overlap_param_gather)
