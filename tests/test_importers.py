@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import flowsim
 from flowsim import FlowsimWarning, simulate
 from flowsim.workload.generators.megatron import VALUED
+from flowsim.workload.generators.nemo import NUMBERS
 
 #: the read-by-hand flags that take a value
 SPECIAL_VALUED = ["num-layers-per-virtual-pipeline-stage", "recompute-granularity",
@@ -151,6 +152,16 @@ def test_flags_that_cannot_be_read_are_one_line_naming_them(tmp_path):
         simulate(NET, str(spec), "nccl")
 
 
+def test_an_unclosed_quote_is_one_line():
+    with pytest.raises(flowsim.ConfigError, match=r"key 'args': expected a command line "
+                                                   r"shlex can split \(No closing quotation\)"):
+        simulate(NET, {"generator": "megatron", "args": ARGS + ' --data-path "x'}, "nccl")
+    with pytest.raises(flowsim.ConfigError, match=r"key 'overrides': expected items shlex can "
+                                                   r"split"):
+        simulate(NET, {"generator": "nemo", "config": NEMO, "overrides": "model.x='1"},
+                 "nccl")
+
+
 def test_model_parallel_sizes_that_do_not_divide_the_npus_are_one_line():
     args = ARGS.replace("--pipeline-model-parallel-size 2", "--pipeline-model-parallel-size 3")
     args = args.replace("--num-layers 8", "--num-layers 12")
@@ -196,5 +207,24 @@ def test_any_flag_value_runs_or_is_one_line(changes):
             warnings.simplefilter("ignore", FlowsimWarning)
             simulate(NET, {"generator": "megatron", "device": "h100", "args": args}, "nccl",
                      max_work=2e8)
+    except flowsim.ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("<dict>")
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(changes=st.lists(st.tuples(
+    st.sampled_from(sorted(NUMBERS) + ["activation", "optim", "tokenizer", "fp8", "fp8_params",
+                                       "ub_tp_comm_overlap_cfg", "sequence_parallel",
+                                       "activations_checkpoint_granularity"]),
+    st.sampled_from([0, -1, 3, 2.5, "x", "${a.b}", None, True, [1], {"a": 1}, 10 ** 9])),
+    min_size=1, max_size=3))
+def test_any_nemo_value_runs_or_is_one_line(changes):
+    """Mutated NeMo keys give a workload or one ConfigError line, never a crash."""
+    model = dict(NEMO["model"], **dict(changes))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FlowsimWarning)
+            simulate(NET, {"generator": "nemo", "device": "h100",
+                           "config": dict(NEMO, model=model)}, "nccl", max_work=2e8)
     except flowsim.ConfigError as exc:
         assert "\n" not in str(exc) and str(exc).startswith("<dict>")

@@ -123,7 +123,11 @@ def megatron_keys(args: str | Sequence[str], source: str) -> dict[str, Any]:
 def _flags(args: str | Sequence[str], source: str) -> dict[str, str | None]:
     """``--flag value`` pairs (a switch's value is None), flags spelt with dashes."""
     if isinstance(args, str):
-        tokens = shlex.split(args.replace("\\\n", " "))
+        try:
+            tokens = shlex.split(args.replace("\\\n", " "))
+        except ValueError as exc:   # an unclosed quote
+            raise config_error(source, "args", f"a command line shlex can split ({exc})",
+                               args[:60]) from None
     elif isinstance(args, Sequence) and all(isinstance(a, (str, int, float)) for a in args):
         tokens = [str(a) for a in args]
     else:

@@ -142,7 +142,11 @@ def _override(config: Mapping[str, Any], overrides: Any, source: str) -> Mapping
     if overrides is None:
         return config
     if isinstance(overrides, str):
-        items = shlex.split(overrides.replace("\\\n", " "))
+        try:
+            items = shlex.split(overrides.replace("\\\n", " "))
+        except ValueError as exc:   # an unclosed quote
+            raise config_error(source, "overrides", f"items shlex can split ({exc})",
+                               overrides[:60]) from None
     elif isinstance(overrides, list) and all(isinstance(o, str) for o in overrides):
         items = overrides
     else:
