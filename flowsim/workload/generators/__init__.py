@@ -33,7 +33,8 @@ from typing import Any
 from ...errors import ConfigError, config_error
 from ..graph import Workload
 from .dlrm import DLRMSpec, build_dlrm, dlrm, parse_dlrm
-from .megatron import build_imported, parse_megatron
+from .imported import build_imported
+from .megatron import parse_megatron
 from .nemo import parse_nemo
 from .transformer import (
     TransformerSpec,

@@ -22,18 +22,13 @@ Flags that do not change an iteration's time (paths, learning rate, logging) are
 
 from __future__ import annotations
 
-import math
 import shlex
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from ..._validate import read_int
 from ...errors import ConfigError, FlowsimWarning, config_error
-from ..graph import Workload
-from .transformer import build_transformer, parse_transformer
-from .transformer_spec import KEYS, MAXIMA
+from .imported import ImportedSpec, parse_imported
 
 #: flags with a value: flag -> transformer key
 VALUED = {"num-layers": "layers", "hidden-size": "hidden", "ffn-hidden-size": "ffn",
@@ -208,54 +203,6 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
         keys["vocab"] = TOKENIZER_VOCAB[tokenizer]
 
 
-@dataclass(frozen=True)
-class ImportedSpec:
-    """Transformer keys read from another tool's configuration, before the network is known
-    (the data-parallel size is what its NPUs leave)."""
-
-    keys: tuple[tuple[str, Any], ...]
-    source: str
-    #: where the keys came from, for messages (``args``, ``config``)
-    origin: str
-
-    def build(self, network: Any) -> Workload:
-        keys = dict(self.keys)
-        if "dp" not in keys:
-            model = math.prod(read_int(keys, k, source=self.source, minimum=1,
-                                       maximum=MAXIMA[k], default=1)
-                              for k in ("tp", "pp", "cp"))
-            if network.npus % model:
-                raise ConfigError(f"{self.source}: {self.origin}: tensor x pipeline x context "
-                                  f"parallel = {model} does not divide the network's "
-                                  f"{network.npus} NPUs")
-            keys["dp"] = network.npus // model
-        return build_transformer(network, parse_transformer(keys, self.source))
-
-
-def parse_imported(values: Mapping[str, Any], source: str, *, read: str,
-                   translate) -> ImportedSpec:
-    """An :class:`ImportedSpec` from ``values``: key ``read`` holds the other tool's
-    configuration, which ``translate(value, source)`` turns into transformer keys; every
-    other key is a transformer key and wins over the translated ones."""
-    if read not in values:
-        raise config_error(source, read, "the configuration to read", None)
-    overrides = {k: v for k, v in values.items() if k != read}
-    unknown = sorted(set(overrides) - set(KEYS))
-    if unknown:
-        raise config_error(source, unknown[0], f"'{read}' or a transformer key",
-                           overrides[unknown[0]])
-    keys = {**translate(values[read], source), **overrides}
-    if not keys.get("vocab"):
-        warnings.warn(f"{source}: '{read}' gives no vocabulary size: the embedding and output "
-                      f"layers are left out (give 'vocab' beside '{read}')", FlowsimWarning,
-                      stacklevel=4)
-    return ImportedSpec(tuple(keys.items()), source, read)
-
-
 def parse_megatron(values: Mapping[str, Any], source: str) -> ImportedSpec:
     """``generator: megatron``: key ``args`` (Megatron-LM's arguments), transformer keys."""
     return parse_imported(values, source, read="args", translate=megatron_keys)
-
-
-def build_imported(network: Any, spec: ImportedSpec) -> Workload:
-    return spec.build(network)

@@ -45,7 +45,7 @@ from typing import Any
 import yaml
 
 from ...errors import ConfigError, FlowsimWarning, config_error
-from .megatron import ImportedSpec, parse_imported
+from .imported import ImportedSpec, parse_imported
 
 #: NeMo model key -> transformer key (numbers)
 NUMBERS = {"num_layers": "layers", "hidden_size": "hidden", "ffn_hidden_size": "ffn",
