@@ -73,6 +73,38 @@ def test_a_megatron_command_line_is_the_run_it_describes(reference):
     assert _time({"generator": "megatron", "device": "h100", "args": ARGS}) == reference
 
 
+def test_a_launch_script_s_argument_arrays_read_as_they_are():
+    """Megatron-LM's example scripts keep the flags in bash arrays, with comments; GPT-2's
+    BPE files give its vocabulary."""
+    script = """
+GPT_MODEL_ARGS=(
+    --num-layers 8
+    --hidden-size 2048
+    --num-attention-heads 16
+    --seq-length 2048
+    --attention-backend auto # Can use (flash/fused/unfused/local)
+)
+TRAINING_ARGS=(
+    --micro-batch-size 1
+    --global-batch-size 16
+    --bf16   # or --fp16
+)
+MODEL_PARALLEL_ARGS=(
+    --tensor-model-parallel-size 2
+    --pipeline-model-parallel-size 2
+)
+DATA_ARGS=(
+    --data-path $DATA_PATH
+    --vocab-file $VOCAB_FILE
+    --merge-file $MERGE_FILE
+)
+"""
+    gpt = dict(generator="transformer", device="h100", layers=8, hidden=2048, heads=16,
+               ffn=8192, sequence=2048, micro_batch=1, global_batch=16, tp=2, pp=2, dp=4,
+               vocab=50257, scatter_gather=False)
+    assert _time({"generator": "megatron", "device": "h100", "args": script}) == _time(gpt)
+
+
 def test_the_arguments_may_be_a_list_and_use_underscores(reference):
     args = ARGS.replace("\\\n", " ").split()[3:]
     args = ["--" + a[2:].replace("-", "_") if a.startswith("--num") else a for a in args]

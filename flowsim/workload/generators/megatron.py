@@ -2,7 +2,8 @@
 
 Megatron-LM users describe a run by the arguments of ``pretrain_gpt.py``. This generator
 reads them (a string as written in a launch script, backslash-newlines and all, or a list) and
-builds the :mod:`transformer <.transformer>` workload they describe, with Megatron-LM's own
+builds the :mod:`transformer <.transformer>` workload they describe (shell comments and the
+lines of a launch script's bash arrays are skipped), with Megatron-LM's own
 defaults where a flag is absent (``megatron/training/arguments.py``: ``ffn_hidden_size`` 4h,
 or ``int(8h / 3 / 64) * 64`` with ``--swiglu``; ``kv_channels`` h / heads; tied embeddings;
 Transformer Engine's fused attention; its userbuffers defaults under ``--tp-comm-overlap``
@@ -119,7 +120,7 @@ def _flags(args: str | Sequence[str], source: str) -> dict[str, str | None]:
     """``--flag value`` pairs (a switch's value is None), flags spelt with dashes."""
     if isinstance(args, str):
         try:
-            tokens = shlex.split(args.replace("\\\n", " "))
+            tokens = shlex.split(args.replace("\\\n", " "), comments=True)
         except ValueError as exc:   # an unclosed quote
             raise config_error(source, "args", f"a command line shlex can split ({exc})",
                                args[:60]) from None
@@ -201,6 +202,8 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
         keys["vocab"] += 1   # its end-of-document token
     if "vocab" not in keys and tokenizer in TOKENIZER_VOCAB:
         keys["vocab"] = TOKENIZER_VOCAB[tokenizer]
+    elif "vocab" not in keys and tokenizer is None and "merge-file" in flags:
+        keys["vocab"] = TOKENIZER_VOCAB["GPT2BPETokenizer"]   # a BPE merge file: GPT-2's
 
 
 def parse_megatron(values: Mapping[str, Any], source: str) -> ImportedSpec:

@@ -143,7 +143,7 @@ def _override(config: Mapping[str, Any], overrides: Any, source: str) -> Mapping
         return config
     if isinstance(overrides, str):
         try:
-            items = shlex.split(overrides.replace("\\\n", " "))
+            items = shlex.split(overrides.replace("\\\n", " "), comments=True)
         except ValueError as exc:   # an unclosed quote
             raise config_error(source, "overrides", f"items shlex can split ({exc})",
                                overrides[:60]) from None
