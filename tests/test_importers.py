@@ -194,6 +194,23 @@ def test_an_unclosed_quote_is_one_line():
                  "nccl")
 
 
+def test_a_bad_value_is_named_as_the_tool_names_it():
+    """A value the transformer refuses names the flag or NeMo key it was read from; a key
+    given beside the configuration is named as given."""
+    config = dict(NEMO, model=dict(NEMO["model"], num_layers=0))
+    with pytest.raises(flowsim.ConfigError, match=r"key 'layers': expected an integer >= 1, "
+                                                   r"found 0 \(read from model.num_layers in "
+                                                   r"'config'\)$"):
+        simulate(NET, {"generator": "nemo", "device": "h100", "config": config}, "nccl")
+    args = ARGS.replace("--num-attention-heads 16", "--num-attention-heads 7")
+    with pytest.raises(flowsim.ConfigError, match=r"\(read from --num-attention-heads in "
+                                                   r"'args'\)$"):
+        simulate(NET, {"generator": "megatron", "device": "h100", "args": args}, "nccl")
+    with pytest.raises(flowsim.ConfigError, match=r"key 'layers': expected an integer >= 1, "
+                                                   r"found 0$"):
+        simulate(NET, {"generator": "megatron", "args": ARGS, "layers": 0}, "nccl")
+
+
 def test_model_parallel_sizes_that_do_not_divide_the_npus_are_one_line():
     args = ARGS.replace("--pipeline-model-parallel-size 2", "--pipeline-model-parallel-size 3")
     args = args.replace("--num-layers 8", "--num-layers 12")

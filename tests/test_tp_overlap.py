@@ -14,11 +14,13 @@ import flowsim
 from flowsim import simulate
 from flowsim.compute.gemm import gemm_ns
 from flowsim.workload.generators import transformer
-from flowsim.workload.generators.transformer_overlap import RS_SMS, RS_SPLITS
+from flowsim.workload.generators.transformer_overlap import RS_SPLITS, UB_SETTINGS
 from flowsim.workload.graph import topological_order
 from flowsim.workload.kernels import Gemm
 
 TP = 4
+#: NeMo's SMs beside the pipelined GEMMs (the default settings)
+RS_SMS = UB_SETTINGS["nemo"].rs_sms
 #: one node of 8 GPUs on a switch, then 2 nodes
 NET = {"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth": [300, 25],
        "latency": [500, 2000]}

@@ -9,6 +9,7 @@ holds what they share: merging the translated keys with keys given beside them, 
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -30,8 +31,20 @@ class ImportedSpec:
     source: str
     #: where the keys came from, for messages (``args``, ``config``)
     origin: str
+    #: transformer key -> the tool's name for it, for keys read from ``origin``
+    names: tuple[tuple[str, str], ...] = ()
 
     def build(self, network: Any) -> Workload:
+        try:
+            return self._build(network)
+        except ConfigError as exc:   # name the setting as the user wrote it
+            named = re.search(r"key '(\w+)'", str(exc))
+            tool = dict(self.names).get(named.group(1)) if named else None
+            if tool is None:
+                raise
+            raise ConfigError(f"{exc} (read from {tool} in '{self.origin}')") from None
+
+    def _build(self, network: Any) -> Workload:
         keys = dict(self.keys)
         if "dp" not in keys:
             model = math.prod(read_int(keys, k, source=self.source, minimum=1,
@@ -46,10 +59,12 @@ class ImportedSpec:
 
 
 def parse_imported(values: Mapping[str, Any], source: str, *, read: str,
-                   translate: Callable[[Any, str], dict[str, Any]]) -> ImportedSpec:
+                   translate: Callable[[Any, str], dict[str, Any]],
+                   names: Mapping[str, str]) -> ImportedSpec:
     """An :class:`ImportedSpec` from ``values``: key ``read`` holds the other tool's
     configuration, which ``translate(value, source)`` turns into transformer keys; every
-    other key is a transformer key and wins over the translated ones."""
+    other key is a transformer key and wins over the translated ones. ``names`` gives the
+    tool's name of a transformer key, for errors."""
     if read not in values:
         raise config_error(source, read, "the configuration to read", None)
     overrides = {k: v for k, v in values.items() if k != read}
@@ -62,7 +77,8 @@ def parse_imported(values: Mapping[str, Any], source: str, *, read: str,
         warnings.warn(f"{source}: '{read}' gives no vocabulary size: the embedding and output "
                       f"layers are left out (give 'vocab' beside '{read}')", FlowsimWarning,
                       stacklevel=4)
-    return ImportedSpec(tuple(keys.items()), source, read)
+    tool = tuple((k, names[k]) for k in keys if k in names and k not in overrides)
+    return ImportedSpec(tuple(keys.items()), source, read, tool)
 
 
 def build_imported(network: Any, spec: ImportedSpec) -> Workload:

@@ -208,4 +208,5 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
 
 def parse_megatron(values: Mapping[str, Any], source: str) -> ImportedSpec:
     """``generator: megatron``: key ``args`` (Megatron-LM's arguments), transformer keys."""
-    return parse_imported(values, source, read="args", translate=megatron_keys)
+    return parse_imported(values, source, read="args", translate=megatron_keys,
+                          names={key: f"--{flag}" for flag, key in VALUED.items()})

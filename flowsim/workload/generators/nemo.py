@@ -210,4 +210,5 @@ def parse_nemo(values: Mapping[str, Any], source: str) -> ImportedSpec:
     values = dict(values)
     overrides = values.pop("overrides", None)
     return parse_imported(values, source, read="config",
-                          translate=lambda config, src: nemo_keys(config, src, overrides))
+                          translate=lambda config, src: nemo_keys(config, src, overrides),
+                          names={key: f"model.{name}" for name, key in NUMBERS.items()})

@@ -88,8 +88,6 @@ class UbSettings:
 #: settings by ``tp_comm_overlap_cfg``
 UB_SETTINGS = {"nemo": UbSettings({"projection": 24, "fc2": 16}, rs_fp8=True),
                "te_default": UbSettings({"projection": 0, "fc2": 0}, rs_fp8=False)}
-#: NeMo's SMs beside the pipelined GEMMs (the default settings')
-RS_SMS = UB_SETTINGS["nemo"].rs_sms
 
 
 @dataclass(frozen=True)
