@@ -20,19 +20,21 @@ adjusted to a training run (sources beside each preset):
   GEMM against its best BF16 GEMM, both measured with the same software, gives the ratio of
   the two fractions (H100 SXM: 70.9% / 80.3% = 0.883 with torch 2.7.0+cu126; GB200: 72.3% /
   72.9% = 0.992 with torch 2.10.0+cu130), :attr:`Device.fp8_gemm_ratio`;
-* fused attention throughput: Dao, "FlashAttention-2" (arXiv 2307.08691, 2023), section 4.1:
-  "up to 230 TFLOPs/s, 73% of the theoretical maximum" on A100 (forward and backward
-  together; the backward runs at about 2/3 of the forward's rate in its figures); Shah et al.,
-  "FlashAttention-3" (arXiv 2407.08608, 2024): "up to 740 TFLOPs/s (75% utilization)" in
-  the BF16 forward pass on H100, the backward 1.5-1.75x FlashAttention-2's; and, for
-  FlashAttention-2 on H100 (``attention: flash2``), the same paper's abstract:
-  "FlashAttention-2 [...] achieving only 35% utilization on the H100 GPU" forward, and
-  its backward at FlashAttention-3's divided by 1.625, the middle of that 1.5-1.75x; on
-  Blackwell, Transformer Engine's default (cuDNN) attention from the FlashAttention-4 paper
+* fused attention throughput, of the kernel Transformer Engine runs (its
+  ``DotProductAttention`` picks cuDNN's fused attention over FlashAttention on Hopper and
+  newer "for performance reasons", from TE 1.4 on, and FlashAttention on Ampere): on A100,
+  Dao, "FlashAttention-2" (arXiv 2307.08691, 2023), section 4.1: "up to 230 TFLOPs/s, 73%
+  of the theoretical maximum" (forward and backward together; the backward runs at about
+  2/3 of the forward's rate in its figures); on H100, cuDNN's in the speed figures of Shah
+  et al., "FlashAttention-3" (arXiv 2407.08608, 2024) at head dimension 128 (that of nearly
+  every LLM) and 16K tokens: 595 TFLOP/s forward (0.601 of the BF16 peak), 516 backward
+  (0.522), and, for FlashAttention-2 (``attention: flash2``), 370 and 322 (0.374, 0.325);
+  FlashAttention-3 itself reaches 648 and 561 there (not a preset: Transformer Engine does
+  not pick it); on Blackwell, cuDNN's from the FlashAttention-4 paper
   (2026): FlashAttention-4 reaches "71% utilization" in BF16 on B200, "up to 1.3x" cuDNN
   9.13's, so cuDNN's forward is taken at 0.71 / 1.3 = 0.55 of peak and its
-  backward at 2/3 of that, the ratio FlashAttention-3 has on H100 (an assumption: the paper's
-  backward numbers are not in its abstract);
+  backward at 2/3 of that, the ratio FlashAttention-3's headline rates have on H100 (an
+  assumption: the paper's backward numbers are not in its abstract);
 * memory-bound kernels reach about 90% of the HBM bandwidth (a device-to-device copy: e.g.
   3.57 of 3.94 TB/s measured on an H100 NVL, ml-engineering's benchmark notes); kernel
   launch and tail costs of a few microseconds per kernel.
@@ -137,16 +139,26 @@ A100_SXM_40GB = Device(
     mamf_tflops=267.9, mamf_shape=(6912, 16384, 2048), attention_forward=0.73,
     attention_backward=0.55,
     source="NVIDIA A100 datasheet (HBM2, 1,555 GB/s); compute as the 80 GB part")
+#: H100's own sustained fraction, set the way GB200's is (:data:`GB200_SUSTAINED`): from the
+#: same recipe release and model, NVIDIA's DGX Cloud recipes v25.05 on H100, Nemotron-4 340B
+#: in BF16 (256 GPUs, global batch 64: 4.606 s per step, NeMo 25.04), which 0.77 predicts
+#: within 0.3% (``validate_published.py --only dgxc2505_nemotron4_340b_bf16_256gpu
+#: --sustained X``); every other H100 run is validated with it unchanged. Until it was set,
+#: H100 took A100's 0.8, and its 65 published runs came out fast by a median of 6.9% (A100's
+#: 26 by 3.1%): inside a training job an H100 keeps a smaller share of its isolated-kernel
+#: speed than an A100 does.
+H100_SUSTAINED = 0.77
 H100_SXM_80GB = Device(
     name="h100_sxm_80gb", sms=132,
     peak_tflops=(("bf16", 989.4), ("fp16", 989.4), ("fp8", 1978.9), ("tf32", 494.7),
                  ("fp32", 66.9)),
     memory_gbps=3350.0, memory_gb=80.0, mamf_tflops=792.1, mamf_shape=(6144, 17920, 2816),
     fp8_gemm_ratio=round(1402.6 / 1978.9 / (794.5 / 989.4), 3),
-    attention_forward=0.75, attention_backward=0.5, flash2_forward=0.35,
-    flash2_backward=0.31,
+    attention_forward=round(595 / 989.4, 3), attention_backward=round(516 / 989.4, 3),
+    flash2_forward=round(370 / 989.4, 3), flash2_backward=round(322 / 989.4, 3),
+    sustained=H100_SUSTAINED,
     source="NVIDIA H100 datasheet; MAMF: ml-engineering accelerator table (CUDA 12.1); "
-           "attention: FlashAttention-3 (and its account of FlashAttention-2 on H100)")
+           "attention: cuDNN's and FlashAttention-2's in the FlashAttention-3 paper's figures")
 
 #: GB200's own sustained fraction, from one source: the one bubble-free, compute-bound run of
 #: NVIDIA's DGX Cloud recipes v25.05 on GB200 (Nemotron-4 340B, BF16, 128 GPUs, global batch

@@ -15,9 +15,9 @@ Each op carries its kernels' shapes (:mod:`.transformer_kernels`), priced by a c
 when the run is simulated: a device preset (``device``, or the network's ``cluster``
 device), or a ``roofline``. Per layer and micro-batch, per rank (``n = b s / cp`` tokens,
 ``t = tp``): the QKV, projection, FC1 and FC2 GEMMs (Megatron's column- and row-parallel
-splits), fused (flash) attention with the causal mask (Dao 2023: the device's best fused
-kernel, or with ``flash2`` FlashAttention-2, which H100 runs at about half FlashAttention-3's
-rate) or Megatron-LM's unfused attention (batched GEMMs, softmax and dropout of the score
+splits), fused (flash) attention with the causal mask (Dao 2023: the fused kernel
+Transformer Engine picks on the device, cuDNN's on Hopper and Blackwell, or with ``flash2``
+FlashAttention-2, which H100 runs at about 60% of cuDNN's rate) or Megatron-LM's unfused attention (batched GEMMs, softmax and dropout of the score
 matrix: Shoeybi et al. 2019, Narayanan et al. 2021), layer norms, bias-dropout-residual
 adds and the activation as memory-bound kernels; backward passes as data- and weight-
 gradient GEMMs. Activation
