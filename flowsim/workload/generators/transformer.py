@@ -17,10 +17,10 @@ device), or a ``roofline``. Per layer and micro-batch, per rank (``n = b s / cp`
 ``t = tp``): the QKV, projection, FC1 and FC2 GEMMs (Megatron's column- and row-parallel
 splits), fused (flash) attention with the causal mask (Dao 2023: the fused kernel
 Transformer Engine picks on the device, cuDNN's on Hopper and Blackwell, or with ``flash2``
-FlashAttention-2, which H100 runs at about 60% of cuDNN's rate) or Megatron-LM's unfused attention (batched GEMMs, softmax and dropout of the score
-matrix: Shoeybi et al. 2019, Narayanan et al. 2021), layer norms, bias-dropout-residual
-adds and the activation as memory-bound kernels; backward passes as data- and weight-
-gradient GEMMs. Activation
+FlashAttention-2, which H100 runs at about 60% of cuDNN's rate) or Megatron-LM's unfused
+attention (batched GEMMs, softmax and dropout of the score matrix: Shoeybi et al. 2019,
+Narayanan et al. 2021), layer norms, bias-dropout-residual adds and the activation as
+memory-bound kernels; backward passes as data- and weight-gradient GEMMs. Activation
 recomputation (Korthikanti et al. 2022): ``full`` re-runs each layer's forward, with its
 communication, before its backward; ``selective`` re-runs the attention core (scores, softmax,
 dropout; a no-op with flash attention, which recomputes them anyway). ``dtype: fp8`` is
