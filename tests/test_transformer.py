@@ -355,13 +355,14 @@ def test_one_rank_iteration_is_its_kernels_in_a_row(model):
     assert float(ds.time_ns) >= busy
 
 
-@pytest.mark.parametrize("preset, forward, backward", [("h100", 0.35, 0.31),
+@pytest.mark.parametrize("preset, forward, backward", [("h100", 370 / 989.4, 322 / 989.4),
                                                        ("a100", 0.73, 0.55)])
 def test_flash2_prices_flashattention_2_where_the_device_has_a_newer_kernel(
         two_nodes, preset, forward, backward):
     """``attention: flash2`` makes the same attention kernels, priced at FlashAttention-2's
-    published fraction of peak: on H100 35% forward (FlashAttention-3's abstract) instead of
-    FlashAttention-3's 75%; on A100, whose best kernel is FlashAttention-2, unchanged."""
+    measured fraction of peak: on H100 370 and 322 TFLOP/s forward and backward (the
+    FlashAttention-3 paper's figures, head dimension 128) instead of cuDNN's; on A100, whose
+    kernel is FlashAttention-2, unchanged."""
     from flowsim.compute.attention import attention_ns
 
     def kernels(attention):
@@ -376,7 +377,7 @@ def test_flash2_prices_flashattention_2_where_the_device_has_a_newer_kernel(
         rate = dev.attention_backward if k.backward else dev.attention_forward
         launch = dev.launch_us * 1e3
         ratio = (attention_ns(dev, k2) - launch) / (attention_ns(dev, k) - launch)
-        assert ratio == pytest.approx(rate / (backward if k.backward else forward))
+        assert ratio == pytest.approx(rate / (backward if k.backward else forward), rel=2e-3)
 
 
 # ------------------------------------------------------------------ mapping and errors
