@@ -168,6 +168,22 @@ def test_gradients_reduced_in_bf16_halve_the_data_parallel_bytes():
     assert bf16 * 2 == fp32 and nemo == bf16
 
 
+def test_fully_sharded_data_parallelism_is_read_from_both_tools(reference):
+    """``--use-torch-fsdp2`` and NeMo's ``fsdp`` with its default ``full`` sharding are
+    ``fsdp``; NeMo's other sharding strategies are named as left out."""
+    args = ARGS.replace("--use-distributed-optimizer", "--use-torch-fsdp2")
+    fsdp = _time(dict(SPEC, fsdp=True))
+    assert fsdp != reference
+    assert _time({"generator": "megatron", "device": "h100", "args": args}) == fsdp
+    model = dict(NEMO["model"], ub_tp_comm_overlap_cfg=None, fsdp=True)
+    assert _time({"generator": "nemo", "device": "h100",
+                  "config": dict(NEMO, model=model)}) == fsdp
+    hybrid = dict(model, fsdp_sharding_strategy="hybrid")
+    with pytest.warns(FlowsimWarning, match="fsdp_sharding_strategy hybrid"):
+        simulate(NET, {"generator": "nemo", "device": "h100",
+                       "config": dict(NEMO, model=hybrid)}, "nccl")
+
+
 def test_keys_beside_the_configuration_win():
     wide = _time({"generator": "megatron", "device": "h100", "args": ARGS, "ffn": 8192})
     assert wide == _time(dict(SPEC, ffn=8192))

@@ -50,6 +50,7 @@ SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
             "tp-comm-overlap": ("tp_comm_overlap", True),
             "grad-reduce-in-bf16": ("grad_reduce_in_bf16", True),
             "fp8-param-gather": ("fp8_param_gather", True),
+            "use-torch-fsdp2": ("fsdp", True),
             "untie-embeddings-and-output-weights": ("tied_embeddings", False),
             "recompute-activations": ("recompute", "selective"),
             "bf16": ("dtype", "bf16"), "fp16": ("dtype", "fp16"),
@@ -65,8 +66,8 @@ FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL
 UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
               "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
               "account-for-loss-in-pipeline-split", "moe-grouped-gemm", "moe-layer-freq",
-              "moe-shared-expert-intermediate-size", "cp-comm-type",
-              "use-torch-fsdp2", "use-megatron-fsdp", "disable-tp-comm-overlap-ag",
+              "moe-shared-expert-intermediate-size", "cp-comm-type", "use-megatron-fsdp",
+              "disable-tp-comm-overlap-ag",
               "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by")
 #: vocabulary sizes of tokenizers named by type alone
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257}

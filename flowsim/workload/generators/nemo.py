@@ -65,7 +65,7 @@ TOKENIZER_VOCAB = {"Meta-Llama-3": 128256, "Llama-3.1": 128256, "Llama-2": 32000
                    "GPT2BPETokenizer": 50257, "gpt2": 50257, "Mixtral-8x7B": 32000}
 #: model keys that shape an iteration's time but have no transformer key (named in a warning)
 UNMODELLED = ("num_micro_batches_with_partial_activation_checkpoints", "moe_grouped_gemm",
-              "fsdp", "cp_comm_type")
+              "cp_comm_type")
 
 
 def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]:
@@ -116,6 +116,8 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
                                                                               "bfloat16")
         if optim.get("ddp_bucket_size"):
             keys["bucket_size"] = optim["ddp_bucket_size"]
+    sharding = model.get("fsdp_sharding_strategy", "full")
+    keys["fsdp"] = bool(model.get("fsdp", False)) and sharding == "full"   # ZeRO-3
     tokenizer = str(_block(model, "tokenizer", where).get("type", ""))
     for fragment, size in TOKENIZER_VOCAB.items():
         if fragment.lower() in tokenizer.lower():
@@ -127,6 +129,8 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
     if granularity == "full" and (method, count) not in ((None, None), ("uniform", 1)):
         left.append(f"model.activations_checkpoint_method {method} with num_layers {count} "
                     "(priced as every layer recomputed)")
+    if model.get("fsdp") and sharding != "full":
+        left.append(f"model.fsdp_sharding_strategy {sharding} (priced as Megatron's DDP)")
     dispatcher = model.get("moe_token_dispatcher_type", "allgather")
     if keys.get("experts") and dispatcher != "alltoall":
         left.append(f"model.moe_token_dispatcher_type {dispatcher} (priced as alltoall)")

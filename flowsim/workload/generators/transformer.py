@@ -65,6 +65,18 @@ Communication:
   passes (``overlap_param_gather``) or after the step.
   The optimizer step is a memory-bound kernel (Adam with FP32 master weights: 30 bytes per
   parameter).
+* **fully sharded data parallel** (``fsdp``: ZeRO-3 as PyTorch FSDP2 runs it, torchtitan's
+  data parallelism and Megatron-LM's ``--use-torch-fsdp2``): each transformer layer, the
+  embedding and the output layer are units whose parameters stay sharded over the
+  data-parallel ranks. A unit's parameters are all-gathered (16-bit; the layers' weights in
+  FP8 with ``fp8_param_gather``) before its forward and again before its backward, one unit
+  ahead of the compute (FSDP2's prefetch), and its gradients reduce-scattered after its
+  backward, every micro-batch; with pipeline parallelism the parameters stay gathered from
+  a forward to its backward (torchtitan's ``reshard_after_forward`` default). The optimizer
+  steps on the rank's shard; Megatron's bucketed gradient reduction and
+  ``distributed_optimizer``'s gathers are replaced (``overlap_grad_reduce``,
+  ``overlap_param_gather`` and ``bucket_size`` do nothing with it). Left out: FSDP's
+  copies into and out of its flat buffers.
 
 Tied embeddings (``tied_embeddings``, GPT's) are one weight when one stage holds both the
 embedding and the output layer: one gradient, one optimizer shard, one parameter all-gather.
@@ -121,11 +133,10 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``dp``, ``cp``, ``ep``, ``vpp``, ``sp``; ``experts``, ``top_k``, ``moe_ffn``,
         ``capacity_factor``, ``expert_tp``; ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``),
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``);
-        ``distributed_optimizer`` (alias ``zero``), ``grad_reduce_in_bf16``,
-        ``fp8_param_gather``,
-        ``overlap_grad_reduce``,
-        ``overlap_param_gather``, ``tp_comm_overlap`` with ``tp_comm_overlap_cfg``
-        (``nemo``, ``te_default``), ``scatter_gather``, ``bucket_size``;
+        ``distributed_optimizer`` (alias ``zero``), ``fsdp``, ``grad_reduce_in_bf16``,
+        ``fp8_param_gather``, ``overlap_grad_reduce``, ``overlap_param_gather``,
+        ``tp_comm_overlap`` with ``tp_comm_overlap_cfg`` (``nemo``, ``te_default``),
+        ``scatter_gather``, ``bucket_size``;
         ``attention`` (``flash``, ``flash2``, ``unfused``), ``dtype`` (``bf16``, ``fp16``, ``fp8``);
         ``device`` (a compute preset) or ``roofline`` (a mapping); ``dims``.
 

@@ -1,7 +1,8 @@
 """One pipeline stage's program for one training iteration: its schedule of forward and
 backward passes over micro-batches and model chunks, the pipeline sends and receives between
 virtual stages, the data-parallel gradient collectives in buckets, the optimizer step and the
-distributed optimizer's parameter all-gathers."""
+distributed optimizer's parameter all-gathers; or, with ``fsdp``, fully sharded data
+parallelism's per-layer parameter all-gathers and gradient reduce-scatters."""
 
 from __future__ import annotations
 
@@ -57,6 +58,11 @@ class StageProgram:
         self.grad_ops: list[int] = []
         self.param_gathers: dict[int, int] = {}     # layer -> its buckets' all-gather
         self.first_forward: set[int] = set()        # layers whose parameters are gathered
+        #: fsdp: units (``layer<i>``, ``embedding``, ``logits``) whose parameters are gathered
+        #: now, and the frontier the next unit's all-gather is issued after (prefetch: one
+        #: unit ahead of the compute, as FSDP2 does)
+        self.unsharded: set[str] = set()
+        self.prefetch_after: Frontier = ()
 
     # ------------------------------------------------------------------ the whole stage
     def build(self) -> list[Op]:
@@ -64,7 +70,8 @@ class StageProgram:
         order = stage_schedule(spec, self.ctx.stage)
         last_bwd = {c: max(i for i, u in enumerate(order) if u[0] == "bwd" and u[1] == c)
                     for c in range(spec.vpp)}
-        if spec.distributed_optimizer and spec.overlap_param_gather:
+        ddp = not spec.fsdp   # Megatron's DDP, with or without the distributed optimizer
+        if ddp and spec.distributed_optimizer and spec.overlap_param_gather:
             for c in range(spec.vpp):
                 self._gather_parameters(c, deps=())
         for i, (pass_, chunk, m) in enumerate(order):
@@ -72,13 +79,13 @@ class StageProgram:
                 self._forward(chunk, m)
             else:
                 self._backward(chunk, m, final=i == last_bwd[chunk])
-        if not spec.overlap_grad_reduce:   # gradients reduced after the whole backward
+        if ddp and not spec.overlap_grad_reduce:   # reduced after the whole backward
             end = () if b.last is None else (b.last,)
             for c in range(spec.vpp):
                 self._reduce_gradients(c, [(self._chunk_parameters(c), end)])
         step = b.compute("optimizer", optimizer_step(self._local_parameters()),
                          self.row["optimizer"], "wg", tuple(self.grad_ops))
-        if spec.distributed_optimizer and not spec.overlap_param_gather:
+        if ddp and spec.distributed_optimizer and not spec.overlap_param_gather:
             for c in range(spec.vpp):
                 self._gather_parameters(c, deps=(step,))
         return b.ops
@@ -97,18 +104,24 @@ class StageProgram:
         carry: tuple = ()
         if vs == 0 and spec.vocab:
             row = self.row["embedding"]
+            x = self._unshard("embedding", f"{tag}.embedding", row, "fwd", x)
             x = b.tp_block(f"{tag}.embedding", k.embedding, row, "fwd", x, gather=False,
                            reduce=True)
+            self._after_forward("embedding")
         for layer in self.layers[chunk]:
             if layer not in self.first_forward and layer in self.param_gathers:
                 x = (*x, self.param_gathers[layer])
             self.first_forward.add(layer)
+            x = self._unshard(f"layer{layer}", f"{tag}.layer{layer}", layer, "fwd", x)
             x = b.forward(layer, tag, x, carry)
+            self._after_forward(f"layer{layer}")
             carry = b.residual
         if vs == self.last_vs and spec.vocab:
             row = self.row["logits"]
+            x = self._unshard(self._logits_unit(vs), f"{tag}.logits", row, "fwd", x)
             x = (b.compute(f"{tag}.final_norm", carry + k.norm, row, "fwd", x),)
             x = b.tp_block(f"{tag}.logits", k.logits, row, "fwd", x, gather=True, reduce=False)
+            self._after_forward(self._logits_unit(vs))
         elif carry:
             x = (b.compute(f"{tag}.residual", carry, self.layers[chunk][-1], "fwd", x),)
         if after is not None:
@@ -129,6 +142,7 @@ class StageProgram:
         carry: tuple = ()
         if vs == self.last_vs and spec.vocab:
             row = self.row["logits"]
+            g = self._unshard(self._logits_unit(vs), f"{tag}.logits.dgrad", row, "ig", g)
             # the output layer is column-parallel: a 16-bit input gathered again (sp)
             regather = b.regather(f"{tag}.logits.dgrad", row, g, k.shard_bytes)
             g = b.tp_block(f"{tag}.logits.dgrad", k.logits_dgrad, row, "ig", g, gather=False,
@@ -136,27 +150,32 @@ class StageProgram:
             b.compute(f"{tag}.logits.wgrad", k.logits_wgrad, row, "wg", regather)
             if not self._shared_vocab(vs):   # else one weight, in the embedding's bucket
                 buckets.append(((k.vocab_parameters, 0), _frontier(b.last_wgrad)))
+                self._after_backward("logits", f"{tag}.logits", row, b.last_wgrad)
             carry = k.norm_backward
         for layer in reversed(own):
+            g = self._unshard(f"layer{layer}", f"{tag}.layer{layer}", layer, "ig", g)
             if spec.recompute == "full":
                 g = (*g, *b.forward(layer, f"{tag}.recompute", ()))
             g = b.backward(layer, tag, g, carry)
             carry = b.norm_backward
             buckets.append((self._layer_parameters(), _frontier(b.last_wgrad)))
+            self._after_backward(f"layer{layer}", f"{tag}.layer{layer}", layer, b.last_wgrad)
         if vs == 0 and spec.vocab:
             row = self.row["embedding"]
+            g = self._unshard("embedding", f"{tag}.embedding", row, "ig", g)
             if spec.tp > 1 and spec.sp:
                 g = (b.collective(f"{tag}.embedding.all_gather", "all_gather", k.shard_bytes,
                                   self.ctx.groups.tp, row, "ig", g),)
             b.compute(f"{tag}.embedding.backward", carry + k.embedding_backward, row, "wg", g)
             buckets.append(((k.vocab_parameters, 0), _frontier(b.last)))
+            self._after_backward("embedding", f"{tag}.embedding", row, b.last)
         elif carry:
             g = (b.compute(f"{tag}.norm_backward", carry, own[0] if len(own) else top, "ig",
                            g),)
         if before is not None:
             self._send(f"{tag}.send_gradient", before, self._tag(m, vs - 1, 1),
                        own[0] if len(own) else top, "ig", g)
-        if final and spec.overlap_grad_reduce:
+        if final and spec.overlap_grad_reduce and not spec.fsdp:
             self._reduce_gradients(chunk, buckets)
 
     # ------------------------------------------------------------------ pipeline messages
@@ -220,7 +239,7 @@ class StageProgram:
         spec, ctx = self.spec, self.ctx
         dense = sum(self._chunk_parameters(c)[0] for c in range(spec.vpp))
         expert = sum(self._chunk_parameters(c)[1] for c in range(spec.vpp))
-        if spec.distributed_optimizer:
+        if spec.distributed_optimizer or spec.fsdp:
             return dense / ctx.dp_size + expert / ctx.expert_dp_size
         return dense + expert
 
@@ -274,6 +293,62 @@ class StageProgram:
                                self.row["optimizer"], "fwd", deps)
         for layer in self.layers[chunk]:
             self.param_gathers[layer] = op
+
+    # ------------------------------------------------------------------ fully sharded (fsdp)
+    def _logits_unit(self, vs: int) -> str:
+        """The output layer's unit: the embedding's when the two are one tied weight."""
+        return "embedding" if self._shared_vocab(vs) else "logits"
+
+    def _unit_parameters(self, unit: str) -> tuple[float, float, float]:
+        """(dense, expert, dense weights kept in FP8) parameters of an fsdp unit."""
+        if unit.startswith("layer"):
+            k = self.k
+            return k.dense_parameters, k.expert_parameters, k.dense_parameters
+        return self.k.vocab_parameters, 0.0, 0.0
+
+    def _unshard(self, unit: str, name: str, layer: int, pass_: str, x: Frontier
+                 ) -> Frontier:
+        """With ``fsdp``, the unit's parameters all-gathered over the data-parallel ranks
+        unless they are still gathered (FSDP2 keeps them from a forward to its backward when
+        it does not reshard after the forward: with pipeline parallelism, as torchtitan
+        does); the all-gather is issued one unit ahead, after the previous unit's inputs.
+        Returns ``x`` with the all-gathers its unit's compute waits for."""
+        if not self.spec.fsdp or unit in self.unsharded:
+            return x
+        self.unsharded.add(unit)
+        dense, expert, fp8 = self._unit_parameters(unit)
+        if self.spec.fp8_param_gather:
+            dense -= fp8 / 2       # the layers' weights in one byte, the rest in two
+        gathers = []
+        for params, dims, size in ((dense, self.ctx.groups.dp, self.ctx.dp_size),
+                                   (expert, self.ctx.groups.expert_dp,
+                                    self.ctx.expert_dp_size)):
+            if params and dims:
+                gathers.append(self.b.collective(
+                    f"{name}.params.all_gather", "all_gather", int(2 * params / size), dims,
+                    layer, pass_, self.prefetch_after))
+        x = (*x, *gathers)
+        self.prefetch_after = x
+        return x
+
+    def _after_forward(self, unit: str) -> None:
+        """FSDP2 frees a unit's gathered parameters after its forward, except with pipeline
+        parallelism (torchtitan's default ``reshard_after_forward``)."""
+        if self.spec.pp == 1:
+            self.unsharded.discard(unit)
+
+    def _after_backward(self, unit: str, name: str, layer: int, ready: int | None) -> None:
+        """With ``fsdp``, the unit's gradients reduce-scattered once its weight gradients are
+        ready (every micro-batch, as FSDP2 does by default), and its parameters freed."""
+        if not self.spec.fsdp:
+            return
+        self.unsharded.discard(unit)
+        dense, expert, _ = self._unit_parameters(unit)
+        for params, dims in ((dense, self.ctx.groups.dp), (expert, self.ctx.groups.expert_dp)):
+            if params and dims:
+                self.grad_ops.append(self.b.collective(
+                    f"{name}.grads.reduce_scatter", "reduce_scatter",
+                    int(params * self.grad_bytes), dims, layer, "wg", _frontier(ready)))
 
 
 def _frontier(op: int | None) -> Frontier:

@@ -111,6 +111,10 @@ class TransformerSpec:
     fp8_param_gather: bool = False
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
+    #: fully sharded data parallelism (ZeRO-3 as PyTorch FSDP2 runs it, torchtitan's and
+    #: Megatron-LM's ``--use-torch-fsdp2``): each layer's parameters gathered before its
+    #: forward and backward, its gradients reduce-scattered after its backward
+    fsdp: bool = False
     tp_comm_overlap: bool = False
     #: whose userbuffers settings: NeMo's H100 configs or Transformer Engine's defaults
     tp_comm_overlap_cfg: UbConfig = "nemo"
@@ -163,7 +167,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                 "moe_ffn", "vocab", "experts", "top_k", "bucket_size", "expert_tp"):
         v[key] = _count(values, key, source, 0, minimum=0)
     for key in ("gated_mlp", "sp", "overlap_grad_reduce", "overlap_param_gather",
-                "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather"):
+                "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp"):
         v[key] = read_bool(values, key, source=source, default=False)
     v["tied_embeddings"] = read_bool(values, "tied_embeddings", source=source, default=True)
     v["scatter_gather"] = read_bool(values, "scatter_gather", source=source, default=True)
@@ -349,7 +353,7 @@ def _check_consistent(spec: TransformerSpec) -> None:
              f"a multiple of pp={spec.pp} micro-batches per pipeline with the interleaved "
              f"schedule (Megatron-LM's requirement{counted})",
              spec.global_batch or spec.micro_batches)
-    per_layer = 30 if spec.recompute == "full" else 22
+    per_layer = (30 if spec.recompute == "full" else 22) + 3 * spec.fsdp
     ops = m * spec.layers * per_layer + 8 * m * spec.pp * spec.vpp
     if ops > MAX_OPS:
         raise ConfigError(f"{_where(src)}layers={spec.layers} over {m} micro-batches make a "
