@@ -82,15 +82,17 @@ def test_the_documentation_table_is_generated_from_the_record():
     assert page == vp._markdown(results)
 
 
-def test_gb200_s_own_constant_reproduces_its_one_source_row():
-    """GB200's sustained fraction comes from one bubble-free, compute-bound run (its
-    docstring names it): predicted again, that row stays within 1%, and the device uses it
-    (not the A100/H100 constant)."""
-    from flowsim.compute import DeviceModel
-    from flowsim.compute.devices import GB200_SUSTAINED, SUSTAINED
+@pytest.mark.parametrize("device, constant, run", [
+    ("gb200", "GB200_SUSTAINED", "dgxc_gb200_nemotron4_340b_bf16_128gpu_strong"),
+    ("h100", "H100_SUSTAINED", "dgxc2505_nemotron4_340b_bf16_256gpu")])
+def test_a_device_s_own_constant_reproduces_its_one_source_row(device, constant, run):
+    """GB200's and H100's sustained fractions each come from one run, of the same recipe
+    release and model (their docstrings name it): predicted again, that row stays within
+    1%, and the device uses its constant (not the shared one)."""
+    from flowsim.compute import DeviceModel, devices
 
-    assert DeviceModel("gb200").sustained == GB200_SUSTAINED != SUSTAINED
-    (row,) = [r for r in ROWS if r["run"] == "dgxc_gb200_nemotron4_340b_bf16_128gpu_strong"]
+    assert DeviceModel(device).sustained == getattr(devices, constant) != devices.SUSTAINED
+    (row,) = [r for r in ROWS if r["run"] == run]
     published = vp.published_seconds(row)
     assert vp.predict(row, vp.model_for(row)) == pytest.approx(published, rel=0.01)
 
