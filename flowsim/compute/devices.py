@@ -8,18 +8,20 @@ adjusted to a training run (sources beside each preset):
   989.4 TFLOP/s BF16 dense, 1,978.9 FP8, 132 SMs, 3.35 TB/s HBM3); for the Blackwell GPU of
   a GB200 superchip, the dense peaks and memory of ml-engineering's "TFLOPS comparison
   table" and memory table (2,500 TFLOP/s BF16, 5,000 FP8, 186 GB at 8 TB/s) and B200's 148
-  SMs;
+  SMs; for the B200 SXM of an HGX or DGX B200, the same tables (2,250 TFLOP/s BF16, 4,500
+  FP8, 180 GB at 8 TB/s, 148 SMs);
 * the *maximum achievable matmul FLOPS* (MAMF), the best BF16 GEMM throughput found by a
   brute-force shape search, and that shape: S. Bekman, *Machine Learning Engineering*,
   "Maximum Achievable Matmul FLOPS comparison table" (github.com/stas00/ml-engineering,
   ``compute/accelerator/README.md``): A100 SXM 267.9 TFLOP/s at 6912x16384x2048 (CUDA 12.1),
   H100 SXM 792.1 TFLOP/s at 6144x17920x2816 (CUDA 12.1); GB200 1,822.0 at 4096x9728x2048
-  (CUDA 13.0). The GEMM model's asymptotic
+  (CUDA 13.0); B200 SXM 1,745.0 at 1792x16128x3072 (torch 2.7.1+cu128). The GEMM model's asymptotic
   efficiency is derived from it (:func:`flowsim.compute.gemm.asymptotic_efficiency`). FP8
   GEMMs reach a smaller fraction of their peak: the same table's best FP8 (``float8_e4m3fn``)
   GEMM against its best BF16 GEMM, both measured with the same software, gives the ratio of
   the two fractions (H100 SXM: 70.9% / 80.3% = 0.883 with torch 2.7.0+cu126; GB200: 72.3% /
-  72.9% = 0.992 with torch 2.10.0+cu130), :attr:`Device.fp8_gemm_ratio`;
+  72.9% = 0.992 with torch 2.10.0+cu130; B200: 76.3% / 77.6% = 0.984 with torch
+  2.7.1+cu128), :attr:`Device.fp8_gemm_ratio`;
 * fused attention throughput, of the kernel Transformer Engine runs (its
   ``DotProductAttention`` picks cuDNN's fused attention over FlashAttention on Hopper and
   newer "for performance reasons", from TE 1.4 on, and FlashAttention on Ampere): on A100,
@@ -179,15 +181,31 @@ GB200 = Device(
     source="one B200 of a GB200 superchip; ml-engineering accelerator tables (peaks, memory, "
            "MAMF with CUDA 13.0); attention: FlashAttention-4 paper's cuDNN 9.13 comparison")
 
-#: presets by name (also reachable by the short names ``a100``, ``h100``)
+#: B200 (HGX / DGX B200, air-cooled, 1,000 W) has no published run in the sources here to
+#: set a constant from; it takes GB200's, the same Blackwell GPU on the same software of
+#: 2025 (an assumption, not a measurement: set ``sustained`` on a
+#: :class:`~flowsim.compute.DeviceModel` to study another).
+B200_SXM = Device(
+    name="b200_sxm", sms=148,
+    peak_tflops=(("bf16", 2250.0), ("fp16", 2250.0), ("fp8", 4500.0), ("tf32", 1125.0),
+                 ("fp32", 80.0)),
+    memory_gbps=8000.0, memory_gb=180.0, mamf_tflops=1745.0, mamf_shape=(1792, 16128, 3072),
+    fp8_gemm_ratio=round(3432.5 / 4500.0 / (1745.0 / 2250.0), 3),
+    attention_forward=0.55, attention_backward=0.36, sustained=GB200_SUSTAINED,
+    source="B200 SXM; ml-engineering accelerator tables (peaks, memory, MAMF with torch "
+           "2.7.1+cu128); attention: the FlashAttention-4 paper's cuDNN 9.13 comparison on "
+           "B200; sustained fraction borrowed from GB200")
+
+#: presets by name (also reachable by the short names ``a100``, ``h100``, ``b200``)
 DEVICES: Mapping[str, Device] = MappingProxyType({
-    d.name: d for d in (A100_SXM_80GB, A100_SXM_40GB, H100_SXM_80GB, GB200)})
+    d.name: d for d in (A100_SXM_80GB, A100_SXM_40GB, H100_SXM_80GB, GB200, B200_SXM)})
 ALIASES: Mapping[str, str] = MappingProxyType({"a100": "a100_sxm_80gb",
-                                               "h100": "h100_sxm_80gb"})
+                                               "h100": "h100_sxm_80gb", "b200": "b200_sxm"})
 
 
 def device(name: object, *, source: str = "argument", key: str = "device") -> Device:
-    """A preset by name (case-insensitive; ``a100`` and ``h100`` are the SXM 80 GB parts)."""
+    """A preset by name (case-insensitive; ``a100`` and ``h100`` are the SXM 80 GB parts,
+    ``b200`` the SXM part)."""
     if isinstance(name, Device):
         return name
     if isinstance(name, str):

@@ -21,8 +21,8 @@
 Every other number comes from public specifications, set once per device and technology:
 
 * **scale-up** (NVLink through NVSwitch): the device's per-direction NVLink bandwidth (A100:
-  300 GB/s; H100: 450 GB/s; GB200: 900 GB/s, a node of GB200 being its NVL72 rack's NVLink
-  domain) at :data:`NVLINK_EFFICIENCY`, the bus bandwidth NCCL measures on
+  300 GB/s; H100: 450 GB/s; B200: 900 GB/s; GB200: 900 GB/s, a node of GB200 being its NVL72
+  rack's NVLink domain) at :data:`NVLINK_EFFICIENCY`, the bus bandwidth NCCL measures on
   8 H100s (about 370 of 450 GB/s: the JAX scaling book's GPU chapter and the ASTRA-sim
   documentation's HGX-H100 validation both show it), :data:`NVLINK_LATENCY_NS` per link;
 * **scale-out** (InfiniBand or RoCE): ``nic_gbps`` per NIC, shared by the GPUs of a node,
@@ -36,8 +36,8 @@ rail-optimized or not, oversubscribed or not, in two or three tiers, routed with
 slower, and shows contention.
 
 Presets of real machines, network files to copy and scale by ``nodes``, are in
-``topologies/clusters/`` (a DGX A100 SuperPOD, a DGX H100 cluster, Meta's 24K-GPU RoCE
-cluster of Llama 3, GB200 NVL72 racks), each in both forms; their names are bundled names
+``topologies/clusters/`` (a DGX A100 SuperPOD, a DGX H100 cluster, a DGX B200 cluster,
+Meta's 24K-GPU RoCE cluster of Llama 3, GB200 NVL72 racks), each in both forms; their names are bundled names
 (``flowsim run --network dgx_h100 --workload llama3_70b --system nccl``).
 
 NCCL's own cost per collective step (kernel synchronisation, proxy threads) is not a link
@@ -101,8 +101,10 @@ INTERCONNECTS: dict[str, Interconnect] = {
     "gb200": Interconnect(900.0, 400.0, "NVLink 5: 1.8 TB/s bidirectional across the 72 GPUs "
                                         "of a GB200 NVL72 rack; DGX GB200: one 400 Gb/s "
                                         "ConnectX-7 per GPU"),
+    "b200_sxm": Interconnect(900.0, 400.0, "NVLink 5: 1.8 TB/s bidirectional; DGX B200: "
+                                           "8 x 400 Gb/s ConnectX-7"),
 }
-ALIASES = {"a100": "a100_sxm_80gb", "h100": "h100_sxm_80gb"}
+ALIASES = {"a100": "a100_sxm_80gb", "h100": "h100_sxm_80gb", "b200": "b200_sxm"}
 #: keys that only the fabric form reads
 FABRIC_FORM_KEYS = ("fabric", "hosts_per_leaf", "tiers", "hosts_per_pod", "oversubscription")
 CLUSTER_KEYS = ("device", "nodes", "gpus_per_node", "nic_gbps", "nics_per_node", "fabric",
