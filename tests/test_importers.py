@@ -19,7 +19,7 @@ from flowsim.workload.generators.nemo import NUMBERS
 
 #: the read-by-hand flags that take a value
 SPECIAL_VALUED = ["num-layers-per-virtual-pipeline-stage", "recompute-granularity",
-                  "attention-backend", "tokenizer-type"]
+                  "attention-backend", "tokenizer-type", "data-parallel-sharding-strategy"]
 
 NET = {"cluster": {"device": "h100_sxm_80gb", "nodes": 2, "gpus_per_node": 8,
                    "nic_gbps": 400, "nics_per_node": 8}}
@@ -169,12 +169,18 @@ def test_gradients_reduced_in_bf16_halve_the_data_parallel_bytes():
 
 
 def test_fully_sharded_data_parallelism_is_read_from_both_tools(reference):
-    """``--use-torch-fsdp2`` and NeMo's ``fsdp`` with its default ``full`` sharding are
-    ``fsdp``; NeMo's other sharding strategies are named as left out."""
+    """``--use-torch-fsdp2``, ``--use-megatron-fsdp`` with its default sharding strategy
+    (``optim_grads_params``) and NeMo's ``fsdp`` with its default ``full`` sharding are
+    ``fsdp``; Megatron-FSDP sharding only the optimizer is the distributed optimizer; NeMo's
+    other sharding strategies are named as left out."""
     args = ARGS.replace("--use-distributed-optimizer", "--use-torch-fsdp2")
     fsdp = _time(dict(SPEC, fsdp=True))
     assert fsdp != reference
     assert _time({"generator": "megatron", "device": "h100", "args": args}) == fsdp
+    megatron_fsdp = ARGS.replace("--use-distributed-optimizer", "--use-megatron-fsdp")
+    assert _time({"generator": "megatron", "device": "h100", "args": megatron_fsdp}) == fsdp
+    zero1 = megatron_fsdp + " --data-parallel-sharding-strategy optim"
+    assert _time({"generator": "megatron", "device": "h100", "args": zero1}) == reference
     model = dict(NEMO["model"], ub_tp_comm_overlap_cfg=None, fsdp=True)
     assert _time({"generator": "nemo", "device": "h100",
                   "config": dict(NEMO, model=model)}) == fsdp

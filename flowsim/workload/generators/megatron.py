@@ -59,14 +59,15 @@ SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
 SPECIAL = ("num-layers-per-virtual-pipeline-stage", "recompute-granularity", "fp8-format",
            "attention-backend", "tp-comm-overlap-cfg", "tokenizer-type", "use-legacy-models",
            "no-scatter-gather-tensors-in-pipeline", "transformer-impl",
-           "moe-token-dispatcher-type", "recompute-method", "recompute-num-layers")
+           "moe-token-dispatcher-type", "recompute-method", "recompute-num-layers",
+           "use-megatron-fsdp", "data-parallel-sharding-strategy")
 #: every flag this module reads
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL
 #: flags that shape an iteration's time but have no transformer key (named in a warning)
 UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
               "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
               "account-for-loss-in-pipeline-split", "moe-grouped-gemm", "moe-layer-freq",
-              "moe-shared-expert-intermediate-size", "cp-comm-type", "use-megatron-fsdp",
+              "moe-shared-expert-intermediate-size", "cp-comm-type",
               "disable-tp-comm-overlap-ag",
               "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by")
 #: vocabulary sizes of tokenizers named by type alone
@@ -198,6 +199,15 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
         # read: NeMo's tuned ones are the nearest
         keys["tp_comm_overlap_cfg"] = "nemo" if flags.get("tp-comm-overlap-cfg") else \
             "te_default"
+    if "use-megatron-fsdp" in flags:   # Megatron-FSDP, ZeRO-3 by default
+        strategy = flags.get("data-parallel-sharding-strategy") or "optim_grads_params"
+        sharding = {"optim_grads_params": "fsdp", "optim_grads": "distributed_optimizer",
+                    "optim": "distributed_optimizer", "no_shard": None}
+        if strategy not in sharding:
+            raise config_error(where, "--data-parallel-sharding-strategy",
+                               "one of " + ", ".join(sharding), strategy)
+        if sharding[strategy]:
+            keys[sharding[strategy]] = True
     tokenizer = flags.get("tokenizer-type")
     if "vocab" in keys and tokenizer == "NullTokenizer":
         keys["vocab"] += 1   # its end-of-document token
