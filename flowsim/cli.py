@@ -227,6 +227,14 @@ def _run_workload(args: argparse.Namespace) -> int:
         mfu = f", MFU {100 * summary['mfu']:.1f}%" if "mfu" in summary else ""
         print(f"  throughput:    {summary['tflops_per_npu']:.1f} TFLOP/s per NPU{mfu} "
               f"({summary['model_flops']:.3e} model FLOPs per iteration, Megatron-LM's count)")
+    if "memory_gb" in summary:
+        parts = summary["memory"]
+        of = f" of {summary['memory_capacity_gb']:.0f} GB" if "memory_capacity_gb" in summary \
+            else ""
+        print(f"  memory:        {summary['memory_gb']:.1f} GB per NPU{of} at the peak, stage "
+              f"{parts['stage']} (weights {parts['weights']:.1f}, gradients "
+              f"{parts['gradients']:.1f}, optimizer {parts['optimizer']:.1f}, activations "
+              f"{parts['activations']:.1f}; an estimate)")
     if summary["most_exposed"]:
         print("  most exposed:  " + ", ".join(f"{layer} {format_time(v)}"
                                              for layer, v in summary["most_exposed"])

@@ -151,8 +151,10 @@ def run_training(network: Any, workload: WorkloadLike, system: Any = None,
         from ..results.trace import workload_trace, write_trace
 
         write_trace(workload_trace(record.timeline, work), trace)
+    device = getattr(compute, "device", None)   # a device preset knows its memory
     return WorkloadRun(record, net, sys_cfg, model, work, iterations,
-                       peak_flops=compute.peak_flops if compute is not None else None)
+                       peak_flops=compute.peak_flops if compute is not None else None,
+                       memory_gb=getattr(device, "memory_gb", None))
 
 
 def _speeds(speed: Any, npus: int) -> np.ndarray:

@@ -178,6 +178,10 @@ class Workload:
     #: model FLOPs of one iteration (Megatron-LM's count, see :mod:`flowsim.workload.flops`),
     #: when the workload knows its model (the transformer generator); ``None``: unknown
     model_flops: float | None = None
+    #: bytes of device memory per NPU at the peak, on the fullest pipeline stage: ``weights``,
+    #: ``gradients``, ``optimizer``, ``activations``, ``total`` and that ``stage``, when the
+    #: workload knows its model (the transformer generator); ``None``: unknown
+    memory: dict[str, float] | None = None
 
 
 def spmd(ops: Sequence[Op], npus: int, *, layers: Sequence[str] = (), name: str = "workload",

@@ -206,8 +206,9 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
         if strategy not in sharding:
             raise config_error(where, "--data-parallel-sharding-strategy",
                                "one of " + ", ".join(sharding), strategy)
-        if sharding[strategy]:
-            keys[sharding[strategy]] = True
+        key = sharding[strategy]
+        if key is not None:
+            keys[key] = True
     tokenizer = flags.get("tokenizer-type")
     if "vocab" in keys and tokenizer == "NullTokenizer":
         keys["vocab"] += 1   # its end-of-document token

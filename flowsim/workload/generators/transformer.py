@@ -106,6 +106,7 @@ from ...errors import config_error
 from ..flops import ModelShape, megatron
 from ..graph import Program, Workload
 from .transformer_mapping import map_groups, stages
+from .transformer_memory import stage_memory
 from .transformer_program import StageContext, StageProgram, layer_names
 from .transformer_schedule import layer_counts, stage_schedule
 from .transformer_spec import (
@@ -170,13 +171,16 @@ def build_transformer(network: Any, spec: TransformerSpec) -> Workload:
     # the ranks each kind of gradient is reduced over: those of its communicator's dims
     dp_size = math.prod(view.dims[d] for d in groups.dp)
     expert_dp_size = math.prod(view.dims[d] for d in groups.expert_dp)
-    programs = []
+    programs, memory = [], []
     for s in range(spec.pp):
         ctx = StageContext(stage=s, groups=groups, stage_base=bases, dp_size=dp_size,
                            expert_dp_size=expert_dp_size)
-        programs.append(Program(StageProgram(spec, ctx).build(), npus[s],
+        stage = StageProgram(spec, ctx)
+        programs.append(Program(stage.build(), npus[s],
                                 f"{_where(spec.source)}transformer stage {s}"))
+        memory.append(stage_memory(stage))
     work = Workload(programs, layer_names(spec), "transformer")
+    work.memory = max(memory, key=lambda m: m.total).as_dict()
     if view is not network:
         work.network = view
     work.model_flops = megatron(model_shape(spec))

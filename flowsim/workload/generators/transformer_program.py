@@ -82,7 +82,7 @@ class StageProgram:
         if ddp and not spec.overlap_grad_reduce:   # reduced after the whole backward
             end = () if b.last is None else (b.last,)
             for c in range(spec.vpp):
-                self._reduce_gradients(c, [(self._chunk_parameters(c), end)])
+                self._reduce_gradients(c, [(self.chunk_parameters(c), end)])
         step = b.compute("optimizer", optimizer_step(self._local_parameters()),
                          self.row["optimizer"], "wg", tuple(self.grad_ops))
         if ddp and spec.distributed_optimizer and not spec.overlap_param_gather:
@@ -216,7 +216,7 @@ class StageProgram:
     def _layer_parameters(self) -> tuple[float, float]:
         return (self.k.dense_parameters, self.k.expert_parameters)
 
-    def _chunk_parameters(self, chunk: int) -> tuple[float, float]:
+    def chunk_parameters(self, chunk: int) -> tuple[float, float]:
         """(dense, expert) parameters of a model chunk on this rank."""
         vs = virtual_stage(self.spec, self.ctx.stage, chunk)
         n = len(self.layers[chunk])
@@ -237,8 +237,8 @@ class StageProgram:
         """Parameters this rank's optimizer updates (its shard with a distributed
         optimizer)."""
         spec, ctx = self.spec, self.ctx
-        dense = sum(self._chunk_parameters(c)[0] for c in range(spec.vpp))
-        expert = sum(self._chunk_parameters(c)[1] for c in range(spec.vpp))
+        dense = sum(self.chunk_parameters(c)[0] for c in range(spec.vpp))
+        expert = sum(self.chunk_parameters(c)[1] for c in range(spec.vpp))
         if spec.distributed_optimizer or spec.fsdp:
             return dense / ctx.dp_size + expert / ctx.expert_dp_size
         return dense + expert
@@ -282,7 +282,7 @@ class StageProgram:
         (each rank's shard is its input); with ``fp8_param_gather`` the layers' weights in
         one byte each, the vocabulary's in two."""
         dims = self.ctx.groups.dp
-        dense = self._chunk_parameters(chunk)[0]
+        dense = self.chunk_parameters(chunk)[0]
         if not dims or not dense:
             return
         nbytes = 2 * dense

@@ -1,0 +1,134 @@
+"""Device memory one GPU of a pipeline stage needs: weights, gradients, optimizer states and
+the activations its schedule keeps in flight, the estimate a cluster planner checks a
+layout against before simulating it.
+
+Per parameter (Megatron-LM's mixed-precision training with Adam): 16-bit weights (the
+layers' in FP8 with ``fp8_param_gather``), FP32 gradient buffers (16-bit with
+``grad_reduce_in_bf16``) and 12 bytes of optimizer state (FP32 master weights, Adam's two
+moments), the states sharded over the data-parallel ranks by the distributed optimizer and
+everything by ``fsdp`` (which keeps one gathered unit and the next one's prefetch, or, under
+pipelining, every unit from its forward to its backward).
+
+Activations per layer and micro-batch follow Korthikanti et al., "Reducing Activation
+Recomputation in Large Transformer Models" (MLSys 2023), section 4.1, term by term, for any
+MLP width and query-group count: with ``n`` tokens of a rank (``micro_batch sequence /
+cp``) and 16-bit tensors, the attention block keeps its input, Q, K and V, and the output
+(the projection's input), the MLP its input, the activation's input and FC2's input, two
+layer-norm inputs and two dropout masks (one byte each): ``34 n h`` for GPT's shapes. Tensor
+parallelism splits everything between its collectives; sequence parallelism also the norms,
+dropouts and block inputs (else they are replicated: ``n h (10 + 24 / t)``). Unfused
+attention adds the score matrix's softmax, dropout mask and dropout output (``5 a s n``;
+selective recomputation drops it); full recomputation keeps only each layer's input (``2 n
+h``, split by sequence parallelism) and one layer's activations at a time. The output layer
+keeps its logits in FP32 for the cross entropy. How many micro-batches a stage holds comes
+from the schedule it runs (1F1B's warm-up, the interleaved schedule's extra chunks).
+
+Left out: the CUDA context and library workspaces (about 1 GB), communication buffers
+(NCCL's and Transformer Engine's userbuffers), the allocator's fragmentation, temporary
+buffers inside kernels, and FP8's smaller saved inputs. Real runs need several GB more than
+the estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .transformer_kernels import ACT
+from .transformer_schedule import stage_schedule, virtual_stage
+
+if TYPE_CHECKING:
+    from .transformer_program import StageProgram
+
+#: Adam's bytes per parameter: FP32 master weight, first and second moment
+OPTIMIZER_BYTES = 12
+#: bytes per element of the output layer's logits kept for the cross entropy (FP32)
+LOGITS_BYTES = 4
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes one GPU of a pipeline stage holds at its peak."""
+
+    stage: int
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations
+
+    def as_dict(self) -> dict[str, float]:
+        return {"stage": self.stage, "weights": self.weights, "gradients": self.gradients,
+                "optimizer": self.optimizer, "activations": self.activations,
+                "total": self.total}
+
+
+def stage_memory(program: StageProgram) -> StageMemory:
+    """The memory of one GPU running ``program`` (see the module docstring)."""
+    spec, ctx, k = program.spec, program.ctx, program.k
+    chunks = range(spec.vpp)
+    dense = sum(program.chunk_parameters(c)[0] for c in chunks)
+    expert = sum(program.chunk_parameters(c)[1] for c in chunks)
+    params = dense + expert
+    layers = sum(len(program.layers[c]) for c in chunks)
+    layer_weights = layers * (k.dense_parameters + k.expert_parameters)
+    weights = ACT * params - (layer_weights if spec.fp8_param_gather else 0)
+    gradients = program.grad_bytes * params
+    optimizer = OPTIMIZER_BYTES * params
+    if spec.distributed_optimizer or spec.fsdp:
+        optimizer = OPTIMIZER_BYTES * (dense / ctx.dp_size + expert / ctx.expert_dp_size)
+    if spec.fsdp:
+        unit = k.dense_parameters + k.expert_parameters
+        shards = dense / ctx.dp_size + expert / ctx.expert_dp_size
+        gathered = params if spec.pp > 1 else 2 * unit   # kept to the backward, or 2 units
+        weights = ACT * (shards + gathered)
+        gradients = program.grad_bytes * (shards + 2 * unit)
+    return StageMemory(ctx.stage, weights, gradients, optimizer, _activations(program))
+
+
+def _activations(program: StageProgram) -> float:
+    """Peak bytes of the activations kept for backward passes, over the stage's schedule."""
+    spec = program.spec
+    per_layer, transient = _layer_activations(program)
+    logits = LOGITS_BYTES * program.k.n * program.k.vocab_shard if spec.vocab else 0
+    held = dict.fromkeys(range(spec.vpp), 0)
+    peak = 0.0
+    for pass_, chunk, _ in stage_schedule(spec, program.ctx.stage):
+        held[chunk] += 1 if pass_ == "fwd" else -1
+        if pass_ != "fwd":
+            continue
+        now = 0.0
+        for c, count in held.items():
+            last = virtual_stage(spec, program.ctx.stage, c) == program.last_vs
+            now += count * (len(program.layers[c]) * per_layer + (logits if last else 0))
+        peak = max(peak, now)
+    return peak + transient
+
+
+def _layer_activations(program: StageProgram) -> tuple[float, float]:
+    """Bytes one layer keeps per micro-batch, and what one layer needs on top at a time
+    (the recomputed layer under full recomputation)."""
+    spec, k = program.spec, program.k
+    t, n, h = spec.tp, k.n, spec.hidden
+    q, kv = k.q, k.kv                    # the rank's widths (split by TP)
+    if spec.experts:
+        local = spec.experts // spec.ep
+        rows = k.expert_rows * local
+        mlp = ACT * (h * rows + rows * k.expert_width * (3 if spec.gated_mlp else 2))
+    else:
+        mlp = ACT * n * k.f * (3 if spec.gated_mlp else 2)
+    split = ACT * n * (q + 2 * kv + q) + mlp          # between TP collectives: split by t
+    shared: float = (4 * ACT + 2) * n * h             # block inputs, norms, dropout masks
+    if spec.sp:
+        shared /= t
+    scores = 0.0
+    if spec.attention == "unfused" and spec.recompute == "none":
+        scores = 5.0 * (spec.heads // t) * spec.micro_batch * (spec.sequence // spec.cp) ** 2
+    full = split + shared + scores
+    if spec.recompute == "full":
+        kept = ACT * n * h / (t if spec.sp else 1)
+        return kept, full
+    return full, 0.0
