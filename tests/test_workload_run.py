@@ -38,8 +38,22 @@ def _from_dataset(ds: xr.Dataset) -> dict:
             "dim_busy_ns": [float(b) for b in ds.dim_busy_ns.values],
             "most_exposed": [[str(layer), float(v)] for layer, v in
                              zip(top.layer.values, top.values) if v > 0],
+            **_memory(ds.attrs),
             "collectives": ds.attrs["collectives"],
             "stats": flowsim.results.from_attrs(ds.attrs).as_dict()}
+
+
+def _memory(attrs) -> dict:
+    """The memory estimate's keys of the summary, from the Dataset's flat attributes."""
+    if "memory_gb" not in attrs:
+        return {}
+    parts = ("stage", "weights", "gradients", "optimizer", "activations")
+    out = {"memory_gb": attrs["memory_gb"],
+           "memory": {p: attrs["memory_stage" if p == "stage" else f"memory_{p}_gb"]
+                      for p in parts}}
+    if "memory_capacity_gb" in attrs:
+        out["memory_capacity_gb"] = attrs["memory_capacity_gb"]
+    return out
 
 
 @pytest.mark.parametrize(("network", "workload", "model"), CASES)
