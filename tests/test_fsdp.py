@@ -143,3 +143,32 @@ def test_fsdp_costs_time_on_a_slow_network_and_hides_on_a_fast_one():
 def test_bad_fsdp_values_name_the_key(two_nodes):
     with pytest.raises(ConfigError, match="fsdp"):
         transformer(two_nodes, **SMALL, global_batch=2 * DP, fsdp="sometimes")
+
+
+def test_hybrid_sharding_shards_inside_a_group_and_all_reduces_over_its_replicas():
+    """``fsdp_shard: 8`` on 2 nodes of 8 GPUs with dp 16 (HSDP): a unit's parameters are
+    gathered and its gradients reduce-scattered over the 8 GPUs of a node (dim 0), and each
+    gradient shard, 1/8 of the unit, all-reduced over the 2 replicas (dim 1); the
+    optimizer steps on a 1/8 shard."""
+    net = flowsim.load_network(dict(TWO_NODES, bandwidth=[300, 25]))
+    keys = dict(SMALL, hidden=H, tp=1, dp=16, sp=False, global_batch=2 * 16)
+    layer = 4 * H * H + 2 * H * FFN + 2 * H
+    w = transformer(net, **keys, fsdp=True, fsdp_shard=8)
+    (program,) = w.programs
+    count = Counter((op.collective, op.dims, op.size) for op in program.ops
+                    if op.kind == "collective")
+    assert count == {("all_gather", (0,), 2 * layer // 8): 2 * 4,
+                     ("reduce_scatter", (0,), 4 * layer): 4,
+                     ("all_reduce", (1,), 4 * layer // 8): 4}
+    assert w.memory["optimizer"] == pytest.approx(12 * 4 * layer / 8)
+    full = transformer(net, **keys, fsdp=True)
+    assert full.memory["optimizer"] == pytest.approx(12 * 4 * layer / 16)
+
+
+@pytest.mark.parametrize("keys, expected", [
+    (dict(fsdp_shard=2), "unset without fsdp"),
+    (dict(fsdp=True, fsdp_shard=3), "a divisor of dp=4"),
+    (dict(fsdp=True, fsdp_shard=8), "a divisor of dp=4")])
+def test_bad_sharding_groups_name_the_key(two_nodes, keys, expected):
+    with pytest.raises(ConfigError, match=f"fsdp_shard.*{expected}"):
+        transformer(two_nodes, **SMALL, global_batch=2 * DP, **keys)

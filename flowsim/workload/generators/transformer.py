@@ -73,10 +73,12 @@ Communication:
   ahead of the compute (FSDP2's prefetch), and its gradients reduce-scattered after its
   backward, every micro-batch; with pipeline parallelism the parameters stay gathered from
   a forward to its backward (torchtitan's ``reshard_after_forward`` default). The optimizer
-  steps on the rank's shard; Megatron's bucketed gradient reduction and
-  ``distributed_optimizer``'s gathers are replaced (``overlap_grad_reduce``,
-  ``overlap_param_gather`` and ``bucket_size`` do nothing with it). Left out: FSDP's
-  copies into and out of its flat buffers.
+  steps on the rank's shard. ``fsdp_shard`` (hybrid sharding, HSDP) shards over groups of
+  that many data-parallel ranks (the innermost ones: inside a node where they fit) whose
+  replicas all-reduce their gradient shards after each reduce-scatter. Megatron's bucketed
+  gradient reduction and ``distributed_optimizer``'s gathers are replaced
+  (``overlap_grad_reduce``, ``overlap_param_gather`` and ``bucket_size`` do nothing with
+  it). Left out: FSDP's copies into and out of its flat buffers.
 
 Tied embeddings (``tied_embeddings``, GPT's) are one weight when one stage holds both the
 embedding and the output layer: one gradient, one optimizer shard, one parameter all-gather.
@@ -134,7 +136,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``dp``, ``cp``, ``ep``, ``vpp``, ``sp``; ``experts``, ``top_k``, ``moe_ffn``,
         ``capacity_factor``, ``expert_tp``; ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``),
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``);
-        ``distributed_optimizer`` (alias ``zero``), ``fsdp``, ``grad_reduce_in_bf16``,
+        ``distributed_optimizer`` (alias ``zero``), ``fsdp``, ``fsdp_shard``,
+        ``grad_reduce_in_bf16``,
         ``fp8_param_gather``, ``overlap_grad_reduce``, ``overlap_param_gather``,
         ``tp_comm_overlap`` with ``tp_comm_overlap_cfg`` (``nemo``, ``te_default``),
         ``scatter_gather``, ``bucket_size``;
@@ -171,10 +174,11 @@ def build_transformer(network: Any, spec: TransformerSpec) -> Workload:
     # the ranks each kind of gradient is reduced over: those of its communicator's dims
     dp_size = math.prod(view.dims[d] for d in groups.dp)
     expert_dp_size = math.prod(view.dims[d] for d in groups.expert_dp)
+    replicas = math.prod(view.dims[d] for d in groups.replicate)
     programs, memory = [], []
     for s in range(spec.pp):
         ctx = StageContext(stage=s, groups=groups, stage_base=bases, dp_size=dp_size,
-                           expert_dp_size=expert_dp_size)
+                           expert_dp_size=expert_dp_size, replicas=replicas)
         stage = StageProgram(spec, ctx)
         programs.append(Program(stage.build(), npus[s],
                                 f"{_where(spec.source)}transformer stage {s}"))

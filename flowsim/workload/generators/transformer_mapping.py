@@ -33,10 +33,12 @@ def map_groups(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[
             f"{list(sizes)})")
     if spec.dims is not None:
         return _explicit(network, spec)
-    groups = (spec.tp, spec.cp, spec.ep, spec.dp // spec.ep, spec.pp)
+    # the data-parallel ranks: FSDP's sharding groups inside, their replicas outside
+    groups = (spec.tp, spec.cp, spec.ep, spec.fsdp_shard // spec.ep,
+              spec.dp // spec.fsdp_shard, spec.pp)
     view, owned = logical_view(network, groups)
-    tp, cp, ep, dpx, pp = owned
-    return view, _groups(spec, tp, cp, ep, dpx), pp
+    tp, cp, ep, shard, replicate, pp = owned
+    return view, _groups(spec, tp, cp, ep, shard + replicate, replicate), pp
 
 
 def _explicit(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[int, ...]]:
@@ -60,14 +62,16 @@ def _explicit(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[i
 
 
 def _groups(spec: TransformerSpec, tp: tuple[int, ...], cp: tuple[int, ...],
-            ep: tuple[int, ...], dpx: tuple[int, ...]) -> Groups:
+            ep: tuple[int, ...], dpx: tuple[int, ...], replicate: tuple[int, ...] = ()
+            ) -> Groups:
     """The communicators from the dims each parallelism owns: dense gradients over data x
     context x expert ranks; expert gradients over the ranks that hold the same expert
     weights (Megatron-Core's data-modulo-expert group: the TP ranks too when the experts
-    are not split over them)."""
+    are not split over them); ``replicate``: the data-parallel dims of FSDP's replicas
+    (hybrid sharding)."""
     shared = tp if spec.expert_tp == 1 else ()
     return Groups(tp=tp, cp=cp, ep=ep, dp=tuple(sorted(cp + ep + dpx)),
-                  expert_dp=tuple(sorted(shared + cp + dpx)))
+                  expert_dp=tuple(sorted(shared + cp + dpx)), replicate=tuple(replicate))
 
 
 def stages(network: Any, pp_dims: tuple[int, ...], pp: int) -> list[np.ndarray]:

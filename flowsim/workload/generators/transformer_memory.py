@@ -6,8 +6,8 @@ Per parameter (Megatron-LM's mixed-precision training with Adam): 16-bit weights
 layers' in FP8 with ``fp8_param_gather``), FP32 gradient buffers (16-bit with
 ``grad_reduce_in_bf16``) and 12 bytes of optimizer state (FP32 master weights, Adam's two
 moments), the states sharded over the data-parallel ranks by the distributed optimizer and
-everything by ``fsdp`` (which keeps one gathered unit and the next one's prefetch, or, under
-pipelining, every unit from its forward to its backward).
+everything by ``fsdp`` over its sharding group (which keeps one gathered unit and the next
+one's prefetch, or, under pipelining, every unit from its forward to its backward).
 
 Activations per layer and micro-batch follow Korthikanti et al., "Reducing Activation
 Recomputation in Large Transformer Models" (MLSys 2023), section 4.1, term by term, for any
@@ -78,11 +78,13 @@ def stage_memory(program: StageProgram) -> StageMemory:
     weights = ACT * params - (layer_weights if spec.fp8_param_gather else 0)
     gradients = program.grad_bytes * params
     optimizer = OPTIMIZER_BYTES * params
-    if spec.distributed_optimizer or spec.fsdp:
+    if spec.distributed_optimizer:
         optimizer = OPTIMIZER_BYTES * (dense / ctx.dp_size + expert / ctx.expert_dp_size)
     if spec.fsdp:
+        (_, dense_shard), (_, expert_shard) = ctx.shard_groups()
         unit = k.dense_parameters + k.expert_parameters
-        shards = dense / ctx.dp_size + expert / ctx.expert_dp_size
+        shards = dense / dense_shard + expert / expert_shard
+        optimizer = OPTIMIZER_BYTES * shards
         gathered = params if spec.pp > 1 else 2 * unit   # kept to the backward, or 2 units
         weights = ACT * (shards + gathered)
         gradients = program.grad_bytes * (shards + 2 * unit)

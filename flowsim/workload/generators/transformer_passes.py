@@ -46,6 +46,7 @@ class Groups:
     ep: tuple[int, ...]
     dp: tuple[int, ...]          # dense gradients: data x context (x expert) parallel
     expert_dp: tuple[int, ...]   # expert gradients
+    replicate: tuple[int, ...] = ()   # FSDP's replicas (hybrid sharding): part of dp
 
 
 class PassBuilder:

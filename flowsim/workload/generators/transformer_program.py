@@ -28,6 +28,16 @@ class StageContext:
     stage_base: tuple[int, ...]   # lowest NPU id of every pipeline rank
     dp_size: int            # ranks the dense gradients are reduced over
     expert_dp_size: int     # ranks the expert gradients are reduced over
+    replicas: int = 1       # FSDP's replicas of each shard (hybrid sharding)
+
+    def shard_groups(self) -> tuple[tuple[tuple[int, ...], int], tuple[tuple[int, ...], int]]:
+        """FSDP's sharding groups, dense and expert: (dims, ranks), the data-parallel ones
+        without the replicas'."""
+        rep = self.groups.replicate
+        return ((tuple(d for d in self.groups.dp if d not in rep),
+                 self.dp_size // self.replicas),
+                (tuple(d for d in self.groups.expert_dp if d not in rep),
+                 self.expert_dp_size // self.replicas))
 
 
 def layer_names(spec: TransformerSpec) -> list[str]:
@@ -239,7 +249,10 @@ class StageProgram:
         spec, ctx = self.spec, self.ctx
         dense = sum(self.chunk_parameters(c)[0] for c in range(spec.vpp))
         expert = sum(self.chunk_parameters(c)[1] for c in range(spec.vpp))
-        if spec.distributed_optimizer or spec.fsdp:
+        if spec.fsdp:
+            (_, dense_shard), (_, expert_shard) = ctx.shard_groups()
+            return dense / dense_shard + expert / expert_shard
+        if spec.distributed_optimizer:
             return dense / ctx.dp_size + expert / ctx.expert_dp_size
         return dense + expert
 
@@ -320,9 +333,9 @@ class StageProgram:
         if self.spec.fp8_param_gather:
             dense -= fp8 / 2       # the layers' weights in one byte, the rest in two
         gathers = []
-        for params, dims, size in ((dense, self.ctx.groups.dp, self.ctx.dp_size),
-                                   (expert, self.ctx.groups.expert_dp,
-                                    self.ctx.expert_dp_size)):
+        (dense_dims, dense_size), (expert_dims, expert_size) = self.ctx.shard_groups()
+        for params, dims, size in ((dense, dense_dims, dense_size),
+                                   (expert, expert_dims, expert_size)):
             if params and dims:
                 gathers.append(self.b.collective(
                     f"{name}.params.all_gather", "all_gather", int(2 * params / size), dims,
@@ -338,17 +351,27 @@ class StageProgram:
             self.unsharded.discard(unit)
 
     def _after_backward(self, unit: str, name: str, layer: int, ready: int | None) -> None:
-        """With ``fsdp``, the unit's gradients reduce-scattered once its weight gradients are
-        ready (every micro-batch, as FSDP2 does by default), and its parameters freed."""
+        """With ``fsdp``, the unit's gradients reduce-scattered over its sharding group once
+        its weight gradients are ready (every micro-batch, as FSDP2 does by default), the
+        shards all-reduced over the replicas (hybrid sharding), and its parameters freed."""
         if not self.spec.fsdp:
             return
         self.unsharded.discard(unit)
         dense, expert, _ = self._unit_parameters(unit)
-        for params, dims in ((dense, self.ctx.groups.dp), (expert, self.ctx.groups.expert_dp)):
-            if params and dims:
-                self.grad_ops.append(self.b.collective(
+        replicate = self.ctx.groups.replicate
+        for params, (dims, size) in zip((dense, expert), self.ctx.shard_groups()):
+            if not params:
+                continue
+            after = _frontier(ready)
+            if dims:
+                after = (self.b.collective(
                     f"{name}.grads.reduce_scatter", "reduce_scatter",
-                    int(params * self.grad_bytes), dims, layer, "wg", _frontier(ready)))
+                    int(params * self.grad_bytes), dims, layer, "wg", after),)
+            if replicate:
+                after = (self.b.collective(
+                    f"{name}.grads.all_reduce", "all_reduce",
+                    int(params * self.grad_bytes / size), replicate, layer, "wg", after),)
+            self.grad_ops.extend(after)
 
 
 def _frontier(op: int | None) -> Frontier:

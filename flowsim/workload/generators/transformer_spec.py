@@ -63,7 +63,7 @@ MAXIMA = {"layers": MAX_INT, "micro_batches": MAX_INT, "global_batch": MAX_INT,
           "kv_heads": 1 << 24, "head_dim": 1 << 16, "ffn": 1 << 26, "moe_ffn": 1 << 26,
           "vocab": 1 << 26, "dtype_bytes": 64, "dp": MAX_NPUS, "tp": MAX_NPUS,
           "pp": MAX_NPUS, "cp": MAX_NPUS, "ep": MAX_NPUS, "vpp": 1 << 16,
-          "experts": 1 << 20, "top_k": 1 << 20, "bucket_size": MAX_INT,
+          "experts": 1 << 20, "top_k": 1 << 20, "bucket_size": MAX_INT, "fsdp_shard": MAX_INT,
           "expert_tp": MAX_NPUS}
 
 
@@ -115,6 +115,10 @@ class TransformerSpec:
     #: Megatron-LM's ``--use-torch-fsdp2``): each layer's parameters gathered before its
     #: forward and backward, its gradients reduce-scattered after its backward
     fsdp: bool = False
+    #: with ``fsdp``, the data-parallel ranks a unit's parameters are sharded over (hybrid
+    #: sharding, HSDP: torchtitan's ``data_parallel_shard_degree``); the ``dp / fsdp_shard``
+    #: groups of them hold replicas and all-reduce their gradient shards; 0: all of them
+    fsdp_shard: int = 0
     tp_comm_overlap: bool = False
     #: whose userbuffers settings: NeMo's H100 configs or Transformer Engine's defaults
     tp_comm_overlap_cfg: UbConfig = "nemo"
@@ -164,7 +168,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                          ("ep", 1), ("vpp", 1)):
         v[key] = _count(values, key, source, default)
     for key in ("micro_batches", "global_batch", "heads", "kv_heads", "head_dim", "ffn",
-                "moe_ffn", "vocab", "experts", "top_k", "bucket_size", "expert_tp"):
+                "moe_ffn", "vocab", "experts", "top_k", "bucket_size", "expert_tp",
+                "fsdp_shard"):
         v[key] = _count(values, key, source, 0, minimum=0)
     for key in ("gated_mlp", "sp", "overlap_grad_reduce", "overlap_param_gather",
                 "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp"):
@@ -250,6 +255,7 @@ def _with_defaults(spec: TransformerSpec) -> TransformerSpec:
         "heads": heads, "head_dim": head_dim, "kv_heads": spec.kv_heads or heads, "ffn": ffn,
         "moe_ffn": spec.moe_ffn or ffn, "top_k": spec.top_k or (1 if spec.experts else 0),
         "expert_tp": spec.expert_tp or spec.tp,
+        "fsdp_shard": spec.fsdp_shard or spec.dp,
         # communication overlap of tensor parallelism, and experts with tensor parallelism,
         # need sequence parallelism (Megatron-LM; Megatron-Core's MoELayer refuses to train
         # without it)
@@ -343,6 +349,13 @@ def _check_consistent(spec: TransformerSpec) -> None:
          "> 1 with the interleaved schedule", spec.vpp)
     need(not spec.fp8_param_gather or spec.dtype == "fp8", "fp8_param_gather",
          "false without dtype: fp8", spec.fp8_param_gather)
+    need(spec.fsdp or spec.fsdp_shard == spec.dp, "fsdp_shard",
+         "unset without fsdp (it shards FSDP's units)", spec.fsdp_shard)
+    need(spec.dp % spec.fsdp_shard == 0 and spec.fsdp_shard % spec.ep == 0, "fsdp_shard",
+         f"a divisor of dp={spec.dp} and a multiple of ep={spec.ep} (the sharding groups "
+         f"split the data-parallel ranks into replicas)", spec.fsdp_shard)
+    need(spec.dims is None or spec.fsdp_shard == spec.dp, "fsdp_shard",
+         f"dp={spec.dp} (all data-parallel ranks) with explicit dims", spec.fsdp_shard)
     need(not spec.overlap_param_gather or spec.distributed_optimizer, "overlap_param_gather",
          "false without distributed_optimizer (parameters are gathered only when the "
          "optimizer is sharded)", spec.overlap_param_gather)
