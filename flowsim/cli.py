@@ -227,11 +227,11 @@ def _run_workload(args: argparse.Namespace) -> int:
         mfu = f", MFU {100 * summary['mfu']:.1f}%" if "mfu" in summary else ""
         print(f"  throughput:    {summary['tflops_per_npu']:.1f} TFLOP/s per NPU{mfu} "
               f"({summary['model_flops']:.3e} model FLOPs per iteration, Megatron-LM's count)")
-    if "memory_gb" in summary:
+    if "memory_gib" in summary:
         parts = summary["memory"]
-        of = f" of {summary['memory_capacity_gb']:.0f} GB" if "memory_capacity_gb" in summary \
+        of = f" of {summary['memory_capacity_gib']:.0f}" if "memory_capacity_gib" in summary \
             else ""
-        print(f"  memory:        {summary['memory_gb']:.1f} GB per NPU{of} at the peak, stage "
+        print(f"  memory:        {summary['memory_gib']:.1f}{of} GiB per NPU at the peak, stage "
               f"{parts['stage']} (weights {parts['weights']:.1f}, gradients "
               f"{parts['gradients']:.1f}, optimizer {parts['optimizer']:.1f}, activations "
               f"{parts['activations']:.1f}; an estimate)")

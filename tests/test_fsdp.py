@@ -81,32 +81,33 @@ def _unit_events(program):
 def test_parameters_are_gathered_only_after_they_were_freed(two_nodes, pp):
     """Each layer's parameters are gathered, used, and freed after its backward's
     reduce-scatter: never gathered twice without a free between. Without pipelining each
-    forward and each backward gathers; with it (torchtitan keeps the parameters from a
-    forward to the backward) the 1F1B warm-up forwards of stage 0 reuse one gather, so
-    stage 0 gathers 3 times forward and once backward over 4 micro-batches, and the last
-    stage once per micro-batch."""
+    forward and each backward gathers and each backward reduces (FSDP2's defaults); with it
+    torchtitan's pipeline stages keep every layer gathered and its gradients unsharded from
+    its first forward to its last backward: one gather and one reduce-scatter per
+    iteration, on every stage."""
     m = 4
     w = transformer(two_nodes, **dict(SMALL, dp=DP // pp), pp=pp,
                     global_batch=2 * (DP // pp) * m, fsdp=True)
-    for stage, program in enumerate(w.programs):
-        for seq in _unit_events(program).values():
-            assert seq.count("R") == m
+    for program in w.programs:
+        events = _unit_events(program)
+        assert len(events) == 4 // pp   # the stage's layers
+        for seq in events.values():
             assert "GG" not in seq.replace("GR", "R")  # a gather is used before the next one
-            if pp == 1:
-                assert seq == "GGR" * m
-        if pp == 2:
-            passes = Counter(op.pass_ for op in _dp_collectives(program)
-                             if op.collective == "all_gather")
-            per_layer = {k: v // 2 for k, v in passes.items()}   # two layers per stage
-            assert per_layer == ({"fwd": 3, "ig": 1} if stage == 0 else {"fwd": 4})
+            assert seq == ("GGR" * m if pp == 1 else "GR")
+        if pp == 2:   # the one gather is the first forward's, the reduction the last's
+            gathers = [op for op in _dp_collectives(program) if op.collective == "all_gather"]
+            assert {op.pass_ for op in gathers} == {"fwd"}
+            assert all(op.name.startswith("mb0.") for op in gathers)
+            reductions = [op for op in _dp_collectives(program)
+                          if op.collective == "reduce_scatter"]
+            assert all(op.name.startswith(f"mb{m - 1}.") for op in reductions)
 
 
 def test_the_output_layer_and_the_embedding_are_units_too(two_nodes):
     """With a vocabulary, the embedding (and the output layer, one tied weight on one
-    stage) is gathered and reduced like a layer: its rank's vocabulary shard, gathered
-    before the embedding and again before the output layer forward (freed between), once
-    backward (kept from the output layer's backward to the embedding's), and reduced
-    once."""
+    stage) is gathered and reduced like a layer, its rank's vocabulary shard; being needed
+    again by the output layer, then by the backward, it stays gathered from the embedding's
+    forward to the embedding's backward: one gather and one reduction per micro-batch."""
     w = transformer(two_nodes, **dict(SMALL, vocab=1000), global_batch=2 * DP, fsdp=True)
     (program,) = w.programs
     vocab_rows = {w.layers.index("embedding"), w.layers.index("logits")}
@@ -114,7 +115,7 @@ def test_the_output_layer_and_the_embedding_are_units_too(two_nodes):
     padded = -(-1000 // (128 * TP)) * 128 * TP
     shard = padded // TP * H
     assert Counter((op.collective, op.size) for op in ops) == {
-        ("all_gather", 2 * shard // DP): 3, ("reduce_scatter", 4 * shard): 1}
+        ("all_gather", 2 * shard // DP): 1, ("reduce_scatter", 4 * shard): 1}
 
 
 def test_fsdp_costs_time_on_a_slow_network_and_hides_on_a_fast_one():

@@ -169,25 +169,38 @@ def test_gradients_reduced_in_bf16_halve_the_data_parallel_bytes():
 
 
 def test_fully_sharded_data_parallelism_is_read_from_both_tools(reference):
-    """``--use-torch-fsdp2``, ``--use-megatron-fsdp`` with its default sharding strategy
-    (``optim_grads_params``) and NeMo's ``fsdp`` with its default ``full`` sharding are
-    ``fsdp``; Megatron-FSDP sharding only the optimizer is the distributed optimizer; NeMo's
-    other sharding strategies are named as left out."""
-    args = ARGS.replace("--use-distributed-optimizer", "--use-torch-fsdp2")
+    """``--use-torch-fsdp2`` (which Megatron-LM refuses with pipelining, expert parallelism
+    or its distributed optimizer), ``--use-megatron-fsdp`` with its default sharding
+    strategy (``optim_grads_params``) and NeMo's ``fsdp`` with its default ``full``
+    sharding are ``fsdp``; NeMo's ``hybrid`` shards over a node's data-parallel ranks;
+    Megatron-FSDP sharding only the optimizer is the distributed optimizer; NeMo's other
+    sharding strategies are named as left out."""
     fsdp = _time(dict(SPEC, fsdp=True))
     assert fsdp != reference
-    assert _time({"generator": "megatron", "device": "h100", "args": args}) == fsdp
     megatron_fsdp = ARGS.replace("--use-distributed-optimizer", "--use-megatron-fsdp")
     assert _time({"generator": "megatron", "device": "h100", "args": megatron_fsdp}) == fsdp
     zero1 = megatron_fsdp + " --data-parallel-sharding-strategy optim"
     assert _time({"generator": "megatron", "device": "h100", "args": zero1}) == reference
+    no_pp = ARGS.replace("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-"
+                         "stage 2", "")
+    torch_fsdp2 = no_pp.replace("--use-distributed-optimizer", "--use-torch-fsdp2")
+    assert _time({"generator": "megatron", "device": "h100", "args": torch_fsdp2}) == \
+        _time(dict(SPEC, fsdp=True, pp=1, vpp=1, dp=8))
+    with pytest.raises(flowsim.ConfigError, match=r"--use-torch-fsdp2 with "
+                                                   r"--use-distributed-optimizer, --pp 2"):
+        simulate(NET, {"generator": "megatron", "device": "h100",
+                       "args": ARGS + " --use-torch-fsdp2"}, "nccl")
     model = dict(NEMO["model"], ub_tp_comm_overlap_cfg=None, fsdp=True)
     assert _time({"generator": "nemo", "device": "h100",
                   "config": dict(NEMO, model=model)}) == fsdp
-    hybrid = dict(model, fsdp_sharding_strategy="hybrid")
-    with pytest.warns(FlowsimWarning, match="fsdp_sharding_strategy hybrid"):
+    hybrid = dict(model, fsdp_sharding_strategy="hybrid")   # 8 GPUs a node, TP 2: shard 4
+    assert _time({"generator": "nemo", "device": "h100",
+                  "config": dict(NEMO, model=hybrid)}) == \
+        _time(dict(SPEC, fsdp=True, fsdp_shard=4))
+    odd = dict(model, fsdp_sharding_strategy="no_shard")
+    with pytest.warns(FlowsimWarning, match="fsdp_sharding_strategy no_shard"):
         simulate(NET, {"generator": "nemo", "device": "h100",
-                       "config": dict(NEMO, model=hybrid)}, "nccl")
+                       "config": dict(NEMO, model=odd)}, "nccl")
 
 
 def test_keys_beside_the_configuration_win():

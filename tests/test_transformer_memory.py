@@ -88,8 +88,9 @@ def test_bytes_per_parameter_are_megatron_s(node):
 
 
 def test_the_run_reports_the_estimate_beside_the_device_s_memory(tmp_path, capsys):
-    """``flowsim run --json``: ``memory_gb`` (10^9 B), its parts and stage, and the
-    device's memory when the compute model is a device preset."""
+    """``flowsim run --json``: ``memory_gib`` (2^30 B), its parts and stage, and the
+    device's memory when the compute model is a device preset (a vendor's 80 GB of HBM
+    being 80 GiB)."""
     spec = tmp_path / "spec.yml"
     spec.write_text("generator: transformer\nlayers: 4\nhidden: 1024\nheads: 16\n"
                     "sequence: 1024\nmicro_batch: 2\nvocab: 0\ntp: 8\nsp: true\n"
@@ -100,8 +101,8 @@ def test_the_run_reports_the_estimate_beside_the_device_s_memory(tmp_path, capsy
     out = json.loads(capsys.readouterr().out)
     expected = transformer(flowsim.load_network(NODE), **GPT, tp=8, sp=True,
                            micro_batches=1).memory
-    assert out["memory_gb"] == pytest.approx(expected["total"] / 1e9)
-    assert out["memory"]["activations"] == pytest.approx(expected["activations"] / 1e9)
-    assert out["memory"]["stage"] == 0 and out["memory_capacity_gb"] == 80.0
+    assert out["memory_gib"] == pytest.approx(expected["total"] / 2**30)
+    assert out["memory"]["activations"] == pytest.approx(expected["activations"] / 2**30)
+    assert out["memory"]["stage"] == 0 and out["memory_capacity_gib"] == 80.0
     assert main(["run", "--workload", str(spec), "--network", str(net)]) == 0
-    assert "GB per NPU of 80 GB" in capsys.readouterr().out
+    assert " of 80 GiB per NPU" in capsys.readouterr().out

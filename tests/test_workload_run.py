@@ -45,14 +45,14 @@ def _from_dataset(ds: xr.Dataset) -> dict:
 
 def _memory(attrs) -> dict:
     """The memory estimate's keys of the summary, from the Dataset's flat attributes."""
-    if "memory_gb" not in attrs:
+    if "memory_gib" not in attrs:
         return {}
     parts = ("stage", "weights", "gradients", "optimizer", "activations")
-    out = {"memory_gb": attrs["memory_gb"],
-           "memory": {p: attrs["memory_stage" if p == "stage" else f"memory_{p}_gb"]
+    out = {"memory_gib": attrs["memory_gib"],
+           "memory": {p: attrs["memory_stage" if p == "stage" else f"memory_{p}_gib"]
                       for p in parts}}
-    if "memory_capacity_gb" in attrs:
-        out["memory_capacity_gb"] = attrs["memory_capacity_gb"]
+    if "memory_capacity_gib" in attrs:
+        out["memory_capacity_gib"] = attrs["memory_capacity_gib"]
     return out
 
 

@@ -83,14 +83,15 @@ class WorkloadRun:
     workload: Workload
     iterations: int
     peak_flops: float | None = None
-    #: device memory of one NPU (GB, 10^9 B), when the compute model is a device preset
-    memory_gb: float | None = None
+    #: device memory of one NPU (GiB: a vendor's "80 GB" of HBM is 80 GiB), when the compute
+    #: model is a device preset
+    memory_gib: float | None = None
 
     def to_dataset(self) -> xr.Dataset:
         """The run as an xarray Dataset (see :func:`flowsim.simulate`)."""
         ds = workload_dataset(self.record, self.network, self.system, self.model,
                               self.workload, self.iterations, peak_flops=self.peak_flops)
-        ds.attrs.update(memory_of(self.workload, self.memory_gb, flat=True))
+        ds.attrs.update(memory_of(self.workload, self.memory_gib, flat=True))
         return ds
 
     def summary(self) -> dict[str, Any]:
@@ -120,7 +121,7 @@ class WorkloadRun:
             "dim_busy_ns": [float(b) for b in rec.dim_busy_ns],
             "most_exposed": [[str(layers[i]), float(by_layer[i])] for i in top
                              if by_layer[i] > 0],
-            **memory_of(self.workload, self.memory_gb),
+            **memory_of(self.workload, self.memory_gib),
             "collectives": int(rec.collectives), "stats": rec.stats.as_dict()}
 
 
@@ -222,23 +223,24 @@ def throughput(model_flops: float | None, iteration_s: float, npus: int,
     return out
 
 
-def memory_of(workload: Workload, capacity_gb: float | None, *, flat: bool = False
+def memory_of(workload: Workload, capacity_gib: float | None, *, flat: bool = False
               ) -> dict[str, Any]:
-    """The workload's memory estimate per NPU in GB (10^9 B): ``memory_gb`` (the peak
-    total) and ``memory`` (its parts and the pipeline stage, or with ``flat`` the parts as
-    ``memory_<part>_gb`` keys, for Dataset attributes), and ``memory_capacity_gb``, the
-    device's, when known. Nothing for a workload without an estimate."""
+    """The workload's memory estimate per NPU in GiB (2^30 B, as PyTorch reports memory):
+    ``memory_gib`` (the peak total) and ``memory`` (its parts and the pipeline stage, or
+    with ``flat`` the parts as ``memory_<part>_gib`` keys, for Dataset attributes), and
+    ``memory_capacity_gib``, the device's, when known. Nothing for a workload without an
+    estimate."""
     if workload.memory is None:
         return {}
-    parts = {k: (int(v) if k == "stage" else v / 1e9) for k, v in workload.memory.items()}
-    out: dict[str, Any] = {"memory_gb": parts.pop("total")}
+    parts = {k: (int(v) if k == "stage" else v / 2**30) for k, v in workload.memory.items()}
+    out: dict[str, Any] = {"memory_gib": parts.pop("total")}
     if flat:
-        out.update({f"memory_{k}" + ("" if k == "stage" else "_gb"): v
+        out.update({f"memory_{k}" + ("" if k == "stage" else "_gib"): v
                     for k, v in parts.items()})
     else:
         out["memory"] = parts
-    if capacity_gb:
-        out["memory_capacity_gb"] = float(capacity_gb)
+    if capacity_gib:
+        out["memory_capacity_gib"] = float(capacity_gib)
     return out
 
 

@@ -154,7 +154,7 @@ def run_training(network: Any, workload: WorkloadLike, system: Any = None,
     device = getattr(compute, "device", None)   # a device preset knows its memory
     return WorkloadRun(record, net, sys_cfg, model, work, iterations,
                        peak_flops=compute.peak_flops if compute is not None else None,
-                       memory_gb=getattr(device, "memory_gb", None))
+                       memory_gib=getattr(device, "memory_gb", None))   # HBM's GB: GiB
 
 
 def _speeds(speed: Any, npus: int) -> np.ndarray:

@@ -68,7 +68,7 @@ UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-la
               "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
               "account-for-loss-in-pipeline-split", "moe-grouped-gemm", "moe-layer-freq",
               "moe-shared-expert-intermediate-size", "cp-comm-type",
-              "disable-tp-comm-overlap-ag",
+              "num-distributed-optimizer-instances", "disable-tp-comm-overlap-ag",
               "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by")
 #: vocabulary sizes of tokenizers named by type alone
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257}
@@ -199,6 +199,12 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
         # read: NeMo's tuned ones are the nearest
         keys["tp_comm_overlap_cfg"] = "nemo" if flags.get("tp-comm-overlap-cfg") else \
             "te_default"
+    if "use-torch-fsdp2" in flags:   # what Megatron-LM refuses with it
+        refused = [f"--{f}" for f in ("use-distributed-optimizer",) if f in flags]
+        refused += [f"--{key} {keys[key]}" for key in ("pp", "ep") if keys.get(key, 1) > 1]
+        if refused:
+            raise ConfigError(f"{where}: --use-torch-fsdp2 with {', '.join(refused)}: "
+                              "Megatron-LM refuses these together")
     if "use-megatron-fsdp" in flags:   # Megatron-FSDP, ZeRO-3 by default
         strategy = flags.get("data-parallel-sharding-strategy") or "optim_grads_params"
         sharding = {"optim_grads_params": "fsdp", "optim_grads": "distributed_optimizer",

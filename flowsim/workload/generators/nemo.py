@@ -117,7 +117,15 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
         if optim.get("ddp_bucket_size"):
             keys["bucket_size"] = optim["ddp_bucket_size"]
     sharding = model.get("fsdp_sharding_strategy", "full")
-    keys["fsdp"] = bool(model.get("fsdp", False)) and sharding == "full"   # ZeRO-3
+    if model.get("fsdp"):
+        if sharding in ("full", "hybrid"):   # ZeRO-3; hybrid: sharded inside a node
+            keys["fsdp"] = True
+        if sharding == "hybrid":   # the data-parallel ranks of a node (bad values: later)
+            sizes = [trainer.get("devices"), keys.get("tp", 1), keys.get("cp", 1)]
+            if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
+                keys["fsdp_shard"] = max(1, sizes[0] // (sizes[1] * sizes[2]))
+        elif sharding == "grad":   # ZeRO-2: gradients and optimizer states sharded
+            keys["distributed_optimizer"] = True
     tokenizer = str(_block(model, "tokenizer", where).get("type", ""))
     for fragment, size in TOKENIZER_VOCAB.items():
         if fragment.lower() in tokenizer.lower():
@@ -129,7 +137,7 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
     if granularity == "full" and (method, count) not in ((None, None), ("uniform", 1)):
         left.append(f"model.activations_checkpoint_method {method} with num_layers {count} "
                     "(priced as every layer recomputed)")
-    if model.get("fsdp") and sharding != "full":
+    if model.get("fsdp") and sharding not in ("full", "hybrid", "grad"):
         left.append(f"model.fsdp_sharding_strategy {sharding} (priced as Megatron's DDP)")
     dispatcher = model.get("moe_token_dispatcher_type", "allgather")
     if keys.get("experts") and dispatcher != "alltoall":

@@ -71,8 +71,10 @@ Communication:
   data-parallel ranks. A unit's parameters are all-gathered (16-bit; the layers' weights in
   FP8 with ``fp8_param_gather``) before its forward and again before its backward, one unit
   ahead of the compute (FSDP2's prefetch), and its gradients reduce-scattered after its
-  backward, every micro-batch; with pipeline parallelism the parameters stay gathered from
-  a forward to its backward (torchtitan's ``reshard_after_forward`` default). The optimizer
+  backward, every micro-batch; the output layer (and a tied embedding) stays gathered from
+  its forward to its backward. With pipeline parallelism every unit stays gathered, its
+  gradients unsharded, from its first forward to its last backward, after which they are
+  reduce-scattered once (torchtitan's pipeline stages with FSDP). The optimizer
   steps on the rank's shard. ``fsdp_shard`` (hybrid sharding, HSDP) shards over groups of
   that many data-parallel ranks (the innermost ones: inside a node where they fit) whose
   replicas all-reduce their gradient shards after each reduce-scatter. Megatron's bucketed

@@ -6,8 +6,9 @@ Per parameter (Megatron-LM's mixed-precision training with Adam): 16-bit weights
 layers' in FP8 with ``fp8_param_gather``), FP32 gradient buffers (16-bit with
 ``grad_reduce_in_bf16``) and 12 bytes of optimizer state (FP32 master weights, Adam's two
 moments), the states sharded over the data-parallel ranks by the distributed optimizer and
-everything by ``fsdp`` over its sharding group (which keeps one gathered unit and the next
-one's prefetch, or, under pipelining, every unit from its forward to its backward).
+everything by ``fsdp`` over its sharding group (which keeps the largest unit gathered and
+the next one's prefetch, or, under pipelining, every unit and its unsharded gradients from
+its first forward to its last backward).
 
 Activations per layer and micro-batch follow Korthikanti et al., "Reducing Activation
 Recomputation in Large Transformer Models" (MLSys 2023), section 4.1, term by term, for any
@@ -74,20 +75,24 @@ def stage_memory(program: StageProgram) -> StageMemory:
     expert = sum(program.chunk_parameters(c)[1] for c in chunks)
     params = dense + expert
     layers = sum(len(program.layers[c]) for c in chunks)
-    layer_weights = layers * (k.dense_parameters + k.expert_parameters)
-    weights = ACT * params - (layer_weights if spec.fp8_param_gather else 0)
+    fp8_weights = layers * k.dense_parameters   # the layers' dense weights kept in FP8
+    weights = ACT * params - (fp8_weights if spec.fp8_param_gather else 0)
     gradients = program.grad_bytes * params
     optimizer = OPTIMIZER_BYTES * params
     if spec.distributed_optimizer:
         optimizer = OPTIMIZER_BYTES * (dense / ctx.dp_size + expert / ctx.expert_dp_size)
     if spec.fsdp:
         (_, dense_shard), (_, expert_shard) = ctx.shard_groups()
-        unit = k.dense_parameters + k.expert_parameters
         shards = dense / dense_shard + expert / expert_shard
         optimizer = OPTIMIZER_BYTES * shards
-        gathered = params if spec.pp > 1 else 2 * unit   # kept to the backward, or 2 units
-        weights = ACT * (shards + gathered)
-        gradients = program.grad_bytes * (shards + 2 * unit)
+        if spec.pp == 1:   # the largest unit gathered and the next one prefetched
+            unit = max(k.dense_parameters + k.expert_parameters,
+                       k.vocab_parameters if spec.vocab else 0)
+            per_param = weights / params
+            weights = per_param * (shards + 2 * unit)
+            gradients = program.grad_bytes * (shards + 2 * unit)
+        # under pipelining every unit stays gathered, its gradients unsharded, to the last
+        # backward: the weights and gradients of Megatron's DDP
     return StageMemory(ctx.stage, weights, gradients, optimizer, _activations(program))
 
 

@@ -160,7 +160,7 @@ class StageProgram:
             b.compute(f"{tag}.logits.wgrad", k.logits_wgrad, row, "wg", regather)
             if not self._shared_vocab(vs):   # else one weight, in the embedding's bucket
                 buckets.append(((k.vocab_parameters, 0), _frontier(b.last_wgrad)))
-                self._after_backward("logits", f"{tag}.logits", row, b.last_wgrad)
+                self._after_backward("logits", f"{tag}.logits", row, b.last_wgrad, final)
             carry = k.norm_backward
         for layer in reversed(own):
             g = self._unshard(f"layer{layer}", f"{tag}.layer{layer}", layer, "ig", g)
@@ -169,7 +169,8 @@ class StageProgram:
             g = b.backward(layer, tag, g, carry)
             carry = b.norm_backward
             buckets.append((self._layer_parameters(), _frontier(b.last_wgrad)))
-            self._after_backward(f"layer{layer}", f"{tag}.layer{layer}", layer, b.last_wgrad)
+            self._after_backward(f"layer{layer}", f"{tag}.layer{layer}", layer, b.last_wgrad,
+                                 final)
         if vs == 0 and spec.vocab:
             row = self.row["embedding"]
             g = self._unshard("embedding", f"{tag}.embedding", row, "ig", g)
@@ -178,7 +179,7 @@ class StageProgram:
                                   self.ctx.groups.tp, row, "ig", g),)
             b.compute(f"{tag}.embedding.backward", carry + k.embedding_backward, row, "wg", g)
             buckets.append(((k.vocab_parameters, 0), _frontier(b.last)))
-            self._after_backward("embedding", f"{tag}.embedding", row, b.last)
+            self._after_backward("embedding", f"{tag}.embedding", row, b.last, final)
         elif carry:
             g = (b.compute(f"{tag}.norm_backward", carry, own[0] if len(own) else top, "ig",
                            g),)
@@ -321,12 +322,13 @@ class StageProgram:
 
     def _unshard(self, unit: str, name: str, layer: int, pass_: str, x: Frontier
                  ) -> Frontier:
-        """With ``fsdp``, the unit's parameters all-gathered over the data-parallel ranks
-        unless they are still gathered (FSDP2 keeps them from a forward to its backward when
-        it does not reshard after the forward: with pipeline parallelism, as torchtitan
-        does); the all-gather is issued one unit ahead, after the previous unit's inputs.
-        Returns ``x`` with the all-gathers its unit's compute waits for."""
-        if not self.spec.fsdp or unit in self.unsharded:
+        """With ``fsdp``, the unit's parameters all-gathered over its sharding group unless
+        they are still gathered, issued one unit ahead (FSDP2's prefetch: after the previous
+        unit's inputs). Returns ``x`` with the all-gathers its unit's compute waits for."""
+        if not self.spec.fsdp:
+            return x
+        if unit in self.unsharded:
+            self.prefetch_after = x
             return x
         self.unsharded.add(unit)
         dense, expert, fp8 = self._unit_parameters(unit)
@@ -345,16 +347,21 @@ class StageProgram:
         return x
 
     def _after_forward(self, unit: str) -> None:
-        """FSDP2 frees a unit's gathered parameters after its forward, except with pipeline
-        parallelism (torchtitan's default ``reshard_after_forward``)."""
-        if self.spec.pp == 1:
+        """FSDP2 frees a unit's gathered parameters after its forward, but for the output
+        layer (and the tied weight it shares), whose backward comes next, and under pipeline
+        parallelism, where torchtitan keeps every unit gathered to its last backward."""
+        if self.spec.pp == 1 and unit != "logits" and not (
+                unit == "embedding" and self._shared_vocab(0)):
             self.unsharded.discard(unit)
 
-    def _after_backward(self, unit: str, name: str, layer: int, ready: int | None) -> None:
+    def _after_backward(self, unit: str, name: str, layer: int, ready: int | None,
+                        final: bool) -> None:
         """With ``fsdp``, the unit's gradients reduce-scattered over its sharding group once
-        its weight gradients are ready (every micro-batch, as FSDP2 does by default), the
-        shards all-reduced over the replicas (hybrid sharding), and its parameters freed."""
-        if not self.spec.fsdp:
+        its weight gradients are ready, the shards all-reduced over the replicas (hybrid
+        sharding), and its parameters freed: every micro-batch (FSDP2's default), or under
+        pipeline parallelism after the chunk's last backward (torchtitan's pipeline stages
+        turn gradient sync and the free off for the others)."""
+        if not self.spec.fsdp or (self.spec.pp > 1 and not final):
             return
         self.unsharded.discard(unit)
         dense, expert, _ = self._unit_parameters(unit)

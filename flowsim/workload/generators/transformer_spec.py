@@ -356,7 +356,8 @@ def _check_consistent(spec: TransformerSpec) -> None:
          f"split the data-parallel ranks into replicas)", spec.fsdp_shard)
     need(spec.dims is None or spec.fsdp_shard == spec.dp, "fsdp_shard",
          f"dp={spec.dp} (all data-parallel ranks) with explicit dims", spec.fsdp_shard)
-    need(not spec.overlap_param_gather or spec.distributed_optimizer, "overlap_param_gather",
+    need(not spec.overlap_param_gather or spec.distributed_optimizer or spec.fsdp,
+         "overlap_param_gather",
          "false without distributed_optimizer (parameters are gathered only when the "
          "optimizer is sharded)", spec.overlap_param_gather)
     m = micro_batches(spec)
@@ -366,7 +367,8 @@ def _check_consistent(spec: TransformerSpec) -> None:
              f"a multiple of pp={spec.pp} micro-batches per pipeline with the interleaved "
              f"schedule (Megatron-LM's requirement{counted})",
              spec.global_batch or spec.micro_batches)
-    per_layer = (30 if spec.recompute == "full" else 22) + 3 * spec.fsdp
+    per_layer = (30 if spec.recompute == "full" else 22) + \
+        (8 if spec.experts else 3) * spec.fsdp
     ops = m * spec.layers * per_layer + 8 * m * spec.pp * spec.vpp
     if ops > MAX_OPS:
         raise ConfigError(f"{_where(src)}layers={spec.layers} over {m} micro-batches make a "
