@@ -35,7 +35,7 @@ adjusted to a training run (sources beside each preset):
   not pick it); on Blackwell, cuDNN's from the FlashAttention-4 paper
   (2026): FlashAttention-4 reaches "71% utilization" in BF16 on B200, "up to 1.3x" cuDNN
   9.13's, so cuDNN's forward is taken at 0.71 / 1.3 = 0.55 of peak and its
-  backward at 2/3 of that, the ratio FlashAttention-3's headline rates have on H100 (an
+  backward at 516 / 595 of that, the ratio cuDNN's rates have on H100 above (an
   assumption: the paper's backward numbers are not in its abstract);
 * memory-bound kernels reach about 90% of the HBM bandwidth (a device-to-device copy: e.g.
   3.57 of 3.94 TB/s measured on an H100 NVL, ml-engineering's benchmark notes); kernel
@@ -162,22 +162,28 @@ H100_SXM_80GB = Device(
     source="NVIDIA H100 datasheet; MAMF: ml-engineering accelerator table (CUDA 12.1); "
            "attention: cuDNN's and FlashAttention-2's in the FlashAttention-3 paper's figures")
 
+#: cuDNN's backward attention on Blackwell: its forward's 0.55 at the backward-to-forward
+#: ratio cuDNN has on H100
+BLACKWELL_BACKWARD = round(0.55 * 516 / 595, 3)
+
 #: GB200's own sustained fraction, from one source: the one bubble-free, compute-bound run of
 #: NVIDIA's DGX Cloud recipes v25.05 on GB200 (Nemotron-4 340B, BF16, 128 GPUs, global batch
-#: 512: 32.66 s per step, NeMo 25.04), which 0.59 predicts within 0.2%
+#: 512: 32.66 s per step, NeMo 25.04), which 0.58 predicts within 0.3%
 #: (``validate_published.py --only dgxc_gb200_nemotron4_340b_bf16_128gpu_strong --sustained
-#: X``; it was 0.56, re-derived the same way once the run's TP communication overlap was
-#: priced); every other GB200 run is validated with it unchanged. It is far below the 0.8 of
-#: A100 and H100: that software (April 2025) ran GB200 at about 50% MFU, against its measured
-#: best GEMM of 73% of peak. Newer software is faster; the constant says what was measured.
-GB200_SUSTAINED = 0.59
+#: X``; it was 0.56, then 0.59 once the run's TP communication overlap was priced, then 0.58
+#: once cuDNN's backward attention took H100's backward-to-forward ratio, each re-derived the
+#: same way); every other GB200 run is validated with it unchanged. It is far below A100's
+#: 0.8 and H100's 0.77: that software (April 2025) ran GB200 at about 50% MFU, against its
+#: measured best GEMM of 73% of peak. Newer software is faster; the constant says what was
+#: measured.
+GB200_SUSTAINED = 0.58
 GB200 = Device(
     name="gb200", sms=148,
     peak_tflops=(("bf16", 2500.0), ("fp16", 2500.0), ("fp8", 5000.0), ("tf32", 1250.0),
                  ("fp32", 80.0)),
     memory_gbps=8000.0, memory_gb=186.0, mamf_tflops=1822.0, mamf_shape=(4096, 9728, 2048),
     fp8_gemm_ratio=round(3615.6 / 5000.0 / (1822.0 / 2500.0), 3),
-    attention_forward=0.55, attention_backward=0.36, sustained=GB200_SUSTAINED,
+    attention_forward=0.55, attention_backward=BLACKWELL_BACKWARD, sustained=GB200_SUSTAINED,
     source="one B200 of a GB200 superchip; ml-engineering accelerator tables (peaks, memory, "
            "MAMF with CUDA 13.0); attention: FlashAttention-4 paper's cuDNN 9.13 comparison")
 
@@ -191,7 +197,7 @@ B200_SXM = Device(
                  ("fp32", 80.0)),
     memory_gbps=8000.0, memory_gb=180.0, mamf_tflops=1745.0, mamf_shape=(1792, 16128, 3072),
     fp8_gemm_ratio=round(3432.5 / 4500.0 / (1745.0 / 2250.0), 3),
-    attention_forward=0.55, attention_backward=0.36, sustained=GB200_SUSTAINED,
+    attention_forward=0.55, attention_backward=BLACKWELL_BACKWARD, sustained=GB200_SUSTAINED,
     source="B200 SXM; ml-engineering accelerator tables (peaks, memory, MAMF with torch "
            "2.7.1+cu128); attention: the FlashAttention-4 paper's cuDNN 9.13 comparison on "
            "B200; sustained fraction borrowed from GB200")
