@@ -203,6 +203,18 @@ def test_fully_sharded_data_parallelism_is_read_from_both_tools(reference):
                        "config": dict(NEMO, model=odd)}, "nccl")
 
 
+def test_the_attention_backend_is_the_kernel_transformer_engine_runs(reference):
+    """``--attention-backend``: ``auto`` (the default) and ``fused`` are cuDNN's fused
+    attention (flowsim's ``flash``), ``flash`` the flash-attn package's FlashAttention-2
+    (``flash2``), ``unfused`` and ``local`` Megatron's own."""
+    base = ARGS.replace("--bf16", "--bf16 --attention-backend {}")
+    for backend, attention in (("auto", "flash"), ("fused", "flash"), ("flash", "flash2"),
+                               ("unfused", "unfused")):
+        spec = {"generator": "megatron", "device": "h100", "args": base.format(backend)}
+        assert _time(spec) == _time(dict(SPEC, attention=attention)), backend
+    assert _time(dict(SPEC, attention="flash2")) > reference   # FA2 is slower on H100
+
+
 def test_keys_beside_the_configuration_win():
     wide = _time({"generator": "megatron", "device": "h100", "args": ARGS, "ffn": 8192})
     assert wide == _time(dict(SPEC, ffn=8192))

@@ -54,7 +54,7 @@ SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
             "untie-embeddings-and-output-weights": ("tied_embeddings", False),
             "recompute-activations": ("recompute", "selective"),
             "bf16": ("dtype", "bf16"), "fp16": ("dtype", "fp16"),
-            "use-flash-attn": ("attention", "flash"), "group-query-attention": None}
+            "use-flash-attn": ("attention", "flash2"), "group-query-attention": None}
 #: flags read by hand below (their meaning needs more than one key)
 SPECIAL = ("num-layers-per-virtual-pipeline-stage", "recompute-granularity", "fp8-format",
            "attention-backend", "tp-comm-overlap-cfg", "tokenizer-type", "use-legacy-models",
@@ -185,7 +185,10 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
         keys["dtype"] = "fp8"
     backend = flags.get("attention-backend")
     if backend is not None:
-        choices = {"flash": "flash", "fused": "flash", "auto": "flash", "unfused": "unfused",
+        # Megatron-Core sets Transformer Engine's backend: flash-attn's kernels (FlashAttention
+        # -2 in NVIDIA's containers), cuDNN's fused attention, or TE's own choice (cuDNN on
+        # Hopper and Blackwell): flowsim's flash2 and flash
+        choices = {"flash": "flash2", "fused": "flash", "auto": "flash", "unfused": "unfused",
                    "local": "unfused"}
         if backend not in choices:
             raise config_error(where, "--attention-backend", "one of " + ", ".join(choices),
