@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import flowsim
 from flowsim.errors import ConfigError
@@ -173,3 +175,39 @@ def test_hybrid_sharding_shards_inside_a_group_and_all_reduces_over_its_replicas
 def test_bad_sharding_groups_name_the_key(two_nodes, keys, expected):
     with pytest.raises(ConfigError, match=f"fsdp_shard.*{expected}"):
         transformer(two_nodes, **SMALL, global_batch=2 * DP, **keys)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@given(pp=st.sampled_from([1, 2, 4]), vpp=st.sampled_from([1, 2]), m=st.integers(1, 4),
+       vocab=st.sampled_from([0, 1000]), tied=st.booleans(), shard=st.sampled_from([1, 2, 4]))
+def test_any_fsdp_layout_gathers_before_use_and_reduces_once_per_free(pp, vpp, m, vocab,
+                                                                      tied, shard):
+    """Random pipelines, micro-batches, vocabularies and sharding groups: every unit's
+    all-gathers and reduce-scatters alternate (a gather, then uses, then one reduction
+    that frees it), every unit is reduced once per micro-batch without pipelining and once
+    per iteration with it, the op graph is a DAG, and the run finishes."""
+    vpp = vpp if pp > 1 else 1
+    m = m * pp if vpp > 1 else m            # the interleaved schedule needs pp | m
+    dp = 16 // pp
+    shard = min(shard, dp)
+    net = flowsim.load_network(dict(TWO_NODES, npus_count=[8, 2]))
+    w = transformer(net, **dict(SMALL, vocab=vocab, layers=2 * pp * vpp, tp=1, dp=dp,
+                                sp=False), pp=pp, vpp=vpp, micro_batches=m,
+                    tied_embeddings=tied, fsdp=True, fsdp_shard=shard)
+    for program in w.programs:
+        assert len(topological_order(program)) == len(program.ops)
+        events = defaultdict(str)
+        for op in program.ops:
+            if op.kind == "collective" and op.name.endswith(("params.all_gather",
+                                                             "grads.reduce_scatter")):
+                unit = next(part for part in op.name.split(".")
+                            if part.startswith("layer") or part in ("embedding", "logits"))
+                events[unit] += "G" if op.collective == "all_gather" else "R"
+        for unit, seq in events.items():
+            assert seq.startswith("G") and "GG" not in seq.replace("GR", "|"), (unit, seq)
+            assert seq.count("R") == (m if pp == 1 else 1), (unit, seq)
+    run = flowsim.run_training(net, dict(generator="transformer", **dict(
+        SMALL, vocab=vocab, layers=2 * pp * vpp, tp=1, dp=dp, sp=False), pp=pp, vpp=vpp,
+        micro_batches=m, tied_embeddings=tied, fsdp=True, fsdp_shard=shard,
+        device="h100"), "nccl")
+    assert run.record.time_ns > 0
