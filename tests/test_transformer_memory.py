@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import flowsim
 from flowsim.cli import main
@@ -106,3 +108,36 @@ def test_the_run_reports_the_estimate_beside_the_device_s_memory(tmp_path, capsy
     assert out["memory"]["stage"] == 0 and out["memory_capacity_gib"] == 80.0
     assert main(["run", "--workload", str(spec), "--network", str(net)]) == 0
     assert " of 80 GiB per NPU" in capsys.readouterr().out
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2]),
+       m=st.integers(1, 4), sp=st.booleans(), vocab=st.sampled_from([0, 5000]),
+       recompute=st.sampled_from(["none", "selective", "full"]),
+       layers=st.sampled_from([4, 8]))
+def test_sharding_and_recomputation_only_ever_save_memory(tp, pp, m, sp, vocab, recompute,
+                                                           layers):
+    """For any layout: the parts are positive and add up to the total; the distributed
+    optimizer never needs more than Megatron's plain DDP, FSDP (without pipelining, where
+    it shards the weights and gradients) never more than the distributed optimizer; full
+    recomputation never more activations than none; a larger micro-batch never less."""
+    dp = 8 // (tp * pp)
+    if dp < 1:
+        return
+    net = flowsim.load_network(NODE)
+
+    def memory(**keys):
+        base = dict(GPT, layers=layers, vocab=vocab, tp=tp, pp=pp, dp=dp, sp=sp and tp > 1,
+                    micro_batches=m, recompute=recompute)
+        base.update(keys)
+        return transformer(net, **base).memory
+
+    ddp, zero1 = memory(), memory(distributed_optimizer=True)
+    for mem in (ddp, zero1):
+        parts = [mem[k] for k in ("weights", "gradients", "optimizer", "activations")]
+        assert all(p > 0 for p in parts) and mem["total"] == pytest.approx(sum(parts))
+    assert zero1["total"] <= ddp["total"]
+    if pp == 1 and dp > 2:
+        assert memory(fsdp=True)["total"] <= zero1["total"]
+    assert memory(recompute="full")["activations"] <= memory(recompute="none")["activations"]
+    assert memory(micro_batch=2 * B)["activations"] >= ddp["activations"]
