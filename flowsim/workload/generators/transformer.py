@@ -80,7 +80,8 @@ Communication:
   replicas all-reduce their gradient shards after each reduce-scatter. Megatron's bucketed
   gradient reduction and ``distributed_optimizer``'s gathers are replaced
   (``overlap_grad_reduce``, ``overlap_param_gather`` and ``bucket_size`` do nothing with
-  it). Left out: FSDP's copies into and out of its flat buffers.
+  it). Left out: FSDP's copies into and out of its flat buffers
+  (:mod:`.transformer_fsdp`).
 
 Tied embeddings (``tied_embeddings``, GPT's) are one weight when one stage holds both the
 embedding and the output layer: one gradient, one optimizer shard, one parameter all-gather.

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..graph import Op
+from .transformer_fsdp import FullySharded
 from .transformer_kernels import LayerKernels, optimizer_step
 from .transformer_passes import Frontier, Groups, PassBuilder
 from .transformer_schedule import layer_counts, neighbours, stage_schedule, virtual_stage
@@ -68,11 +69,8 @@ class StageProgram:
         self.grad_ops: list[int] = []
         self.param_gathers: dict[int, int] = {}     # layer -> its buckets' all-gather
         self.first_forward: set[int] = set()        # layers whose parameters are gathered
-        #: fsdp: units (``layer<i>``, ``embedding``, ``logits``) whose parameters are gathered
-        #: now, and the frontier the next unit's all-gather is issued after (prefetch: one
-        #: unit ahead of the compute, as FSDP2 does)
-        self.unsharded: set[str] = set()
-        self.prefetch_after: Frontier = ()
+        #: fully sharded data parallelism's gathers and reductions (nothing without fsdp)
+        self.fsdp = FullySharded(spec, ctx, self.b, self.k, self.grad_bytes, self.grad_ops)
 
     # ------------------------------------------------------------------ the whole stage
     def build(self) -> list[Op]:
@@ -114,24 +112,24 @@ class StageProgram:
         carry: tuple = ()
         if vs == 0 and spec.vocab:
             row = self.row["embedding"]
-            x = self._unshard("embedding", f"{tag}.embedding", row, "fwd", x)
+            x = self.fsdp.unshard("embedding", f"{tag}.embedding", row, "fwd", x)
             x = b.tp_block(f"{tag}.embedding", k.embedding, row, "fwd", x, gather=False,
                            reduce=True)
-            self._after_forward("embedding")
+            self.fsdp.after_forward("embedding")
         for layer in self.layers[chunk]:
             if layer not in self.first_forward and layer in self.param_gathers:
                 x = (*x, self.param_gathers[layer])
             self.first_forward.add(layer)
-            x = self._unshard(f"layer{layer}", f"{tag}.layer{layer}", layer, "fwd", x)
+            x = self.fsdp.unshard(f"layer{layer}", f"{tag}.layer{layer}", layer, "fwd", x)
             x = b.forward(layer, tag, x, carry)
-            self._after_forward(f"layer{layer}")
+            self.fsdp.after_forward(f"layer{layer}")
             carry = b.residual
         if vs == self.last_vs and spec.vocab:
             row = self.row["logits"]
-            x = self._unshard(self._logits_unit(vs), f"{tag}.logits", row, "fwd", x)
+            x = self.fsdp.unshard(self.fsdp.logits_unit(), f"{tag}.logits", row, "fwd", x)
             x = (b.compute(f"{tag}.final_norm", carry + k.norm, row, "fwd", x),)
             x = b.tp_block(f"{tag}.logits", k.logits, row, "fwd", x, gather=True, reduce=False)
-            self._after_forward(self._logits_unit(vs))
+            self.fsdp.after_forward(self.fsdp.logits_unit())
         elif carry:
             x = (b.compute(f"{tag}.residual", carry, self.layers[chunk][-1], "fwd", x),)
         if after is not None:
@@ -152,34 +150,34 @@ class StageProgram:
         carry: tuple = ()
         if vs == self.last_vs and spec.vocab:
             row = self.row["logits"]
-            g = self._unshard(self._logits_unit(vs), f"{tag}.logits.dgrad", row, "ig", g)
+            g = self.fsdp.unshard(self.fsdp.logits_unit(), f"{tag}.logits.dgrad", row, "ig", g)
             # the output layer is column-parallel: a 16-bit input gathered again (sp)
             regather = b.regather(f"{tag}.logits.dgrad", row, g, k.shard_bytes)
             g = b.tp_block(f"{tag}.logits.dgrad", k.logits_dgrad, row, "ig", g, gather=False,
                            reduce=True, after=regather)
             b.compute(f"{tag}.logits.wgrad", k.logits_wgrad, row, "wg", regather)
-            if not self._shared_vocab(vs):   # else one weight, in the embedding's bucket
+            if not spec.one_tied_weight:   # else one weight, in the embedding's bucket
                 buckets.append(((k.vocab_parameters, 0), _frontier(b.last_wgrad)))
-                self._after_backward("logits", f"{tag}.logits", row, b.last_wgrad, final)
+                self.fsdp.after_backward("logits", f"{tag}.logits", row, b.last_wgrad, final)
             carry = k.norm_backward
         for layer in reversed(own):
-            g = self._unshard(f"layer{layer}", f"{tag}.layer{layer}", layer, "ig", g)
+            g = self.fsdp.unshard(f"layer{layer}", f"{tag}.layer{layer}", layer, "ig", g)
             if spec.recompute == "full":
                 g = (*g, *b.forward(layer, f"{tag}.recompute", ()))
             g = b.backward(layer, tag, g, carry)
             carry = b.norm_backward
             buckets.append((self._layer_parameters(), _frontier(b.last_wgrad)))
-            self._after_backward(f"layer{layer}", f"{tag}.layer{layer}", layer, b.last_wgrad,
+            self.fsdp.after_backward(f"layer{layer}", f"{tag}.layer{layer}", layer, b.last_wgrad,
                                  final)
         if vs == 0 and spec.vocab:
             row = self.row["embedding"]
-            g = self._unshard("embedding", f"{tag}.embedding", row, "ig", g)
+            g = self.fsdp.unshard("embedding", f"{tag}.embedding", row, "ig", g)
             if spec.tp > 1 and spec.sp:
                 g = (b.collective(f"{tag}.embedding.all_gather", "all_gather", k.shard_bytes,
                                   self.ctx.groups.tp, row, "ig", g),)
             b.compute(f"{tag}.embedding.backward", carry + k.embedding_backward, row, "wg", g)
             buckets.append(((k.vocab_parameters, 0), _frontier(b.last)))
-            self._after_backward("embedding", f"{tag}.embedding", row, b.last, final)
+            self.fsdp.after_backward("embedding", f"{tag}.embedding", row, b.last, final)
         elif carry:
             g = (b.compute(f"{tag}.norm_backward", carry, own[0] if len(own) else top, "ig",
                            g),)
@@ -233,16 +231,9 @@ class StageProgram:
         n = len(self.layers[chunk])
         dense, expert = n * self.k.dense_parameters, n * self.k.expert_parameters
         if self.spec.vocab:
-            copies = (vs == 0) + (vs == self.last_vs) - self._shared_vocab(vs)
+            copies = (vs == 0) + (vs == self.last_vs) - self.spec.one_tied_weight
             dense += self.k.vocab_parameters * copies
         return dense, expert
-
-    def _shared_vocab(self, vs: int) -> bool:
-        """Whether virtual stage ``vs`` holds both the embedding and the output layer as one
-        tied weight (one stage): one gradient, one optimizer state, one all-gather. On
-        different stages Megatron keeps a copy on each (their gradients' all-reduce between
-        the first and last stage is left out)."""
-        return self.spec.tied_embeddings and vs == 0 == self.last_vs
 
     def _local_parameters(self) -> float:
         """Parameters this rank's optimizer updates (its shard with a distributed
@@ -307,78 +298,6 @@ class StageProgram:
                                self.row["optimizer"], "fwd", deps)
         for layer in self.layers[chunk]:
             self.param_gathers[layer] = op
-
-    # ------------------------------------------------------------------ fully sharded (fsdp)
-    def _logits_unit(self, vs: int) -> str:
-        """The output layer's unit: the embedding's when the two are one tied weight."""
-        return "embedding" if self._shared_vocab(vs) else "logits"
-
-    def _unit_parameters(self, unit: str) -> tuple[float, float, float]:
-        """(dense, expert, dense weights kept in FP8) parameters of an fsdp unit."""
-        if unit.startswith("layer"):
-            k = self.k
-            return k.dense_parameters, k.expert_parameters, k.dense_parameters
-        return self.k.vocab_parameters, 0.0, 0.0
-
-    def _unshard(self, unit: str, name: str, layer: int, pass_: str, x: Frontier
-                 ) -> Frontier:
-        """With ``fsdp``, the unit's parameters all-gathered over its sharding group unless
-        they are still gathered, issued one unit ahead (FSDP2's prefetch: after the previous
-        unit's inputs). Returns ``x`` with the all-gathers its unit's compute waits for."""
-        if not self.spec.fsdp:
-            return x
-        if unit in self.unsharded:
-            self.prefetch_after = x
-            return x
-        self.unsharded.add(unit)
-        dense, expert, fp8 = self._unit_parameters(unit)
-        if self.spec.fp8_param_gather:
-            dense -= fp8 / 2       # the layers' weights in one byte, the rest in two
-        gathers = []
-        (dense_dims, dense_size), (expert_dims, expert_size) = self.ctx.shard_groups()
-        for params, dims, size in ((dense, dense_dims, dense_size),
-                                   (expert, expert_dims, expert_size)):
-            if params and dims:
-                gathers.append(self.b.collective(
-                    f"{name}.params.all_gather", "all_gather", int(2 * params / size), dims,
-                    layer, pass_, self.prefetch_after))
-        x = (*x, *gathers)
-        self.prefetch_after = x
-        return x
-
-    def _after_forward(self, unit: str) -> None:
-        """FSDP2 frees a unit's gathered parameters after its forward, but for the output
-        layer (and the tied weight it shares), whose backward comes next, and under pipeline
-        parallelism, where torchtitan keeps every unit gathered to its last backward."""
-        if self.spec.pp == 1 and unit != "logits" and not (
-                unit == "embedding" and self._shared_vocab(0)):
-            self.unsharded.discard(unit)
-
-    def _after_backward(self, unit: str, name: str, layer: int, ready: int | None,
-                        final: bool) -> None:
-        """With ``fsdp``, the unit's gradients reduce-scattered over its sharding group once
-        its weight gradients are ready, the shards all-reduced over the replicas (hybrid
-        sharding), and its parameters freed: every micro-batch (FSDP2's default), or under
-        pipeline parallelism after the chunk's last backward (torchtitan's pipeline stages
-        turn gradient sync and the free off for the others)."""
-        if not self.spec.fsdp or (self.spec.pp > 1 and not final):
-            return
-        self.unsharded.discard(unit)
-        dense, expert, _ = self._unit_parameters(unit)
-        replicate = self.ctx.groups.replicate
-        for params, (dims, size) in zip((dense, expert), self.ctx.shard_groups()):
-            if not params:
-                continue
-            after = _frontier(ready)
-            if dims:
-                after = (self.b.collective(
-                    f"{name}.grads.reduce_scatter", "reduce_scatter",
-                    int(params * self.grad_bytes), dims, layer, "wg", after),)
-            if replicate:
-                after = (self.b.collective(
-                    f"{name}.grads.all_reduce", "all_reduce",
-                    int(params * self.grad_bytes / size), replicate, layer, "wg", after),)
-            self.grad_ops.extend(after)
 
 
 def _frontier(op: int | None) -> Frontier:

@@ -146,6 +146,14 @@ class TransformerSpec:
     def interleaved(self) -> bool:
         return self.vpp > 1
 
+    @property
+    def one_tied_weight(self) -> bool:
+        """Whether the embedding and the output layer are one tied weight: tied and on one
+        stage (one gradient, one optimizer state, one all-gather). On different stages
+        Megatron keeps a copy on each (their gradients' all-reduce between the first and last
+        stage is left out)."""
+        return self.tied_embeddings and self.pp * self.vpp == 1
+
 
 #: Keys accepted for compatibility, and what they mean now.
 LEGACY = {"zero": "distributed_optimizer", "dtype_bytes": "dtype"}

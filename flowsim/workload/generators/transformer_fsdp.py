@@ -1,0 +1,115 @@
+"""Fully sharded data parallelism (``fsdp``) on one pipeline stage: when each unit's
+parameters are all-gathered and its gradients reduce-scattered, as PyTorch FSDP2 and
+torchtitan run them (see :mod:`.transformer`, "fully sharded data parallel").
+
+A *unit* is a transformer layer (``layer<i>``), the embedding or the output layer
+(``logits``; the embedding's unit when the two are one tied weight on one stage). The
+stage's program asks before a unit's compute (:meth:`FullySharded.unshard`) and tells after
+its forward and its backward (:meth:`~FullySharded.after_forward`,
+:meth:`~FullySharded.after_backward`); this module keeps which units are gathered and issues
+the collectives. Without ``fsdp`` it does nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .transformer_kernels import LayerKernels
+from .transformer_overlap import Frontier
+from .transformer_passes import PassBuilder
+from .transformer_spec import TransformerSpec
+
+if TYPE_CHECKING:
+    from .transformer_program import StageContext
+
+
+class FullySharded:
+    """The gathered units of one stage and the frontier the next all-gather follows.
+
+    Parameters
+    ----------
+    spec, ctx, builder, kernels
+        The stage's spec, context, op builder and layer kernels.
+    grad_bytes : int
+        Bytes per gradient element reduced.
+    grad_ops : list of int
+        The stage's gradient collectives (the optimizer step waits for them): reductions
+        are appended to it.
+    """
+
+    def __init__(self, spec: TransformerSpec, ctx: StageContext, builder: PassBuilder,
+                 kernels: LayerKernels, grad_bytes: int, grad_ops: list[int]) -> None:
+        self.spec, self.ctx, self.b, self.k = spec, ctx, builder, kernels
+        self.grad_bytes, self.grad_ops = grad_bytes, grad_ops
+        #: units whose parameters are gathered now
+        self.unsharded: set[str] = set()
+        #: what the next unit's all-gather is issued after (prefetch: one unit ahead of the
+        #: compute, as FSDP2 does)
+        self.prefetch_after: Frontier = ()
+
+    def logits_unit(self) -> str:
+        """The output layer's unit: the embedding's when the two are one tied weight."""
+        return "embedding" if self.spec.one_tied_weight else "logits"
+
+    def _parameters(self, unit: str) -> tuple[float, float, float]:
+        """(dense, expert, dense weights kept in FP8) parameters of a unit."""
+        if unit.startswith("layer"):
+            k = self.k
+            return k.dense_parameters, k.expert_parameters, k.dense_parameters
+        return self.k.vocab_parameters, 0.0, 0.0
+
+    def unshard(self, unit: str, name: str, layer: int, pass_: str, x: Frontier) -> Frontier:
+        """The unit's parameters all-gathered over its sharding group unless they are still
+        gathered, issued after the previous unit's inputs. Returns ``x`` with the
+        all-gathers the unit's compute waits for."""
+        if not self.spec.fsdp:
+            return x
+        if unit in self.unsharded:
+            self.prefetch_after = x
+            return x
+        self.unsharded.add(unit)
+        dense, expert, fp8 = self._parameters(unit)
+        if self.spec.fp8_param_gather:
+            dense -= fp8 / 2       # the layers' weights in one byte, the rest in two
+        gathers = []
+        for params, (dims, size) in zip((dense, expert), self.ctx.shard_groups()):
+            if params and dims:
+                gathers.append(self.b.collective(
+                    f"{name}.params.all_gather", "all_gather", int(2 * params / size), dims,
+                    layer, pass_, self.prefetch_after))
+        x = (*x, *gathers)
+        self.prefetch_after = x
+        return x
+
+    def after_forward(self, unit: str) -> None:
+        """FSDP2 frees a unit's gathered parameters after its forward, but for the output
+        layer (and the tied weight it shares), whose backward comes next, and under pipeline
+        parallelism, where torchtitan keeps every unit gathered to its last backward."""
+        if self.spec.pp == 1 and unit != self.logits_unit():
+            self.unsharded.discard(unit)
+
+    def after_backward(self, unit: str, name: str, layer: int, ready: int | None,
+                       final: bool) -> None:
+        """The unit's gradients reduce-scattered over its sharding group once its weight
+        gradients are ready, the shards all-reduced over the replicas (hybrid sharding),
+        and its parameters freed: every micro-batch (FSDP2's default), or under pipeline
+        parallelism after the chunk's last backward (torchtitan's pipeline stages turn
+        gradient sync and the free off for the others)."""
+        if not self.spec.fsdp or (self.spec.pp > 1 and not final):
+            return
+        self.unsharded.discard(unit)
+        dense, expert, _ = self._parameters(unit)
+        replicate = self.ctx.groups.replicate
+        for params, (dims, size) in zip((dense, expert), self.ctx.shard_groups()):
+            if not params:
+                continue
+            after: Frontier = () if ready is None else (ready,)
+            if dims:
+                after = (self.b.collective(
+                    f"{name}.grads.reduce_scatter", "reduce_scatter",
+                    int(params * self.grad_bytes), dims, layer, "wg", after),)
+            if replicate:
+                after = (self.b.collective(
+                    f"{name}.grads.all_reduce", "all_reduce",
+                    int(params * self.grad_bytes / size), replicate, layer, "wg", after),)
+            self.grad_ops.extend(after)
