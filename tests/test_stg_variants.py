@@ -19,24 +19,35 @@ TOPOLOGIES = ("Ring", "Switch", "FullyConnected")
 
 
 def test_the_variants_are_there():
-    assert VARIANTS == ["cp2_dp2tp2", "fsdp_dp4tp2", "pp4_dp2"]
+    assert VARIANTS == ["cp2_dp2tp2", "dp4tp2", "fsdp_dp4tp2", "pp4_dp2"]
+
+
+def _run(variant: str, topology: str, tmp_path, capsys) -> dict:
+    """``flowsim run --json`` of a variant on an 8-NPU network: its summary."""
+    network = tmp_path / "net.yml"
+    network.write_text(f"topology: [{topology}]\nnpus_count: [8]\nbandwidth: [50]\n"
+                       "latency: [500]\n")
+    capsys.readouterr()
+    code = main(["run", "--workload", str(DATA / variant / "workload"), "--network",
+                 str(network), "--roofline", "312,2039,0.5", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert all(line.startswith("flowsim: warning: ") for line in err.splitlines()), err
+    return json.loads(out)
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_a_trace_runs_and_repeats(variant, topology, tmp_path, capsys):
-    network = tmp_path / "net.yml"
-    network.write_text(f"topology: [{topology}]\nnpus_count: [8]\nbandwidth: [50]\n"
-                       "latency: [500]\n")
-    args = ["run", "--workload", str(DATA / variant / "workload"), "--network", str(network),
-            "--roofline", "312,2039,0.5", "--json"]
-    times = []
-    for _ in range(2):
-        capsys.readouterr()
-        code = main(args)
-        out, err = capsys.readouterr()
-        assert code == 0, err
-        assert all(line.startswith("flowsim: warning: ") for line in err.splitlines()), err
-        times.append(json.loads(out)["time_ns"])
-    assert math.isfinite(times[0]) and times[0] > 0
-    assert times[1] == times[0]
+    first = _run(variant, topology, tmp_path, capsys)["time_ns"]
+    assert math.isfinite(first) and first > 0
+    assert _run(variant, topology, tmp_path, capsys)["time_ns"] == first
+
+
+def test_weight_sharding_adds_the_parameter_gathers(tmp_path, capsys):
+    """The FSDP trace is its unsharded twin plus STG's parameter all-gathers: more
+    collectives and more bytes over the links, read as such."""
+    plain = _run("dp4tp2", "Switch", tmp_path, capsys)
+    sharded = _run("fsdp_dp4tp2", "Switch", tmp_path, capsys)
+    assert sharded["collectives"] > plain["collectives"]
+    assert sum(sharded["dim_bytes"]) > sum(plain["dim_bytes"])
