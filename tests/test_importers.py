@@ -197,6 +197,13 @@ def test_fully_sharded_data_parallelism_is_read_from_both_tools(reference):
     assert _time({"generator": "nemo", "device": "h100",
                   "config": dict(NEMO, model=hybrid)}) == \
         _time(dict(SPEC, fsdp=True, fsdp_shard=4))
+    deep = dict(hybrid, tensor_model_parallel_size=1, pipeline_model_parallel_size=8,
+                virtual_pipeline_model_parallel_size=None, sequence_parallel=False,
+                ub_tp_comm_overlap=False)   # dp 2, but 8 data-parallel ranks a node asked
+    with pytest.raises(flowsim.ConfigError, match=r"fsdp_shard.*read from "
+                                                   r"model.fsdp_sharding_strategy hybrid"):
+        simulate(NET, {"generator": "nemo", "device": "h100",
+                       "config": dict(NEMO, model=deep)}, "nccl")
     odd = dict(model, fsdp_sharding_strategy="no_shard")
     with pytest.warns(FlowsimWarning, match="fsdp_sharding_strategy no_shard"):
         simulate(NET, {"generator": "nemo", "device": "h100",

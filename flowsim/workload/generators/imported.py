@@ -21,6 +21,9 @@ from ..graph import Workload
 from .transformer import build_transformer, parse_transformer
 from .transformer_spec import KEYS, MAXIMA
 
+#: GPT-2's BPE vocabulary, which both tools' GPT-2 tokenizers use
+GPT2_VOCAB = 50257
+
 
 @dataclass(frozen=True)
 class ImportedSpec:

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
-from .imported import ImportedSpec, parse_imported
+from .imported import GPT2_VOCAB, ImportedSpec, parse_imported
 
 #: flags with a value: flag -> transformer key
 VALUED = {"num-layers": "layers", "hidden-size": "hidden", "ffn-hidden-size": "ffn",
@@ -71,7 +71,7 @@ UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-la
               "num-distributed-optimizer-instances", "disable-tp-comm-overlap-ag",
               "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by")
 #: vocabulary sizes of tokenizers named by type alone
-TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257}
+TOKENIZER_VOCAB = {"GPT2BPETokenizer": GPT2_VOCAB}
 
 
 def megatron_keys(args: str | Sequence[str], source: str) -> dict[str, Any]:
@@ -224,7 +224,7 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
     if "vocab" not in keys and tokenizer in TOKENIZER_VOCAB:
         keys["vocab"] = TOKENIZER_VOCAB[tokenizer]
     elif "vocab" not in keys and tokenizer is None and "merge-file" in flags:
-        keys["vocab"] = TOKENIZER_VOCAB["GPT2BPETokenizer"]   # a BPE merge file: GPT-2's
+        keys["vocab"] = GPT2_VOCAB   # a BPE merge file: GPT-2's
 
 
 def parse_megatron(values: Mapping[str, Any], source: str) -> ImportedSpec:

@@ -45,7 +45,7 @@ from typing import Any
 import yaml
 
 from ...errors import ConfigError, FlowsimWarning, config_error
-from .imported import ImportedSpec, parse_imported
+from .imported import GPT2_VOCAB, ImportedSpec, parse_imported
 
 #: NeMo model key -> transformer key (numbers)
 NUMBERS = {"num_layers": "layers", "hidden_size": "hidden", "ffn_hidden_size": "ffn",
@@ -62,7 +62,7 @@ DISTRIBUTED_OPTIMIZERS = ("distributed_fused_adam", "mcore_distributed_optim")
 #: vocabulary by a fragment of ``tokenizer.type`` (Hugging Face model names, Megatron's GPT-2
 #: tokenizer)
 TOKENIZER_VOCAB = {"Meta-Llama-3": 128256, "Llama-3.1": 128256, "Llama-2": 32000,
-                   "GPT2BPETokenizer": 50257, "gpt2": 50257, "Mixtral-8x7B": 32000}
+                   "GPT2BPETokenizer": GPT2_VOCAB, "gpt2": GPT2_VOCAB, "Mixtral-8x7B": 32000}
 #: model keys that shape an iteration's time but have no transformer key (named in a warning)
 UNMODELLED = ("num_micro_batches_with_partial_activation_checkpoints", "moe_grouped_gemm",
               "cp_comm_type")
@@ -223,4 +223,6 @@ def parse_nemo(values: Mapping[str, Any], source: str) -> ImportedSpec:
     overrides = values.pop("overrides", None)
     return parse_imported(values, source, read="config",
                           translate=lambda config, src: nemo_keys(config, src, overrides),
-                          names={key: f"model.{name}" for name, key in NUMBERS.items()})
+                          names={**{key: f"model.{name}" for name, key in NUMBERS.items()},
+                                 "fsdp_shard": "model.fsdp_sharding_strategy hybrid: "
+                                               "trainer.devices / (tp * cp)"})
