@@ -110,9 +110,9 @@ from typing import Any
 from ...errors import config_error
 from ..flops import ModelShape, megatron
 from ..graph import Program, Workload
-from .transformer_mapping import map_groups, stages
+from .transformer_mapping import StageContext, map_groups, stages
 from .transformer_memory import stage_memory
-from .transformer_program import StageContext, StageProgram, layer_names
+from .transformer_program import StageProgram, layer_names
 from .transformer_schedule import layer_counts, stage_schedule
 from .transformer_spec import (
     A100_ROOFLINE,

@@ -12,15 +12,11 @@ the collectives. Without ``fsdp`` it does nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .transformer_kernels import LayerKernels
+from .transformer_mapping import StageContext
 from .transformer_overlap import Frontier
 from .transformer_passes import PassBuilder
 from .transformer_spec import TransformerSpec
-
-if TYPE_CHECKING:
-    from .transformer_program import StageContext
 
 
 class FullySharded:

@@ -1,9 +1,11 @@
 """Mapping a transformer's parallel groups onto the network (see :mod:`.transformer`,
-"Mapping onto the network")."""
+"Mapping onto the network"), and what each pipeline stage is told of the result
+(:class:`StageContext`)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -12,6 +14,27 @@ from ...errors import ConfigError, config_error
 from ...topology.view import logical_view
 from .transformer_passes import Groups
 from .transformer_spec import TransformerSpec, _where
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """What a stage's program needs beyond the spec."""
+
+    stage: int
+    groups: Groups
+    stage_base: tuple[int, ...]   # lowest NPU id of every pipeline rank
+    dp_size: int            # ranks the dense gradients are reduced over
+    expert_dp_size: int     # ranks the expert gradients are reduced over
+    replicas: int = 1       # FSDP's replicas of each shard (hybrid sharding)
+
+    def shard_groups(self) -> tuple[tuple[tuple[int, ...], int], tuple[tuple[int, ...], int]]:
+        """FSDP's sharding groups, dense and expert: (dims, ranks), the data-parallel ones
+        without the replicas'."""
+        rep = self.groups.replicate
+        return ((tuple(d for d in self.groups.dp if d not in rep),
+                 self.dp_size // self.replicas),
+                (tuple(d for d in self.groups.expert_dp if d not in rep),
+                 self.expert_dp_size // self.replicas))
 
 
 def map_groups(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[int, ...]]:

@@ -6,39 +6,17 @@ parallelism's per-layer parameter all-gathers and gradient reduce-scatters."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..graph import Op
 from .transformer_fsdp import FullySharded
 from .transformer_kernels import LayerKernels, optimizer_step
-from .transformer_passes import Frontier, Groups, PassBuilder
+from .transformer_mapping import StageContext
+from .transformer_passes import Frontier, PassBuilder
 from .transformer_schedule import layer_counts, neighbours, stage_schedule, virtual_stage
 from .transformer_spec import TransformerSpec
 
 #: Megatron-Core's gradient bucket size: max(40 M, 1 M x data-parallel size) parameters
 BUCKET_PARAMS = 40_000_000
 BUCKET_PARAMS_PER_RANK = 1_000_000
-
-
-@dataclass(frozen=True)
-class StageContext:
-    """What a stage's program needs beyond the spec."""
-
-    stage: int
-    groups: Groups
-    stage_base: tuple[int, ...]   # lowest NPU id of every pipeline rank
-    dp_size: int            # ranks the dense gradients are reduced over
-    expert_dp_size: int     # ranks the expert gradients are reduced over
-    replicas: int = 1       # FSDP's replicas of each shard (hybrid sharding)
-
-    def shard_groups(self) -> tuple[tuple[tuple[int, ...], int], tuple[tuple[int, ...], int]]:
-        """FSDP's sharding groups, dense and expert: (dims, ranks), the data-parallel ones
-        without the replicas'."""
-        rep = self.groups.replicate
-        return ((tuple(d for d in self.groups.dp if d not in rep),
-                 self.dp_size // self.replicas),
-                (tuple(d for d in self.groups.expert_dp if d not in rep),
-                 self.expert_dp_size // self.replicas))
 
 
 def layer_names(spec: TransformerSpec) -> list[str]:
