@@ -181,6 +181,27 @@ def test_mixture_of_experts_dispatches_over_the_expert_group(two_nodes):
     assert names == {"dense_grads", "expert_grads"}
 
 
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_the_distributed_optimizer_gathers_what_it_reduce_scattered(two_nodes, overlap):
+    """With experts the distributed optimizer shards two groups' optimizer states: the
+    dense over the data-parallel ranks, the experts' over the expert-data-parallel ones.
+    Each is reduce-scattered (FP32 gradients) and all-gathered back (16-bit parameters)
+    over the same ranks, and (overlapped) the layers' first forward waits for both."""
+    w = transformer(two_nodes, **SMALL, tp=2, dp=8, ep=4, experts=8, top_k=2, sp=True,
+                    global_batch=16, gated_mlp=True, distributed_optimizer=True,
+                    overlap_grad_reduce=overlap, overlap_param_gather=overlap)
+    program = w.programs[0]
+    for group, ranks in (("dense", 8), ("expert", 2)):
+        rs = _ops(program, "collective", "reduce_scatter", f"{group}_grads")
+        ag = _ops(program, "collective", "all_gather",
+                  "expert_params" if group == "expert" else ".params")
+        assert len(ag) == 1 and {op.dims for op in rs} == {ag[0].dims}
+        assert int(np.prod([w.network.dims[d] for d in ag[0].dims])) == ranks
+        assert ag[0].size * ranks * 2 == pytest.approx(sum(op.size for op in rs), abs=ranks)
+        first = next(op for op in program.ops if op.name.startswith("mb0.layer0"))
+        assert (ag[0].id in first.deps) == overlap
+
 @pytest.mark.parametrize("expert_tp", [2, 1])
 def test_experts_split_over_tensor_parallel_ranks_gather_their_tokens(two_nodes, expert_tp):
     """Megatron-Core's all-to-all dispatcher (core_r0.9.0) with TP 2: the experts are split

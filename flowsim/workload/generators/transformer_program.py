@@ -45,7 +45,7 @@ class StageProgram:
         self.grad_bytes = 4 if spec.dtype in ("bf16", "fp8") and not spec.grad_reduce_in_bf16 \
             else 2
         self.grad_ops: list[int] = []
-        self.param_gathers: dict[int, int] = {}     # layer -> its buckets' all-gather
+        self.param_gathers: dict[int, tuple[int, ...]] = {}   # layer -> its all-gathers
         self.first_forward: set[int] = set()        # layers whose parameters are gathered
         #: fully sharded data parallelism's gathers and reductions (nothing without fsdp)
         self.fsdp = FullySharded(spec, ctx, self.b, self.k, self.grad_bytes, self.grad_ops)
@@ -96,7 +96,7 @@ class StageProgram:
             self.fsdp.after_forward("embedding")
         for layer in self.layers[chunk]:
             if layer not in self.first_forward and layer in self.param_gathers:
-                x = (*x, self.param_gathers[layer])
+                x = (*x, *self.param_gathers[layer])
             self.first_forward.add(layer)
             x = self.fsdp.unshard(f"layer{layer}", f"{tag}.layer{layer}", layer, "fwd", x)
             x = b.forward(layer, tag, x, carry)
@@ -261,22 +261,26 @@ class StageProgram:
             self.row["optimizer"], "wg", after))
 
     def _gather_parameters(self, chunk: int, deps: Frontier) -> None:
-        """The distributed optimizer's all-gather of a chunk's updated 16-bit parameters
-        (each rank's shard is its input); with ``fp8_param_gather`` the layers' weights in
-        one byte each, the vocabulary's in two."""
-        dims = self.ctx.groups.dp
-        dense = self.chunk_parameters(chunk)[0]
-        if not dims or not dense:
-            return
-        nbytes = 2 * dense
-        if self.spec.fp8_param_gather:   # the layers' weights in one byte
-            nbytes -= len(self.layers[chunk]) * self.k.dense_parameters
-        op = self.b.collective(f"chunk{chunk}.params.all_gather", "all_gather",
-                               int(nbytes / self.ctx.dp_size), dims,
-                               self.row["optimizer"], "fwd", deps)
+        """The distributed optimizer's all-gathers of a chunk's updated 16-bit parameters
+        (each rank's shard is its input): the dense ones over the data-parallel group, the
+        experts' over the expert-data-parallel group their optimizer state is sharded
+        over; with ``fp8_param_gather`` the layers' weights (experts included) in one byte
+        each, the vocabulary's in two."""
+        dense, expert = self.chunk_parameters(chunk)
+        layers = len(self.layers[chunk])
+        fp8 = self.spec.fp8_param_gather
+        ops = []
+        for name, dims, ranks, nbytes in (
+                ("params", self.ctx.groups.dp, self.ctx.dp_size,
+                 2 * dense - (layers * self.k.dense_parameters if fp8 else 0)),
+                ("expert_params", self.ctx.groups.expert_dp, self.ctx.expert_dp_size,
+                 (1 if fp8 else 2) * expert)):
+            if dims and nbytes:
+                ops.append(self.b.collective(f"chunk{chunk}.{name}.all_gather", "all_gather",
+                                             int(nbytes / ranks), dims,
+                                             self.row["optimizer"], "fwd", deps))
         for layer in self.layers[chunk]:
-            self.param_gathers[layer] = op
-
+            self.param_gathers[layer] = tuple(ops)
 
 def _frontier(op: int | None) -> Frontier:
     """The op as a frontier (empty when there is none yet)."""
