@@ -282,6 +282,7 @@ class StageProgram:
         for layer in self.layers[chunk]:
             self.param_gathers[layer] = tuple(ops)
 
+
 def _frontier(op: int | None) -> Frontier:
     """The op as a frontier (empty when there is none yet)."""
     return () if op is None else (op,)
