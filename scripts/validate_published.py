@@ -90,6 +90,8 @@ def spec(row: dict[str, str]) -> dict:
         out[key] = _BOOL[row[key]]
     out["recompute"] = row["recompute"]
     out["attention"] = row["attention"]
+    if row.get("position_embedding"):   # a row's own column; else Megatron's default
+        out["position_embedding"] = row["position_embedding"]
     out["dtype"] = row["dtype"]
     overlap = set(filter(None, row["overlap"].split(",")))
     out["overlap_grad_reduce"] = "grad_reduce" in overlap

@@ -19,7 +19,8 @@ from flowsim.workload.generators.nemo import NUMBERS
 
 #: the read-by-hand flags that take a value
 SPECIAL_VALUED = ["num-layers-per-virtual-pipeline-stage", "recompute-granularity",
-                  "attention-backend", "tokenizer-type", "data-parallel-sharding-strategy"]
+                  "attention-backend", "tokenizer-type", "data-parallel-sharding-strategy",
+                  "position-embedding-type"]
 
 NET = {"cluster": {"device": "h100_sxm_80gb", "nodes": 2, "gpus_per_node": 8,
                    "nic_gbps": 400, "nics_per_node": 8}}
@@ -220,6 +221,30 @@ def test_the_attention_backend_is_the_kernel_transformer_engine_runs(reference):
         spec = {"generator": "megatron", "device": "h100", "args": base.format(backend)}
         assert _time(spec) == _time(dict(SPEC, attention=attention)), backend
     assert _time(dict(SPEC, attention="flash2")) > reference   # FA2 is slower on H100
+
+
+def test_rotary_embeddings_are_read_from_either_tool(reference):
+    """Megatron-LM's ``--position-embedding-type`` and NeMo's ``position_embedding_type``:
+    ``rope`` and its variants price the rotary kernels (slower than the default learned
+    embeddings); ALiBi and the relative-bias kinds live in the attention kernel (the
+    default's time); an unknown type is one line naming the option."""
+    rope = _time(dict(SPEC, position_embedding="rope"))
+    assert rope > reference
+    for kind, expected in (("rope", rope), ("yarn", rope), ("alibi", reference),
+                           ("learned_absolute", reference)):
+        spec = {"generator": "megatron", "device": "h100",
+                "args": ARGS.replace("--bf16", f"--bf16 --position-embedding-type {kind}")}
+        assert _time(spec) == expected, kind
+    model = dict(NEMO["model"], position_embedding_type="rope")
+    assert _time({"generator": "nemo", "device": "h100", "config": dict(NEMO, model=model)}) \
+        == _time(dict(SPEC, position_embedding="rope", tp_comm_overlap_cfg="nemo"))
+    bad = ARGS.replace("--bf16", "--bf16 --position-embedding-type sinusoid")
+    with pytest.raises(flowsim.ConfigError, match=r"'--position-embedding-type': expected one "
+                                                   r"of learned_absolute, rope"):
+        simulate(NET, {"generator": "megatron", "device": "h100", "args": bad}, "nccl")
+    with pytest.raises(flowsim.ConfigError, match=r"'model.position_embedding_type'"):
+        simulate(NET, {"generator": "nemo", "device": "h100", "config": dict(
+            NEMO, model=dict(NEMO["model"], position_embedding_type="sinusoid"))}, "nccl")
 
 
 def test_keys_beside_the_configuration_win():

@@ -17,7 +17,7 @@ from flowsim.workload.generators import build_generator, transformer
 from flowsim.workload.generators.transformer_schedule import layer_counts, stage_schedule
 from flowsim.workload.generators.transformer_spec import parse_transformer
 from flowsim.workload.graph import topological_order
-from flowsim.workload.kernels import Attention, Gemm
+from flowsim.workload.kernels import Attention, Elementwise, Gemm
 
 #: 2 nodes of 8 GPUs
 TWO_NODES = {"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth": [300, 25],
@@ -164,6 +164,28 @@ def test_context_parallel_exchanges_keys_and_values(two_nodes):
     grads = _ops(program, "collective", "all_reduce", "grads")
     (dims,) = {op.dims for op in grads}
     assert int(np.prod([w.network.dims[d] for d in dims])) == 4 * 2      # dp x cp
+
+
+@pytest.mark.parametrize("cp", [1, 2])
+def test_rotary_embeddings_rotate_queries_and_keys_forward_and_backward(two_nodes, cp):
+    """``position_embedding: rope`` adds one memory-bound kernel after the QKV GEMM and one
+    before its data gradient, each reading and writing the rank's queries and keys (16-bit)
+    once; nothing else changes, and the other kinds add nothing."""
+    spec = dict(SMALL, tp=2, cp=cp, dp=8 // cp, kv_heads=2, global_batch=2 * 8 // cp)
+
+    def ropes(kind):
+        w = transformer(two_nodes, **spec, position_embedding=kind)
+        return [k for op in _ops(w.programs[0], "compute") for k in op.kernels
+                if isinstance(k, Elementwise) and k.name == "rope"], w
+    rope, w = ropes("rope")
+    tokens, q, kv = 2 * 128 // cp, 256 // 2, 2 // 2 * 32   # micro-batch 2, head_dim 32
+    assert len(rope) == 2 * 4 and {k.bytes for k in rope} == {2 * tokens * (q + kv) * 2}
+    for kind in ("learned_absolute", "alibi", "none"):
+        none, plain = ropes(kind)
+        assert none == [] and len(plain.programs[0].ops) <= len(w.programs[0].ops)
+    with pytest.raises(ConfigError, match=r"'position_embedding': expected one of "
+                                          r"learned_absolute, rope, alibi, none"):
+        transformer(two_nodes, **spec, position_embedding="sinusoid")
 
 
 def test_mixture_of_experts_dispatches_over_the_expert_group(two_nodes):

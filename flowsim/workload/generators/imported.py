@@ -23,6 +23,25 @@ from .transformer_spec import KEYS, MAXIMA
 
 #: GPT-2's BPE vocabulary, which both tools' GPT-2 tokenizers use
 GPT2_VOCAB = 50257
+#: both tools' position embedding types -> the transformer's ``position_embedding``: the
+#: rotary kinds rotate queries and keys in every layer; the relative-bias kinds live inside
+#: the attention kernel, as ALiBi does
+POSITION_EMBEDDING = {"learned_absolute": "learned_absolute", "rope": "rope", "mrope": "rope",
+                      "yarn": "rope", "xpos": "rope", "alibi": "alibi", "kerple": "alibi",
+                      "sandwich": "alibi", "relative": "alibi", "none": "none"}
+
+
+def position_embedding(value: Any, where: str, name: str) -> str:
+    """The transformer's ``position_embedding`` for a tool's ``value`` of option ``name``.
+
+    Raises
+    ------
+    ConfigError
+        ``value`` is not a type either tool has, naming ``where`` and ``name``.
+    """
+    if str(value).lower() not in POSITION_EMBEDDING:
+        raise config_error(where, name, "one of " + ", ".join(POSITION_EMBEDDING), value)
+    return POSITION_EMBEDDING[str(value).lower()]
 
 
 @dataclass(frozen=True)

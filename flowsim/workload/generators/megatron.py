@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
-from .imported import GPT2_VOCAB, ImportedSpec, parse_imported
+from .imported import GPT2_VOCAB, ImportedSpec, parse_imported, position_embedding
 
 #: flags with a value: flag -> transformer key
 VALUED = {"num-layers": "layers", "hidden-size": "hidden", "ffn-hidden-size": "ffn",
@@ -60,7 +60,7 @@ SPECIAL = ("num-layers-per-virtual-pipeline-stage", "recompute-granularity", "fp
            "attention-backend", "tp-comm-overlap-cfg", "tokenizer-type", "use-legacy-models",
            "no-scatter-gather-tensors-in-pipeline", "transformer-impl",
            "moe-token-dispatcher-type", "recompute-method", "recompute-num-layers",
-           "use-megatron-fsdp", "data-parallel-sharding-strategy")
+           "use-megatron-fsdp", "data-parallel-sharding-strategy", "position-embedding-type")
 #: every flag this module reads
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL
 #: flags that shape an iteration's time but have no transformer key (named in a warning)
@@ -183,6 +183,9 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
                       "all-to-all dispatcher", FlowsimWarning, stacklevel=4)
     if "fp8-format" in flags:
         keys["dtype"] = "fp8"
+    if flags.get("position-embedding-type") is not None:   # else learned_absolute, its default
+        keys["position_embedding"] = position_embedding(
+            flags["position-embedding-type"], where, "--position-embedding-type")
     backend = flags.get("attention-backend")
     if backend is not None:
         # Megatron-Core sets Transformer Engine's backend: flash-attn's kernels (FlashAttention

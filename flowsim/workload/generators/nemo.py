@@ -23,11 +23,12 @@ precision (``trainer.precision``, ``fp8``, ``fp8_params``), ``ub_tp_comm_overlap
 (NeMo's userbuffers
 settings, or Transformer Engine's defaults without ``ub_tp_comm_overlap_cfg``; off without
 sequence parallelism, as NeMo turns it off), ``transformer_engine`` (false: unfused
-attention), ``mcore_gpt`` (absent or false: the legacy model, which scatter-gathers pipeline
-messages) and the optimizer (``optim.name``: :data:`DISTRIBUTED_OPTIMIZERS`, with
-``overlap_grad_sync``, ``overlap_param_sync``, ``grad_sync_dtype`` and ``ddp_bucket_size``;
-Apex's ``distributed_fused_adam`` overlaps the gradient reduction by default). Keys that
-shape the time but have no transformer key (:data:`UNMODELLED`) are named in a warning, and
+attention), ``position_embedding_type`` (``rope`` prices the rotary kernels), ``mcore_gpt``
+(absent or false: the legacy model, which scatter-gathers pipeline messages) and the optimizer
+(``optim.name``: :data:`DISTRIBUTED_OPTIMIZERS`, with ``overlap_grad_sync``,
+``overlap_param_sync``, ``grad_sync_dtype`` and ``ddp_bucket_size``; Apex's
+``distributed_fused_adam`` overlaps the gradient reduction by default). Keys that shape the time
+but have no transformer key (:data:`UNMODELLED`) are named in a warning, and
 so is an interpolation (``${...}``), taken as NeMo's default. The vocabulary comes from
 ``tokenizer.type`` when it names a known model family (:data:`TOKENIZER_VOCAB`), else from a
 ``vocab`` key beside ``config``.
@@ -45,7 +46,7 @@ from typing import Any
 import yaml
 
 from ...errors import ConfigError, FlowsimWarning, config_error
-from .imported import GPT2_VOCAB, ImportedSpec, parse_imported
+from .imported import GPT2_VOCAB, ImportedSpec, parse_imported, position_embedding
 
 #: NeMo model key -> transformer key (numbers)
 NUMBERS = {"num_layers": "layers", "hidden_size": "hidden", "ffn_hidden_size": "ffn",
@@ -98,6 +99,9 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
     keys["recompute"] = granularity if granularity in ("selective", "full") else "none"
     if not model.get("transformer_engine", True):   # the local layers: no fused attention
         keys["attention"] = "unfused"
+    keys["position_embedding"] = position_embedding(
+        model.get("position_embedding_type", "learned_absolute"), source,
+        "model.position_embedding_type")
     precision = str(trainer.get("precision", "bf16"))
     if precision.startswith("32"):
         warnings.warn(f"{where}: trainer.precision {precision}: FP32 training is not "

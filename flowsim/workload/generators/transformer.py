@@ -19,11 +19,14 @@ splits), fused (flash) attention with the causal mask (Dao 2023: the fused kerne
 Transformer Engine picks on the device, cuDNN's on Hopper and Blackwell, or with ``flash2``
 FlashAttention-2, which H100 runs at about 60% of cuDNN's rate) or Megatron-LM's unfused
 attention (batched GEMMs, softmax and dropout of the score matrix: Shoeybi et al. 2019,
-Narayanan et al. 2021), layer norms, bias-dropout-residual adds and the activation as
-memory-bound kernels; backward passes as data- and weight-gradient GEMMs. Activation
-recomputation (Korthikanti et al. 2022): ``full`` re-runs each layer's forward, with its
-communication, before its backward; ``selective`` re-runs the attention core (scores, softmax,
-dropout; a no-op with flash attention, which recomputes them anyway). ``dtype: fp8`` is
+Narayanan et al. 2021), layer norms, bias-dropout-residual adds, the activation and, with
+``position_embedding: rope`` (Llama's, Nemotron's; Megatron-LM's default is
+``learned_absolute``, added once in the embedding, and ``alibi`` lives inside the attention
+kernel), the rotation of the queries and keys as memory-bound kernels; backward passes as data-
+and weight-gradient GEMMs. Activation recomputation (Korthikanti et al. 2022): ``full`` re-runs
+each layer's forward, with its communication, before its backward; ``selective`` re-runs the
+attention core (scores, softmax, dropout; a no-op with flash attention, which recomputes them
+anyway). ``dtype: fp8`` is
 Transformer Engine's FP8 training: the layers' linear GEMMs in FP8, each with a memory-bound
 cast-transpose of its input forward and of its output's gradient backward; attention, the
 output layer and the MoE router stay 16-bit (Megatron-LM's output layer and router are not
@@ -144,7 +147,9 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``fp8_param_gather``, ``overlap_grad_reduce``, ``overlap_param_gather``,
         ``tp_comm_overlap`` with ``tp_comm_overlap_cfg`` (``nemo``, ``te_default``),
         ``scatter_gather``, ``bucket_size``;
-        ``attention`` (``flash``, ``flash2``, ``unfused``), ``dtype`` (``bf16``, ``fp16``, ``fp8``);
+        ``attention`` (``flash``, ``flash2``, ``unfused``), ``position_embedding``
+        (``learned_absolute``, ``rope``, ``alibi``, ``none``), ``dtype`` (``bf16``, ``fp16``,
+        ``fp8``);
         ``device`` (a compute preset) or ``roofline`` (a mapping); ``dims``.
 
     Returns

@@ -128,6 +128,15 @@ class LayerKernels:
         return (_ew(self.n_sp * self.spec.hidden * (3 * ACT + 1), "dropout_add"),)
 
     @cached_property
+    def rope(self) -> tuple[Kernel, ...]:
+        """Rotary embeddings: the queries and keys read and written once (Transformer
+        Engine's fused kernel), after the QKV GEMM; its backward rotates their gradients the
+        same way, at the head of :attr:`qkv_dgrad`."""
+        if self.spec.position_embedding != "rope":
+            return ()
+        return (_ew(2 * self.n * (self.q + self.kv) * ACT, "rope"),)
+
+    @cached_property
     def qkv(self) -> tuple[Kernel, ...]:
         return (*self._cast(self.n * self.spec.hidden),
                 self._gemm(self.n, self.q + 2 * self.kv, self.spec.hidden))
@@ -232,7 +241,8 @@ class LayerKernels:
         """The QKV data gradient: the tail of :attr:`attention_dgrad` (context parallelism
         runs it after the key and value gradients are reduced)."""
         width = self.q + 2 * self.kv
-        return (*self._cast(self.n * width), self._gemm(self.n, self.spec.hidden, width))
+        return (*self.rope, *self._cast(self.n * width),
+                self._gemm(self.n, self.spec.hidden, width))
 
     @cached_property
     def attention_wgrad(self) -> tuple[Kernel, ...]:

@@ -154,10 +154,10 @@ class PassBuilder:
         k, s = self.k, self.spec
         if s.cp == 1:
             return self.layer_block(f"{name}.attention", Block(
-                k.qkv, k.core_attention, k.projection, "qkv", "projection"), layer, x,
-                gather=True, reduce=True)
-        qkv = self.layer_block(f"{name}.qkv", Block(k.qkv, head_name="qkv"), layer, x,
-                               gather=True, reduce=False)
+                k.qkv, k.rope + k.core_attention, k.projection, "qkv", "projection"), layer,
+                x, gather=True, reduce=True)
+        qkv = self.layer_block(f"{name}.qkv", Block(k.qkv, k.rope, head_name="qkv"), layer,
+                               x, gather=True, reduce=False)
         kv = self.collective(f"{name}.kv.all_gather", "all_gather", k.kv_bytes,
                              self.groups.cp, layer, "fwd", qkv)
         local = self.compute(f"{name}.attention_local", k.core_attention[:1], layer, "fwd",

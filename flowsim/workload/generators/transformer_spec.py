@@ -37,6 +37,9 @@ Recompute = Literal["none", "selective", "full"]
 RECOMPUTES: tuple[Recompute, ...] = choices_of(Recompute)
 AttentionKind = Literal["flash", "flash2", "unfused"]
 ATTENTIONS: tuple[AttentionKind, ...] = choices_of(AttentionKind)
+#: Megatron-LM's ``--position-embedding-type`` (NeMo's ``position_embedding_type``)
+PositionEmbedding = Literal["learned_absolute", "rope", "alibi", "none"]
+POSITION_EMBEDDINGS: tuple[PositionEmbedding, ...] = choices_of(PositionEmbedding)
 DType = Literal["bf16", "fp16", "fp8"]
 #: userbuffers settings of ``tp_comm_overlap`` (:mod:`.transformer_overlap`)
 UbConfig = Literal["nemo", "te_default"]
@@ -125,6 +128,10 @@ class TransformerSpec:
     scatter_gather: bool = True
     bucket_size: int = 0
     attention: AttentionKind = "flash"
+    #: rotary embeddings (``rope``: Llama, Nemotron, Grok) rotate the queries and keys of
+    #: every layer, a memory-bound kernel forward and backward; GPT's learned absolute ones
+    #: are added once in the embedding, ALiBi's bias inside the attention kernel
+    position_embedding: PositionEmbedding = "learned_absolute"
     dtype: DType = "bf16"
     device: str | None = None
     roofline: Roofline | None = None
@@ -196,6 +203,9 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                                  default="none", case_insensitive=True)
     v["attention"] = read_choice(values, "attention", ATTENTIONS, source=source,
                                  default="flash", case_insensitive=True)
+    v["position_embedding"] = read_choice(values, "position_embedding", POSITION_EMBEDDINGS,
+                                          source=source, default="learned_absolute",
+                                          case_insensitive=True)
     v["tp_comm_overlap_cfg"] = read_choice(values, "tp_comm_overlap_cfg", UB_CONFIGS,
                                            source=source, default="nemo",
                                            case_insensitive=True)
