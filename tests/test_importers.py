@@ -223,28 +223,45 @@ def test_the_attention_backend_is_the_kernel_transformer_engine_runs(reference):
     assert _time(dict(SPEC, attention="flash2")) > reference   # FA2 is slower on H100
 
 
-def test_rotary_embeddings_are_read_from_either_tool(reference):
+def test_rotary_embeddings_are_read_from_either_tool(reference, tmp_path):
     """Megatron-LM's ``--position-embedding-type`` and NeMo's ``position_embedding_type``:
     ``rope`` and its variants price the rotary kernels (slower than the default learned
     embeddings); ALiBi and the relative-bias kinds live in the attention kernel (the
     default's time); an unknown type is one line naming the option."""
     rope = _time(dict(SPEC, position_embedding="rope"))
     assert rope > reference
-    for kind, expected in (("rope", rope), ("yarn", rope), ("alibi", reference),
-                           ("learned_absolute", reference)):
+    for flags, expected in (("--position-embedding-type rope", rope),
+                            ("--position-embedding-type yarn", rope),
+                            ("--use-rotary-position-embeddings", rope),   # deprecated switch
+                            ("--position-embedding-type relative", reference),
+                            ("--position-embedding-type learned_absolute", reference)):
         spec = {"generator": "megatron", "device": "h100",
-                "args": ARGS.replace("--bf16", f"--bf16 --position-embedding-type {kind}")}
-        assert _time(spec) == expected, kind
-    model = dict(NEMO["model"], position_embedding_type="rope")
+                "args": ARGS.replace("--bf16", f"--bf16 {flags}")}
+        assert _time(spec) == expected, flags
+    unfused = ARGS.replace("--bf16", "--bf16 --position-embedding-type rope --no-rope-fusion")
+    with pytest.warns(FlowsimWarning, match="--no-rope-fusion"):
+        simulate(NET, {"generator": "megatron", "device": "h100", "args": unfused}, "nccl")
+    model = dict(NEMO["model"], position_embedding_type="rope", apply_rope_fusion=True)
     assert _time({"generator": "nemo", "device": "h100", "config": dict(NEMO, model=model)}) \
         == _time(dict(SPEC, position_embedding="rope", tp_comm_overlap_cfg="nemo"))
-    bad = ARGS.replace("--bf16", "--bf16 --position-embedding-type sinusoid")
-    with pytest.raises(flowsim.ConfigError, match=r"'--position-embedding-type': expected one "
-                                                   r"of learned_absolute, rope"):
-        simulate(NET, {"generator": "megatron", "device": "h100", "args": bad}, "nccl")
-    with pytest.raises(flowsim.ConfigError, match=r"'model.position_embedding_type'"):
+    with pytest.warns(FlowsimWarning, match="apply_rope_fusion is off"):   # NeMo's default
         simulate(NET, {"generator": "nemo", "device": "h100", "config": dict(
-            NEMO, model=dict(NEMO["model"], position_embedding_type="sinusoid"))}, "nccl")
+            NEMO, model=dict(model, apply_rope_fusion=False))}, "nccl")
+    with pytest.warns(FlowsimWarning, match="position_embedding_type' is an interpolation"):
+        simulate(NET, {"generator": "nemo", "device": "h100", "config": dict(
+            NEMO, model=dict(model, position_embedding_type="${oc.env:PE}"))}, "nccl")
+    bad = ARGS.replace("--bf16", "--bf16 --position-embedding-type alibi")   # NeMo's, not its
+    with pytest.raises(flowsim.ConfigError, match=r"'--position-embedding-type': expected one "
+                                                   r"of learned_absolute, rope, yarn, mrope, "
+                                                   r"relative, none, found 'alibi'"):
+        simulate(NET, {"generator": "megatron", "device": "h100", "args": bad}, "nccl")
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(dict(
+        NEMO, model=dict(model, position_embedding_type="sinusoid"))))
+    spec = tmp_path / "spec.yml"
+    spec.write_text("generator: nemo\nconfig: run.yaml\ndevice: h100\n")
+    with pytest.raises(flowsim.ConfigError, match=r"run\.yaml: key 'model.position_embedding_"
+                                                   r"type': expected one of"):
+        simulate(NET, str(spec), "nccl")   # the error names the YAML that holds the key
 
 
 def test_keys_beside_the_configuration_win():

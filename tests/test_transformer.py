@@ -188,6 +188,38 @@ def test_rotary_embeddings_rotate_queries_and_keys_forward_and_backward(two_node
         transformer(two_nodes, **spec, position_embedding="sinusoid")
 
 
+@pytest.mark.parametrize("cp, overlap", [(1, False), (1, True), (2, False), (2, True)])
+def test_the_rotary_backward_runs_before_the_qkv_backward_starts(two_nodes, cp, overlap):
+    """Megatron-Core rotates the gradients outside the QKV linear layer, so the rotary
+    backward finishes before that layer's backward gathers its input again (sequence
+    parallelism) and never hides beside that all-gather; with CP it follows the key and
+    value gradients' reduce-scatter."""
+    w = transformer(two_nodes, **dict(SMALL, tp=2, cp=cp, dp=8 // cp, sp=True,
+                                      global_batch=2 * 8 // cp), position_embedding="rope",
+                    tp_comm_overlap=overlap)
+    program = w.programs[0]
+    by_id = {op.id: op for op in program.ops}
+
+    def ancestors(op):
+        seen, todo = set(), list(op.deps)
+        while todo:
+            d = todo.pop()
+            if d not in seen:
+                seen.add(d)
+                todo.extend(by_id[d].deps)
+        return seen
+    for layer in range(4):
+        (regather,) = [op for op in program.ops
+                       if op.name == f"mb0.layer{layer}.attention.dgrad.qkv.input.all_gather"]
+        rope = [op for op in program.ops if op.pass_ == "ig" and op.name.startswith(
+            f"mb0.layer{layer}.") and any(getattr(k, "name", "") == "rope" for k in op.kernels)]
+        assert len(rope) == 1 and rope[0].id in ancestors(regather)
+        if cp > 1:
+            (rs,) = [op for op in program.ops
+                     if op.name == f"mb0.layer{layer}.kv.reduce_scatter"]
+            assert rs.id in ancestors(rope[0])
+
+
 def test_mixture_of_experts_dispatches_over_the_expert_group(two_nodes):
     w = transformer(two_nodes, **SMALL, tp=2, dp=8, ep=4, experts=8, top_k=2, sp=True,
                     global_batch=16, gated_mlp=True)

@@ -31,16 +31,18 @@ POSITION_EMBEDDING = {"learned_absolute": "learned_absolute", "rope": "rope", "m
                       "sandwich": "alibi", "relative": "alibi", "none": "none"}
 
 
-def position_embedding(value: Any, where: str, name: str) -> str:
-    """The transformer's ``position_embedding`` for a tool's ``value`` of option ``name``.
+def position_embedding(value: Any, where: str, name: str,
+                       choices: tuple[str, ...] = tuple(POSITION_EMBEDDING)) -> str:
+    """The transformer's ``position_embedding`` for a tool's ``value`` of option ``name``,
+    one of the tool's ``choices``.
 
     Raises
     ------
     ConfigError
-        ``value`` is not a type either tool has, naming ``where`` and ``name``.
+        ``value`` is not one of ``choices``, naming ``where`` and ``name``.
     """
-    if str(value).lower() not in POSITION_EMBEDDING:
-        raise config_error(where, name, "one of " + ", ".join(POSITION_EMBEDDING), value)
+    if str(value).lower() not in choices:
+        raise config_error(where, name, "one of " + ", ".join(choices), value)
     return POSITION_EMBEDDING[str(value).lower()]
 
 

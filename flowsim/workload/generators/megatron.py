@@ -60,7 +60,8 @@ SPECIAL = ("num-layers-per-virtual-pipeline-stage", "recompute-granularity", "fp
            "attention-backend", "tp-comm-overlap-cfg", "tokenizer-type", "use-legacy-models",
            "no-scatter-gather-tensors-in-pipeline", "transformer-impl",
            "moe-token-dispatcher-type", "recompute-method", "recompute-num-layers",
-           "use-megatron-fsdp", "data-parallel-sharding-strategy", "position-embedding-type")
+           "use-megatron-fsdp", "data-parallel-sharding-strategy", "position-embedding-type",
+           "use-rotary-position-embeddings")
 #: every flag this module reads
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL
 #: flags that shape an iteration's time but have no transformer key (named in a warning)
@@ -69,7 +70,9 @@ UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-la
               "account-for-loss-in-pipeline-split", "moe-grouped-gemm", "moe-layer-freq",
               "moe-shared-expert-intermediate-size", "cp-comm-type",
               "num-distributed-optimizer-instances", "disable-tp-comm-overlap-ag",
-              "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by")
+              "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by", "no-rope-fusion")
+#: ``--position-embedding-type``'s choices in Megatron-LM
+POSITION_TYPES = ("learned_absolute", "rope", "yarn", "mrope", "relative", "none")
 #: vocabulary sizes of tokenizers named by type alone
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": GPT2_VOCAB}
 
@@ -185,7 +188,10 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
         keys["dtype"] = "fp8"
     if flags.get("position-embedding-type") is not None:   # else learned_absolute, its default
         keys["position_embedding"] = position_embedding(
-            flags["position-embedding-type"], where, "--position-embedding-type")
+            flags["position-embedding-type"], where, "--position-embedding-type",
+            POSITION_TYPES)
+    elif "use-rotary-position-embeddings" in flags:   # the deprecated switch Megatron reads
+        keys["position_embedding"] = "rope"
     backend = flags.get("attention-backend")
     if backend is not None:
         # Megatron-Core sets Transformer Engine's backend: flash-attn's kernels (FlashAttention

@@ -99,9 +99,18 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
     keys["recompute"] = granularity if granularity in ("selective", "full") else "none"
     if not model.get("transformer_engine", True):   # the local layers: no fused attention
         keys["attention"] = "unfused"
-    keys["position_embedding"] = position_embedding(
-        model.get("position_embedding_type", "learned_absolute"), source,
-        "model.position_embedding_type")
+    kind = model.get("position_embedding_type", "learned_absolute")
+    if isinstance(kind, str) and "${" in kind:   # an interpolation: NeMo's default
+        warnings.warn(f"{where}: key 'model.position_embedding_type' is an interpolation "
+                      f"({kind}); taken as NeMo's default (give 'position_embedding' beside "
+                      "'config')", FlowsimWarning, stacklevel=4)
+        kind = "learned_absolute"
+    keys["position_embedding"] = position_embedding(kind, where,
+                                                    "model.position_embedding_type")
+    if keys["position_embedding"] == "rope" and not model.get("apply_rope_fusion", False):
+        warnings.warn(f"{where}: model.apply_rope_fusion is off (NeMo's default): the "
+                      "unfused rotary embeddings are priced as the fused kernel",
+                      FlowsimWarning, stacklevel=4)
     precision = str(trainer.get("precision", "bf16"))
     if precision.startswith("32"):
         warnings.warn(f"{where}: trainer.precision {precision}: FP32 training is not "

@@ -131,7 +131,8 @@ class LayerKernels:
     def rope(self) -> tuple[Kernel, ...]:
         """Rotary embeddings: the queries and keys read and written once (Transformer
         Engine's fused kernel), after the QKV GEMM; its backward rotates their gradients the
-        same way, at the head of :attr:`qkv_dgrad`."""
+        same way, before the QKV data gradient (and before that layer's backward gathers
+        its input again: Megatron-Core applies the rotation outside the linear layer)."""
         if self.spec.position_embedding != "rope":
             return ()
         return (_ew(2 * self.n * (self.q + self.kv) * ACT, "rope"),)
@@ -217,8 +218,10 @@ class LayerKernels:
 
     @cached_property
     def attention_dgrad(self) -> tuple[Kernel, ...]:
-        """Projection data gradient, attention backward, QKV data gradient."""
-        return self.projection_dgrad + self.core_attention_backward + self.qkv_dgrad
+        """Projection data gradient, attention backward, rotary backward, QKV data
+        gradient."""
+        return self.projection_dgrad + self.core_attention_backward + self.rope + \
+            self.qkv_dgrad
 
     @cached_property
     def projection_dgrad(self) -> tuple[Kernel, ...]:
@@ -241,8 +244,7 @@ class LayerKernels:
         """The QKV data gradient: the tail of :attr:`attention_dgrad` (context parallelism
         runs it after the key and value gradients are reduced)."""
         width = self.q + 2 * self.kv
-        return (*self.rope, *self._cast(self.n * width),
-                self._gemm(self.n, self.spec.hidden, width))
+        return (*self._cast(self.n * width), self._gemm(self.n, self.spec.hidden, width))
 
     @cached_property
     def attention_wgrad(self) -> tuple[Kernel, ...]:

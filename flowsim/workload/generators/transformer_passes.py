@@ -195,18 +195,24 @@ class PassBuilder:
                 layer, g)
         g = (self.compute(f"{name}.norm2_backward", k.norm_backward + k.residual_backward,
                           layer, "ig", g),)
-        core = k.core_attention_backward
+        # the rotary backward ends the body, before the QKV layer's backward (and its input
+        # gathered again) starts; with CP after the key gradients are reduced (``between``)
+        core = k.core_attention_backward + (k.rope if s.cp == 1 else ())
         order = None
         if s.recompute == "selective" and s.attention == "unfused":
             # recompute scores, softmax and dropout (priced first without overlap)
             core = k.core_attention + core
-            order = k.core_attention + k.attention_dgrad
+            order = k.core_attention + k.projection_dgrad + core[len(k.core_attention):] + \
+                k.qkv_dgrad
         dgrad = Block(k.projection_dgrad, core, k.qkv_dgrad, "projection", "qkv", order)
         between = None
         if s.cp > 1:   # the key and value gradients reduced over CP before the QKV gradient
             def between(x: Frontier) -> Frontier:
-                return (self.collective(f"{name}.kv.reduce_scatter", "reduce_scatter",
-                                        k.kv_bytes * s.cp, self.groups.cp, layer, "ig", x),)
+                rs = self.collective(f"{name}.kv.reduce_scatter", "reduce_scatter",
+                                     k.kv_bytes * s.cp, self.groups.cp, layer, "ig", x)
+                if not k.rope:
+                    return (rs,)
+                return (self.compute(f"{name}.rope_backward", k.rope, layer, "ig", (*x, rs)),)
         return self._dgrad_wgrad(f"{name}.attention", dgrad, k.attention_wgrad, layer, g,
                                  between)
 
