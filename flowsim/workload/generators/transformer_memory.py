@@ -78,13 +78,9 @@ def stage_memory(program: StageProgram) -> StageMemory:
     fp8_weights = layers * k.dense_parameters   # the layers' dense weights kept in FP8
     weights = ACT * params - (fp8_weights if spec.fp8_param_gather else 0)
     gradients = program.grad_bytes * params
-    optimizer = OPTIMIZER_BYTES * params
-    if spec.distributed_optimizer:
-        optimizer = OPTIMIZER_BYTES * (dense / ctx.dp_size + expert / ctx.expert_dp_size)
+    shards = program.local_parameters()   # the optimizer's: its shard, sharded or not
+    optimizer = OPTIMIZER_BYTES * shards
     if spec.fsdp:
-        (_, dense_shard), (_, expert_shard) = ctx.shard_groups()
-        shards = dense / dense_shard + expert / expert_shard
-        optimizer = OPTIMIZER_BYTES * shards
         if spec.pp == 1:   # the largest unit gathered and the next one prefetched
             unit = max(k.dense_parameters + k.expert_parameters,
                        k.vocab_parameters if spec.vocab else 0)

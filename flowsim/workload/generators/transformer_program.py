@@ -69,7 +69,7 @@ class StageProgram:
             end = () if b.last is None else (b.last,)
             for c in range(spec.vpp):
                 self._reduce_gradients(c, [(self.chunk_parameters(c), end)])
-        step = b.compute("optimizer", optimizer_step(self._local_parameters()),
+        step = b.compute("optimizer", optimizer_step(self.local_parameters()),
                          self.row["optimizer"], "wg", tuple(self.grad_ops))
         if ddp and spec.distributed_optimizer and not spec.overlap_param_gather:
             for c in range(spec.vpp):
@@ -213,7 +213,7 @@ class StageProgram:
             dense += self.k.vocab_parameters * copies
         return dense, expert
 
-    def _local_parameters(self) -> float:
+    def local_parameters(self) -> float:
         """Parameters this rank's optimizer updates (its shard with a distributed
         optimizer)."""
         spec, ctx = self.spec, self.ctx
