@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "validation" / "published"
 #: the cluster preset (topologies/clusters/) of each machine the rows name
 CLUSTERS = {"dgx_a100": "dgx_a100_superpod", "dgx_h100": "dgx_h100",
-            "meta_h100_roce": "roce_clos_h100", "gb200_nvl72": "gb200_nvl72"}
+            "meta_h100_roce": "roce_clos_h100", "gb200_nvl72": "gb200_nvl72",
+            "dgx_b200": "dgx_b200"}
 _BOOL = {"true": True, "false": False}
 #: the recorded predictions (``--csv`` of a full run), beside the publications' rows
 RECORD = DATA / "results.csv"
@@ -99,7 +100,7 @@ def spec(row: dict[str, str]) -> dict:
     out["tp_comm_overlap"] = "tp_comm" in overlap and out["tp"] > 1
     if out["tp_comm_overlap"] and row.get("tp_comm_overlap_cfg"):   # whose userbuffers settings
         out["tp_comm_overlap_cfg"] = row["tp_comm_overlap_cfg"]
-    for key in ("grad_reduce_in_bf16", "fp8_param_gather"):   # a row's own columns
+    for key in ("grad_reduce_in_bf16", "fp8_param_gather", "fsdp"):   # a row's own columns
         if row.get(key):
             out[key] = _BOOL[row[key]]
     # GPT ties them, Llama does not; a row's own column (Nemotron-4: untied) wins
