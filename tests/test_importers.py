@@ -223,6 +223,57 @@ def test_the_attention_backend_is_the_kernel_transformer_engine_runs(reference):
     assert _time(dict(SPEC, attention="flash2")) > reference   # FA2 is slower on H100
 
 
+LAUNCH_SCRIPT = r"""#!/bin/bash
+# as Megatron-LM's examples/ write them: sizes in variables, flags in bash arrays
+GPUS_PER_NODE=8
+NUM_NODES=${NUM_NODES:-2}
+WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))
+TP=${TP:-2}
+PP=2
+NUM_LAYERS=8   # two virtual stages of two layers per rank
+DTYPE="bf16"
+MODEL_ARGS=(
+    --num-layers $NUM_LAYERS --hidden-size 2048 --num-attention-heads 16
+    --group-query-attention --num-query-groups 4 --seq-length 2048
+    --swiglu --untie-embeddings-and-output-weights --vocab-size 32000
+)
+TRAINING_ARGS=( --micro-batch-size 1 --global-batch-size 16 --recompute-granularity selective )
+if [[ "$DTYPE" == "bf16" ]]; then
+    TRAINING_ARGS+=( "--bf16" )
+fi
+MODEL_PARALLEL_ARGS=(
+    --tensor-model-parallel-size ${TP}
+    --pipeline-model-parallel-size $PP
+    # --context-parallel-size 2
+    "--num-layers-per-virtual-pipeline-stage 2"
+    --sequence-parallel --tp-comm-overlap
+    --use-distributed-optimizer --overlap-grad-reduce
+)
+torchrun --nproc_per_node $GPUS_PER_NODE pretrain_gpt.py "${MODEL_ARGS[@]}" \
+    "${TRAINING_ARGS[@]}" "${MODEL_PARALLEL_ARGS[@]}" --data-path $DATA
+"""
+
+
+def test_a_launch_script_is_read_with_its_variables(reference):
+    """A launch script as written (its literal variables substituted, its comments and bash
+    arrays skipped, a quoted "flag value" item split) gives the run its flags describe;
+    ``env`` sets what the script leaves to the environment; a variable nothing sets is one
+    line naming the flag and saying so."""
+    script = {"generator": "megatron", "device": "h100", "args": LAUNCH_SCRIPT}
+    assert _time(script) == reference
+    assert _time(dict(script, env={"TP": 4})) == _time(dict(SPEC, tp=4, dp=2))
+    broken = LAUNCH_SCRIPT.replace("PP=2\n", "")
+    with pytest.raises(flowsim.ConfigError, match=r"'--pipeline-model-parallel-size': "
+                                                   r"expected a number \(a shell variable "
+                                                   r"the text does not set: give it in "
+                                                   r"'env'\), found '\$PP'"):
+        simulate(NET, dict(script, args=broken), "nccl")
+    assert _time(dict(script, args=broken, env={"PP": 2})) == reference
+    with pytest.raises(flowsim.ConfigError, match=r"key 'env': expected a mapping of shell "
+                                                   r"variable names"):
+        simulate(NET, dict(script, env=["TP=2"]), "nccl")
+
+
 def test_rotary_embeddings_are_read_from_either_tool(reference, tmp_path):
     """Megatron-LM's ``--position-embedding-type`` and NeMo's ``position_embedding_type``:
     ``rope`` and its variants price the rotary kernels (slower than the default learned
@@ -276,7 +327,9 @@ def test_flags_that_cannot_be_read_are_one_line_naming_them(tmp_path):
                                                          "--tensor-model-parallel-size $TP")}))
     with pytest.raises(flowsim.ConfigError, match=r"spec\.yml: args: key "
                                                    r"'--tensor-model-parallel-size': expected a "
-                                                   r"number, found '\$TP'"):
+                                                   r"number \(a shell variable the text does "
+                                                   r"not set: give it in 'env'\), found "
+                                                   r"'\$TP'"):
         simulate(NET, str(spec), "nccl")
 
 

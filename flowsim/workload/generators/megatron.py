@@ -30,6 +30,7 @@ from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
 from .imported import GPT2_VOCAB, ImportedSpec, parse_imported, position_embedding
+from .shell_vars import shell_variables, substitute
 
 #: flags with a value: flag -> transformer key
 VALUED = {"num-layers": "layers", "hidden-size": "hidden", "ffn-hidden-size": "ffn",
@@ -77,16 +78,20 @@ POSITION_TYPES = ("learned_absolute", "rope", "yarn", "mrope", "relative", "none
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": GPT2_VOCAB}
 
 
-def megatron_keys(args: str | Sequence[str], source: str) -> dict[str, Any]:
+def megatron_keys(args: str | Sequence[str], source: str,
+                  env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The transformer keys Megatron-LM arguments ``args`` set (``dp`` left to the network).
+
+    A launch script's literal shell variables are substituted (:mod:`.shell_vars`; ``env``
+    is the environment it would run in).
 
     Raises
     ------
     ConfigError
-        A flag's value that is not a number (a shell variable, say) or a choice Megatron-LM
-        does not have, naming ``source`` and the flag.
+        A flag's value that is not a number (a shell variable nothing sets, say) or a choice
+        Megatron-LM does not have, naming ``source`` and the flag.
     """
-    flags = _flags(args, source)
+    flags = _flags(args, source, env)
     keys: dict[str, Any] = {}
     for flag, value in flags.items():
         where = f"{source}: args"
@@ -121,14 +126,20 @@ def megatron_keys(args: str | Sequence[str], source: str) -> dict[str, Any]:
     return keys
 
 
-def _flags(args: str | Sequence[str], source: str) -> dict[str, str | None]:
+def _flags(args: str | Sequence[str], source: str, env: Mapping[str, str] | None = None
+           ) -> dict[str, str | None]:
     """``--flag value`` pairs (a switch's value is None), flags spelt with dashes."""
     if isinstance(args, str):
         try:
-            tokens = shlex.split(args.replace("\\\n", " "), comments=True)
+            words = shlex.split(args.replace("\\\n", " "), comments=True)
         except ValueError as exc:   # an unclosed quote
             raise config_error(source, "args", f"a command line shlex can split ({exc})",
                                args[:60]) from None
+        variables = shell_variables(args, env)
+        # a bash array's quoted item may hold a flag and its value: "--fp8-format hybrid"
+        tokens = [part for word in words
+                  for part in (substitute(word, variables).split()
+                               if word.startswith("--") else [substitute(word, variables)])]
     elif isinstance(args, Sequence) and all(isinstance(a, (str, int, float)) for a in args):
         tokens = [str(a) for a in args]
     else:
@@ -150,7 +161,10 @@ def _number(value: str | None, flag: str, where: str) -> int | float:
     try:
         number = float(value or "")
     except ValueError:
-        raise config_error(where, f"--{flag}", "a number", value) from None
+        expected = "a number"
+        if value and value.startswith("$"):
+            expected += " (a shell variable the text does not set: give it in 'env')"
+        raise config_error(where, f"--{flag}", expected, value) from None
     return int(number) if number.is_integer() else number
 
 
@@ -237,6 +251,23 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
 
 
 def parse_megatron(values: Mapping[str, Any], source: str) -> ImportedSpec:
-    """``generator: megatron``: key ``args`` (Megatron-LM's arguments), transformer keys."""
-    return parse_imported(values, source, read="args", translate=megatron_keys,
+    """``generator: megatron``: key ``args`` (Megatron-LM's arguments, or a launch script
+    that passes them), optional ``env`` (the environment the script runs in: variable name
+    to value), transformer keys."""
+    values = dict(values)
+    env = _environment(values.pop("env", None), source)
+    return parse_imported(values, source, read="args",
+                          translate=lambda args, where: megatron_keys(args, where, env),
                           names={key: f"--{flag}" for flag, key in VALUED.items()})
+
+
+def _environment(env: Any, source: str) -> dict[str, str]:
+    """``env``: shell variable names to scalar values."""
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping) or not all(
+            isinstance(k, str) and k.isidentifier() and isinstance(v, (str, int, float))
+            and not isinstance(v, bool) for k, v in env.items()):
+        raise config_error(source, "env", "a mapping of shell variable names to numbers or "
+                           "strings (e.g. {TP: 2})", env)
+    return {k: str(v) for k, v in env.items()}
