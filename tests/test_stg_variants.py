@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -19,13 +20,15 @@ TOPOLOGIES = ("Ring", "Switch", "FullyConnected")
 
 
 def test_the_variants_are_there():
-    assert VARIANTS == ["cp2_dp2tp2", "dp4tp2", "fsdp_dp4tp2", "pp4_dp2"]
+    assert VARIANTS == ["cp2_dp2tp2", "cp2_dp2tp2pp2", "dp4tp2", "fsdp_dp4tp2",
+                        "mixed_dp4tp2", "notpsp_dp2tp4", "pp4_dp2"]
 
 
 def _run(variant: str, topology: str, tmp_path, capsys) -> dict:
-    """``flowsim run --json`` of a variant on an 8-NPU network: its summary."""
+    """``flowsim run --json`` of a variant on a network of its rank count: its summary."""
+    ranks = len(list((DATA / variant).glob("workload.*.et")))
     network = tmp_path / "net.yml"
-    network.write_text(f"topology: [{topology}]\nnpus_count: [8]\nbandwidth: [50]\n"
+    network.write_text(f"topology: [{topology}]\nnpus_count: [{ranks}]\nbandwidth: [50]\n"
                        "latency: [500]\n")
     capsys.readouterr()
     code = main(["run", "--workload", str(DATA / variant / "workload"), "--network",
@@ -51,3 +54,24 @@ def test_weight_sharding_adds_the_parameter_gathers(tmp_path, capsys):
     sharded = _run("fsdp_dp4tp2", "Switch", tmp_path, capsys)
     assert sharded["collectives"] > plain["collectives"]
     assert sum(sharded["dim_bytes"]) > sum(plain["dim_bytes"])
+
+
+def test_tensor_parallelism_without_sequence_parallelism_all_reduces(tmp_path, capsys):
+    """``--tpsp false``: each layer's tensor-parallel communication is an all-reduce where
+    sequence parallelism gathers and reduce-scatters, so fewer collectives carry the same
+    activations; with ``--tpsp true`` (the other traces) it is the other way round."""
+    import flowsim
+    from flowsim.workload.load import load_workload
+
+    def kinds(variant: str) -> Counter:
+        ranks = len(list((DATA / variant).glob("workload.*.et")))
+        net = flowsim.load_network({"topology": ["Switch"], "npus_count": [ranks],
+                                    "bandwidth": [50], "latency": [500]})
+        work = load_workload(str(DATA / variant / "workload"), net, 1)
+        return Counter(op.collective for p in work.programs for op in p.ops
+                       if op.kind == "collective")
+
+    without, with_sp = kinds("notpsp_dp2tp4"), kinds("dp4tp2")
+    assert without["reduce_scatter"] == 0 and without["all_reduce"] > with_sp["all_reduce"]
+    assert with_sp["reduce_scatter"] > 0 and with_sp["all_gather"] > without["all_gather"]
+    assert _run("notpsp_dp2tp4", "Switch", tmp_path, capsys)["time_ns"] > 0
