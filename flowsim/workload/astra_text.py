@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import warnings
 from dataclasses import dataclass
 
@@ -96,6 +97,10 @@ class TextWorkload:
     source: str = "<text>"
 
 
+#: an integer, also written with a zero fraction (``8388608.0``)
+_INTEGRAL = re.compile(r"\+?[0-9]+(?:\.0*)?")
+
+
 def _number(token: str, source: str, line: int, field: str, *, integer: bool) -> float:
     """A non-negative number (compute, ns; at most :data:`~flowsim._validate.DURATION_NS`)
     or integer (bytes, counts; at most :data:`~flowsim._validate.SIZE_BYTES`)."""
@@ -105,8 +110,8 @@ def _number(token: str, source: str, line: int, field: str, *, integer: bool) ->
         try:
             if not integer:
                 value = float(token)
-            elif token.lstrip("+").isdigit():
-                value = int(token)
+            elif _INTEGRAL.fullmatch(token):   # aicb writes some counts as "8388608.0"
+                value = int(token.partition(".")[0])
         except ValueError:
             pass
     if value != value:
