@@ -91,6 +91,8 @@ def spec(row: dict[str, str]) -> dict:
         out[key] = _BOOL[row[key]]
     out["recompute"] = row["recompute"]
     out["attention"] = row["attention"]
+    if row.get("expert_layout"):   # a row's own column; else expert parallelism inside DP
+        out["expert_layout"] = row["expert_layout"]
     if row.get("position_embedding"):   # a row's own column; else Megatron's default
         out["position_embedding"] = row["position_embedding"]
     out["dtype"] = row["dtype"]

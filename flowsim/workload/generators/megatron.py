@@ -108,6 +108,7 @@ def megatron_keys(args: str | Sequence[str], source: str,
         keys["micro_batches"] = 1
     if keys.get("experts"):
         keys.setdefault("top_k", 2)               # --moe-router-topk's default
+        keys["expert_layout"] = "folded"          # Megatron-Core 0.10 on: MoE parallel folding
     if not {"bf16", "fp16", "fp8-format"} & set(flags):
         warnings.warn(f"{source}: neither --bf16 nor --fp16: Megatron-LM trains in FP32, "
                       "which flowsim does not model; priced as BF16", FlowsimWarning,

@@ -50,7 +50,10 @@ Communication:
   split over the TP ranks (``expert_tp = tp``, Megatron-Core's default): the received tokens
   are all-gathered over TP before the experts and their output reduce-scattered after
   (sequence parallelism is implied, as Megatron-Core requires it with MoE and TP); with
-  ``expert_tp: 1`` every TP rank holds whole experts and sends its own tokens;
+  ``expert_tp: 1`` every TP rank holds whole experts and sends its own tokens.
+  ``expert_layout: folded`` is Megatron-Core 0.10's MoE parallel folding: the EP ranks are
+  the first ``ep`` of the CP x DP ranks, so with context parallelism they take the CP ranks
+  first (and ``ep`` may exceed ``dp``); with ``cp = 1`` it is the same layout;
 * **pipeline parallel** (Narayanan et al. 2021): one program per pipeline rank; activations
   and gradients sent between consecutive virtual stages (sequence-parallel shards, or split
   over the TP ranks and all-gathered on arrival: Megatron's scatter/gather optimisation);
@@ -140,7 +143,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``kv_heads``, ``head_dim``, ``ffn``, ``gated_mlp``, ``vocab``, ``tied_embeddings``;
         ``global_batch`` (sequences) or ``micro_batches``, ``micro_batch``; ``tp``, ``pp``,
         ``dp``, ``cp``, ``ep``, ``vpp``, ``sp``; ``experts``, ``top_k``, ``moe_ffn``,
-        ``capacity_factor``, ``expert_tp``; ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``),
+        ``capacity_factor``, ``expert_tp``, ``expert_layout`` (``within_dp``, ``folded``);
+        ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``),
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``);
         ``distributed_optimizer`` (alias ``zero``), ``fsdp``, ``fsdp_shard``,
         ``grad_reduce_in_bf16``,

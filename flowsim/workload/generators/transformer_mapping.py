@@ -13,7 +13,7 @@ import numpy as np
 from ...errors import ConfigError, config_error
 from ...topology.view import logical_view
 from .transformer_passes import Groups
-from .transformer_spec import TransformerSpec, _where
+from .transformer_spec import TransformerSpec, _where, folds_experts
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,32 @@ def map_groups(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[
             f"{list(sizes)})")
     if spec.dims is not None:
         return _explicit(network, spec)
+    if folds_experts(spec):
+        return _folded(network, spec)
     # the data-parallel ranks: FSDP's sharding groups inside, their replicas outside
     groups = (spec.tp, spec.cp, spec.ep, spec.fsdp_shard // spec.ep,
               spec.dp // spec.fsdp_shard, spec.pp)
     view, owned = logical_view(network, groups)
     tp, cp, ep, shard, replicate, pp = owned
     return view, _groups(spec, tp, cp, ep, shard + replicate, replicate), pp
+
+
+def _folded(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[int, ...]]:
+    """Megatron-Core's MoE parallel folding: the expert-parallel ranks are the first ``ep``
+    of the context x data-parallel ranks (the expert layers' grid, TP x EP x expert-DP, laid
+    over the dense one, TP x CP x DP, in the same rank order), so they take the
+    context-parallel ranks first. Both grids split at the same places when ``ep`` divides
+    ``cp`` or ``cp`` divides ``ep`` (:func:`~.transformer_spec.parse_transformer` checks)."""
+    tp, cp, ep, dp, pp = spec.tp, spec.cp, spec.ep, spec.dp, spec.pp
+    if ep >= cp:   # EP = CP x part of DP; expert-DP = the rest of DP
+        view, (t, c, e, d, p) = logical_view(network, (tp, cp, ep // cp, dp // (ep // cp), pp))
+        groups = Groups(tp=t, cp=c, ep=tuple(sorted(c + e)), dp=tuple(sorted(c + e + d)),
+                        expert_dp=d)
+    else:          # EP = part of CP; expert-DP = the rest of CP and DP
+        view, (t, e, c, d, p) = logical_view(network, (tp, ep, cp // ep, dp, pp))
+        groups = Groups(tp=t, cp=tuple(sorted(e + c)), ep=e, dp=tuple(sorted(e + c + d)),
+                        expert_dp=tuple(sorted(c + d)))
+    return view, groups, p
 
 
 def _explicit(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[int, ...]]:

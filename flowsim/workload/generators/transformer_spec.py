@@ -41,6 +41,12 @@ ATTENTIONS: tuple[AttentionKind, ...] = choices_of(AttentionKind)
 PositionEmbedding = Literal["learned_absolute", "rope", "alibi", "none"]
 POSITION_EMBEDDINGS: tuple[PositionEmbedding, ...] = choices_of(PositionEmbedding)
 DType = Literal["bf16", "fp16", "fp8"]
+#: Where expert parallelism takes its ranks: inside the data-parallel ranks (Megatron-Core
+#: before 0.10), or folded over context x data parallelism (Megatron-Core 0.10 on, "MoE
+#: parallel folding": the expert layers' own grid, expert-TP x EP x expert-DP, over the
+#: same ranks; with cp = 1 the two are the same)
+ExpertLayout = Literal["within_dp", "folded"]
+EXPERT_LAYOUTS: tuple[ExpertLayout, ...] = choices_of(ExpertLayout)
 #: userbuffers settings of ``tp_comm_overlap`` (:mod:`.transformer_overlap`)
 UbConfig = Literal["nemo", "te_default"]
 UB_CONFIGS: tuple[UbConfig, ...] = choices_of(UbConfig)
@@ -99,6 +105,8 @@ class TransformerSpec:
     top_k: int = 0
     moe_ffn: int = 0
     capacity_factor: float = 1.0
+    #: where the expert-parallel ranks come from (:data:`EXPERT_LAYOUTS`)
+    expert_layout: ExpertLayout = "within_dp"
     #: tensor-parallel ranks each expert is split over (Megatron-Core's
     #: ``--expert-tensor-parallel-size``): ``tp`` (its default) or 1; 0 before defaults
     expert_tp: int = 0
@@ -196,6 +204,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                                                              default=False))
     v["capacity_factor"] = read_number(values, "capacity_factor", source=source, default=1.0,
                                        quantity=Quantity("", 1e-3, 1e3, positive=True))
+    v["expert_layout"] = read_choice(values, "expert_layout", EXPERT_LAYOUTS, source=source,
+                                     default="within_dp", case_insensitive=True)
     v["schedule"] = read_choice(values, "schedule", SCHEDULES, source=source,
                                 default="interleaved" if v["vpp"] > 1 else "1f1b",
                                 case_insensitive=True)
@@ -356,8 +366,21 @@ def _check_consistent(spec: TransformerSpec) -> None:
     else:
         need(spec.expert_tp == spec.tp, "expert_tp", f"unset (or tp={spec.tp}) without "
                                                      f"experts", spec.expert_tp)
-    need(spec.dp % spec.ep == 0, "ep", f"a divisor of dp={spec.dp} (expert parallelism "
-                                       f"splits the data-parallel ranks)", spec.ep)
+    if folds_experts(spec):
+        ratio = spec.ep // spec.cp if spec.ep % spec.cp == 0 else 0
+        need(spec.cp % spec.ep == 0 or (ratio > 0 and spec.dp % ratio == 0), "ep",
+             f"a divisor of cp={spec.cp}, or cp times a divisor of dp={spec.dp} (folded "
+             f"expert parallelism takes the context-parallel ranks first)", spec.ep)
+        need(spec.expert_tp == spec.tp, "expert_tp",
+             f"tp={spec.tp} with expert_layout: folded over context parallelism",
+             spec.expert_tp)
+        need(not spec.fsdp and spec.dims is None, "expert_layout",
+             "within_dp with fsdp or explicit dims", spec.expert_layout)
+    else:
+        hint = "; expert_layout: folded lets it span the context-parallel ranks too, as " \
+               "Megatron-Core 0.10 on does" if spec.cp > 1 else ""
+        need(spec.dp % spec.ep == 0, "ep", f"a divisor of dp={spec.dp} (expert parallelism "
+                                           f"splits the data-parallel ranks{hint})", spec.ep)
     need(spec.ep == 1 or spec.experts > 0, "ep", "1 without experts", spec.ep)
     need(spec.vpp == 1 or spec.pp > 1, "vpp", "1 without pipeline parallelism (pp=1)",
          spec.vpp)
@@ -369,7 +392,8 @@ def _check_consistent(spec: TransformerSpec) -> None:
          "false without dtype: fp8", spec.fp8_param_gather)
     need(spec.fsdp or spec.fsdp_shard == spec.dp, "fsdp_shard",
          "unset without fsdp (it shards FSDP's units)", spec.fsdp_shard)
-    need(spec.dp % spec.fsdp_shard == 0 and spec.fsdp_shard % spec.ep == 0, "fsdp_shard",
+    need(spec.dp % spec.fsdp_shard == 0 and (spec.fsdp_shard % spec.ep == 0 or
+                                             folds_experts(spec)), "fsdp_shard",
          f"a divisor of dp={spec.dp} and a multiple of ep={spec.ep} (the sharding groups "
          f"split the data-parallel ranks into replicas)", spec.fsdp_shard)
     need(spec.dims is None or spec.fsdp_shard == spec.dp, "fsdp_shard",
@@ -391,6 +415,12 @@ def _check_consistent(spec: TransformerSpec) -> None:
     if ops > MAX_OPS:
         raise ConfigError(f"{_where(src)}layers={spec.layers} over {m} micro-batches make a "
                           f"graph of about {ops} ops, more than {MAX_OPS}")
+
+
+def folds_experts(spec: TransformerSpec) -> bool:
+    """Whether expert parallelism is folded over context-parallel ranks (with cp = 1 folding
+    changes nothing, and the plain layout is used)."""
+    return spec.expert_layout == "folded" and spec.cp > 1 and spec.ep > 1
 
 
 def _where(source: str) -> str:

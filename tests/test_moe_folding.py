@@ -1,0 +1,99 @@
+"""Megatron-Core's MoE parallel folding (``expert_layout: folded``): the expert-parallel
+ranks are the first ``ep`` of the context x data-parallel ranks, so with context
+parallelism they take its ranks first; without it the layout is the plain one."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import flowsim
+from flowsim.errors import ConfigError
+from flowsim.workload.generators import transformer
+from flowsim.workload.generators.transformer_mapping import map_groups
+from flowsim.workload.generators.transformer_spec import parse_transformer
+
+#: 64 NPUs: 8 per node (TP 2 x CP 4 inside), 8 nodes
+NET = {"topology": ["Switch", "Switch"], "npus_count": [8, 8], "bandwidth": [300, 50],
+       "latency": [500, 2000]}
+MOE = dict(layers=2, hidden=256, heads=8, kv_heads=8, sequence=256, micro_batch=1, vocab=0,
+           experts=8, top_k=2, sp=True, gated_mlp=True, distributed_optimizer=True)
+
+
+@pytest.fixture(scope="module")
+def net():
+    return flowsim.load_network(NET)
+
+
+def _groups(net, **spec):
+    view, groups, _ = map_groups(net, parse_transformer(dict(MOE, **spec), "argument"))
+    return view, groups
+
+
+def _size(view, dims):
+    return math.prod(int(view.dims[d]) for d in dims)
+
+
+@pytest.mark.parametrize("tp, cp, ep, dp", [(2, 4, 8, 8), (2, 4, 4, 8), (2, 4, 2, 8),
+                                            (2, 1, 8, 32), (1, 8, 8, 8)])
+def test_folded_expert_groups_take_the_context_parallel_ranks_first(net, tp, cp, ep, dp):
+    view, g = _groups(net, tp=tp, cp=cp, ep=ep, dp=dp, expert_layout="folded",
+                      global_batch=dp)
+    assert _size(view, g.tp) == tp and _size(view, g.cp) == cp and _size(view, g.ep) == ep
+    assert _size(view, g.dp) == cp * dp                 # dense gradients: CP x DP
+    assert _size(view, g.ep) * _size(view, g.expert_dp) == cp * dp
+    if cp > 1:   # the context-parallel ranks are in the expert group, or hold it
+        assert set(g.cp) <= set(g.ep) or set(g.ep) <= set(g.cp)
+    else:
+        plain_view, plain = _groups(net, tp=tp, cp=cp, ep=ep, dp=dp, global_batch=dp)
+        assert g == plain and tuple(view.dims) == tuple(plain_view.dims)
+
+
+def test_plain_expert_groups_skip_the_context_parallel_ranks(net):
+    view, g = _groups(net, tp=2, cp=4, ep=8, dp=8, global_batch=8)
+    assert not set(g.cp) & set(g.ep) and _size(view, g.ep) == 8
+
+
+def test_folding_lets_expert_parallelism_exceed_data_parallelism(net):
+    """EP 8 over CP 4 x DP 2: impossible inside DP, the folded layout's case (NeMo's
+    Mixtral 8x22B runs EP 8 with CP 8 x DP 4); the run builds and its all-to-alls span 8
+    ranks."""
+    spec = dict(MOE, tp=2, cp=4, ep=8, dp=4, global_batch=4)
+    with pytest.raises(ConfigError, match=r"'ep': expected a divisor of dp=4 \(expert "
+                                          r"parallelism splits the data-parallel ranks; "
+                                          r"expert_layout: folded lets it span"):
+        transformer(flowsim.load_network({**NET, "npus_count": [8, 4]}), **spec)
+    small = flowsim.load_network({**NET, "npus_count": [8, 4]})
+    w = transformer(small, **spec, expert_layout="folded")
+    a2a = [op for op in w.programs[0].ops if op.collective == "all_to_all"]
+    assert a2a and {_size(w.network, op.dims) for op in a2a} == {8}
+    assert flowsim.run_training(small, w, device="h100").summary()["time_ns"] > 0
+
+
+@pytest.mark.parametrize("extra, key", [
+    (dict(ep=8, cp=8, dp=2, tp=1), None),
+    (dict(ep=6, cp=4, dp=6, tp=1, experts=12, global_batch=6), "ep"),
+    (dict(expert_tp=1), "expert_tp"),
+    (dict(fsdp=True), "expert_layout")])
+def test_what_folding_cannot_express_is_one_line(net, extra, key):
+    spec = dict(dict(MOE, tp=2, cp=4, ep=8, dp=8, global_batch=8, expert_layout="folded"),
+                **extra)
+    if key is None:
+        parse_transformer(spec, "argument")
+        return
+    with pytest.raises(ConfigError, match=rf"'{key}': expected"):
+        parse_transformer(spec, "argument")
+
+
+def test_megatron_lm_command_lines_fold_as_megatron_core_does():
+    """Today's Megatron-LM folds: EP 8 with CP 4 x DP 2 is a command line it runs."""
+    args = ("--num-layers 2 --hidden-size 256 --num-attention-heads 8 --seq-length 256 "
+            "--micro-batch-size 1 --global-batch-size 2 --tensor-model-parallel-size 2 "
+            "--context-parallel-size 4 --expert-model-parallel-size 8 --num-experts 8 "
+            "--moe-token-dispatcher-type alltoall --sequence-parallel --swiglu --bf16 "
+            "--vocab-size 1024")
+    small = flowsim.load_network({**NET, "npus_count": [8, 2]})
+    run = flowsim.run_training(small, {"generator": "megatron", "args": args,
+                                       "device": "h100"}, "nccl")
+    assert run.summary()["time_ns"] > 0
