@@ -9,26 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from functools import partial
 from typing import Any, Literal
 
 from ..._validate import (
     MAX_INT,
     Quantity,
     as_config,
-    as_int,
     check_unknown_keys,
     choices_of,
     read_bool,
     read_choice,
     read_int,
-    read_list,
     read_number,
 )
 from ...errors import ConfigError, config_error
-from ...topology.network_config import MAX_DIMS, MAX_NPUS
+from ...topology.network_config import MAX_NPUS
 from ..kernels import DTYPE_BYTES
 from ..roofline import Roofline, parse_roofline
+from .transformer_values import read_device, read_dims, read_layout
 
 #: Pipeline schedules (see :mod:`.transformer_schedule`).
 Schedule = Literal["1f1b", "gpipe", "interleaved"]
@@ -51,9 +49,6 @@ EXPERT_LAYOUTS: tuple[ExpertLayout, ...] = choices_of(ExpertLayout)
 UbConfig = Literal["nemo", "te_default"]
 UB_CONFIGS: tuple[UbConfig, ...] = choices_of(UbConfig)
 DTYPES: tuple[DType, ...] = choices_of(DType)
-#: The parallelisms, innermost first in Megatron-Core's default rank order ("tp-cp-ep-dp-pp").
-Parallelism = Literal["tp", "cp", "ep", "dp", "pp"]
-PARALLELISMS: tuple[Parallelism, ...] = choices_of(Parallelism)
 #: The compute model when neither the spec nor the network names one, and the keys a partial
 #: ``roofline`` mapping leaves out: an A100-like roofline at half of its peaks (312 TFLOP/s
 #: 16-bit, 2039 GB/s HBM2e).
@@ -220,11 +215,11 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                                            source=source, default="nemo",
                                            case_insensitive=True)
     v["dtype"] = _dtype(values, source)
-    v["pipeline_layout"] = _layout(values, source)
-    v["device"] = _device(values, source)
+    v["pipeline_layout"] = read_layout(values, source)
+    v["device"] = read_device(values, source)
     v["roofline"] = None if values.get("roofline") is None else \
         parse_roofline(values["roofline"], source, default=A100_ROOFLINE)
-    v["dims"] = _parse_dims(values.get("dims"), source)
+    v["dims"] = read_dims(values.get("dims"), source)
     spec = TransformerSpec(**v, source=source)
     spec = _with_defaults(spec)
     _check_consistent(spec)
@@ -251,27 +246,6 @@ def _dtype(values: Mapping[str, Any], source: str) -> str:
     return "bf16" if width == 2 else "fp8"
 
 
-def _layout(values: Mapping[str, Any], source: str) -> tuple[int, ...] | str:
-    raw = values.get("pipeline_layout", "even")
-    if isinstance(raw, str):
-        return read_choice(values, "pipeline_layout", ("even", "first_last_fewer"),
-                           source=source, default="even")
-    return tuple(read_list(values, "pipeline_layout", partial(as_int, minimum=0,
-                                                              maximum=MAX_INT),
-                           source=source, max_length=1 << 16,
-                           what="'even', 'first_last_fewer' or a list of layers per "
-                                "(virtual) pipeline stage"))
-
-
-def _device(values: Mapping[str, Any], source: str) -> str | None:
-    if values.get("device") is None:
-        return None
-    from ...topology.clusters import device_name
-
-    # the preset is checked now (a clear error naming the key) and kept by name
-    return device_name(values["device"], source=source, key="device")
-
-
 def _with_defaults(spec: TransformerSpec) -> TransformerSpec:
     """Fill the keys whose defaults depend on others (Megatron-LM's defaults)."""
     from dataclasses import replace
@@ -289,31 +263,6 @@ def _with_defaults(spec: TransformerSpec) -> TransformerSpec:
         # without it)
         "sp": spec.sp or (spec.tp > 1 and (spec.tp_comm_overlap or spec.experts > 0))}
     return replace(spec, **changes)
-
-
-def _parse_dims(value: Any, source: str) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise config_error(source, "dims", "a mapping of tp, cp, ep, dp, pp to lists of "
-                                           "network dims, e.g. {tp: [0], dp: [1, 2], pp: [3]}",
-                           value)
-    used: dict[int, str] = {}
-    out = []
-    check_unknown_keys(value, PARALLELISMS, source=source, prefix="dims.")
-    for name in PARALLELISMS:
-        raw = value.get(name, [])
-        items = read_list(value, name, partial(as_int, minimum=0, maximum=MAX_DIMS),
-                          source=source, prefix="dims.", default=[], scalar=True,
-                          max_length=MAX_DIMS, what="a list of network dim indices >= 0")
-        for d in items:
-            if int(d) in used:
-                raise config_error(source, f"dims.{name}",
-                                   f"dims not given to another parallelism (dim {d} is "
-                                   f"already in dims.{used[int(d)]})", raw)
-            used[int(d)] = name
-        out.append((name, tuple(sorted(int(d) for d in items))))
-    return tuple(out)
 
 
 def micro_batches(spec: TransformerSpec) -> int:
