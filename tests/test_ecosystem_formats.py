@@ -214,3 +214,22 @@ def test_astra_sim_flags_flowsim_does_not_model_are_one_line(flag, problem, caps
     assert main(["run", flag]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and problem in err
+
+
+# ------------------------------------------------------------------------ JSON the tools write
+@pytest.mark.parametrize("text, says", [
+    ('{"workload_graph": [{"Id": 1, "Name": "a", "NodeType": 4, "data_deps": []}]}',
+     r"Chakra's JSON rendering of a trace .* give the \.et files it was made from"),
+    ('{\n  "schema": "1.0.2-chakra.0.0.4", "pid": 1,\n  "nodes": []}',
+     r"a PyTorch execution trace \(host side\): link it .* chakra_converter"),
+    ('{"something": "else"}', r"unknown workload format \(expected \.txt, \.yml/\.yaml or "
+                              r"Chakra \.et files\)$")])
+def test_json_workloads_of_the_tools_are_named_in_the_refusal(tmp_path, text, says):
+    """Two JSON files users of the Chakra tools hold are not workloads flowsim reads; the
+    refusal says which one it is and what to give instead."""
+    path = tmp_path / "trace.json"
+    path.write_text(text)
+    net = flowsim.load_network({"topology": ["Switch"], "npus_count": [8],
+                                "bandwidth": [50], "latency": [500]})
+    with pytest.raises(flowsim.ConfigError, match=says):
+        load_workload(str(path), net, 1)

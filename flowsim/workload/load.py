@@ -68,8 +68,24 @@ def load_workload(source: WorkloadLike, network, iterations: int = 1, *,
                            element_bytes=element_bytes)
     else:
         raise ConfigError(f"{path}: unknown workload format (expected .txt, .yml/.yaml or "
-                          "Chakra .et files)")
+                          f"Chakra .et files){_json_hint(path)}")
     return repeat_iterations(scale_workload(work, compute_scale, comm_scale), iterations)
+
+
+def _json_hint(path: Path | None) -> str:
+    """What a ``.json`` workload the ecosystem's tools write is, and what to give instead."""
+    if path is None or path.suffix != ".json" or not path.is_file():
+        return ""
+    with path.open("rb") as handle:
+        head = handle.read(4096)
+    if b'"workload_graph"' in head:
+        return ("; this is Chakra's JSON rendering of a trace (its feeder tests' format), "
+                "which flowsim does not read: give the .et files it was made from")
+    if b'"schema"' in head and b'"nodes"' in head:
+        return ("; this is a PyTorch execution trace (host side): link it with its Kineto "
+                "trace and convert it with Chakra (chakra_trace_link, then chakra_converter "
+                "PyTorch) into .et files, which flowsim reads")
+    return ""
 
 
 def _workload_path(source: str | os.PathLike) -> Path:
