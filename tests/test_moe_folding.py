@@ -50,6 +50,18 @@ def test_folded_expert_groups_take_the_context_parallel_ranks_first(net, tp, cp,
         assert g == plain and tuple(view.dims) == tuple(plain_view.dims)
 
 
+@pytest.mark.parametrize("tp, cp, ep, dp", [(2, 4, 8, 8), (2, 4, 2, 8), (1, 8, 8, 8)])
+def test_the_expert_group_of_rank_0_is_megatron_core_s(net, tp, cp, ep, dp):
+    """Megatron-Core's ranks in order (TP innermost): folded, the expert group of rank 0 is
+    the next ``ep`` TP-strided ranks (its expert grid, TP x EP x expert-DP, over the same
+    ranks); within DP, it strides over the CP ranks too."""
+    for layout, stride in (("folded", tp), ("within_dp", tp * cp)):
+        view, g = _groups(net, tp=tp, cp=cp, ep=ep, dp=dp, expert_layout=layout,
+                          global_batch=dp)
+        (group,) = [row for row in view.dim_groups(g.ep) if 0 in row]
+        assert sorted(group.tolist()) == [k * stride for k in range(ep)], layout
+
+
 def test_plain_expert_groups_skip_the_context_parallel_ranks(net):
     view, g = _groups(net, tp=2, cp=4, ep=8, dp=8, global_batch=8)
     assert not set(g.cp) & set(g.ep) and _size(view, g.ep) == 8

@@ -324,7 +324,8 @@ def _check_consistent(spec: TransformerSpec) -> None:
              f"tp={spec.tp} with expert_layout: folded over context parallelism",
              spec.expert_tp)
         need(not spec.fsdp and spec.dims is None, "expert_layout",
-             "within_dp with fsdp or explicit dims", spec.expert_layout)
+             "within_dp with fsdp or explicit dims (flowsim does not fold expert "
+             "parallelism over context parallelism there)", spec.expert_layout)
     else:
         hint = "; expert_layout: folded lets it span the context-parallel ranks too, as " \
                "Megatron-Core 0.10 on does" if spec.cp > 1 else ""
