@@ -274,6 +274,29 @@ def test_a_launch_script_is_read_with_its_variables(reference):
         simulate(NET, dict(script, env=["TP=2"]), "nccl")
 
 
+def test_a_launch_script_is_read_from_its_file(reference, tmp_path):
+    """``script``: the launch script's path, relative to the spec file; the errors its flags
+    raise name the script; with ``args`` too, or unreadable, one line naming the key."""
+    (tmp_path / "launch").mkdir()
+    (tmp_path / "launch" / "train.sh").write_text(LAUNCH_SCRIPT)
+    spec = tmp_path / "spec.yml"
+    spec.write_text("generator: megatron\ndevice: h100\nscript: launch/train.sh\n")
+    assert _time(str(spec)) == reference
+    (tmp_path / "launch" / "broken.sh").write_text(LAUNCH_SCRIPT.replace("PP=2\n", ""))
+    spec.write_text("generator: megatron\ndevice: h100\nscript: launch/broken.sh\n")
+    with pytest.raises(flowsim.ConfigError, match=r"broken\.sh: args: key "
+                                                   r"'--pipeline-model-parallel-size'"):
+        simulate(NET, str(spec), "nccl")
+    spec.write_text("generator: megatron\nscript: launch/absent.sh\n")
+    with pytest.raises(flowsim.ConfigError, match=r"spec\.yml: key 'script': cannot read "
+                                                   r".*absent\.sh"):
+        simulate(NET, str(spec), "nccl")
+    spec.write_text("generator: megatron\nscript: launch/train.sh\nargs: --bf16\n")
+    with pytest.raises(flowsim.ConfigError, match=r"key 'script': expected absent beside "
+                                                   r"'args'"):
+        simulate(NET, str(spec), "nccl")
+
+
 def test_rotary_embeddings_are_read_from_either_tool(reference, tmp_path):
     """Megatron-LM's ``--position-embedding-type`` and NeMo's ``position_embedding_type``:
     ``rope`` and its variants price the rotary kernels (slower than the default learned

@@ -13,6 +13,7 @@ import re
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..._validate import read_int
@@ -44,6 +45,20 @@ def position_embedding(value: Any, where: str, name: str,
     if str(value).lower() not in choices:
         raise config_error(where, name, "one of " + ", ".join(choices), value)
     return POSITION_EMBEDDING[str(value).lower()]
+
+
+def read_beside(name: Any, source: str, key: str, what: str) -> tuple[Path, str]:
+    """The text of file ``name`` (key ``key``, ``what`` it should be), relative to the spec
+    file ``source`` (else to the working directory), and its path for messages."""
+    if not isinstance(name, str) or not name:
+        raise config_error(source, key, what, name)
+    base = Path(source).parent if Path(source).is_file() else Path.cwd()
+    path = base / name
+    try:
+        return path, path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise ConfigError(f"{source}: key '{key}': cannot read {path}: {reason}") from None
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
-from .imported import GPT2_VOCAB, ImportedSpec, parse_imported, position_embedding
+from .imported import (
+    GPT2_VOCAB,
+    ImportedSpec,
+    parse_imported,
+    position_embedding,
+    read_beside,
+)
 from .shell_vars import shell_variables, substitute
 
 #: flags with a value: flag -> transformer key
@@ -253,10 +259,18 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
 
 def parse_megatron(values: Mapping[str, Any], source: str) -> ImportedSpec:
     """``generator: megatron``: key ``args`` (Megatron-LM's arguments, or a launch script
-    that passes them), optional ``env`` (the environment the script runs in: variable name
-    to value), transformer keys."""
+    that passes them) or ``script`` (a launch script's path, relative to the spec file),
+    optional ``env`` (the environment the script runs in: variable name to value),
+    transformer keys."""
     values = dict(values)
     env = _environment(values.pop("env", None), source)
+    if "script" in values:
+        if "args" in values:
+            raise config_error(source, "script", "absent beside 'args' (give one of them)",
+                               values["script"])
+        path, values["args"] = read_beside(values.pop("script"), source, "script",
+                                           "a launch script's path")
+        source = str(path)
     return parse_imported(values, source, read="args",
                           translate=lambda args, where: megatron_keys(args, where, env),
                           names={key: f"--{flag}" for flag, key in VALUED.items()})

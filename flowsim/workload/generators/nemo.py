@@ -40,13 +40,18 @@ import copy
 import shlex
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ...errors import ConfigError, FlowsimWarning, config_error
-from .imported import GPT2_VOCAB, ImportedSpec, parse_imported, position_embedding
+from .imported import (
+    GPT2_VOCAB,
+    ImportedSpec,
+    parse_imported,
+    position_embedding,
+    read_beside,
+)
 
 #: NeMo model key -> transformer key (numbers)
 NUMBERS = {"num_layers": "layers", "hidden_size": "hidden", "ffn_hidden_size": "ffn",
@@ -212,15 +217,10 @@ def _load(config: Any, source: str) -> tuple[str, Mapping[str, Any]]:
     """The config mapping, and where it came from for messages."""
     if isinstance(config, Mapping):
         return f"{source}: config", config
-    if not isinstance(config, str):
-        raise config_error(source, "config", "a NeMo config: a YAML path or a mapping", config)
-    base = Path(source).parent if Path(source).is_file() else Path.cwd()
-    path = base / config
+    path, text = read_beside(config, source, "config",
+                             "a NeMo config: a YAML path or a mapping")
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{source}: key 'config': cannot read {path}: "
-                          f"{exc.strerror or exc}") from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
     if not isinstance(data, Mapping):
