@@ -9,7 +9,8 @@ FLOPs the way that publication did; :data:`CONVENTIONS` names them.
     Megatron-LM's ``num_floating_point_operations`` (``megatron/training/training.py``, r0.8,
     July 2024): ``12 B s L h^2 [(1 + g/a + s/h) q/h + (f/h) k_e m_g + V / (2 L h)]`` with ``g``
     key/value heads of ``a``, ``q`` the query projection width, ``k_e`` experts per token
-    (1 for a dense model), ``m_g = 3/2`` for a gated (SwiGLU) MLP, ``V`` the vocabulary: every
+    (1 for a dense model), ``m_g = 3/2`` for a gated (SwiGLU) MLP, ``V`` the vocabulary (and,
+    from r0.10, ``(f_s/h) m_g`` in the brackets for shared experts of width ``f_s``): every
     GEMM three times (forward, data and weight gradients), attention over the whole score
     matrix, the logits layer, no recomputation.
 ``narayanan_eq3``
@@ -45,6 +46,8 @@ class ModelShape:
         SwiGLU-style MLP (three weight matrices instead of two).
     experts, top_k : int
         Mixture of experts: experts per MoE layer (0: dense) and experts per token.
+    shared_ffn : int
+        Inner width of the shared experts (0: none), which every token passes.
     tied_embeddings : bool
         The logits layer reuses the embedding's weights (GPT); ``False``: a separate output
         matrix (Llama).
@@ -63,6 +66,7 @@ class ModelShape:
     experts: int = 0
     top_k: int = 1
     tied_embeddings: bool = True
+    shared_ffn: int = 0
 
     @property
     def parameters(self) -> float:
@@ -74,6 +78,7 @@ class ModelShape:
         mlp = (3 if self.gated_mlp else 2) * h * self.ffn
         if self.experts:
             mlp = mlp * self.experts + h * self.experts   # experts and the router
+            mlp += (3 if self.gated_mlp else 2) * h * self.shared_ffn
         embeddings = self.vocab * h * (1 if self.tied_embeddings else 2)
         return self.layers * (attention + mlp + 2 * h) + embeddings
 
@@ -86,6 +91,7 @@ def megatron(shape: ModelShape) -> float:
     gated = 1.5 if shape.gated_mlp else 1.0
     per = ((1 + shape.kv_heads / shape.heads + shape.sequence / h) * q / h
            + shape.ffn / h * experts * gated
+           + shape.shared_ffn / h * gated
            + shape.vocab / (2 * shape.layers * h))
     return 12.0 * shape.global_batch * shape.sequence * shape.layers * h * h * per
 

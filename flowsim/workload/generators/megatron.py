@@ -47,6 +47,7 @@ VALUED = {"num-layers": "layers", "hidden-size": "hidden", "ffn-hidden-size": "f
           "context-parallel-size": "cp", "expert-model-parallel-size": "ep",
           "expert-tensor-parallel-size": "expert_tp", "num-experts": "experts",
           "moe-router-topk": "top_k", "moe-ffn-hidden-size": "moe_ffn",
+          "moe-shared-expert-intermediate-size": "shared_ffn",
           "moe-expert-capacity-factor": "capacity_factor", "vocab-size": "vocab",
           "num-virtual-stages-per-pipeline-rank": "vpp", "ddp-bucket-size": "bucket_size"}
 #: switches: flag -> (transformer key, value)
@@ -75,7 +76,7 @@ FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL
 UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
               "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
               "account-for-loss-in-pipeline-split", "moe-grouped-gemm", "moe-layer-freq",
-              "moe-shared-expert-intermediate-size", "cp-comm-type",
+              "cp-comm-type",
               "num-distributed-optimizer-instances", "disable-tp-comm-overlap-ag",
               "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by", "no-rope-fusion")
 #: ``--position-embedding-type``'s choices in Megatron-LM

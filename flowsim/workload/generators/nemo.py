@@ -18,7 +18,8 @@ What is read, by NeMo key (``model.`` omitted): the shape (``num_layers``, ``hid
 ``global_batch_size``), the parallelism (``tensor_``, ``pipeline_``, ``context_``,
 ``expert_model_parallel_size``, ``virtual_pipeline_model_parallel_size``,
 ``sequence_parallel``), the experts (``num_moe_experts``, ``moe_router_topk``,
-``moe_expert_capacity_factor``), recomputation (``activations_checkpoint_granularity``),
+``moe_expert_capacity_factor``, ``moe_shared_expert_intermediate_size``), recomputation
+(``activations_checkpoint_granularity``),
 precision (``trainer.precision``, ``fp8``, ``fp8_params``), ``ub_tp_comm_overlap``
 (NeMo's userbuffers
 settings, or Transformer Engine's defaults without ``ub_tp_comm_overlap_cfg``; off without
@@ -61,7 +62,8 @@ NUMBERS = {"num_layers": "layers", "hidden_size": "hidden", "ffn_hidden_size": "
            "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
            "context_parallel_size": "cp", "expert_model_parallel_size": "ep",
            "virtual_pipeline_model_parallel_size": "vpp", "num_moe_experts": "experts",
-           "moe_router_topk": "top_k", "moe_expert_capacity_factor": "capacity_factor"}
+           "moe_router_topk": "top_k", "moe_expert_capacity_factor": "capacity_factor",
+           "moe_shared_expert_intermediate_size": "shared_ffn"}
 #: ``optim.name`` of NeMo's distributed optimizers (ZeRO-1: sharded states, reduce-scattered
 #: gradients, all-gathered parameters)
 DISTRIBUTED_OPTIMIZERS = ("distributed_fused_adam", "mcore_distributed_optim")

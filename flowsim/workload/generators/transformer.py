@@ -5,7 +5,8 @@ The model: ``layers`` layers of width ``h = hidden``, attention with ``heads`` q
 ``head_dim`` and ``kv_heads`` key/value heads (grouped-query attention when fewer; Ainslie et
 al. 2023), an MLP of inner width ``ffn`` (two GEMMs and GeLU, or with ``gated_mlp`` three and
 SwiGLU; Shazeer 2020) or, with ``experts``, a mixture of experts (router, ``top_k`` of
-``experts`` experts of width ``moe_ffn`` per token, ``capacity_factor``); with ``vocab`` an
+``experts`` experts of width ``moe_ffn`` per token, ``capacity_factor``, and with
+``shared_ffn`` shared experts every token passes after them); with ``vocab`` an
 embedding on the first virtual stage and the output layer with its cross entropy on the last
 (the vocabulary padded to a multiple of ``128 t`` as Megatron-LM pads it). An iteration runs
 ``global_batch`` sequences of ``sequence`` tokens in micro-batches of ``micro_batch``
@@ -143,7 +144,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``kv_heads``, ``head_dim``, ``ffn``, ``gated_mlp``, ``vocab``, ``tied_embeddings``;
         ``global_batch`` (sequences) or ``micro_batches``, ``micro_batch``; ``tp``, ``pp``,
         ``dp``, ``cp``, ``ep``, ``vpp``, ``sp``; ``experts``, ``top_k``, ``moe_ffn``,
-        ``capacity_factor``, ``expert_tp``, ``expert_layout`` (``within_dp``, ``folded``);
+        ``shared_ffn``, ``capacity_factor``, ``expert_tp``, ``expert_layout``
+        (``within_dp``, ``folded``);
         ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``),
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``);
         ``distributed_optimizer`` (alias ``zero``), ``fsdp``, ``fsdp_shard``,
@@ -218,4 +220,5 @@ def model_shape(spec: TransformerSpec) -> ModelShape:
                       vocab=spec.vocab, sequence=spec.sequence,
                       global_batch=spec.micro_batch * micro_batches(spec) * spec.dp,
                       gated_mlp=spec.gated_mlp, experts=spec.experts,
-                      top_k=spec.top_k or 1, tied_embeddings=spec.tied_embeddings)
+                      top_k=spec.top_k or 1, tied_embeddings=spec.tied_embeddings,
+                      shared_ffn=spec.shared_ffn)

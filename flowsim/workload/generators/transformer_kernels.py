@@ -19,7 +19,7 @@ Megatron-LM's output layer and MoE router are plain PyTorch linear layers
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from ..kernels import Attention, Elementwise, Gemm, Kernel
@@ -362,7 +362,19 @@ class LayerKernels:
         s, h = self.spec, self.spec.hidden
         attention = h * (self.q + 2 * self.kv) + self.q * h
         mlp = h * s.experts if s.experts else (3 if s.gated_mlp else 2) * h * self.f
+        if s.shared_ffn:
+            mlp += (3 if s.gated_mlp else 2) * h * (s.shared_ffn // s.tp)
         return attention + mlp + 2 * h
+
+    @cached_property
+    def shared_expert(self) -> LayerKernels | None:
+        """The kernels of the shared experts: a dense MLP of their inner width, split over
+        the tensor-parallel ranks as the dense MLP is (Megatron-Core's ``SharedExpertMLP``);
+        None without them."""
+        if not self.spec.shared_ffn:
+            return None
+        return LayerKernels(replace(self.spec, ffn=self.spec.shared_ffn, experts=0,
+                                    shared_ffn=0))
 
     @cached_property
     def expert_parameters(self) -> int:

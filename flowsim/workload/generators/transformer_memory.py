@@ -121,6 +121,7 @@ def _layer_activations(program: StageProgram) -> tuple[float, float]:
         local = spec.experts // spec.ep
         rows = k.expert_rows * local
         mlp = ACT * (h * rows + rows * k.expert_width * (3 if spec.gated_mlp else 2))
+        mlp += ACT * n * (spec.shared_ffn // t) * (3 if spec.gated_mlp else 2)
     else:
         mlp = ACT * n * k.f * (3 if spec.gated_mlp else 2)
     split = ACT * n * (q + 2 * kv + q) + mlp          # between TP collectives: split by t

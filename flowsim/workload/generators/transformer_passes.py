@@ -176,6 +176,11 @@ class PassBuilder:
         if s.ep > 1:
             x = (self.collective(f"{name}.combine", "all_to_all", k.dispatch_bytes, ep,
                                  layer, "fwd", x),)
+        shared = k.shared_expert
+        if shared is not None:   # after the routed experts (without shared-expert overlap)
+            x = self.layer_block(f"{name}.shared_expert", Block(
+                shared.fc1, shared.activation, shared.fc2, "fc1", "fc2"), layer, x,
+                gather=True, reduce=True)
         return x
 
     # ------------------------------------------------------------------ backward
@@ -265,6 +270,12 @@ class PassBuilder:
 
     def _moe_backward(self, name: str, layer: int, g: Frontier) -> Frontier:
         k, s, ep = self.k, self.spec, self.groups.ep
+        shared: Frontier = ()
+        if k.shared_expert is not None:   # computed last forward: its backward comes first
+            e = k.shared_expert
+            shared = self._dgrad_wgrad(f"{name}.shared_expert", Block(
+                e.fc2_dgrad, e.activation_backward, e.fc1_dgrad, "fc2", "fc1"), e.mlp_wgrad,
+                layer, g)
         if s.ep > 1:
             g = (self.collective(f"{name}.combine_backward", "all_to_all", k.dispatch_bytes,
                                  ep, layer, "ig", g),)
@@ -273,7 +284,7 @@ class PassBuilder:
             g = (self.collective(f"{name}.dispatch_backward", "all_to_all",
                                  k.dispatch_bytes, ep, layer, "ig", g),)
         self.compute(f"{name}.experts.wgrad", k.experts_wgrad, layer, "wg")
-        return g
+        return (*g, *shared)
 
     def _expert_tp(self, name: str, kernels: tuple[Kernel, ...], layer: int, pass_: str,
                    x: Frontier) -> Frontier:

@@ -65,8 +65,8 @@ VOCAB_MULTIPLE = 128
 MAXIMA = {"layers": MAX_INT, "micro_batches": MAX_INT, "global_batch": MAX_INT,
           "hidden": 1 << 24, "sequence": 1 << 24, "micro_batch": 1 << 20, "heads": 1 << 24,
           "kv_heads": 1 << 24, "head_dim": 1 << 16, "ffn": 1 << 26, "moe_ffn": 1 << 26,
-          "vocab": 1 << 26, "dtype_bytes": 64, "dp": MAX_NPUS, "tp": MAX_NPUS,
-          "pp": MAX_NPUS, "cp": MAX_NPUS, "ep": MAX_NPUS, "vpp": 1 << 16,
+          "shared_ffn": 1 << 26, "vocab": 1 << 26, "dtype_bytes": 64, "dp": MAX_NPUS,
+          "tp": MAX_NPUS, "pp": MAX_NPUS, "cp": MAX_NPUS, "ep": MAX_NPUS, "vpp": 1 << 16,
           "experts": 1 << 20, "top_k": 1 << 20, "bucket_size": MAX_INT, "fsdp_shard": MAX_INT,
           "expert_tp": MAX_NPUS}
 
@@ -99,6 +99,10 @@ class TransformerSpec:
     experts: int = 0
     top_k: int = 0
     moe_ffn: int = 0
+    #: inner width of the shared experts, all of them together (Megatron-Core's
+    #: ``--moe-shared-expert-intermediate-size``): a dense MLP every token passes beside the
+    #: routed experts (DeepSeek-V2 and V3, Qwen-MoE, Llama 4); 0: none
+    shared_ffn: int = 0
     capacity_factor: float = 1.0
     #: where the expert-parallel ranks come from (:data:`EXPERT_LAYOUTS`)
     expert_layout: ExpertLayout = "within_dp"
@@ -186,7 +190,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                          ("ep", 1), ("vpp", 1)):
         v[key] = _count(values, key, source, default)
     for key in ("micro_batches", "global_batch", "heads", "kv_heads", "head_dim", "ffn",
-                "moe_ffn", "vocab", "experts", "top_k", "bucket_size", "expert_tp",
+                "moe_ffn", "shared_ffn", "vocab", "experts", "top_k", "bucket_size",
+                "expert_tp",
                 "fsdp_shard"):
         v[key] = _count(values, key, source, 0, minimum=0)
     for key in ("gated_mlp", "sp", "overlap_grad_reduce", "overlap_param_gather",
@@ -312,7 +317,11 @@ def _check_consistent(spec: TransformerSpec) -> None:
              f"at all)", spec.expert_tp)
         need(spec.moe_ffn % spec.expert_tp == 0, "moe_ffn",
              f"a multiple of expert_tp={spec.expert_tp}", spec.moe_ffn)
+        need(spec.shared_ffn % spec.tp == 0, "shared_ffn", f"a multiple of tp={spec.tp}",
+             spec.shared_ffn)
     else:
+        need(not spec.shared_ffn, "shared_ffn", "0 without experts (a dense model's MLP "
+                                                "is 'ffn')", spec.shared_ffn)
         need(spec.expert_tp == spec.tp, "expert_tp", f"unset (or tp={spec.tp}) without "
                                                      f"experts", spec.expert_tp)
     if folds_experts(spec):
