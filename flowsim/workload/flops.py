@@ -48,6 +48,8 @@ class ModelShape:
         Mixture of experts: experts per MoE layer (0: dense) and experts per token.
     shared_ffn : int
         Inner width of the shared experts (0: none), which every token passes.
+    dense_layers, dense_ffn : int
+        Layers of a mixture of experts whose MLP is dense instead, and its inner width.
     tied_embeddings : bool
         The logits layer reuses the embedding's weights (GPT); ``False``: a separate output
         matrix (Llama).
@@ -67,6 +69,8 @@ class ModelShape:
     top_k: int = 1
     tied_embeddings: bool = True
     shared_ffn: int = 0
+    dense_layers: int = 0
+    dense_ffn: int = 0
 
     @property
     def parameters(self) -> float:
@@ -80,6 +84,10 @@ class ModelShape:
             mlp = mlp * self.experts + h * self.experts   # experts and the router
             mlp += (3 if self.gated_mlp else 2) * h * self.shared_ffn
         embeddings = self.vocab * h * (1 if self.tied_embeddings else 2)
+        if self.dense_layers:
+            dense = (3 if self.gated_mlp else 2) * h * self.dense_ffn
+            return (self.layers * (attention + 2 * h) + (self.layers - self.dense_layers) * mlp
+                    + self.dense_layers * dense + embeddings)
         return self.layers * (attention + mlp + 2 * h) + embeddings
 
 
@@ -89,9 +97,12 @@ def megatron(shape: ModelShape) -> float:
     q = shape.heads * shape.head_dim
     experts = shape.top_k if shape.experts else 1
     gated = 1.5 if shape.gated_mlp else 1.0
+    mlp = shape.ffn / h * experts * gated + shape.shared_ffn / h * gated
+    if shape.dense_layers:   # later releases count dense and MoE layers apart
+        moe = (shape.layers - shape.dense_layers) / shape.layers
+        mlp = moe * mlp + (1 - moe) * shape.dense_ffn / h * gated
     per = ((1 + shape.kv_heads / shape.heads + shape.sequence / h) * q / h
-           + shape.ffn / h * experts * gated
-           + shape.shared_ffn / h * gated
+           + mlp
            + shape.vocab / (2 * shape.layers * h))
     return 12.0 * shape.global_batch * shape.sequence * shape.layers * h * h * per
 

@@ -69,14 +69,13 @@ SPECIAL = ("num-layers-per-virtual-pipeline-stage", "recompute-granularity", "fp
            "no-scatter-gather-tensors-in-pipeline", "transformer-impl",
            "moe-token-dispatcher-type", "recompute-method", "recompute-num-layers",
            "use-megatron-fsdp", "data-parallel-sharding-strategy", "position-embedding-type",
-           "use-rotary-position-embeddings")
+           "use-rotary-position-embeddings", "moe-layer-freq")
 #: every flag this module reads
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL
 #: flags that shape an iteration's time but have no transformer key (named in a warning)
 UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
               "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
-              "account-for-loss-in-pipeline-split", "moe-grouped-gemm", "moe-layer-freq",
-              "cp-comm-type",
+              "account-for-loss-in-pipeline-split", "moe-grouped-gemm", "cp-comm-type",
               "num-distributed-optimizer-instances", "disable-tp-comm-overlap-ag",
               "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by", "no-rope-fusion")
 #: ``--position-embedding-type``'s choices in Megatron-LM
@@ -178,6 +177,8 @@ def _number(value: str | None, flag: str, where: str) -> int | float:
 
 def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) -> None:
     """The flags of :data:`SPECIAL`."""
+    if flags.get("moe-layer-freq") is not None and keys.get("experts"):
+        keys["moe_layer_freq"] = flags["moe-layer-freq"]   # N, or a list expression
     per_stage = flags.get("num-layers-per-virtual-pipeline-stage")
     if per_stage is not None:
         layers, pp = keys.get("layers", 0), keys.get("pp", 1)

@@ -18,7 +18,8 @@ What is read, by NeMo key (``model.`` omitted): the shape (``num_layers``, ``hid
 ``global_batch_size``), the parallelism (``tensor_``, ``pipeline_``, ``context_``,
 ``expert_model_parallel_size``, ``virtual_pipeline_model_parallel_size``,
 ``sequence_parallel``), the experts (``num_moe_experts``, ``moe_router_topk``,
-``moe_expert_capacity_factor``, ``moe_shared_expert_intermediate_size``), recomputation
+``moe_expert_capacity_factor``, ``moe_shared_expert_intermediate_size``,
+``moe_layer_freq``), recomputation
 (``activations_checkpoint_granularity``),
 precision (``trainer.precision``, ``fp8``, ``fp8_params``), ``ub_tp_comm_overlap``
 (NeMo's userbuffers
@@ -94,6 +95,8 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
             keys[key] = value
     if keys.get("experts"):
         keys.setdefault("top_k", 2)   # Megatron-Core's default
+        if model.get("moe_layer_freq") is not None:   # an integer or a list of 0 and 1
+            keys["moe_layer_freq"] = model["moe_layer_freq"]
     keys["gated_mlp"] = "glu" in str(model.get("activation", "gelu"))
     keys["tied_embeddings"] = bool(model.get("share_embeddings_and_output_weights", True))
     keys["sp"] = bool(model.get("sequence_parallel", False))

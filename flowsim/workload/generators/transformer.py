@@ -6,7 +6,8 @@ The model: ``layers`` layers of width ``h = hidden``, attention with ``heads`` q
 al. 2023), an MLP of inner width ``ffn`` (two GEMMs and GeLU, or with ``gated_mlp`` three and
 SwiGLU; Shazeer 2020) or, with ``experts``, a mixture of experts (router, ``top_k`` of
 ``experts`` experts of width ``moe_ffn`` per token, ``capacity_factor``, and with
-``shared_ffn`` shared experts every token passes after them); with ``vocab`` an
+``shared_ffn`` shared experts every token passes after them; ``moe_layer_freq`` makes some
+layers' MLPs dense); with ``vocab`` an
 embedding on the first virtual stage and the output layer with its cross entropy on the last
 (the vocabulary padded to a multiple of ``128 t`` as Megatron-LM pads it). An iteration runs
 ``global_batch`` sequences of ``sequence`` tokens in micro-batches of ``micro_batch``
@@ -144,7 +145,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``kv_heads``, ``head_dim``, ``ffn``, ``gated_mlp``, ``vocab``, ``tied_embeddings``;
         ``global_batch`` (sequences) or ``micro_batches``, ``micro_batch``; ``tp``, ``pp``,
         ``dp``, ``cp``, ``ep``, ``vpp``, ``sp``; ``experts``, ``top_k``, ``moe_ffn``,
-        ``shared_ffn``, ``capacity_factor``, ``expert_tp``, ``expert_layout``
+        ``shared_ffn``, ``moe_layer_freq`` (every N-th layer a mixture of experts, or a
+        list of 0 and 1 per layer), ``capacity_factor``, ``expert_tp``, ``expert_layout``
         (``within_dp``, ``folded``);
         ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``),
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``);
@@ -221,4 +223,6 @@ def model_shape(spec: TransformerSpec) -> ModelShape:
                       global_batch=spec.micro_batch * micro_batches(spec) * spec.dp,
                       gated_mlp=spec.gated_mlp, experts=spec.experts,
                       top_k=spec.top_k or 1, tied_embeddings=spec.tied_embeddings,
-                      shared_ffn=spec.shared_ffn)
+                      shared_ffn=spec.shared_ffn, dense_ffn=spec.ffn,
+                      dense_layers=spec.layers - sum(spec.moe_layer_freq)
+                      if isinstance(spec.moe_layer_freq, tuple) and spec.moe_layer_freq else 0)

@@ -50,7 +50,7 @@ class FullySharded:
     def _parameters(self, unit: str) -> tuple[float, float, float]:
         """(dense, expert, dense weights kept in FP8) parameters of a unit."""
         if unit.startswith("layer"):
-            k = self.k
+            k = self.k.of_layer(int(unit[len("layer"):]))
             return k.dense_parameters, k.expert_parameters, k.dense_parameters
         return self.k.vocab_parameters, 0.0, 0.0
 

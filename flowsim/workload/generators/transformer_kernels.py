@@ -367,6 +367,16 @@ class LayerKernels:
         return attention + mlp + 2 * h
 
     @cached_property
+    def _dense_layer(self) -> LayerKernels:
+        return LayerKernels(replace(self.spec, experts=0, top_k=0, shared_ffn=0,
+                                    moe_layer_freq=()))
+
+    def of_layer(self, layer: int) -> LayerKernels:
+        """The kernels of ``layer``: these, or a dense MLP's (width ``ffn``) for a dense
+        layer of a mixture of experts (``moe_layer_freq``)."""
+        return self if not self.spec.experts or self.spec.is_moe(layer) else self._dense_layer
+
+    @cached_property
     def shared_expert(self) -> LayerKernels | None:
         """The kernels of the shared experts: a dense MLP of their inner width, split over
         the tensor-parallel ranks as the dense MLP is (Megatron-Core's ``SharedExpertMLP``);

@@ -74,15 +74,16 @@ def stage_memory(program: StageProgram) -> StageMemory:
     dense = sum(program.chunk_parameters(c)[0] for c in chunks)
     expert = sum(program.chunk_parameters(c)[1] for c in chunks)
     params = dense + expert
-    layers = sum(len(program.layers[c]) for c in chunks)
-    fp8_weights = layers * k.dense_parameters   # the layers' dense weights kept in FP8
+    fp8_weights = sum(program.dense_weights(c) for c in chunks)   # kept in FP8
     weights = ACT * params - (fp8_weights if spec.fp8_param_gather else 0)
     gradients = program.grad_bytes * params
     shards = program.local_parameters()   # the optimizer's: its shard, sharded or not
     optimizer = OPTIMIZER_BYTES * shards
     if spec.fsdp:
         if spec.pp == 1:   # the largest unit gathered and the next one prefetched
-            unit = max(k.dense_parameters + k.expert_parameters,
+            unit = max(max(k.of_layer(i).dense_parameters + k.of_layer(i).expert_parameters
+                           for i in range(spec.layers)) if spec.moe_layer_freq else
+                       k.dense_parameters + k.expert_parameters,
                        k.vocab_parameters if spec.vocab else 0)
             per_param = weights / params
             weights = per_param * (shards + 2 * unit)
@@ -95,7 +96,13 @@ def stage_memory(program: StageProgram) -> StageMemory:
 def _activations(program: StageProgram) -> float:
     """Peak bytes of the activations kept for backward passes, over the stage's schedule."""
     spec = program.spec
-    per_layer, transient = _layer_activations(program)
+    per_layer, transient = _layer_activations(program, moe=spec.experts > 0)
+    chunk_layers = {c: len(program.layers[c]) * per_layer for c in range(spec.vpp)}
+    if spec.moe_layer_freq:   # dense and MoE layers keep different bytes
+        dense, dense_transient = _layer_activations(program, moe=False)
+        transient = max(transient, dense_transient)
+        chunk_layers = {c: sum(per_layer if spec.is_moe(i) else dense for i in layers)
+                        for c, layers in program.layers.items()}
     logits = LOGITS_BYTES * program.k.n * program.k.vocab_shard if spec.vocab else 0
     held = dict.fromkeys(range(spec.vpp), 0)
     peak = 0.0
@@ -106,18 +113,18 @@ def _activations(program: StageProgram) -> float:
         now = 0.0
         for c, count in held.items():
             last = virtual_stage(spec, program.ctx.stage, c) == program.last_vs
-            now += count * (len(program.layers[c]) * per_layer + (logits if last else 0))
+            now += count * (chunk_layers[c] + (logits if last else 0))
         peak = max(peak, now)
     return peak + transient
 
 
-def _layer_activations(program: StageProgram) -> tuple[float, float]:
-    """Bytes one layer keeps per micro-batch, and what one layer needs on top at a time
-    (the recomputed layer under full recomputation)."""
+def _layer_activations(program: StageProgram, *, moe: bool) -> tuple[float, float]:
+    """Bytes one layer (a mixture of experts or not) keeps per micro-batch, and what one
+    layer needs on top at a time (the recomputed layer under full recomputation)."""
     spec, k = program.spec, program.k
     t, n, h = spec.tp, k.n, spec.hidden
     q, kv = k.q, k.kv                    # the rank's widths (split by TP)
-    if spec.experts:
+    if moe:
         local = spec.experts // spec.ep
         rows = k.expert_rows * local
         mlp = ACT * (h * rows + rows * k.expert_width * (3 if spec.gated_mlp else 2))

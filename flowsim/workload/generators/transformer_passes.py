@@ -140,8 +140,9 @@ class PassBuilder:
         x = (self.compute(f"{name}.norm", carry + k.norm, layer, "fwd", x),)
         x = self._attention_forward(name, layer, x)
         x = (self.compute(f"{name}.norm2", k.residual + k.norm, layer, "fwd", x),)
-        if self.spec.experts:
+        if self.spec.is_moe(layer):
             return self._moe_forward(name, layer, x)
+        k = k.of_layer(layer)
         return self.layer_block(f"{name}.mlp", Block(k.fc1, k.activation, k.fc2, "fc1", "fc2"),
                                 layer, x, gather=True, reduce=True)
 
@@ -192,11 +193,12 @@ class PassBuilder:
         k, s, name = self.k, self.spec, f"{tag}.layer{layer}"
         g = (self.compute(f"{name}.residual_backward", carry + k.residual_backward, layer,
                           "ig", g),)
-        if s.experts:
+        if s.is_moe(layer):
             g = self._moe_backward(name, layer, g)
         else:
+            m = k.of_layer(layer)
             g = self._dgrad_wgrad(f"{name}.mlp", Block(
-                k.fc2_dgrad, k.activation_backward, k.fc1_dgrad, "fc2", "fc1"), k.mlp_wgrad,
+                m.fc2_dgrad, m.activation_backward, m.fc1_dgrad, "fc2", "fc1"), m.mlp_wgrad,
                 layer, g)
         g = (self.compute(f"{name}.norm2_backward", k.norm_backward + k.residual_backward,
                           layer, "ig", g),)

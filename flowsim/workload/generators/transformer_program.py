@@ -144,7 +144,7 @@ class StageProgram:
                 g = (*g, *b.forward(layer, f"{tag}.recompute", ()))
             g = b.backward(layer, tag, g, carry)
             carry = b.norm_backward
-            buckets.append((self._layer_parameters(), _frontier(b.last_wgrad)))
+            buckets.append((self._layer_parameters(layer), _frontier(b.last_wgrad)))
             self.fsdp.after_backward(f"layer{layer}", f"{tag}.layer{layer}", layer, b.last_wgrad,
                                  final)
         if vs == 0 and spec.vocab:
@@ -200,14 +200,26 @@ class StageProgram:
                    tag=tag, deps=deps, layer=layer, pass_=pass_)
 
     # ------------------------------------------------------------------ data parallelism
-    def _layer_parameters(self) -> tuple[float, float]:
-        return (self.k.dense_parameters, self.k.expert_parameters)
+    def _layer_parameters(self, layer: int) -> tuple[float, float]:
+        k = self.k.of_layer(layer)
+        return (k.dense_parameters, k.expert_parameters)
+
+    def dense_weights(self, chunk: int) -> float:
+        """The dense weights of a chunk's layers (FP8 parameter gathers send them in one
+        byte each)."""
+        if not self.spec.moe_layer_freq:
+            return len(self.layers[chunk]) * self.k.dense_parameters
+        return sum(self.k.of_layer(layer).dense_parameters for layer in self.layers[chunk])
 
     def chunk_parameters(self, chunk: int) -> tuple[float, float]:
         """(dense, expert) parameters of a model chunk on this rank."""
         vs = virtual_stage(self.spec, self.ctx.stage, chunk)
         n = len(self.layers[chunk])
-        dense, expert = n * self.k.dense_parameters, n * self.k.expert_parameters
+        dense: float = n * self.k.dense_parameters
+        expert: float = n * self.k.expert_parameters
+        if self.spec.moe_layer_freq:   # dense and MoE layers: summed layer by layer
+            dense = self.dense_weights(chunk)
+            expert = sum(self._layer_parameters(layer)[1] for layer in self.layers[chunk])
         if self.spec.vocab:
             copies = (vs == 0) + (vs == self.last_vs) - self.spec.one_tied_weight
             dense += self.k.vocab_parameters * copies
@@ -267,12 +279,11 @@ class StageProgram:
         over; with ``fp8_param_gather`` the layers' weights (experts included) in one byte
         each, the vocabulary's in two."""
         dense, expert = self.chunk_parameters(chunk)
-        layers = len(self.layers[chunk])
         fp8 = self.spec.fp8_param_gather
         ops = []
         for name, dims, ranks, nbytes in (
                 ("params", self.ctx.groups.dp, self.ctx.dp_size,
-                 2 * dense - (layers * self.k.dense_parameters if fp8 else 0)),
+                 2 * dense - (self.dense_weights(chunk) if fp8 else 0)),
                 ("expert_params", self.ctx.groups.expert_dp, self.ctx.expert_dp_size,
                  (1 if fp8 else 2) * expert)):
             if dims and nbytes:

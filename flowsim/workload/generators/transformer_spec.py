@@ -26,7 +26,7 @@ from ...errors import ConfigError, config_error
 from ...topology.network_config import MAX_NPUS
 from ..kernels import DTYPE_BYTES
 from ..roofline import Roofline, parse_roofline
-from .transformer_values import read_device, read_dims, read_layout
+from .transformer_values import moe_pattern, read_device, read_dims, read_layout, read_moe_layers
 
 #: Pipeline schedules (see :mod:`.transformer_schedule`).
 Schedule = Literal["1f1b", "gpipe", "interleaved"]
@@ -103,6 +103,10 @@ class TransformerSpec:
     #: ``--moe-shared-expert-intermediate-size``): a dense MLP every token passes beside the
     #: routed experts (DeepSeek-V2 and V3, Qwen-MoE, Llama 4); 0: none
     shared_ffn: int = 0
+    #: which layers are mixtures of experts (Megatron-Core's ``--moe-layer-freq``): after
+    #: defaults a pattern of 0 (dense MLP of width ``ffn``) and 1 per layer, or () for every
+    #: layer (as given: an integer N, every N-th layer from layer 0, or the pattern)
+    moe_layer_freq: tuple[int, ...] | int = ()
     capacity_factor: float = 1.0
     #: where the expert-parallel ranks come from (:data:`EXPERT_LAYOUTS`)
     expert_layout: ExpertLayout = "within_dp"
@@ -159,6 +163,11 @@ class TransformerSpec:
     @property
     def interleaved(self) -> bool:
         return self.vpp > 1
+
+    def is_moe(self, layer: int) -> bool:
+        """Whether ``layer`` is a mixture of experts (else a dense MLP of width ``ffn``)."""
+        pattern = self.moe_layer_freq
+        return self.experts > 0 and (not pattern or bool(pattern[layer]))  # type: ignore
 
     @property
     def one_tied_weight(self) -> bool:
@@ -221,6 +230,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                                            case_insensitive=True)
     v["dtype"] = _dtype(values, source)
     v["pipeline_layout"] = read_layout(values, source)
+    v["moe_layer_freq"] = read_moe_layers(values, source)
     v["device"] = read_device(values, source)
     v["roofline"] = None if values.get("roofline") is None else \
         parse_roofline(values["roofline"], source, default=A100_ROOFLINE)
@@ -266,7 +276,9 @@ def _with_defaults(spec: TransformerSpec) -> TransformerSpec:
         # communication overlap of tensor parallelism, and experts with tensor parallelism,
         # need sequence parallelism (Megatron-LM; Megatron-Core's MoELayer refuses to train
         # without it)
-        "sp": spec.sp or (spec.tp > 1 and (spec.tp_comm_overlap or spec.experts > 0))}
+        "sp": spec.sp or (spec.tp > 1 and (spec.tp_comm_overlap or spec.experts > 0)),
+        "moe_layer_freq": moe_pattern(spec.moe_layer_freq, spec.layers, spec.experts,
+                                      spec.source)}
     return replace(spec, **changes)
 
 

@@ -63,3 +63,77 @@ def read_dims(value: Any, source: str) -> tuple[tuple[str, tuple[int, ...]], ...
             used[int(d)] = name
         out.append((name, tuple(sorted(int(d) for d in items))))
     return tuple(out)
+
+
+def read_moe_layers(values: Mapping[str, Any], source: str) -> tuple[int, ...] | int:
+    """``moe_layer_freq`` (Megatron-Core's ``--moe-layer-freq``): every N-th layer is a
+    mixture of experts (an integer N, from layer 0), or a pattern of 0 (dense MLP) and 1 (MoE)
+    per layer, as a list or as Megatron-LM's Python expression (``"[0]*3+[1]*58"``).
+    Returns the integer, or the pattern (checked against ``layers`` later)."""
+    raw = values.get("moe_layer_freq", 1)
+    what = ("an integer N (every N-th layer a mixture of experts), or a list of 0 and 1 per "
+            "layer, e.g. [0, 1, 0, 1] or \"[0]*3+[1]*58\"")
+    if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
+        raw = int(raw)
+    if isinstance(raw, str):
+        raw = _pattern_expression(raw, source, what)
+    if isinstance(raw, bool):
+        raise config_error(source, "moe_layer_freq", what, raw)
+    if isinstance(raw, int):
+        if raw < 1 or raw > MAX_INT:
+            raise config_error(source, "moe_layer_freq", what, raw)
+        return raw
+    items = read_list({"moe_layer_freq": raw}, "moe_layer_freq",
+                      partial(as_int, minimum=0, maximum=1), source=source,
+                      max_length=1 << 20, what=what)
+    return tuple(int(i) for i in items)
+
+
+def _pattern_expression(text: str, source: str, what: str) -> list[int]:
+    """Megatron-LM's ``--moe-layer-freq`` list expression: list displays of integers joined
+    by ``+`` and repeated by ``*`` (evaluated without ``eval``)."""
+    import ast
+
+    def value(node: ast.AST) -> Any:
+        if isinstance(node, ast.List):
+            return [value(e) for e in node.elts]
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Add) and isinstance(left, list) \
+                    and isinstance(right, list):
+                return left + right
+            if isinstance(node.op, ast.Mult) and isinstance(left, list) \
+                    and isinstance(right, int) and 0 <= right and len(left) * right <= 1 << 20:
+                return left * right
+        raise ValueError
+
+    try:
+        out = value(ast.parse(text.strip(), mode="eval").body)
+    except (SyntaxError, ValueError, RecursionError):
+        raise config_error(source, "moe_layer_freq", what, text) from None
+    if not isinstance(out, list):
+        raise config_error(source, "moe_layer_freq", what, text)
+    return out
+
+
+def moe_pattern(freq: tuple[int, ...] | int, layers: int, experts: int, source: str
+                ) -> tuple[int, ...]:
+    """``moe_layer_freq`` as a pattern per layer (Megatron-Core's ``moe_layer_pattern``:
+    an integer N makes every N-th layer from layer 0 a mixture of experts), () when every
+    layer is one; checked against ``layers`` and ``experts``."""
+    pattern = freq if isinstance(freq, tuple) else \
+        tuple(int(i % freq == 0) for i in range(layers)) if freq > 1 else ()
+    if not pattern:
+        return ()
+    found = freq if isinstance(freq, int) else list(freq)
+    if not experts:
+        raise config_error(source, "moe_layer_freq", "1 (unset) without experts", found)
+    if len(pattern) != layers:
+        raise config_error(source, "moe_layer_freq", f"{layers} entries, one per layer "
+                                                     f"(layers={layers})", found)
+    if not any(pattern):
+        raise config_error(source, "moe_layer_freq", "at least one 1 (a layer with experts)",
+                           found)
+    return () if all(pattern) else pattern
