@@ -50,6 +50,9 @@ class ModelShape:
         Inner width of the shared experts (0: none), which every token passes.
     dense_layers, dense_ffn : int
         Layers of a mixture of experts whose MLP is dense instead, and its inner width.
+    mla : tuple of int, optional
+        Multi-head latent attention's ``(q_lora_rank, kv_lora_rank, qk_head_dim,
+        qk_pos_emb_head_dim, v_head_dim)`` (None: standard attention).
     tied_embeddings : bool
         The logits layer reuses the embedding's weights (GPT); ``False``: a separate output
         matrix (Llama).
@@ -71,6 +74,7 @@ class ModelShape:
     shared_ffn: int = 0
     dense_layers: int = 0
     dense_ffn: int = 0
+    mla: tuple[int, int, int, int, int] | None = None
 
     @property
     def parameters(self) -> float:
@@ -79,6 +83,11 @@ class ModelShape:
         h, q = self.hidden, self.heads * self.head_dim
         kv = self.kv_heads * self.head_dim
         attention = h * (q + 2 * kv) + q * h
+        if self.mla is not None:
+            ql, kl, qk, r, v = self.mla
+            a = self.heads
+            attention = (h * ql + ql + (ql or h) * a * (qk + r) + h * (kl + r) + kl
+                         + kl * a * (qk + v) + a * v * h)
         mlp = (3 if self.gated_mlp else 2) * h * self.ffn
         if self.experts:
             mlp = mlp * self.experts + h * self.experts   # experts and the router
@@ -101,7 +110,14 @@ def megatron(shape: ModelShape) -> float:
     if shape.dense_layers:   # later releases count dense and MoE layers apart
         moe = (shape.layers - shape.dense_layers) / shape.layers
         mlp = moe * mlp + (1 - moe) * shape.dense_ffn / h * gated
-    per = ((1 + shape.kv_heads / shape.heads + shape.sequence / h) * q / h
+    attention = (1 + shape.kv_heads / shape.heads + shape.sequence / h) * q / h
+    if shape.mla is not None:   # Megatron-LM's MLA terms, the scores counted whole as above
+        ql, kl, qk, r, v = shape.mla
+        a = shape.heads
+        projections = ((ql * (h + a * (qk + r) + 1) if ql else h * a * (qk + r))
+                       + kl * (h + a * (qk + v) + 1) + h * r + a * v * h)
+        attention = (projections + shape.sequence * a * (qk + r + v)) / (2 * h * h)
+    per = (attention
            + mlp
            + shape.vocab / (2 * shape.layers * h))
     return 12.0 * shape.global_batch * shape.sequence * shape.layers * h * h * per

@@ -63,13 +63,19 @@ SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
             "recompute-activations": ("recompute", "selective"),
             "bf16": ("dtype", "bf16"), "fp16": ("dtype", "fp16"),
             "use-flash-attn": ("attention", "flash2"), "group-query-attention": None}
+#: multi-latent attention's flags -> (the ``mla`` key, Megatron-LM's default)
+MLA_FLAGS = {"q-lora-rank": ("q_lora_rank", 0), "kv-lora-rank": ("kv_lora_rank", 32),
+             "qk-head-dim": ("qk_head_dim", 128),
+             "qk-pos-emb-head-dim": ("qk_pos_emb_head_dim", 64),
+             "v-head-dim": ("v_head_dim", 128)}
 #: flags read by hand below (their meaning needs more than one key)
 SPECIAL = ("num-layers-per-virtual-pipeline-stage", "recompute-granularity", "fp8-format",
            "attention-backend", "tp-comm-overlap-cfg", "tokenizer-type", "use-legacy-models",
            "no-scatter-gather-tensors-in-pipeline", "transformer-impl",
            "moe-token-dispatcher-type", "recompute-method", "recompute-num-layers",
            "use-megatron-fsdp", "data-parallel-sharding-strategy", "position-embedding-type",
-           "use-rotary-position-embeddings", "moe-layer-freq")
+           "use-rotary-position-embeddings", "moe-layer-freq", "multi-latent-attention",
+           *MLA_FLAGS)
 #: every flag this module reads
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL
 #: flags that shape an iteration's time but have no transformer key (named in a warning)
@@ -179,6 +185,10 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
     """The flags of :data:`SPECIAL`."""
     if flags.get("moe-layer-freq") is not None and keys.get("experts"):
         keys["moe_layer_freq"] = flags["moe-layer-freq"]   # N, or a list expression
+    if "multi-latent-attention" in flags:
+        keys["mla"] = {key: default if flags.get(flag) is None else
+                       _number(flags[flag], flag, where)
+                       for flag, (key, default) in MLA_FLAGS.items()}
     per_stage = flags.get("num-layers-per-virtual-pipeline-stage")
     if per_stage is not None:
         layers, pp = keys.get("layers", 0), keys.get("pp", 1)

@@ -19,7 +19,9 @@ What is read, by NeMo key (``model.`` omitted): the shape (``num_layers``, ``hid
 ``expert_model_parallel_size``, ``virtual_pipeline_model_parallel_size``,
 ``sequence_parallel``), the experts (``num_moe_experts``, ``moe_router_topk``,
 ``moe_expert_capacity_factor``, ``moe_shared_expert_intermediate_size``,
-``moe_layer_freq``), recomputation
+``moe_layer_freq``), multi-latent attention (``multi_latent_attention`` with
+``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim``),
+recomputation
 (``activations_checkpoint_granularity``),
 precision (``trainer.precision``, ``fp8``, ``fp8_params``), ``ub_tp_comm_overlap``
 (NeMo's userbuffers
@@ -72,6 +74,9 @@ DISTRIBUTED_OPTIMIZERS = ("distributed_fused_adam", "mcore_distributed_optim")
 #: tokenizer)
 TOKENIZER_VOCAB = {"Meta-Llama-3": 128256, "Llama-3.1": 128256, "Llama-2": 32000,
                    "GPT2BPETokenizer": GPT2_VOCAB, "gpt2": GPT2_VOCAB, "Mixtral-8x7B": 32000}
+#: multi-latent attention's model keys and Megatron-Core's defaults (``mla``)
+MLA_DEFAULTS = {"q_lora_rank": 512, "kv_lora_rank": 512, "qk_head_dim": 128,
+                "qk_pos_emb_head_dim": 64, "v_head_dim": 128}
 #: model keys that shape an iteration's time but have no transformer key (named in a warning)
 UNMODELLED = ("num_micro_batches_with_partial_activation_checkpoints", "moe_grouped_gemm",
               "cp_comm_type")
@@ -97,6 +102,9 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
         keys.setdefault("top_k", 2)   # Megatron-Core's default
         if model.get("moe_layer_freq") is not None:   # an integer or a list of 0 and 1
             keys["moe_layer_freq"] = model["moe_layer_freq"]
+    if model.get("multi_latent_attention"):   # Megatron-Core's MLATransformerConfig defaults
+        keys["mla"] = {key: 0 if model.get(key, default) is None else model.get(key, default)
+                       for key, default in MLA_DEFAULTS.items()}
     keys["gated_mlp"] = "glu" in str(model.get("activation", "gelu"))
     keys["tied_embeddings"] = bool(model.get("share_embeddings_and_output_weights", True))
     keys["sp"] = bool(model.get("sequence_parallel", False))

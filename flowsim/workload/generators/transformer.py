@@ -7,7 +7,8 @@ al. 2023), an MLP of inner width ``ffn`` (two GEMMs and GeLU, or with ``gated_ml
 SwiGLU; Shazeer 2020) or, with ``experts``, a mixture of experts (router, ``top_k`` of
 ``experts`` experts of width ``moe_ffn`` per token, ``capacity_factor``, and with
 ``shared_ffn`` shared experts every token passes after them; ``moe_layer_freq`` makes some
-layers' MLPs dense); with ``vocab`` an
+layers' MLPs dense); ``mla`` gives multi-head latent attention's widths instead
+(:mod:`.transformer_mla`); with ``vocab`` an
 embedding on the first virtual stage and the output layer with its cross entropy on the last
 (the vocabulary padded to a multiple of ``128 t`` as Megatron-LM pads it). An iteration runs
 ``global_batch`` sequences of ``sequence`` tokens in micro-batches of ``micro_batch``
@@ -113,6 +114,7 @@ network dims per parallelism instead.
 from __future__ import annotations
 
 import math
+from dataclasses import astuple
 from typing import Any
 
 from ...errors import config_error
@@ -155,7 +157,9 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``fp8_param_gather``, ``overlap_grad_reduce``, ``overlap_param_gather``,
         ``tp_comm_overlap`` with ``tp_comm_overlap_cfg`` (``nemo``, ``te_default``),
         ``scatter_gather``, ``bucket_size``;
-        ``attention`` (``flash``, ``flash2``, ``unfused``), ``position_embedding``
+        ``attention`` (``flash``, ``flash2``, ``unfused``), ``mla`` (``q_lora_rank``,
+        ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim``),
+        ``position_embedding``
         (``learned_absolute``, ``rope``, ``alibi``, ``none``), ``dtype`` (``bf16``, ``fp16``,
         ``fp8``);
         ``device`` (a compute preset) or ``roofline`` (a mapping); ``dims``.
@@ -224,5 +228,6 @@ def model_shape(spec: TransformerSpec) -> ModelShape:
                       gated_mlp=spec.gated_mlp, experts=spec.experts,
                       top_k=spec.top_k or 1, tied_embeddings=spec.tied_embeddings,
                       shared_ffn=spec.shared_ffn, dense_ffn=spec.ffn,
+                      mla=None if spec.mla is None else astuple(spec.mla),
                       dense_layers=spec.layers - sum(spec.moe_layer_freq)
                       if isinstance(spec.moe_layer_freq, tuple) and spec.moe_layer_freq else 0)

@@ -29,9 +29,8 @@ from .transformer_spec import TransformerSpec
 ACT = 2
 #: bytes one FP8 cast-transpose moves per element: read 16-bit, write FP8 and its transpose
 FP8_CAST_BYTES = ACT + 1 + 1
-#: Adam with FP32 master weights: bytes moved per parameter by the optimizer step (read the
-#: FP32 gradient, read and write master weight, first and second moment, write the 16-bit
-#: weight: 4 + 2*(4 + 4 + 4) + 2)
+#: Adam with FP32 master weights: bytes moved per parameter by the optimizer step (read the FP32
+#: gradient, read and write master weight and both moments, write the 16-bit weight)
 OPTIMIZER_BYTES_PER_PARAM = 30
 
 
@@ -360,16 +359,19 @@ class LayerKernels:
         """Weights of the rank's share of one layer outside the experts (attention, norms,
         the dense MLP or the router)."""
         s, h = self.spec, self.spec.hidden
-        attention = h * (self.q + 2 * self.kv) + self.q * h
         mlp = h * s.experts if s.experts else (3 if s.gated_mlp else 2) * h * self.f
         if s.shared_ffn:
             mlp += (3 if s.gated_mlp else 2) * h * (s.shared_ffn // s.tp)
-        return attention + mlp + 2 * h
+        return self.attention_parameters + mlp + 2 * h
+
+    @property
+    def attention_parameters(self) -> int:
+        return self.spec.hidden * (self.q + 2 * self.kv) + self.q * self.spec.hidden
 
     @cached_property
     def _dense_layer(self) -> LayerKernels:
-        return LayerKernels(replace(self.spec, experts=0, top_k=0, shared_ffn=0,
-                                    moe_layer_freq=()))
+        return type(self)(replace(self.spec, experts=0, top_k=0, shared_ffn=0,
+                                  moe_layer_freq=()))
 
     def of_layer(self, layer: int) -> LayerKernels:
         """The kernels of ``layer``: these, or a dense MLP's (width ``ffn``) for a dense
@@ -378,13 +380,11 @@ class LayerKernels:
 
     @cached_property
     def shared_expert(self) -> LayerKernels | None:
-        """The kernels of the shared experts: a dense MLP of their inner width, split over
-        the tensor-parallel ranks as the dense MLP is (Megatron-Core's ``SharedExpertMLP``);
-        None without them."""
-        if not self.spec.shared_ffn:
-            return None
-        return LayerKernels(replace(self.spec, ffn=self.spec.shared_ffn, experts=0,
-                                    shared_ffn=0))
+        """The shared experts' kernels, a dense MLP of their width split over the TP ranks as
+        the dense MLP is (Megatron-Core's ``SharedExpertMLP``); None without them."""
+        s = self.spec
+        return LayerKernels(replace(s, ffn=s.shared_ffn, experts=0, shared_ffn=0)) \
+            if s.shared_ffn else None
 
     @cached_property
     def expert_parameters(self) -> int:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .transformer_kernels import ACT
+from .transformer_mla import LatentKernels
 from .transformer_schedule import stage_schedule, virtual_stage
 
 if TYPE_CHECKING:
@@ -131,7 +132,9 @@ def _layer_activations(program: StageProgram, *, moe: bool) -> tuple[float, floa
         mlp += ACT * n * (spec.shared_ffn // t) * (3 if spec.gated_mlp else 2)
     else:
         mlp = ACT * n * k.f * (3 if spec.gated_mlp else 2)
-    split = ACT * n * (q + 2 * kv + q) + mlp          # between TP collectives: split by t
+    attention = k.attention_activations if isinstance(k, LatentKernels) else \
+        ACT * n * (q + 2 * kv + q)
+    split = attention + mlp                           # between TP collectives: split by t
     shared: float = (4 * ACT + 2) * n * h             # block inputs, norms, dropout masks
     if spec.sp:
         shared /= t

@@ -33,6 +33,7 @@ from typing import Any
 from ..graph import Op
 from ..kernels import Kernel
 from .transformer_kernels import LayerKernels
+from .transformer_mla import LatentKernels
 from .transformer_overlap import Block, Frontier, Userbuffers
 from .transformer_spec import TransformerSpec
 
@@ -103,11 +104,12 @@ class PassBuilder:
 
     def tp_block(self, name: str, kernels: tuple[Kernel, ...], layer: int, pass_: str,
                  x: Frontier, *, gather: bool, reduce: bool, after: Frontier = (),
-                 gathered: int = 0) -> Frontier:
+                 gathered: int = 0, reduced: int = 0) -> Frontier:
         """A block between tensor-parallel collectives: an all-gather of its input before it
         (sequence parallelism), an all-reduce or reduce-scatter of its output after it, each
         waited for; the reduction also waits for ``after``. ``gathered``: each NPU's bytes
-        in the all-gather (default its activation shard)."""
+        in the all-gather (default its activation shard); ``reduced``: the reduction's
+        buffer (default a full activation)."""
         s, k, tp = self.spec, self.k, self.groups.tp
         if s.tp == 1:
             return (self.compute(name, kernels, layer, pass_, x),)
@@ -118,17 +120,18 @@ class PassBuilder:
         block = self.compute(name, kernels, layer, pass_, tuple(before) or x)
         if not reduce:
             return (block,)
-        return (self.collective(f"{name}.{_reduce(s)}", _reduce(s), k.activation_bytes, tp,
-                                layer, pass_, (block, *after)),)
+        return (self.collective(f"{name}.{_reduce(s)}", _reduce(s),
+                                reduced or k.activation_bytes, tp, layer, pass_,
+                                (block, *after)),)
 
     def layer_block(self, name: str, block: Block, layer: int, x: Frontier, *, gather: bool,
-                    reduce: bool) -> Frontier:
+                    reduce: bool, gathered: int = 0) -> Frontier:
         """A forward block of a transformer layer: overlapped with its collectives under
         ``tp_comm_overlap`` (:mod:`.transformer_overlap`), else :meth:`tp_block`."""
         if self.ub is not None:
             return self.ub.forward(name, block, layer, x, gather=gather, reduce=reduce)
         return self.tp_block(name, block.kernels, layer, "fwd", x, gather=gather,
-                             reduce=reduce, gathered=self.k.gather_bytes)
+                             reduce=reduce, gathered=gathered or self.k.gather_bytes)
 
     # ------------------------------------------------------------------ forward
     def forward(self, layer: int, tag: str, x: Frontier, carry: tuple[Kernel, ...] = ()
@@ -153,6 +156,11 @@ class PassBuilder:
 
     def _attention_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
         k, s = self.k, self.spec
+        if isinstance(k, LatentKernels):   # the latents are projected down, then gathered
+            x = (self.compute(f"{name}.attention.down", k.down, layer, "fwd", x),)
+            return self.layer_block(f"{name}.attention", Block(
+                k.qkv, k.rope + k.core_attention, k.projection, "qkv", "projection"), layer,
+                x, gather=True, reduce=True, gathered=k.latent_gather_bytes)
         if s.cp == 1:
             return self.layer_block(f"{name}.attention", Block(
                 k.qkv, k.rope + k.core_attention, k.projection, "qkv", "projection"), layer,
@@ -220,8 +228,15 @@ class PassBuilder:
                 if not k.rope:
                     return (rs,)
                 return (self.compute(f"{name}.rope_backward", k.rope, layer, "ig", (*x, rs)),)
-        return self._dgrad_wgrad(f"{name}.attention", dgrad, k.attention_wgrad, layer, g,
-                                 between)
+        if not isinstance(k, LatentKernels):
+            return self._dgrad_wgrad(f"{name}.attention", dgrad, k.attention_wgrad, layer, g,
+                                     between)
+        # latent attention: the latents' gradients reduced, then the down projections'
+        g = self._dgrad_wgrad(f"{name}.attention", dgrad, k.attention_wgrad, layer, g,
+                              reduced=k.latent_bytes, regathered=k.latent_gather_bytes)
+        g = (self.compute(f"{name}.attention.down.dgrad", k.down_dgrad, layer, "ig", g),)
+        self.compute(f"{name}.attention.down.wgrad", k.down_wgrad, layer, "wg")
+        return g
 
     @property
     def norm_backward(self) -> tuple[Kernel, ...]:
@@ -229,7 +244,8 @@ class PassBuilder:
 
     def _dgrad_wgrad(self, name: str, dgrad: Block, wgrad: tuple[Kernel, ...],
                      layer: int, g: Frontier,
-                     between: Callable[[Frontier], Frontier] | None = None) -> Frontier:
+                     between: Callable[[Frontier], Frontier] | None = None, *,
+                     reduced: int = 0, regathered: int = 0) -> Frontier:
         """A block's data gradient between tensor-parallel collectives, then its weight
         gradients, which run while the data gradient's collective does. ``between`` adds
         what the tail (the column-parallel layer) also waits for, given the frontier before
@@ -240,7 +256,7 @@ class PassBuilder:
         if ub is None and between is None and not (s.sp and s.tp > 1):
             # nothing starts inside the block: one op
             out = self.tp_block(f"{name}.dgrad", dgrad.kernels, layer, "ig", g, gather=True,
-                                reduce=True)
+                                reduce=True, reduced=reduced)
             self.compute(f"{name}.wgrad", wgrad, layer, "wg")
             return out
         if ub is not None:
@@ -253,9 +269,9 @@ class PassBuilder:
         tail = f"{name}.dgrad.{dgrad.tail_name}"
         if ub is not None:
             return ub.bulk(tail, dgrad.tail, wgrad[1:], layer, x)
-        regather = self.regather(tail, layer, x)
+        regather = self.regather(tail, layer, x, regathered)
         out = self.tp_block(tail, dgrad.tail, layer, "ig", x, gather=False, reduce=True,
-                            after=regather)
+                            after=regather, reduced=reduced)
         self.compute(f"{name}.wgrad", wgrad, layer, "wg", regather)
         return out
 

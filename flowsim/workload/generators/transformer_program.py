@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from ..graph import Op
 from .transformer_fsdp import FullySharded
-from .transformer_kernels import LayerKernels, optimizer_step
+from .transformer_kernels import optimizer_step
 from .transformer_mapping import StageContext
+from .transformer_mla import layer_kernels
 from .transformer_passes import Frontier, PassBuilder
 from .transformer_schedule import layer_counts, neighbours, stage_schedule, virtual_stage
 from .transformer_spec import TransformerSpec
@@ -33,7 +34,7 @@ class StageProgram:
 
     def __init__(self, spec: TransformerSpec, ctx: StageContext) -> None:
         self.spec, self.ctx = spec, ctx
-        self.k = LayerKernels(spec)
+        self.k = layer_kernels(spec)
         self.b = PassBuilder(spec, ctx.groups, self.k)
         counts = layer_counts(spec)
         starts = [sum(counts[:i]) for i in range(len(counts))]

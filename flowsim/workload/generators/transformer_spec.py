@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from ..._validate import (
-    MAX_INT,
     Quantity,
     as_config,
     check_unknown_keys,
@@ -23,10 +22,19 @@ from ..._validate import (
     read_number,
 )
 from ...errors import ConfigError, config_error
-from ...topology.network_config import MAX_NPUS
 from ..kernels import DTYPE_BYTES
 from ..roofline import Roofline, parse_roofline
-from .transformer_values import moe_pattern, read_device, read_dims, read_layout, read_moe_layers
+from .transformer_values import (
+    MAXIMA,
+    LatentAttention,
+    moe_pattern,
+    read_device,
+    read_dims,
+    read_dtype,
+    read_layout,
+    read_mla,
+    read_moe_layers,
+)
 
 #: Pipeline schedules (see :mod:`.transformer_schedule`).
 Schedule = Literal["1f1b", "gpipe", "interleaved"]
@@ -60,17 +68,6 @@ HEAD_DIM = 128
 #: Megatron-LM pads the vocabulary to a multiple of this times the tensor-parallel degree
 #: (``--make-vocab-size-divisible-by``, default 128).
 VOCAB_MULTIPLE = 128
-#: Largest value of each integer key: far beyond any model, and small enough that every FLOP
-#: and byte count stays finite.
-MAXIMA = {"layers": MAX_INT, "micro_batches": MAX_INT, "global_batch": MAX_INT,
-          "hidden": 1 << 24, "sequence": 1 << 24, "micro_batch": 1 << 20, "heads": 1 << 24,
-          "kv_heads": 1 << 24, "head_dim": 1 << 16, "ffn": 1 << 26, "moe_ffn": 1 << 26,
-          "shared_ffn": 1 << 26, "vocab": 1 << 26, "dtype_bytes": 64, "dp": MAX_NPUS,
-          "tp": MAX_NPUS, "pp": MAX_NPUS, "cp": MAX_NPUS, "ep": MAX_NPUS, "vpp": 1 << 16,
-          "experts": 1 << 20, "top_k": 1 << 20, "bucket_size": MAX_INT, "fsdp_shard": MAX_INT,
-          "expert_tp": MAX_NPUS}
-
-
 @dataclass(frozen=True, kw_only=True)
 class TransformerSpec:
     """Validated arguments of :func:`~.transformer.transformer` (hashable); see its docstring
@@ -107,6 +104,8 @@ class TransformerSpec:
     #: defaults a pattern of 0 (dense MLP of width ``ffn``) and 1 per layer, or () for every
     #: layer (as given: an integer N, every N-th layer from layer 0, or the pattern)
     moe_layer_freq: tuple[int, ...] | int = ()
+    #: multi-head latent attention's widths (DeepSeek-V2/V3, Kimi K2); None: standard
+    mla: LatentAttention | None = None
     capacity_factor: float = 1.0
     #: where the expert-parallel ranks come from (:data:`EXPERT_LAYOUTS`)
     expert_layout: ExpertLayout = "within_dp"
@@ -228,7 +227,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     v["tp_comm_overlap_cfg"] = read_choice(values, "tp_comm_overlap_cfg", UB_CONFIGS,
                                            source=source, default="nemo",
                                            case_insensitive=True)
-    v["dtype"] = _dtype(values, source)
+    v["dtype"] = read_dtype(values, source, DTYPES)
+    v["mla"] = read_mla(values, source)
     v["pipeline_layout"] = read_layout(values, source)
     v["moe_layer_freq"] = read_moe_layers(values, source)
     v["device"] = read_device(values, source)
@@ -248,17 +248,6 @@ def _count(values: Mapping[str, Any], key: str, source: str, default: Any = ...,
 
     return read_int(values, key, source=source, minimum=minimum, maximum=MAXIMA[key],
                     default=REQUIRED if default is ... else default)
-
-
-def _dtype(values: Mapping[str, Any], source: str) -> str:
-    if "dtype" in values or "dtype_bytes" not in values:
-        return read_choice(values, "dtype", DTYPES, source=source, default="bf16",
-                           case_insensitive=True)
-    width = _count(values, "dtype_bytes", source, 2)
-    if width not in (1, 2):
-        raise config_error(source, "dtype_bytes", "2 (bf16) or 1 (fp8); prefer 'dtype'",
-                           width)
-    return "bf16" if width == 2 else "fp8"
 
 
 def _with_defaults(spec: TransformerSpec) -> TransformerSpec:
@@ -311,6 +300,12 @@ def _check_consistent(spec: TransformerSpec) -> None:
     need(spec.kv_heads % spec.tp == 0 or spec.tp % spec.kv_heads == 0, "kv_heads",
          f"a multiple or a divisor of tp={spec.tp}", spec.kv_heads)
     need(spec.ffn % spec.tp == 0, "ffn", f"a multiple of tp={spec.tp}", spec.ffn)
+    if spec.mla is not None:   # flowsim's limits: what its MLA model leaves out
+        need(spec.kv_heads == spec.heads, "kv_heads", f"heads={spec.heads} with mla (each "
+             f"head has its own keys and values)", spec.kv_heads)
+        need(spec.cp == 1 and spec.attention != "unfused" and not (
+            spec.tp_comm_overlap and spec.tp > 1), "mla", "null with cp > 1, unfused "
+             "attention or tp_comm_overlap (flowsim does not model them together)", "a block")
     if spec.sp:
         need(spec.sequence % (spec.tp * spec.cp) == 0, "sequence",
              f"a multiple of tp * cp = {spec.tp * spec.cp} with sequence parallelism",

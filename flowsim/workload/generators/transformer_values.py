@@ -4,13 +4,31 @@ preset, the parallelisms' network dims): each validates one key and names it in 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any, Literal
 
-from ..._validate import MAX_INT, as_int, check_unknown_keys, choices_of, read_choice, read_list
+from ..._validate import (
+    MAX_INT,
+    as_int,
+    check_unknown_keys,
+    choices_of,
+    read_choice,
+    read_int,
+    read_list,
+)
 from ...errors import config_error
-from ...topology.network_config import MAX_DIMS
+from ...topology.network_config import MAX_DIMS, MAX_NPUS
 
+#: Largest value of each integer key: far beyond any model, and small enough that every FLOP
+#: and byte count stays finite.
+MAXIMA = {"layers": MAX_INT, "micro_batches": MAX_INT, "global_batch": MAX_INT,
+          "hidden": 1 << 24, "sequence": 1 << 24, "micro_batch": 1 << 20, "heads": 1 << 24,
+          "kv_heads": 1 << 24, "head_dim": 1 << 16, "ffn": 1 << 26, "moe_ffn": 1 << 26,
+          "shared_ffn": 1 << 26, "vocab": 1 << 26, "dtype_bytes": 64, "dp": MAX_NPUS,
+          "tp": MAX_NPUS, "pp": MAX_NPUS, "cp": MAX_NPUS, "ep": MAX_NPUS, "vpp": 1 << 16,
+          "experts": 1 << 20, "top_k": 1 << 20, "bucket_size": MAX_INT, "fsdp_shard": MAX_INT,
+          "expert_tp": MAX_NPUS}
 #: The parallelisms, innermost first in Megatron-Core's default rank order ("tp-cp-ep-dp-pp").
 Parallelism = Literal["tp", "cp", "ep", "dp", "pp"]
 PARALLELISMS: tuple[Parallelism, ...] = choices_of(Parallelism)
@@ -137,3 +155,48 @@ def moe_pattern(freq: tuple[int, ...] | int, layers: int, experts: int, source: 
         raise config_error(source, "moe_layer_freq", "at least one 1 (a layer with experts)",
                            found)
     return () if all(pattern) else pattern
+
+
+@dataclass(frozen=True)
+class LatentAttention:
+    """Multi-head latent attention's widths (``mla``; Megatron-Core's
+    ``MLATransformerConfig``): queries and keys/values projected down to low-rank latents
+    and up again per head; see :mod:`.transformer_mla`."""
+
+    #: the queries' latent (0: projected from the hidden state directly)
+    q_lora_rank: int = 0
+    #: the keys' and values' shared latent
+    kv_lora_rank: int = 512
+    #: a query and key head's width without and with its rotary part, a value head's
+    qk_head_dim: int = 128
+    qk_pos_emb_head_dim: int = 64
+    v_head_dim: int = 128
+
+
+def read_mla(values: Mapping[str, Any], source: str) -> LatentAttention | None:
+    """``mla``: a mapping of :class:`LatentAttention`'s widths (null: standard attention)."""
+    raw = values.get("mla")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise config_error(source, "mla", "a mapping of q_lora_rank, kv_lora_rank, "
+                                          "qk_head_dim, qk_pos_emb_head_dim, v_head_dim", raw)
+    check_unknown_keys(raw, [f.name for f in fields(LatentAttention)], source=source,
+                       prefix="mla.")
+    defaults = LatentAttention()
+    return LatentAttention(**{f.name: read_int(
+        raw, f.name, source=source, prefix="mla.", default=getattr(defaults, f.name),
+        minimum=0 if f.name in ("q_lora_rank", "qk_pos_emb_head_dim") else 1,
+        maximum=1 << 20) for f in fields(LatentAttention)})
+
+
+def read_dtype(values: Mapping[str, Any], source: str, dtypes: tuple[str, ...]) -> str:
+    """``dtype`` (one of ``dtypes``), or the legacy ``dtype_bytes`` (2 or 1)."""
+    if "dtype" in values or "dtype_bytes" not in values:
+        return read_choice(values, "dtype", dtypes, source=source, default="bf16",
+                           case_insensitive=True)
+    width = read_int(values, "dtype_bytes", source=source, minimum=1, maximum=64)
+    if width not in (1, 2):
+        raise config_error(source, "dtype_bytes", "2 (bf16) or 1 (fp8); prefer 'dtype'",
+                           width)
+    return "bf16" if width == 2 else "fp8"
