@@ -50,13 +50,25 @@ def _attention_parameters(t: int) -> int:
     return H * (QL + KL + R) + QL + KL + QL * a * (QK + R) + KL * a * (QK + V) + a * V * H
 
 
-def test_deepseek_v3_has_its_published_parameter_counts():
-    """"671B total parameters, of which 37B are activated for each token" (arXiv
-    2412.19437, abstract): MLA, shared experts and the three dense layers together."""
-    shape = model_shape(parse_transformer(DEEPSEEK_V3, "deepseek_v3"))
-    assert shape.parameters == pytest.approx(671e9, rel=1e-3)
-    activated = dataclasses.replace(shape, experts=shape.top_k)
-    assert activated.parameters == pytest.approx(37e9, rel=0.02)
+#: Kimi K2 (Moonshot AI, arXiv 2507.20534; its config.json): DeepSeek-V3's architecture with
+#: 64 heads, 384 experts and one dense layer
+KIMI_K2 = dict(DEEPSEEK_V3, heads=64, experts=384, moe_layer_freq="[0]*1+[1]*60",
+               vocab=163840)
+
+
+@pytest.mark.parametrize(("spec", "total", "activated", "rel"), [
+    # "671B total parameters, of which 37B are activated for each token" (abstract)
+    (DEEPSEEK_V3, 671e9, 37e9, 1e-3),
+    # "1 trillion total parameters, 32 billion activated" (its model card; rounded there)
+    (KIMI_K2, 1.0e12, 32e9, 0.03),
+], ids=["deepseek_v3", "kimi_k2"])
+def test_published_models_have_their_parameter_counts(spec, total, activated, rel):
+    """MLA, shared experts and the dense first layers together give the published totals;
+    with the routed experts a token uses (top_k of them) the activated ones."""
+    shape = model_shape(parse_transformer(spec, "spec"))
+    assert shape.parameters == pytest.approx(total, rel=rel)
+    assert dataclasses.replace(shape, experts=shape.top_k).parameters == \
+        pytest.approx(activated, rel=0.03)
 
 
 @pytest.mark.parametrize("tp", [1, 2])

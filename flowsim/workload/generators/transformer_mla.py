@@ -145,7 +145,7 @@ class LatentKernels(LayerKernels):
         m, h, n = self.m, self.spec.hidden, self.n_sp
         kv = m.kv_lora_rank + m.qk_pos_emb_head_dim
         q = (self._gemm(n, h, m.q_lora_rank),) if m.q_lora_rank else ()
-        return (*self._cast(n * kv), *q, self._gemm(n, h, kv))
+        return (*self._cast(n * (m.q_lora_rank + kv)), *q, self._gemm(n, h, kv))
 
     @cached_property
     def down_wgrad(self) -> tuple[Kernel, ...]:
