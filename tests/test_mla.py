@@ -99,6 +99,21 @@ def test_its_gemms_do_the_work_megatron_counts(net):
     assert gemms == pytest.approx((megatron(shape) - scores) / 16, rel=2e-3)
 
 
+@pytest.mark.parametrize("q_lora_rank", [QL, 0])
+def test_tensor_parallel_ranks_share_the_gemms(net, q_lora_rank):
+    """With sequence parallelism the two TP ranks' GEMMs add up to one rank's at TP 1: the
+    duplicated down projections run on each rank's half of the tokens, the rest is split.
+    Without a query latent the queries come from the hidden state, split by heads."""
+    mla = dict(MLA, q_lora_rank=q_lora_rank)
+
+    def gemms(tp):
+        program = transformer(net, **dict(SPEC, mla=mla, tp=tp, dp=16 // tp,
+                                          global_batch=2 * 16 // tp)).programs[0]   # 1 each
+        return sum(k.flops for op in program.ops if op.kind == "compute"
+                   for k in op.kernels if isinstance(k, Gemm))
+    assert 2 * gemms(2) == pytest.approx(gemms(1), rel=1e-12)
+
+
 def test_the_latents_are_gathered_not_the_hidden_state(net):
     """With TP 2 and sequence parallelism the attention's all-gather carries the rank's
     latents (n/t tokens of q_lora + kv_lora + rotary key), its backward reduce-scatters
@@ -135,7 +150,9 @@ def test_the_importers_read_it(net):
 
 
 @pytest.mark.parametrize(("extra", "key", "expected"), [
-    ({"cp": 2, "dp": 4, "sequence": 128}, "mla", "null with cp > 1"),
+    ({"cp": 2, "dp": 4, "sequence": 128}, "cp", "1 with mla"),
+    ({"tp": 2, "dp": 4, "tp_comm_overlap": True}, "tp_comm_overlap", "false with mla"),
+    ({"attention": "unfused"}, "attention", "flash or flash2 with mla"),
     ({"kv_heads": 2}, "kv_heads", "heads=8 with mla"),
     ({"mla": {"kv_lora_rank": 0}}, r"mla\.kv_lora_rank", "an integer >= 1"),
     ({"mla": {"rank": 4}}, r"mla\.rank", None),

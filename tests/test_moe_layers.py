@@ -52,7 +52,8 @@ def _bytes(program, prefix) -> int:
 
 @pytest.mark.parametrize(("given", "pattern"), [
     (2, (1, 0, 1, 0)), ("2", (1, 0, 1, 0)), (PATTERN, tuple(PATTERN)),
-    ("[0]*2+[1]*2", (0, 0, 1, 1)), ("([0]+[1])*2", (0, 1, 0, 1)), (1, ()), ([1] * 4, ()),
+    ("[0]*2+[1]*2", (0, 0, 1, 1)), ("([0]+[1])*2", (0, 1, 0, 1)), ("2*[0]+2*[1]", (0, 0, 1, 1)),
+    (1, ()), ([1] * 4, ()),
 ])
 def test_the_pattern_reads_as_megatron_s(given, pattern):
     """An integer N makes every N-th layer from layer 0 a mixture of experts (Megatron-Core's
@@ -81,6 +82,33 @@ def test_gradients_are_reduced_layer_by_layer(programs):
         _bytes(programs["moe"], "expert_grads")
 
 
+def test_pipeline_stages_hold_their_own_kinds(net):
+    """Over two pipeline stages, [0, 0, 1, 1] leaves the first stage dense (no all-to-all,
+    no expert gradients) and the second a mixture of experts."""
+    w = transformer(net, **dict(MOE, moe_layer_freq=[0, 0, 1, 1], pp=2, dp=4, ep=2,
+                                global_batch=16))
+    assert len(w.programs) == 2   # one program per stage, run by its 8 NPUs
+    first, second = w.programs
+    for program, moe in ((first, False), (second, True)):
+        assert any(op.collective == "all_to_all" for op in program.ops) == moe
+        assert (_bytes(program, "expert_grads") > 0) == moe
+    assert float(flowsim.simulate(net, w).time_ns) > 0
+
+
+def test_fully_sharded_units_gather_their_own_weights(net):
+    """FSDP gathers each layer's own weights (FP8 ones in one byte): a dense layer's unit is
+    the dense model's, an MoE layer's the MoE model's."""
+    extra = dict(fsdp=True, distributed_optimizer=False, dtype="fp8", fp8_param_gather=True)
+
+    def gathered(spec, layer):
+        program = transformer(net, **dict(spec, **extra)).programs[0]
+        return sum(op.size for op in program.ops if op.collective == "all_gather"
+                   and op.name.startswith(f"mb0.layer{layer}.") and "params" in op.name)
+    mixed = dict(MOE, moe_layer_freq=PATTERN)
+    assert gathered(mixed, 0) == gathered(DENSE, 0) > 0
+    assert gathered(mixed, 1) == gathered(MOE, 1) > gathered(DENSE, 1)
+
+
 def test_megatron_counts_dense_and_moe_layers_apart():
     mixed, moe, dense = (model_shape(parse_transformer(s, "s")) for s in (
         dict(MOE, moe_layer_freq=PATTERN), MOE, DENSE))
@@ -100,6 +128,7 @@ def test_memory_and_time_fall_between(net):
 
 @pytest.mark.parametrize(("extra", "expected"), [
     ({"moe_layer_freq": [0, 1, 0]}, "4 entries, one per layer"),
+    ({"moe_layer_freq": []}, "4 entries, one per layer"),
     ({"moe_layer_freq": [0, 0, 0, 0]}, r"at least one 1"),
     ({"moe_layer_freq": 2, "experts": 0, "ep": 1, "top_k": 0, "shared_ffn": 0},
      r"1 \(unset\) without experts"),

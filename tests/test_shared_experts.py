@@ -15,6 +15,7 @@ from flowsim import FlowsimWarning
 from flowsim.errors import ConfigError
 from flowsim.workload.flops import megatron
 from flowsim.workload.generators import transformer
+from flowsim.workload.generators.nemo import nemo_keys
 from flowsim.workload.generators.transformer import model_shape
 from flowsim.workload.generators.transformer_spec import parse_transformer
 from flowsim.workload.kernels import Gemm
@@ -76,6 +77,16 @@ def test_their_gradients_are_reduced_with_the_dense_ones(pair):
     assert grads(pair[1], "expert") == grads(pair[0], "expert")
 
 
+def test_the_routed_backward_waits_for_theirs(pair):
+    """No shared-expert overlap: their backward (computed last forward) comes first, and the
+    routed experts' all-to-all waits for its kernels and collectives."""
+    by_id = {op.id: op for op in pair[1].ops}
+    a2a = next(op for op in pair[1].ops if op.name == "mb0.layer1.combine_backward")
+    waits = {by_id[d].name for d in a2a.deps}
+    assert "mb0.layer1.shared_expert.wgrad" in waits
+    assert "mb0.layer1.shared_expert.dgrad.fc1.reduce_scatter" in waits
+
+
 def test_megatron_counts_them_in_model_flops():
     """Megatron-LM r0.10's ``num_floating_point_operations``: (f_s / h) * 3/2 more in the
     brackets of 12 B s L h^2, i.e. 18 B s L h f_s."""
@@ -110,8 +121,12 @@ def test_the_importers_read_it(net):
             "--moe-router-topk 2 --swiglu --use-distributed-optimizer --ffn-hidden-size 1024 "
             f"--moe-shared-expert-intermediate-size {SHARED} --bf16 "
             "--moe-token-dispatcher-type alltoall --vocab-size 0")
+    nemo = {"trainer": {"num_nodes": 2, "devices": 8},
+            "model": {"num_layers": 2, "hidden_size": 256, "num_attention_heads": 8,
+                      "num_moe_experts": 8, "moe_shared_expert_intermediate_size": SHARED}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FlowsimWarning)
+        assert nemo_keys(nemo, "nemo.yml")["shared_ffn"] == SHARED
         imported = flowsim.simulate(net, {"generator": "megatron", "args": args,
                                           "device": "h100"})
         direct = flowsim.simulate(net, dict(spec, generator="transformer", ffn=1024,

@@ -134,6 +134,9 @@ def palm(shape: ModelShape) -> float:
     """PaLM's model FLOPs: ``6 N`` per token plus attention (``12 L h s`` per token)."""
     tokens = shape.global_batch * shape.sequence
     attention = 12.0 * shape.layers * shape.heads * shape.head_dim * shape.sequence
+    if shape.mla is not None:   # query and key heads, value heads: their mean width
+        _, _, qk, r, v = shape.mla
+        attention = 6.0 * shape.layers * shape.heads * (qk + r + v) * shape.sequence
     return (6.0 * shape.parameters + attention) * tokens
 
 

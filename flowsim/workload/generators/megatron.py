@@ -82,6 +82,7 @@ FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL
 UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
               "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
               "account-for-loss-in-pipeline-split", "moe-grouped-gemm", "cp-comm-type",
+              "moe-shared-expert-overlap", "mtp-num-layers",
               "num-distributed-optimizer-instances", "disable-tp-comm-overlap-ag",
               "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by", "no-rope-fusion")
 #: ``--position-embedding-type``'s choices in Megatron-LM

@@ -6,7 +6,8 @@ The model: ``layers`` layers of width ``h = hidden``, attention with ``heads`` q
 al. 2023), an MLP of inner width ``ffn`` (two GEMMs and GeLU, or with ``gated_mlp`` three and
 SwiGLU; Shazeer 2020) or, with ``experts``, a mixture of experts (router, ``top_k`` of
 ``experts`` experts of width ``moe_ffn`` per token, ``capacity_factor``, and with
-``shared_ffn`` shared experts every token passes after them; ``moe_layer_freq`` makes some
+``shared_ffn`` shared experts every token passes after their combine, as Megatron-Core r0.10
+to r0.12 run them; ``moe_layer_freq`` makes some
 layers' MLPs dense); ``mla`` gives multi-head latent attention's widths instead
 (:mod:`.transformer_mla`); with ``vocab`` an
 embedding on the first virtual stage and the output layer with its cross entropy on the last

@@ -100,9 +100,11 @@ def _activations(program: StageProgram) -> float:
     per_layer, transient = _layer_activations(program, moe=spec.experts > 0)
     chunk_layers = {c: len(program.layers[c]) * per_layer for c in range(spec.vpp)}
     if spec.moe_layer_freq:   # dense and MoE layers keep different bytes
-        dense, dense_transient = _layer_activations(program, moe=False)
-        transient = max(transient, dense_transient)
-        chunk_layers = {c: sum(per_layer if spec.is_moe(i) else dense for i in layers)
+        kinds = {False: _layer_activations(program, moe=False),
+                 True: (per_layer, transient)}
+        own = [spec.is_moe(i) for layers in program.layers.values() for i in layers]
+        transient = max((kinds[moe][1] for moe in own), default=0.0)
+        chunk_layers = {c: sum(kinds[spec.is_moe(i)][0] for i in layers)
                         for c, layers in program.layers.items()}
     logits = LOGITS_BYTES * program.k.n * program.k.vocab_shard if spec.vocab else 0
     held = dict.fromkeys(range(spec.vpp), 0)

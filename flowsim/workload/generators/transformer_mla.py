@@ -164,11 +164,11 @@ class LatentKernels(LayerKernels):
 
     @property
     def attention_activations(self) -> int:
-        """Bytes a layer's attention keeps per micro-batch for its backward: the gathered
-        latents, queries, keys and values, and the attention's output."""
-        width = self.latent + self.heads * self.head_qk + self.kv_up + \
-            self.heads * self.m.v_head_dim
-        return ACT * self.n * width
+        """Bytes a layer's attention keeps per micro-batch for its backward: the latents
+        (the rank's shard: its backward gathers them again), queries, keys and values, and
+        the attention's output."""
+        width = self.heads * self.head_qk + self.kv_up + self.heads * self.m.v_head_dim
+        return ACT * (self.n * width + self.n_sp * self.latent)
 
     @property
     def kv_bytes(self) -> int:

@@ -186,7 +186,8 @@ class PassBuilder:
             x = (self.collective(f"{name}.combine", "all_to_all", k.dispatch_bytes, ep,
                                  layer, "fwd", x),)
         shared = k.shared_expert
-        if shared is not None:   # after the routed experts (without shared-expert overlap)
+        if shared is not None:   # after the combine, as Megatron-Core r0.10-r0.12 runs them
+            # (without --moe-shared-expert-overlap; later releases moved them earlier)
             x = self.layer_block(f"{name}.shared_expert", Block(
                 shared.fc1, shared.activation, shared.fc2, "fc1", "fc2"), layer, x,
                 gather=True, reduce=True)
@@ -289,11 +290,14 @@ class PassBuilder:
     def _moe_backward(self, name: str, layer: int, g: Frontier) -> Frontier:
         k, s, ep = self.k, self.spec, self.groups.ep
         shared: Frontier = ()
-        if k.shared_expert is not None:   # computed last forward: its backward comes first
+        if k.shared_expert is not None:
+            # computed last forward, so its backward comes first, and the routed path's
+            # communication waits for its kernels (no shared-expert overlap)
             e = k.shared_expert
             shared = self._dgrad_wgrad(f"{name}.shared_expert", Block(
                 e.fc2_dgrad, e.activation_backward, e.fc1_dgrad, "fc2", "fc1"), e.mlp_wgrad,
                 layer, g)
+            g = (*g, *shared, *(() if self.last is None else (self.last,)))
         if s.ep > 1:
             g = (self.collective(f"{name}.combine_backward", "all_to_all", k.dispatch_bytes,
                                  ep, layer, "ig", g),)

@@ -303,9 +303,11 @@ def _check_consistent(spec: TransformerSpec) -> None:
     if spec.mla is not None:   # flowsim's limits: what its MLA model leaves out
         need(spec.kv_heads == spec.heads, "kv_heads", f"heads={spec.heads} with mla (each "
              f"head has its own keys and values)", spec.kv_heads)
-        need(spec.cp == 1 and spec.attention != "unfused" and not (
-            spec.tp_comm_overlap and spec.tp > 1), "mla", "null with cp > 1, unfused "
-             "attention or tp_comm_overlap (flowsim does not model them together)", "a block")
+        why = " with mla (flowsim does not model them together)"
+        need(spec.cp == 1, "cp", "1" + why, spec.cp)
+        need(spec.attention != "unfused", "attention", "flash or flash2" + why, spec.attention)
+        need(not spec.tp_comm_overlap or spec.tp == 1, "tp_comm_overlap", "false" + why,
+             spec.tp_comm_overlap)
     if spec.sp:
         need(spec.sequence % (spec.tp * spec.cp) == 0, "sequence",
              f"a multiple of tp * cp = {spec.tp * spec.cp} with sequence parallelism",

@@ -122,6 +122,8 @@ def _pattern_expression(text: str, source: str, what: str) -> list[int]:
             if isinstance(node.op, ast.Add) and isinstance(left, list) \
                     and isinstance(right, list):
                 return left + right
+            if isinstance(node.op, ast.Mult) and isinstance(left, int):   # 3*[1] as [1]*3
+                left, right = right, left
             if isinstance(node.op, ast.Mult) and isinstance(left, list) \
                     and isinstance(right, int) and 0 <= right and len(left) * right <= 1 << 20:
                 return left * right
@@ -143,7 +145,7 @@ def moe_pattern(freq: tuple[int, ...] | int, layers: int, experts: int, source: 
     layer is one; checked against ``layers`` and ``experts``."""
     pattern = freq if isinstance(freq, tuple) else \
         tuple(int(i % freq == 0) for i in range(layers)) if freq > 1 else ()
-    if not pattern:
+    if not pattern and not isinstance(freq, tuple):
         return ()
     found = freq if isinstance(freq, int) else list(freq)
     if not experts:
@@ -159,12 +161,13 @@ def moe_pattern(freq: tuple[int, ...] | int, layers: int, experts: int, source: 
 
 @dataclass(frozen=True)
 class LatentAttention:
-    """Multi-head latent attention's widths (``mla``; Megatron-Core's
-    ``MLATransformerConfig``): queries and keys/values projected down to low-rank latents
-    and up again per head; see :mod:`.transformer_mla`."""
+    """Multi-head latent attention's widths (``mla``), with Megatron-Core's
+    ``MLATransformerConfig`` defaults (Megatron-LM's command line defaults differ:
+    ``--q-lora-rank`` none, ``--kv-lora-rank`` 32): queries and keys/values projected down
+    to low-rank latents and up again per head; see :mod:`.transformer_mla`."""
 
     #: the queries' latent (0: projected from the hidden state directly)
-    q_lora_rank: int = 0
+    q_lora_rank: int = 512
     #: the keys' and values' shared latent
     kv_lora_rank: int = 512
     #: a query and key head's width without and with its rotary part, a value head's
