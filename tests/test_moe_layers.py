@@ -172,3 +172,15 @@ def test_the_importers_read_it(net):
             direct, {"generator": "megatron", "args": args, "device": "h100"})]
         assert nemo_keys(nemo, "nemo.yml")["moe_layer_freq"] == PATTERN
     assert times[1] == times[0]
+
+
+def test_an_imported_pattern_s_error_names_the_flag(net):
+    """A bad --moe-layer-freq is reported as the flag the user wrote, not only the key."""
+    args = ("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 128 "
+            "--micro-batch-size 1 --global-batch-size 16 --bf16 --num-experts 8 "
+            "--moe-layer-freq [0]*3")
+    with warnings.catch_warnings(), pytest.raises(
+            ConfigError, match=r"'moe_layer_freq': expected 4 entries.*read from "
+                               r"--moe-layer-freq in 'args'"):
+        warnings.simplefilter("ignore", FlowsimWarning)
+        flowsim.simulate(net, {"generator": "megatron", "args": args, "device": "h100"})

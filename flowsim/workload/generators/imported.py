@@ -77,7 +77,7 @@ class ImportedSpec:
         try:
             return self._build(network)
         except ConfigError as exc:   # name the setting as the user wrote it
-            named = re.search(r"key '(\w+)'", str(exc))
+            named = re.search(r"key '(\w+)", str(exc))   # 'mla.x', 'moe_layer_freq[1]' too
             tool = dict(self.names).get(named.group(1)) if named else None
             if tool is None:
                 raise

@@ -286,7 +286,9 @@ def parse_megatron(values: Mapping[str, Any], source: str) -> ImportedSpec:
         source = str(path)
     return parse_imported(values, source, read="args",
                           translate=lambda args, where: megatron_keys(args, where, env),
-                          names={key: f"--{flag}" for flag, key in VALUED.items()})
+                          names={**{key: f"--{flag}" for flag, key in VALUED.items()},
+                                 "moe_layer_freq": "--moe-layer-freq",
+                                 "mla": "--multi-latent-attention and its widths"})
 
 
 def _environment(env: Any, source: str) -> dict[str, str]:

@@ -251,4 +251,6 @@ def parse_nemo(values: Mapping[str, Any], source: str) -> ImportedSpec:
                           translate=lambda config, src: nemo_keys(config, src, overrides),
                           names={**{key: f"model.{name}" for name, key in NUMBERS.items()},
                                  "fsdp_shard": "model.fsdp_sharding_strategy hybrid: "
-                                               "trainer.devices / (tp * cp)"})
+                                               "trainer.devices / (tp * cp)",
+                                 "moe_layer_freq": "model.moe_layer_freq",
+                                 "mla": "model.multi_latent_attention and its widths"})
