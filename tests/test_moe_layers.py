@@ -53,7 +53,7 @@ def _bytes(program, prefix) -> int:
 @pytest.mark.parametrize(("given", "pattern"), [
     (2, (1, 0, 1, 0)), ("2", (1, 0, 1, 0)), (PATTERN, tuple(PATTERN)),
     ("[0]*2+[1]*2", (0, 0, 1, 1)), ("([0]+[1])*2", (0, 1, 0, 1)), ("2*[0]+2*[1]", (0, 0, 1, 1)),
-    (1, ()), ([1] * 4, ()),
+    (1, ()), ([1] * 4, ()), (None, ()),
 ])
 def test_the_pattern_reads_as_megatron_s(given, pattern):
     """An integer N makes every N-th layer from layer 0 a mixture of experts (Megatron-Core's

@@ -88,7 +88,9 @@ def read_moe_layers(values: Mapping[str, Any], source: str) -> tuple[int, ...] |
     mixture of experts (an integer N, from layer 0), or a pattern of 0 (dense MLP) and 1 (MoE)
     per layer, as a list or as Megatron-LM's Python expression (``"[0]*3+[1]*58"``).
     Returns the integer, or the pattern (checked against ``layers`` later)."""
-    raw = values.get("moe_layer_freq", 1)
+    raw = values.get("moe_layer_freq")
+    if raw is None:   # absent or null: every layer
+        raw = 1
     what = ("an integer N (every N-th layer a mixture of experts), or a list of 0 and 1 per "
             "layer, e.g. [0, 1, 0, 1] or \"[0]*3+[1]*58\"")
     if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
