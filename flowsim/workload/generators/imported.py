@@ -20,7 +20,8 @@ from ..._validate import read_int
 from ...errors import ConfigError, FlowsimWarning, config_error
 from ..graph import Workload
 from .transformer import build_transformer, parse_transformer
-from .transformer_spec import KEYS, MAXIMA
+from .transformer_spec import KEYS
+from .transformer_values import MAXIMA
 
 #: GPT-2's BPE vocabulary, which both tools' GPT-2 tokenizers use
 GPT2_VOCAB = 50257

@@ -24,17 +24,7 @@ from ..._validate import (
 from ...errors import ConfigError, config_error
 from ..kernels import DTYPE_BYTES
 from ..roofline import Roofline, parse_roofline
-from .transformer_values import (
-    MAXIMA,
-    LatentAttention,
-    moe_pattern,
-    read_device,
-    read_dims,
-    read_dtype,
-    read_layout,
-    read_mla,
-    read_moe_layers,
-)
+from . import transformer_values as tv
 
 #: Pipeline schedules (see :mod:`.transformer_schedule`).
 Schedule = Literal["1f1b", "gpipe", "interleaved"]
@@ -105,7 +95,7 @@ class TransformerSpec:
     #: layer (as given: an integer N, every N-th layer from layer 0, or the pattern)
     moe_layer_freq: tuple[int, ...] | int = ()
     #: multi-head latent attention's widths (DeepSeek-V2/V3, Kimi K2); None: standard
-    mla: LatentAttention | None = None
+    mla: tv.LatentAttention | None = None
     capacity_factor: float = 1.0
     #: where the expert-parallel ranks come from (:data:`EXPERT_LAYOUTS`)
     expert_layout: ExpertLayout = "within_dp"
@@ -227,14 +217,14 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     v["tp_comm_overlap_cfg"] = read_choice(values, "tp_comm_overlap_cfg", UB_CONFIGS,
                                            source=source, default="nemo",
                                            case_insensitive=True)
-    v["dtype"] = read_dtype(values, source, DTYPES)
-    v["mla"] = read_mla(values, source)
-    v["pipeline_layout"] = read_layout(values, source)
-    v["moe_layer_freq"] = read_moe_layers(values, source)
-    v["device"] = read_device(values, source)
+    v["dtype"] = tv.read_dtype(values, source, DTYPES)
+    v["mla"] = tv.read_mla(values, source)
+    v["pipeline_layout"] = tv.read_layout(values, source)
+    v["moe_layer_freq"] = tv.read_moe_layers(values, source)
+    v["device"] = tv.read_device(values, source)
     v["roofline"] = None if values.get("roofline") is None else \
         parse_roofline(values["roofline"], source, default=A100_ROOFLINE)
-    v["dims"] = read_dims(values.get("dims"), source)
+    v["dims"] = tv.read_dims(values.get("dims"), source)
     spec = TransformerSpec(**v, source=source)
     spec = _with_defaults(spec)
     _check_consistent(spec)
@@ -243,10 +233,10 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
 
 def _count(values: Mapping[str, Any], key: str, source: str, default: Any = ...,
            minimum: int = 1) -> int:
-    """An integer key, at least ``minimum`` and at most its :data:`MAXIMA` entry."""
+    """An integer key, at least ``minimum`` and at most its :data:`~.transformer_values.MAXIMA` entry."""
     from ..._validate import REQUIRED
 
-    return read_int(values, key, source=source, minimum=minimum, maximum=MAXIMA[key],
+    return read_int(values, key, source=source, minimum=minimum, maximum=tv.MAXIMA[key],
                     default=REQUIRED if default is ... else default)
 
 
@@ -266,7 +256,7 @@ def _with_defaults(spec: TransformerSpec) -> TransformerSpec:
         # need sequence parallelism (Megatron-LM; Megatron-Core's MoELayer refuses to train
         # without it)
         "sp": spec.sp or (spec.tp > 1 and (spec.tp_comm_overlap or spec.experts > 0)),
-        "moe_layer_freq": moe_pattern(spec.moe_layer_freq, spec.layers, spec.experts,
+        "moe_layer_freq": tv.moe_pattern(spec.moe_layer_freq, spec.layers, spec.experts,
                                       spec.source)}
     return replace(spec, **changes)
 
