@@ -29,9 +29,6 @@ from .transformer_spec import TransformerSpec
 ACT = 2
 #: bytes one FP8 cast-transpose moves per element: read 16-bit, write FP8 and its transpose
 FP8_CAST_BYTES = ACT + 1 + 1
-#: Adam with FP32 master weights: bytes moved per parameter by the optimizer step (read the FP32
-#: gradient, read and write master weight and both moments, write the 16-bit weight)
-OPTIMIZER_BYTES_PER_PARAM = 30
 
 
 def _ew(nbytes: float, name: str) -> Elementwise:
@@ -393,8 +390,3 @@ class LayerKernels:
         if not s.experts:
             return 0
         return (s.experts // s.ep) * (3 if s.gated_mlp else 2) * s.hidden * self.expert_width
-
-
-def optimizer_step(parameters: float) -> tuple[Kernel, ...]:
-    """The optimizer step over ``parameters`` local weights (memory-bound Adam)."""
-    return (_ew(OPTIMIZER_BYTES_PER_PARAM * parameters, "optimizer"),)

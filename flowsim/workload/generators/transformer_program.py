@@ -7,8 +7,8 @@ parallelism's per-layer parameter all-gathers and gradient reduce-scatters."""
 from __future__ import annotations
 
 from ..graph import Op
+from ..kernels import Elementwise, Kernel
 from .transformer_fsdp import FullySharded
-from .transformer_kernels import optimizer_step
 from .transformer_mapping import StageContext
 from .transformer_mla import layer_kernels
 from .transformer_passes import Frontier, PassBuilder
@@ -18,6 +18,16 @@ from .transformer_spec import TransformerSpec
 #: Megatron-Core's gradient bucket size: max(40 M, 1 M x data-parallel size) parameters
 BUCKET_PARAMS = 40_000_000
 BUCKET_PARAMS_PER_RANK = 1_000_000
+
+
+#: Adam with FP32 master weights: bytes moved per parameter by the optimizer step (read the FP32
+#: gradient, read and write master weight and both moments, write the 16-bit weight)
+OPTIMIZER_BYTES_PER_PARAM = 30
+
+
+def optimizer_step(parameters: float) -> tuple[Kernel, ...]:
+    """The optimizer step over ``parameters`` local weights (memory-bound Adam)."""
+    return (Elementwise(float(OPTIMIZER_BYTES_PER_PARAM * parameters), name="optimizer"),)
 
 
 def layer_names(spec: TransformerSpec) -> list[str]:

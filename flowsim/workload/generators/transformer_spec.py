@@ -233,7 +233,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
 
 def _count(values: Mapping[str, Any], key: str, source: str, default: Any = ...,
            minimum: int = 1) -> int:
-    """An integer key, at least ``minimum`` and at most its :data:`~.transformer_values.MAXIMA` entry."""
+    """An integer key, at least ``minimum`` and at most its
+    :data:`~.transformer_values.MAXIMA` entry."""
     from ..._validate import REQUIRED
 
     return read_int(values, key, source=source, minimum=minimum, maximum=tv.MAXIMA[key],
