@@ -51,5 +51,7 @@ def attention_ns(device: Device, attention: Attention) -> float:
     fill = blocks / (waves * device.sms)
     # keys a block visits: all of them, or under the causal mask half on average
     keys = attention.seq_kv / 2 if attention.causal else attention.seq_kv
+    if attention.windowed:   # a sliding window: the keys within it
+        keys = attention.window_keys
     stretch = (keys + KV_OVERHEAD) / keys if keys > 0 else 1.0
     return attention.flops / (rate * fill) * stretch + device.launch_us * 1e3

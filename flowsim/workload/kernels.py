@@ -59,7 +59,9 @@ class Attention:
     """Fused (flash) attention: ``batch`` sequences of ``seq_q`` queries against ``seq_kv``
     keys, ``heads`` query heads of ``head_dim``, ``kv_heads`` key/value heads (grouped-query
     attention when fewer than ``heads``). ``implementation``: ``flash``, the device's best
-    fused kernel, or ``flash2``, FlashAttention-2 (slower on devices that have a newer one)."""
+    fused kernel, or ``flash2``, FlashAttention-2 (slower on devices that have a newer one).
+    ``window``: sliding-window attention (Beltagy et al. 2020; Mistral 7B, Gemma, GPT-OSS),
+    each query attending its ``window`` latest keys only."""
 
     batch: int
     heads: int
@@ -71,12 +73,27 @@ class Attention:
     backward: bool = False
     dtype: str = "bf16"
     implementation: str = "flash"
+    #: a causal sliding window: the keys each query attends back to (0: all of them)
+    window: int = 0
+
+    @property
+    def windowed(self) -> bool:
+        return self.causal and 0 < self.window < self.seq_kv
+
+    @property
+    def window_keys(self) -> float:
+        """Keys an average query attends within the window (``seq_q = seq_kv``): ``w`` less
+        the ramp of the first ``w`` queries, ``w^2 / 2s``."""
+        return self.window - self.window * self.window / (2 * self.seq_q)
 
     @property
     def flops(self) -> float:
         forward = 4.0 * self.batch * self.heads * self.seq_q * self.seq_kv * self.head_dim
         if self.causal:
             forward /= 2
+        if self.windowed:
+            forward = 4.0 * self.batch * self.heads * self.seq_q * self.window_keys * \
+                self.head_dim
         return forward * (2.5 if self.backward else 1.0)
 
     @property

@@ -124,3 +124,17 @@ def parse_imported(values: Mapping[str, Any], source: str, *, read: str,
 def build_imported(network: Any, spec: ImportedSpec) -> Workload:
     """The workload an :class:`ImportedSpec` describes on ``network``."""
     return spec.build(network)
+
+
+def causal_window(size: Any, where: str, name: str) -> int:
+    """A window size as Megatron-Core's ``window_size`` gives it, ``(left, right)``: the
+    keys a query attends back to; a causal model's right side is 0."""
+    try:
+        left, right = (int(str(x).strip()) for x in size)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: {name}: expected two integers (left, right), e.g. "
+                          f"(128, 0), found {size!r}") from None
+    if left < 1 or right != 0:
+        raise ConfigError(f"{where}: {name}: expected (left, 0) with left >= 1 (a causal "
+                          f"sliding window), found ({left}, {right})")
+    return left

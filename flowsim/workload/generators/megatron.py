@@ -32,6 +32,7 @@ from ...errors import ConfigError, FlowsimWarning, config_error
 from .imported import (
     GPT2_VOCAB,
     ImportedSpec,
+    causal_window,
     parse_imported,
     position_embedding,
     read_beside,
@@ -75,7 +76,7 @@ SPECIAL = ("num-layers-per-virtual-pipeline-stage", "recompute-granularity", "fp
            "moe-token-dispatcher-type", "recompute-method", "recompute-num-layers",
            "use-megatron-fsdp", "data-parallel-sharding-strategy", "position-embedding-type",
            "use-rotary-position-embeddings", "moe-layer-freq", "multi-latent-attention",
-           *MLA_FLAGS)
+           "window-size", "window-attn-skip-freq", *MLA_FLAGS)
 #: every flag this module reads
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL
 #: flags that shape an iteration's time but have no transformer key (named in a warning)
@@ -186,6 +187,11 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
     """The flags of :data:`SPECIAL`."""
     if flags.get("moe-layer-freq") is not None and keys.get("experts"):
         keys["moe_layer_freq"] = flags["moe-layer-freq"]   # N, or a list expression
+    size = flags.get("window-size")
+    if size is not None:   # Megatron's tuple_type: "(128,0)" or "128,0"
+        keys["window"] = causal_window(size.strip("()").split(","), where, "--window-size")
+    if flags.get("window-attn-skip-freq") is not None:
+        keys["window_skip_freq"] = flags["window-attn-skip-freq"]   # N, or a list expression
     if "multi-latent-attention" in flags:
         keys["mla"] = {key: default if flags.get(flag) is None else
                        _number(flags[flag], flag, where)
@@ -288,6 +294,7 @@ def parse_megatron(values: Mapping[str, Any], source: str) -> ImportedSpec:
                           translate=lambda args, where: megatron_keys(args, where, env),
                           names={**{key: f"--{flag}" for flag, key in VALUED.items()},
                                  "moe_layer_freq": "--moe-layer-freq",
+                                 "window_skip_freq": "--window-attn-skip-freq",
                                  "mla": "--multi-latent-attention and its widths"})
 
 

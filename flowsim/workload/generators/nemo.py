@@ -21,7 +21,7 @@ What is read, by NeMo key (``model.`` omitted): the shape (``num_layers``, ``hid
 ``moe_expert_capacity_factor``, ``moe_shared_expert_intermediate_size``,
 ``moe_layer_freq``), multi-latent attention (``multi_latent_attention`` with
 ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim``),
-recomputation
+sliding windows (``window_size``, ``window_attn_skip_freq``), recomputation
 (``activations_checkpoint_granularity``),
 precision (``trainer.precision``, ``fp8``, ``fp8_params``), ``ub_tp_comm_overlap``
 (NeMo's userbuffers
@@ -52,6 +52,7 @@ from ...errors import ConfigError, FlowsimWarning, config_error
 from .imported import (
     GPT2_VOCAB,
     ImportedSpec,
+    causal_window,
     parse_imported,
     position_embedding,
     read_beside,
@@ -102,6 +103,10 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
         keys.setdefault("top_k", 2)   # Megatron-Core's default
         if model.get("moe_layer_freq") is not None:   # an integer or a list of 0 and 1
             keys["moe_layer_freq"] = model["moe_layer_freq"]
+    if model.get("window_size") is not None:   # (left, right) in Megatron-Core's config
+        keys["window"] = causal_window(model["window_size"], where, "model.window_size")
+    if model.get("window_attn_skip_freq") is not None:
+        keys["window_skip_freq"] = model["window_attn_skip_freq"]
     if model.get("multi_latent_attention"):   # Megatron-Core's MLATransformerConfig defaults
         keys["mla"] = {key: 0 if model.get(key, default) is None else model.get(key, default)
                        for key, default in MLA_DEFAULTS.items()}
@@ -253,4 +258,5 @@ def parse_nemo(values: Mapping[str, Any], source: str) -> ImportedSpec:
                                  "fsdp_shard": "model.fsdp_sharding_strategy hybrid: "
                                                "trainer.devices / (tp * cp)",
                                  "moe_layer_freq": "model.moe_layer_freq",
+                                 "window_skip_freq": "model.window_attn_skip_freq",
                                  "mla": "model.multi_latent_attention and its widths"})

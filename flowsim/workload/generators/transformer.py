@@ -9,7 +9,8 @@ SwiGLU; Shazeer 2020) or, with ``experts``, a mixture of experts (router, ``top_
 ``shared_ffn`` shared experts every token passes after their combine, as Megatron-Core r0.10
 to r0.12 run them; ``moe_layer_freq`` makes some
 layers' MLPs dense); ``mla`` gives multi-head latent attention's widths instead
-(:mod:`.transformer_mla`); with ``vocab`` an
+(:mod:`.transformer_mla`), ``window`` a causal sliding window (the keys each query attends
+back to) on every layer or, with ``window_skip_freq``, on the layers it names; with ``vocab`` an
 embedding on the first virtual stage and the output layer with its cross entropy on the last
 (the vocabulary padded to a multiple of ``128 t`` as Megatron-LM pads it). An iteration runs
 ``global_batch`` sequences of ``sequence`` tokens in micro-batches of ``micro_batch``
@@ -160,7 +161,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``scatter_gather``, ``bucket_size``;
         ``attention`` (``flash``, ``flash2``, ``unfused``), ``mla`` (``q_lora_rank``,
         ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim``),
-        ``position_embedding``
+        ``window``, ``window_skip_freq`` (every N-th layer, counted from 1, full attention,
+        or a list of 1 (window) and 0 per layer), ``position_embedding``
         (``learned_absolute``, ``rope``, ``alibi``, ``none``), ``dtype`` (``bf16``, ``fp16``,
         ``fp8``);
         ``device`` (a compute preset) or ``roofline`` (a mapping); ``dims``.

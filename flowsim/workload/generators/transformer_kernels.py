@@ -155,8 +155,8 @@ class LayerKernels:
         s = self.spec
         heads, local = s.heads // s.tp, s.sequence // s.cp
         kv_heads = max(1, s.kv_heads // s.tp)
-        out = [Attention(s.micro_batch, heads, local, local, s.head_dim, kv_heads,
-                         causal=True, backward=backward, implementation=s.attention)]
+        out = [Attention(s.micro_batch, heads, local, local, s.head_dim, kv_heads, causal=True,
+                         backward=backward, implementation=s.attention, window=s.window)]
         # the other cp - 1 ring steps: with causal load balancing (two chunks per rank),
         # each attends half of another rank's keys
         out += [Attention(s.micro_batch, heads, local, local // 2, s.head_dim, kv_heads,
@@ -372,8 +372,15 @@ class LayerKernels:
 
     def of_layer(self, layer: int) -> LayerKernels:
         """The kernels of ``layer``: these, or a dense MLP's (width ``ffn``) for a dense
-        layer of a mixture of experts (``moe_layer_freq``)."""
-        return self if not self.spec.experts or self.spec.is_moe(layer) else self._dense_layer
+        layer of a mixture of experts (``moe_layer_freq``), and full attention's for a layer
+        the sliding window skips (``window_skip_freq``)."""
+        s = self.spec
+        k = self if not s.experts or s.is_moe(layer) else self._dense_layer
+        return k if not s.window or s.is_windowed(layer) else k._full_attention
+
+    @cached_property
+    def _full_attention(self) -> LayerKernels:
+        return type(self)(replace(self.spec, window=0, window_skip_freq=()))
 
     @cached_property
     def shared_expert(self) -> LayerKernels | None:

@@ -110,7 +110,7 @@ class LatentKernels(LayerKernels):
         width = (self.head_qk + self.m.v_head_dim) // 2   # the mean of the two: same FLOPs
         return (Attention(s.micro_batch, self.heads, s.sequence, s.sequence, width,
                           self.heads, causal=True, backward=backward,
-                          implementation=s.attention),)
+                          implementation=s.attention, window=s.window),)
 
     @cached_property
     def projection(self) -> tuple[Kernel, ...]:

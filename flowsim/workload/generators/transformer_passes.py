@@ -155,7 +155,7 @@ class PassBuilder:
         return self.k.residual
 
     def _attention_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
-        k, s = self.k, self.spec
+        k, s = self.k.of_layer(layer), self.spec   # the layer's own (its window, if any)
         if isinstance(k, LatentKernels):   # the latents are projected down, then gathered
             x = (self.compute(f"{name}.attention.down", k.down, layer, "fwd", x),)
             return self.layer_block(f"{name}.attention", Block(
@@ -213,6 +213,7 @@ class PassBuilder:
                           layer, "ig", g),)
         # the rotary backward ends the body, before the QKV layer's backward (and its input
         # gathered again) starts; with CP after the key gradients are reduced (``between``)
+        k = k.of_layer(layer)   # the layer's attention (its window, if any)
         core = k.core_attention_backward + (k.rope if s.cp == 1 else ())
         order = None
         if s.recompute == "selective" and s.attention == "unfused":

@@ -37,10 +37,8 @@ ATTENTIONS: tuple[AttentionKind, ...] = choices_of(AttentionKind)
 PositionEmbedding = Literal["learned_absolute", "rope", "alibi", "none"]
 POSITION_EMBEDDINGS: tuple[PositionEmbedding, ...] = choices_of(PositionEmbedding)
 DType = Literal["bf16", "fp16", "fp8"]
-#: Where expert parallelism takes its ranks: inside the data-parallel ranks (Megatron-Core
-#: before 0.10), or folded over context x data parallelism (Megatron-Core 0.10 on, "MoE
-#: parallel folding": the expert layers' own grid, expert-TP x EP x expert-DP, over the
-#: same ranks; with cp = 1 the two are the same)
+#: Where expert parallelism takes its ranks: inside the data-parallel ranks (Megatron-Core before
+#: 0.10), or folded over context x data parallelism (0.10 on, "MoE parallel folding")
 ExpertLayout = Literal["within_dp", "folded"]
 EXPERT_LAYOUTS: tuple[ExpertLayout, ...] = choices_of(ExpertLayout)
 #: userbuffers settings of ``tp_comm_overlap`` (:mod:`.transformer_overlap`)
@@ -96,6 +94,9 @@ class TransformerSpec:
     moe_layer_freq: tuple[int, ...] | int = ()
     #: multi-head latent attention's widths (DeepSeek-V2/V3, Kimi K2); None: standard
     mla: tv.LatentAttention | None = None
+    #: sliding window in keys (0: full attention); window_skip_freq: 1 window / 0 full per layer
+    window: int = 0
+    window_skip_freq: tuple[int, ...] | int | None = None
     capacity_factor: float = 1.0
     #: where the expert-parallel ranks come from (:data:`EXPERT_LAYOUTS`)
     expert_layout: ExpertLayout = "within_dp"
@@ -153,6 +154,11 @@ class TransformerSpec:
     def interleaved(self) -> bool:
         return self.vpp > 1
 
+    def is_windowed(self, layer: int) -> bool:
+        """Whether ``layer`` attends through the sliding window (else to every key)."""
+        pattern = self.window_skip_freq
+        return self.window > 0 and (not pattern or bool(pattern[layer]))  # type: ignore
+
     def is_moe(self, layer: int) -> bool:
         """Whether ``layer`` is a mixture of experts (else a dense MLP of width ``ffn``)."""
         pattern = self.moe_layer_freq
@@ -188,7 +194,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                          ("ep", 1), ("vpp", 1)):
         v[key] = _count(values, key, source, default)
     for key in ("micro_batches", "global_batch", "heads", "kv_heads", "head_dim", "ffn",
-                "moe_ffn", "shared_ffn", "vocab", "experts", "top_k", "bucket_size",
+                "moe_ffn", "shared_ffn", "vocab", "experts", "top_k", "bucket_size", "window",
                 "expert_tp",
                 "fsdp_shard"):
         v[key] = _count(values, key, source, 0, minimum=0)
@@ -221,6 +227,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     v["mla"] = tv.read_mla(values, source)
     v["pipeline_layout"] = tv.read_layout(values, source)
     v["moe_layer_freq"] = tv.read_moe_layers(values, source)
+    v["window_skip_freq"] = tv.read_layer_pattern(values, "window_skip_freq", source,
+                                                  "a full-attention one")
     v["device"] = tv.read_device(values, source)
     v["roofline"] = None if values.get("roofline") is None else \
         parse_roofline(values["roofline"], source, default=A100_ROOFLINE)
@@ -257,6 +265,8 @@ def _with_defaults(spec: TransformerSpec) -> TransformerSpec:
         # need sequence parallelism (Megatron-LM; Megatron-Core's MoELayer refuses to train
         # without it)
         "sp": spec.sp or (spec.tp > 1 and (spec.tp_comm_overlap or spec.experts > 0)),
+        "window_skip_freq": tv.window_pattern(spec.window_skip_freq, spec.layers, spec.window,
+                                              spec.source),
         "moe_layer_freq": tv.moe_pattern(spec.moe_layer_freq, spec.layers, spec.experts,
                                       spec.source)}
     return replace(spec, **changes)
@@ -291,6 +301,9 @@ def _check_consistent(spec: TransformerSpec) -> None:
     need(spec.kv_heads % spec.tp == 0 or spec.tp % spec.kv_heads == 0, "kv_heads",
          f"a multiple or a divisor of tp={spec.tp}", spec.kv_heads)
     need(spec.ffn % spec.tp == 0, "ffn", f"a multiple of tp={spec.tp}", spec.ffn)
+    if spec.window:   # flowsim's limits: fused attention, one context-parallel rank
+        need(spec.attention != "unfused" and spec.cp == 1, "window", "0 with unfused "
+             "attention or cp > 1 (flowsim does not model them together)", spec.window)
     if spec.mla is not None:   # flowsim's limits: what its MLA model leaves out
         need(spec.kv_heads == spec.heads, "kv_heads", f"heads={spec.heads} with mla (each "
              f"head has its own keys and values)", spec.kv_heads)

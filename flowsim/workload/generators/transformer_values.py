@@ -27,8 +27,8 @@ MAXIMA = {"layers": MAX_INT, "micro_batches": MAX_INT, "global_batch": MAX_INT,
           "kv_heads": 1 << 24, "head_dim": 1 << 16, "ffn": 1 << 26, "moe_ffn": 1 << 26,
           "shared_ffn": 1 << 26, "vocab": 1 << 26, "dtype_bytes": 64, "dp": MAX_NPUS,
           "tp": MAX_NPUS, "pp": MAX_NPUS, "cp": MAX_NPUS, "ep": MAX_NPUS, "vpp": 1 << 16,
-          "experts": 1 << 20, "top_k": 1 << 20, "bucket_size": MAX_INT, "fsdp_shard": MAX_INT,
-          "expert_tp": MAX_NPUS}
+          "experts": 1 << 20, "top_k": 1 << 20, "window": 1 << 24, "bucket_size": MAX_INT,
+          "fsdp_shard": MAX_INT, "expert_tp": MAX_NPUS}
 #: The parallelisms, innermost first in Megatron-Core's default rank order ("tp-cp-ep-dp-pp").
 Parallelism = Literal["tp", "cp", "ep", "dp", "pp"]
 PARALLELISMS: tuple[Parallelism, ...] = choices_of(Parallelism)
@@ -87,30 +87,38 @@ def read_moe_layers(values: Mapping[str, Any], source: str) -> tuple[int, ...] |
     """``moe_layer_freq`` (Megatron-Core's ``--moe-layer-freq``): every N-th layer is a
     mixture of experts (an integer N, from layer 0), or a pattern of 0 (dense MLP) and 1 (MoE)
     per layer, as a list or as Megatron-LM's Python expression (``"[0]*3+[1]*58"``).
-    Returns the integer, or the pattern (checked against ``layers`` later)."""
-    raw = values.get("moe_layer_freq")
-    if raw is None:   # absent or null: every layer
-        raw = 1
-    what = ("an integer N (every N-th layer a mixture of experts), or a list of 0 and 1 per "
-            "layer, e.g. [0, 1, 0, 1] or \"[0]*3+[1]*58\"")
+    Returns the integer (1 when absent or null), or the pattern (checked against ``layers``
+    later)."""
+    pattern = read_layer_pattern(values, "moe_layer_freq", source, "a mixture of experts")
+    return 1 if pattern is None else pattern
+
+
+def read_layer_pattern(values: Mapping[str, Any], key: str, source: str, what: str
+                       ) -> tuple[int, ...] | int | None:
+    """A per-layer pattern in Megatron-LM's forms: an integer N, or 0 and 1 per layer as a
+    list or as its Python list expression; None when absent or null."""
+    raw = values.get(key)
+    if raw is None:
+        return None
+    what = (f"an integer N (every N-th layer {what}), or a list of 0 and 1 per layer, "
+            f"e.g. [0, 1, 0, 1] or \"[0]*3+[1]*58\"")
     if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
         raw = int(raw)
     if isinstance(raw, str):
-        raw = _pattern_expression(raw, source, what)
+        raw = _pattern_expression(raw, key, source, what)
     if isinstance(raw, bool):
-        raise config_error(source, "moe_layer_freq", what, raw)
+        raise config_error(source, key, what, raw)
     if isinstance(raw, int):
         if raw < 1 or raw > MAX_INT:
-            raise config_error(source, "moe_layer_freq", what, raw)
+            raise config_error(source, key, what, raw)
         return raw
-    items = read_list({"moe_layer_freq": raw}, "moe_layer_freq",
-                      partial(as_int, minimum=0, maximum=1), source=source,
+    items = read_list({key: raw}, key, partial(as_int, minimum=0, maximum=1), source=source,
                       max_length=1 << 20, what=what)
     return tuple(int(i) for i in items)
 
 
-def _pattern_expression(text: str, source: str, what: str) -> list[int]:
-    """Megatron-LM's ``--moe-layer-freq`` list expression: list displays of integers joined
+def _pattern_expression(text: str, key: str, source: str, what: str) -> list[int]:
+    """Megatron-LM's list expression (``--moe-layer-freq``): list displays of integers joined
     by ``+`` and repeated by ``*`` (evaluated without ``eval``)."""
     import ast
 
@@ -134,9 +142,9 @@ def _pattern_expression(text: str, source: str, what: str) -> list[int]:
     try:
         out = value(ast.parse(text.strip(), mode="eval").body)
     except (SyntaxError, ValueError, RecursionError):
-        raise config_error(source, "moe_layer_freq", what, text) from None
+        raise config_error(source, key, what, text) from None
     if not isinstance(out, list):
-        raise config_error(source, "moe_layer_freq", what, text)
+        raise config_error(source, key, what, text)
     return out
 
 
@@ -205,3 +213,22 @@ def read_dtype(values: Mapping[str, Any], source: str, dtypes: tuple[str, ...]) 
         raise config_error(source, "dtype_bytes", "2 (bf16) or 1 (fp8); prefer 'dtype'",
                            width)
     return "bf16" if width == 2 else "fp8"
+
+
+def window_pattern(freq: tuple[int, ...] | int | None, layers: int, window: int,
+                   source: str) -> tuple[int, ...]:
+    """``window_skip_freq`` (Megatron-Core's ``window_attn_skip_freq``) as 1 (sliding window)
+    or 0 (full attention) per layer, () when every layer attends through the window: an
+    integer N makes every N-th layer (counted from 1) a full one, as
+    ``is_layer_window_attention`` does."""
+    if freq is None:
+        return ()
+    found = freq if isinstance(freq, int) else list(freq)
+    if not window:
+        raise config_error(source, "window_skip_freq", "unset without window", found)
+    pattern = freq if isinstance(freq, tuple) else \
+        tuple(int((i + 1) % freq != 0) for i in range(layers))
+    if len(pattern) != layers:
+        raise config_error(source, "window_skip_freq", f"{layers} entries, one per layer "
+                                                       f"(layers={layers})", found)
+    return () if all(pattern) else pattern
