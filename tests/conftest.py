@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,14 @@ def pure(**overrides) -> dict:
     out = dict(PURE)
     out.update(overrides)
     return out
+
+
+def iteration_times(net, *specs) -> list[float]:
+    """Simulated iteration times (ns) of workload ``specs`` on ``net``, with the importers'
+    warnings (unmodelled flags, no vocabulary) silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", flowsim.FlowsimWarning)
+        return [float(flowsim.simulate(net, spec).time_ns) for spec in specs]
 
 
 @pytest.fixture(scope="session")

@@ -6,12 +6,11 @@ importers and the bad values."""
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import pytest
 
 import flowsim
-from flowsim import FlowsimWarning
+from conftest import iteration_times
 from flowsim.errors import ConfigError
 from flowsim.workload.flops import megatron
 from flowsim.workload.generators import transformer
@@ -134,11 +133,9 @@ def test_the_importers_read_it(net):
             "--use-distributed-optimizer --bf16 --tensor-model-parallel-size 2 "
             "--sequence-parallel --multi-latent-attention --q-lora-rank 96 "
             "--kv-lora-rank 64 --qk-head-dim 32 --qk-pos-emb-head-dim 16 --v-head-dim 32")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FlowsimWarning)
-        times = [float(flowsim.simulate(net, spec).time_ns) for spec in (
-            dict(SPEC, tp=2, dp=8, generator="transformer", device="h100"),
-            {"generator": "megatron", "args": args, "device": "h100"})]
+    times = iteration_times(net, dict(SPEC, tp=2, dp=8, generator="transformer",
+                                      device="h100"),
+                            {"generator": "megatron", "args": args, "device": "h100"})
     assert times[0] == times[1]
     config = {"trainer": {"num_nodes": 2, "devices": 8},
               "model": {"num_layers": 2, "hidden_size": 256, "num_attention_heads": 8,

@@ -10,6 +10,7 @@ import warnings
 import pytest
 
 import flowsim
+from conftest import iteration_times
 from flowsim import FlowsimWarning
 from flowsim.compute.attention import KV_OVERHEAD, attention_ns
 from flowsim.compute.devices import DEVICES
@@ -101,12 +102,11 @@ def test_the_importers_read_it(net):
             "--micro-batch-size 1 --global-batch-size 8 --swiglu --ffn-hidden-size 1024 "
             "--bf16 --tensor-model-parallel-size 2 --sequence-parallel --vocab-size 0 "
             "--window-size (128,0) --window-attn-skip-freq 2")
+    times = iteration_times(net, dict(SPEC, ffn=1024, window=128, window_skip_freq=2,
+                                      generator="transformer", device="h100"),
+                            {"generator": "megatron", "args": args, "device": "h100"})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FlowsimWarning)
-        times = [float(flowsim.simulate(net, spec).time_ns) for spec in (
-            dict(SPEC, ffn=1024, window=128, window_skip_freq=2, generator="transformer",
-                 device="h100"),
-            {"generator": "megatron", "args": args, "device": "h100"})]
         with pytest.raises(ConfigError, match=r"--window-size: expected \(left, 0\)"):
             flowsim.simulate(net, {"generator": "megatron", "device": "h100",
                                    "args": args.replace("(128,0)", "128,64")})
