@@ -5,6 +5,7 @@ importers and the bad values."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
@@ -17,6 +18,7 @@ from flowsim.compute.devices import DEVICES
 from flowsim.errors import ConfigError
 from flowsim.workload.generators import transformer
 from flowsim.workload.generators.nemo import nemo_keys
+from flowsim.workload.generators.transformer import model_shape
 from flowsim.workload.generators.transformer_spec import parse_transformer
 from flowsim.workload.kernels import Attention
 
@@ -51,6 +53,24 @@ def test_the_kernel_time_visits_the_window_s_keys():
         (s / 2 + KV_OVERHEAD) / (s / 2))
     assert (attention_ns(device, windowed) - launch) / (attention_ns(device, full) - launch) \
         == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(("layers", "experts", "total", "active"), [
+    (36, 128, 117e9, 5.1e9), (24, 32, 21e9, 3.6e9)], ids=["gpt_oss_120b", "gpt_oss_20b"])
+def test_gpt_oss_has_its_published_parameter_counts(layers, experts, total, active):
+    """gpt-oss-120b and -20b (OpenAI, "gpt-oss-120b & gpt-oss-20b Model Card", 2025: 117 B
+    total, 5.1 B active; 21 B, 3.6 B; active counted without the embedding): banded windows
+    of 128 on every other layer, 4 of the experts per token, grouped-query attention of
+    64-wide heads (queries wider than the model)."""
+    spec = dict(layers=layers, hidden=2880, heads=64, kv_heads=8, head_dim=64, sequence=4096,
+                global_batch=1, ffn=2880, gated_mlp=True, experts=experts, top_k=4,
+                moe_ffn=2880, vocab=201088, tied_embeddings=False, window=128,
+                window_skip_freq=2)
+    shape = model_shape(parse_transformer(spec, "gpt_oss"))
+    embedding = 201088 * 2880
+    assert shape.parameters == pytest.approx(total, rel=0.01)
+    assert dataclasses.replace(shape, experts=4).parameters - embedding == \
+        pytest.approx(active, rel=0.01)
 
 
 @pytest.fixture(scope="module")
