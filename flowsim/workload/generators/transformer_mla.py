@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from ..kernels import Attention, Kernel
-from .transformer_kernels import ACT, LayerKernels, _ew
+from ..kernels import Attention, Elementwise, Kernel
+from .transformer_kernels import ACT, LayerKernels
 from .transformer_spec import TransformerSpec
 from .transformer_values import LatentAttention
 
@@ -94,7 +94,8 @@ class LatentKernels(LayerKernels):
     @cached_property
     def qkv(self) -> tuple[Kernel, ...]:
         m, n = self.m, self.n
-        norms = _ew(2 * n * (m.q_lora_rank + m.kv_lora_rank) * ACT, "latent_layernorm")
+        norms = Elementwise(2.0 * n * (m.q_lora_rank + m.kv_lora_rank) * ACT,
+                            name="latent_layernorm")
         return (norms, *self._cast(n * (self.q_in + m.kv_lora_rank)),
                 self._gemm(n, self.heads * self.head_qk, self.q_in),
                 self._gemm(n, self.kv_up, m.kv_lora_rank))
@@ -103,7 +104,7 @@ class LatentKernels(LayerKernels):
     def rope(self) -> tuple[Kernel, ...]:
         """The queries' rotary parts and the shared rotary key, read and written once."""
         r = self.m.qk_pos_emb_head_dim
-        return (_ew(2 * self.n * (self.heads * r + r) * ACT, "rope"),) if r else ()
+        return (Elementwise(2.0 * self.n * (self.heads * r + r) * ACT, name="rope"),) if r else ()
 
     def _flash(self, *, backward: bool) -> tuple[Kernel, ...]:
         s = self.spec
@@ -130,7 +131,8 @@ class LatentKernels(LayerKernels):
         m, n, q = self.m, self.n, self.heads * self.head_qk
         return (*self._cast(n * (q + self.kv_up)), self._gemm(n, self.q_in, q),
                 self._gemm(n, m.kv_lora_rank, self.kv_up),
-                _ew(3 * n * (m.q_lora_rank + m.kv_lora_rank) * ACT, "latent_layernorm_backward"))
+                Elementwise(3.0 * n * (m.q_lora_rank + m.kv_lora_rank) * ACT,
+                            name="latent_layernorm_backward"))
 
     @cached_property
     def attention_wgrad(self) -> tuple[Kernel, ...]:
