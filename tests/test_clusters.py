@@ -153,3 +153,29 @@ def test_the_device_of_a_cluster_prices_the_generator_s_kernels():
         for device in ("a100", "h100")}
     assert times["h100"] < times["a100"]
     assert np.isfinite(list(times.values())).all()
+
+
+def test_h200_and_h800_are_h100_silicon_with_their_own_memory_and_nvlink():
+    """H200: H100's die and clocks with 141 GB at 4.8 TB/s (GEMMs and attention priced as
+    H100's, memory-bound kernels 4.8 / 3.35 faster); H800: H100 with NVLink cut to 400 GB/s
+    bidirectional, which only the cluster sees."""
+    from flowsim.compute import DeviceModel
+    from flowsim.workload.kernels import Attention, Elementwise, Gemm
+
+    h100, h200, h800 = (DeviceModel(name) for name in ("h100", "h200", "h800"))
+    gemm, copy = Gemm(8192, 8192, 8192), Elementwise(bytes=8e9)
+    for kernel in (gemm, Attention(4, 32, 8192, 8192, 128)):
+        assert h200.kernel_ns(kernel) == h100.kernel_ns(kernel) == h800.kernel_ns(kernel)
+    launch = h100.device.launch_us * 1e3 / h100.sustained   # the launch, at the same fraction
+    assert (h100.kernel_ns(copy) - launch) / (h200.kernel_ns(copy) - launch) == \
+        pytest.approx(4800 / 3350, rel=1e-12)
+    assert h800.kernel_ns(copy) == h100.kernel_ns(copy)
+    assert (h200.device.memory_gb, h800.device.memory_gb) == (141.0, 80.0)
+    scale_up = {name: INTERCONNECTS[DEVICES[name].name].nvlink_gbps
+                for name in ("h100_sxm_80gb", "h200_sxm_141gb", "h800_sxm_80gb")}
+    assert scale_up == {"h100_sxm_80gb": 450.0, "h200_sxm_141gb": 450.0, "h800_sxm_80gb": 200.0}
+    nets = {name: flowsim.load_network({"cluster": {"device": name, "nodes": 2}})
+            for name in ("h100", "h800")}
+    assert nets["h800"].config.bandwidth_gbps[0] == pytest.approx(
+        nets["h100"].config.bandwidth_gbps[0] * 200 / 450, rel=1e-12)
+    assert nets["h800"].config.bandwidth_gbps[1] == nets["h100"].config.bandwidth_gbps[1]

@@ -9,7 +9,8 @@ adjusted to a training run (sources beside each preset):
   a GB200 superchip, the dense peaks and memory of ml-engineering's "TFLOPS comparison
   table" and memory table (2,500 TFLOP/s BF16, 5,000 FP8, 186 GB at 8 TB/s) and B200's 148
   SMs; for the B200 SXM of an HGX or DGX B200, the same tables (2,250 TFLOP/s BF16, 4,500
-  FP8, 180 GB at 8 TB/s, 148 SMs);
+  FP8, 180 GB at 8 TB/s, 148 SMs); H200 SXM and H800 SXM are H100 SXM's die at its clocks
+  (H200: 141 GB of HBM3e at 4.8 TB/s; H800: NVLink and FP64 cut, neither a compute fact here);
 * the *maximum achievable matmul FLOPS* (MAMF), the best BF16 GEMM throughput found by a
   brute-force shape search, and that shape: S. Bekman, *Machine Learning Engineering*,
   "Maximum Achievable Matmul FLOPS comparison table" (github.com/stas00/ml-engineering,
@@ -45,7 +46,7 @@ adjusted to a training run (sources beside each preset):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from ..errors import config_error
@@ -163,6 +164,22 @@ H100_SXM_80GB = Device(
     source="NVIDIA H100 datasheet; MAMF: ml-engineering accelerator table (CUDA 12.1); "
            "attention: cuDNN's and FlashAttention-2's in the FlashAttention-3 paper's figures")
 
+#: H200 SXM: H100's GH100 die at H100's clocks (the same peaks, SMs and attention kernels)
+#: with 141 GB of HBM3e at 4.8 TB/s; its sustained fraction is H100's, the same silicon on
+#: the same software (an assumption: no published H200 training run pins its own)
+H200_SXM_141GB = replace(
+    H100_SXM_80GB, name="h200_sxm_141gb", memory_gbps=4800.0, memory_gb=141.0,
+    fp8_gemm_ratio=round(1453.4 / 1978.9 / (794.5 / 989.4), 3),
+    source="NVIDIA H200 datasheet (141 GB HBM3e, 4.8 TB/s; compute as H100 SXM); MAMF: "
+           "ml-engineering accelerator tables (BF16: 'H200 is the same' as H100; FP8 "
+           "1,453.4 TFLOP/s, torch 2.7.1+cu128); sustained fraction H100's")
+#: H800 SXM: H100 SXM for export markets, the same die, clocks, memory and tensor-core peaks
+#: (its NVLink and FP64 are cut: the one is the cluster's, flowsim prices no FP64)
+H800_SXM_80GB = replace(
+    H100_SXM_80GB, name="h800_sxm_80gb",
+    source="H100 SXM's compute and memory (NVIDIA's H800 differs in NVLink, 400 GB/s "
+           "bidirectional, and FP64); sustained fraction H100's")
+
 #: cuDNN's backward attention on Blackwell: its forward's 0.55 at the backward-to-forward
 #: ratio cuDNN has on H100
 BLACKWELL_BACKWARD = round(0.55 * 516 / 595, 3)
@@ -204,16 +221,19 @@ B200_SXM = Device(
            "2.7.1+cu128); attention: the FlashAttention-4 paper's cuDNN 9.13 comparison on "
            "B200; sustained fraction borrowed from GB200")
 
-#: presets by name (also reachable by the short names ``a100``, ``h100``, ``b200``)
+#: presets by name (also reachable by the short names ``a100``, ``h100``, ``h200``, ``h800``,
+#: ``b200``)
 DEVICES: Mapping[str, Device] = MappingProxyType({
-    d.name: d for d in (A100_SXM_80GB, A100_SXM_40GB, H100_SXM_80GB, GB200, B200_SXM)})
-ALIASES: Mapping[str, str] = MappingProxyType({"a100": "a100_sxm_80gb",
-                                               "h100": "h100_sxm_80gb", "b200": "b200_sxm"})
+    d.name: d for d in (A100_SXM_80GB, A100_SXM_40GB, H100_SXM_80GB, H200_SXM_141GB,
+                        H800_SXM_80GB, GB200, B200_SXM)})
+ALIASES: Mapping[str, str] = MappingProxyType({
+    "a100": "a100_sxm_80gb", "h100": "h100_sxm_80gb", "h200": "h200_sxm_141gb",
+    "h800": "h800_sxm_80gb", "b200": "b200_sxm"})
 
 
 def device(name: object, *, source: str = "argument", key: str = "device") -> Device:
-    """A preset by name (case-insensitive; ``a100`` and ``h100`` are the SXM 80 GB parts,
-    ``b200`` the SXM part)."""
+    """A preset by name (case-insensitive; ``a100``, ``h100`` and ``h800`` are the SXM 80 GB
+    parts, ``h200`` the SXM 141 GB part, ``b200`` the SXM part)."""
     if isinstance(name, Device):
         return name
     if isinstance(name, str):

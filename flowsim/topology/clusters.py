@@ -6,7 +6,7 @@
       device: h100            # the GPU (a preset of flowsim.compute); sets the defaults below
       nodes: 128              # servers
       gpus_per_node: 8        # default 8
-      nic_gbps: 400           # line rate of one NIC, Gb/s (default by device: 200 A100, 400 H100)
+      nic_gbps: 400           # line rate of one NIC, Gb/s (default by device: 200 A100, 400 later)
       nics_per_node: 8        # default one per GPU
       fabric: rail_optimized  # or clos: how NICs reach the leaf switches (this and the keys
                               # below: fabric form only; the multidim form warns of them)
@@ -21,10 +21,11 @@
 Every other number comes from public specifications, set once per device and technology:
 
 * **scale-up** (NVLink through NVSwitch): the device's per-direction NVLink bandwidth (A100:
-  300 GB/s; H100: 450 GB/s; B200: 900 GB/s; GB200: 900 GB/s, a node of GB200 being its NVL72
-  rack's NVLink domain) at :data:`NVLINK_EFFICIENCY`, the bus bandwidth NCCL measures on
-  8 H100s (about 370 of 450 GB/s: the JAX scaling book's GPU chapter and the ASTRA-sim
-  documentation's HGX-H100 validation both show it), :data:`NVLINK_LATENCY_NS` per link;
+  300 GB/s; H100 and H200: 450 GB/s; H800: 200 GB/s; B200: 900 GB/s; GB200: 900 GB/s, a node
+  of GB200 being its NVL72 rack's NVLink domain) at :data:`NVLINK_EFFICIENCY`, the bus
+  bandwidth NCCL measures on 8 H100s (about 370 of 450 GB/s: the JAX scaling book's GPU
+  chapter and the ASTRA-sim documentation's HGX-H100 validation both show it),
+  :data:`NVLINK_LATENCY_NS` per link;
 * **scale-out** (InfiniBand or RoCE): ``nic_gbps`` per NIC, shared by the GPUs of a node,
   at :data:`NIC_EFFICIENCY` (headers and protocol overhead of 4 KiB payloads), with
   :data:`NIC_LATENCY_NS` per link (NIC, cable and switch traversal).
@@ -98,13 +99,20 @@ INTERCONNECTS: dict[str, Interconnect] = {
     "a100_sxm_40gb": Interconnect(300.0, 200.0, "as the 80 GB part"),
     "h100_sxm_80gb": Interconnect(450.0, 400.0, "NVLink 4: 900 GB/s bidirectional; DGX H100: "
                                                 "8 x 400 Gb/s ConnectX-7"),
+    "h200_sxm_141gb": Interconnect(450.0, 400.0, "NVLink 4: 900 GB/s bidirectional; DGX "
+                                                 "H200: 8 x 400 Gb/s ConnectX-7"),
+    "h800_sxm_80gb": Interconnect(200.0, 400.0, "NVLink 400 GB/s bidirectional (H800's cut "
+                                                "NVLink); 8 x 400 Gb/s InfiniBand per server, "
+                                                "as DeepSeek-V3's H800 cluster (arXiv "
+                                                "2412.19437, sec. 3.1)"),
     "gb200": Interconnect(900.0, 400.0, "NVLink 5: 1.8 TB/s bidirectional across the 72 GPUs "
                                         "of a GB200 NVL72 rack; DGX GB200: one 400 Gb/s "
                                         "ConnectX-7 per GPU"),
     "b200_sxm": Interconnect(900.0, 400.0, "NVLink 5: 1.8 TB/s bidirectional; DGX B200: "
                                            "8 x 400 Gb/s ConnectX-7"),
 }
-ALIASES = {"a100": "a100_sxm_80gb", "h100": "h100_sxm_80gb", "b200": "b200_sxm"}
+ALIASES = {"a100": "a100_sxm_80gb", "h100": "h100_sxm_80gb", "h200": "h200_sxm_141gb",
+           "h800": "h800_sxm_80gb", "b200": "b200_sxm"}
 #: keys that only the fabric form reads
 FABRIC_FORM_KEYS = ("fabric", "hosts_per_leaf", "tiers", "hosts_per_pod", "oversubscription")
 CLUSTER_KEYS = ("device", "nodes", "gpus_per_node", "nic_gbps", "nics_per_node", "fabric",
