@@ -96,6 +96,9 @@ class Training:
     targets_s: dict[str, float] = field(default_factory=dict)
     rss_gb: float | None = None
     models: tuple[str, ...] = ("analytical", "flow")
+    #: a cluster preset of ``topologies/clusters/`` scaled to ``dp * 16`` nodes (default: the
+    #: multi-dimensional DGX H100-style cluster block)
+    preset: str = ""
 
 
 @dataclass
@@ -131,6 +134,9 @@ CASES: dict[str, Collective | FabricCollective | Training | Published] = {
         RAIL_8192_HASH, "all_to_all", 256 << 20, {"flow": 60.0}, models=("flow",)),
     "Llama-3-405B iteration, 16,384 GPUs": Training(128, {"flow": 5.0}, 2.0),
     "Llama-3-405B iteration, 131,072 GPUs": Training(1024, {"flow": 60.0}, 8.0),
+    # Llama 3's published cluster as a routed three-tier RoCE Clos (routing included)
+    "Llama-3-405B iteration, 24,576 GPUs, RoCE Clos fabric": Training(
+        192, models=("flow",), preset="roce_clos_h100_fabric"),
     # a long pipeline of many micro-batches: 0.67 M ops to build, check and run
     "Narayanan et al. 529B, 2,240 A100s (PP 35)": Published("narayanan21_t2_529b_2240gpu"),
 }
@@ -155,8 +161,14 @@ spec = dict(generator="transformer", layers=126, hidden=16384, ffn=53248, heads=
             tp=8, pp=16, dp=dp, vpp=4, pipeline_layout="first_last_fewer", sp=True,
             distributed_optimizer=True, gated_mlp=True, attention="flash", dtype="bf16",
             overlap_grad_reduce=True, overlap_param_gather=True)
-net = flowsim.load_network(dict(cluster=dict(device="h100_sxm_80gb", nodes=16 * dp,
-                                             gpus_per_node=8, nic_gbps=400, nics_per_node=8)))
+cluster = dict(device="h100_sxm_80gb", nodes=16 * dp, gpus_per_node=8, nic_gbps=400,
+               nics_per_node=8)
+if "{preset}":
+    import yaml
+    from pathlib import Path
+    cluster = yaml.safe_load(Path(r"{clusters}", "{preset}.yml").read_text())["cluster"]
+    cluster["nodes"] = 16 * dp
+net = flowsim.load_network(dict(cluster=cluster))
 print(float(flowsim.simulate(net, spec, "nccl", model="{model}").time_ns))
 """
 
@@ -203,8 +215,9 @@ def commands(case: Collective | FabricCollective | Training | Published, folder:
              flowsim: str) -> dict[str, list[str]]:
     """The timed commands of a case: flowsim under each model, ASTRA-sim where built."""
     if isinstance(case, Training):
-        return {f"flowsim {m}": [sys.executable, "-c", _TRAINING.format(dp=case.dp, model=m)]
-                for m in case.models}
+        clusters = Path(__file__).resolve().parent.parent / "topologies" / "clusters"
+        return {f"flowsim {m}": [sys.executable, "-c", _TRAINING.format(
+            dp=case.dp, model=m, preset=case.preset, clusters=clusters)] for m in case.models}
     if isinstance(case, Published):
         scripts = str(Path(__file__).resolve().parent)
         return {f"flowsim {m}": [sys.executable, "-c", _PUBLISHED.format(

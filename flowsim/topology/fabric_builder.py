@@ -21,8 +21,10 @@ MAX_FABRIC_NPUS = 1 << 16
 MAX_FABRIC_NODES = 1 << 18
 #: Most directed links of a fabric.
 MAX_FABRIC_LINKS = 1 << 19
-#: Most entries of a routing table (anchors x nodes): 512 MiB of float64.
-MAX_ROUTING_ENTRIES = 1 << 26
+#: Most entries of a routing table (anchors x nodes): 2 GiB of float64 distances, ~9 GB at
+#: the peak of routing (~34 bytes per entry with the next-link tables: the 24,576-GPU Clos of
+#: Llama 3, 1.4e8 entries, peaks at 4.8 GB running an iteration)
+MAX_ROUTING_ENTRIES = 1 << 28
 
 #: One directed link: (source node, destination node, bandwidth GB/s, latency ns, name).
 Link = tuple[int, int, float, float, str]

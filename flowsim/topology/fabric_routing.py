@@ -66,6 +66,10 @@ class RoutingTables:
                 self.entry_anchor, self.entry_link, self.entry_cost, COST_RTOL)
 
 
+#: anchors whose shortest paths are computed together (a block's distances are held twice)
+_ANCHOR_BLOCK = 256
+
+
 def routing_tables(link_src: np.ndarray, link_dst: np.ndarray, link_latency: np.ndarray,
                    npus: int, num_nodes: int) -> RoutingTables:
     """The routing tables of a fabric (NPUs are nodes ``0..npus-1``)."""
@@ -83,8 +87,14 @@ def routing_tables(link_src: np.ndarray, link_dst: np.ndarray, link_latency: np.
     # distances *to* each anchor: shortest paths from it on the reversed graph; parallel
     # links between two nodes keep the cheapest
     reversed_graph = _min_duplicates(link_dst, link_src, link_cost, num_nodes)
-    dist = shortest_path(reversed_graph, method="D", directed=True, indices=anchor_node)
-    dist = np.ascontiguousarray(dist.reshape(anchor_node.size, num_nodes).T)
+    # node-major (a path walk reads one node's row), filled a block of anchors at a time: a
+    # whole anchor-major result and its transpose would hold the table twice
+    dist = np.empty((num_nodes, anchor_node.size))
+    for first in range(0, anchor_node.size, _ANCHOR_BLOCK):
+        block = anchor_node[first:first + _ANCHOR_BLOCK]
+        dist[:, first:first + block.size] = shortest_path(
+            reversed_graph, method="D", directed=True, indices=block).reshape(
+                block.size, num_nodes).T
     hop_ptr, hop_links = anchor_next_links(dist, link_src, link_dst, link_cost, COST_RTOL)
     return RoutingTables(anchor_node.astype(np.int64), dist, hop_ptr, hop_links, entry_ptr,
                          anchor_of_link[order].astype(np.int64), entry_link.astype(np.int64),
