@@ -148,6 +148,19 @@ def test_modules_are_small():
     assert not stale, f"now short: delete from LONG_MODULES: {stale}"
 
 
+def test_jitted_code_lives_in_private_kernel_modules():
+    """Numba is imported only by private modules (``_kernels.py`` and its kin): the public
+    API around them validates, the kernels take plain arrays (docs/ARCHITECTURE.md)."""
+    jitted = {name for name, path in MODULES.items()
+              if any(isinstance(node, (ast.Import, ast.ImportFrom)) and
+                     any((alias.name if isinstance(node, ast.Import) else node.module or "")
+                         .split(".")[0] == "numba" for alias in node.names)
+                     for node in ast.walk(ast.parse(path.read_text())))}
+    assert jitted, "no module imports numba: the test reads imports wrongly"
+    public = sorted(name for name in jitted if not name.rsplit(".", 1)[-1].startswith("_"))
+    assert not public, f"numba imported by public modules: {public}"
+
+
 def test_every_module_imports_alone():
     """Each module in a fresh interpreter, so that no import order hides a cycle or a missing
     import (one subprocess runs them all, each in a clean ``sys.modules``)."""

@@ -123,12 +123,12 @@ def test_oracles_on_a_hand_solved_case():
 
 def _solve_active(capacity, indptr, links, mult, active, workspace=None, reuse=False):
     """Rates of the flows ``active`` from the kernel, in ``workspace`` (made if None)."""
-    from flowsim.network import _kernels
+    from flowsim.network import _maxmin_kernels
     from flowsim.network.maxmin import MaxMinWorkspace
     n_flows = len(indptr) - 1
     ws = workspace or MaxMinWorkspace(len(capacity), n_flows, len(links))
     rates = np.full(n_flows, np.nan)
-    _kernels.maxmin_active(np.asarray(capacity, float), np.asarray(indptr, np.int64),
+    _maxmin_kernels.maxmin_active(np.asarray(capacity, float), np.asarray(indptr, np.int64),
                            np.asarray(links, np.int32), mult, np.asarray(active, np.int64),
                            len(active), rates, *ws.kernel_args(), reuse)
     return rates, ws

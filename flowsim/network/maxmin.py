@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import FlowSetError, public_api
-from . import _kernels
+from . import _maxmin_kernels
 
 #: the multiplicities of a flow set where no flow stands for copies
 NO_COPIES = np.zeros(0, np.float64)
@@ -93,7 +93,7 @@ def maxmin_rates(capacity: np.ndarray, indptr: np.ndarray, links: np.ndarray) ->
     rates = np.zeros(n_flows, np.float64)
     ws = MaxMinWorkspace(capacity.size, n_flows, links.size)
     active = np.arange(n_flows, dtype=np.int64)
-    _kernels.maxmin_active(capacity, indptr, links, NO_COPIES, active, n_flows, rates,
+    _maxmin_kernels.maxmin_active(capacity, indptr, links, NO_COPIES, active, n_flows, rates,
                            *ws.kernel_args())
     return rates
 
