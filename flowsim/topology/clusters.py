@@ -37,8 +37,8 @@ rail-optimized or not, oversubscribed or not, in two or three tiers, routed with
 slower, and shows contention.
 
 Presets of real machines, network files to copy and scale by ``nodes``, are in
-``topologies/clusters/`` (a DGX A100 SuperPOD, a DGX H100 cluster, a DGX B200 cluster,
-Meta's 24K-GPU RoCE cluster of Llama 3, GB200 NVL72 racks), each in both forms; their names
+``topologies/clusters/`` (a DGX A100 SuperPOD, DGX H100, H200 and B200 clusters, Meta's 24K-GPU
+RoCE cluster of Llama 3, GB200 NVL72 racks), each in both forms; their names
 are bundled names (``flowsim run --network dgx_h100 --workload llama3_70b --system nccl``).
 
 NCCL's own cost per collective step (kernel synchronisation, proxy threads) is not a link
