@@ -112,8 +112,8 @@ def test_bad_output_targets_are_refused_before_any_work(capsys, tmp_path, monkey
     def forbidden(*args, **kwargs):
         raise AssertionError("simulated before checking the output")
 
-    monkeypatch.setattr(system, "simulate_collective", forbidden)
-    monkeypatch.setattr(system, "simulate", forbidden)
+    for name in ("simulate_collective", "simulate", "run_collective", "run_training"):
+        monkeypatch.setattr(system, name, forbidden)
     code, _, err = run(capsys, *[a.format(tmp=tmp_path) for a in argv])
     assert code == 2 and re.search(message, err), err
     assert err.count("\n") == 1

@@ -42,6 +42,28 @@ def test_grid_shape_coords_and_values():
     assert "spec" in ds.attrs and ds.time_ns.attrs["units"] == "ns"
 
 
+@pytest.mark.parametrize("model", ["analytical", "flow"])
+def test_points_are_the_numbers_of_the_simulate_datasets(model):
+    """A point is evaluated from its run's record (no Dataset): every output is, bit for bit,
+    what the Dataset of :func:`flowsim.simulate_collective` or :func:`flowsim.simulate`
+    reduces to."""
+    base = SPEC["base"]
+    point = {**base, "model": model, "collective": "all_to_all", "dims": None}
+    got, error = sweep_run.evaluate_point(point)
+    ds = flowsim.simulate_collective(base["network"], "all_to_all", "1MiB", base["system"],
+                                     model=model)
+    assert error == ""
+    assert got == (float(ds.time_ns), float(ds.link_bytes.sum()),
+                   float(ds.link_utilization.max()), float(ds.attrs["stats_flows"]))
+    point = {"network": "gpt_1024", "workload": "gpt3_3d", "system": "nccl", "model": model,
+             "iterations": 1}
+    got, error = sweep_run.evaluate_point(point)
+    ds = flowsim.simulate("gpt_1024", "gpt3_3d", "nccl", model=model)
+    assert error == ""
+    assert got == tuple(float(ds[name].mean()) if name != "time_ns" else float(ds.time_ns)
+                        for name in sweep_run.WORKLOAD_OUTPUTS)
+
+
 def test_processes_shards_and_merge_are_bit_identical(tmp_path):
     serial = sweep(SPEC, jobs=1)
     parallel = sweep(SPEC, jobs=2)

@@ -152,14 +152,14 @@ def test_a_point_raising_a_non_flowsim_error_becomes_an_error_entry(monkeypatch)
     """issue 15: a point raising something other than a FlowsimError killed the sweep."""
     import flowsim.system as system
 
-    real = system.simulate_collective
+    real = system.run_collective
 
     def buggy(network, collective, size, *args, **kwargs):
         if size == "2MiB":
             raise ZeroDivisionError("a bug")
         return real(network, collective, size, *args, **kwargs)
 
-    monkeypatch.setattr(system, "simulate_collective", buggy)
+    monkeypatch.setattr(system, "run_collective", buggy)
     ds = sweep(SPEC, jobs=1)
     errors = ds.error.sel(size=2 << 20).values.tolist()
     assert errors == ["internal error (ZeroDivisionError): a bug"] * 2

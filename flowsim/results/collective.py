@@ -88,6 +88,14 @@ class CollectiveRecord:
         return collective_dataset(self)
 
 
+def link_utilization(record: CollectiveRecord) -> np.ndarray:
+    """Each link's bytes over what it could carry in the collective's time (zeros for a
+    collective that took no time)."""
+    if record.time_ns > 0:
+        return record.link_bytes / (record.network.link_bandwidth * record.time_ns)
+    return np.zeros_like(record.link_bytes)
+
+
 def collective_dataset(record: CollectiveRecord) -> xr.Dataset:
     """Assemble the Dataset of one collective run from its record."""
     import xarray as xr
@@ -96,8 +104,7 @@ def collective_dataset(record: CollectiveRecord) -> xr.Dataset:
     time_ns, link_bytes = record.time_ns, record.link_bytes
     cfg = network.config
     dim_bandwidth, dim_latency, _ = per_dimension_config(network)
-    utilization = link_bytes / (network.link_bandwidth * time_ns) if time_ns > 0 \
-        else np.zeros_like(link_bytes)
+    utilization = link_utilization(record)
     ds = xr.Dataset(
         data_vars={
             "time_ns": ((), float(time_ns)),

@@ -13,7 +13,6 @@ import numpy as np
 import xarray as xr
 
 from ..errors import ConfigError, FlowsimError, FlowsimWarning
-from ..results import from_attrs
 from ..results.sweep import sweep_grid_dataset, sweep_points_dataset
 from .spec import SweepSpec
 
@@ -55,23 +54,27 @@ def evaluate_point(point: dict, max_work: float | None = None) -> tuple[tuple[fl
         return (np.nan,) * len(names), f"internal error ({type(exc).__name__}): {text}"
 
 
+# Points are evaluated from the runs' records, not their Datasets: building a Dataset per
+# point was a third of a sweep of small collectives, and its numbers are the records'.
 def _evaluate_collective(point: dict, max_work: float | None) -> tuple[float, ...]:
-    from ..system import simulate_collective
+    from ..results.collective import link_utilization
+    from ..system import run_collective
 
-    ds = simulate_collective(point["network"], point["collective"], point["size"],
-                             point["system"], model=point["model"], dims=point.get("dims"),
-                             root=point.get("root", 0), max_work=max_work)
-    return (float(ds.time_ns), float(ds.link_bytes.sum()), float(ds.link_utilization.max()),
-            float(from_attrs(ds.attrs).flows))
+    record = run_collective(point["network"], point["collective"], point["size"],
+                            point["system"], model=point["model"], dims=point.get("dims"),
+                            root=point.get("root", 0), max_work=max_work)
+    return (float(record.time_ns), float(record.link_bytes.sum()),
+            float(link_utilization(record).max()), float(record.stats.flows))
 
 
 def _evaluate_workload(point: dict, max_work: float | None) -> tuple[float, ...]:
-    from ..system import simulate
+    from ..system import run_training
 
-    ds = simulate(point["network"], point["workload"], point["system"], model=point["model"],
-                  iterations=point["iterations"], max_work=max_work)
-    return (float(ds.time_ns), float(ds.compute_ns.mean()), float(ds.exposed_comm_ns.mean()),
-            float(ds.blocked_comm_ns.mean()))
+    record = run_training(point["network"], point["workload"], point["system"],
+                          model=point["model"], iterations=point["iterations"],
+                          max_work=max_work).record
+    return (float(record.time_ns), float(np.mean(record.npu_compute_ns)),
+            float(np.mean(record.npu_exposed_ns)), float(np.mean(record.npu_blocked_ns)))
 
 
 def evaluate_batch(spec: SweepSpec, indices: list[int], max_work: float | None = None
