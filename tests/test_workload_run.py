@@ -66,3 +66,33 @@ def test_the_summary_is_the_datasets_numbers(network, workload, model):
         network, workload, "nccl" if isinstance(workload, dict) else None, model))
     assert run.summary() == _from_dataset(ds)
     assert run.summary()["time_ns"] > 0
+
+
+@pytest.mark.parametrize("model", ["analytical", "flow"])
+def test_a_workload_built_once_runs_on_networks_of_its_shape(model):
+    """An optimizer over bandwidths builds the workload once (``load_workload``) and runs it
+    on every network of that shape: the same run as building it from the spec each time."""
+    shape = {"topology": ["Ring", "Switch"], "npus_count": [2, 4], "latency": [500, 500]}
+    built = flowsim.load_workload(PIPELINE, flowsim.load_network({**shape,
+                                                                  "bandwidth": [200, 50]}))
+    for bandwidth in ([200, 50], [100, 12.5]):
+        net = flowsim.load_network({**shape, "bandwidth": bandwidth})
+        reused = run_training(net, built, model=model).record
+        fresh = run_training(net, PIPELINE, model=model).record
+        assert reused.time_ns == fresh.time_ns
+        np.testing.assert_array_equal(reused.npu_exposed_ns, fresh.npu_exposed_ns)
+
+
+def test_a_built_workload_refuses_a_network_of_another_shape():
+    """Its groups were cut from the network it was built for: on a network of other
+    dimensions it says so, in one line, rather than running on the old network."""
+    from flowsim.errors import ConfigError
+
+    built = flowsim.load_workload(PIPELINE, flowsim.load_network(
+        {"topology": ["Ring", "Switch"], "npus_count": [2, 4], "bandwidth": [200, 50],
+         "latency": [500, 500]}))
+    other = flowsim.load_network({"topology": ["Switch", "Switch"], "npus_count": [4, 2],
+                                  "bandwidth": [200, 50], "latency": [500, 500]})
+    with pytest.raises(ConfigError, match=r"built for a network of dims \[2, 4\], this one "
+                                          r"has \[4, 2\]"):
+        run_training(other, built)

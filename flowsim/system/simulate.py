@@ -134,9 +134,10 @@ def run_training(network: Any, workload: WorkloadLike, system: Any = None,
     work = load_workload(workload, net, iterations, compute_scale=compute_scale,
                          comm_scale=comm_scale, comm_groups=comm_groups, spmd=spmd,
                          element_bytes=element_bytes)
+    _check_built_for(work, net)
     if work.network is not None:   # the workload runs on a re-shaped network
         physical = net.config.npus_count
-        net = load_network(work.network)
+        net = _reshaped(work, net)
         sys_cfg = logical_system(sys_cfg, physical, net.config.npus_count,
                                  getattr(net, "parents", None))
     compute = _compute_model(device, roofline, work, net)
@@ -168,6 +169,29 @@ def _speeds(speed: Any, npus: int) -> np.ndarray:
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         raise config_error("argument", "speed", "positive finite speed factors", speed)
     return arr
+
+
+def _check_built_for(work, net) -> None:
+    """A workload built for a network of other dimensions names its collectives' dimensions
+    by that network's: refuse it."""
+    built = tuple(getattr(work.built_for, "npus_count", ()) or ())
+    if built and built != tuple(net.config.npus_count):
+        raise ConfigError(f"the workload was built for a network of dims {list(built)}, this "
+                          f"one has {list(net.config.npus_count)}: build it for this network "
+                          f"(give its source)")
+
+
+def _reshaped(work, net):
+    """The re-shaped network a workload runs on, given the network ``net`` to run it on: its
+    own when it was built for ``net``; for a workload built for another network of ``net``'s
+    shape (an optimizer building it once), its view of ``net``."""
+    if work.built_for is None or work.built_for == net.config:
+        return load_network(work.network)
+    if hasattr(work.network, "on"):   # a logical view: the same pieces of this network
+        return work.network.on(net)
+    raise ConfigError("the workload was built for another network, which it re-shapes "
+                      "(ASTRA-sim's HYBRID_TRANSFORMER splits a dimension): build it for this "
+                      "one (give its source)")
 
 
 def _compute_model(device: Any, roofline: Any, work, net) -> ComputeModel | None:

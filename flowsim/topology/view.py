@@ -110,6 +110,24 @@ class LogicalView(LogicalGrid):
         """The base dimension of every logical dimension."""
         return tuple(p for p, _ in self.pieces)
 
+    def on(self, base) -> LogicalView:
+        """This view of ``base``, a network of the same dimensions as this view's (a workload
+        built for one network, run on another of its shape: other bandwidths, latencies).
+
+        Raises
+        ------
+        ConfigError
+            ``base`` has other dimensions.
+        """
+        if tuple(base.dims) != tuple(self.base.dims):
+            raise ConfigError(f"the workload was built for a network of dims "
+                              f"{list(self.base.dims)}, this one has {list(base.dims)}: "
+                              f"build it for this network (give its source)")
+        return self._rebuilt(base)
+
+    def _rebuilt(self, base) -> LogicalView:
+        return LogicalView(base, self.pieces)
+
     @cached_property
     def split(self) -> tuple[bool, ...]:
         """Per logical dimension: whether its base dimension is cut into several pieces."""
@@ -248,6 +266,9 @@ class StraddlingView(LogicalView):
             parents.append(last)
         self.pieces = tuple(zip(parents, dims))
         self._adopt(base, dims)
+
+    def _rebuilt(self, base) -> StraddlingView:
+        return StraddlingView(base, self.dims)
 
     @cached_property
     def split(self) -> tuple[bool, ...]:

@@ -182,6 +182,10 @@ class Workload:
     #: ``gradients``, ``optimizer``, ``activations``, ``total`` and that ``stage``, when the
     #: workload knows its model (the transformer generator); ``None``: unknown
     memory: dict[str, float] | None = None
+    #: the config of the network the workload was built for (:func:`~.load.load_workload`
+    #: sets it): its programs' NPUs and :attr:`network` were made for that network;
+    #: ``None``: not recorded
+    built_for: Any = None
 
 
 def spmd(ops: Sequence[Op], npus: int, *, layers: Sequence[str] = (), name: str = "workload",

@@ -49,7 +49,9 @@ def load_workload(source: WorkloadLike, network, iterations: int = 1, *,
             assert path is not None   # a .txt path, by the condition above
             text = read_astra_text(path)
         text = scale_text(text, compute_scale, comm_scale)
-        return build_training_loop(text, network, iterations)
+        work = build_training_loop(text, network, iterations)
+        work.built_for = getattr(network, "config", None)
+        return work
     if isinstance(source, Workload):
         work = source
     elif isinstance(source, Mapping):
@@ -69,6 +71,8 @@ def load_workload(source: WorkloadLike, network, iterations: int = 1, *,
     else:
         raise ConfigError(f"{path}: unknown workload format (expected .txt, .yml/.yaml or "
                           f"Chakra .et files){_json_hint(path)}")
+    if work.built_for is None and not isinstance(source, Workload):
+        work.built_for = getattr(network, "config", None)
     return repeat_iterations(scale_workload(work, compute_scale, comm_scale), iterations)
 
 
