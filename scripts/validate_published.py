@@ -95,6 +95,8 @@ def spec(row: dict[str, str]) -> dict:
         out["expert_layout"] = row["expert_layout"]
     if row.get("position_embedding"):   # a row's own column; else Megatron's default
         out["position_embedding"] = row["position_embedding"]
+    if row.get("cp_comm_type"):   # a row's own column; else Megatron-Core's default (p2p)
+        out["cp_comm_type"] = row["cp_comm_type"]
     out["dtype"] = row["dtype"]
     overlap = set(filter(None, row["overlap"].split(",")))
     out["overlap_grad_reduce"] = "grad_reduce" in overlap

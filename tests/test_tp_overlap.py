@@ -168,19 +168,22 @@ def test_overlap_hides_the_network_where_it_matches_the_gemms_and_costs_sms_alon
 
 
 @pytest.mark.parametrize("model", ["analytical", "flow"])
-def test_context_parallel_layers_overlap_too(net, model):
+@pytest.mark.parametrize("cp_comm_type, reduced", [("all_gather", "kv.reduce_scatter"),
+                                                   ("p2p", "kv_grad.ring1")])
+def test_context_parallel_layers_overlap_too(net, model, cp_comm_type, reduced):
     """With context parallelism the QKV data gradient waits for the keys' and values'
-    gradients reduced over the CP group, and its input is gathered again beside it; the run
-    simulates under both models and takes longer than its kernels alone."""
+    gradients reduced over the CP group (or brought home around the ring), and its input is
+    gathered again beside it; the run simulates under both models and takes longer than its
+    kernels alone."""
     spec = dict(LAYER, tp=TP, cp=2, dp=2, global_batch=2, sequence=1024,
-                tp_comm_overlap=True, device="h100")
+                tp_comm_overlap=True, device="h100", cp_comm_type=cp_comm_type)
     w = transformer(net, **spec)
     program = w.programs[0]
     by_id = {op.id: op for op in program.ops}
     tails = [op for op in program.ops if op.name.endswith("attention.dgrad.qkv")]
     assert tails
     for op in tails:
-        assert any(by_id[d].name.endswith("kv.reduce_scatter") for d in op.deps)
+        assert any(by_id[d].name.endswith(reduced) for d in op.deps)
     ds = simulate(NET, w, "nccl", model=model)
     assert float(ds.time_ns) > float(ds.compute_ns.max()) > 0
 

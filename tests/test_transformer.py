@@ -146,17 +146,21 @@ def test_fp8_parameters_are_gathered_in_one_byte(two_nodes):
 
 
 def test_context_parallel_exchanges_keys_and_values(two_nodes):
-    """CP 2: keys and values all-gathered per layer forward (2 b (s / cp) kv 2 bytes from each
-    rank), their gradients reduce-scattered backward; the attention split into the local
-    causal step and the remote one; gradients reduced over DP x CP."""
+    """CP 2, ``cp_comm_type: all_gather`` (Llama 3's): keys and values all-gathered per layer
+    forward (2 b (s / cp) kv 2 bytes from each rank), their gradients reduce-scattered
+    backward; the attention split into the local causal step and the remote one; gradients
+    reduced over DP x CP."""
     w = transformer(two_nodes, **SMALL, tp=2, cp=2, dp=4, global_batch=8, kv_heads=4,
-                    sp=True)
+                    sp=True, cp_comm_type="all_gather")
     program = w.programs[0]
-    kv = _ops(program, "collective", "all_gather", "kv.")
     per_rank = 2 * 2 * (128 // 2) * (4 // 2) * 32 * 2
-    assert kv and {op.size for op in kv} == {per_rank}
-    assert {op.size for op in _ops(program, "collective", "reduce_scatter", "kv.")} == \
-        {2 * per_rank}
+    layers = range(4)
+    kv = [op for op in program.ops if op.name.endswith(".kv.all_gather")]
+    assert {op.size for op in kv} == {per_rank}   # one micro-batch: a gather per layer
+    assert {op.name for op in kv} == {f"mb0.layer{i}.kv.all_gather" for i in layers}
+    rs = [op for op in program.ops if op.name.endswith(".kv.reduce_scatter")]
+    assert len(rs) == 4 and {(op.collective, op.size) for op in rs} == \
+        {("reduce_scatter", 2 * per_rank)}
     attention = [k for op in _ops(program, "compute") for k in op.kernels
                  if isinstance(k, Attention) and not k.backward]
     assert Counter((k.seq_q, k.seq_kv, k.causal) for k in attention) == \
@@ -164,6 +168,92 @@ def test_context_parallel_exchanges_keys_and_values(two_nodes):
     grads = _ops(program, "collective", "all_reduce", "grads")
     (dims,) = {op.dims for op in grads}
     assert int(np.prod([w.network.dims[d] for d in dims])) == 4 * 2      # dp x cp
+
+
+def test_context_parallel_passes_keys_and_values_around_a_ring(two_nodes):
+    """CP 4, ``cp_comm_type: p2p`` (Transformer Engine's ring, Megatron-Core's default):
+    forward, the local causal block, then cp - 1 steps each attending the block that the
+    step's exchange brought (one op per step, after it) while the next travels; backward,
+    the blocks go around again and their key and value gradients follow (cp exchanges, the
+    last bringing this rank's home before the QKV gradient). Every exchange moves the
+    rank's block, 2 b (s / cp) kv 2 bytes, priced as a direct exchange of that many bytes
+    per rank over the CP group."""
+    cp = 4
+    w = transformer(two_nodes, **SMALL, tp=2, cp=cp, dp=2, global_batch=4, kv_heads=4,
+                    sp=True)
+    program = w.programs[0]
+    by_id = {op.id: op for op in program.ops}
+    block = 2 * 2 * (128 // cp) * (4 // 2) * 32 * 2
+    rings = [op for op in program.ops if ".ring" in op.name and op.kind == "collective"]
+    assert {(op.collective, op.size) for op in rings} == {("all_to_all", block * cp // (cp - 1))}
+    assert not [op for op in program.ops if op.name.endswith((".kv.all_gather",
+                                                              ".kv.reduce_scatter"))]
+    for m in range(1):   # global batch 4 over micro-batch 2 x dp 2: one micro-batch
+        for i in range(4):
+            name = f"mb{m}.layer{i}"
+            fwd = {op.name for op in rings if op.name.startswith(name + ".") and
+                   op.pass_ == "fwd"}
+            assert fwd == {f"{name}.kv.ring{k}" for k in range(1, cp)}
+            bwd = {op.name for op in rings if op.name.startswith(name + ".") and
+                   op.pass_ == "ig"}
+            assert bwd == {f"{name}.kv.ring{k}" for k in range(1, cp)} | \
+                {f"{name}.kv_grad.ring{k}" for k in range(cp)}
+            steps = [op for op in program.ops if op.name.startswith(f"{name}.attention_ring")
+                     and op.pass_ == "fwd"]
+            for k, op in enumerate(steps, start=1):   # each step after its block's exchange
+                assert f"{name}.kv.ring{k}" in {by_id[d].name for d in op.deps}
+                assert [type(x) for x in op.kernels] == [Attention]
+            (qkv,) = [op for op in program.ops if op.name == f"{name}.attention.dgrad.qkv"]
+            home = f"{name}.kv_grad.ring{cp - 1}"
+            assert home in {by_id[d].name for d in qkv.deps} | \
+                {by_id[e].name for d in qkv.deps for e in by_id[d].deps}
+    attention = [k for op in _ops(program, "compute") for k in op.kernels
+                 if isinstance(k, Attention)]
+    assert Counter((k.backward, k.seq_kv, k.causal) for k in attention) == \
+        {(b, 32, True): 4 for b in (False, True)} | \
+        {(b, 16, False): 4 * (cp - 1) for b in (False, True)}
+
+
+@pytest.mark.parametrize("model", ["analytical", "flow"])
+def test_the_ring_hides_what_the_all_gather_exposes(model):
+    """At a long sequence a ring step's attention outlasts its exchange, so the ring hides
+    nearly all of its communication behind the attention, where the all-gather exposes the
+    gather beyond the local block and the whole gradient reduction."""
+    spec = dict(generator="transformer", layers=2, hidden=4096, ffn=11008, heads=32, vocab=0,
+                sequence=32768,
+                global_batch=2, micro_batch=1, tp=2, cp=4, dp=2, sp=True, gated_mlp=True,
+                device="h100")
+    net = flowsim.load_network({"cluster": {"device": "h100", "nodes": 2}})
+    exposed = {kind: flowsim.run_training(net, dict(spec, cp_comm_type=kind), "nccl",
+                                          model=model).summary()["exposed_comm_ns"]
+               for kind in ("p2p", "all_gather")}
+    assert exposed["p2p"] < exposed["all_gather"]
+
+
+@pytest.mark.parametrize("flag, expected", [("p2p", "p2p"), ("allgather", "all_gather"),
+                                            (None, "p2p")])
+def test_the_importers_read_the_context_parallel_communication_type(flag, expected):
+    """Megatron-LM's ``--cp-comm-type`` (default p2p; ``allgather``) and NeMo's
+    ``model.cp_comm_type`` (Transformer Engine's spelling, ``all_gather``); the all-to-all
+    kinds are refused in one line naming the flag."""
+    from flowsim.workload.generators.megatron import megatron_keys
+    from flowsim.workload.generators.nemo import nemo_keys
+
+    args = "--num-layers 2 --hidden-size 256 --num-attention-heads 8 --seq-length 1024 " \
+        "--context-parallel-size 2 --bf16" + (f" --cp-comm-type {flag}" if flag else "")
+    spec = parse_transformer({k: v for k, v in megatron_keys(args, "run.sh").items()},
+                             "run.sh")
+    assert spec.cp_comm_type == expected
+    model = {"num_layers": 2, "hidden_size": 256, "num_attention_heads": 8,
+             "context_parallel_size": 2}
+    if flag:
+        model["cp_comm_type"] = "all_gather" if flag == "allgather" else flag
+    keys = nemo_keys({"trainer": {}, "model": model}, "nemo.yml")
+    assert keys.get("cp_comm_type", "p2p") == expected
+    with pytest.raises(ConfigError, match=r"run.sh: args: key '--cp-comm-type': expected p2p or "
+                                          r"allgather .*found 'a2a\+p2p'"):
+        megatron_keys(args.replace(f" --cp-comm-type {flag}", "") + " --cp-comm-type a2a+p2p",
+                      "run.sh")
 
 
 @pytest.mark.parametrize("cp", [1, 2])
@@ -193,7 +283,7 @@ def test_the_rotary_backward_runs_before_the_qkv_backward_starts(two_nodes, cp, 
     """Megatron-Core rotates the gradients outside the QKV linear layer, so the rotary
     backward finishes before that layer's backward gathers its input again (sequence
     parallelism) and never hides beside that all-gather; with CP it follows the key and
-    value gradients' reduce-scatter."""
+    value gradients home (the ring's last exchange of them)."""
     w = transformer(two_nodes, **dict(SMALL, tp=2, cp=cp, dp=8 // cp, sp=True,
                                       global_batch=2 * 8 // cp), position_embedding="rope",
                     tp_comm_overlap=overlap)
@@ -215,9 +305,9 @@ def test_the_rotary_backward_runs_before_the_qkv_backward_starts(two_nodes, cp, 
             f"mb0.layer{layer}.") and any(getattr(k, "name", "") == "rope" for k in op.kernels)]
         assert len(rope) == 1 and rope[0].id in ancestors(regather)
         if cp > 1:
-            (rs,) = [op for op in program.ops
-                     if op.name == f"mb0.layer{layer}.kv.reduce_scatter"]
-            assert rs.id in ancestors(rope[0])
+            (home,) = [op for op in program.ops
+                       if op.name == f"mb0.layer{layer}.kv_grad.ring{cp - 1}"]
+            assert home.id in ancestors(rope[0])
 
 
 def test_mixture_of_experts_dispatches_over_the_expert_group(two_nodes):

@@ -48,6 +48,26 @@ def position_embedding(value: Any, where: str, name: str,
     return POSITION_EMBEDDING[str(value).lower()]
 
 
+#: both tools' context-parallel communication types -> the transformer's ``cp_comm_type``
+#: (Megatron-LM spells Transformer Engine's ``all_gather`` ``allgather``)
+CP_COMM_TYPES = {"p2p": "p2p", "allgather": "all_gather", "all_gather": "all_gather"}
+
+
+def cp_comm_type(value: Any, where: str, name: str) -> str:
+    """The transformer's ``cp_comm_type`` for a tool's ``value`` of option ``name``.
+
+    Raises
+    ------
+    ConfigError
+        Another kind (``a2a``, ``a2a+p2p``: Ulysses-style all-to-alls, not modelled),
+        naming ``where`` and ``name``.
+    """
+    if str(value).lower() not in CP_COMM_TYPES:
+        raise config_error(where, name, "p2p or allgather (flowsim does not model the "
+                           "all-to-all kinds)", value)
+    return CP_COMM_TYPES[str(value).lower()]
+
+
 def read_beside(name: Any, source: str, key: str, what: str) -> tuple[Path, str]:
     """The text of file ``name`` (key ``key``, ``what`` it should be), relative to the spec
     file ``source`` (else to the working directory), and its path for messages."""

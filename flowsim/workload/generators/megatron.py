@@ -33,6 +33,7 @@ from .imported import (
     GPT2_VOCAB,
     ImportedSpec,
     causal_window,
+    cp_comm_type,
     parse_imported,
     position_embedding,
     read_beside,
@@ -76,13 +77,13 @@ SPECIAL = ("num-layers-per-virtual-pipeline-stage", "recompute-granularity", "fp
            "moe-token-dispatcher-type", "recompute-method", "recompute-num-layers",
            "use-megatron-fsdp", "data-parallel-sharding-strategy", "position-embedding-type",
            "use-rotary-position-embeddings", "moe-layer-freq", "multi-latent-attention",
-           "window-size", "window-attn-skip-freq", *MLA_FLAGS)
+           "window-size", "window-attn-skip-freq", "cp-comm-type", *MLA_FLAGS)
 #: every flag this module reads
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL
 #: flags that shape an iteration's time but have no transformer key (named in a warning)
 UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
               "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
-              "account-for-loss-in-pipeline-split", "moe-grouped-gemm", "cp-comm-type",
+              "account-for-loss-in-pipeline-split", "moe-grouped-gemm",
               "moe-shared-expert-overlap", "mtp-num-layers",
               "num-distributed-optimizer-instances", "disable-tp-comm-overlap-ag",
               "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by", "no-rope-fusion")
@@ -190,6 +191,8 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
     size = flags.get("window-size")
     if size is not None:   # Megatron's tuple_type: "(128,0)" or "128,0"
         keys["window"] = causal_window(size.strip("()").split(","), where, "--window-size")
+    if flags.get("cp-comm-type") is not None:   # the first layer's (nargs='+': per layer)
+        keys["cp_comm_type"] = cp_comm_type(flags["cp-comm-type"], where, "--cp-comm-type")
     if flags.get("window-attn-skip-freq") is not None:
         keys["window_skip_freq"] = flags["window-attn-skip-freq"]   # N, or a list expression
     if "multi-latent-attention" in flags:

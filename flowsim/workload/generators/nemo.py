@@ -53,6 +53,7 @@ from .imported import (
     GPT2_VOCAB,
     ImportedSpec,
     causal_window,
+    cp_comm_type,
     parse_imported,
     position_embedding,
     read_beside,
@@ -79,8 +80,7 @@ TOKENIZER_VOCAB = {"Meta-Llama-3": 128256, "Llama-3.1": 128256, "Llama-2": 32000
 MLA_DEFAULTS = {"q_lora_rank": 512, "kv_lora_rank": 512, "qk_head_dim": 128,
                 "qk_pos_emb_head_dim": 64, "v_head_dim": 128}
 #: model keys that shape an iteration's time but have no transformer key (named in a warning)
-UNMODELLED = ("num_micro_batches_with_partial_activation_checkpoints", "moe_grouped_gemm",
-              "cp_comm_type")
+UNMODELLED = ("num_micro_batches_with_partial_activation_checkpoints", "moe_grouped_gemm")
 
 
 def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]:
@@ -103,6 +103,8 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
         keys.setdefault("top_k", 2)   # Megatron-Core's default
         if model.get("moe_layer_freq") is not None:   # an integer or a list of 0 and 1
             keys["moe_layer_freq"] = model["moe_layer_freq"]
+    if model.get("cp_comm_type") is not None:
+        keys["cp_comm_type"] = cp_comm_type(model["cp_comm_type"], where, "model.cp_comm_type")
     if model.get("window_size") is not None:   # (left, right) in Megatron-Core's config
         keys["window"] = causal_window(model["window_size"], where, "model.window_size")
     if model.get("window_attn_skip_freq") is not None:

@@ -47,8 +47,14 @@ Communication:
   gradient; ``tp_comm_overlap`` pipelines every collective of a layer with its GEMMs as
   Transformer Engine's userbuffers do (:mod:`.transformer_overlap`);
 * **context parallel** (ring attention with causal load balancing, as Megatron-Core does): the
-  sequence split in ``2 cp`` chunks, two per rank; keys and values all-gathered over the CP
-  group (the local, causal ring step running meanwhile) and their gradients reduce-scattered;
+  sequence split in ``2 cp`` chunks, two per rank. ``cp_comm_type: p2p`` (the default,
+  Transformer Engine's and Megatron-Core's): the local causal block first, then ``cp - 1``
+  steps, each attending the block of keys and values its exchange brought while the next
+  travels; backward, the blocks go around again with their gradients following them home
+  (each exchange a block of the rank's keys and values, priced as a one-step direct exchange
+  of those bytes over the CP group). ``all_gather`` (Llama 3's): keys and values all-gathered
+  (the local block attended meanwhile) and their gradients reduce-scattered. Megatron's
+  unfused attention has no ring kernel and all-gathers;
 * **expert parallel** (Megatron-Core's all-to-all dispatcher, ``MoEAlltoAllTokenDispatcher``
   in core_r0.9.0): tokens dispatched to and combined from the experts' ranks by all-to-alls
   over the EP group (a part of the data-parallel group), forward and backward. Each expert is
@@ -122,18 +128,12 @@ from typing import Any
 from ...errors import config_error
 from ..flops import ModelShape, megatron
 from ..graph import Program, Workload
+from .transformer_checks import _where, micro_batches
 from .transformer_mapping import StageContext, map_groups, stages
 from .transformer_memory import stage_memory
 from .transformer_program import StageProgram, layer_names
 from .transformer_schedule import layer_counts, stage_schedule
-from .transformer_spec import (
-    A100_ROOFLINE,
-    KEYS,
-    TransformerSpec,
-    _where,
-    micro_batches,
-    parse_transformer,
-)
+from .transformer_spec import A100_ROOFLINE, KEYS, TransformerSpec, parse_transformer
 
 
 def transformer(network: Any, **values: Any) -> Workload:
@@ -148,7 +148,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         The spec's keys: ``layers``, ``hidden``, ``sequence`` (required); ``heads``,
         ``kv_heads``, ``head_dim``, ``ffn``, ``gated_mlp``, ``vocab``, ``tied_embeddings``;
         ``global_batch`` (sequences) or ``micro_batches``, ``micro_batch``; ``tp``, ``pp``,
-        ``dp``, ``cp``, ``ep``, ``vpp``, ``sp``; ``experts``, ``top_k``, ``moe_ffn``,
+        ``dp``, ``cp`` with ``cp_comm_type`` (``p2p``, ``all_gather``), ``ep``, ``vpp``,
+        ``sp``; ``experts``, ``top_k``, ``moe_ffn``,
         ``shared_ffn``, ``moe_layer_freq`` (every N-th layer a mixture of experts, or a
         list of 0 and 1 per layer), ``capacity_factor``, ``expert_tp``, ``expert_layout``
         (``within_dp``, ``folded``);

@@ -12,8 +12,9 @@ import numpy as np
 
 from ...errors import ConfigError, config_error
 from ...topology.view import logical_view
+from .transformer_checks import _where, folds_experts
 from .transformer_passes import Groups
-from .transformer_spec import TransformerSpec, _where, folds_experts
+from .transformer_spec import TransformerSpec
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ stage ``c p + r``).
 from __future__ import annotations
 
 from ...errors import config_error
-from .transformer_spec import TransformerSpec, micro_batches
+from .transformer_checks import micro_batches
+from .transformer_spec import TransformerSpec
 
 #: one pass of one chunk on one micro-batch: (``"fwd"`` or ``"bwd"``, chunk, micro-batch)
 Unit = tuple[str, int, int]

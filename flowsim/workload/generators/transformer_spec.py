@@ -1,8 +1,8 @@
 """The validated arguments of the transformer generator (:mod:`.transformer`).
 
-Every key, its range and the divisibility rules Megatron-LM imposes between them are checked
-here, before any graph is built; the checks that need the network (degrees multiplying to its
-NPU count) are in :mod:`.transformer_mapping`.
+Every key and its range are checked here, and the divisibility rules Megatron-LM imposes
+between them in :mod:`.transformer_checks`, before any graph is built; the checks that need
+the network (degrees multiplying to its NPU count) are in :mod:`.transformer_mapping`.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from ..._validate import (
     read_int,
     read_number,
 )
-from ...errors import ConfigError, config_error
 from ..kernels import DTYPE_BYTES
 from ..roofline import Roofline, parse_roofline
 from . import transformer_values as tv
+from .transformer_checks import check_consistent
 
 #: Pipeline schedules (see :mod:`.transformer_schedule`).
 Schedule = Literal["1f1b", "gpipe", "interleaved"]
@@ -41,6 +41,11 @@ DType = Literal["bf16", "fp16", "fp8"]
 #: 0.10), or folded over context x data parallelism (0.10 on, "MoE parallel folding")
 ExpertLayout = Literal["within_dp", "folded"]
 EXPERT_LAYOUTS: tuple[ExpertLayout, ...] = choices_of(ExpertLayout)
+#: how context parallelism exchanges keys and values: around a ring, one block per step
+#: beside the previous block's attention (Transformer Engine's ``p2p``, Megatron-Core's
+#: default), or all-gathered before the attention (``all_gather``: Llama 3's)
+CpCommType = Literal["p2p", "all_gather"]
+CP_COMM_TYPES: tuple[CpCommType, ...] = choices_of(CpCommType)
 #: userbuffers settings of ``tp_comm_overlap`` (:mod:`.transformer_overlap`)
 UbConfig = Literal["nemo", "te_default"]
 UB_CONFIGS: tuple[UbConfig, ...] = choices_of(UbConfig)
@@ -49,8 +54,6 @@ DTYPES: tuple[DType, ...] = choices_of(DType)
 #: ``roofline`` mapping leaves out: an A100-like roofline at half of its peaks (312 TFLOP/s
 #: 16-bit, 2039 GB/s HBM2e).
 A100_ROOFLINE = Roofline(312e12, 2039e9, 0.5)
-#: Largest graph a generator builds (ops over all programs), before anything is allocated.
-MAX_OPS = 5_000_000
 #: Head dimension when neither ``heads`` nor ``head_dim`` is given.
 HEAD_DIM = 128
 #: Megatron-LM pads the vocabulary to a multiple of this times the tensor-parallel degree
@@ -78,6 +81,8 @@ class TransformerSpec:
     pp: int = 1
     dp: int = 1
     cp: int = 1
+    #: how the CP ranks exchange keys and values (:data:`CP_COMM_TYPES`)
+    cp_comm_type: CpCommType = "p2p"
     ep: int = 1
     vpp: int = 1
     sp: bool = False
@@ -217,6 +222,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                                  default="none", case_insensitive=True)
     v["attention"] = read_choice(values, "attention", ATTENTIONS, source=source,
                                  default="flash", case_insensitive=True)
+    v["cp_comm_type"] = read_choice(values, "cp_comm_type", CP_COMM_TYPES, source=source,
+                                    default="p2p", case_insensitive=True)
     v["position_embedding"] = read_choice(values, "position_embedding", POSITION_EMBEDDINGS,
                                           source=source, default="learned_absolute",
                                           case_insensitive=True)
@@ -235,7 +242,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     v["dims"] = tv.read_dims(values.get("dims"), source)
     spec = TransformerSpec(**v, source=source)
     spec = _with_defaults(spec)
-    _check_consistent(spec)
+    check_consistent(spec)
     return spec
 
 
@@ -270,131 +277,3 @@ def _with_defaults(spec: TransformerSpec) -> TransformerSpec:
         "moe_layer_freq": tv.moe_pattern(spec.moe_layer_freq, spec.layers, spec.experts,
                                       spec.source)}
     return replace(spec, **changes)
-
-
-def micro_batches(spec: TransformerSpec) -> int:
-    """Micro-batches per pipeline per iteration: ``global_batch / (micro_batch * dp)``, or
-    ``micro_batches`` as given."""
-    if spec.micro_batches:
-        return spec.micro_batches
-    return spec.global_batch // (spec.micro_batch * spec.dp)
-
-
-def _check_consistent(spec: TransformerSpec) -> None:
-    """Divisibility rules between the arguments (Megatron-LM's own requirements)."""
-    src = spec.source
-
-    def need(ok: bool, key: str, expected: str, found: Any) -> None:
-        if not ok:
-            raise config_error(src, key, expected, found)
-
-    need(bool(spec.micro_batches) != bool(spec.global_batch), "global_batch",
-         "either global_batch (sequences per iteration) or micro_batches, not both and not "
-         "neither", spec.global_batch or None)
-    if spec.global_batch:
-        need(spec.global_batch % (spec.micro_batch * spec.dp) == 0, "global_batch",
-             f"a multiple of micro_batch * dp = {spec.micro_batch * spec.dp} (micro-batches "
-             f"split evenly over the data-parallel ranks)", spec.global_batch)
-    need(spec.heads % spec.tp == 0, "heads", f"a multiple of tp={spec.tp}", spec.heads)
-    need(spec.heads % spec.kv_heads == 0, "kv_heads",
-         f"a divisor of heads={spec.heads} (grouped-query attention)", spec.kv_heads)
-    need(spec.kv_heads % spec.tp == 0 or spec.tp % spec.kv_heads == 0, "kv_heads",
-         f"a multiple or a divisor of tp={spec.tp}", spec.kv_heads)
-    need(spec.ffn % spec.tp == 0, "ffn", f"a multiple of tp={spec.tp}", spec.ffn)
-    if spec.window:   # flowsim's limits: fused attention, one context-parallel rank
-        need(spec.attention != "unfused" and spec.cp == 1, "window", "0 with unfused "
-             "attention or cp > 1 (flowsim does not model them together)", spec.window)
-    if spec.mla is not None:   # flowsim's limits: what its MLA model leaves out
-        need(spec.kv_heads == spec.heads, "kv_heads", f"heads={spec.heads} with mla (each "
-             f"head has its own keys and values)", spec.kv_heads)
-        why = " with mla (flowsim does not model them together)"
-        need(spec.cp == 1, "cp", "1" + why, spec.cp)
-        need(spec.attention != "unfused", "attention", "flash or flash2" + why, spec.attention)
-        need(not spec.tp_comm_overlap or spec.tp == 1, "tp_comm_overlap", "false" + why,
-             spec.tp_comm_overlap)
-    if spec.sp:
-        need(spec.sequence % (spec.tp * spec.cp) == 0, "sequence",
-             f"a multiple of tp * cp = {spec.tp * spec.cp} with sequence parallelism",
-             spec.sequence)
-    if spec.cp > 1:
-        need(spec.sequence % (2 * spec.cp) == 0, "sequence",
-             f"a multiple of 2 * cp = {2 * spec.cp} (context parallelism splits the sequence "
-             f"into 2 * cp chunks for causal load balancing)", spec.sequence)
-    if spec.experts:
-        need(spec.experts % spec.ep == 0, "experts", f"a multiple of ep={spec.ep}",
-             spec.experts)
-        need(spec.top_k <= spec.experts, "top_k", f"at most experts={spec.experts}",
-             spec.top_k)
-        need(spec.expert_tp in (1, spec.tp), "expert_tp",
-             f"1 or tp={spec.tp} (each expert split over the tensor-parallel ranks, or not "
-             f"at all)", spec.expert_tp)
-        need(spec.moe_ffn % spec.expert_tp == 0, "moe_ffn",
-             f"a multiple of expert_tp={spec.expert_tp}", spec.moe_ffn)
-        need(spec.shared_ffn % spec.tp == 0, "shared_ffn", f"a multiple of tp={spec.tp}",
-             spec.shared_ffn)
-    else:
-        need(not spec.shared_ffn, "shared_ffn", "0 without experts (a dense model's MLP "
-                                                "is 'ffn')", spec.shared_ffn)
-        need(spec.expert_tp == spec.tp, "expert_tp", f"unset (or tp={spec.tp}) without "
-                                                     f"experts", spec.expert_tp)
-    if folds_experts(spec):
-        ratio = spec.ep // spec.cp if spec.ep % spec.cp == 0 else 0
-        need(spec.cp % spec.ep == 0 or (ratio > 0 and spec.dp % ratio == 0), "ep",
-             f"a divisor of cp={spec.cp}, or cp times a divisor of dp={spec.dp} (folded "
-             f"expert parallelism takes the context-parallel ranks first)", spec.ep)
-        need(spec.expert_tp == spec.tp, "expert_tp",
-             f"tp={spec.tp} with expert_layout: folded over context parallelism",
-             spec.expert_tp)
-        need(not spec.fsdp and spec.dims is None, "expert_layout",
-             "within_dp with fsdp or explicit dims (flowsim does not fold expert "
-             "parallelism over context parallelism there)", spec.expert_layout)
-    else:
-        hint = "; expert_layout: folded lets it span the context-parallel ranks too, as " \
-               "Megatron-Core 0.10 on does" if spec.cp > 1 else ""
-        need(spec.dp % spec.ep == 0, "ep", f"a divisor of dp={spec.dp} (expert parallelism "
-                                           f"splits the data-parallel ranks{hint})", spec.ep)
-    need(spec.ep == 1 or spec.experts > 0, "ep", "1 without experts", spec.ep)
-    need(spec.vpp == 1 or spec.pp > 1, "vpp", "1 without pipeline parallelism (pp=1)",
-         spec.vpp)
-    need(spec.vpp == 1 or spec.schedule == "interleaved", "schedule",
-         "'interleaved' when vpp > 1", spec.schedule)
-    need(spec.vpp > 1 or spec.schedule != "interleaved", "vpp",
-         "> 1 with the interleaved schedule", spec.vpp)
-    need(not spec.fp8_param_gather or spec.dtype == "fp8", "fp8_param_gather",
-         "false without dtype: fp8", spec.fp8_param_gather)
-    need(spec.fsdp or spec.fsdp_shard == spec.dp, "fsdp_shard",
-         "unset without fsdp (it shards FSDP's units)", spec.fsdp_shard)
-    need(spec.dp % spec.fsdp_shard == 0 and (spec.fsdp_shard % spec.ep == 0 or
-                                             folds_experts(spec)), "fsdp_shard",
-         f"a divisor of dp={spec.dp} and a multiple of ep={spec.ep} (the sharding groups "
-         f"split the data-parallel ranks into replicas)", spec.fsdp_shard)
-    need(spec.dims is None or spec.fsdp_shard == spec.dp, "fsdp_shard",
-         f"dp={spec.dp} (all data-parallel ranks) with explicit dims", spec.fsdp_shard)
-    need(not spec.overlap_param_gather or spec.distributed_optimizer or spec.fsdp,
-         "overlap_param_gather",
-         "false without distributed_optimizer (parameters are gathered only when the "
-         "optimizer is sharded)", spec.overlap_param_gather)
-    m = micro_batches(spec)
-    if spec.interleaved:
-        counted = f"; global_batch / (micro_batch * dp) = {m}" if spec.global_batch else ""
-        need(m % spec.pp == 0, "global_batch" if spec.global_batch else "micro_batches",
-             f"a multiple of pp={spec.pp} micro-batches per pipeline with the interleaved "
-             f"schedule (Megatron-LM's requirement{counted})",
-             spec.global_batch or spec.micro_batches)
-    per_layer = (30 if spec.recompute == "full" else 22) + \
-        (8 if spec.experts else 3) * spec.fsdp
-    ops = m * spec.layers * per_layer + 8 * m * spec.pp * spec.vpp
-    if ops > MAX_OPS:
-        raise ConfigError(f"{_where(src)}layers={spec.layers} over {m} micro-batches make a "
-                          f"graph of about {ops} ops, more than {MAX_OPS}")
-
-
-def folds_experts(spec: TransformerSpec) -> bool:
-    """Whether expert parallelism is folded over context-parallel ranks (with cp = 1 folding
-    changes nothing, and the plain layout is used)."""
-    return spec.expert_layout == "folded" and spec.cp > 1 and spec.ep > 1
-
-
-def _where(source: str) -> str:
-    """Message prefix naming the source of a value (none for Python arguments)."""
-    return "" if source == "argument" else f"{source}: "

@@ -1,0 +1,145 @@
+"""Consistency rules between the transformer generator's keys (Megatron-LM's own
+requirements and flowsim's limits), checked once every key has been read and defaulted
+(:func:`.transformer_spec.parse_transformer`), and the small derived facts they use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...errors import ConfigError, config_error
+
+if TYPE_CHECKING:
+    from .transformer_spec import TransformerSpec
+
+#: Largest graph a generator builds (ops over all programs), before anything is allocated.
+MAX_OPS = 5_000_000
+
+
+def micro_batches(spec: TransformerSpec) -> int:
+    """Micro-batches per pipeline per iteration: ``global_batch / (micro_batch * dp)``, or
+    ``micro_batches`` as given."""
+    if spec.micro_batches:
+        return spec.micro_batches
+    return spec.global_batch // (spec.micro_batch * spec.dp)
+
+
+def check_consistent(spec: TransformerSpec) -> None:
+    """Divisibility rules between the arguments (Megatron-LM's own requirements)."""
+    src = spec.source
+
+    def need(ok: bool, key: str, expected: str, found: Any) -> None:
+        if not ok:
+            raise config_error(src, key, expected, found)
+
+    need(bool(spec.micro_batches) != bool(spec.global_batch), "global_batch",
+         "either global_batch (sequences per iteration) or micro_batches, not both and not "
+         "neither", spec.global_batch or None)
+    if spec.global_batch:
+        need(spec.global_batch % (spec.micro_batch * spec.dp) == 0, "global_batch",
+             f"a multiple of micro_batch * dp = {spec.micro_batch * spec.dp} (micro-batches "
+             f"split evenly over the data-parallel ranks)", spec.global_batch)
+    need(spec.heads % spec.tp == 0, "heads", f"a multiple of tp={spec.tp}", spec.heads)
+    need(spec.heads % spec.kv_heads == 0, "kv_heads",
+         f"a divisor of heads={spec.heads} (grouped-query attention)", spec.kv_heads)
+    need(spec.kv_heads % spec.tp == 0 or spec.tp % spec.kv_heads == 0, "kv_heads",
+         f"a multiple or a divisor of tp={spec.tp}", spec.kv_heads)
+    need(spec.ffn % spec.tp == 0, "ffn", f"a multiple of tp={spec.tp}", spec.ffn)
+    if spec.window:   # flowsim's limits: fused attention, one context-parallel rank
+        need(spec.attention != "unfused" and spec.cp == 1, "window", "0 with unfused "
+             "attention or cp > 1 (flowsim does not model them together)", spec.window)
+    if spec.mla is not None:   # flowsim's limits: what its MLA model leaves out
+        need(spec.kv_heads == spec.heads, "kv_heads", f"heads={spec.heads} with mla (each "
+             f"head has its own keys and values)", spec.kv_heads)
+        why = " with mla (flowsim does not model them together)"
+        need(spec.cp == 1, "cp", "1" + why, spec.cp)
+        need(spec.attention != "unfused", "attention", "flash or flash2" + why, spec.attention)
+        need(not spec.tp_comm_overlap or spec.tp == 1, "tp_comm_overlap", "false" + why,
+             spec.tp_comm_overlap)
+    if spec.sp:
+        need(spec.sequence % (spec.tp * spec.cp) == 0, "sequence",
+             f"a multiple of tp * cp = {spec.tp * spec.cp} with sequence parallelism",
+             spec.sequence)
+    if spec.cp > 1:
+        need(spec.sequence % (2 * spec.cp) == 0, "sequence",
+             f"a multiple of 2 * cp = {2 * spec.cp} (context parallelism splits the sequence "
+             f"into 2 * cp chunks for causal load balancing)", spec.sequence)
+    if spec.experts:
+        need(spec.experts % spec.ep == 0, "experts", f"a multiple of ep={spec.ep}",
+             spec.experts)
+        need(spec.top_k <= spec.experts, "top_k", f"at most experts={spec.experts}",
+             spec.top_k)
+        need(spec.expert_tp in (1, spec.tp), "expert_tp",
+             f"1 or tp={spec.tp} (each expert split over the tensor-parallel ranks, or not "
+             f"at all)", spec.expert_tp)
+        need(spec.moe_ffn % spec.expert_tp == 0, "moe_ffn",
+             f"a multiple of expert_tp={spec.expert_tp}", spec.moe_ffn)
+        need(spec.shared_ffn % spec.tp == 0, "shared_ffn", f"a multiple of tp={spec.tp}",
+             spec.shared_ffn)
+    else:
+        need(not spec.shared_ffn, "shared_ffn", "0 without experts (a dense model's MLP "
+                                                "is 'ffn')", spec.shared_ffn)
+        need(spec.expert_tp == spec.tp, "expert_tp", f"unset (or tp={spec.tp}) without "
+                                                     f"experts", spec.expert_tp)
+    if folds_experts(spec):
+        ratio = spec.ep // spec.cp if spec.ep % spec.cp == 0 else 0
+        need(spec.cp % spec.ep == 0 or (ratio > 0 and spec.dp % ratio == 0), "ep",
+             f"a divisor of cp={spec.cp}, or cp times a divisor of dp={spec.dp} (folded "
+             f"expert parallelism takes the context-parallel ranks first)", spec.ep)
+        need(spec.expert_tp == spec.tp, "expert_tp",
+             f"tp={spec.tp} with expert_layout: folded over context parallelism",
+             spec.expert_tp)
+        need(not spec.fsdp and spec.dims is None, "expert_layout",
+             "within_dp with fsdp or explicit dims (flowsim does not fold expert "
+             "parallelism over context parallelism there)", spec.expert_layout)
+    else:
+        hint = "; expert_layout: folded lets it span the context-parallel ranks too, as " \
+               "Megatron-Core 0.10 on does" if spec.cp > 1 else ""
+        need(spec.dp % spec.ep == 0, "ep", f"a divisor of dp={spec.dp} (expert parallelism "
+                                           f"splits the data-parallel ranks{hint})", spec.ep)
+    need(spec.ep == 1 or spec.experts > 0, "ep", "1 without experts", spec.ep)
+    need(spec.vpp == 1 or spec.pp > 1, "vpp", "1 without pipeline parallelism (pp=1)",
+         spec.vpp)
+    need(spec.vpp == 1 or spec.schedule == "interleaved", "schedule",
+         "'interleaved' when vpp > 1", spec.schedule)
+    need(spec.vpp > 1 or spec.schedule != "interleaved", "vpp",
+         "> 1 with the interleaved schedule", spec.vpp)
+    need(not spec.fp8_param_gather or spec.dtype == "fp8", "fp8_param_gather",
+         "false without dtype: fp8", spec.fp8_param_gather)
+    need(spec.fsdp or spec.fsdp_shard == spec.dp, "fsdp_shard",
+         "unset without fsdp (it shards FSDP's units)", spec.fsdp_shard)
+    need(spec.dp % spec.fsdp_shard == 0 and (spec.fsdp_shard % spec.ep == 0 or
+                                             folds_experts(spec)), "fsdp_shard",
+         f"a divisor of dp={spec.dp} and a multiple of ep={spec.ep} (the sharding groups "
+         f"split the data-parallel ranks into replicas)", spec.fsdp_shard)
+    need(spec.dims is None or spec.fsdp_shard == spec.dp, "fsdp_shard",
+         f"dp={spec.dp} (all data-parallel ranks) with explicit dims", spec.fsdp_shard)
+    need(not spec.overlap_param_gather or spec.distributed_optimizer or spec.fsdp,
+         "overlap_param_gather",
+         "false without distributed_optimizer (parameters are gathered only when the "
+         "optimizer is sharded)", spec.overlap_param_gather)
+    m = micro_batches(spec)
+    if spec.interleaved:
+        counted = f"; global_batch / (micro_batch * dp) = {m}" if spec.global_batch else ""
+        need(m % spec.pp == 0, "global_batch" if spec.global_batch else "micro_batches",
+             f"a multiple of pp={spec.pp} micro-batches per pipeline with the interleaved "
+             f"schedule (Megatron-LM's requirement{counted})",
+             spec.global_batch or spec.micro_batches)
+    per_layer = (30 if spec.recompute == "full" else 22) + \
+        (8 if spec.experts else 3) * spec.fsdp + \
+        5 * spec.cp * (spec.cp > 1 and spec.cp_comm_type == "p2p")   # the ring's steps
+    ops = m * spec.layers * per_layer + 8 * m * spec.pp * spec.vpp
+    if ops > MAX_OPS:
+        raise ConfigError(f"{_where(src)}layers={spec.layers} over {m} micro-batches make a "
+                          f"graph of about {ops} ops, more than {MAX_OPS}")
+
+
+def folds_experts(spec: TransformerSpec) -> bool:
+    """Whether expert parallelism is folded over context-parallel ranks (with cp = 1 folding
+    changes nothing, and the plain layout is used)."""
+    return spec.expert_layout == "folded" and spec.cp > 1 and spec.ep > 1
+
+
+def _where(source: str) -> str:
+    """Message prefix naming the source of a value (none for Python arguments)."""
+    return "" if source == "argument" else f"{source}: "
