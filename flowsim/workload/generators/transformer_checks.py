@@ -1,22 +1,22 @@
 """Consistency rules between the transformer generator's keys (Megatron-LM's own
 requirements and flowsim's limits), checked once every key has been read and defaulted
 (:func:`.transformer_spec.parse_transformer`), and the small derived facts they use.
+
+Every ``spec`` here is a :class:`~.transformer_spec.TransformerSpec` (typed ``Any``: that
+module imports this one, and the package has no import cycles, not even for types).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...errors import ConfigError, config_error
-
-if TYPE_CHECKING:
-    from .transformer_spec import TransformerSpec
 
 #: Largest graph a generator builds (ops over all programs), before anything is allocated.
 MAX_OPS = 5_000_000
 
 
-def micro_batches(spec: TransformerSpec) -> int:
+def micro_batches(spec: Any) -> int:
     """Micro-batches per pipeline per iteration: ``global_batch / (micro_batch * dp)``, or
     ``micro_batches`` as given."""
     if spec.micro_batches:
@@ -24,7 +24,7 @@ def micro_batches(spec: TransformerSpec) -> int:
     return spec.global_batch // (spec.micro_batch * spec.dp)
 
 
-def check_consistent(spec: TransformerSpec) -> None:
+def check_consistent(spec: Any) -> None:
     """Divisibility rules between the arguments (Megatron-LM's own requirements)."""
     src = spec.source
 
@@ -134,7 +134,7 @@ def check_consistent(spec: TransformerSpec) -> None:
                           f"graph of about {ops} ops, more than {MAX_OPS}")
 
 
-def folds_experts(spec: TransformerSpec) -> bool:
+def folds_experts(spec: Any) -> bool:
     """Whether expert parallelism is folded over context-parallel ranks (with cp = 1 folding
     changes nothing, and the plain layout is used)."""
     return spec.expert_layout == "folded" and spec.cp > 1 and spec.ep > 1
