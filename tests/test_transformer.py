@@ -173,11 +173,11 @@ def test_context_parallel_exchanges_keys_and_values(two_nodes):
 def test_context_parallel_passes_keys_and_values_around_a_ring(two_nodes):
     """CP 4, ``cp_comm_type: p2p`` (Transformer Engine's ring, Megatron-Core's default):
     forward, the local causal block, then cp - 1 steps each attending the block that the
-    step's exchange brought (one op per step, after it) while the next travels; backward,
-    the blocks go around again and their key and value gradients follow (cp exchanges, the
-    last bringing this rank's home before the QKV gradient). Every exchange moves the
-    rank's block, 2 b (s / cp) kv 2 bytes, priced as a direct exchange of that many bytes
-    per rank over the CP group."""
+    previous step's exchange brought (one op per step, after it) while its own passes it on;
+    backward, the blocks go around again and the key and value gradients accumulated so far
+    follow a step behind (cp - 1 exchanges of each, the QKV gradient after the last). Every
+    exchange moves the rank's block, 2 b (s / cp) kv 2 bytes, priced as a direct exchange
+    of that many bytes per rank over the CP group."""
     cp = 4
     w = transformer(two_nodes, **SMALL, tp=2, cp=cp, dp=2, global_batch=4, kv_heads=4,
                     sp=True)
@@ -197,11 +197,15 @@ def test_context_parallel_passes_keys_and_values_around_a_ring(two_nodes):
             bwd = {op.name for op in rings if op.name.startswith(name + ".") and
                    op.pass_ == "ig"}
             assert bwd == {f"{name}.kv.ring{k}" for k in range(1, cp)} | \
-                {f"{name}.kv_grad.ring{k}" for k in range(cp)}
+                {f"{name}.kv_grad.ring{k}" for k in range(1, cp)}
             steps = [op for op in program.ops if op.name.startswith(f"{name}.attention_ring")
                      and op.pass_ == "fwd"]
             for k, op in enumerate(steps, start=1):   # each step after its block's exchange
                 assert f"{name}.kv.ring{k}" in {by_id[d].name for d in op.deps}
+                if k < cp - 1:   # which the next exchange also waits for, with the step
+                    (nxt,) = [o for o in rings if o.name == f"{name}.kv.ring{k + 1}"
+                              and o.pass_ == "fwd"]
+                    assert set(nxt.deps) == set(op.deps) | set(op.ctrl_deps)
                 assert [type(x) for x in op.kernels] == [Attention]
             (qkv,) = [op for op in program.ops if op.name == f"{name}.attention.dgrad.qkv"]
             home = f"{name}.kv_grad.ring{cp - 1}"
@@ -212,6 +216,35 @@ def test_context_parallel_passes_keys_and_values_around_a_ring(two_nodes):
     assert Counter((k.backward, k.seq_kv, k.causal) for k in attention) == \
         {(b, 32, True): 4 for b in (False, True)} | \
         {(b, 16, False): 4 * (cp - 1) for b in (False, True)}
+
+
+def test_ulysses_trades_sequence_shards_for_head_shards(two_nodes):
+    """``cp_comm_type: a2a`` (DeepSpeed-Ulysses): an all-to-all of the rank's queries, keys
+    and values before the attention, of its output after, the same two in reverse backward;
+    the attention runs over the whole sequence on 1 / cp of the TP rank's heads (causal); no
+    ring, no gather. Heads and key-value heads must divide over tp * cp."""
+    cp = 4
+    spec = dict(SMALL, tp=2, cp=cp, dp=2, global_batch=4, kv_heads=8, sp=True,
+                cp_comm_type="a2a")
+    program = transformer(two_nodes, **spec).programs[0]
+    n, q, kv = 2 * 128 // cp, 256 // 2, 8 // 2 * 32   # tokens, query and kv widths per rank
+    a2a = [op for op in program.ops if ".attention.a2a_" in op.name]
+    assert Counter((op.name.split(".", 2)[2], op.size) for op in a2a) == {   # per layer
+        ("attention.a2a_in", n * (q + 2 * kv) * 2): 4, ("attention.a2a_out", n * q * 2): 4,
+        ("attention.a2a_out.dgrad", n * q * 2): 4,
+        ("attention.a2a_in.dgrad", n * (q + 2 * kv) * 2): 4}
+    assert {op.collective for op in a2a} == {"all_to_all"}
+    assert not [op for op in program.ops if ".kv." in op.name]
+    attention = [k for op in _ops(program, "compute") for k in op.kernels
+                 if isinstance(k, Attention)]
+    assert {(k.heads, k.kv_heads, k.seq_q, k.seq_kv, k.causal) for k in attention} == \
+        {(8 // 2 // cp, 8 // 2 // cp, 128, 128, True)}
+    with pytest.raises(ConfigError, match=r"'kv_heads': expected a multiple of tp \* cp = 8 "
+                                          r"with cp_comm_type: a2a"):
+        transformer(two_nodes, **dict(spec, kv_heads=4))
+    with pytest.raises(ConfigError, match=r"'cp_comm_type': expected p2p or all_gather with "
+                                          r"unfused attention"):
+        transformer(two_nodes, **dict(spec, attention="unfused"))
 
 
 @pytest.mark.parametrize("model", ["analytical", "flow"])
@@ -226,16 +259,17 @@ def test_the_ring_hides_what_the_all_gather_exposes(model):
     net = flowsim.load_network({"cluster": {"device": "h100", "nodes": 2}})
     exposed = {kind: flowsim.run_training(net, dict(spec, cp_comm_type=kind), "nccl",
                                           model=model).summary()["exposed_comm_ns"]
-               for kind in ("p2p", "all_gather")}
+               for kind in ("p2p", "all_gather", "a2a")}
     assert exposed["p2p"] < exposed["all_gather"]
+    assert exposed["a2a"] > 0   # its all-to-alls wait for and hold up the attention
 
 
 @pytest.mark.parametrize("flag, expected", [("p2p", "p2p"), ("allgather", "all_gather"),
-                                            (None, "p2p")])
+                                            ("a2a", "a2a"), (None, "p2p")])
 def test_the_importers_read_the_context_parallel_communication_type(flag, expected):
-    """Megatron-LM's ``--cp-comm-type`` (default p2p; ``allgather``) and NeMo's
-    ``model.cp_comm_type`` (Transformer Engine's spelling, ``all_gather``); the all-to-all
-    kinds are refused in one line naming the flag."""
+    """Megatron-LM's ``--cp-comm-type`` (default p2p; ``allgather``, ``a2a``) and NeMo's
+    ``model.cp_comm_type`` (Transformer Engine's spelling, ``all_gather``); the hierarchical
+    ``a2a+p2p`` is refused in one line naming the flag."""
     from flowsim.workload.generators.megatron import megatron_keys
     from flowsim.workload.generators.nemo import nemo_keys
 
@@ -250,8 +284,8 @@ def test_the_importers_read_the_context_parallel_communication_type(flag, expect
         model["cp_comm_type"] = "all_gather" if flag == "allgather" else flag
     keys = nemo_keys({"trainer": {}, "model": model}, "nemo.yml")
     assert keys.get("cp_comm_type", "p2p") == expected
-    with pytest.raises(ConfigError, match=r"run.sh: args: key '--cp-comm-type': expected p2p or "
-                                          r"allgather .*found 'a2a\+p2p'"):
+    with pytest.raises(ConfigError, match=r"run.sh: args: key '--cp-comm-type': expected p2p, "
+                                          r"allgather or a2a .*found 'a2a\+p2p'"):
         megatron_keys(args.replace(f" --cp-comm-type {flag}", "") + " --cp-comm-type a2a+p2p",
                       "run.sh")
 

@@ -50,7 +50,8 @@ def position_embedding(value: Any, where: str, name: str,
 
 #: both tools' context-parallel communication types -> the transformer's ``cp_comm_type``
 #: (Megatron-LM spells Transformer Engine's ``all_gather`` ``allgather``)
-CP_COMM_TYPES = {"p2p": "p2p", "allgather": "all_gather", "all_gather": "all_gather"}
+CP_COMM_TYPES = {"p2p": "p2p", "allgather": "all_gather", "all_gather": "all_gather",
+                 "a2a": "a2a"}
 
 
 def cp_comm_type(value: Any, where: str, name: str) -> str:
@@ -59,12 +60,12 @@ def cp_comm_type(value: Any, where: str, name: str) -> str:
     Raises
     ------
     ConfigError
-        Another kind (``a2a``, ``a2a+p2p``: Ulysses-style all-to-alls, not modelled),
-        naming ``where`` and ``name``.
+        Another kind (``a2a+p2p``: all-to-alls inside a ring, not modelled), naming
+        ``where`` and ``name``.
     """
     if str(value).lower() not in CP_COMM_TYPES:
-        raise config_error(where, name, "p2p or allgather (flowsim does not model the "
-                           "all-to-all kinds)", value)
+        raise config_error(where, name, "p2p, allgather or a2a (flowsim does not model "
+                           "a2a+p2p)", value)
     return CP_COMM_TYPES[str(value).lower()]
 
 

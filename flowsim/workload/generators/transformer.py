@@ -46,15 +46,15 @@ Communication:
   again for its weight gradient. A data gradient's collective overlaps with the weight
   gradient; ``tp_comm_overlap`` pipelines every collective of a layer with its GEMMs as
   Transformer Engine's userbuffers do (:mod:`.transformer_overlap`);
-* **context parallel** (ring attention with causal load balancing, as Megatron-Core does): the
-  sequence split in ``2 cp`` chunks, two per rank. ``cp_comm_type: p2p`` (the default,
-  Transformer Engine's and Megatron-Core's): the local causal block first, then ``cp - 1``
-  steps, each attending the block of keys and values its exchange brought while the next
-  travels; backward, the blocks go around again with their gradients following them home
-  (each exchange a block of the rank's keys and values, priced as a one-step direct exchange
-  of those bytes over the CP group). ``all_gather`` (Llama 3's): keys and values all-gathered
-  (the local block attended meanwhile) and their gradients reduce-scattered. Megatron's
-  unfused attention has no ring kernel and all-gathers;
+* **context parallel** (causal load balancing as Megatron-Core does: the sequence split in
+  ``2 cp`` chunks, two per rank), in the three ways of ``cp_comm_type``
+  (:mod:`.transformer_cp`): ``p2p`` (the default, Transformer Engine's and Megatron-Core's),
+  a ring of ``cp - 1`` steps, each attending the block of keys and values the previous
+  step's exchange brought while its own passes it on, backward the blocks again with their
+  gradients a step behind; ``all_gather`` (Llama 3's), keys and values all-gathered (the
+  local block attended meanwhile) and their gradients reduce-scattered; ``a2a``
+  (DeepSpeed-Ulysses), all-to-alls that trade sequence shards for head shards around an
+  attention over the whole sequence. Megatron's unfused attention all-gathers;
 * **expert parallel** (Megatron-Core's all-to-all dispatcher, ``MoEAlltoAllTokenDispatcher``
   in core_r0.9.0): tokens dispatched to and combined from the experts' ranks by all-to-alls
   over the EP group (a part of the data-parallel group), forward and backward. Each expert is
@@ -148,7 +148,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         The spec's keys: ``layers``, ``hidden``, ``sequence`` (required); ``heads``,
         ``kv_heads``, ``head_dim``, ``ffn``, ``gated_mlp``, ``vocab``, ``tied_embeddings``;
         ``global_batch`` (sequences) or ``micro_batches``, ``micro_batch``; ``tp``, ``pp``,
-        ``dp``, ``cp`` with ``cp_comm_type`` (``p2p``, ``all_gather``), ``ep``, ``vpp``,
+        ``dp``, ``cp`` with ``cp_comm_type`` (``p2p``, ``all_gather``, ``a2a``), ``ep``,
+        ``vpp``,
         ``sp``; ``experts``, ``top_k``, ``moe_ffn``,
         ``shared_ffn``, ``moe_layer_freq`` (every N-th layer a mixture of experts, or a
         list of 0 and 1 per layer), ``capacity_factor``, ``expert_tp``, ``expert_layout``

@@ -64,6 +64,13 @@ def check_consistent(spec: Any) -> None:
         need(spec.sequence % (2 * spec.cp) == 0, "sequence",
              f"a multiple of 2 * cp = {2 * spec.cp} (context parallelism splits the sequence "
              f"into 2 * cp chunks for causal load balancing)", spec.sequence)
+    if spec.cp > 1 and spec.cp_comm_type == "a2a":   # Transformer Engine's requirements
+        need(spec.attention != "unfused", "cp_comm_type", "p2p or all_gather with unfused "
+             "attention (the all-to-all kind needs a fused kernel)", spec.cp_comm_type)
+        for key in ("heads", "kv_heads"):
+            need(getattr(spec, key) % (spec.tp * spec.cp) == 0, key,
+                 f"a multiple of tp * cp = {spec.tp * spec.cp} with cp_comm_type: a2a (each "
+                 f"rank attends 1 / cp of its tensor-parallel heads)", getattr(spec, key))
     if spec.experts:
         need(spec.experts % spec.ep == 0, "experts", f"a multiple of ep={spec.ep}",
              spec.experts)

@@ -155,14 +155,15 @@ class LayerKernels:
         s = self.spec
         heads, local = s.heads // s.tp, s.sequence // s.cp
         kv_heads = max(1, s.kv_heads // s.tp)
+        if s.cp > 1 and s.cp_comm_type == "a2a":   # Ulysses: 1 / cp of the heads, every token
+            return (Attention(s.micro_batch, heads // s.cp, s.sequence, s.sequence, s.head_dim,
+                              kv_heads // s.cp, backward=backward, implementation=s.attention),)
         out = [Attention(s.micro_batch, heads, local, local, s.head_dim, kv_heads, causal=True,
                          backward=backward, implementation=s.attention, window=s.window)]
-        # the other cp - 1 ring steps: with causal load balancing (two chunks per rank),
-        # each attends half of another rank's keys
-        out += [Attention(s.micro_batch, heads, local, local // 2, s.head_dim, kv_heads,
-                          causal=False, backward=backward,
-                          implementation=s.attention)] * (s.cp - 1)
-        return tuple(out)
+        # the other cp - 1 ring steps (causal load balancing: each half another rank's keys)
+        return tuple(out + [Attention(s.micro_batch, heads, local, local // 2, s.head_dim,
+                                      kv_heads, causal=False, backward=backward,
+                                      implementation=s.attention)] * (s.cp - 1))
 
     @cached_property
     def projection(self) -> tuple[Kernel, ...]:

@@ -64,6 +64,9 @@ class Builder(Protocol):
     def collective(self, name: str, collective: str, size: int, dims: tuple[int, ...],
                    layer: int, pass_: str, deps: Frontier) -> int: ...
 
+    def layer_block(self, name: str, block: Block, layer: int, x: Frontier, *, gather: bool,
+                    reduce: bool, gathered: int = 0) -> Frontier: ...
+
 
 #: chunks of a pipelined reduce-scatter (``num_splits``, the same in both settings)
 RS_SPLITS = 4

@@ -18,8 +18,8 @@ gradient's collective, as Megatron-LM's asynchronous tensor-parallel communicati
 
 ``tp_comm_overlap`` (Megatron's ``--tp-comm-overlap``) pipelines a layer's collectives with its
 GEMMs as Transformer Engine's userbuffers do (:mod:`.transformer_overlap`). Context
-parallelism exchanges keys and values over the CP group (an all-gather the remote ring steps
-wait for; the local causal step runs meanwhile) and reduce-scatters their gradients. Mixture
+parallelism's communication around the attention (a ring, an all-gather or all-to-alls) is
+:mod:`.transformer_cp`'s. Mixture
 of experts replaces the MLP by a router, an all-to-all dispatch over the EP group, the local
 experts and an all-to-all combine.
 """
@@ -32,6 +32,7 @@ from typing import Any
 
 from ..graph import Op
 from ..kernels import Kernel
+from .transformer_cp import ContextParallel
 from .transformer_kernels import LayerKernels
 from .transformer_mla import LatentKernels
 from .transformer_overlap import Block, Frontier, Userbuffers
@@ -62,6 +63,8 @@ class PassBuilder:
         self.last_wgrad: int | None = None   # the last weight-gradient op
         #: the layers' overlapped tensor-parallel communication (``tp_comm_overlap``)
         self.ub = Userbuffers(self) if spec.tp_comm_overlap and spec.tp > 1 else None
+        #: context parallelism's communication around each layer's attention
+        self.cp = ContextParallel(self)
         #: kernels tuple -> (its shared copy, FLOPs, bytes); and by id of the shared copy
         self._by_value: dict[tuple[Kernel, ...], tuple[tuple[Kernel, ...], float, float]] = {}
         self._by_id: dict[int, tuple[tuple[Kernel, ...], float, float]] = {}
@@ -167,43 +170,7 @@ class PassBuilder:
                 x, gather=True, reduce=True)
         qkv = self.layer_block(f"{name}.qkv", Block(k.qkv, k.rope, head_name="qkv"), layer,
                                x, gather=True, reduce=False)
-        attention = k.core_attention
-        if not self.ring:
-            kv = self.collective(f"{name}.kv.all_gather", "all_gather", k.kv_bytes,
-                                 self.groups.cp, layer, "fwd", qkv)
-            local = self.compute(f"{name}.attention_local", attention[:1], layer, "fwd", qkv)
-            return self.layer_block(f"{name}.attention_remote", Block(
-                body=attention[1:], tail=k.projection, tail_name="projection"), layer,
-                (local, kv), gather=False, reduce=True)
-        # the ring: the local, causal block first; the other ranks' keys and values arrive a
-        # block per step, each passed on (the next step's exchange) while it is attended
-        step: Frontier = (self.compute(f"{name}.attention_local", attention[:1], layer, "fwd",
-                                       qkv),)
-        exchange = qkv
-        for i in range(1, s.cp):
-            exchange = (self.ring_exchange(f"{name}.kv.ring{i}", layer, "fwd", exchange),)
-            if i < s.cp - 1:
-                step = (self.compute(f"{name}.attention_ring{i}", attention[i:i + 1], layer,
-                                     "fwd", (*exchange, *step)),)
-        return self.layer_block(f"{name}.attention_remote", Block(
-            body=attention[-1:], tail=k.projection, tail_name="projection"), layer,
-            (*exchange, *step), gather=False, reduce=True)
-
-    @property
-    def ring(self) -> bool:
-        """Whether context parallelism passes keys and values around a ring (``p2p``, with
-        fused attention: Megatron's unfused attention has no ring kernel)."""
-        s = self.spec
-        return s.cp > 1 and s.cp_comm_type == "p2p" and s.attention != "unfused"
-
-    def ring_exchange(self, name: str, layer: int, pass_: str, deps: Frontier) -> int:
-        """One ring step: every CP rank sends a block of keys and values (or of their
-        gradients) to the next. Priced as a one-step direct exchange of the same bytes per
-        rank over the CP group (an all-to-all of ``cp / (cp - 1)`` blocks): through every
-        rank's links the same bytes as the shift, and on a switch the same time."""
-        cp = self.spec.cp
-        return self.collective(name, "all_to_all", round(self.k.kv_bytes * cp / (cp - 1)),
-                               self.groups.cp, layer, pass_, deps)
+        return self.cp.forward(name, layer, qkv, k)
 
     def _moe_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
         k, s, ep = self.k, self.spec, self.groups.ep
@@ -245,8 +212,7 @@ class PassBuilder:
         # gathered again) starts; with CP after the key gradients are reduced (``between``)
         k = k.of_layer(layer)   # the layer's attention (its window, if any)
         core = k.core_attention_backward + (k.rope if s.cp == 1 else ())
-        ring = core[1:] if self.ring else ()   # the ring's steps after the local block
-        core = core[:len(core) - len(ring)]
+        core, later = self.cp.split_backward(core)   # what runs after the head's block
         order = None
         if s.recompute == "selective" and s.attention == "unfused":
             # recompute scores, softmax and dropout (priced first without overlap)
@@ -257,12 +223,7 @@ class PassBuilder:
         between = None
         if s.cp > 1:   # the key and value gradients reduced over CP before the QKV gradient
             def between(x: Frontier) -> Frontier:
-                if ring:
-                    x, reduced = self._ring_backward(name, layer, g, x, ring)
-                else:
-                    reduced = self.collective(f"{name}.kv.reduce_scatter", "reduce_scatter",
-                                              k.kv_bytes * s.cp, self.groups.cp, layer, "ig",
-                                              x)
+                x, reduced = self.cp.backward(name, layer, g, x, later, k)
                 if not k.rope:
                     return (reduced,)
                 return (self.compute(f"{name}.rope_backward", k.rope, layer, "ig",
@@ -276,23 +237,6 @@ class PassBuilder:
         g = (self.compute(f"{name}.attention.down.dgrad", k.down_dgrad, layer, "ig", g),)
         self.compute(f"{name}.attention.down.wgrad", k.down_wgrad, layer, "wg")
         return g
-
-    def _ring_backward(self, name: str, layer: int, g: Frontier, local: Frontier,
-                       steps: tuple[Kernel, ...]) -> tuple[Frontier, int]:
-        """The ring's backward after the local block's (``local``): the keys and values go
-        around again from the start of the layer's backward (``g``), a block per step, and
-        each block's key and value gradients follow it, passed on once this rank has added
-        its part, until they are home. Returns the last step's frontier and the exchange
-        that brings this rank's gradients home."""
-        kv, step = g, local
-        grads = self.ring_exchange(f"{name}.kv_grad.ring0", layer, "ig", local)
-        for i, kernels in enumerate(steps, start=1):
-            kv = (self.ring_exchange(f"{name}.kv.ring{i}", layer, "ig", kv),)
-            step = (self.compute(f"{name}.attention_ring{i}.dgrad", (kernels,), layer, "ig",
-                                 (*kv, *step)),)
-            grads = self.ring_exchange(f"{name}.kv_grad.ring{i}", layer, "ig",
-                                       (*step, grads))
-        return step, grads
 
     @property
     def norm_backward(self) -> tuple[Kernel, ...]:

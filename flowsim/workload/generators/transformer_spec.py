@@ -43,8 +43,9 @@ ExpertLayout = Literal["within_dp", "folded"]
 EXPERT_LAYOUTS: tuple[ExpertLayout, ...] = choices_of(ExpertLayout)
 #: how context parallelism exchanges keys and values: around a ring, one block per step
 #: beside the previous block's attention (Transformer Engine's ``p2p``, Megatron-Core's
-#: default), or all-gathered before the attention (``all_gather``: Llama 3's)
-CpCommType = Literal["p2p", "all_gather"]
+#: default), all-gathered before the attention (``all_gather``: Llama 3's), or all-to-alls
+#: that trade the sequence shards for shards of the heads (``a2a``: DeepSpeed-Ulysses)
+CpCommType = Literal["p2p", "all_gather", "a2a"]
 CP_COMM_TYPES: tuple[CpCommType, ...] = choices_of(CpCommType)
 #: userbuffers settings of ``tp_comm_overlap`` (:mod:`.transformer_overlap`)
 UbConfig = Literal["nemo", "te_default"]
