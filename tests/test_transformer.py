@@ -284,6 +284,14 @@ def test_the_importers_read_the_context_parallel_communication_type(flag, expect
         model["cp_comm_type"] = "all_gather" if flag == "allgather" else flag
     keys = nemo_keys({"trainer": {}, "model": model}, "nemo.yml")
     assert keys.get("cp_comm_type", "p2p") == expected
+    if flag:   # NeMo's per-layer list: one kind for every layer, or refused
+        model["cp_comm_type"] = [model["cp_comm_type"]] * 2
+        assert nemo_keys({"trainer": {}, "model": model}, "nemo.yml")["cp_comm_type"] == \
+            expected
+        model["cp_comm_type"] = [flag, "a2a+p2p"]
+        with pytest.raises(ConfigError, match=r"'model.cp_comm_type': expected one type for "
+                                              r"every layer"):
+            nemo_keys({"trainer": {}, "model": model}, "nemo.yml")
     with pytest.raises(ConfigError, match=r"run.sh: args: key '--cp-comm-type': expected p2p, "
                                           r"allgather or a2a .*found 'a2a\+p2p'"):
         megatron_keys(args.replace(f" --cp-comm-type {flag}", "") + " --cp-comm-type a2a+p2p",

@@ -60,9 +60,14 @@ def cp_comm_type(value: Any, where: str, name: str) -> str:
     Raises
     ------
     ConfigError
-        Another kind (``a2a+p2p``: all-to-alls inside a ring, not modelled), naming
-        ``where`` and ``name``.
+        Another kind (``a2a+p2p``: all-to-alls inside a ring, not modelled), or a list of
+        per-layer kinds that differ, naming ``where`` and ``name``.
     """
+    if isinstance(value, (list, tuple)) and value:   # per layer (Megatron-Core allows it)
+        if len({str(v).lower() for v in value}) > 1:
+            raise config_error(where, name, "one type for every layer (flowsim gives all "
+                               "layers one)", value)
+        value = value[0]
     if str(value).lower() not in CP_COMM_TYPES:
         raise config_error(where, name, "p2p, allgather or a2a (flowsim does not model "
                            "a2a+p2p)", value)
