@@ -155,7 +155,8 @@ def run_events(model, capacity, indptr, links, mult,
             break
         # ---- rates
         if dirty and model == MODEL_FLOW and n_act > 0:
-            reuse = lists_valid and 2 * live_incidences >= lists_incidences
+            # with copies the lists' order would change rounding: rebuilt every time
+            reuse = mult.size == 0 and lists_valid and 2 * live_incidences >= lists_incidences
             n_counted = -1
             if mult.size == 0:      # the active flows per link are counted already
                 for i in range(n_links_active):

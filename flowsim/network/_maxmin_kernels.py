@@ -84,13 +84,13 @@ def maxmin_active(capacity, indptr, links, mult, active, n_active, rates,
     ``link_flows`` (size >= incidences of the active flows), the heap arrays (size L: a link
     is in the heap at most once), ``frozen`` (uint8, size F).
 
-    ``reuse``: keep the link -> flows lists (``link_start``, ``link_fill``, ``link_flows``)
-    of an earlier call whose active flows include these; flows no longer active are skipped
-    as frozen (a call leaves every flow it saw frozen). Building the lists is a scatter over
-    every incidence, a third of a large solve. The rates are the same bits either way:
-    the flows of one bottleneck all take its one share, so the order they are frozen in
-    cannot change what is taken off any other link, except through ``mult`` (there
-    ``share * copies`` differs per flow and the lists keep the flows' order of their build).
+    ``reuse`` (no copies only): keep the link -> flows lists (``link_start``,
+    ``link_fill``, ``link_flows``) of an earlier call whose active flows include these;
+    flows no longer active are skipped as frozen (a call leaves every flow it saw frozen).
+    Building the lists is a scatter over every incidence, a third of a large solve. The
+    rates are the same bits either way: the flows of one bottleneck all take its one share,
+    so the order they are frozen in cannot change what is taken off any other link (with
+    copies ``share * copies`` differs per flow, and the order would matter).
 
     ``n_counted >= 0`` (no copies only): ``unfrozen`` already holds each link's active flows
     and ``touched[:n_counted]`` the links holding any (the event loop keeps both as flows
@@ -121,11 +121,9 @@ def maxmin_active(capacity, indptr, links, mult, active, n_active, rates,
                 if unfrozen[link] == 0:
                     touched[n_touched] = link
                     n_touched += 1
-                    if not reuse:
-                        link_fill[link] = 0
+                    link_fill[link] = 0
                 unfrozen[link] += copies
-                if not reuse:
-                    link_fill[link] += 1
+                link_fill[link] += 1
     if reuse:
         for i in range(n_active):
             f = active[i]
