@@ -25,6 +25,8 @@ MAX_FABRIC_LINKS = 1 << 19
 #: the peak of routing (~34 bytes per entry with the next-link tables: the 24,576-GPU Clos of
 #: Llama 3, 1.4e8 entries, peaks at 4.8 GB running an iteration)
 MAX_ROUTING_ENTRIES = 1 << 28
+#: bytes per routing-table entry at the peak of a run (distances, next links, pointers)
+BYTES_PER_ENTRY = 34
 
 #: One directed link: (source node, destination node, bandwidth GB/s, latency ns, name).
 Link = tuple[int, int, float, float, str]
@@ -100,4 +102,6 @@ def check_routable(npus: int, nodes: int, links: list[Link], source: str) -> Non
     if entries > MAX_ROUTING_ENTRIES:
         raise ConfigError(f"{source}: a fabric of {npus} NPUs, {nodes} nodes and "
                           f"{anchors} nodes linked to NPUs needs routing tables of {entries} "
-                          f"entries (those nodes x nodes), more than {MAX_ROUTING_ENTRIES}")
+                          f"entries (those nodes x nodes, ~{entries * BYTES_PER_ENTRY / 1e9:.0f} "
+                          f"GB to route), more than {MAX_ROUTING_ENTRIES}; the "
+                          f"multi-dimensional form (cluster form: multidim) has no tables")
