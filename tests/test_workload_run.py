@@ -68,19 +68,35 @@ def test_the_summary_is_the_datasets_numbers(network, workload, model):
     assert run.summary()["time_ns"] > 0
 
 
+_RING_SWITCH = {"topology": ["Ring", "Switch"], "npus_count": [2, 4], "latency": [500, 500]}
+_STRADDLING = {"topology": ["Switch", "Switch"], "npus_count": [8, 3], "latency": [500, 500]}
+_NO_DEVICE = {k: v for k, v in PIPELINE.items() if k != "device"}
+
+
 @pytest.mark.parametrize("model", ["analytical", "flow"])
-def test_a_workload_built_once_runs_on_networks_of_its_shape(model):
-    """An optimizer over bandwidths builds the workload once (``load_workload``) and runs it
+@pytest.mark.parametrize("spec, networks", [
+    # a logical view (the groups cut the dimensions): other bandwidths
+    (PIPELINE, [{**_RING_SWITCH, "bandwidth": b} for b in ([200, 50], [100, 12.5])]),
+    # a straddling view (tp 2 x pp 2 x dp 6 on [8, 3]): other bandwidths
+    ({**PIPELINE, "dp": 6, "micro_batches": 6},
+     [{**_STRADDLING, "bandwidth": b} for b in ([200, 50], [100, 10])]),
+    # no device in the spec: the device of the network it runs on, not the one built for
+    (_NO_DEVICE, [{"cluster": {"device": d, "nodes": 1}} for d in ("h100", "h200", "a100")]),
+], ids=["logical", "straddling", "device"])
+def test_a_workload_built_once_runs_on_networks_of_its_shape(model, spec, networks):
+    """An optimizer over networks builds the workload once (``load_workload``) and runs it
     on every network of that shape: the same run as building it from the spec each time."""
-    shape = {"topology": ["Ring", "Switch"], "npus_count": [2, 4], "latency": [500, 500]}
-    built = flowsim.load_workload(PIPELINE, flowsim.load_network({**shape,
-                                                                  "bandwidth": [200, 50]}))
-    for bandwidth in ([200, 50], [100, 12.5]):
-        net = flowsim.load_network({**shape, "bandwidth": bandwidth})
+    spec = dict(spec, generator="transformer")
+    built = flowsim.load_workload(spec, flowsim.load_network(networks[0]))
+    times = set()
+    for network in networks:
+        net = flowsim.load_network(network)
         reused = run_training(net, built, model=model).record
-        fresh = run_training(net, PIPELINE, model=model).record
+        fresh = run_training(net, spec, model=model).record
         assert reused.time_ns == fresh.time_ns
         np.testing.assert_array_equal(reused.npu_exposed_ns, fresh.npu_exposed_ns)
+        times.add(fresh.time_ns)
+    assert len(times) == len(networks)   # the networks do differ
 
 
 def test_a_built_workload_refuses_a_network_of_another_shape():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -135,12 +136,12 @@ def run_training(network: Any, workload: WorkloadLike, system: Any = None,
                          comm_scale=comm_scale, comm_groups=comm_groups, spmd=spmd,
                          element_bytes=element_bytes)
     _check_built_for(work, net)
+    compute = _compute_model(device, roofline, work, net)   # the physical network's device
     if work.network is not None:   # the workload runs on a re-shaped network
         physical = net.config.npus_count
         net = _reshaped(work, net)
         sys_cfg = logical_system(sys_cfg, physical, net.config.npus_count,
                                  getattr(net, "parents", None))
-    compute = _compute_model(device, roofline, work, net)
     check_workload(work, net, roofline=compute is not None)
     replicable = net.replicable and sys_cfg.synchronization == "barrier"
     check_work(workload_work(net, sys_cfg, work, replicable), budget, "run")
@@ -189,13 +190,17 @@ def _reshaped(work, net):
         return load_network(work.network)
     if hasattr(work.network, "on"):   # a logical view: the same pieces of this network
         return work.network.on(net)
-    raise ConfigError("the workload was built for another network, which it re-shapes "
-                      "(ASTRA-sim's HYBRID_TRANSFORMER splits a dimension): build it for this "
-                      "one (give its source)")
+    differ = [f.name for f in fields(net.config) if f.name != "source"
+              and getattr(work.built_for, f.name, None) != getattr(net.config, f.name)]
+    raise ConfigError(f"workload '{work.name}' was built for a network with other "
+                      f"{', '.join(differ) or 'settings'} and re-shapes it (ASTRA-sim's "
+                      f"HYBRID_TRANSFORMER splits a dimension): build it for this one (give "
+                      f"its source)")
 
 
 def _compute_model(device: Any, roofline: Any, work, net) -> ComputeModel | None:
-    """The compute model of a run: the arguments', else the workload's, else the network's."""
+    """The compute model of a run: the arguments', else the workload's, else the network's,
+    else the workload's fallback."""
     from ..workload.roofline import Roofline, parse_roofline
 
     if device is not None and roofline is not None:
@@ -210,8 +215,8 @@ def _compute_model(device: Any, roofline: Any, work, net) -> ComputeModel | None
         if isinstance(roofline, Mapping):
             return parse_roofline(roofline, "argument 'roofline'")
         raise config_error("argument", "roofline", "a Roofline or a mapping", roofline)
-    wanted = work.compute if work.compute is not None else \
-        getattr(net.config, "device", None)
+    wanted = next((c for c in (work.compute, getattr(net.config, "device", None),
+                               work.fallback_compute) if c is not None), None)
     if wanted is None or isinstance(wanted, Roofline):
         return wanted
     return DeviceModel(wanted)

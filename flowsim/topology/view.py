@@ -111,21 +111,9 @@ class LogicalView(LogicalGrid):
         return tuple(p for p, _ in self.pieces)
 
     def on(self, base) -> LogicalView:
-        """This view of ``base``, a network of the same dimensions as this view's (a workload
-        built for one network, run on another of its shape: other bandwidths, latencies).
-
-        Raises
-        ------
-        ConfigError
-            ``base`` has other dimensions.
-        """
-        if tuple(base.dims) != tuple(self.base.dims):
-            raise ConfigError(f"the workload was built for a network of dims "
-                              f"{list(self.base.dims)}, this one has {list(base.dims)}: "
-                              f"build it for this network (give its source)")
-        return self._rebuilt(base)
-
-    def _rebuilt(self, base) -> LogicalView:
+        """This view of ``base``, a network of the same dimensions as this view's base (a
+        workload built for one network, run on another of its shape: other bandwidths,
+        latencies, devices; the caller checks the shape)."""
         return LogicalView(base, self.pieces)
 
     @cached_property
@@ -267,7 +255,7 @@ class StraddlingView(LogicalView):
         self.pieces = tuple(zip(parents, dims))
         self._adopt(base, dims)
 
-    def _rebuilt(self, base) -> StraddlingView:
+    def on(self, base) -> StraddlingView:
         return StraddlingView(base, self.dims)
 
     @cached_property

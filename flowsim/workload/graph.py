@@ -175,6 +175,9 @@ class Workload:
     #: the compute model the workload's kernels are priced with unless the simulation is
     #: given one: a device preset name (:mod:`flowsim.compute`) or a Roofline; ``None``: none
     compute: Any = None
+    #: the compute model when neither the simulation, :attr:`compute` nor the network names
+    #: one (the transformer generator's A100-like roofline); ``None``: none
+    fallback_compute: Any = None
     #: model FLOPs of one iteration (Megatron-LM's count, see :mod:`flowsim.workload.flops`),
     #: when the workload knows its model (the transformer generator); ``None``: unknown
     model_flops: float | None = None

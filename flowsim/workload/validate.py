@@ -34,7 +34,8 @@ def check_workload(workload: Workload, network: AnyNetwork, *, roofline: bool = 
     dependency and no cycle.
     """
     # a workload that names its compute model (a generator's device or roofline) has one
-    roofline = roofline or workload.compute is not None
+    roofline = roofline or workload.compute is not None or \
+        workload.fallback_compute is not None
     npus = network.npus
     owner = np.full(npus, -1)
     for k, program in enumerate(workload.programs):

@@ -213,8 +213,10 @@ def build_transformer(network: Any, spec: TransformerSpec) -> Workload:
     if view is not network:
         work.network = view
     work.model_flops = megatron(model_shape(spec))
-    work.compute = spec.roofline or spec.device or \
-        getattr(getattr(network, "config", None), "device", None) or A100_ROOFLINE
+    # the spec's compute model; else the network it runs on names one (at run time, so that
+    # a workload built once prices its kernels on every network's device), else the default
+    work.compute = spec.roofline or spec.device
+    work.fallback_compute = A100_ROOFLINE
     return work
 
 
