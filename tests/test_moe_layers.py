@@ -139,6 +139,12 @@ def test_memory_and_time_fall_between(net):
     ({"moe_layer_freq": "[0]*4000000*4000000"}, "an integer N"),
     ({"moe_layer_freq": 0}, "an integer N"),
     ({"moe_layer_freq": True}, "an integer N"),
+    # sums growing a huge list (each + copies it), digits int() refuses, a long expression
+    ({"moe_layer_freq": "+".join(["[0]*1048576"] * 200)}, "an integer N"),
+    ({"moe_layer_freq": "\u00b2"}, "an integer N"),
+    ({"moe_layer_freq": "--2"}, "an integer N"),
+    ({"moe_layer_freq": "9" * 5000}, "an integer N"),
+    ({"moe_layer_freq": "+".join(["[1]"] * 5000)}, "an integer N"),
 ])
 def test_bad_patterns_name_the_key(extra, expected):
     with pytest.raises(ConfigError, match=rf"'moe_layer_freq(\[1\])?': expected {expected}"):

@@ -106,8 +106,9 @@ def test_a_window_speeds_long_sequences_up(net):
 
 
 @pytest.mark.parametrize(("extra", "key", "expected"), [
-    ({"window": 128, "attention": "unfused"}, "window", "0 with unfused attention"),
-    ({"window": 128, "cp": 2, "dp": 4}, "window", "0 with unfused attention or cp > 1"),
+    ({"window": 128, "attention": "unfused"}, "window", "0 with attention: unfused"),
+    ({"window": 128, "cp": 2, "dp": 4}, "window", "0 with cp=2"),
+    ({"window": 128, "window_skip_freq": "[0]*4"}, "window_skip_freq", "at least one 1"),
     ({"window_skip_freq": 2}, "window_skip_freq", "unset without window"),
     ({"window": 128, "window_skip_freq": [1, 0]}, "window_skip_freq", "4 entries"),
     ({"window": -1}, "window", "an integer >= 0"),

@@ -3,6 +3,7 @@ preset, the parallelisms' network dims): each validates one key and names it in 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import partial
@@ -102,7 +103,7 @@ def read_layer_pattern(values: Mapping[str, Any], key: str, source: str, what: s
         return None
     what = (f"an integer N (every N-th layer {what}), or a list of 0 and 1 per layer, "
             f"e.g. [0, 1, 0, 1] or \"[0]*3+[1]*58\"")
-    if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
+    if isinstance(raw, str) and re.fullmatch(r"\s*-?[0-9]{1,18}\s*", raw):
         raw = int(raw)
     if isinstance(raw, str):
         raw = _pattern_expression(raw, key, source, what)
@@ -113,8 +114,13 @@ def read_layer_pattern(values: Mapping[str, Any], key: str, source: str, what: s
             raise config_error(source, key, what, raw)
         return raw
     items = read_list({key: raw}, key, partial(as_int, minimum=0, maximum=1), source=source,
-                      max_length=1 << 20, what=what)
+                      max_length=MAX_PATTERN, what=what)
     return tuple(int(i) for i in items)
+
+
+#: longest per-layer pattern, and longest list expression of one (characters)
+MAX_PATTERN = 1 << 20
+MAX_EXPRESSION = 10_000
 
 
 def _pattern_expression(text: str, key: str, source: str, what: str) -> list[int]:
@@ -130,15 +136,18 @@ def _pattern_expression(text: str, key: str, source: str, what: str) -> list[int
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
             left, right = value(node.left), value(node.right)
             if isinstance(node.op, ast.Add) and isinstance(left, list) \
-                    and isinstance(right, list):
+                    and isinstance(right, list) and len(left) + len(right) <= MAX_PATTERN:
                 return left + right
             if isinstance(node.op, ast.Mult) and isinstance(left, int):   # 3*[1] as [1]*3
                 left, right = right, left
             if isinstance(node.op, ast.Mult) and isinstance(left, list) \
-                    and isinstance(right, int) and 0 <= right and len(left) * right <= 1 << 20:
+                    and isinstance(right, int) and 0 <= right \
+                    and len(left) * right <= MAX_PATTERN:
                 return left * right
         raise ValueError
 
+    if len(text) > MAX_EXPRESSION:   # a longer one is no layer list a script writes
+        raise config_error(source, key, what, text[:40] + "...")
     try:
         out = value(ast.parse(text.strip(), mode="eval").body)
     except (SyntaxError, ValueError, RecursionError):
@@ -231,4 +240,7 @@ def window_pattern(freq: tuple[int, ...] | int | None, layers: int, window: int,
     if len(pattern) != layers:
         raise config_error(source, "window_skip_freq", f"{layers} entries, one per layer "
                                                        f"(layers={layers})", found)
+    if isinstance(freq, tuple) and not any(pattern):   # a list windowing no layer
+        raise config_error(source, "window_skip_freq", "at least one 1 (a layer attending "
+                           "through the window)", found)
     return () if all(pattern) else pattern
