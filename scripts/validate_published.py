@@ -156,10 +156,13 @@ def published_seconds(row: dict[str, str]) -> float:
 
 def model_for(row: dict[str, str], model: str = "auto") -> str:
     """The network model a row is predicted with: ``model``, or for ``auto`` the flow model
-    where the row has all-to-alls (expert parallelism) and the analytical one elsewhere."""
+    where the row has all-to-alls over more than two ranks (expert parallelism; context
+    parallelism's ring or Ulysses exchanges, which are all-to-alls) and the analytical one
+    elsewhere: the analytical model prices each message of an all-to-all as if alone."""
     if model != "auto":
         return model
-    return "flow" if int(row["ep"] or 1) > 1 else "analytical"
+    ring = int(row["cp"] or 1) > 2 and (row.get("cp_comm_type") or "p2p") != "all_gather"
+    return "flow" if int(row["ep"] or 1) > 1 or ring else "analytical"
 
 
 def predict(row: dict[str, str], model: str, sustained: float | None = None) -> float:

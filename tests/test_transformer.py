@@ -170,52 +170,73 @@ def test_context_parallel_exchanges_keys_and_values(two_nodes):
     assert int(np.prod([w.network.dims[d] for d in dims])) == 4 * 2      # dp x cp
 
 
-def test_context_parallel_passes_keys_and_values_around_a_ring(two_nodes):
-    """CP 4, ``cp_comm_type: p2p`` (Transformer Engine's ring, Megatron-Core's default):
-    forward, the local causal block, then cp - 1 steps each attending the block that the
-    previous step's exchange brought (one op per step, after it) while its own passes it on;
-    backward, the blocks go around again and the key and value gradients accumulated so far
-    follow a step behind (cp - 1 exchanges of each, the QKV gradient after the last). Every
-    exchange moves the rank's block, 2 b (s / cp) kv 2 bytes, priced as a direct exchange
-    of that many bytes per rank over the CP group."""
-    cp = 4
-    w = transformer(two_nodes, **SMALL, tp=2, cp=cp, dp=2, global_batch=4, kv_heads=4,
-                    sp=True)
+@pytest.mark.parametrize("cp", [2, 4])
+def test_context_parallel_passes_keys_and_values_around_a_ring(two_nodes, cp):
+    """``cp_comm_type: p2p`` (Transformer Engine's ring, Megatron-Core's default), as
+    ``AttnFuncWithCPAndKVP2P`` schedules it. Forward: the local causal block, then cp - 1
+    steps, step i attending the block exchange i brought; exchange i + 1 passes that block
+    on, waiting for exchange i only. Backward: at step j one message goes on, waiting for the
+    previous step's exchange and attention: the keys and values at j = 0, the keys and
+    values with the gradients accumulated so far in the middle (two blocks), the gradients
+    alone at the last step; step j attends after the previous step's exchange; the QKV data
+    gradient waits for the last. A block is the rank's keys and values, 2 b (s / cp) kv 2
+    bytes; an exchange of m blocks is an all-to-all of m blocks x cp / (cp - 1) over CP."""
+    w = transformer(two_nodes, **SMALL, tp=2, cp=cp, dp=8 // cp, global_batch=16 // cp,
+                    kv_heads=4, sp=True)
     program = w.programs[0]
+    by_name = {op.name: op for op in program.ops}
     by_id = {op.id: op for op in program.ops}
     block = 2 * 2 * (128 // cp) * (4 // 2) * 32 * 2
-    rings = [op for op in program.ops if ".ring" in op.name and op.kind == "collective"]
-    assert {(op.collective, op.size) for op in rings} == {("all_to_all", block * cp // (cp - 1))}
+
+    def size(blocks):
+        return round(blocks * block * cp / (cp - 1))
+
+    def waits(op):   # data and stream dependencies, by name
+        return {by_id[d].name for d in (*op.deps, *op.ctrl_deps)}
+
     assert not [op for op in program.ops if op.name.endswith((".kv.all_gather",
                                                               ".kv.reduce_scatter"))]
-    for m in range(1):   # global batch 4 over micro-batch 2 x dp 2: one micro-batch
-        for i in range(4):
-            name = f"mb{m}.layer{i}"
-            fwd = {op.name for op in rings if op.name.startswith(name + ".") and
-                   op.pass_ == "fwd"}
-            assert fwd == {f"{name}.kv.ring{k}" for k in range(1, cp)}
-            bwd = {op.name for op in rings if op.name.startswith(name + ".") and
-                   op.pass_ == "ig"}
-            assert bwd == {f"{name}.kv.ring{k}" for k in range(1, cp)} | \
-                {f"{name}.kv_grad.ring{k}" for k in range(1, cp)}
-            steps = [op for op in program.ops if op.name.startswith(f"{name}.attention_ring")
-                     and op.pass_ == "fwd"]
-            for k, op in enumerate(steps, start=1):   # each step after its block's exchange
-                assert f"{name}.kv.ring{k}" in {by_id[d].name for d in op.deps}
-                if k < cp - 1:   # which the next exchange also waits for, with the step
-                    (nxt,) = [o for o in rings if o.name == f"{name}.kv.ring{k + 1}"
-                              and o.pass_ == "fwd"]
-                    assert set(nxt.deps) == set(op.deps) | set(op.ctrl_deps)
-                assert [type(x) for x in op.kernels] == [Attention]
-            (qkv,) = [op for op in program.ops if op.name == f"{name}.attention.dgrad.qkv"]
-            home = f"{name}.kv_grad.ring{cp - 1}"
-            assert home in {by_id[d].name for d in qkv.deps} | \
-                {by_id[e].name for d in qkv.deps for e in by_id[d].deps}
+    for layer in range(4):   # one micro-batch: global batch 16 / cp over 2 x 8 / cp ranks
+        name = f"mb0.layer{layer}"
+        fwd = [op for op in program.ops if op.pass_ == "fwd" and op.kind == "collective"
+               and op.name.startswith(f"{name}.kv.ring")]
+        assert [(op.name, op.collective, op.size) for op in fwd] == \
+            [(f"{name}.kv.ring{i}", "all_to_all", size(1)) for i in range(1, cp)]
+        for i in range(2, cp):
+            assert waits(fwd[i - 1]) == {f"{name}.kv.ring{i - 1}"}
+        steps = [by_name[f"{name}.attention_ring{i}"] for i in range(1, cp - 1)]
+        steps.append(by_name[f"{name}.attention_remote"])   # the last block, in the projection's op
+        for i, op in enumerate(steps, start=1):
+            assert f"{name}.kv.ring{i}" in waits(op)
+            assert sum(isinstance(k, Attention) for k in op.kernels) == 1
+        bwd = [op for op in program.ops if op.pass_ == "ig" and op.kind == "collective"
+               and ".ring" in op.name and op.name.startswith(name + ".")]
+        assert [(op.name, op.size) for op in bwd] == \
+            [(f"{name}.kv.ring1", size(1))] + \
+            [(f"{name}.kv_grad.ring{j}", size(1 if j == cp - 1 else 2)) for j in range(1, cp)]
+        local = [op for op in program.ops if op.pass_ == "ig" and op.name.startswith(name)
+                 and any(isinstance(k, Attention) and k.causal for k in op.kernels)]
+        assert len(local) == 1
+        backward_steps = [local[0]] + [by_name[f"{name}.attention_ring{j}.dgrad"]
+                                       for j in range(1, cp)]
+        for j in range(1, cp):
+            assert {bwd[j - 1].name, backward_steps[j - 1].name} <= waits(bwd[j])
+            assert bwd[j - 1].name in waits(backward_steps[j])
+        qkv = by_name[f"{name}.attention.dgrad.qkv"]
+        assert bwd[-1].name in waits(qkv) | {n for d in qkv.deps for n in waits(by_id[d])}
     attention = [k for op in _ops(program, "compute") for k in op.kernels
                  if isinstance(k, Attention)]
     assert Counter((k.backward, k.seq_kv, k.causal) for k in attention) == \
-        {(b, 32, True): 4 for b in (False, True)} | \
-        {(b, 16, False): 4 * (cp - 1) for b in (False, True)}
+        {(b, 128 // cp, True): 4 for b in (False, True)} | \
+        {(b, 64 // cp, False): 4 * (cp - 1) for b in (False, True)}
+
+
+def test_unfused_attention_all_gathers_whatever_the_type(two_nodes):
+    """Megatron's unfused attention has no ring kernel: ``p2p`` (the default) all-gathers."""
+    program = transformer(two_nodes, **SMALL, tp=2, cp=2, dp=4, global_batch=8,
+                          attention="unfused").programs[0]
+    assert [op for op in program.ops if op.name.endswith(".kv.all_gather")]
+    assert not [op for op in program.ops if ".ring" in op.name]
 
 
 def test_ulysses_trades_sequence_shards_for_head_shards(two_nodes):
@@ -234,6 +255,14 @@ def test_ulysses_trades_sequence_shards_for_head_shards(two_nodes):
         ("attention.a2a_out.dgrad", n * q * 2): 4,
         ("attention.a2a_in.dgrad", n * (q + 2 * kv) * 2): 4}
     assert {op.collective for op in a2a} == {"all_to_all"}
+    by_id = {op.id: op for op in program.ops}
+    for layer in range(4):   # the attention between its two all-to-alls, both ways
+        chain = [f"mb0.layer{layer}.{x}" for x in (
+            "attention.a2a_in", "attention_core", "attention.a2a_out",
+            "attention.a2a_out.dgrad", "attention_core.dgrad", "attention.a2a_in.dgrad")]
+        ops = {op.name: op for op in program.ops if op.name in chain}
+        for before, after in [chain[0:2], chain[1:3], chain[3:5], chain[4:6]]:
+            assert before in {by_id[d].name for d in ops[after].deps}
     assert not [op for op in program.ops if ".kv." in op.name]
     attention = [k for op in _ops(program, "compute") for k in op.kernels
                  if isinstance(k, Attention)]
@@ -259,9 +288,8 @@ def test_the_ring_hides_what_the_all_gather_exposes(model):
     net = flowsim.load_network({"cluster": {"device": "h100", "nodes": 2}})
     exposed = {kind: flowsim.run_training(net, dict(spec, cp_comm_type=kind), "nccl",
                                           model=model).summary()["exposed_comm_ns"]
-               for kind in ("p2p", "all_gather", "a2a")}
+               for kind in ("p2p", "all_gather")}
     assert exposed["p2p"] < exposed["all_gather"]
-    assert exposed["a2a"] > 0   # its all-to-alls wait for and hold up the attention
 
 
 @pytest.mark.parametrize("flag, expected", [("p2p", "p2p"), ("allgather", "all_gather"),
@@ -292,8 +320,14 @@ def test_the_importers_read_the_context_parallel_communication_type(flag, expect
         with pytest.raises(ConfigError, match=r"'model.cp_comm_type': expected one type for "
                                               r"every layer"):
             nemo_keys({"trainer": {}, "model": model}, "nemo.yml")
+    if flag:   # Megatron-LM's per-layer list (nargs='+'), the same rule
+        per_layer = megatron_keys(args + f" {flag} 2>&1", "run.sh")
+        assert per_layer["cp_comm_type"] == expected
+        with pytest.raises(ConfigError, match=r"'--cp-comm-type': expected one type for "
+                                              r"every layer .*found \['"):
+            megatron_keys(args + (" a2a" if flag != "a2a" else " p2p"), "run.sh")
     with pytest.raises(ConfigError, match=r"run.sh: args: key '--cp-comm-type': expected p2p, "
-                                          r"allgather or a2a .*found 'a2a\+p2p'"):
+                                          r"allgather or a2a, found 'a2a\+p2p'"):
         megatron_keys(args.replace(f" --cp-comm-type {flag}", "") + " --cp-comm-type a2a+p2p",
                       "run.sh")
 

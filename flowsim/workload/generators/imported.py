@@ -48,30 +48,30 @@ def position_embedding(value: Any, where: str, name: str,
     return POSITION_EMBEDDING[str(value).lower()]
 
 
-#: both tools' context-parallel communication types -> the transformer's ``cp_comm_type``
-#: (Megatron-LM spells Transformer Engine's ``all_gather`` ``allgather``)
-CP_COMM_TYPES = {"p2p": "p2p", "allgather": "all_gather", "all_gather": "all_gather",
-                 "a2a": "a2a"}
+#: both tools' spellings of the context-parallel communication types -> ``cp_comm_type``
+#: (Megatron-LM writes Transformer Engine's ``all_gather`` ``allgather``)
+CP_COMM_SPELLINGS = {"p2p": "p2p", "allgather": "all_gather", "all_gather": "all_gather",
+                     "a2a": "a2a"}
 
 
-def cp_comm_type(value: Any, where: str, name: str) -> str:
-    """The transformer's ``cp_comm_type`` for a tool's ``value`` of option ``name``.
+def cp_comm_type(value: Any, where: str, name: str, all_gather: str) -> str:
+    """The transformer's ``cp_comm_type`` for a tool's ``value`` of option ``name`` (one
+    kind, or a list of one per layer); ``all_gather`` is how the tool spells that kind.
 
     Raises
     ------
     ConfigError
-        Another kind (``a2a+p2p``: all-to-alls inside a ring, not modelled), or a list of
-        per-layer kinds that differ, naming ``where`` and ``name``.
+        Another kind (``a2a+p2p``: all-to-alls inside a ring, not modelled), or per-layer
+        kinds that differ, naming ``where`` and ``name``.
     """
     if isinstance(value, (list, tuple)) and value:   # per layer (Megatron-Core allows it)
         if len({str(v).lower() for v in value}) > 1:
             raise config_error(where, name, "one type for every layer (flowsim gives all "
-                               "layers one)", value)
+                               "layers one)", value if len(value) > 1 else value[0])
         value = value[0]
-    if str(value).lower() not in CP_COMM_TYPES:
-        raise config_error(where, name, "p2p, allgather or a2a (flowsim does not model "
-                           "a2a+p2p)", value)
-    return CP_COMM_TYPES[str(value).lower()]
+    if str(value).lower() not in CP_COMM_SPELLINGS:
+        raise config_error(where, name, f"p2p, {all_gather} or a2a", value)
+    return CP_COMM_SPELLINGS[str(value).lower()]
 
 
 def read_beside(name: Any, source: str, key: str, what: str) -> tuple[Path, str]:

@@ -80,6 +80,9 @@ SPECIAL = ("num-layers-per-virtual-pipeline-stage", "recompute-granularity", "fp
            "window-size", "window-attn-skip-freq", "cp-comm-type", *MLA_FLAGS)
 #: every flag this module reads
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL
+#: flags taking several values (argparse's ``nargs='+'``) -> their values (what follows them
+#: in a script and is not one, a redirection say, is not theirs)
+MULTI_VALUED = {"cp-comm-type": ("p2p", "a2a", "allgather", "a2a+p2p")}
 #: flags that shape an iteration's time but have no transformer key (named in a warning)
 UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
               "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
@@ -170,6 +173,8 @@ def _flags(args: str | Sequence[str], source: str, env: Mapping[str, str] | None
             out[flag] = inline or None
         elif flag is not None and out[flag] is None:
             out[flag] = token
+        elif flag is not None and token.lower() in MULTI_VALUED.get(flag, ()):
+            out[flag] = f"{out[flag]} {token}"   # nargs='+': every value
     return out
 
 
@@ -191,8 +196,10 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
     size = flags.get("window-size")
     if size is not None:   # Megatron's tuple_type: "(128,0)" or "128,0"
         keys["window"] = causal_window(size.strip("()").split(","), where, "--window-size")
-    if flags.get("cp-comm-type") is not None:   # the first layer's (nargs='+': per layer)
-        keys["cp_comm_type"] = cp_comm_type(flags["cp-comm-type"], where, "--cp-comm-type")
+    kinds = flags.get("cp-comm-type")
+    if kinds is not None:   # one kind, or one per layer
+        keys["cp_comm_type"] = cp_comm_type(kinds.split(), where, "--cp-comm-type",
+                                            "allgather")
     if flags.get("window-attn-skip-freq") is not None:
         keys["window_skip_freq"] = flags["window-attn-skip-freq"]   # N, or a list expression
     if "multi-latent-attention" in flags:

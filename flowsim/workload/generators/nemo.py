@@ -104,7 +104,8 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
         if model.get("moe_layer_freq") is not None:   # an integer or a list of 0 and 1
             keys["moe_layer_freq"] = model["moe_layer_freq"]
     if model.get("cp_comm_type") is not None:
-        keys["cp_comm_type"] = cp_comm_type(model["cp_comm_type"], where, "model.cp_comm_type")
+        keys["cp_comm_type"] = cp_comm_type(model["cp_comm_type"], where, "model.cp_comm_type",
+                                            "all_gather")
     if model.get("window_size") is not None:   # (left, right) in Megatron-Core's config
         keys["window"] = causal_window(model["window_size"], where, "model.window_size")
     if model.get("window_attn_skip_freq") is not None:

@@ -46,8 +46,10 @@ def check_consistent(spec: Any) -> None:
          f"a multiple or a divisor of tp={spec.tp}", spec.kv_heads)
     need(spec.ffn % spec.tp == 0, "ffn", f"a multiple of tp={spec.tp}", spec.ffn)
     if spec.window:   # flowsim's limits: fused attention, one context-parallel rank
-        need(spec.attention != "unfused" and spec.cp == 1, "window", "0 with unfused "
-             "attention or cp > 1 (flowsim does not model them together)", spec.window)
+        need(spec.attention != "unfused", "window", "0 with attention: unfused (flowsim "
+             "does not model them together)", spec.window)
+        need(spec.cp == 1, "window", f"0 with cp={spec.cp} (flowsim does not model them "
+             f"together)", spec.window)
     if spec.mla is not None:   # flowsim's limits: what its MLA model leaves out
         need(spec.kv_heads == spec.heads, "kv_heads", f"heads={spec.heads} with mla (each "
              f"head has its own keys and values)", spec.kv_heads)
@@ -134,11 +136,19 @@ def check_consistent(spec: Any) -> None:
              spec.global_batch or spec.micro_batches)
     per_layer = (30 if spec.recompute == "full" else 22) + \
         (8 if spec.experts else 3) * spec.fsdp + \
-        5 * spec.cp * (spec.cp > 1 and spec.cp_comm_type == "p2p")   # the ring's steps
+        (7 if spec.recompute == "full" else 5) * spec.cp * (cp_kind(spec) == "p2p")
     ops = m * spec.layers * per_layer + 8 * m * spec.pp * spec.vpp
     if ops > MAX_OPS:
         raise ConfigError(f"{_where(src)}layers={spec.layers} over {m} micro-batches make a "
                           f"graph of about {ops} ops, more than {MAX_OPS}")
+
+
+def cp_kind(spec: Any) -> str:
+    """How context parallelism communicates in this spec: ``none`` (cp = 1), else its
+    ``cp_comm_type``, except that Megatron's unfused attention (no ring kernel) all-gathers."""
+    if spec.cp == 1:
+        return "none"
+    return "all_gather" if spec.attention == "unfused" else spec.cp_comm_type
 
 
 def folds_experts(spec: Any) -> bool:

@@ -5,12 +5,13 @@ for causal load balancing):
 * ``p2p`` (Transformer Engine's ``AttnFuncWithCPAndKVP2P``, Megatron-Core's default): a ring.
   Step 0 attends the rank's own chunks (the causal block) while its keys and values go to
   the next rank; each of the ``cp - 1`` other steps attends the block the previous step's
-  exchange brought while its own exchange passes it on (double-buffered: an exchange also
-  waits for the step that last used its buffer). Backward, the blocks go around again and
-  the key and value gradients accumulated so far follow a step behind, each rank adding its
-  part: ``cp - 1`` exchanges of each, every one beside a step's attention. An exchange is
-  priced as a one-step direct exchange of the rank's block over the CP group: through every
-  rank's links the same bytes as the ring's shift, and on a switch the same time.
+  exchange brought while its own exchange passes that block on (the exchanges wait only for
+  each other: the host waits for a receive, not for the attention, before the next send).
+  Backward, the blocks go around again and the key and value gradients accumulated so far
+  follow a step behind in the same message: step 0 sends a block of keys and values, the
+  middle steps both (one message of two blocks, as Transformer Engine packs them), the last
+  step the gradients alone; each step's send waits for the previous step's attention (the
+  gradients it carries) and exchange.
 * ``all_gather`` (Llama 3's, Dubey et al. 2024 sec. 3.3.2): the group's keys and values
   all-gathered beside the local block, their gradients reduce-scattered after the attention
   backward. Megatron's unfused attention has no ring kernel and always does this.
@@ -18,11 +19,19 @@ for causal load balancing):
   all-to-all trades the queries', keys' and values' sequence shards for shards of the heads,
   the attention runs over the whole sequence on ``1 / cp`` of the heads, and a second
   all-to-all trades its output back; backward, the same two in reverse order.
+
+A ring exchange is priced as an all-to-all of the rank's message over the CP group (flowsim
+has no neighbour-shift collective): with the ``direct`` all-to-all (the bundled ``nccl``
+system) and the flow model, every rank's links carry the shift's bytes and a switch gives
+the shift's time; the analytical model, blind to a link's other messages, charges each of
+the ``cp - 1`` messages its own share (``1 / (cp - 1)`` of the shift's time), and a ``ring``
+all-to-all ``cp / 2`` times it. At ``cp = 2`` all of them are the shift itself.
 """
 
 from __future__ import annotations
 
 from ..kernels import Kernel
+from .transformer_checks import cp_kind
 from .transformer_kernels import ACT, LayerKernels
 from .transformer_overlap import Block, Builder, Frontier
 
@@ -32,9 +41,7 @@ class ContextParallel:
 
     def __init__(self, builder: Builder) -> None:
         self.b = builder
-        spec = builder.spec
-        fused = spec.attention != "unfused"
-        self.kind = spec.cp_comm_type if spec.cp > 1 and fused else "all_gather"
+        self.kind = cp_kind(builder.spec)
 
     def forward(self, name: str, layer: int, qkv: Frontier, k: LayerKernels) -> Frontier:
         """The attention and its output projection after the QKV block (``qkv``)."""
@@ -60,7 +67,7 @@ class ContextParallel:
         exchange = self._exchange(f"{name}.kv.ring1", layer, "fwd", qkv, k)
         for i in range(1, b.spec.cp - 1):   # the last step is the projection's block below
             before = (exchange, *done)
-            exchange = self._exchange(f"{name}.kv.ring{i + 1}", layer, "fwd", before, k)
+            exchange = self._exchange(f"{name}.kv.ring{i + 1}", layer, "fwd", (exchange,), k)
             done = (b.compute(f"{name}.attention_ring{i}", attention[i:i + 1], layer, "fwd",
                               before),)
         return b.layer_block(f"{name}.attention_remote", Block(
@@ -70,7 +77,7 @@ class ContextParallel:
     def split_backward(self, core: tuple[Kernel, ...]
                        ) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
         """The attention backward's kernels as what runs with the projection's data gradient
-        (the local block; everything but with ``all_gather``; nothing with ``a2a``) and what
+        (``p2p``: the local block; ``all_gather``: everything; ``a2a``: nothing) and what
         :meth:`backward` runs after it."""
         keep = {"p2p": 1, "a2a": 0}.get(self.kind, len(core))
         return core[:keep], core[keep:]
@@ -93,27 +100,27 @@ class ContextParallel:
                                    k.kv_bytes * b.spec.cp, cp, layer, "ig", x)
         # the ring: at the start of step j a rank sends on the keys and values it will not
         # need again (up to step cp - 2) and the gradients accumulated through step j - 1
-        # (from step 1), then attends step j's block; the next step waits for all three
-        before, done, grads = g, x, -1
+        # (from step 1), one message; then it attends step j's block
+        last = b.spec.cp - 1
+        before, done, sent = g, x, -1
         for j in range(b.spec.cp):
-            sent: list[int] = []
-            if j < b.spec.cp - 1:
-                sent.append(self._exchange(f"{name}.kv.ring{j + 1}", layer, "ig", before, k))
+            blocks = (j < last) + (j > 0)
+            sent = self._exchange(f"{name}.kv.ring1" if j == 0 else f"{name}.kv_grad.ring{j}",
+                                  layer, "ig", before, k, blocks)
             if j > 0:
-                grads = self._exchange(f"{name}.kv_grad.ring{j}", layer, "ig", before, k)
-                sent.append(grads)
                 done = (b.compute(f"{name}.attention_ring{j}.dgrad", later[j - 1:j], layer,
                                   "ig", before),)
-            before = (*sent, *done)
-        return done, grads
+            before = (sent, *done)
+        return done, sent
 
     def _exchange(self, name: str, layer: int, pass_: str, deps: Frontier,
-                  k: LayerKernels) -> int:
-        """One ring step: every CP rank sends a block (``kv_bytes``) to the next, priced as
-        a direct exchange of those bytes per rank (an all-to-all of ``cp / (cp - 1)``
-        blocks)."""
+                  k: LayerKernels, blocks: int = 1) -> int:
+        """One ring step: every CP rank sends ``blocks`` blocks (``kv_bytes`` each) to the
+        next, priced as an all-to-all of ``cp / (cp - 1)`` times those bytes (see the module
+        docstring)."""
         cp = self.b.spec.cp
-        return self.b.collective(name, "all_to_all", round(k.kv_bytes * cp / (cp - 1)),
+        return self.b.collective(name, "all_to_all",
+                                 round(blocks * k.kv_bytes * cp / (cp - 1)),
                                  self.b.groups.cp, layer, pass_, deps)
 
     @staticmethod

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from ..kernels import Attention, Elementwise, Gemm, Kernel
+from .transformer_checks import cp_kind
 from .transformer_spec import TransformerSpec
 
 #: bytes of an activation element (16-bit)
@@ -155,15 +156,14 @@ class LayerKernels:
         s = self.spec
         heads, local = s.heads // s.tp, s.sequence // s.cp
         kv_heads = max(1, s.kv_heads // s.tp)
-        if s.cp > 1 and s.cp_comm_type == "a2a":   # Ulysses: 1 / cp of the heads, every token
+        if cp_kind(s) == "a2a":   # Ulysses: 1 / cp of the heads over every token
             return (Attention(s.micro_batch, heads // s.cp, s.sequence, s.sequence, s.head_dim,
                               kv_heads // s.cp, backward=backward, implementation=s.attention),)
         out = [Attention(s.micro_batch, heads, local, local, s.head_dim, kv_heads, causal=True,
                          backward=backward, implementation=s.attention, window=s.window)]
-        # the other cp - 1 ring steps (causal load balancing: each half another rank's keys)
-        return tuple(out + [Attention(s.micro_batch, heads, local, local // 2, s.head_dim,
-                                      kv_heads, causal=False, backward=backward,
-                                      implementation=s.attention)] * (s.cp - 1))
+        return tuple(out + [Attention(   # the other steps: half another rank's keys each
+            s.micro_batch, heads, local, local // 2, s.head_dim, kv_heads, causal=False,
+            backward=backward, implementation=s.attention)] * (s.cp - 1))
 
     @cached_property
     def projection(self) -> tuple[Kernel, ...]:
