@@ -113,18 +113,20 @@ def test_tensor_parallel_ranks_share_the_gemms(net, q_lora_rank):
     assert 2 * gemms(2) == pytest.approx(gemms(1), rel=1e-12)
 
 
-def test_the_latents_are_gathered_not_the_hidden_state(net):
+@pytest.mark.parametrize("dtype, element", [("bf16", 2), ("fp8", 1)])
+def test_the_latents_are_gathered_not_the_hidden_state(net, dtype, element):
     """With TP 2 and sequence parallelism the attention's all-gather carries the rank's
-    latents (n/t tokens of q_lora + kv_lora + rotary key), its backward reduce-scatters
-    their gradient (n tokens) and gathers them again for the weight gradients."""
-    program = transformer(net, **dict(SPEC, tp=2, dp=8)).programs[0]
+    latents (n/t tokens of q_lora + kv_lora + rotary key; in FP8 one byte an element, cast
+    before the gather as Transformer Engine does), its backward reduce-scatters their
+    gradient (n tokens, 16-bit) and gathers them again for the weight gradients."""
+    program = transformer(net, **dict(SPEC, tp=2, dp=8, dtype=dtype)).programs[0]
     by_name = {op.name: op for op in program.ops}
     latent = QL + KL + R
-    assert by_name["mb0.layer0.attention.all_gather"].size == N // 2 * latent * 2
+    assert by_name["mb0.layer0.attention.all_gather"].size == N // 2 * latent * element
     assert by_name["mb0.layer0.attention.dgrad.qkv.reduce_scatter"].size == N * latent * 2
     assert by_name["mb0.layer0.attention.dgrad.qkv.input.all_gather"].size == \
-        N // 2 * latent * 2
-    assert by_name["mb0.layer0.attention.dgrad.all_gather"].size == N // 2 * H * 2
+        N // 2 * latent * element
+    assert by_name["mb0.layer0.attention.dgrad.all_gather"].size == N // 2 * H * element
 
 
 def test_the_importers_read_it(net):

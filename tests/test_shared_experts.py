@@ -77,6 +77,21 @@ def test_their_gradients_are_reduced_with_the_dense_ones(pair):
     assert grads(pair[1], "expert") == grads(pair[0], "expert")
 
 
+def test_they_run_after_the_routed_experts_combine(pair):
+    """Forward, Megatron-Core r0.10-r0.12 without shared-expert overlap: the shared experts
+    take the combined tokens, so their first collective waits for the combine."""
+    by_id = {op.id: op for op in pair[1].ops}
+    first = next(op for op in pair[1].ops if op.pass_ == "fwd"
+                 and op.name.startswith("mb0.layer1.shared_expert"))
+    seen, todo = set(), list(first.deps)
+    while todo:
+        d = todo.pop()
+        if d not in seen:
+            seen.add(d)
+            todo.extend(by_id[d].deps)
+    assert "mb0.layer1.combine" in {by_id[d].name for d in seen}
+
+
 def test_the_routed_backward_waits_for_theirs(pair):
     """No shared-expert overlap: their backward (computed last forward) comes first, and the
     routed experts' all-to-all waits for its kernels and collectives."""
