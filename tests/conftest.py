@@ -56,3 +56,16 @@ def astra_cases() -> Path:
 @pytest.fixture
 def net8():
     return flowsim.load_network(ring())
+
+
+def ancestors(program, op) -> set[int]:
+    """Ids of every op ``op`` of ``program`` waits for through data dependencies."""
+    by_id = {o.id: o for o in program.ops}
+    seen: set[int] = set()
+    todo = list(op.deps)
+    while todo:
+        d = todo.pop()
+        if d not in seen:
+            seen.add(d)
+            todo.extend(by_id[d].deps)
+    return seen

@@ -11,6 +11,7 @@ import warnings
 import pytest
 
 import flowsim
+from conftest import ancestors
 from flowsim import FlowsimWarning
 from flowsim.errors import ConfigError
 from flowsim.workload.flops import megatron
@@ -83,13 +84,7 @@ def test_they_run_after_the_routed_experts_combine(pair):
     by_id = {op.id: op for op in pair[1].ops}
     first = next(op for op in pair[1].ops if op.pass_ == "fwd"
                  and op.name.startswith("mb0.layer1.shared_expert"))
-    seen, todo = set(), list(first.deps)
-    while todo:
-        d = todo.pop()
-        if d not in seen:
-            seen.add(d)
-            todo.extend(by_id[d].deps)
-    assert "mb0.layer1.combine" in {by_id[d].name for d in seen}
+    assert "mb0.layer1.combine" in {by_id[d].name for d in ancestors(pair[1], first)}
 
 
 def test_the_routed_backward_waits_for_theirs(pair):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import flowsim
+from conftest import ancestors
 from flowsim import simulate
 from flowsim.errors import ConfigError
 from flowsim.workload.generators import build_generator, transformer
@@ -364,26 +365,16 @@ def test_the_rotary_backward_runs_before_the_qkv_backward_starts(two_nodes, cp, 
                                       global_batch=2 * 8 // cp), position_embedding="rope",
                     tp_comm_overlap=overlap)
     program = w.programs[0]
-    by_id = {op.id: op for op in program.ops}
-
-    def ancestors(op):
-        seen, todo = set(), list(op.deps)
-        while todo:
-            d = todo.pop()
-            if d not in seen:
-                seen.add(d)
-                todo.extend(by_id[d].deps)
-        return seen
     for layer in range(4):
         (regather,) = [op for op in program.ops
                        if op.name == f"mb0.layer{layer}.attention.dgrad.qkv.input.all_gather"]
         rope = [op for op in program.ops if op.pass_ == "ig" and op.name.startswith(
             f"mb0.layer{layer}.") and any(getattr(k, "name", "") == "rope" for k in op.kernels)]
-        assert len(rope) == 1 and rope[0].id in ancestors(regather)
+        assert len(rope) == 1 and rope[0].id in ancestors(program, regather)
         if cp > 1:
             (home,) = [op for op in program.ops
                        if op.name == f"mb0.layer{layer}.kv_grad.ring{cp - 1}"]
-            assert home.id in ancestors(rope[0])
+            assert home.id in ancestors(program, rope[0])
 
 
 def test_mixture_of_experts_dispatches_over_the_expert_group(two_nodes):
