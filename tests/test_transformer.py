@@ -398,20 +398,40 @@ def test_the_distributed_optimizer_gathers_what_it_reduce_scattered(two_nodes, o
     """With experts the distributed optimizer shards two groups' optimizer states: the
     dense over the data-parallel ranks, the experts' over the expert-data-parallel ones.
     Each is reduce-scattered (FP32 gradients) and all-gathered back (16-bit parameters)
-    over the same ranks, and (overlapped) the layers' first forward waits for both."""
+    over the same ranks and the same buckets, the gathers in forward order: after the
+    optimizer step, or (overlapped) a chain whose first gather starts with the iteration
+    and whose next one waits for the forward to reach the bucket before it."""
     w = transformer(two_nodes, **SMALL, tp=2, dp=8, ep=4, experts=8, top_k=2, sp=True,
                     global_batch=16, gated_mlp=True, distributed_optimizer=True,
-                    overlap_grad_reduce=overlap, overlap_param_gather=overlap)
+                    overlap_grad_reduce=overlap, overlap_param_gather=overlap,
+                    bucket_size=300_000)
     program = w.programs[0]
+    ops = program.ops
+    step = next(op.id for op in ops if op.name == "optimizer")
     for group, ranks in (("dense", 8), ("expert", 2)):
         rs = _ops(program, "collective", "reduce_scatter", f"{group}_grads")
-        ag = _ops(program, "collective", "all_gather",
-                  "expert_params" if group == "expert" else ".params")
-        assert len(ag) == 1 and {op.dims for op in rs} == {ag[0].dims}
+        prefix = "expert_params." if group == "expert" else "params."
+        ag = [op for op in _ops(program, "collective", "all_gather")
+              if op.name.startswith(prefix)]
+        # buckets only to overlap the reduction: else one
+        assert len(ag) == len(rs) and (len(rs) > 1) == overlap
+        assert {op.dims for op in rs} == {op.dims for op in ag}
         assert int(np.prod([w.network.dims[d] for d in ag[0].dims])) == ranks
-        assert ag[0].size * ranks * 2 == pytest.approx(sum(op.size for op in rs), abs=ranks)
-        first = next(op for op in program.ops if op.name.startswith("mb0.layer0"))
-        assert (ag[0].id in first.deps) == overlap
+        for gather, reduce in zip(ag, reversed(rs)):   # a bucket's FP32 gradients, 2x
+            assert gather.size * ranks * 2 == pytest.approx(reduce.size, abs=2 * ranks)
+        if not overlap:
+            assert all(op.deps == (step,) for op in ag)
+            continue
+        assert ag[0].deps == ()
+        for before, gather in zip(ag, ag[1:]):
+            assert before.id in gather.deps             # one gather in flight at a time
+            # dispatched as the forward starts on the bucket before: with the data it waits for
+            waiting = next(op for op in ops if before.id in op.deps and op.kind == "compute")
+            assert set(gather.deps) <= {*waiting.deps, *waiting.ctrl_deps}
+            assert gather.id < waiting.id
+    first = next(op for op in ops if op.name.startswith("mb0.layer0"))
+    assert (ag[0].id in first.deps) == overlap or (ag[0].id in ops[first.deps[0]].deps)
+
 
 @pytest.mark.parametrize("expert_tp", [2, 1])
 def test_experts_split_over_tensor_parallel_ranks_gather_their_tokens(two_nodes, expert_tp):

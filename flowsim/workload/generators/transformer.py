@@ -78,8 +78,9 @@ Communication:
   backward; expert gradients over the expert-data-parallel ranks. With
   ``distributed_optimizer`` (ZeRO-1 as Megatron-LM does it): reduce-scatter instead of
   all-reduce, the optimizer step on the rank's shard, and an all-gather of the updated 16-bit
-  parameters (the layers' in FP8 with ``fp8_param_gather``), overlapped with the forward
-  passes (``overlap_param_gather``) or after the step.
+  parameters (the layers' in FP8 with ``fp8_param_gather``) over the same buckets: after
+  the step, or (``overlap_param_gather``) as Megatron-Core overlaps them with the forward,
+  one bucket at a time, each dispatched when the forward reaches the bucket before it.
   The optimizer step is a memory-bound kernel (Adam with FP32 master weights: 30 bytes per
   parameter).
 * **fully sharded data parallel** (``fsdp``: ZeRO-3 as PyTorch FSDP2 runs it, torchtitan's

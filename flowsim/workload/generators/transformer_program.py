@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..graph import Op
 from ..kernels import Elementwise, Kernel
+from .transformer_buckets import GatherBucket, GatherGroup, ParameterGathers, Unit, partition
 from .transformer_fsdp import FullySharded
 from .transformer_mapping import StageContext
 from .transformer_mla import layer_kernels
@@ -56,8 +57,8 @@ class StageProgram:
         self.grad_bytes = 4 if spec.dtype in ("bf16", "fp8") and not spec.grad_reduce_in_bf16 \
             else 2
         self.grad_ops: list[int] = []
-        self.param_gathers: dict[int, tuple[int, ...]] = {}   # layer -> its all-gathers
-        self.first_forward: set[int] = set()        # layers whose parameters are gathered
+        #: the distributed optimizer's parameter all-gathers (none without it, or with fsdp)
+        self.gathers = ParameterGathers(self.b, self._gather_groups(), self.row["optimizer"])
         #: fully sharded data parallelism's gathers and reductions (nothing without fsdp)
         self.fsdp = FullySharded(spec, ctx, self.b, self.k, self.grad_bytes, self.grad_ops)
 
@@ -68,9 +69,8 @@ class StageProgram:
         last_bwd = {c: max(i for i, u in enumerate(order) if u[0] == "bwd" and u[1] == c)
                     for c in range(spec.vpp)}
         ddp = not spec.fsdp   # Megatron's DDP, with or without the distributed optimizer
-        if ddp and spec.distributed_optimizer and spec.overlap_param_gather:
-            for c in range(spec.vpp):
-                self._gather_parameters(c, deps=())
+        if spec.overlap_param_gather:
+            self.gathers.start()
         for i, (pass_, chunk, m) in enumerate(order):
             if pass_ == "fwd":
                 self._forward(chunk, m)
@@ -82,9 +82,8 @@ class StageProgram:
                 self._reduce_gradients(c, [(self.chunk_parameters(c), end)])
         step = b.compute("optimizer", optimizer_step(self.local_parameters()),
                          self.row["optimizer"], "wg", tuple(self.grad_ops))
-        if ddp and spec.distributed_optimizer and not spec.overlap_param_gather:
-            for c in range(spec.vpp):
-                self._gather_parameters(c, deps=(step,))
+        if not spec.overlap_param_gather:
+            self.gathers.all_after(step)
         return b.ops
 
     # ------------------------------------------------------------------ passes
@@ -101,20 +100,20 @@ class StageProgram:
         carry: tuple = ()
         if vs == 0 and spec.vocab:
             row = self.row["embedding"]
+            x = self.gathers.reach("embedding", x)
             x = self.fsdp.unshard("embedding", f"{tag}.embedding", row, "fwd", x)
             x = b.tp_block(f"{tag}.embedding", k.embedding, row, "fwd", x, gather=False,
                            reduce=True)
             self.fsdp.after_forward("embedding")
         for layer in self.layers[chunk]:
-            if layer not in self.first_forward and layer in self.param_gathers:
-                x = (*x, *self.param_gathers[layer])
-            self.first_forward.add(layer)
+            x = self.gathers.reach(layer, x)
             x = self.fsdp.unshard(f"layer{layer}", f"{tag}.layer{layer}", layer, "fwd", x)
             x = b.forward(layer, tag, x, carry)
             self.fsdp.after_forward(f"layer{layer}")
             carry = b.residual
         if vs == self.last_vs and spec.vocab:
             row = self.row["logits"]
+            x = self.gathers.reach("logits", x)
             x = self.fsdp.unshard(self.fsdp.logits_unit(), f"{tag}.logits", row, "fwd", x)
             x = (b.compute(f"{tag}.final_norm", carry + k.norm, row, "fwd", x),)
             x = b.tp_block(f"{tag}.logits", k.logits, row, "fwd", x, gather=True, reduce=False)
@@ -263,18 +262,12 @@ class StageProgram:
                                    ("expert", self.ctx.groups.expert_dp, 1)):
             if not dims:
                 continue
-            pending = 0.0
-            after: Frontier = ()
-            for entry, ready in items:
-                params = entry[index]
-                if not params:
-                    continue
-                pending, after = pending + params, ready
-                if pending >= self._bucket_limit():
-                    self._grad_collective(group, dims, pending, after)
-                    pending = 0.0
-            if pending:
-                self._grad_collective(group, dims, pending, after)
+            for bucket in partition((entry[index] for entry, _ in items),
+                                    self._bucket_limit()):
+                params = 0.0
+                for i in bucket:
+                    params += items[i][0][index]
+                self._grad_collective(group, dims, params, items[bucket[-1]][1])
 
     def _grad_collective(self, group: str, dims: tuple[int, ...], params: float,
                          after: Frontier) -> None:
@@ -283,26 +276,48 @@ class StageProgram:
             f"{group}_grads.{kind}", kind, int(params * self.grad_bytes), dims,
             self.row["optimizer"], "wg", after))
 
-    def _gather_parameters(self, chunk: int, deps: Frontier) -> None:
-        """The distributed optimizer's all-gathers of a chunk's updated 16-bit parameters
-        (each rank's shard is its input): the dense ones over the data-parallel group, the
-        experts' over the expert-data-parallel group their optimizer state is sharded
-        over; with ``fp8_param_gather`` the layers' weights (experts included) in one byte
-        each, the vocabulary's in two."""
-        dense, expert = self.chunk_parameters(chunk)
-        fp8 = self.spec.fp8_param_gather
-        ops = []
-        for name, dims, ranks, nbytes in (
-                ("params", self.ctx.groups.dp, self.ctx.dp_size,
-                 2 * dense - (self.dense_weights(chunk) if fp8 else 0)),
-                ("expert_params", self.ctx.groups.expert_dp, self.ctx.expert_dp_size,
-                 (1 if fp8 else 2) * expert)):
-            if dims and nbytes:
-                ops.append(self.b.collective(f"chunk{chunk}.{name}.all_gather", "all_gather",
-                                             int(nbytes / ranks), dims,
-                                             self.row["optimizer"], "fwd", deps))
-        for layer in self.layers[chunk]:
-            self.param_gathers[layer] = tuple(ops)
+    def units(self, chunk: int) -> list[tuple[Unit, tuple[float, float], float]]:
+        """A chunk's units of parameters in backward order, the order their gradients become
+        ready: (unit, (dense, expert) parameters, dense layer weights)."""
+        spec, k = self.spec, self.k
+        vs = virtual_stage(spec, self.ctx.stage, chunk)
+        units: list[tuple[Unit, tuple[float, float], float]] = []
+        if vs == self.last_vs and spec.vocab and not spec.one_tied_weight:
+            units.append(("logits", (k.vocab_parameters, 0.0), 0.0))
+        for layer in reversed(self.layers[chunk]):
+            dense, expert = self._layer_parameters(layer)
+            units.append((layer, (dense, expert), dense))
+        if vs == 0 and spec.vocab:   # with one tied weight, the logits' too
+            units.append(("embedding", (k.vocab_parameters, 0.0), 0.0))
+        return units
+
+    def _gather_groups(self) -> list[GatherGroup]:
+        """The distributed optimizer's all-gathers of the updated 16-bit parameters over the
+        gradient buckets (see :mod:`.transformer_buckets`): the dense ones over the
+        data-parallel group, the experts' over the expert-data-parallel group their optimizer
+        state is sharded over; with ``fp8_param_gather`` the layers' weights (experts
+        included) in one byte each, the vocabulary's in two."""
+        spec, ctx = self.spec, self.ctx
+        if not spec.distributed_optimizer or spec.fsdp:
+            return []
+        fp8 = spec.fp8_param_gather
+        # Megatron-Core buckets only to overlap the gradients' reduction: else one bucket
+        limit = self._bucket_limit() if spec.overlap_grad_reduce else float("inf")
+        out = []
+        for name, dims, ranks, index in (("params", ctx.groups.dp, ctx.dp_size, 0),
+                                         ("expert_params", ctx.groups.expert_dp,
+                                          ctx.expert_dp_size, 1)):
+            buckets: list[GatherBucket] = []
+            for chunk in range(spec.vpp):
+                units = self.units(chunk)
+                for bucket in reversed(partition((u[1][index] for u in units), limit)):
+                    params = sum(units[i][1][index] for i in bucket)
+                    weights = sum(units[i][2] for i in bucket) if index == 0 else params
+                    nbytes = 2 * params - weights if fp8 else 2 * params
+                    buckets.append(GatherBucket(units[bucket[-1]][0], nbytes))
+            if dims and buckets:
+                out.append(GatherGroup(name, dims, ranks, tuple(buckets)))
+        return out
 
 
 def _frontier(op: int | None) -> Frontier:

@@ -1,0 +1,104 @@
+"""Megatron-Core's data-parallel buckets, and the distributed optimizer's parameter all-gathers
+over them.
+
+Gradients are bucketed from the end of the model: walking a stage's parameters in backward
+order, a bucket closes once it holds at least the bucket size (the last may hold less). The
+updated 16-bit parameters are all-gathered over the same buckets, in forward order. With
+``overlap_param_gather`` the gathers form a chain (Megatron-Core's ``finish_param_sync``, r0.8
+to today): the first bucket's gather starts with the iteration; the forward pre-hook of the
+first layer that uses a bucket waits for its gather and only then dispatches the next bucket's,
+so one gather is in flight at a time, each overlapping the forward of the bucket before it.
+Without the overlap every bucket is gathered after the optimizer step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Union
+
+from .transformer_passes import Frontier, PassBuilder
+
+#: a unit of parameters: a transformer layer's index, ``"embedding"`` or ``"logits"``
+Unit = Union[int, str]
+
+
+def partition(sizes: Iterable[float], limit: float) -> list[list[int]]:
+    """Indices of ``sizes`` (in backward order) grouped into buckets of at least ``limit``,
+    the last one holding what is left; zero sizes join no bucket."""
+    buckets: list[list[int]] = []
+    current: list[int] = []
+    pending = 0.0
+    for i, size in enumerate(sizes):
+        if not size:
+            continue
+        current.append(i)
+        pending += size
+        if pending >= limit:
+            buckets.append(current)
+            current, pending = [], 0.0
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+@dataclass(frozen=True)
+class GatherBucket:
+    """One bucket's parameter all-gather: the unit whose forward first needs it, and the
+    bytes gathered (every rank's shard is its input)."""
+
+    first: Unit
+    nbytes: float
+
+
+@dataclass(frozen=True)
+class GatherGroup:
+    """A group's buckets in forward order over the stage's chunks, and its ranks."""
+
+    name: str
+    dims: tuple[int, ...]
+    ranks: int
+    buckets: tuple[GatherBucket, ...]
+
+
+class ParameterGathers:
+    """The all-gather chains of a stage, one per group (dense, expert)."""
+
+    def __init__(self, b: PassBuilder, groups: list[GatherGroup], row: int) -> None:
+        self.b, self.groups, self.row = b, groups, row
+        self.ops: dict[tuple[int, int], int] = {}    # (group, bucket) -> its all-gather
+        self.chained = False                          # overlapped with the forward
+        self.waits: dict[Unit, list[tuple[int, int]]] = {}
+        for g, group in enumerate(groups):
+            for k, bucket in enumerate(group.buckets):
+                self.waits.setdefault(bucket.first, []).append((g, k))
+
+    def _gather(self, g: int, k: int, deps: Frontier) -> None:
+        group = self.groups[g]
+        if k < len(group.buckets):
+            self.ops[g, k] = self.b.collective(
+                f"{group.name}.bucket{k}.all_gather", "all_gather",
+                int(group.buckets[k].nbytes / group.ranks), group.dims, self.row, "fwd", deps)
+
+    def start(self) -> None:
+        """Dispatch each chain's first gather (with the iteration: overlapped)."""
+        self.chained = True
+        for g in range(len(self.groups)):
+            self._gather(g, 0, ())
+
+    def all_after(self, step: int) -> None:
+        """Dispatch every gather after the optimizer step (not overlapped)."""
+        for g, group in enumerate(self.groups):
+            for k in range(len(group.buckets)):
+                self._gather(g, k, (step,))
+
+    def reach(self, unit: Unit, x: Frontier) -> Frontier:
+        """The forward reaching ``unit`` for the first time, after :meth:`start`: wait for
+        the gathers of the buckets it is the first user of, then dispatch each chain's next
+        one (the data ``x`` the forward waits for, with those gathers)."""
+        if not self.chained:
+            return x
+        for g, k in self.waits.pop(unit, ()):
+            x = (*x, self.ops[g, k])
+            self._gather(g, k + 1, x)
+        return x
