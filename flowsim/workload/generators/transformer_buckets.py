@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Union
 
 from .transformer_passes import Frontier, PassBuilder
 
 #: a unit of parameters: a transformer layer's index, ``"embedding"`` or ``"logits"``
-Unit = Union[int, str]
+Unit = int | str
 
 
 def partition(sizes: Iterable[float], limit: float) -> list[list[int]]:
