@@ -449,3 +449,26 @@ def test_any_nemo_value_runs_or_is_one_line(changes):
                            "config": dict(NEMO, model=model)}, "nccl", max_work=2e8)
     except flowsim.ConfigError as exc:
         assert "\n" not in str(exc) and str(exc).startswith("<dict>")
+
+
+def test_aligned_parameter_gathers_follow_each_framework_s_default(tmp_path):
+    """Megatron-LM aligns the interleaved schedule's parameter gathers unless told
+    ``--no-align-param-gather``; NeMo 1 only with ``optim.align_param_gather`` (and never
+    with Apex's optimizer). Each reads as the spec that says so, and the two differ."""
+    args = ARGS + " --overlap-param-gather"
+    spec = {**SPEC, "overlap_param_gather": True}
+    aligned, chained = _time(spec), _time({**spec, "align_param_gather": False})
+    assert aligned != chained
+    assert _time({"generator": "megatron", "device": "h100", "args": args}) == aligned
+    assert _time({"generator": "megatron", "device": "h100",
+                  "args": args + " --no-align-param-gather"}) == chained
+    nemo = {**spec, "tp_comm_overlap_cfg": "nemo"}   # NeMo's tuned userbuffers
+    aligned, chained = _time(nemo), _time({**nemo, "align_param_gather": False})
+    for optim, expected in (({"overlap_param_sync": True}, chained),
+                            ({"overlap_param_sync": True, "align_param_gather": True},
+                             aligned)):
+        config = {**NEMO, "model": {**NEMO["model"], "optim": {
+            **NEMO["model"]["optim"], "name": "mcore_distributed_optim", **optim}}}
+        (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+        (tmp_path / "spec.yml").write_text("generator: nemo\nconfig: run.yaml\ndevice: h100\n")
+        assert _time(str(tmp_path / "spec.yml")) == expected

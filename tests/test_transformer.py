@@ -410,9 +410,8 @@ def test_the_distributed_optimizer_gathers_what_it_reduce_scattered(two_nodes, o
     step = next(op.id for op in ops if op.name == "optimizer")
     for group, ranks in (("dense", 8), ("expert", 2)):
         rs = _ops(program, "collective", "reduce_scatter", f"{group}_grads")
-        prefix = "expert_params." if group == "expert" else "params."
-        ag = [op for op in _ops(program, "collective", "all_gather")
-              if op.name.startswith(prefix)]
+        kind = ".expert_params." if group == "expert" else ".params."
+        ag = [op for op in _ops(program, "collective", "all_gather", kind)]
         # buckets only to overlap the reduction: else one
         assert len(ag) == len(rs) and (len(rs) > 1) == overlap
         assert {op.dims for op in rs} == {op.dims for op in ag}
@@ -431,6 +430,45 @@ def test_the_distributed_optimizer_gathers_what_it_reduce_scattered(two_nodes, o
             assert gather.id < waiting.id
     first = next(op for op in ops if op.name.startswith("mb0.layer0"))
     assert (ag[0].id in first.deps) == overlap or (ag[0].id in ops[first.deps[0]].deps)
+
+
+@pytest.mark.parametrize("align", [True, False])
+def test_interleaved_gathers_start_a_chunk_at_a_time_aligned_over_the_pipeline(align):
+    """Megatron-Core's interleaved schedule (``align_param_gather``, its default): a chunk's
+    gathers all start together, chunks 0 and 1 with the iteration and chunk j when the
+    forward whose virtual micro-batch, shifted by the pipeline rank, is chunk j - 1's first
+    begins; none waits for another. Not aligned: one chain over the chunks."""
+    from flowsim.workload.generators.transformer_schedule import stage_schedule
+    from flowsim.workload.generators.transformer_spec import parse_transformer
+
+    net = flowsim.load_network({"topology": ["Switch", "Switch"], "npus_count": [2, 4],
+                                "bandwidth": [300, 25], "latency": [0, 0]})
+    values = dict(layers=16, hidden=256, heads=8, sequence=128, micro_batch=1, vocab=0,
+                  tp=1, pp=4, dp=2, vpp=4, global_batch=16, distributed_optimizer=True,
+                  overlap_grad_reduce=True, overlap_param_gather=True, bucket_size=100_000,
+                  align_param_gather=align)
+    spec = parse_transformer(values, "test")
+    w = transformer(net, **values)
+    for stage, program in enumerate(w.programs):
+        ops = program.ops
+        gathers = _ops(program, "collective", "all_gather", ".params.bucket")
+        chunks = [int(op.name.split(".")[0][len("chunk"):]) for op in gathers]
+        assert chunks == sorted(chunks) and set(chunks) == {0, 1, 2, 3}
+        if not align:
+            assert gathers[0].deps == () and all(
+                before.id in op.deps for before, op in zip(gathers, gathers[1:]))
+            continue
+        gathered = {op.id for op in gathers}
+        assert not any(gathered & set(op.deps) for op in gathers)
+        assert all(op.deps == () for op, c in zip(gathers, chunks) if c < 2)
+        forwards = [u for u in stage_schedule(spec, stage) if u[0] == "fwd"]
+        for chunk in (2, 3):
+            deps = {op.deps for op, c in zip(gathers, chunks) if c == chunk}
+            assert len(deps) == 1
+            (last,) = deps.pop()
+            _, c, m = forwards[forwards.index(("fwd", chunk - 1, 0)) - stage]
+            after = next(op for op in ops[last + 1:] if op.kind == "compute")
+            assert after.name.startswith(f"mb{m}.chunk{c}.")   # the forward that starts them
 
 
 @pytest.mark.parametrize("expert_tp", [2, 1])

@@ -8,7 +8,11 @@ updated 16-bit parameters are all-gathered over the same buckets, in forward ord
 to today): the first bucket's gather starts with the iteration; the forward pre-hook of the
 first layer that uses a bucket waits for its gather and only then dispatches the next bucket's,
 so one gather is in flight at a time, each overlapping the forward of the bucket before it.
-Without the overlap every bucket is gathered after the optimizer step.
+With the interleaved schedule Megatron-Core (from core_r0.9, ``align_param_gather``) instead
+starts all of a model chunk's gathers together: chunks 0 and 1 with the iteration, chunk
+``j`` at the forward whose virtual micro-batch, shifted by the pipeline rank, is the first of
+chunk ``j - 1`` (so every pipeline rank starts them at about the same time). Without the
+overlap every bucket is gathered after the optimizer step.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class GatherBucket:
 
     first: Unit
     nbytes: float
+    chunk: int
 
 
 @dataclass(frozen=True)
@@ -63,10 +68,11 @@ class GatherGroup:
 class ParameterGathers:
     """The all-gather chains of a stage, one per group (dense, expert)."""
 
-    def __init__(self, b: PassBuilder, groups: list[GatherGroup], row: int) -> None:
-        self.b, self.groups, self.row = b, groups, row
+    def __init__(self, b: PassBuilder, groups: list[GatherGroup], row: int, *,
+                 aligned: bool) -> None:
+        self.b, self.groups, self.row, self.aligned = b, groups, row, aligned
         self.ops: dict[tuple[int, int], int] = {}    # (group, bucket) -> its all-gather
-        self.chained = False                          # overlapped with the forward
+        self.overlapped = False
         self.waits: dict[Unit, list[tuple[int, int]]] = {}
         for g, group in enumerate(groups):
             for k, bucket in enumerate(group.buckets):
@@ -76,14 +82,26 @@ class ParameterGathers:
         group = self.groups[g]
         if k < len(group.buckets):
             self.ops[g, k] = self.b.collective(
-                f"{group.name}.bucket{k}.all_gather", "all_gather",
+                f"chunk{group.buckets[k].chunk}.{group.name}.bucket{k}.all_gather", "all_gather",
                 int(group.buckets[k].nbytes / group.ranks), group.dims, self.row, "fwd", deps)
 
     def start(self) -> None:
-        """Dispatch each chain's first gather (with the iteration: overlapped)."""
-        self.chained = True
+        """Dispatch the gathers that start with the iteration (overlapped): each chain's
+        first one, or (aligned) those of the first two chunks."""
+        self.overlapped = True
+        if self.aligned:
+            for chunk in (0, 1):
+                self.gather_chunk(chunk, ())
+            return
         for g in range(len(self.groups)):
             self._gather(g, 0, ())
+
+    def gather_chunk(self, chunk: int, deps: Frontier) -> None:
+        """Dispatch every gather of a model chunk (aligned)."""
+        for g, group in enumerate(self.groups):
+            for k, bucket in enumerate(group.buckets):
+                if bucket.chunk == chunk:
+                    self._gather(g, k, deps)
 
     def all_after(self, step: int) -> None:
         """Dispatch every gather after the optimizer step (not overlapped)."""
@@ -93,11 +111,12 @@ class ParameterGathers:
 
     def reach(self, unit: Unit, x: Frontier) -> Frontier:
         """The forward reaching ``unit`` for the first time, after :meth:`start`: wait for
-        the gathers of the buckets it is the first user of, then dispatch each chain's next
-        one (the data ``x`` the forward waits for, with those gathers)."""
-        if not self.chained:
+        the gathers of the buckets it is the first user of, then (chained) dispatch each
+        chain's next one (the data ``x`` the forward waits for, with those gathers)."""
+        if not self.overlapped:
             return x
         for g, k in self.waits.pop(unit, ()):
             x = (*x, self.ops[g, k])
-            self._gather(g, k + 1, x)
+            if not self.aligned:
+                self._gather(g, k + 1, x)
         return x

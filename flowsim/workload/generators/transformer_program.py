@@ -58,7 +58,9 @@ class StageProgram:
             else 2
         self.grad_ops: list[int] = []
         #: the distributed optimizer's parameter all-gathers (none without it, or with fsdp)
-        self.gathers = ParameterGathers(self.b, self._gather_groups(), self.row["optimizer"])
+        aligned = spec.align_param_gather and spec.pp > 1 and spec.vpp > 1
+        self.gathers = ParameterGathers(self.b, self._gather_groups(), self.row["optimizer"],
+                                        aligned=aligned)
         #: fully sharded data parallelism's gathers and reductions (nothing without fsdp)
         self.fsdp = FullySharded(spec, ctx, self.b, self.k, self.grad_bytes, self.grad_ops)
 
@@ -71,8 +73,13 @@ class StageProgram:
         ddp = not spec.fsdp   # Megatron's DDP, with or without the distributed optimizer
         if spec.overlap_param_gather:
             self.gathers.start()
+        forwards = [u for u in order if u[0] == "fwd"]
+        k = 0   # forwards so far: Megatron's virtual micro-batch
         for i, (pass_, chunk, m) in enumerate(order):
             if pass_ == "fwd":
+                if self.gathers.aligned and spec.overlap_param_gather:
+                    self._align_gathers(forwards, k + self.ctx.stage)
+                k += 1
                 self._forward(chunk, m)
             else:
                 self._backward(chunk, m, final=i == last_bwd[chunk])
@@ -85,6 +92,15 @@ class StageProgram:
         if not spec.overlap_param_gather:
             self.gathers.all_after(step)
         return b.ops
+
+    def _align_gathers(self, forwards: list, shifted: int) -> None:
+        """Aligned gathers: a forward whose virtual micro-batch shifted by the pipeline rank
+        is a chunk's first starts the gathers of the chunk after it (Megatron-Core's
+        interleaved schedule; chunks 0 and 1 start with the iteration)."""
+        if shifted < len(forwards) and forwards[shifted][2] == 0:
+            chunk = forwards[shifted][1] + 1
+            if 1 < chunk < self.spec.vpp:
+                self.gathers.gather_chunk(chunk, () if self.b.last is None else (self.b.last,))
 
     # ------------------------------------------------------------------ passes
     def _forward(self, chunk: int, m: int) -> None:
@@ -314,7 +330,7 @@ class StageProgram:
                     params = sum(units[i][1][index] for i in bucket)
                     weights = sum(units[i][2] for i in bucket) if index == 0 else params
                     nbytes = 2 * params - weights if fp8 else 2 * params
-                    buckets.append(GatherBucket(units[bucket[-1]][0], nbytes))
+                    buckets.append(GatherBucket(units[bucket[-1]][0], nbytes, chunk))
             if dims and buckets:
                 out.append(GatherGroup(name, dims, ranks, tuple(buckets)))
         return out

@@ -121,6 +121,11 @@ class TransformerSpec:
     fp8_param_gather: bool = False
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
+    #: with the interleaved schedule, the overlapped parameter gathers of a model chunk all
+    #: start together, timed alike on every pipeline rank (Megatron-LM's default from
+    #: core_r0.9, ``--no-align-param-gather`` to turn off; NeMo 2's communication-overlap
+    #: callback with PP and VP); else one bucket at a time
+    align_param_gather: bool = True
     #: fully sharded data parallelism (ZeRO-3 as PyTorch FSDP2 runs it, torchtitan's and
     #: Megatron-LM's ``--use-torch-fsdp2``): each layer's parameters gathered before its
     #: forward and backward, its gradients reduce-scattered after its backward
@@ -208,6 +213,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                 "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp"):
         v[key] = read_bool(values, key, source=source, default=False)
     v["tied_embeddings"] = read_bool(values, "tied_embeddings", source=source, default=True)
+    v["align_param_gather"] = read_bool(values, "align_param_gather", source=source,
+                                        default=True)
     v["scatter_gather"] = read_bool(values, "scatter_gather", source=source, default=True)
     v["distributed_optimizer"] = read_bool(values, "distributed_optimizer", source=source,
                                            default=read_bool(values, "zero", source=source,
