@@ -193,7 +193,7 @@ BLACKWELL_BACKWARD = round(0.55 * 516 / 595, 3)
 #: X``; it was 0.56, then 0.59 once the run's TP communication overlap was priced, then 0.58
 #: once cuDNN's backward attention took H100's backward-to-forward ratio, each re-derived the
 #: same way); every other GB200 run is validated with it unchanged. It is far below A100's
-#: 0.8 and H100's 0.76: that software (April 2025) ran GB200 at about 50% MFU, against its
+#: 0.8 and H100's 0.74: that software (April 2025) ran GB200 at about 50% MFU, against its
 #: measured best GEMM of 73% of peak. Newer software is faster; the constant says what was
 #: measured.
 GB200_SUSTAINED = 0.58

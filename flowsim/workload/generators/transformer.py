@@ -80,7 +80,11 @@ Communication:
   all-reduce, the optimizer step on the rank's shard, and an all-gather of the updated 16-bit
   parameters (the layers' in FP8 with ``fp8_param_gather``) over the same buckets: after
   the step, or (``overlap_param_gather``) as Megatron-Core overlaps them with the forward,
-  one bucket at a time, each dispatched when the forward reaches the bucket before it.
+  one bucket at a time, each dispatched when the forward reaches the bucket before it; with
+  the interleaved schedule (``align_param_gather``, default true as Megatron-LM's) a model
+  chunk's gathers start together, chunks 0 and 1 with the iteration and chunk ``j`` at the
+  first forward of chunk ``j - 1``, shifted by the pipeline rank so that all ranks start them
+  alike.
   The optimizer step is a memory-bound kernel (Adam with FP32 master weights: 30 bytes per
   parameter).
 * **fully sharded data parallel** (``fsdp``: ZeRO-3 as PyTorch FSDP2 runs it, torchtitan's
@@ -160,6 +164,7 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``distributed_optimizer`` (alias ``zero``), ``fsdp``, ``fsdp_shard``,
         ``grad_reduce_in_bf16``,
         ``fp8_param_gather``, ``overlap_grad_reduce``, ``overlap_param_gather``,
+        ``align_param_gather``,
         ``tp_comm_overlap`` with ``tp_comm_overlap_cfg`` (``nemo``, ``te_default``),
         ``scatter_gather``, ``bucket_size``;
         ``attention`` (``flash``, ``flash2``, ``unfused``), ``mla`` (``q_lora_rank``,
