@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from ..device_names import ALIASES, preset_name
 from ..errors import config_error
 
 #: The calibrated constant of the compute model: kernels in a training job run at this
@@ -228,18 +229,13 @@ B200_SXM = Device(
 DEVICES: Mapping[str, Device] = MappingProxyType({
     d.name: d for d in (A100_SXM_80GB, A100_SXM_40GB, H100_SXM_80GB, H200_SXM_141GB,
                         H800_SXM_80GB, GB200, B200_SXM)})
-ALIASES: Mapping[str, str] = MappingProxyType({
-    "a100": "a100_sxm_80gb", "h100": "h100_sxm_80gb", "h200": "h200_sxm_141gb",
-    "h800": "h800_sxm_80gb", "b200": "b200_sxm"})
-
-
 def device(name: object, *, source: str = "argument", key: str = "device") -> Device:
     """A preset by name (case-insensitive; ``a100``, ``h100`` and ``h800`` are the SXM 80 GB
     parts, ``h200`` the SXM 141 GB part, ``b200`` the SXM part)."""
     if isinstance(name, Device):
         return name
     if isinstance(name, str):
-        wanted = ALIASES.get(name.lower(), name.lower())
+        wanted = preset_name(name)
         if wanted in DEVICES:
             return DEVICES[wanted]
     raise config_error(source, key, "one of " + ", ".join([*DEVICES, *ALIASES]), name)

@@ -69,6 +69,7 @@ from .._validate import (
     read_number,
     read_str,
 )
+from ..device_names import ALIASES, preset_name
 from ..errors import FlowsimWarning, config_error
 
 #: NCCL's bus bandwidth over NVLink as a fraction of the per-direction link bandwidth
@@ -111,8 +112,6 @@ INTERCONNECTS: dict[str, Interconnect] = {
     "b200_sxm": Interconnect(900.0, 400.0, "NVLink 5: 1.8 TB/s bidirectional; DGX B200: "
                                            "8 x 400 Gb/s ConnectX-7"),
 }
-ALIASES = {"a100": "a100_sxm_80gb", "h100": "h100_sxm_80gb", "h200": "h200_sxm_141gb",
-           "h800": "h800_sxm_80gb", "b200": "b200_sxm"}
 #: keys that only the fabric form reads
 FABRIC_FORM_KEYS = ("fabric", "hosts_per_leaf", "tiers", "hosts_per_pod", "oversubscription")
 CLUSTER_KEYS = ("device", "nodes", "gpus_per_node", "nic_gbps", "nics_per_node", "fabric",
@@ -122,7 +121,7 @@ CLUSTER_KEYS = ("device", "nodes", "gpus_per_node", "nic_gbps", "nics_per_node",
 def device_name(value: Any, *, source: str, key: str) -> str:
     """A device preset's full name (``h100`` -> ``h100_sxm_80gb``)."""
     if isinstance(value, str):
-        name = ALIASES.get(value.lower(), value.lower())
+        name = preset_name(value)
         if name in INTERCONNECTS:
             return name
     raise config_error(source, key, "one of " + ", ".join([*INTERCONNECTS, *ALIASES]), value)
