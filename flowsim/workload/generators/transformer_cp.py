@@ -32,8 +32,9 @@ from __future__ import annotations
 
 from ..kernels import Kernel
 from .transformer_checks import cp_kind
-from .transformer_kernels import ACT, LayerKernels
+from .transformer_kernels import LayerKernels
 from .transformer_overlap import Block, Builder, Frontier
+from .transformer_shapes import ACT
 
 
 class ContextParallel:

@@ -35,9 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .transformer_kernels import ACT
 from .transformer_mla import LatentKernels
 from .transformer_schedule import stage_schedule, virtual_stage
+from .transformer_shapes import ACT
 
 if TYPE_CHECKING:
     from .transformer_program import StageProgram

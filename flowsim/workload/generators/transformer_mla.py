@@ -30,7 +30,8 @@ from __future__ import annotations
 from functools import cached_property
 
 from ..kernels import Attention, Elementwise, Kernel
-from .transformer_kernels import ACT, LayerKernels
+from .transformer_kernels import LayerKernels
+from .transformer_shapes import ACT
 from .transformer_spec import TransformerSpec
 from .transformer_values import LatentAttention
 

@@ -1,0 +1,92 @@
+"""A mixture-of-experts layer's kernels on one rank for one micro-batch (Megatron-Core's
+all-to-all token dispatcher): the router, the rank's local experts as grouped GEMMs, their
+all-to-all buffers and parameters; the base of :class:`~.transformer_kernels.LayerKernels`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..kernels import Kernel
+from .transformer_shapes import ACT, LayerShapes, elementwise
+
+
+@dataclass(frozen=True)
+class ExpertKernels(LayerShapes):
+    """The experts' kernel tuples and sizes (none used by a dense model)."""
+
+    # ------------------------------------------------------------------ mixture of experts
+    @property
+    def moe_tokens(self) -> int:
+        """Tokens a rank routes: its sequence-parallel shard (Megatron-LM needs sequence
+        parallelism with MoE and TP)."""
+        return self.n_sp
+
+    @property
+    def expert_tokens(self) -> int:
+        """Tokens each local expert receives: the EP group's routed tokens spread evenly over
+        the experts, times the capacity factor."""
+        s = self.spec
+        return max(1, round(s.ep * self.moe_tokens * s.top_k * s.capacity_factor / s.experts))
+
+    @property
+    def expert_rows(self) -> int:
+        """Tokens a local expert's GEMMs see on this rank: those it receives, gathered over
+        the tensor-parallel ranks when it is split over them (``expert_tp = tp``: Megatron-
+        Core's all-to-all dispatcher all-gathers the received tokens over TP after the
+        all-to-all and reduce-scatters the experts' output before the one back)."""
+        return self.expert_tokens * self.spec.expert_tp
+
+    @property
+    def expert_width(self) -> int:
+        """The rank's share of an expert's inner width (``moe_ffn / expert_tp``)."""
+        return self.spec.moe_ffn // self.spec.expert_tp
+
+    @property
+    def dispatch_bytes(self) -> int:
+        """Each rank's all-to-all buffer when dispatching (and combining) tokens."""
+        s = self.spec
+        return int(self.moe_tokens * s.top_k * s.capacity_factor * s.hidden * ACT)
+
+    @cached_property
+    def router(self) -> tuple[Kernel, ...]:
+        s = self.spec
+        return (self._gemm16(self.moe_tokens, s.experts, s.hidden),
+                elementwise(2 * self.moe_tokens * s.experts * 4, "router_softmax_topk"))
+
+    @cached_property
+    def experts(self) -> tuple[Kernel, ...]:
+        s = self.spec
+        local, m, f = s.experts // s.ep, self.expert_rows, self.expert_width
+        act = (3 if s.gated_mlp else 2) * m * f * ACT * local
+        return (*self._cast(m * s.hidden * local),
+                self._gemm(m, (2 if s.gated_mlp else 1) * f, s.hidden, local),
+                elementwise(act, "expert_activation"), *self._cast(m * f * local),
+                self._gemm(m, s.hidden, f, local))
+
+    @cached_property
+    def experts_dgrad(self) -> tuple[Kernel, ...]:
+        s = self.spec
+        local, m, f = s.experts // s.ep, self.expert_rows, self.expert_width
+        act = (5 if s.gated_mlp else 3) * m * f * ACT * local
+        fc1 = (2 if s.gated_mlp else 1) * f
+        return (*self._cast(m * s.hidden * local), self._gemm(m, f, s.hidden, local),
+                elementwise(act, "expert_activation_backward"), *self._cast(m * fc1 * local),
+                self._gemm(m, s.hidden, fc1, local),
+                self._gemm16(self.moe_tokens, s.hidden, s.experts))
+
+    @cached_property
+    def experts_wgrad(self) -> tuple[Kernel, ...]:
+        s = self.spec
+        local, m, f = s.experts // s.ep, self.expert_rows, self.expert_width
+        return (self._gemm(f, s.hidden, m, local),
+                self._gemm(s.hidden, (2 if s.gated_mlp else 1) * f, m, local),
+                self._gemm16(s.hidden, s.experts, self.moe_tokens))
+
+    @cached_property
+    def expert_parameters(self) -> int:
+        """Weights of the rank's experts in one layer (0 for a dense model)."""
+        s = self.spec
+        if not s.experts:
+            return 0
+        return (s.experts // s.ep) * (3 if s.gated_mlp else 2) * s.hidden * self.expert_width

@@ -1,0 +1,104 @@
+"""The shapes one transformer layer has on one rank for one micro-batch, and the sizes of its
+communication: the base of :class:`~.transformer_kernels.LayerKernels`.
+
+Everything here is per rank: ``n = b s / cp`` tokens of the rank's sequence shard, ``n / t``
+of them in the sequence-parallel regions (norms, dropout, residual adds) when ``sp``; weights
+split ``t`` ways by tensor parallelism. Activations are 16-bit (also in FP8 training, whose
+GEMMs alone run in FP8; FP8's casts are described in :mod:`.transformer_kernels`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..kernels import Elementwise, Gemm, Kernel
+from .transformer_spec import TransformerSpec
+
+#: bytes of an activation element (16-bit)
+ACT = 2
+#: bytes one FP8 cast-transpose moves per element: read 16-bit, write FP8 and its transpose
+FP8_CAST_BYTES = ACT + 1 + 1
+
+
+def elementwise(nbytes: float, name: str) -> Elementwise:
+    """A memory-bound kernel moving ``nbytes``."""
+    return Elementwise(float(nbytes), name=name)
+
+
+@dataclass(frozen=True)
+class LayerShapes:
+    """A layer's token counts and widths on one rank, its GEMM and cast constructors and its
+    communication sizes."""
+
+    spec: TransformerSpec
+
+    # ------------------------------------------------------------------ shapes
+    @property
+    def n(self) -> int:
+        """Tokens of the rank's sequence shard."""
+        return self.spec.micro_batch * self.spec.sequence // self.spec.cp
+
+    @property
+    def n_sp(self) -> int:
+        """Tokens in the sequence-parallel regions."""
+        return self.n // self.spec.tp if self.spec.sp else self.n
+
+    @property
+    def q(self) -> int:
+        """Query (and output projection) width of the rank."""
+        return self.spec.heads * self.spec.head_dim // self.spec.tp
+
+    @property
+    def kv(self) -> int:
+        """Key (= value) width of the rank: its key/value heads, at least one."""
+        return max(1, self.spec.kv_heads // self.spec.tp) * self.spec.head_dim
+
+    @property
+    def f(self) -> int:
+        """MLP inner width of the rank."""
+        return self.spec.ffn // self.spec.tp
+
+    @property
+    def fc1_out(self) -> int:
+        return (2 if self.spec.gated_mlp else 1) * self.f
+
+    def _gemm(self, m: int, n: int, k: int, batch: int = 1) -> Gemm:
+        """A GEMM of a transformer layer's linear layers (FP8 in FP8 training)."""
+        dtype = "bf16" if self.spec.dtype == "fp16" else self.spec.dtype
+        return Gemm(int(m), int(n), int(k), int(batch), dtype)
+
+    def _gemm16(self, m: int, n: int, k: int, batch: int = 1) -> Gemm:
+        """A GEMM that stays 16-bit in FP8 training (output layer, router)."""
+        return Gemm(int(m), int(n), int(k), int(batch), "bf16")
+
+    def _cast(self, elements: int) -> tuple[Kernel, ...]:
+        """FP8 training's cast-transpose of one GEMM operand of ``elements`` (none
+        otherwise)."""
+        if self.spec.dtype != "fp8":
+            return ()
+        return (elementwise(FP8_CAST_BYTES * elements, "fp8_cast_transpose"),)
+
+    # ------------------------------------------------------------------ communication
+    @property
+    def activation_bytes(self) -> int:
+        """A full ``n x h`` activation (the buffer of a tensor-parallel all-reduce or
+        reduce-scatter)."""
+        return self.n * self.spec.hidden * ACT
+
+    @property
+    def shard_bytes(self) -> int:
+        """A sequence-parallel shard of it (each NPU's input of the all-gather)."""
+        return self.activation_bytes // self.spec.tp
+
+    @property
+    def gather_bytes(self) -> int:
+        """Each NPU's input of a transformer layer's all-gathers (sequence parallelism): its
+        shard, in FP8 training one byte per element (Transformer Engine casts before it
+        gathers: the layer norm's output forward, the output gradient backward; v1.11
+        ``layernorm_linear.py``, ``base.py`` ``grad_output_preprocess``)."""
+        return self.shard_bytes // ACT if self.spec.dtype == "fp8" else self.shard_bytes
+
+    @property
+    def kv_bytes(self) -> int:
+        """The rank's keys and values (context parallelism exchanges them)."""
+        return 2 * self.n * self.kv * ACT
