@@ -472,3 +472,23 @@ def test_aligned_parameter_gathers_follow_each_framework_s_default(tmp_path):
         (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
         (tmp_path / "spec.yml").write_text("generator: nemo\nconfig: run.yaml\ndevice: h100\n")
         assert _time(str(tmp_path / "spec.yml")) == expected
+
+
+def test_aligned_gradient_reductions_follow_each_framework_s_default(tmp_path):
+    """Megatron-LM delays and aligns a pipeline's gradient reductions unless told
+    ``--no-align-grad-reduce`` (r0.8: ``--no-delay-grad-reduce``); NeMo 1 does with Apex's
+    optimizer and, by default, with Megatron-Core's."""
+    aligned, plain = _time(SPEC), _time({**SPEC, "align_grad_reduce": False})
+    assert aligned != plain
+    for flag in ("--no-align-grad-reduce", "--no-delay-grad-reduce"):
+        assert _time({"generator": "megatron", "device": "h100",
+                      "args": ARGS + " " + flag}) == plain
+    nemo = {**SPEC, "tp_comm_overlap_cfg": "nemo"}
+    for optim, expected in (({}, nemo), ({"name": "mcore_distributed_optim"}, nemo),
+                            ({"name": "mcore_distributed_optim", "align_grad_reduce": False},
+                             {**nemo, "align_grad_reduce": False})):
+        config = {**NEMO, "model": {**NEMO["model"], "optim": {
+            **NEMO["model"]["optim"], **optim}}}
+        (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+        (tmp_path / "spec.yml").write_text("generator: nemo\nconfig: run.yaml\ndevice: h100\n")
+        assert _time(str(tmp_path / "spec.yml")) == _time(expected)

@@ -471,6 +471,53 @@ def test_interleaved_gathers_start_a_chunk_at_a_time_aligned_over_the_pipeline(a
             assert after.name.startswith(f"mb{m}.chunk{c}.")   # the forward that starts them
 
 
+@pytest.mark.parametrize("vpp", [1, 2])
+@pytest.mark.parametrize("align", [True, False])
+def test_pipelined_gradients_are_reduced_a_chunk_at_a_time_aligned_over_stages(vpp, align):
+    """Megatron-LM's ``align_grad_reduce`` (r0.8's ``delay_grad_reduce``; default): with
+    PP, a chunk's buckets are all reduced together once its gradients are complete, at the
+    backward whose virtual micro-batch shifted back by the pipeline rank is the chunk's last
+    (interleaved), or, without interleaving, the first stage's bucket by bucket during its
+    last backward and the other stages' after theirs. Not aligned: bucket by bucket as each
+    is ready, on every stage."""
+    from flowsim.workload.generators.transformer_schedule import stage_schedule
+    from flowsim.workload.generators.transformer_spec import parse_transformer
+
+    net = flowsim.load_network({"topology": ["Switch", "Switch"], "npus_count": [2, 4],
+                                "bandwidth": [300, 25], "latency": [0, 0]})
+    values = dict(layers=16, hidden=256, heads=8, sequence=128, micro_batch=1, vocab=0,
+                  tp=1, pp=4, dp=2, vpp=vpp, global_batch=16, distributed_optimizer=True,
+                  overlap_grad_reduce=True, bucket_size=100_000, align_grad_reduce=align)
+    spec = parse_transformer(values, "test")
+    w = transformer(net, **values)
+    for stage, program in enumerate(w.programs):
+        ops = program.ops
+        reductions = _ops(program, "collective", "reduce_scatter", "dense_grads")
+        assert len(reductions) > vpp
+        backwards = [u for u in stage_schedule(spec, stage) if u[0] == "bwd"]
+        if not align or (vpp == 1 and stage == 0):   # each bucket as its gradients are
+            assert len({op.deps for op in reductions}) == len(reductions)
+            continue
+        groups = {}
+        for op in reductions:
+            groups.setdefault(op.deps, []).append(op)
+        assert len(groups) == vpp                      # a chunk's buckets together
+        for deps in groups:
+            (last,) = deps
+            # what the last op before them belongs to: the backward that starts them
+            done = ops[last].name.split(".")
+            if vpp == 1:   # after the stage's last backward
+                assert not [op for op in ops[last + 1:]
+                            if op.kind == "compute" and op.name != "optimizer"]
+                continue
+            m, c = int(done[0][2:]), int(done[1][5:])
+            shifted = backwards.index(("bwd", c, m)) - stage
+            finals = {max(i for i, u in enumerate(backwards) if u[1] == chunk)
+                      for chunk in range(vpp)}
+            # at the backward a chunk's last one shifted by the pipeline rank, or at the end
+            assert shifted in finals or (c, m) == backwards[-1][1:]
+
+
 @pytest.mark.parametrize("expert_tp", [2, 1])
 def test_experts_split_over_tensor_parallel_ranks_gather_their_tokens(two_nodes, expert_tp):
     """Megatron-Core's all-to-all dispatcher (core_r0.9.0) with TP 2: the experts are split

@@ -30,8 +30,8 @@ sequence parallelism, as NeMo turns it off), ``transformer_engine`` (false: unfu
 attention), ``position_embedding_type`` (``rope`` prices the rotary kernels), ``mcore_gpt``
 (absent or false: the legacy model, which scatter-gathers pipeline messages) and the optimizer
 (``optim.name``: :data:`DISTRIBUTED_OPTIMIZERS`, with ``overlap_grad_sync``,
-``overlap_param_sync``, ``align_param_gather``, ``grad_sync_dtype`` and ``ddp_bucket_size``;
-Apex's
+``overlap_param_sync``, ``align_param_gather``, ``align_grad_reduce``, ``grad_sync_dtype``
+and ``ddp_bucket_size``; Apex's
 ``distributed_fused_adam`` overlaps the gradient reduction by default). Keys that shape the time
 but have no transformer key (:data:`UNMODELLED`) are named in a warning, and
 so is an interpolation (``${...}``), taken as NeMo's default. The vocabulary comes from
@@ -152,8 +152,10 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
         keys["distributed_optimizer"] = True
         keys["overlap_grad_reduce"] = bool(optim.get("overlap_grad_sync", apex))
         keys["overlap_param_gather"] = bool(optim.get("overlap_param_sync", False))
-        # Apex's gathers and NeMo 1's Megatron-Core ones by default: a bucket at a time
-        keys["align_param_gather"] = bool(optim.get("align_param_gather", False)) and not apex
+        # NeMo 1 hands the pipeline schedule Apex's sync functions, Megatron-Core's only
+        # as its optimizer settings say (megatron_gpt_model.py, fwd_bwd_step)
+        keys["align_param_gather"] = apex or bool(optim.get("align_param_gather", False))
+        keys["align_grad_reduce"] = apex or bool(optim.get("align_grad_reduce", True))
         keys["grad_reduce_in_bf16"] = optim.get("grad_sync_dtype", "fp32") in ("bf16",
                                                                               "bfloat16")
         if optim.get("ddp_bucket_size"):

@@ -75,7 +75,11 @@ Communication:
   data- and context-parallel ranks
   in buckets of ``bucket_size`` parameters (default ``max(40 M, 1 M dp)``) as soon as a bucket
   is ready in the last micro-batch's backward (``overlap_grad_reduce``) or all after the
-  backward; expert gradients over the expert-data-parallel ranks. With
+  backward; expert gradients over the expert-data-parallel ranks. With pipeline parallelism
+  and ``align_grad_reduce`` (default true, as Megatron-LM and NeMo 1) a model chunk's buckets
+  are reduced together once its last backward is done, at points aligned over the pipeline
+  (without interleaving: the first stage's bucket by bucket, the others' after their last
+  backward, in the pipeline's drain). With
   ``distributed_optimizer`` (ZeRO-1 as Megatron-LM does it): reduce-scatter instead of
   all-reduce, the optimizer step on the rank's shard, and an all-gather of the updated 16-bit
   parameters (the layers' in FP8 with ``fp8_param_gather``) over the same buckets: after
@@ -164,7 +168,7 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``distributed_optimizer`` (alias ``zero``), ``fsdp``, ``fsdp_shard``,
         ``grad_reduce_in_bf16``,
         ``fp8_param_gather``, ``overlap_grad_reduce``, ``overlap_param_gather``,
-        ``align_param_gather``,
+        ``align_param_gather``, ``align_grad_reduce``,
         ``tp_comm_overlap`` with ``tp_comm_overlap_cfg`` (``nemo``, ``te_default``),
         ``scatter_gather``, ``bucket_size``;
         ``attention`` (``flash``, ``flash2``, ``unfused``), ``mla`` (``q_lora_rank``,

@@ -61,6 +61,11 @@ class StageProgram:
         aligned = spec.align_param_gather and spec.pp > 1 and spec.vpp > 1
         self.gathers = ParameterGathers(self.b, self._gather_groups(), self.row["optimizer"],
                                         aligned=aligned)
+        #: gradients reduced a chunk at a time at points aligned over the pipeline (else
+        #: bucket by bucket as the last backward makes them ready)
+        self.aligned_grads = (spec.align_grad_reduce and spec.pp > 1
+                              and spec.overlap_grad_reduce and not spec.fsdp)
+        self.ready_grads: dict[int, list[tuple[tuple[float, float], Frontier]]] = {}
         #: fully sharded data parallelism's gathers and reductions (nothing without fsdp)
         self.fsdp = FullySharded(spec, ctx, self.b, self.k, self.grad_bytes, self.grad_ops)
 
@@ -74,7 +79,10 @@ class StageProgram:
         if spec.overlap_param_gather:
             self.gathers.start()
         forwards = [u for u in order if u[0] == "fwd"]
-        k = 0   # forwards so far: Megatron's virtual micro-batch
+        backwards = [u for u in order if u[0] == "bwd"]
+        finals = {max(j for j, u in enumerate(backwards) if u[1] == c): c
+                  for c in range(spec.vpp)}
+        k = j = 0   # forwards and backwards so far: Megatron's virtual micro-batches
         for i, (pass_, chunk, m) in enumerate(order):
             if pass_ == "fwd":
                 if self.gathers.aligned and spec.overlap_param_gather:
@@ -83,6 +91,13 @@ class StageProgram:
                 self._forward(chunk, m)
             else:
                 self._backward(chunk, m, final=i == last_bwd[chunk])
+                if self.aligned_grads and spec.vpp > 1:   # shifted by the pipeline rank
+                    shifted = j - self.ctx.stage
+                    if shifted in finals:
+                        self._reduce_ready(finals[shifted])
+                j += 1
+        for c in sorted(self.ready_grads):   # the rest: after the stage's last backward
+            self._reduce_ready(c)
         if ddp and not spec.overlap_grad_reduce:   # reduced after the whole backward
             end = () if b.last is None else (b.last,)
             for c in range(spec.vpp):
@@ -92,6 +107,13 @@ class StageProgram:
         if not spec.overlap_param_gather:
             self.gathers.all_after(step)
         return b.ops
+
+    def _reduce_ready(self, chunk: int) -> None:
+        """Aligned reductions: every bucket of a chunk whose gradients are all ready, now
+        (Megatron's ``grad_sync_func``)."""
+        now = () if self.b.last is None else (self.b.last,)
+        self._reduce_gradients(chunk, [(params, now) for params, _ in
+                                       self.ready_grads.pop(chunk)])
 
     def _align_gathers(self, forwards: list, shifted: int) -> None:
         """Aligned gathers: a forward whose virtual micro-batch shifted by the pipeline rank
@@ -189,7 +211,10 @@ class StageProgram:
             self._send(f"{tag}.send_gradient", before, self._tag(m, vs - 1, 1),
                        own[0] if len(own) else top, "ig", g)
         if final and spec.overlap_grad_reduce and not spec.fsdp:
-            self._reduce_gradients(chunk, buckets)
+            if self.aligned_grads and (spec.vpp > 1 or self.ctx.stage > 0):
+                self.ready_grads[chunk] = buckets   # reduced at the aligned point
+            else:   # as each bucket is ready
+                self._reduce_gradients(chunk, buckets)
 
     # ------------------------------------------------------------------ pipeline messages
     def _tag(self, m: int, boundary: int, direction: int) -> int:

@@ -126,6 +126,12 @@ class TransformerSpec:
     #: core_r0.9, ``--no-align-param-gather`` to turn off; NeMo 2's communication-overlap
     #: callback with PP and VP); else one bucket at a time
     align_param_gather: bool = True
+    #: with pipeline parallelism, the overlapped gradient reductions of a model chunk all
+    #: start together once its last backward is done, timed alike on every pipeline rank
+    #: (without interleaving: the first stage's during its last backward, the others' after
+    #: it); Megatron-LM's default (r0.8's ``delay_grad_reduce``, later ``align_grad_reduce``)
+    #: and NeMo 1's; NeMo 2 reduces bucket by bucket on every stage
+    align_grad_reduce: bool = True
     #: fully sharded data parallelism (ZeRO-3 as PyTorch FSDP2 runs it, torchtitan's and
     #: Megatron-LM's ``--use-torch-fsdp2``): each layer's parameters gathered before its
     #: forward and backward, its gradients reduce-scattered after its backward
@@ -213,8 +219,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                 "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp"):
         v[key] = read_bool(values, key, source=source, default=False)
     v["tied_embeddings"] = read_bool(values, "tied_embeddings", source=source, default=True)
-    v["align_param_gather"] = read_bool(values, "align_param_gather", source=source,
-                                        default=True)
+    for key in ("align_param_gather", "align_grad_reduce"):
+        v[key] = read_bool(values, key, source=source, default=True)
     v["scatter_gather"] = read_bool(values, "scatter_gather", source=source, default=True)
     v["distributed_optimizer"] = read_bool(values, "distributed_optimizer", source=source,
                                            default=read_bool(values, "zero", source=source,
