@@ -66,7 +66,9 @@ class GatherGroup:
 
 
 class ParameterGathers:
-    """The all-gather chains of a stage, one per group (dense, expert)."""
+    """A stage's parameter all-gathers, one sequence of buckets per group (dense, expert):
+    chained (one in flight), aligned (a chunk's together) or after the optimizer step; see
+    the module docstring. ``row`` is the per-layer breakdown's row they count in."""
 
     def __init__(self, b: PassBuilder, groups: list[GatherGroup], row: int, *,
                  aligned: bool) -> None:
