@@ -39,6 +39,25 @@ def test_every_row_is_cited_and_consistent(row):
     vp.parsed_spec(row)                         # the workload is a valid spec
 
 
+def test_every_column_that_names_a_spec_key_reaches_the_spec():
+    """A row's column with a transformer key's name is the spec's value (a column the script
+    forgot to read would silently take the default); ``device`` goes to the cluster, whose
+    device the generator takes."""
+    from flowsim.workload.generators.transformer_spec import KEYS
+
+    for row in ROWS:
+        spec = vp.parsed_spec(row)
+        for key in sorted(set(row) & set(KEYS) - {"device"}):
+            if row[key] in ("", None):
+                continue
+            value = getattr(spec, key)
+            expected = (vp._BOOL[row[key]] if isinstance(value, bool)
+                        else type(value)(row[key]) if isinstance(value, (int, float))
+                        else row[key])
+            assert value == expected, f"{row['file']}, run {row['run']}: column {key}"
+    assert vp.network(row)["cluster"]["device"] == row["device"]
+
+
 def test_the_record_covers_every_row_with_its_error():
     record = _record()
     assert set(record) == {row["run"] for row in ROWS}
