@@ -462,6 +462,8 @@ def test_aligned_parameter_gathers_follow_each_framework_s_default(tmp_path):
     assert _time({"generator": "megatron", "device": "h100", "args": args}) == aligned
     assert _time({"generator": "megatron", "device": "h100",
                   "args": args + " --no-align-param-gather"}) == chained
+    assert _time({"generator": "megatron", "device": "h100",   # r0.8's opt-in name
+                  "args": args + " --delay-param-gather"}) == aligned
     nemo = {**spec, "tp_comm_overlap_cfg": "nemo"}   # NeMo's tuned userbuffers
     aligned, chained = _time(nemo), _time({**nemo, "align_param_gather": False})
     for optim, expected in (({"overlap_param_sync": True}, chained),

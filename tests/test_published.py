@@ -55,7 +55,7 @@ def test_every_column_that_names_a_spec_key_reaches_the_spec():
                         else type(value)(row[key]) if isinstance(value, (int, float))
                         else row[key])
             assert value == expected, f"{row['file']}, run {row['run']}: column {key}"
-    assert vp.network(row)["cluster"]["device"] == row["device"]
+        assert vp.network(row)["cluster"]["device"] == row["device"]
 
 
 def test_the_record_covers_every_row_with_its_error():

@@ -229,6 +229,8 @@ B200_SXM = Device(
 DEVICES: Mapping[str, Device] = MappingProxyType({
     d.name: d for d in (A100_SXM_80GB, A100_SXM_40GB, H100_SXM_80GB, H200_SXM_141GB,
                         H800_SXM_80GB, GB200, B200_SXM)})
+
+
 def device(name: object, *, source: str = "argument", key: str = "device") -> Device:
     """A preset by name (case-insensitive; ``a100``, ``h100`` and ``h800`` are the SXM 80 GB
     parts, ``h200`` the SXM 141 GB part, ``b200`` the SXM part)."""

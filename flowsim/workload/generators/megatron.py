@@ -58,6 +58,7 @@ SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
             "overlap-grad-reduce": ("overlap_grad_reduce", True),
             "overlap-param-gather": ("overlap_param_gather", True),
             "no-align-param-gather": ("align_param_gather", False),
+            "delay-param-gather": ("align_param_gather", True),   # r0.8's opt-in name
             "no-align-grad-reduce": ("align_grad_reduce", False),
             "no-delay-grad-reduce": ("align_grad_reduce", False),   # its name in r0.8
             "tp-comm-overlap": ("tp_comm_overlap", True),

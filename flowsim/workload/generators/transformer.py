@@ -86,9 +86,9 @@ Communication:
   the step, or (``overlap_param_gather``) as Megatron-Core overlaps them with the forward,
   one bucket at a time, each dispatched when the forward reaches the bucket before it; with
   the interleaved schedule (``align_param_gather``, default true as Megatron-LM's) a model
-  chunk's gathers start together, chunks 0 and 1 with the iteration and chunk ``j`` at the
-  first forward of chunk ``j - 1``, shifted by the pipeline rank so that all ranks start them
-  alike.
+  chunk's gathers start together, chunks 0 and 1 with the iteration and chunk ``j`` on
+  pipeline rank ``r`` ``r`` forwards before chunk ``j - 1``'s first, so that all ranks start
+  them at about the same time.
   The optimizer step is a memory-bound kernel (Adam with FP32 master weights: 30 bytes per
   parameter).
 * **fully sharded data parallel** (``fsdp``: ZeRO-3 as PyTorch FSDP2 runs it, torchtitan's

@@ -8,6 +8,10 @@ updated 16-bit parameters are all-gathered over the same buckets, in forward ord
 to today): the first bucket's gather starts with the iteration; the forward pre-hook of the
 first layer that uses a bucket waits for its gather and only then dispatches the next bucket's,
 so one gather is in flight at a time, each overlapping the forward of the bucket before it.
+(That is core_r0.8's dispatch, one chain over the model chunks starting in ``zero_grad``;
+today's Megatron-Core chains each model chunk on its own and dispatches a chain's first
+bucket at its first use, which on a later pipeline stage exposes that one bucket's gather
+after the first receive instead of hiding it in the warm-up: a bucket per stage, left out.)
 With the interleaved schedule Megatron-Core (from core_r0.9, ``align_param_gather``) instead
 starts all of a model chunk's gathers together: chunks 0 and 1 with the iteration, chunk
 ``j`` at the forward whose virtual micro-batch, shifted by the pipeline rank, is the first of
@@ -22,8 +26,9 @@ from dataclasses import dataclass
 
 from .transformer_passes import Frontier, PassBuilder
 
-#: a unit of parameters: a transformer layer's index, ``"embedding"`` or ``"logits"``
-Unit = int | str
+#: a unit of parameters: a transformer layer's index, ``"embedding"`` or ``"logits"`` (not
+#: :data:`.transformer_schedule.Unit`, a pass of the schedule)
+ParamUnit = int | str
 
 
 def partition(sizes: Iterable[float], limit: float) -> list[list[int]]:
@@ -47,10 +52,11 @@ def partition(sizes: Iterable[float], limit: float) -> list[list[int]]:
 
 @dataclass(frozen=True)
 class GatherBucket:
-    """One bucket's parameter all-gather: the unit whose forward first needs it, and the
-    bytes gathered (every rank's shard is its input)."""
+    """One bucket's parameter all-gather: the unit whose forward first needs it, the bytes
+    gathered (every rank's shard is its input) and the model chunk it belongs to (bucket
+    numbers in op names run on across a stage's chunks)."""
 
-    first: Unit
+    first: ParamUnit
     nbytes: float
     chunk: int
 
@@ -75,7 +81,7 @@ class ParameterGathers:
         self.b, self.groups, self.row, self.aligned = b, groups, row, aligned
         self.ops: dict[tuple[int, int], int] = {}    # (group, bucket) -> its all-gather
         self.overlapped = False
-        self.waits: dict[Unit, list[tuple[int, int]]] = {}
+        self.waits: dict[ParamUnit, list[tuple[int, int]]] = {}
         for g, group in enumerate(groups):
             for k, bucket in enumerate(group.buckets):
                 self.waits.setdefault(bucket.first, []).append((g, k))
@@ -111,7 +117,7 @@ class ParameterGathers:
             for k in range(len(group.buckets)):
                 self._gather(g, k, (step,))
 
-    def reach(self, unit: Unit, x: Frontier) -> Frontier:
+    def reach(self, unit: ParamUnit, x: Frontier) -> Frontier:
         """The forward reaching ``unit`` for the first time, after :meth:`start`: wait for
         the gathers of the buckets it is the first user of, then (chained) dispatch each
         chain's next one (the data ``x`` the forward waits for, with those gathers)."""

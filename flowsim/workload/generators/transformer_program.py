@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..graph import Op
 from ..kernels import Elementwise, Kernel
-from .transformer_buckets import GatherBucket, GatherGroup, ParameterGathers, Unit, partition
+from .transformer_buckets import GatherBucket, GatherGroup, ParameterGathers, ParamUnit, partition
 from .transformer_fsdp import FullySharded
 from .transformer_mapping import StageContext
 from .transformer_mla import layer_kernels
@@ -71,6 +71,7 @@ class StageProgram:
 
     # ------------------------------------------------------------------ the whole stage
     def build(self) -> list[Op]:
+        """The stage's ops for one iteration, in the order its host issues them."""
         spec, b = self.spec, self.b
         order = stage_schedule(spec, self.ctx.stage)
         last_bwd = {c: max(i for i, u in enumerate(order) if u[0] == "bwd" and u[1] == c)
@@ -82,20 +83,20 @@ class StageProgram:
         backwards = [u for u in order if u[0] == "bwd"]
         finals = {max(j for j, u in enumerate(backwards) if u[1] == c): c
                   for c in range(spec.vpp)}
-        k = j = 0   # forwards and backwards so far: Megatron's virtual micro-batches
+        fwd_index = bwd_index = 0   # passes so far: Megatron's virtual micro-batch ids
         for i, (pass_, chunk, m) in enumerate(order):
             if pass_ == "fwd":
                 if self.gathers.aligned and spec.overlap_param_gather:
-                    self._align_gathers(forwards, k + self.ctx.stage)
-                k += 1
+                    self._align_gathers(forwards, fwd_index + self.ctx.stage)
+                fwd_index += 1
                 self._forward(chunk, m)
             else:
                 self._backward(chunk, m, final=i == last_bwd[chunk])
                 if self.aligned_grads and spec.vpp > 1:   # shifted by the pipeline rank
-                    shifted = j - self.ctx.stage
+                    shifted = bwd_index - self.ctx.stage
                     if shifted in finals:
                         self._reduce_ready(finals[shifted])
-                j += 1
+                bwd_index += 1
         for c in sorted(self.ready_grads):   # the rest: after the stage's last backward
             self._reduce_ready(c)
         if ddp and not spec.overlap_grad_reduce:   # reduced after the whole backward
@@ -115,7 +116,7 @@ class StageProgram:
         self._reduce_gradients(chunk, [(params, now) for params, _ in
                                        self.ready_grads.pop(chunk)])
 
-    def _align_gathers(self, forwards: list, shifted: int) -> None:
+    def _align_gathers(self, forwards: list[tuple[str, int, int]], shifted: int) -> None:
         """Aligned gathers: a forward whose virtual micro-batch shifted by the pipeline rank
         is a chunk's first starts the gathers of the chunk after it (Megatron-Core's
         interleaved schedule; chunks 0 and 1 start with the iteration)."""
@@ -317,12 +318,12 @@ class StageProgram:
             f"{group}_grads.{kind}", kind, int(params * self.grad_bytes), dims,
             self.row["optimizer"], "wg", after))
 
-    def units(self, chunk: int) -> list[tuple[Unit, tuple[float, float], float]]:
+    def units(self, chunk: int) -> list[tuple[ParamUnit, tuple[float, float], float]]:
         """A chunk's units of parameters in backward order, the order their gradients become
         ready: (unit, (dense, expert) parameters, dense layer weights)."""
         spec, k = self.spec, self.k
         vs = virtual_stage(spec, self.ctx.stage, chunk)
-        units: list[tuple[Unit, tuple[float, float], float]] = []
+        units: list[tuple[ParamUnit, tuple[float, float], float]] = []
         if vs == self.last_vs and spec.vocab and not spec.one_tied_weight:
             units.append(("logits", (k.vocab_parameters, 0.0), 0.0))
         for layer in reversed(self.layers[chunk]):
