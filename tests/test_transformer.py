@@ -436,6 +436,31 @@ def test_the_distributed_optimizer_gathers_what_it_reduce_scattered(two_nodes, o
         assert (gather in ancestors(program, first)) == overlap
 
 
+def test_a_chain_of_gathers_behind_a_longer_forward_exposes_only_its_first_bucket():
+    """Timed, not only wired: when each layer's forward outlasts the next bucket's gather,
+    the chained gathers hide all but the first, so the iteration is (buckets - 1) gathers
+    shorter than with every gather after the optimizer step (each timed alone by
+    ``run_collective``); when the gathers outlast the forwards, less than that hides."""
+    net = {"topology": ["Switch"], "npus_count": [2], "bandwidth": [50], "latency": [0]}
+    keys = dict(layers=4, hidden=1024, heads=8, micro_batch=1, vocab=0, tp=1, pp=1, dp=2,
+                global_batch=2, distributed_optimizer=True, overlap_grad_reduce=True,
+                bucket_size=12 * 1024 * 1024, device="h100")   # one bucket per layer
+    for sequence, hidden_fully in ((8192, True), (2048, False)):
+        spec = dict(generator="transformer", sequence=sequence, **keys)
+        times = {overlap: float(simulate(net, dict(spec, overlap_param_gather=overlap),
+                                         "nccl").time_ns) for overlap in (True, False)}
+        program = transformer(flowsim.load_network(net), sequence=sequence,
+                              overlap_param_gather=True, **keys).programs[0]
+        gathers = _ops(program, "collective", "all_gather", ".params.bucket")
+        assert len(gathers) == 4 and len({op.size for op in gathers}) == 1
+        one = flowsim.run_collective(net, "all_gather", gathers[0].size, system="nccl").time_ns
+        saved = times[False] - times[True]
+        if hidden_fully:
+            assert saved == pytest.approx(3 * one, rel=1e-9)
+        else:
+            assert 0 < saved < 3 * one * (1 - 1e-3)
+
+
 @pytest.mark.parametrize("align", [True, False])
 def test_interleaved_gathers_start_a_chunk_at_a_time_aligned_over_the_pipeline(align):
     """Megatron-Core's interleaved schedule (``align_param_gather``, its default): a chunk's
