@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import flowsim
-from flowsim import FlowsimWarning, simulate
+from flowsim import ConfigError, FlowsimWarning, simulate
 from flowsim.workload.generators.megatron import VALUED
-from flowsim.workload.generators.nemo import NUMBERS
+from flowsim.workload.generators.nemo import NUMBERS, nemo_keys
 
 #: the read-by-hand flags that take a value
 SPECIAL_VALUED = ["num-layers-per-virtual-pipeline-stage", "recompute-granularity",
@@ -494,3 +494,22 @@ def test_aligned_gradient_reductions_follow_each_framework_s_default(tmp_path):
         (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
         (tmp_path / "spec.yml").write_text("generator: nemo\nconfig: run.yaml\ndevice: h100\n")
         assert _time(str(tmp_path / "spec.yml")) == _time(expected)
+
+
+def test_nemo_s_optimizer_switches_are_true_or_false(tmp_path):
+    """A quoted ``"false"`` would have read as true: a switch of ``model.optim`` that is
+    not a boolean is one error naming it; an interpolation is NeMo's default, with a
+    warning."""
+    for key, value in (("overlap_param_sync", "false"), ("align_grad_reduce", 2)):
+        config = {**NEMO, "model": {**NEMO["model"], "optim": {
+            **NEMO["model"]["optim"], "name": "mcore_distributed_optim", key: value}}}
+        (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+        (tmp_path / "spec.yml").write_text("generator: nemo\nconfig: run.yaml\ndevice: h100\n")
+        with pytest.raises(ConfigError, match=rf"run\.yaml: key 'model\.optim\.{key}': "
+                                              rf"expected true or false, found '?{value}"):
+            _time(str(tmp_path / "spec.yml"))
+    config = {**NEMO, "model": {**NEMO["model"], "optim": {
+        **NEMO["model"]["optim"], "overlap_param_sync": "${oc.env:OVERLAP}"}}}
+    with pytest.warns(FlowsimWarning, match=r"model\.optim\.overlap_param_sync.*interpolation"):
+        keys = nemo_keys(config, "run.yaml")
+    assert keys["overlap_param_gather"] is False   # NeMo's default

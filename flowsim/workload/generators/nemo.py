@@ -45,10 +45,12 @@ import copy
 import shlex
 import warnings
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import yaml
 
+from ..._validate import as_bool
 from ...errors import ConfigError, FlowsimWarning, config_error
 from .imported import (
     GPT2_VOCAB,
@@ -150,12 +152,13 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
     if optim.get("name") in DISTRIBUTED_OPTIMIZERS:
         apex = optim["name"] == "distributed_fused_adam"   # Apex overlaps grads by default
         keys["distributed_optimizer"] = True
-        keys["overlap_grad_reduce"] = bool(optim.get("overlap_grad_sync", apex))
-        keys["overlap_param_gather"] = bool(optim.get("overlap_param_sync", False))
+        flag = partial(_optim_flag, optim, where)
+        keys["overlap_grad_reduce"] = flag("overlap_grad_sync", apex)
+        keys["overlap_param_gather"] = flag("overlap_param_sync", False)
         # NeMo 1 hands the pipeline schedule Apex's sync functions, Megatron-Core's only
         # as its optimizer settings say (megatron_gpt_model.py, fwd_bwd_step)
-        keys["align_param_gather"] = apex or bool(optim.get("align_param_gather", False))
-        keys["align_grad_reduce"] = apex or bool(optim.get("align_grad_reduce", True))
+        keys["align_param_gather"] = apex or flag("align_param_gather", False)
+        keys["align_grad_reduce"] = apex or flag("align_grad_reduce", True)
         keys["grad_reduce_in_bf16"] = optim.get("grad_sync_dtype", "fp32") in ("bf16",
                                                                               "bfloat16")
         if optim.get("ddp_bucket_size"):
@@ -227,6 +230,18 @@ def _override(config: Mapping[str, Any], overrides: Any, source: str) -> Mapping
             except yaml.YAMLError:
                 block[last] = value
     return out
+
+
+def _optim_flag(optim: Mapping[str, Any], where: str, key: str, default: bool) -> bool:
+    """A true/false setting of ``model.optim`` (absent, null or an interpolation: NeMo's
+    ``default``, the interpolation named in a warning)."""
+    value = optim.get(key)
+    if isinstance(value, str) and "${" in value:
+        warnings.warn(f"{where}: key 'model.optim.{key}' is an interpolation ({value}); "
+                      f"taken as NeMo's default ({str(default).lower()})", FlowsimWarning,
+                      stacklevel=5)
+        return default
+    return default if value is None else as_bool(value, source=where, key=f"model.optim.{key}")
 
 
 def _block(config: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
