@@ -58,7 +58,8 @@ class StageProgram:
             else 2
         self.grad_ops: list[int] = []
         #: the distributed optimizer's parameter all-gathers (none without it, or with fsdp)
-        aligned = spec.align_param_gather and spec.pp > 1 and spec.vpp > 1
+        aligned = (spec.align_param_gather and spec.overlap_param_gather and spec.pp > 1
+                   and spec.vpp > 1)
         self.gathers = ParameterGathers(self.b, self._gather_groups(), self.row["optimizer"],
                                         aligned=aligned)
         #: gradients reduced a chunk at a time at points aligned over the pipeline (else
@@ -74,24 +75,23 @@ class StageProgram:
         """The stage's ops for one iteration, in the order its host issues them."""
         spec, b = self.spec, self.b
         order = stage_schedule(spec, self.ctx.stage)
-        last_bwd = {c: max(i for i, u in enumerate(order) if u[0] == "bwd" and u[1] == c)
-                    for c in range(spec.vpp)}
         ddp = not spec.fsdp   # Megatron's DDP, with or without the distributed optimizer
         if spec.overlap_param_gather:
             self.gathers.start()
         forwards = [u for u in order if u[0] == "fwd"]
         backwards = [u for u in order if u[0] == "bwd"]
+        # each chunk's last backward (by its index among the backwards) -> the chunk
         finals = {max(j for j, u in enumerate(backwards) if u[1] == c): c
                   for c in range(spec.vpp)}
         fwd_index = bwd_index = 0   # passes so far: Megatron's virtual micro-batch ids
-        for i, (pass_, chunk, m) in enumerate(order):
+        for pass_, chunk, m in order:
             if pass_ == "fwd":
-                if self.gathers.aligned and spec.overlap_param_gather:
+                if self.gathers.aligned:
                     self._align_gathers(forwards, fwd_index + self.ctx.stage)
                 fwd_index += 1
                 self._forward(chunk, m)
             else:
-                self._backward(chunk, m, final=i == last_bwd[chunk])
+                self._backward(chunk, m, final=bwd_index in finals)
                 if self.aligned_grads and spec.vpp > 1:   # shifted by the pipeline rank
                     shifted = bwd_index - self.ctx.stage
                     if shifted in finals:
@@ -100,7 +100,7 @@ class StageProgram:
         for c in sorted(self.ready_grads):   # the rest: after the stage's last backward
             self._reduce_ready(c)
         if ddp and not spec.overlap_grad_reduce:   # reduced after the whole backward
-            end = () if b.last is None else (b.last,)
+            end = _frontier(b.last)
             for c in range(spec.vpp):
                 self._reduce_gradients(c, [(self.chunk_parameters(c), end)])
         step = b.compute("optimizer", optimizer_step(self.local_parameters()),
@@ -112,7 +112,7 @@ class StageProgram:
     def _reduce_ready(self, chunk: int) -> None:
         """Aligned reductions: every bucket of a chunk whose gradients are all ready, now
         (Megatron's ``grad_sync_func``)."""
-        now = () if self.b.last is None else (self.b.last,)
+        now = _frontier(self.b.last)
         self._reduce_gradients(chunk, [(params, now) for params, _ in
                                        self.ready_grads.pop(chunk)])
 
@@ -123,7 +123,7 @@ class StageProgram:
         if shifted < len(forwards) and forwards[shifted][2] == 0:
             chunk = forwards[shifted][1] + 1
             if 1 < chunk < self.spec.vpp:
-                self.gathers.gather_chunk(chunk, () if self.b.last is None else (self.b.last,))
+                self.gathers.gather_chunk(chunk, _frontier(self.b.last))
 
     # ------------------------------------------------------------------ passes
     def _forward(self, chunk: int, m: int) -> None:

@@ -94,6 +94,11 @@ def read_moe_layers(values: Mapping[str, Any], source: str) -> tuple[int, ...] |
     return 1 if pattern is None else pattern
 
 
+#: longest per-layer pattern, and longest list expression of one (characters)
+MAX_PATTERN = 1 << 20
+MAX_EXPRESSION = 10_000
+
+
 def read_layer_pattern(values: Mapping[str, Any], key: str, source: str, what: str
                        ) -> tuple[int, ...] | int | None:
     """A per-layer pattern in Megatron-LM's forms: an integer N, or 0 and 1 per layer as a
@@ -116,11 +121,6 @@ def read_layer_pattern(values: Mapping[str, Any], key: str, source: str, what: s
     items = read_list({key: raw}, key, partial(as_int, minimum=0, maximum=1), source=source,
                       max_length=MAX_PATTERN, what=what)
     return tuple(int(i) for i in items)
-
-
-#: longest per-layer pattern, and longest list expression of one (characters)
-MAX_PATTERN = 1 << 20
-MAX_EXPRESSION = 10_000
 
 
 def _pattern_expression(text: str, key: str, source: str, what: str) -> list[int]:
