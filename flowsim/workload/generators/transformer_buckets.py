@@ -1,5 +1,6 @@
 """Megatron-Core's data-parallel buckets, and the distributed optimizer's parameter all-gathers
-over them.
+over them (the gradient reductions over the same buckets, and their alignment over the
+pipeline, are the stage program's: :mod:`.transformer_program`).
 
 Gradients are bucketed from the end of the model: walking a stage's parameters in backward
 order, a bucket closes once it holds at least the bucket size (the last may hold less). The
