@@ -89,6 +89,9 @@ class Schedule:
         #: queues holding waiting chunks, by when each queue was first used (the order
         #: admission visits them in)
         self._nonempty: dict[Hashable, int] = {}
+        #: queues whose waiting chunks or running count changed since the last admission;
+        #: any other queue is empty or full, as admission left it
+        self._changed: set[Hashable] = set()
         self._rank: dict[Hashable, int] = {}
         self._running: dict[Hashable, int] = {}
         #: chunks waiting in all queues (admission is a no-op at zero: most events)
@@ -221,15 +224,22 @@ class Schedule:
             self._rank[queue] = len(self._rank)
         heapq.heappush(waiting, (chunk.key, next(self._seq), chunk))
         self._nonempty[queue] = self._rank[queue]
+        self._changed.add(queue)
         self._waiting += 1
 
     def _admit(self, now: float) -> None:
         if not self._waiting:
+            self._changed.clear()
             return
         limit = self.system.active_chunks
-        # the queues with waiting chunks, oldest queue first (starting a phase never
+        nonempty = self._nonempty
+        # the changed queues with waiting chunks, oldest queue first (starting a phase never
         # enqueues a chunk: its end does, from an event)
-        for queue in sorted(self._nonempty, key=self._nonempty.__getitem__):
+        changed = [queue for queue in self._changed if queue in nonempty]
+        self._changed.clear()
+        if len(changed) > 1:
+            changed.sort(key=nonempty.__getitem__)
+        for queue in changed:
             waiting = self._queues[queue]
             while waiting and self._running.get(queue, 0) < limit:
                 _, _, chunk = heapq.heappop(waiting)
@@ -245,6 +255,7 @@ class Schedule:
         if self.npu_finish:
             self.ledger.npu_finish[self.shapes.groups(phase).ravel()] = t
         self._running[phase.queue] -= 1
+        self._changed.add(phase.queue)
         chunk.phase += 1
         if chunk.phase < len(chunk.phases):
             self._enqueue(chunk)
