@@ -513,3 +513,21 @@ def test_nemo_s_optimizer_switches_are_true_or_false(tmp_path):
     with pytest.warns(FlowsimWarning, match=r"model\.optim\.overlap_param_sync.*interpolation"):
         keys = nemo_keys(config, "run.yaml")
     assert keys["overlap_param_gather"] is False   # NeMo's default
+
+
+def test_nemo_s_model_switches_are_true_or_false(tmp_path):
+    """The model's own switches read as the optimizer's do: ``fp8: "false"`` is one error
+    naming ``model.fp8`` (it would have priced the run in FP8), an interpolation is NeMo's
+    default with a warning, and a boolean sets the key."""
+    for key, value in (("fp8", "false"), ("sequence_parallel", "True"), ("mcore_gpt", 1),
+                       ("fp8_params", "no")):
+        config = {**NEMO, "model": {**NEMO["model"], key: value}}
+        with pytest.raises(ConfigError, match=rf"run\.yaml.*: key 'model\.{key}': "
+                                              rf"expected true or false, found '?{value}"):
+            nemo_keys(config, "run.yaml")
+    config = {**NEMO, "model": {**NEMO["model"], "fp8": "${oc.env:FP8}", "mcore_gpt": True}}
+    with pytest.warns(FlowsimWarning, match=r"model\.fp8.*interpolation"):
+        keys = nemo_keys(config, "run.yaml")
+    assert keys["dtype"] != "fp8" and keys["scatter_gather"] is False
+    keys = nemo_keys({**NEMO, "model": {**NEMO["model"], "fp8": True}}, "run.yaml")
+    assert keys["dtype"] == "fp8"

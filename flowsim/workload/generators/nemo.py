@@ -34,9 +34,11 @@ attention), ``position_embedding_type`` (``rope`` prices the rotary kernels), ``
 and ``ddp_bucket_size``; Apex's
 ``distributed_fused_adam`` overlaps the gradient reduction by default). Keys that shape the time
 but have no transformer key (:data:`UNMODELLED`) are named in a warning, and
-so is an interpolation (``${...}``), taken as NeMo's default. The vocabulary comes from
-``tokenizer.type`` when it names a known model family (:data:`TOKENIZER_VOCAB`), else from a
-``vocab`` key beside ``config``.
+so is an interpolation (``${...}``), taken as NeMo's default. A switch (``fp8``,
+``sequence_parallel``, ``mcore_gpt``, ``optim.overlap_grad_sync``, ...) is true or false,
+else one error naming it: a quoted ``"false"`` must not price a run in FP8. The vocabulary
+comes from ``tokenizer.type`` when it names a known model family (:data:`TOKENIZER_VOCAB`),
+else from a ``vocab`` key beside ``config``.
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
     model = _block(config, "model", where)
     trainer, optim = _block(config, "trainer", where), _block(model, "optim", where)
     keys: dict[str, Any] = {}
+    switch = partial(_flag, model, where, "model")
     for nemo, key in NUMBERS.items():
         value = model.get(nemo)
         if isinstance(value, str) and "${" in value:   # an interpolation: NeMo's default
@@ -113,20 +116,20 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
         keys["window"] = causal_window(model["window_size"], where, "model.window_size")
     if model.get("window_attn_skip_freq") is not None:
         keys["window_skip_freq"] = model["window_attn_skip_freq"]
-    if model.get("multi_latent_attention"):   # Megatron-Core's MLATransformerConfig defaults
+    if switch("multi_latent_attention", False):   # Megatron-Core's MLATransformerConfig defaults
         keys["mla"] = {key: 0 if model.get(key, default) is None else model.get(key, default)
                        for key, default in MLA_DEFAULTS.items()}
     keys["gated_mlp"] = "glu" in str(model.get("activation", "gelu"))
-    keys["tied_embeddings"] = bool(model.get("share_embeddings_and_output_weights", True))
-    keys["sp"] = bool(model.get("sequence_parallel", False))
+    keys["tied_embeddings"] = switch("share_embeddings_and_output_weights", True)
+    keys["sp"] = switch("sequence_parallel", False)
     # NeMo turns the userbuffers off without sequence parallelism; without a config of its
     # own (``ub_tp_comm_overlap_cfg``) Transformer Engine runs them with its defaults
-    keys["tp_comm_overlap"] = bool(model.get("ub_tp_comm_overlap", False)) and keys["sp"]
+    keys["tp_comm_overlap"] = switch("ub_tp_comm_overlap", False) and keys["sp"]
     keys["tp_comm_overlap_cfg"] = "nemo" if model.get("ub_tp_comm_overlap_cfg") else \
         "te_default"
     granularity = model.get("activations_checkpoint_granularity")
     keys["recompute"] = granularity if granularity in ("selective", "full") else "none"
-    if not model.get("transformer_engine", True):   # the local layers: no fused attention
+    if not switch("transformer_engine", True):   # the local layers: no fused attention
         keys["attention"] = "unfused"
     kind = model.get("position_embedding_type", "learned_absolute")
     if isinstance(kind, str) and "${" in kind:   # an interpolation: NeMo's default
@@ -136,7 +139,7 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
         kind = "learned_absolute"
     keys["position_embedding"] = position_embedding(kind, where,
                                                     "model.position_embedding_type")
-    if keys["position_embedding"] == "rope" and not model.get("apply_rope_fusion", False):
+    if keys["position_embedding"] == "rope" and not switch("apply_rope_fusion", False):
         warnings.warn(f"{where}: model.apply_rope_fusion is off (NeMo's default): the "
                       "unfused rotary embeddings are priced as the fused kernel",
                       FlowsimWarning, stacklevel=4)
@@ -144,15 +147,16 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
     if precision.startswith("32"):
         warnings.warn(f"{where}: trainer.precision {precision}: FP32 training is not "
                       "modelled; priced as BF16", FlowsimWarning, stacklevel=4)
-    keys["dtype"] = "fp8" if model.get("fp8") else "fp16" if precision.startswith("16") \
+    keys["dtype"] = "fp8" if switch("fp8", False) else "fp16" if precision.startswith("16") \
         else "bf16"
-    keys["fp8_param_gather"] = keys["dtype"] == "fp8" and bool(model.get("fp8_params", False))
+    fp8_params = switch("fp8_params", False)   # read (and checked) with or without FP8
+    keys["fp8_param_gather"] = keys["dtype"] == "fp8" and fp8_params
     # Megatron-Core's pipeline sends whole tensors (the legacy models scatter-gather them)
-    keys["scatter_gather"] = not model.get("mcore_gpt", False)
+    keys["scatter_gather"] = not switch("mcore_gpt", False)
     if optim.get("name") in DISTRIBUTED_OPTIMIZERS:
         apex = optim["name"] == "distributed_fused_adam"   # Apex overlaps grads by default
         keys["distributed_optimizer"] = True
-        flag = partial(_optim_flag, optim, where)
+        flag = partial(_flag, optim, where, "model.optim")
         keys["overlap_grad_reduce"] = flag("overlap_grad_sync", apex)
         keys["overlap_param_gather"] = flag("overlap_param_sync", False)
         # NeMo 1 hands the pipeline schedule Apex's sync functions, Megatron-Core's only
@@ -164,7 +168,8 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
         if optim.get("ddp_bucket_size"):
             keys["bucket_size"] = optim["ddp_bucket_size"]
     sharding = model.get("fsdp_sharding_strategy", "full")
-    if model.get("fsdp"):
+    fsdp = switch("fsdp", False)
+    if fsdp:
         if sharding in ("full", "hybrid"):   # ZeRO-3; hybrid: sharded inside a node
             keys["fsdp"] = True
         if sharding == "hybrid":   # the data-parallel ranks of a node (bad values: later)
@@ -184,7 +189,7 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
     if granularity == "full" and (method, count) not in ((None, None), ("uniform", 1)):
         left.append(f"model.activations_checkpoint_method {method} with num_layers {count} "
                     "(priced as every layer recomputed)")
-    if model.get("fsdp") and sharding not in ("full", "hybrid", "grad"):
+    if fsdp and sharding not in ("full", "hybrid", "grad"):
         left.append(f"model.fsdp_sharding_strategy {sharding} (priced as Megatron's DDP)")
     dispatcher = model.get("moe_token_dispatcher_type", "allgather")
     if keys.get("experts") and dispatcher != "alltoall":
@@ -232,16 +237,17 @@ def _override(config: Mapping[str, Any], overrides: Any, source: str) -> Mapping
     return out
 
 
-def _optim_flag(optim: Mapping[str, Any], where: str, key: str, default: bool) -> bool:
-    """A true/false setting of ``model.optim`` (absent, null or an interpolation: NeMo's
-    ``default``, the interpolation named in a warning)."""
-    value = optim.get(key)
+def _flag(block: Mapping[str, Any], where: str, path: str, key: str, default: bool) -> bool:
+    """A true/false setting of the config's ``path`` block (absent, null or an
+    interpolation: NeMo's ``default``, the interpolation named in a warning); anything but
+    a boolean is one error naming it (a quoted ``"false"`` would otherwise read as true)."""
+    value = block.get(key)
     if isinstance(value, str) and "${" in value:
-        warnings.warn(f"{where}: key 'model.optim.{key}' is an interpolation ({value}); "
+        warnings.warn(f"{where}: key '{path}.{key}' is an interpolation ({value}); "
                       f"taken as NeMo's default ({str(default).lower()})", FlowsimWarning,
                       stacklevel=5)
         return default
-    return default if value is None else as_bool(value, source=where, key=f"model.optim.{key}")
+    return default if value is None else as_bool(value, source=where, key=f"{path}.{key}")
 
 
 def _block(config: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
