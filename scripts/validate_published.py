@@ -105,7 +105,7 @@ def spec(row: dict[str, str]) -> dict:
     if out["tp_comm_overlap"] and row.get("tp_comm_overlap_cfg"):   # whose userbuffers settings
         out["tp_comm_overlap_cfg"] = row["tp_comm_overlap_cfg"]
     for key in ("grad_reduce_in_bf16", "fp8_param_gather", "fsdp", "align_param_gather",
-                "align_grad_reduce"):   # a row's own columns
+                "align_grad_reduce", "cross_entropy_fusion"):   # a row's own columns
         if row.get(key):
             out[key] = _BOOL[row[key]]
     if row.get("bucket_size"):   # a row's own column; else Megatron-Core's default

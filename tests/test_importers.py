@@ -169,6 +169,26 @@ def test_gradients_reduced_in_bf16_halve_the_data_parallel_bytes():
     assert bf16 * 2 == fp32 and nemo == bf16
 
 
+def test_the_fused_cross_entropy_is_read_from_both_tools():
+    """``--cross-entropy-loss-fusion`` / ``model.cross_entropy_loss_fusion``: the fused
+    cross entropy (off by default in both: Megatron-LM's default, and NeMo 1's, which copies
+    Megatron-Core's fields from the model config)."""
+    from flowsim.workload.load import load_workload
+    net = flowsim.load_network(NET)
+
+    def loss_bytes(spec):
+        w = load_workload(spec, net)
+        return sum(k.bytes for p in w.programs for op in p.ops if op.kind == "compute"
+                   for k in op.kernels if getattr(k, "name", "").startswith("cross_entropy"))
+    unfused = loss_bytes({"generator": "megatron", "device": "h100", "args": ARGS})
+    fused = loss_bytes({"generator": "megatron", "device": "h100",
+                        "args": ARGS + " --cross-entropy-loss-fusion"})
+    nemo = loss_bytes({"generator": "nemo", "device": "h100", "config": dict(
+        NEMO, model=dict(NEMO["model"], cross_entropy_loss_fusion=True))})
+    assert fused * 52 == unfused * 28 and nemo == fused
+    assert loss_bytes({"generator": "nemo", "device": "h100", "config": NEMO}) == unfused
+
+
 def test_fully_sharded_data_parallelism_is_read_from_both_tools(reference):
     """``--use-torch-fsdp2`` (which Megatron-LM refuses with pipelining, expert parallelism
     or its distributed optimizer), ``--use-megatron-fsdp`` with its default sharding

@@ -803,3 +803,21 @@ def test_bad_specs_are_one_line_naming_the_key(two_nodes, change, match):
     spec = {k: v for k, v in spec.items() if v is not None}
     with pytest.raises(ConfigError, match=match):
         build_generator(spec, "spec.yml", two_nodes)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_cross_entropy_moves_the_bytes_of_its_steps_per_logit(two_nodes, fused):
+    """Megatron-Core's vocabulary-parallel cross entropy over a rank's FP32 logits (tokens x
+    padded vocabulary / TP), per micro-batch: unfused, a 16-to-32-bit cast, max, subtract,
+    exp, sum and divide forward (38 bytes per logit), scale and cast back backward (14);
+    fused, three kernels forward (22) and one backward (6)."""
+    t, micro = 2, 4
+    w = transformer(two_nodes, **dict(SMALL, vocab=1000), tp=t, dp=8,
+                    global_batch=8 * 2 * micro, cross_entropy_fusion=fused)
+    logits = 2 * 128 * 1024 // t   # tokens (2 sequences) x vocabulary padded to 128 t, / TP
+    kernels = [k for op in _ops(w.programs[0], "compute") for k in op.kernels
+               if isinstance(k, Elementwise) and k.name.startswith("cross_entropy")]
+    forward = sum(k.bytes for k in kernels if k.name == "cross_entropy")
+    backward = sum(k.bytes for k in kernels if k.name == "cross_entropy_backward")
+    per_logit = (22, 6) if fused else (2 + 4 + 4 + 8 + 8 + 4 + 8, 8 + 4 + 2)
+    assert (forward, backward) == (per_logit[0] * logits * micro, per_logit[1] * logits * micro)

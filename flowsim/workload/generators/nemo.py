@@ -28,7 +28,8 @@ precision (``trainer.precision``, ``fp8``, ``fp8_params``), ``ub_tp_comm_overlap
 settings, or Transformer Engine's defaults without ``ub_tp_comm_overlap_cfg``; off without
 sequence parallelism, as NeMo turns it off), ``transformer_engine`` (false: unfused
 attention), ``position_embedding_type`` (``rope`` prices the rotary kernels), ``mcore_gpt``
-(absent or false: the legacy model, which scatter-gathers pipeline messages) and the optimizer
+(absent or false: the legacy model, which scatter-gathers pipeline messages),
+``cross_entropy_loss_fusion`` and the optimizer
 (``optim.name``: :data:`DISTRIBUTED_OPTIMIZERS`, with ``overlap_grad_sync``,
 ``overlap_param_sync``, ``align_param_gather``, ``align_grad_reduce``, ``grad_sync_dtype``
 and ``ddp_bucket_size``; Apex's
@@ -151,6 +152,8 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
         else "bf16"
     fp8_params = switch("fp8_params", False)   # read (and checked) with or without FP8
     keys["fp8_param_gather"] = keys["dtype"] == "fp8" and fp8_params
+    # Megatron-Core's TransformerConfig field, which NeMo 1 copies from the model config
+    keys["cross_entropy_fusion"] = switch("cross_entropy_loss_fusion", False)
     # Megatron-Core's pipeline sends whole tensors (the legacy models scatter-gather them)
     keys["scatter_gather"] = not switch("mcore_gpt", False)
     if optim.get("name") in DISTRIBUTED_OPTIMIZERS:

@@ -12,7 +12,9 @@ layers' MLPs dense); ``mla`` gives multi-head latent attention's widths instead
 (:mod:`.transformer_mla`), ``window`` a causal sliding window (the keys each query attends
 back to) on every layer or, with ``window_skip_freq``, on the layers it names; with ``vocab`` an
 embedding on the first virtual stage and the output layer with its cross entropy on the last
-(the vocabulary padded to a multiple of ``128 t`` as Megatron-LM pads it). An iteration runs
+(the vocabulary padded to a multiple of ``128 t`` as Megatron-LM pads it; the cross entropy's
+passes over the FP32 logits as Megatron-Core's steps make them, fewer with
+``cross_entropy_fusion``). An iteration runs
 ``global_batch`` sequences of ``sequence`` tokens in micro-batches of ``micro_batch``
 (``global_batch / (micro_batch dp)`` micro-batches per pipeline).
 
@@ -170,7 +172,7 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``fp8_param_gather``, ``overlap_grad_reduce``, ``overlap_param_gather``,
         ``align_param_gather``, ``align_grad_reduce``,
         ``tp_comm_overlap`` with ``tp_comm_overlap_cfg`` (``nemo``, ``te_default``),
-        ``scatter_gather``, ``bucket_size``;
+        ``scatter_gather``, ``bucket_size``, ``cross_entropy_fusion``;
         ``attention`` (``flash``, ``flash2``, ``unfused``), ``mla`` (``q_lora_rank``,
         ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim``),
         ``window``, ``window_skip_freq`` (every N-th layer, counted from 1, full attention,

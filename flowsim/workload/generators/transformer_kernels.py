@@ -23,7 +23,7 @@ from functools import cached_property
 from ..kernels import Attention, Kernel
 from .transformer_checks import cp_kind
 from .transformer_experts import ExpertKernels
-from .transformer_shapes import ACT, elementwise
+from .transformer_shapes import ACT, CROSS_ENTROPY_BYTES, elementwise
 
 
 @dataclass(frozen=True)
@@ -184,14 +184,16 @@ class LayerKernels(ExpertKernels):
 
     @cached_property
     def logits(self) -> tuple[Kernel, ...]:
-        """Output layer and vocabulary-parallel cross entropy (FP32 logits: max, exp-sum and
-        the loss read them three times)."""
+        """Output layer and vocabulary-parallel cross entropy, priced by the bytes its steps
+        move per logit (:data:`CROSS_ENTROPY_BYTES`)."""
+        forward, _ = CROSS_ENTROPY_BYTES[self.spec.cross_entropy_fusion]
         return (self._gemm16(self.n, self.vocab_shard, self.spec.hidden),
-                elementwise(3 * self.n * self.vocab_shard * 4, "cross_entropy"))
+                elementwise(forward * self.n * self.vocab_shard, "cross_entropy"))
 
     @cached_property
     def logits_dgrad(self) -> tuple[Kernel, ...]:
-        return (elementwise(2 * self.n * self.vocab_shard * 4, "cross_entropy_backward"),
+        _, backward = CROSS_ENTROPY_BYTES[self.spec.cross_entropy_fusion]
+        return (elementwise(backward * self.n * self.vocab_shard, "cross_entropy_backward"),
                 self._gemm16(self.n, self.spec.hidden, self.vocab_shard))
 
     @cached_property

@@ -18,6 +18,15 @@ from .transformer_spec import TransformerSpec
 ACT = 2
 #: bytes one FP8 cast-transpose moves per element: read 16-bit, write FP8 and its transpose
 FP8_CAST_BYTES = ACT + 1 + 1
+#: bytes the vocabulary-parallel cross entropy moves per logit of a shard, (forward,
+#: backward), unfused and fused (Megatron-Core's ``cross_entropy.py`` and
+#: ``fusions/fused_cross_entropy.py``, core_r0.8 / r0.9). Unfused, forward: cast the 16-bit
+#: logits to FP32 (read 2, write 4), the maximum (read 4), subtract it in place (8), exp in
+#: place (8), the sum (4), divide by it in place (8); backward: scale the softmax by the
+#: loss gradient in place (8), cast back to 16 bits (read 4, write 2). Fused, each step's
+#: elementwise work in one kernel: cast with the maximum (6), subtract, exp and sum (8),
+#: divide (8); backward: scale and cast (6).
+CROSS_ENTROPY_BYTES = {False: (38, 14), True: (22, 6)}
 
 
 def elementwise(nbytes: float, name: str) -> Elementwise:

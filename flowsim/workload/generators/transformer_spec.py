@@ -145,6 +145,10 @@ class TransformerSpec:
     tp_comm_overlap_cfg: UbConfig = "nemo"
     scatter_gather: bool = True
     bucket_size: int = 0
+    #: the vocabulary-parallel cross entropy's elementwise steps fused (Megatron-Core's
+    #: ``cross_entropy_loss_fusion``, ``--cross-entropy-loss-fusion``; NeMo 2's default):
+    #: fewer passes over the FP32 logits than the unfused steps (Megatron-LM's default)
+    cross_entropy_fusion: bool = False
     attention: AttentionKind = "flash"
     #: rotary embeddings (``rope``: Llama, Nemotron, Grok) rotate the queries and keys of
     #: every layer, a memory-bound kernel forward and backward; GPT's learned absolute ones
@@ -216,7 +220,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                 "fsdp_shard"):
         v[key] = _count(values, key, source, 0, minimum=0)
     for key in ("gated_mlp", "sp", "overlap_grad_reduce", "overlap_param_gather",
-                "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp"):
+                "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp",
+                "cross_entropy_fusion"):
         v[key] = read_bool(values, key, source=source, default=False)
     v["tied_embeddings"] = read_bool(values, "tied_embeddings", source=source, default=True)
     for key in ("align_param_gather", "align_grad_reduce"):
