@@ -21,7 +21,7 @@ TOPOLOGIES = ("Ring", "Switch", "FullyConnected")
 
 def test_the_variants_are_there():
     assert VARIANTS == ["cp2_dp2tp2", "cp2_dp2tp2pp2", "dp4tp2", "fsdp_dp4tp2",
-                        "mixed_dp4tp2", "notpsp_dp2tp4", "pp4_dp2"]
+                        "gpt_dp2tp2pp2", "mixed_dp4tp2", "notpsp_dp2tp4", "pp4_dp2"]
 
 
 def _run(variant: str, topology: str, tmp_path, capsys) -> dict:
