@@ -44,17 +44,14 @@ else from a ``vocab`` key beside ``config``.
 
 from __future__ import annotations
 
-import copy
-import shlex
 import warnings
 from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-import yaml
-
 from ..._validate import as_bool
-from ...errors import ConfigError, FlowsimWarning, config_error
+from ...errors import FlowsimWarning
+from .config_files import apply_overrides, config_block, load_config
 from .imported import (
     GPT2_VOCAB,
     ImportedSpec,
@@ -62,7 +59,6 @@ from .imported import (
     cp_comm_type,
     parse_imported,
     position_embedding,
-    read_beside,
 )
 
 #: NeMo model key -> transformer key (numbers)
@@ -92,10 +88,12 @@ UNMODELLED = ("num_micro_batches_with_partial_activation_checkpoints", "moe_grou
 def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]:
     """The transformer keys a NeMo config (a mapping, or a path relative to ``source``'s
     folder) sets, after Hydra's command-line ``overrides`` (``model.x=y`` items)."""
-    where, config = _load(config, source)
-    config = _override(config, overrides, source)
-    model = _block(config, "model", where)
-    trainer, optim = _block(config, "trainer", where), _block(model, "optim", where)
+    where, config = load_config(config, source, what="a NeMo config: a YAML path or a mapping",
+                                expected="NeMo's trainer and model blocks")
+    config = apply_overrides(config, overrides, source, example="model.x=y")
+    model = config_block(config, "model", where, what="a NeMo config block")
+    trainer = config_block(config, "trainer", where, what="a NeMo config block")
+    optim = config_block(model, "optim", where, what="a NeMo config block")
     keys: dict[str, Any] = {}
     switch = partial(_flag, model, where, "model")
     for nemo, key in NUMBERS.items():
@@ -181,7 +179,8 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
                 keys["fsdp_shard"] = max(1, sizes[0] // (sizes[1] * sizes[2]))
         elif sharding == "grad":   # ZeRO-2: gradients and optimizer states sharded
             keys["distributed_optimizer"] = True
-    tokenizer = str(_block(model, "tokenizer", where).get("type", ""))
+    tokenizer = str(config_block(model, "tokenizer", where, what="a NeMo config block")
+                    .get("type", ""))
     for fragment, size in TOKENIZER_VOCAB.items():
         if fragment.lower() in tokenizer.lower():
             keys["vocab"] = size
@@ -203,43 +202,6 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
     return keys
 
 
-def _override(config: Mapping[str, Any], overrides: Any, source: str) -> Mapping[str, Any]:
-    """``config`` with Hydra's overrides applied: ``a.b=value`` (``+`` and ``++`` prefixes
-    too) sets a key, the value read as YAML; ``~a.b`` removes one."""
-    if overrides is None:
-        return config
-    if isinstance(overrides, str):
-        try:
-            items = shlex.split(overrides.replace("\\\n", " "), comments=True)
-        except ValueError as exc:   # an unclosed quote
-            raise config_error(source, "overrides", f"items shlex can split ({exc})",
-                               overrides[:60]) from None
-    elif isinstance(overrides, list) and all(isinstance(o, str) for o in overrides):
-        items = overrides
-    else:
-        raise config_error(source, "overrides", "Hydra overrides (model.x=y) as one string or "
-                           "a list", overrides)
-    out = copy.deepcopy(dict(config))
-    for item in items:
-        path, equals, value = item.lstrip("+~").partition("=")
-        if not path or (not equals and not item.startswith("~")):
-            raise config_error(source, "overrides", "items like model.x=y or ~model.x", item)
-        *parents, last = path.split(".")
-        block = out
-        for name in parents:
-            if not isinstance(block.get(name), dict):
-                block[name] = {}
-            block = block[name]
-        if item.startswith("~"):
-            block.pop(last, None)
-        else:
-            try:
-                block[last] = yaml.safe_load(value)
-            except yaml.YAMLError:
-                block[last] = value
-    return out
-
-
 def _flag(block: Mapping[str, Any], where: str, path: str, key: str, default: bool) -> bool:
     """A true/false setting of the config's ``path`` block (absent, null or an
     interpolation: NeMo's ``default``, the interpolation named in a warning); anything but
@@ -251,32 +213,6 @@ def _flag(block: Mapping[str, Any], where: str, path: str, key: str, default: bo
                       stacklevel=5)
         return default
     return default if value is None else as_bool(value, source=where, key=f"{path}.{key}")
-
-
-def _block(config: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
-    """A nested block of the config (absent or null: empty)."""
-    block = config.get(key)
-    if block is None:
-        return {}
-    if not isinstance(block, Mapping):
-        raise config_error(where, key, "a mapping (a NeMo config block)", block)
-    return block
-
-
-def _load(config: Any, source: str) -> tuple[str, Mapping[str, Any]]:
-    """The config mapping, and where it came from for messages."""
-    if isinstance(config, Mapping):
-        return f"{source}: config", config
-    path, text = read_beside(config, source, "config",
-                             "a NeMo config: a YAML path or a mapping")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{path}: expected NeMo's trainer and model blocks, found "
-                          f"{type(data).__name__}")
-    return str(path), data
 
 
 def parse_nemo(values: Mapping[str, Any], source: str) -> ImportedSpec:
