@@ -21,7 +21,8 @@ From YAML::
 
 The keys are the keyword arguments of :func:`transformer` or :func:`dlrm`.
 ``generator: megatron`` (:mod:`.megatron`) reads a Megatron-LM command line and
-``generator: nemo`` (:mod:`.nemo`) a NeMo training config into the transformer's keys.
+``generator: nemo`` (:mod:`.nemo`) a NeMo training config and ``generator: llmfoundry``
+(:mod:`.llmfoundry`) an LLM Foundry training YAML into the transformer's keys.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ...errors import ConfigError, config_error
 from ..graph import Workload
 from .dlrm import DLRMSpec, build_dlrm, dlrm, parse_dlrm
 from .imported import build_imported
+from .llmfoundry import parse_llmfoundry
 from .megatron import parse_megatron
 from .nemo import parse_nemo
 from .transformer import (
@@ -59,6 +61,7 @@ GENERATORS: dict[str, Generator] = {
     "dlrm": Generator(parse_dlrm, build_dlrm),
     "megatron": Generator(parse_megatron, build_imported),
     "nemo": Generator(parse_nemo, build_imported),
+    "llmfoundry": Generator(parse_llmfoundry, build_imported),
 }
 
 

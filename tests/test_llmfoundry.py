@@ -1,0 +1,121 @@
+"""``generator: llmfoundry``: an LLM Foundry training YAML read into the transformer's keys,
+checked against the MPT rows transcribed from LLM Foundry's benchmark tables
+(``validation/published/mosaicml_llmfoundry.csv``) and on its settings one by one."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+import flowsim
+from flowsim import ConfigError, FlowsimWarning
+from flowsim.workload.generators.llmfoundry import llmfoundry_keys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import validate_published  # noqa: E402
+
+ROWS = validate_published.rows("mosaic_mpt_")
+COMPARED = ("layers", "hidden", "heads", "ffn", "vocab", "sequence", "global_batch",
+            "micro_batch", "dtype", "fsdp", "grad_reduce_in_bf16", "recompute", "attention",
+            "position_embedding", "tied_embeddings", "gated_mlp")
+NODE = {"cluster": {"device": "a100", "nodes": 1, "gpus_per_node": 8, "nic_gbps": 200,
+                    "nics_per_node": 8}}
+
+
+def _yaml_of(row: dict) -> dict:
+    """The LLM Foundry YAML of a benchmark row, as the benchmark's submit script writes it:
+    the model's own YAML (max_seq_len a top-level variable), the table's batch, precision
+    and FSDP settings."""
+    precision = {"bf16": "amp_bf16", "fp8": "amp_fp8"}[row["dtype"]]
+    return {
+        "max_seq_len": int(row["sequence"]),
+        "global_train_batch_size": int(row["global_batch"]),
+        "device_train_microbatch_size": int(row["micro_batch"]),
+        "precision": precision,
+        "model": {"name": "mpt_causal_lm", "init_device": "meta",
+                  "d_model": int(row["hidden"]), "n_heads": int(row["heads"]),
+                  "n_layers": int(row["layers"]), "expansion_ratio": 4,
+                  "max_seq_len": "${max_seq_len}", "vocab_size": 50368,
+                  "attn_config": {"attn_impl": "triton"}},
+        "fsdp_config": {"sharding_strategy": "FULL_SHARD",
+                        "mixed_precision": "PURE" if row["grad_reduce_in_bf16"] == "true"
+                        else "DEFAULT",
+                        "activation_checkpointing": row["recompute"] == "full",
+                        "limit_all_gathers": True},
+    }
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r["run"] for r in ROWS])
+def test_every_benchmark_row_reads_as_it_was_transcribed(row):
+    keys = llmfoundry_keys(_yaml_of(row), "run.yaml")
+    spec = validate_published.spec(row)
+    assert {k: keys[k] for k in COMPARED} == {k: spec[k] for k in COMPARED}
+
+
+def test_a_run_read_from_its_yaml_is_the_transcribed_row(tmp_path):
+    """The same iteration time from the YAML file (and a command-line override) as from the
+    row's spec, on the row's network."""
+    row = next(r for r in ROWS if r["run"] == "mosaic_mpt_7b_a100_8gpu")
+    config = _yaml_of(row)
+    config["global_train_batch_size"] = 8   # the launch line restores the table's 96
+    (tmp_path / "mpt-7b.yaml").write_text(yaml.safe_dump(config))
+    spec = {"generator": "llmfoundry", "config": "mpt-7b.yaml",
+            "overrides": "global_train_batch_size=96"}
+    (tmp_path / "run.yml").write_text(yaml.safe_dump(spec))
+    network = validate_published.network(row)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FlowsimWarning)
+        read = flowsim.simulate(network, str(tmp_path / "run.yml"), "nccl")
+        transcribed = flowsim.simulate(network, validate_published.spec(row), "nccl")
+    assert float(read.time_ns) == float(transcribed.time_ns)
+
+
+def test_mpt_options_become_transformer_keys():
+    config = {"model": {"name": "mpt_causal_lm", "d_model": 1024, "n_heads": 16,
+                        "n_layers": 4, "max_seq_len": "${variables.seq}", "vocab_size": 32000,
+                        "learned_pos_emb": False, "tie_word_embeddings": False,
+                        "attn_config": {"attn_type": "grouped_query_attention",
+                                        "kv_n_heads": 4, "rope": True, "attn_impl": "torch"},
+                        "ffn_config": {"ffn_type": "mptglu", "ffn_hidden_size": 2816}},
+              "variables": {"seq": 4096}, "device_train_microbatch_size": 2,
+              "fsdp_config": {"sharding_strategy": "SHARD_GRAD_OP"}}
+    keys = llmfoundry_keys(config, "run.yaml")
+    assert (keys["kv_heads"], keys["position_embedding"], keys["attention"]) == (4, "rope",
+                                                                                "unfused")
+    assert (keys["gated_mlp"], keys["ffn"], keys["sequence"], keys["tied_embeddings"]) == (
+        True, 2816, 4096, False)
+    assert (keys["fsdp"], keys["distributed_optimizer"]) == (False, True)   # ZeRO-2
+    assert (keys["dtype"], keys["grad_reduce_in_bf16"], keys["recompute"]) == ("bf16", False,
+                                                                               "none")
+
+
+@pytest.mark.parametrize("change, key, expected", [
+    ({"device_train_microbatch_size": "auto"}, "device_train_microbatch_size",
+     "give the one it found as 'micro_batch'"),
+    ({"model": {"name": "hf_causal_lm"}}, "model.name", "give layers, hidden"),
+    ({"fsdp_config": {"sharding_strategy": "FULL"}}, "fsdp_config.sharding_strategy",
+     "FULL_SHARD, HYBRID_SHARD, SHARD_GRAD_OP, NO_SHARD"),
+    ({"fsdp_config": {"activation_checkpointing": "false"}},
+     "fsdp_config.activation_checkpointing", "true or false"),
+    ({"precision": "amp_fp4"}, "precision", "amp_bf16"),
+    ({"model": {"name": "mpt_causal_lm", "max_seq_len": "${variables.nowhere}"}},
+     "model.max_seq_len", "a reference to one of the config's own keys"),
+])
+def test_bad_settings_are_one_error_naming_them(change, key, expected):
+    with pytest.raises(ConfigError, match=rf"run\.yaml.*key '{key}'.*{expected}"):
+        llmfoundry_keys({"model": {"name": "mpt_causal_lm"}, **change}, "run.yaml")
+
+
+def test_hybrid_sharding_asks_for_its_shard_size():
+    config = {"model": {"name": "mpt_causal_lm"},
+              "fsdp_config": {"sharding_strategy": "HYBRID_SHARD"}}
+    with pytest.warns(FlowsimWarning, match="give 'fsdp_shard'"):
+        assert llmfoundry_keys(config, "run.yaml")["fsdp"] is True
+    w = flowsim.load_workload({"generator": "llmfoundry", "config": config, "fsdp_shard": 8,
+                               "global_batch": 16}, flowsim.load_network(
+                                   {"cluster": dict(NODE["cluster"], nodes=2)}))
+    assert w.programs
