@@ -9,14 +9,13 @@ launched.
 from __future__ import annotations
 
 import copy
-import shlex
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
 from ...errors import ConfigError, config_error
-from .imported import read_beside
+from .imported import read_beside, shell_words
 
 
 def load_config(config: Any, source: str, *, what: str, expected: str
@@ -51,11 +50,7 @@ def apply_overrides(config: Mapping[str, Any], overrides: Any, source: str, *,
     if overrides is None:
         return config
     if isinstance(overrides, str):
-        try:
-            items = shlex.split(overrides.replace("\\\n", " "), comments=True)
-        except ValueError as exc:   # an unclosed quote
-            raise config_error(source, "overrides", f"items shlex can split ({exc})",
-                               overrides[:60]) from None
+        items = shell_words(overrides, source, "overrides", "items")
     elif isinstance(overrides, list) and all(isinstance(o, str) for o in overrides):
         items = overrides
     else:

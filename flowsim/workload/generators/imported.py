@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -86,6 +87,21 @@ def read_beside(name: Any, source: str, key: str, what: str) -> tuple[Path, str]
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise ConfigError(f"{source}: key '{key}': cannot read {path}: {reason}") from None
+
+
+def shell_words(text: str, source: str, key: str, what: str) -> list[str]:
+    """``text`` split into words as a shell would (backslash-newlines joined, comments
+    dropped).
+
+    Raises
+    ------
+    ConfigError
+        An unclosed quote, naming ``source``, ``key`` and ``what`` it should be.
+    """
+    try:
+        return shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError as exc:   # an unclosed quote
+        raise config_error(source, key, f"{what} shlex can split ({exc})", text[:60]) from None
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ Flags that do not change an iteration's time (paths, learning rate, logging) are
 
 from __future__ import annotations
 
-import shlex
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,6 +36,7 @@ from .imported import (
     parse_imported,
     position_embedding,
     read_beside,
+    shell_words,
 )
 from .shell_vars import shell_variables, substitute
 
@@ -154,11 +154,7 @@ def _flags(args: str | Sequence[str], source: str, env: Mapping[str, str] | None
            ) -> dict[str, str | None]:
     """``--flag value`` pairs (a switch's value is None), flags spelt with dashes."""
     if isinstance(args, str):
-        try:
-            words = shlex.split(args.replace("\\\n", " "), comments=True)
-        except ValueError as exc:   # an unclosed quote
-            raise config_error(source, "args", f"a command line shlex can split ({exc})",
-                               args[:60]) from None
+        words = shell_words(args, source, "args", "a command line")
         variables = shell_variables(args, env)
         # a bash array's quoted item may hold a flag and its value: "--fp8-format hybrid"
         tokens = [part for word in words
