@@ -119,3 +119,10 @@ def test_hybrid_sharding_asks_for_its_shard_size():
                                "global_batch": 16}, flowsim.load_network(
                                    {"cluster": dict(NODE["cluster"], nodes=2)}))
     assert w.programs
+
+
+def test_tensor_parallel_settings_are_named_as_not_read():
+    config = {"model": {"name": "mpt_causal_lm"}, "tp_config": {"tensor_parallel_degree": 2}}
+    with pytest.warns(FlowsimWarning, match="tp_config .* is not read: give 'tp'"):
+        assert "tp" not in llmfoundry_keys(config, "run.yaml")
+

@@ -29,7 +29,8 @@ and ``FULL`` in FP32; ``activation_checkpointing``: every block recomputed). Int
 (``${max_seq_len}``, ``${variables.max_seq_len}``) are resolved against the config's own
 scalars. ``device_train_microbatch_size: auto`` (Composer's search for the largest micro-batch
 that fits) is one error asking for ``micro_batch`` beside ``config``; a model other than an
-MPT (``hf_causal_lm``) is one error asking for its shape beside ``config``.
+MPT (``hf_causal_lm``) is one error asking for its shape beside ``config``; newer LLM
+Foundry's tensor parallelism (``tp_config``) is named in a warning asking for ``tp``.
 """
 
 from __future__ import annotations
@@ -106,6 +107,9 @@ def llmfoundry_keys(config: Any, source: str, overrides: Any = None, *,
         else "none")
     keys["tied_embeddings"] = flag(model, "tie_word_embeddings", "model.tie_word_embeddings",
                                    True)
+    if config.get("tp_config") is not None:   # newer LLM Foundry's tensor parallelism
+        warnings.warn(f"{where}: tp_config (tensor parallelism) is not read: give 'tp' (and "
+                      "'sp') beside 'config'", FlowsimWarning, stacklevel=4)
     keys.update(_batch_and_precision(config, where))
     keys.update(_sharding(config, where, flag, shard_given))
     return keys
