@@ -104,6 +104,12 @@ def test_mpt_options_become_transformer_keys():
     ({"precision": "amp_fp4"}, "precision", "amp_bf16"),
     ({"model": {"name": "mpt_causal_lm", "max_seq_len": "${variables.nowhere}"}},
      "model.max_seq_len", "a reference to one of the config's own keys"),
+    ({"model": {"name": "mpt_causal_lm", "expansion_ratio": "4"}}, "model.expansion_ratio",
+     "a number > 0, found .4."),
+    ({"model": {"name": "mpt_causal_lm", "d_model": "big"}}, "model.d_model", "an integer"),
+    ({"model": {"name": "mpt_causal_lm",
+                "attn_config": {"attn_type": "grouped_query_attention"}}},
+     "model.attn_config.kv_n_heads", "the key-value heads of grouped_query_attention"),
 ])
 def test_bad_settings_are_one_error_naming_them(change, key, expected):
     with pytest.raises(ConfigError, match=rf"run\.yaml.*key '{key}'.*{expected}"):
@@ -126,3 +132,12 @@ def test_tensor_parallel_settings_are_named_as_not_read():
     with pytest.warns(FlowsimWarning, match="tp_config .* is not read: give 'tp'"):
         assert "tp" not in llmfoundry_keys(config, "run.yaml")
 
+
+
+
+def test_without_fsdp_config_the_run_is_ddp():
+    """LLM Foundry without ``fsdp_config`` trains with PyTorch's DDP: nothing sharded, FP32
+    gradients all-reduced, nothing recomputed."""
+    keys = llmfoundry_keys({"model": {"name": "mpt_causal_lm"}}, "run.yaml")
+    assert (keys["fsdp"], keys["distributed_optimizer"], keys["grad_reduce_in_bf16"],
+            keys["recompute"]) == (False, False, False, "none")

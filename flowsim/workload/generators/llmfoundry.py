@@ -24,8 +24,9 @@ What is read, with MPT's defaults (``llmfoundry/models/mpt/configuration_mpt.py`
 (``mptglu``: a gated MLP); ``precision`` (``amp_bf16``, ``amp_fp16``, ``amp_fp8``);
 ``fsdp_config`` (``sharding_strategy``: ``FULL_SHARD`` and ``HYBRID_SHARD`` shard parameters,
 gradients and optimizer states, ``SHARD_GRAD_OP`` gradients and optimizer states,
-``NO_SHARD`` nothing; ``mixed_precision`` ``PURE`` reduces gradients in 16 bits, ``DEFAULT``
-and ``FULL`` in FP32; ``activation_checkpointing``: every block recomputed). Interpolations
+``NO_SHARD`` nothing, as no ``fsdp_config`` at all (PyTorch's DDP); ``mixed_precision``
+``PURE`` reduces gradients in 16 bits, ``DEFAULT`` and ``FULL`` in FP32;
+``activation_checkpointing``: every block recomputed). Interpolations
 (``${max_seq_len}``, ``${variables.max_seq_len}``) are resolved against the config's own
 scalars. ``device_train_microbatch_size: auto`` (Composer's search for the largest micro-batch
 that fits) is one error asking for ``micro_batch`` beside ``config``; a model other than an
@@ -40,7 +41,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from ..._validate import as_bool
+from ..._validate import as_bool, as_int, as_number
 from ...errors import FlowsimWarning, config_error
 from .config_files import apply_overrides, config_block, load_config
 from .imported import ImportedSpec, parse_imported
@@ -78,17 +79,23 @@ def llmfoundry_keys(config: Any, source: str, overrides: Any = None, *,
         keys[target] = _value(config, model, key, where, f"model.{key}", default)
     attn = config_block(model, "attn_config", where, what="MPT's attention settings")
     ffn = config_block(model, "ffn_config", where, what="MPT's MLP settings")
-    hidden = keys["hidden"]
-    ratio = _value(config, model, "expansion_ratio", where, "model.expansion_ratio", 4)
+    # the MLP's width is computed here, so its operands are checked here
+    hidden = keys["hidden"] = as_int(keys["hidden"], source=where, key="model.d_model",
+                                     minimum=1)
+    ratio = as_number(_value(config, model, "expansion_ratio", where, "model.expansion_ratio",
+                             4), source=where, key="model.expansion_ratio", positive=True)
     keys["ffn"] = _value(config, ffn, "ffn_hidden_size", where, "model.ffn_config."
                          "ffn_hidden_size", None) or int(hidden * ratio)
     keys["gated_mlp"] = _value(config, ffn, "ffn_type", where, "model.ffn_config.ffn_type",
                                "mptmlp") == "mptglu"
     kind = _value(config, attn, "attn_type", where, "model.attn_config.attn_type",
                   "multihead_attention")
-    if kind == "grouped_query_attention":
+    if kind == "grouped_query_attention":   # LLM Foundry has no default for it either
         keys["kv_heads"] = _value(config, attn, "kv_n_heads", where,
-                                  "model.attn_config.kv_n_heads", 1)
+                                  "model.attn_config.kv_n_heads", None)
+        if keys["kv_heads"] is None:
+            raise config_error(where, "model.attn_config.kv_n_heads", "the key-value heads "
+                               "of grouped_query_attention", None)
     elif kind == "multiquery_attention":
         keys["kv_heads"] = 1
     impl = _value(config, attn, "attn_impl", where, "model.attn_config.attn_impl", "flash")
@@ -141,7 +148,13 @@ def _batch_and_precision(config: Mapping[str, Any], where: str) -> dict[str, Any
 
 def _sharding(config: Mapping[str, Any], where: str, flag, shard_given: bool
               ) -> dict[str, Any]:
-    """FSDP's settings: what is sharded, the gradients' reduction type, recomputation."""
+    """FSDP's settings: what is sharded, the gradients' reduction type, recomputation.
+    Without ``fsdp_config`` LLM Foundry trains with PyTorch's DDP: FP32 gradients all-reduced
+    in overlapped buckets, nothing sharded, nothing recomputed."""
+    if config.get("fsdp_config") is None:
+        return {"fsdp": False, "distributed_optimizer": False, "grad_reduce_in_bf16": False,
+                "overlap_grad_reduce": True, "overlap_param_gather": False,
+                "recompute": "none"}
     fsdp = config_block(config, "fsdp_config", where, what="Composer's FSDP settings")
     strategy = _value(config, fsdp, "sharding_strategy", where,
                       "fsdp_config.sharding_strategy", "FULL_SHARD")
