@@ -91,9 +91,9 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
     where, config = load_config(config, source, what="a NeMo config: a YAML path or a mapping",
                                 expected="NeMo's trainer and model blocks")
     config = apply_overrides(config, overrides, source, example="model.x=y")
-    model = config_block(config, "model", where, what="a NeMo config block")
-    trainer = config_block(config, "trainer", where, what="a NeMo config block")
-    optim = config_block(model, "optim", where, what="a NeMo config block")
+    block = partial(config_block, where=where, what="a NeMo config block")
+    model, trainer = block(config, "model"), block(config, "trainer")
+    optim = block(model, "optim")
     keys: dict[str, Any] = {}
     switch = partial(_flag, model, where, "model")
     for nemo, key in NUMBERS.items():
@@ -179,8 +179,7 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
                 keys["fsdp_shard"] = max(1, sizes[0] // (sizes[1] * sizes[2]))
         elif sharding == "grad":   # ZeRO-2: gradients and optimizer states sharded
             keys["distributed_optimizer"] = True
-    tokenizer = str(config_block(model, "tokenizer", where, what="a NeMo config block")
-                    .get("type", ""))
+    tokenizer = str(block(model, "tokenizer").get("type", ""))
     for fragment, size in TOKENIZER_VOCAB.items():
         if fragment.lower() in tokenizer.lower():
             keys["vocab"] = size
