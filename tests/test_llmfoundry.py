@@ -141,3 +141,16 @@ def test_without_fsdp_config_the_run_is_ddp():
     keys = llmfoundry_keys({"model": {"name": "mpt_causal_lm"}}, "run.yaml")
     assert (keys["fsdp"], keys["distributed_optimizer"], keys["grad_reduce_in_bf16"],
             keys["recompute"]) == (False, False, False, "none")
+
+
+def test_a_micro_batch_given_beside_an_auto_one_is_taken(tmp_path):
+    """The error for ``device_train_microbatch_size: auto`` asks for ``micro_batch`` beside
+    ``config``; given, it is the run's."""
+    config = {"model": {"name": "mpt_causal_lm", "n_layers": 2},
+              "device_train_microbatch_size": "auto", "global_train_batch_size": 32}
+    w = flowsim.load_workload({"generator": "llmfoundry", "config": config, "micro_batch": 2},
+                              flowsim.load_network(NODE))
+    forwards = {op.name.split(".")[0] for op in w.programs[0].ops
+                if op.kind == "compute" and ".layer0" in op.name}
+    assert len(forwards) == 32 // (2 * 8)   # micro-batches per GPU
+

@@ -61,10 +61,10 @@ _REFERENCE = re.compile(r"^\$\{([\w.]+)\}$")
 
 
 def llmfoundry_keys(config: Any, source: str, overrides: Any = None, *,
-                    shard_given: bool = False) -> dict[str, Any]:
+                    beside: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The transformer keys an LLM Foundry config (a mapping, or a path relative to
     ``source``'s folder) sets, after OmegaConf's command-line ``overrides``
-    (``shard_given``: ``fsdp_shard`` is given beside it)."""
+    (``beside``: the transformer keys given beside it, which win over what it says)."""
     where, config = load_config(config, source, what="an LLM Foundry YAML: a path or a mapping",
                                 expected="an LLM Foundry training config (model:, fsdp_config:)")
     config = apply_overrides(config, overrides, source, example="global_train_batch_size=64")
@@ -117,12 +117,13 @@ def llmfoundry_keys(config: Any, source: str, overrides: Any = None, *,
     if config.get("tp_config") is not None:   # newer LLM Foundry's tensor parallelism
         warnings.warn(f"{where}: tp_config (tensor parallelism) is not read: give 'tp' (and "
                       "'sp') beside 'config'", FlowsimWarning, stacklevel=4)
-    keys.update(_batch_and_precision(config, where))
-    keys.update(_sharding(config, where, flag, shard_given))
+    keys.update(_batch_and_precision(config, where, beside))
+    keys.update(_sharding(config, where, flag, beside))
     return keys
 
 
-def _batch_and_precision(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+def _batch_and_precision(config: Mapping[str, Any], where: str, beside: frozenset[str]
+                         ) -> dict[str, Any]:
     keys: dict[str, Any] = {}
     batch = _value(config, config, "global_train_batch_size", where, "global_train_batch_size",
                    None)
@@ -130,7 +131,7 @@ def _batch_and_precision(config: Mapping[str, Any], where: str) -> dict[str, Any
         keys["global_batch"] = batch
     micro = _value(config, config, "device_train_microbatch_size", where,
                    "device_train_microbatch_size", 1)
-    if micro == "auto":
+    if micro == "auto" and "micro_batch" not in beside:
         raise config_error(where, "device_train_microbatch_size", "a number (auto: Composer "
                            "searches for the largest micro-batch that fits; give the one it "
                            "found as 'micro_batch' beside 'config')", micro)
@@ -146,7 +147,7 @@ def _batch_and_precision(config: Mapping[str, Any], where: str) -> dict[str, Any
     return keys
 
 
-def _sharding(config: Mapping[str, Any], where: str, flag, shard_given: bool
+def _sharding(config: Mapping[str, Any], where: str, flag, beside: frozenset[str]
               ) -> dict[str, Any]:
     """FSDP's settings: what is sharded, the gradients' reduction type, recomputation.
     Without ``fsdp_config`` LLM Foundry trains with PyTorch's DDP: FP32 gradients all-reduced
@@ -161,7 +162,7 @@ def _sharding(config: Mapping[str, Any], where: str, flag, shard_given: bool
     if strategy not in SHARDING:
         raise config_error(where, "fsdp_config.sharding_strategy", ", ".join(SHARDING),
                            strategy)
-    if strategy == "HYBRID_SHARD" and not shard_given:
+    if strategy == "HYBRID_SHARD" and "fsdp_shard" not in beside:
         warnings.warn(f"{where}: fsdp_config.sharding_strategy HYBRID_SHARD shards within a "
                       "node: give 'fsdp_shard' (the GPUs of a node) beside 'config', else every "
                       "data-parallel rank shares the shards", FlowsimWarning, stacklevel=4)
@@ -218,5 +219,5 @@ def parse_llmfoundry(values: Mapping[str, Any], source: str) -> ImportedSpec:
                  window="model.attn_config.sliding_window_size")
     return parse_imported(values, source, read="config",
                           translate=lambda config, src: llmfoundry_keys(
-                              config, src, overrides, shard_given="fsdp_shard" in values),
+                              config, src, overrides, beside=frozenset(values) - {"config"}),
                           names=names)
