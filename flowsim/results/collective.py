@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._version import __version__
+from .build import numpy_dataset
 from .stats import SimulationStats, to_attrs
 from .units import set_units
 
@@ -98,14 +99,12 @@ def link_utilization(record: CollectiveRecord) -> np.ndarray:
 
 def collective_dataset(record: CollectiveRecord) -> xr.Dataset:
     """Assemble the Dataset of one collective run from its record."""
-    import xarray as xr
-
     network, system, size = record.network, record.system, record.size
     time_ns, link_bytes = record.time_ns, record.link_bytes
     cfg = network.config
     dim_bandwidth, dim_latency, _ = per_dimension_config(network)
     utilization = link_utilization(record)
-    ds = xr.Dataset(
+    ds = numpy_dataset(
         data_vars={
             "time_ns": ((), float(time_ns)),
             "npu_finish_ns": (("npu",), record.npu_finish_ns),

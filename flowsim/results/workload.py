@@ -16,6 +16,7 @@ import numpy as np
 from .._io import write_text_atomic
 from .._version import __version__
 from ..workload.graph import PASSES, Workload
+from .build import numpy_dataset
 from .collective import per_dimension_config
 from .stats import SimulationStats, to_attrs
 from .units import set_units
@@ -129,8 +130,6 @@ def workload_dataset(record: RunRecord, network, system, model: str, workload: W
                      iterations: int, peak_flops: float | None = None) -> xr.Dataset:
     """Assemble the Dataset of one workload run (see :func:`flowsim.simulate`);
     ``peak_flops`` (FLOP/s per NPU, of the compute model the run used) gives the MFU."""
-    import xarray as xr
-
     layers = list(workload.layers) + ["(other)"]
     keep = np.ones(len(layers), bool)
     keep[-1] = bool(record.layer_compute_ns[-1].any() or record.layer_exposed_ns[-1].any()
@@ -140,7 +139,7 @@ def workload_dataset(record: RunRecord, network, system, model: str, workload: W
     total = float(record.time_ns)
     idle = npu_idle(record)
     per_npu = np.maximum(record.layer_npus, 1)[:, None]  # sums over NPUs -> means
-    ds = xr.Dataset(
+    ds = numpy_dataset(
         data_vars={
             "time_ns": ((), total),
             "finish_ns": (("npu",), record.npu_finish_ns),
