@@ -6,6 +6,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import flowsim
 from conftest import REPO, block, ring
@@ -37,6 +39,31 @@ def test_npu_numbering_dimension_zero_fastest():
     assert net.coords(np.array([0, 1, 4, 11])).tolist() == [[0, 0], [1, 0], [0, 1], [3, 2]]
     assert net.dim_groups(0).tolist() == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
     assert net.dim_groups(1).tolist() == [[0, 4, 8], [1, 5, 9], [2, 6, 10], [3, 7, 11]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(2, 5), min_size=1, max_size=4), data=st.data())
+def test_dim_groups_are_the_npus_sharing_every_other_coordinate(sizes, data):
+    # the definition, from coordinates: rows in mixed-radix order of the other coordinates,
+    # columns in that of the group's, lowest dimension fastest
+    net = flowsim.load_network({"topology": ["Switch"] * len(sizes), "npus_count": sizes,
+                                "bandwidth": [1] * len(sizes), "latency": [1] * len(sizes)})
+    dims = tuple(sorted(data.draw(st.sets(st.sampled_from(range(len(sizes))), min_size=1))))
+    coords = net.coords(np.arange(net.npus))
+
+    def radix(ds):
+        key, scale = np.zeros(net.npus, np.int64), 1
+        for d in ds:
+            key, scale = key + coords[:, d] * scale, scale * sizes[d]
+        return key, scale
+
+    (inner, width), (outer, rows) = radix(dims), radix(
+        [d for d in range(len(sizes)) if d not in dims])
+    expected = np.empty((rows, width), np.int64)
+    expected[outer, inner] = np.arange(net.npus)
+    got = net.dim_groups(dims)
+    assert got.tolist() == expected.tolist()
+    assert net.dim_groups(dims) is got and not got.flags.writeable   # cached, shared
 
 
 def _path_nodes(net, src, dst):

@@ -91,18 +91,18 @@ class LogicalGrid:
         instances.
         """
         dims = (dims,) if isinstance(dims, (int, np.integer)) else tuple(sorted(dims))
-        ids = np.arange(self.npus, dtype=np.int64)
-        coords = self.coords(ids)
-        inner = np.zeros(self.npus, np.int64)
-        outer = np.zeros(self.npus, np.int64)
-        inner_scale = outer_scale = 1
-        for d, p in enumerate(self.dims):
-            if d in dims:
-                inner += coords[:, d] * inner_scale
-                inner_scale *= p
-            else:
-                outer += coords[:, d] * outer_scale
-                outer_scale *= p
-        groups = np.empty((outer_scale, inner_scale), np.int64)
-        groups[outer, inner] = ids
+        cache = self.__dict__.setdefault("_dim_groups", {})
+        groups = cache.get(dims)
+        if groups is None:
+            # NPU ids laid out C-order over the dimensions, highest first (so dimension d is
+            # axis ndims-1-d), then the other dimensions and ``dims`` each highest first:
+            # rows and columns come out in mixed-radix order, lowest dimension fastest
+            last = self.ndims - 1
+            others = [last - d for d in reversed(range(self.ndims)) if d not in dims]
+            inner = [last - d for d in reversed(dims)]
+            grid = np.arange(self.npus, dtype=np.int64).reshape(self.dims[::-1])
+            width = math.prod(self.dims[d] for d in dims)
+            groups = grid.transpose(others + inner).reshape(-1, width)
+            groups.flags.writeable = False   # shared by every caller
+            cache[dims] = groups
         return groups
