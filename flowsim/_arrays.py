@@ -50,3 +50,23 @@ def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     block_end = np.zeros(block_start.size)
     np.maximum.at(block_end, block_id, e)
     return float(np.sum(block_end - block_start))
+
+
+def sparse_link_sums(links: np.ndarray, weights: np.ndarray, num_links: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The links ``links`` names (ascending), how often each appears, and the sum of
+    ``weights`` over its appearances: ``np.bincount`` restricted to its support.
+
+    Counting over every link costs ``num_links`` per call, sorting the entries
+    ``links.size log links.size``; a phase of one simulated group on a 131,072-NPU network
+    is a few thousand entries against ~800,000 links, so the cheaper one is taken. Both give
+    the same sums bit for bit: each bin adds its weights in entry order either way.
+    """
+    if links.size * 16 < num_links:
+        ids, inverse, counts = np.unique(links, return_inverse=True, return_counts=True)
+        sums = np.bincount(inverse.ravel(), weights=weights, minlength=ids.size)
+        return ids.astype(np.int64), counts, sums
+    counts = np.bincount(links, minlength=num_links)
+    ids = np.flatnonzero(counts)
+    sums = np.bincount(links, weights=weights, minlength=num_links)[ids]
+    return ids, counts[ids], sums

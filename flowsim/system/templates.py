@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._arrays import gather_segments
+from .._arrays import gather_segments, sparse_link_sums
 from ..network.messages import message_loads
 from . import cost
 
@@ -148,11 +148,9 @@ def make_template(network, src: np.ndarray, dst: np.ndarray, indptr: np.ndarray,
     if message is None:
         weight = np.ones(n)
         per_byte = cost.ns_per_byte(network.path_bottleneck(indptr, links))
-        ids, counts = np.unique(links, return_counts=True)
-        busy = np.bincount(links, weights=np.repeat(per_byte, lengths), minlength=L)
+        ids, counts, busy = sparse_link_sums(links, np.repeat(per_byte, lengths), L)
         return StepTemplate(src, dst, indptr, links, weight, path_latency, per_byte,
-                            (ids, counts.astype(float)),
-                            (np.nonzero(busy)[0], busy[busy > 0]))
+                            (ids, counts.astype(float)), (ids[busy > 0], busy[busy > 0]))
     if weight is None:
         raise ValueError("make_template: flows of messages need their weights")
     n_messages = int(message.max()) + 1 if n else 0
