@@ -51,13 +51,14 @@ class PointToPoint:
         self.complete = complete
         self.mailboxes = Mailboxes()
         self._templates: dict[tuple[bytes, bytes], StepTemplate] = {}
+        self._by_program: dict[tuple, tuple[np.ndarray, StepTemplate]] = {}
         #: messages sent (one per NPU of a sending program)
         self.messages = 0
 
     def send(self, st: ProgramState, op: Op, t: float) -> None:
         """Send ``op``'s message from every NPU of ``st`` at time ``t``."""
-        dst = peers(st, op)
-        key = (int(dst[0]), int(st.npus[0]), op.tag)
+        first = op.peer if op.peer is not None else int(st.npus[0]) + int(op.peer_offset or 0)
+        key = (int(first), int(st.npus[0]), op.tag)
         self.messages += st.npus.size
 
         def arrived(t_arrival: float) -> None:
@@ -68,7 +69,7 @@ class PointToPoint:
             if receiver is not None:
                 self._deliver(receiver, end, op)
 
-        self.schedule.message(self._route(st.npus, dst), float(op.size), t, self.delay, arrived)
+        self.schedule.message(self._route(st, op), float(op.size), t, self.delay, arrived)
 
     def recv(self, st: ProgramState, op: Op) -> None:
         """Post receive ``op``; it completes now if its message has already arrived."""
@@ -89,9 +90,18 @@ class PointToPoint:
                 f"send (node {send.id}, tag {op.tag}) sends {send.size} B")
         self.complete(st, op, st.times.maximum(st.ready[op.id], arrival))
 
-    def _route(self, src: np.ndarray, dst: np.ndarray) -> StepTemplate:
+    def _route(self, st: ProgramState, op: Op) -> StepTemplate:
+        # pipeline stages send the same pairs every micro-batch: a program's sends to one
+        # peer are found by the program's NPU array itself (kept alive beside its template,
+        # so its id is not reused), without hashing its thousands of ids at every send
+        mine = (id(st.npus), op.peer, int(op.peer_offset or 0))
+        known = self._by_program.get(mine)
+        if known is not None and known[0] is st.npus:
+            return known[1]
+        src, dst = st.npus, peers(st, op)
         key = (src.tobytes(), dst.tobytes())
         template = self._templates.get(key)
-        if template is None:   # pipeline stages send the same pairs every micro-batch
+        if template is None:
             template = self._templates[key] = route_messages(self.schedule.network, src, dst)
+        self._by_program[mine] = (st.npus, template)
         return template

@@ -325,10 +325,22 @@ class WorkloadEngine:
                       max(sched.ledger.collective_end.values(), default=0.0))
         return accounts.record(
             time_ns=time_ns, dim_bytes=sched.ledger.dim_bytes.copy(),
-            layer_npus=np.array([np.unique(np.concatenate([self.states[i].npus for i in p])).size
-                                 if p else 0 for p in map(sorted, accounts.layer_programs)]),
+            layer_npus=self._layer_npus(accounts.layer_programs),
             dim_busy_ns=sched.ledger.dim_busy_ns(), collectives=self.collectives,
             messages=self.p2p.messages, stats=sched.timer.stats(), timeline=self.timeline)
+
+
+    def _layer_npus(self, layer_programs) -> np.ndarray:
+        """NPUs running each layer: those of its programs (the layers of a pipeline stage
+        share one set of programs, counted once)."""
+        counted: dict[tuple[int, ...], int] = {}
+        out = []
+        for programs in map(tuple, map(sorted, layer_programs)):
+            if programs not in counted:
+                counted[programs] = np.unique(np.concatenate(
+                    [self.states[i].npus for i in programs])).size if programs else 0
+            out.append(counted[programs])
+        return np.array(out)
 
 
 def run_workload(network, workload: Workload, system: SystemConfig, model: str,

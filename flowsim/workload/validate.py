@@ -155,16 +155,22 @@ def _pairs_balance_by_program(workload: Workload) -> bool:
     per-pair check decides). A 16K-NPU pipeline posts ~10^7 pairs but ~10^4 such keys."""
     balance: dict[tuple, int] = {}
     for program in workload.programs:
+        # one bytes object per NPU set: it hashes its thousands of ids once, not per op
+        shifted: dict[int, bytes] = {}
         for op in program.ops:
             if op.kind not in ("send", "recv"):
                 continue
             if op.peer_offset is None:   # an absolute peer: one-NPU programs, checked per pair
                 return False
+            offset = 0 if op.kind == "send" else op.peer_offset
+            npus = shifted.get(offset)
+            if npus is None:
+                npus = shifted[offset] = (program.npus + offset).tobytes()
             if op.kind == "send":
-                key = (program.npus.tobytes(), op.peer_offset, op.tag)
+                key = (npus, op.peer_offset, op.tag)
                 balance[key] = balance.get(key, 0) + 1
             else:
-                key = ((program.npus + op.peer_offset).tobytes(), -op.peer_offset, op.tag)
+                key = (npus, -op.peer_offset, op.tag)
                 balance[key] = balance.get(key, 0) - 1
     return not any(balance.values())
 
