@@ -23,6 +23,7 @@ Writing: :func:`atomic_output` and, on top of it, :func:`write_text_atomic` and
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -253,3 +254,21 @@ def _timestamp_as_text(loader: yaml.SafeLoader, node: ScalarNode) -> Any:
 
 
 _BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_text)
+
+
+def json_text(value: Any) -> str:
+    """``value`` as strict JSON (RFC 8259 has no NaN or Infinity): non-finite floats become
+    ``null`` and numpy arrays and scalars Python values, so ``jq`` and JavaScript read it."""
+    return json.dumps(_json_value(value), allow_nan=False)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if not isinstance(value, (str, bytes, int, float)) and hasattr(value, "tolist"):
+        return _json_value(value.tolist())   # numpy arrays and scalars, without numpy
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -12,7 +12,6 @@ Every error about an input is one line on stderr and exit status 2, never a trac
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import warnings
@@ -122,7 +121,8 @@ def _run_collective(args: argparse.Namespace) -> int:
                "system": str(args.system) if args.system else "default",
                **record.summary()}
     if args.json:
-        print(json.dumps(summary))
+        from ._io import json_text
+        print(json_text(summary))
         return 0
     shape = " x ".join(f"{t}({n})" for t, n in zip(summary["topology"],
                                                  summary["npus_count"]))
@@ -204,8 +204,9 @@ def _run_workload(args: argparse.Namespace) -> int:
         written.append(args.trace)
     summary = run.summary()
     if args.json:
-        print(json.dumps({k: v for k, v in summary.items()
-                          if k not in ("dim_busy_ns", "most_exposed")}))
+        from ._io import json_text
+        print(json_text({k: v for k, v in summary.items()
+                         if k not in ("dim_busy_ns", "most_exposed")}))
         return 0
     total = summary["time_ns"]
     print(f"flowsim {__version__}: {summary['workload']} on {summary['npus']} NPUs, "

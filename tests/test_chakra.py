@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from conftest import VALIDATION
 from flowsim import ConfigError, FlowsimWarning
+from flowsim.cli import main
 from flowsim.workload.chakra import (
     load_chakra,
     read_custom_collective,
@@ -550,3 +551,20 @@ def test_a_trace_of_host_ops_only_says_the_network_plays_no_part(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", FlowsimWarning)
         load_chakra(tmp_path / "gpu" / "t")
+
+
+def test_a_trace_with_no_work_prints_strict_json(tmp_path, capsys):
+    # chakra_generator's one_metadata_node_all_types: nothing to time, so the shares are
+    # undefined; --json writes them as null (RFC 8259 has no NaN), and the run's time as 0
+    for rank in range(8):
+        write_et(tmp_path / f"meta.{rank}.et", [{"id": 0, "type": "METADATA_NODE",
+                                                 "name": "METADATA_NODE"}])
+    assert main(["run", "--workload", str(tmp_path / "meta"), "--network", "ring8",
+                 "--json"]) == 0
+    out = capsys.readouterr().out
+
+    def refuse(constant):
+        raise AssertionError(f"not JSON: {constant}")
+
+    summary = json.loads(out, parse_constant=refuse)
+    assert summary["time_ns"] == 0 and summary["compute_share"] is None

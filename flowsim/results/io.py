@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._io import atomic_output, check_target, write_text_atomic
+from .._io import atomic_output, check_target, json_text, write_text_atomic
 from ..errors import ConfigError, FlowsimError
 
 if TYPE_CHECKING:
@@ -157,21 +157,8 @@ def _attr(value: Any) -> Any:
 
 def dataset_json(ds: xr.Dataset) -> str:
     """The Dataset as JSON text (``to_dict``; NaN and infinities as ``null``)."""
-    return json.dumps(_plain(ds.to_dict(data="list", encoding=False)), allow_nan=False)
+    return json_text(ds.to_dict(data="list", encoding=False))
 
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _plain(value.tolist())
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def dataset_csv(ds: xr.Dataset) -> str:
