@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -15,6 +17,18 @@ REPO = Path(__file__).resolve().parent.parent
 #: FLOWSIM_VALIDATION points elsewhere.
 VALIDATION = Path(os.environ.get("FLOWSIM_VALIDATION",
                                  REPO.parent / "shared" / "validation"))
+
+
+def loaded_after(code: str, modules: tuple[str, ...]) -> set[str]:
+    """Which of ``modules`` are in ``sys.modules`` after running ``code`` in a fresh
+    interpreter (in the repository's folder); the code must succeed."""
+    probe = (f"import sys\n{code}\n"
+             f"print(' '.join(m for m in {modules!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    return set(lines[-1].split()) if lines else set()
 
 
 def ring(p: int = 8, bw: float = 50.0, lat: float = 500.0) -> dict:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import flowsim
+from conftest import loaded_after
 from flowsim import cli_args
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,13 +22,7 @@ SCRIPTS = sorted(p for p in (ROOT / "scripts").rglob("*.py") if not p.name.start
 
 def _loaded_after(code: str) -> set[str]:
     """Heavy modules in ``sys.modules`` after running ``code`` in a fresh interpreter."""
-    probe = (f"import sys\n{code}\n"
-             f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    return set(lines[-1].split()) if lines else set()
+    return loaded_after(code, HEAVY)
 
 
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["run", "--help"],
