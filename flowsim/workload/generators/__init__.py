@@ -21,7 +21,8 @@ From YAML::
 
 The keys are the keyword arguments of :func:`transformer` or :func:`dlrm`.
 ``generator: megatron`` (:mod:`.megatron`) reads a Megatron-LM command line and
-``generator: nemo`` (:mod:`.nemo`) a NeMo training config and ``generator: llmfoundry``
+``generator: nemo`` (:mod:`.nemo`) a NeMo 1 training config, ``generator: nemo2``
+(:mod:`.nemo2`) a NeMo 2 pre-training recipe and ``generator: llmfoundry``
 (:mod:`.llmfoundry`) an LLM Foundry training YAML into the transformer's keys.
 """
 
@@ -38,6 +39,7 @@ from .imported import build_imported
 from .llmfoundry import parse_llmfoundry
 from .megatron import parse_megatron
 from .nemo import parse_nemo
+from .nemo2 import parse_nemo2
 from .transformer import (
     TransformerSpec,
     build_transformer,
@@ -62,6 +64,7 @@ GENERATORS: dict[str, Generator] = {
     "megatron": Generator(parse_megatron, build_imported),
     "nemo": Generator(parse_nemo, build_imported),
     "llmfoundry": Generator(parse_llmfoundry, build_imported),
+    "nemo2": Generator(parse_nemo2, build_imported),
 }
 
 

@@ -1,0 +1,116 @@
+"""NeMo 2's pre-training recipes, as their source sets them: the table ``generator: nemo2``
+reads (:mod:`.nemo2`).
+
+Transcribed from NVIDIA/NeMo at :data:`COMMIT`: each recipe's ``nemo/collections/llm/recipes/
+<name>.py`` (``trainer()``'s parallel sizes, ``pretrain_recipe()``'s ``MockDataModule`` batch
+and sequence, ``pretrain_performance_optimizations()``), the model config class its
+``model()`` builds, resolved through its parents in ``nemo/collections/llm/gpt/model/``
+(``llama.py``, ``mistral.py``, ``mixtral.py``, ``nemotron.py``, ``base.py``), and Megatron-Core's
+defaults where none of them sets a field (GPT-3 175B's GeLU MLP and query groups, Nemotron-4's
+ungated MLP). Every recipe's DDP config overlaps the gradient reduction and the parameter
+gathers and reduces in FP32, and its Adam is Megatron-Core's distributed optimizer; the
+mixed-precision plugin's ``grad_reduce_in_fp32`` is what the DDP config ends up with
+(``MegatronStrategy.connect``). Performance mode adds ``MegatronCommOverlapCallback``: with
+data parallelism, 128 MiB buckets and, with interleaving, aligned parameter gathers; tensor-
+parallel overlap where the recipe asks for it (NeMo turns it off without sequence parallelism
+or below TP 2), with NeMo's userbuffers settings when the recipe names one, else Transformer
+Engine's.
+
+The vocabulary is the model family's tokenizer (Hugging Face ``config.json``: Llama 3 and 3.1
+128,256, Llama 2, Mistral 7B v0.1 and Mixtral 8x7B 32,000, Mixtral 8x22B 32,768, Nemotron-4
+256,000, GPT-3 GPT-2's BPE 50,257), as training on the model's data uses it: the recipes'
+mock data itself builds GPT-2's tokenizer whatever the model (``pretrain()`` takes the data's
+tokenizer), so a run on it is priced with ``vocab: 50257``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+#: the NeMo commit the table was read from
+COMMIT = "8cfedd7203462cb251a914e700e5605444277561"
+#: the communication-overlap callback's DDP bucket with data parallelism (128 Mi parameters)
+BUCKET_SIZE = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One pre-training recipe: its model config (NeMo 2's field names), parallel sizes
+    (``trainer.strategy``), batch (``data``), the MLP, embeddings and vocabulary, and what
+    performance mode changes."""
+
+    model: MappingProxyType
+    strategy: MappingProxyType
+    data: MappingProxyType
+    activation: str = "fast-swiglu"
+    tied_embeddings: bool = False
+    position_embedding: str = "rope"
+    vocab: int = 0
+    #: the embedding and the loss count as a layer each when the layers are split over the
+    #: pipeline stages (``account_for_embedding_in_pipeline_split`` and ``..._loss_...``)
+    embedding_and_loss_in_split: bool = False
+    #: performance mode: ``None`` when the recipe has none
+    performance: MappingProxyType | None = field(default=None)
+
+
+def _recipe(layers: int, hidden: int, ffn: int, heads: int, groups: int | None, seq: int,
+            tp: int, pp: int, vpp: int | None, cp: int, sp: bool, batch: int, micro: int,
+            vocab: int, *, ep: int = 1, perf: dict[str, Any] | None = None,
+            model: dict[str, Any] | None = None, **kwargs: Any) -> Recipe:
+    config = {"num_layers": layers, "hidden_size": hidden, "ffn_hidden_size": ffn,
+              "num_attention_heads": heads, "num_query_groups": groups or heads,
+              **(model or {})}
+    strategy = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
+                "virtual_pipeline_model_parallel_size": vpp, "context_parallel_size": cp,
+                "expert_model_parallel_size": ep, "sequence_parallel": sp}
+    data = {"seq_length": seq, "global_batch_size": batch, "micro_batch_size": micro}
+    return Recipe(MappingProxyType(config), MappingProxyType(strategy), MappingProxyType(data),
+                  vocab=vocab, performance=None if perf is None else MappingProxyType(perf),
+                  **kwargs)
+
+
+def _perf(tp_comm_overlap: bool, named_ub: bool = False, grad_bf16: bool = True,
+          **strategy: Any) -> dict[str, Any]:
+    """Performance mode: tensor-parallel overlap (with NeMo's named userbuffers settings or
+    Transformer Engine's), gradients reduced in BF16, parallel sizes it changes."""
+    return {"tp_comm_overlap": tp_comm_overlap, "named_ub": named_ub, "grad_bf16": grad_bf16,
+            "strategy": strategy}
+
+
+_LLAMA3 = 128256
+_MOE = {"num_moe_experts": 8, "moe_router_topk": 2}
+#: recipe name (``nemo llm pretrain --factory NAME``) -> its settings
+RECIPES: MappingProxyType = MappingProxyType({
+    "llama3_8b": _recipe(32, 4096, 14336, 32, 8, 8192, 1, 1, None, 2, False, 512, 1, _LLAMA3,
+                         perf=_perf(False)),
+    "llama3_70b": _recipe(80, 8192, 28672, 64, 8, 8192, 4, 4, 5, 2, True, 512, 1, _LLAMA3,
+                          perf=_perf(True, named_ub=True)),
+    "llama31_8b": _recipe(32, 4096, 14336, 32, 8, 8192, 1, 1, None, 2, False, 512, 1, _LLAMA3,
+                          perf=_perf(True, named_ub=True, grad_bf16=False)),
+    "llama31_70b": _recipe(80, 8192, 28672, 64, 8, 8192, 4, 4, 5, 2, True, 512, 1, _LLAMA3,
+                           perf=_perf(True, named_ub=True, grad_bf16=False)),
+    "llama31_405b": _recipe(126, 16384, 53248, 128, 8, 8192, 8, 8, 2, 4, True, 512, 1, _LLAMA3,
+                            perf=_perf(True, named_ub=True), embedding_and_loss_in_split=True),
+    "llama2_7b": _recipe(32, 4096, 11008, 32, 32, 4096, 2, 1, None, 1, False, 512, 1, 32000,
+                         perf=_perf(False, grad_bf16=False)),
+    "mistral_7b": _recipe(32, 4096, 14336, 32, 8, 4096, 1, 1, None, 2, False, 512, 1, 32000,
+                          model={"window_size": (4096, 0), "cp_comm_type": "a2a"}),
+    "mixtral_8x7b": _recipe(32, 4096, 14336, 32, 8, 4096, 1, 4, 8, 1, False, 512, 1, 32000,
+                            ep=8, model=_MOE,
+                            perf=_perf(False, tensor_model_parallel_size=8,
+                                       expert_model_parallel_size=1, sequence_parallel=True)),
+    "mixtral_8x22b": _recipe(56, 6144, 16384, 48, 8, 4096, 2, 4, 14, 2, True, 512, 1, 32768,
+                             ep=8, model=_MOE,
+                             perf=_perf(False, tensor_model_parallel_size=8,
+                                        expert_model_parallel_size=1, sequence_parallel=True)),
+    "nemotron4_15b": _recipe(32, 6144, 24576, 48, 8, 4096, 4, 1, None, 1, True, 32, 2, 256000,
+                             activation="squared-relu", perf=_perf(True)),
+    "nemotron4_340b": _recipe(96, 18432, 73728, 96, 8, 4096, 8, 12, 8, 2, True, 2304, 1, 256000,
+                              activation="squared-relu", perf=_perf(True)),
+    "gpt3_175b": _recipe(96, 12288, 49152, 96, None, 2048, 4, 8, 6, 1, True, 2048, 2, 50257,
+                         activation="gelu", tied_embeddings=True,
+                         position_embedding="learned_absolute",
+                         perf=_perf(True, named_ub=True)),
+})

@@ -1,0 +1,179 @@
+"""``generator: nemo2``: NeMo 2 pre-training recipes (``nemo llm pretrain --factory NAME``)
+read into the transformer's keys: the shapes and layouts NeMo's source gives each recipe,
+performance mode, NeMo-Run's command-line overrides, a DGX Cloud row rebuilt from its recipe,
+and every bad input as one line naming it."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+import flowsim
+from flowsim import ConfigError, FlowsimWarning
+from flowsim.workload.generators.nemo2 import nemo2_keys
+from flowsim.workload.generators.nemo2_recipes import BUCKET_SIZE, RECIPES
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import validate_published  # noqa: E402
+
+#: (recipe, layers, hidden, ffn, heads, kv_heads, tp, pp, vpp, cp, ep, sequence, batch,
+#: micro-batch, vocab, gated): NeMo 8cfedd7's recipes and model configs, read again here
+SHAPES = [
+    ("llama3_8b", 32, 4096, 14336, 32, 8, 1, 1, 1, 2, 1, 8192, 512, 1, 128256, True),
+    ("llama3_70b", 80, 8192, 28672, 64, 8, 4, 4, 5, 2, 1, 8192, 512, 1, 128256, True),
+    ("llama31_405b", 126, 16384, 53248, 128, 8, 8, 8, 2, 4, 1, 8192, 512, 1, 128256, True),
+    ("llama2_7b", 32, 4096, 11008, 32, 32, 2, 1, 1, 1, 1, 4096, 512, 1, 32000, True),
+    ("mixtral_8x7b", 32, 4096, 14336, 32, 8, 1, 4, 8, 1, 8, 4096, 512, 1, 32000, True),
+    ("mixtral_8x22b", 56, 6144, 16384, 48, 8, 2, 4, 14, 2, 8, 4096, 512, 1, 32768, True),
+    ("nemotron4_15b", 32, 6144, 24576, 48, 8, 4, 1, 1, 1, 1, 4096, 32, 2, 256000, False),
+    ("nemotron4_340b", 96, 18432, 73728, 96, 8, 8, 12, 8, 2, 1, 4096, 2304, 1, 256000, False),
+    ("gpt3_175b", 96, 12288, 49152, 96, 96, 4, 8, 6, 1, 1, 2048, 2048, 2, 50257, False),
+]
+NAMES = ("layers", "hidden", "ffn", "heads", "kv_heads", "tp", "pp", "vpp", "cp", "ep",
+         "sequence", "global_batch", "micro_batch", "vocab", "gated_mlp")
+
+
+def _cluster(nodes: int) -> dict:
+    return {"cluster": {"device": "h100", "nodes": nodes, "gpus_per_node": 8,
+                        "nic_gbps": 400, "nics_per_node": 8}}
+
+
+def _keys(recipe: str, overrides=None) -> dict:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return nemo2_keys(recipe, "spec.yml", overrides)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[s[0] for s in SHAPES])
+def test_each_recipe_as_nemo_sets_it(shape):
+    keys = _keys(shape[0])
+    got = tuple(keys.get(name, 1 if name in ("tp", "pp", "vpp", "cp", "ep") else None)
+                for name in NAMES)
+    assert got == shape[1:]
+    # every recipe: the distributed optimizer, both overlaps, FP32 gradient reduction,
+    # bucket by bucket (NeMo 2), the fused cross entropy (GPTConfig's default)
+    assert keys["distributed_optimizer"] and keys["overlap_grad_reduce"]
+    assert keys["overlap_param_gather"] and not keys["grad_reduce_in_bf16"]
+    assert keys["align_grad_reduce"] is False and keys["cross_entropy_fusion"] is True
+    assert keys["tp_comm_overlap"] is False and keys["recompute"] == "none"
+
+
+def test_model_details():
+    assert _keys("gpt3_175b")["position_embedding"] == "learned_absolute"
+    assert _keys("gpt3_175b")["tied_embeddings"] is True
+    assert _keys("llama3_8b")["position_embedding"] == "rope"
+    assert _keys("mixtral_8x7b")["experts"] == 8 and _keys("mixtral_8x7b")["top_k"] == 2
+    # Llama 3.1 405B counts its embedding and loss as layers of the pipeline split
+    assert _keys("llama31_405b")["pipeline_layout"] == "first_last_fewer"
+    mistral = _keys("mistral_7b")
+    assert mistral["window"] == 4096 and mistral["cp_comm_type"] == "a2a"
+
+
+def test_performance_mode():
+    plain, fast = _keys("llama3_70b"), _keys("llama3_70b(performance_mode=True)")
+    assert not plain["grad_reduce_in_bf16"] and fast["grad_reduce_in_bf16"]
+    assert fast["tp_comm_overlap"] and fast["tp_comm_overlap_cfg"] == "nemo"
+    assert fast["bucket_size"] == BUCKET_SIZE and fast["align_param_gather"] is True
+    # Llama 3.1 70B's performance mode leaves the plugin's FP32 reduction as it is
+    assert not _keys("llama31_70b(performance_mode=True)")["grad_reduce_in_bf16"]
+    # Nemotron-4: the callback's overlap without a userbuffers config (Transformer Engine's)
+    assert _keys("nemotron4_340b(performance_mode=True)")["tp_comm_overlap_cfg"] == "te_default"
+    # Mixtral: tensor parallelism instead of expert parallelism
+    mixtral = _keys("mixtral_8x7b(performance_mode=True)")
+    assert (mixtral["tp"], mixtral.get("ep", 1), mixtral["sp"]) == (8, 1, True)
+    assert not _keys("mixtral_8x7b(performance_mode=False)")["sp"]
+
+
+def test_overrides_as_nemo_run_takes_them():
+    keys = _keys("llama3_70b", "trainer.strategy.tensor_model_parallel_size=8 "
+                 "trainer.strategy.virtual_pipeline_model_parallel_size=None "
+                 "data.global_batch_size=128 trainer.plugins.fp8=hybrid "
+                 "model.config.recompute_granularity=full log.name=run trainer.max_steps=10")
+    assert (keys["tp"], keys.get("vpp", 1), keys["global_batch"]) == (8, 1, 128)
+    assert keys["dtype"] == "fp8" and keys["recompute"] == "full"
+    listed = _keys("llama3_8b", ["trainer.strategy.ddp.bucket_size=1000000",
+                                 "trainer.plugins.grad_reduce_in_fp32=False"])
+    assert listed["bucket_size"] == 1_000_000 and listed["grad_reduce_in_bf16"]
+    with pytest.warns(FlowsimWarning, match=r"not modelled, left out: "
+                                            r"trainer\.strategy\.ddp\.grad_reduce_in_fp32"):
+        nemo2_keys("llama3_8b", "spec.yml", "trainer.strategy.ddp.grad_reduce_in_fp32=False")
+
+
+def test_a_dgx_cloud_row_from_its_recipe():
+    # DGX Cloud's Nemotron-4 340B on 256 H100s (NeMo 25.04): the recipe in performance mode,
+    # resized as the benchmark's table says, gives the row's transcribed settings; only the
+    # userbuffers differ (the benchmark's scripts name NeMo's, the recipe leaves TE's)
+    row = validate_published.rows("dgxc2505_nemotron4_340b_bf16_256gpu")[0]
+    spec = validate_published.spec(row)
+    keys = _keys("nemotron4_340b(performance_mode=True)",
+                 "trainer.strategy.pipeline_model_parallel_size=8 "
+                 "trainer.strategy.virtual_pipeline_model_parallel_size=12 "
+                 "trainer.strategy.context_parallel_size=1 data.global_batch_size=64")
+    for key, value in spec.items():
+        if key not in ("generator", "dp", "tp_comm_overlap_cfg", "attention", "device"):
+            assert keys.get(key, value) == value, key
+    for key in ("grad_reduce_in_bf16", "bucket_size", "align_grad_reduce", "tp_comm_overlap",
+                "cross_entropy_fusion", "vpp", "global_batch"):
+        assert keys[key] == spec[key], key
+
+
+def test_runs_from_a_yaml_spec(tmp_path):
+    spec = tmp_path / "run.yml"
+    spec.write_text(yaml.safe_dump({"generator": "nemo2",
+                                    "recipe": "nemotron4_15b(performance_mode=True)",
+                                    "overrides": "data.global_batch_size=16"}))
+    ds = flowsim.simulate(flowsim.load_network(_cluster(1)), str(spec), "nccl")
+    assert float(ds.time_ns) > 0 and 0 < ds.attrs["mfu"] < 1
+    wider = flowsim.simulate(flowsim.load_network(_cluster(2)), str(spec), "nccl")
+    assert float(wider.time_ns) < float(ds.time_ns)   # DP 4 instead of 2: half the batch each
+
+
+def test_every_recipe_builds():
+    for name in RECIPES:
+        if name == "mistral_7b":   # its sliding window with context parallelism: refused below
+            continue
+        keys = _keys(name)
+        model = keys["tp"] * keys.get("pp", 1) * keys.get("cp", 1)
+        nodes = -(-model * keys.get("ep", 1) // 8)   # expert parallelism splits DP
+        batch = keys["micro_batch"] * keys.get("pp", 1) * (nodes * 8 // model)  # a short step
+        spec = {"generator": "nemo2", "recipe": name,
+                "overrides": f"data.global_batch_size={batch}"}
+        work = flowsim.load_workload(spec, flowsim.load_network(_cluster(nodes)))
+        assert work.programs, name
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"recipe": "llama4_70b"}, r"key 'recipe': expected one of llama3_8b, .*found 'llama4_70b'"),
+    ({"recipe": "llama3_8b(seq_length=4)"}, r"key 'recipe \(seq_length\)': expected a keyword"),
+    ({"recipe": "llama3_8b(performance_mode='yes')"},
+     r"key 'recipe \(performance_mode\)': expected True or False"),
+    ({"recipe": "mistral_7b(performance_mode=True)"}, r"has no performance mode"),
+    ({"recipe": "llama3_8b(1, 2)"}, r"key 'recipe': expected a recipe name or a call"),
+    ({"recipe": 7}, r"key 'recipe': expected a NeMo 2 recipe"),
+    ({"recipe": "llama3_8b", "overrides": "model.config.num_layers"}, r"key 'overrides'"),
+    ({"recipe": "llama3_8b", "overrides": "executor.nodes=2"},
+     r"key 'overrides \(executor\)': expected a path under trainer"),
+    ({"recipe": "llama3_8b", "tp_size": 2}, r"key 'tp_size'"),
+    ({"overrides": "data.seq_length=4"}, r"key 'recipe'"),
+])
+def test_bad_inputs_are_one_line(spec, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        flowsim.load_workload({"generator": "nemo2", **spec},
+                              flowsim.load_network(_cluster(1)))
+    assert "\n" not in str(info.value)
+
+
+def test_a_layout_flowsim_cannot_run_names_the_recipe_setting():
+    # Mistral 7B's sliding window with its context parallelism of 2
+    with pytest.raises(ConfigError, match=r"window.*model\.config\.window_size"):
+        flowsim.load_workload({"generator": "nemo2", "recipe": "mistral_7b"},
+                              flowsim.load_network(_cluster(1)))
+    work = flowsim.load_workload({"generator": "nemo2", "recipe": "mistral_7b",
+                                  "overrides": "trainer.strategy.context_parallel_size=1 "
+                                               "data.global_batch_size=8"},
+                                 flowsim.load_network(_cluster(1)))
+    assert work.programs
