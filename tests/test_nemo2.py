@@ -14,7 +14,7 @@ import yaml
 
 import flowsim
 from flowsim import ConfigError, FlowsimWarning
-from flowsim.workload.generators.nemo2 import nemo2_keys
+from flowsim.workload.generators.nemo2 import finish_keys, nemo2_keys
 from flowsim.workload.generators.nemo2_recipes import BUCKET_SIZE, RECIPES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
@@ -77,7 +77,14 @@ def test_performance_mode():
     plain, fast = _keys("llama3_70b"), _keys("llama3_70b(performance_mode=True)")
     assert not plain["grad_reduce_in_bf16"] and fast["grad_reduce_in_bf16"]
     assert fast["tp_comm_overlap"] and fast["tp_comm_overlap_cfg"] == "nemo"
-    assert fast["bucket_size"] == BUCKET_SIZE and fast["align_param_gather"] is True
+    # the overlap callback, once the data-parallel size is known: 128 Mi buckets and, with
+    # interleaving, aligned gathers; with one data-parallel rank, no overlap at all
+    wide = finish_keys({**fast, "dp": 2})
+    assert wide["bucket_size"] == BUCKET_SIZE and wide["align_param_gather"] is True
+    assert wide["overlap_grad_reduce"] and wide["overlap_param_gather"]
+    alone = finish_keys({**fast, "dp": 1})
+    assert not alone["overlap_grad_reduce"] and not alone["overlap_param_gather"]
+    assert "bucket_size" not in alone and not alone["align_param_gather"]
     # Llama 3.1 70B's performance mode leaves the plugin's FP32 reduction as it is
     assert not _keys("llama31_70b(performance_mode=True)")["grad_reduce_in_bf16"]
     # Nemotron-4: the callback's overlap without a userbuffers config (Transformer Engine's)
@@ -85,7 +92,21 @@ def test_performance_mode():
     # Mixtral: tensor parallelism instead of expert parallelism
     mixtral = _keys("mixtral_8x7b(performance_mode=True)")
     assert (mixtral["tp"], mixtral.get("ep", 1), mixtral["sp"]) == (8, 1, True)
-    assert not _keys("mixtral_8x7b(performance_mode=False)")["sp"]
+    assert not _keys("mixtral_8x7b(performance_mode=false)")["sp"]
+
+
+def test_performance_mode_follows_the_data_parallel_size_when_built():
+    # Llama 3.1 405B on 32 nodes: TP 8 x PP 8 x CP 4 leaves one data-parallel rank, so
+    # NeMo's callback turns the overlaps off; on 64 nodes they are on, in 128 Mi buckets
+    spec = {"generator": "nemo2", "recipe": "llama31_405b(performance_mode=True)",
+            "overrides": "data.global_batch_size=16"}
+    one = flowsim.simulate(flowsim.load_network(_cluster(32)), spec, "nccl")
+    two = flowsim.simulate(flowsim.load_network(_cluster(64)),
+                           {**spec, "overrides": "data.global_batch_size=32"}, "nccl")
+    assert float(one.time_ns) > 0 and float(two.time_ns) > 0
+    plain = flowsim.simulate(flowsim.load_network(_cluster(32)),
+                             {**spec, "dp": 1, "overlap_grad_reduce": True}, "nccl")
+    assert float(plain.time_ns) != float(one.time_ns)
 
 
 def test_overrides_as_nemo_run_takes_them():
@@ -116,6 +137,7 @@ def test_a_dgx_cloud_row_from_its_recipe():
     for key, value in spec.items():
         if key not in ("generator", "dp", "tp_comm_overlap_cfg", "attention", "device"):
             assert keys.get(key, value) == value, key
+    keys = finish_keys({**keys, "dp": spec["dp"]})
     for key in ("grad_reduce_in_bf16", "bucket_size", "align_grad_reduce", "tp_comm_overlap",
                 "cross_entropy_fusion", "vpp", "global_batch"):
         assert keys[key] == spec[key], key
@@ -159,6 +181,19 @@ def test_every_recipe_builds():
      r"key 'overrides \(executor\)': expected a path under trainer"),
     ({"recipe": "llama3_8b", "tp_size": 2}, r"key 'tp_size'"),
     ({"overrides": "data.seq_length=4"}, r"key 'recipe'"),
+    ({"recipe": "llama3_8b", "overrides": "trainer.strategy=megatron"},
+     r"key 'overrides \(trainer\.strategy\)': expected a mapping of settings"),
+    ({"recipe": "llama3_8b", "overrides": "trainer.plugins=fp64_mixed"},
+     r"key 'overrides \(trainer\.plugins\)': expected a mapping of settings or a precision"),
+    ({"recipe": "llama3_8b", "overrides": "model=llama3_70b"},
+     r"key 'overrides \(model\)': expected a mapping"),
+    ({"recipe": "llama3_70b", "overrides": "trainer.strategy.sequence_parallel=maybe"},
+     r"key 'trainer\.strategy\.sequence_parallel'"),
+    ({"recipe": "llama3_8b", "overrides": "model.config.recompute_granularity=Full"},
+     r"key 'model\.config\.recompute_granularity': expected selective, full or None"),
+    ({"recipe": "llama3_8b", "overrides": "data.global_batch_size*=x"},
+     r"key 'overrides \(data\.global_batch_size\)': expected a number on both sides"),
+    ({"recipe": "llama3_8b(**x)"}, r"key 'recipe \(\*\*\)'"),
 ])
 def test_bad_inputs_are_one_line(spec, message):
     with pytest.raises(ConfigError, match=message) as info:
@@ -177,3 +212,51 @@ def test_a_layout_flowsim_cannot_run_names_the_recipe_setting():
                                                "data.global_batch_size=8"},
                                  flowsim.load_network(_cluster(1)))
     assert work.programs
+
+
+def test_nemo_run_syntax_and_nemo_s_own_corrections():
+    keys = _keys("llama3_8b", "data.global_batch_size*=2 data.seq_length-=4096 "
+                 "model.config.window_size=(2048,0) trainer.strategy.context_parallel_size=1")
+    assert (keys["global_batch"], keys["sequence"], keys["window"]) == (1024, 4096, 2048)
+    # a precision factory in place of the plugin, and its fields; fp8=False is BF16
+    assert _keys("llama3_8b", "trainer.plugins=bf16_with_fp8_mixed")["dtype"] == "fp8"
+    assert _keys("llama3_8b", "trainer.plugins=bf16_with_fp8_mixed")["fp8_param_gather"]
+    assert _keys("llama3_8b", "trainer.plugins.fp8=False")["dtype"] == "bf16"
+    assert _keys("llama3_8b", "trainer.plugins=fp16_mixed")["dtype"] == "fp16"
+    assert _keys("llama3_8b", "trainer.plugins.fp8=hybrid trainer.plugins.fp8_params=True"
+                 )["fp8_param_gather"]
+    # recomputation as Megatron-Core takes it: granularity, method and layers
+    full = _keys("llama3_8b", "model.config.recompute_granularity=full "
+                 "model.config.recompute_method=uniform model.config.recompute_num_layers=1")
+    assert full["recompute"] == "full"
+    # None, and the layout keys of Nemotron's recipe calls
+    assert _keys("llama3_8b", "trainer.strategy.ddp.bucket_size=None").get("bucket_size") is None
+    nemotron = _keys("nemotron4_340b(tensor_parallelism=4, pipeline_parallelism=8, "
+                     "global_batch_size=64, precision='16-mixed')")
+    assert (nemotron["tp"], nemotron["pp"], nemotron["global_batch"]) == (4, 8, 64)
+    assert nemotron["dtype"] == "fp16"
+    # experts over the context- and data-parallel ranks, as Megatron-Core folds them
+    assert _keys("mixtral_8x22b")["expert_layout"] == "folded"
+    assert _keys("mixtral_8x7b", "trainer.strategy.expert_tensor_parallel_size=1"
+                 )["expert_tp"] == 1
+    # no split accounting: an even split
+    assert "pipeline_layout" not in _keys(
+        "llama31_405b", "trainer.strategy.account_for_embedding_in_pipeline_split=False")
+    # NeMo drops virtual stages without pipelining and SP without TP, with a warning
+    with pytest.warns(FlowsimWarning, match="virtual pipeline stages without pipeline"):
+        flat = nemo2_keys("llama3_70b", "s", "trainer.strategy.pipeline_model_parallel_size=1")
+    assert flat.get("vpp", 1) == 1
+    with pytest.warns(FlowsimWarning, match="sequence parallelism without tensor"):
+        lone = nemo2_keys("llama3_70b(performance_mode=True)", "s",
+                          "trainer.strategy.tensor_model_parallel_size=1")
+    assert not lone["sp"] and not lone["tp_comm_overlap"]
+
+
+def test_what_is_skipped_and_what_is_named():
+    _keys("llama3_8b", "optim.config.lr=1e-4 log.ckpt.save_top_k=2 trainer.max_steps=5")
+    with pytest.warns(FlowsimWarning, match=r"not modelled, left out: "
+                                            r"model\.config\.tensor_model_parallel_size, "
+                                            r"trainer\.callbacks\[1\]\.tp_comm_overlap"):
+        keys = nemo2_keys("llama3_8b", "s", "model.config.tensor_model_parallel_size=8 "
+                          "trainer.callbacks[1].tp_comm_overlap=False")
+    assert keys.get("tp", 1) == 1   # NeMo takes the parallel sizes from the strategy

@@ -13,7 +13,7 @@ import re
 import shlex
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +115,10 @@ class ImportedSpec:
     origin: str
     #: transformer key -> the tool's name for it, for keys read from ``origin``
     names: tuple[tuple[str, str], ...] = ()
+    #: settings the tool decides only once the data-parallel size is known:
+    #: ``finish(keys)`` with ``keys["dp"]`` set returns the keys to build
+    finish: Callable[[dict[str, Any]], dict[str, Any]] | None = field(default=None,
+                                                                       compare=False)
 
     def build(self, network: Any) -> Workload:
         try:
@@ -137,16 +141,21 @@ class ImportedSpec:
                                   f"parallel = {model} does not divide the network's "
                                   f"{network.npus} NPUs")
             keys["dp"] = network.npus // model
+        if self.finish is not None:
+            keys = self.finish(keys)
         return build_transformer(network, parse_transformer(keys, self.source))
 
 
 def parse_imported(values: Mapping[str, Any], source: str, *, read: str,
                    translate: Callable[[Any, str], dict[str, Any]],
-                   names: Mapping[str, str]) -> ImportedSpec:
+                   names: Mapping[str, str],
+                   finish: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+                   ) -> ImportedSpec:
     """An :class:`ImportedSpec` from ``values``: key ``read`` holds the other tool's
     configuration, which ``translate(value, source)`` turns into transformer keys; every
     other key is a transformer key and wins over the translated ones. ``names`` gives the
-    tool's name of a transformer key, for errors."""
+    tool's name of a transformer key, for errors; ``finish`` (see :class:`ImportedSpec`)
+    completes the keys once the data-parallel size is known."""
     if read not in values:
         raise config_error(source, read, "the configuration to read", None)
     overrides = {k: v for k, v in values.items() if k != read}
@@ -160,7 +169,10 @@ def parse_imported(values: Mapping[str, Any], source: str, *, read: str,
                       f"layers are left out (give 'vocab' beside '{read}')", FlowsimWarning,
                       stacklevel=4)
     tool = tuple((k, names[k]) for k in keys if k in names and k not in overrides)
-    return ImportedSpec(tuple(keys.items()), source, read, tool)
+    if finish is not None:   # the keys given beside win over what the tool decides too
+        decide = finish
+        finish = lambda keys: {**decide(keys), **overrides}  # noqa: E731
+    return ImportedSpec(tuple(keys.items()), source, read, tool, finish)
 
 
 def build_imported(network: Any, spec: ImportedSpec) -> Workload:

@@ -5,33 +5,29 @@ pretrain --factory llama3_70b trainer.strategy.tensor_model_parallel_size=8
 data.global_batch_size=1024``. This generator takes the same two parts: ``recipe``, the
 factory as ``--factory`` takes it (``llama3_70b``, or a call such as
 ``"llama3_70b(performance_mode=True)"``), and ``overrides``, NeMo-Run's command-line items
-(``a.b.c=value``; one string split as a shell would, or a list). The recipes' settings are
-those of NeMo's source, transcribed per recipe (:data:`~.nemo2_recipes.RECIPES`, with the
-commit), and read as the NeMo 1 importer reads a config (:func:`.nemo.nemo_keys`), with NeMo
-2's own defaults where they differ; the data-parallel size is what the network's NPUs leave
-(``trainer.num_nodes`` and ``trainer.devices`` are the network's to say). From YAML::
+(``a.b.c=value``, and ``+=``, ``-=``, ``*=``, ``/=``; one string split as a shell would, or a
+list). The recipes' settings are those of NeMo's source, transcribed per recipe
+(:data:`~.nemo2_recipes.RECIPES`, with the commit), and read as the NeMo 1 importer reads a
+config (:func:`.nemo.nemo_keys`), with NeMo 2's own rules where they differ; the
+data-parallel size is what the network's NPUs leave (``trainer.num_nodes`` and
+``trainer.devices`` are the network's to say). From YAML::
 
     generator: nemo2
     recipe: llama3_70b(performance_mode=True)
     overrides: trainer.strategy.context_parallel_size=1 data.global_batch_size=256
     device: h100           # any transformer key overrides what the recipe says
 
-What the overrides may set (NeMo 2's names; values as NeMo-Run reads them, ``True``,
-``None`` and numbers): under ``trainer.strategy`` the parallel sizes
-(``tensor_model_parallel_size``, ``pipeline_model_parallel_size``,
-``virtual_pipeline_model_parallel_size``, ``context_parallel_size``,
-``expert_model_parallel_size``) and ``sequence_parallel``, under ``trainer.strategy.ddp``
-``overlap_grad_reduce``, ``overlap_param_gather``, ``bucket_size`` and
-``align_param_gather``; under ``trainer.plugins`` ``grad_reduce_in_fp32`` (the mixed-precision
-plugin's, which NeMo hands the DDP config), ``fp8`` (``hybrid`` or ``e4m3``: FP8 training)
-and ``fp8_param_gather``; ``data.seq_length``, ``data.global_batch_size`` and
-``data.micro_batch_size``; under ``model.config`` the shape (``num_layers``, ``hidden_size``,
-``ffn_hidden_size``, ``num_attention_heads``, ``num_query_groups``, ``kv_channels``,
-``num_moe_experts``, ``moe_router_topk``), ``recompute_granularity`` and
-``cross_entropy_loss_fusion``. Items that do not change an iteration's time (``log.*``,
-``resume.*``, ``optim.config.lr``, ``trainer.max_steps``, ...) are skipped; any other is named
-in a warning, and a path outside ``trainer``, ``data``, ``model``, ``optim``, ``log`` and
-``resume`` is an error.
+What the overrides may set (NeMo 2's names; values as NeMo-Run reads them: Python literals,
+``true``, ``none``): :data:`READ`. ``trainer.plugins`` may also be replaced by a precision
+factory (:data:`PLUGINS`: ``trainer.plugins=bf16_with_fp8_mixed``). Items that do not change
+an iteration's time (:data:`SKIPPED`: ``log.*``, ``resume.*``, learning rates,
+``trainer.max_steps``, ...) are skipped; any other is named in a warning, and so are items
+that index a list (``trainer.callbacks[1].x``); a path outside :data:`ROOTS`, or a factory
+in place of another block, is an error. As NeMo does, virtual pipeline stages are dropped
+without pipeline parallelism and sequence parallelism without tensor parallelism (each with
+a warning), and performance mode's communication-overlap callback sets the gradient and
+parameter overlaps once the data-parallel size is known (off at 1; else overlapped, 128 Mi
+buckets, gathers aligned with interleaving), over what the overrides say.
 """
 
 from __future__ import annotations
@@ -41,26 +37,32 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from ...errors import FlowsimWarning, config_error
-from .config_files import apply_overrides
+from ...errors import ConfigError, FlowsimWarning, config_error
+from .config_files import apply_nemo_run_items
 from .imported import ImportedSpec, parse_imported
 from .nemo import nemo_keys
-from .nemo2_recipes import BUCKET_SIZE, COMMIT, RECIPES, Recipe
+from .nemo2_recipes import BUCKET_SIZE, COMMIT, FACTORY_PATHS, RECIPES, Recipe
 
-#: the factory's keyword arguments a recipe call may give (the others name files and runs)
-FACTORY_ARGUMENTS = ("performance_mode", "num_nodes", "num_gpus_per_node", "name", "dir")
-#: NeMo 2 config paths flowsim reads (see the module docstring), by block
+#: parallel sizes (``trainer.strategy``) and model settings (``model.config``) NeMo 1 names
+#: alike
+_PARALLEL = ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+             "virtual_pipeline_model_parallel_size", "context_parallel_size",
+             "expert_model_parallel_size", "sequence_parallel")
+_MODEL = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+          "num_query_groups", "kv_channels", "num_moe_experts", "moe_router_topk",
+          "window_size", "cp_comm_type")
+#: NeMo 2 config paths flowsim reads, by block
 READ = {
-    "trainer.strategy": ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                         "virtual_pipeline_model_parallel_size", "context_parallel_size",
-                         "expert_model_parallel_size", "sequence_parallel"),
+    "trainer.strategy": (*_PARALLEL, "expert_tensor_parallel_size",
+                         "account_for_embedding_in_pipeline_split",
+                         "account_for_loss_in_pipeline_split"),
     "trainer.strategy.ddp": ("overlap_grad_reduce", "overlap_param_gather", "bucket_size",
                              "align_param_gather"),
-    "trainer.plugins": ("grad_reduce_in_fp32", "fp8", "fp8_param_gather"),
+    "trainer.plugins": ("precision", "grad_reduce_in_fp32", "fp8", "fp8_param_gather",
+                        "fp8_params"),
     "data": ("seq_length", "global_batch_size", "micro_batch_size"),
-    "model.config": ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
-                     "num_query_groups", "kv_channels", "num_moe_experts", "moe_router_topk",
-                     "recompute_granularity", "cross_entropy_loss_fusion"),
+    "model.config": (*_MODEL, "recompute_granularity", "recompute_method",
+                     "recompute_num_layers", "cross_entropy_loss_fusion"),
 }
 #: paths (or their first parts) that do not change an iteration's time
 SKIPPED = ("log", "resume", "optim.config.lr", "optim.config.min_lr",
@@ -68,14 +70,30 @@ SKIPPED = ("log", "resume", "optim.config.lr", "optim.config.min_lr",
            "optim.config.clip_grad", "optim.lr_scheduler", "trainer.max_steps",
            "trainer.val_check_interval", "trainer.limit_val_batches",
            "trainer.limit_test_batches", "trainer.log_every_n_steps", "trainer.num_nodes",
-           "trainer.devices", "trainer.callbacks", "trainer.enable_checkpointing",
-           "data.num_workers", "data.seed")
+           "trainer.devices", "trainer.enable_checkpointing", "data.num_workers", "data.seed")
 ROOTS = ("trainer", "data", "model", "optim", "log", "resume")
+#: NeMo's precision factories (``recipes/precision/mixed_precision.py``) -> plugin settings
+_FP8 = {"fp8": "hybrid", "fp8_param_gather": True}
+PLUGINS: dict[str, dict[str, Any]] = {
+    "bf16_mixed": {"precision": "bf16-mixed"}, "fp16_mixed": {"precision": "16-mixed"},
+    "bf16_with_fp8_mixed": {"precision": "bf16-mixed", **_FP8},
+    "fp16_with_fp8_mixed": {"precision": "16-mixed", **_FP8},
+    "bf16_with_mxfp8_mixed": {"precision": "bf16-mixed", **_FP8},
+    "fp16_with_mxfp8_mixed": {"precision": "16-mixed", **_FP8},
+    "bf16_with_fp8_current_scaling_mixed": {"precision": "bf16-mixed", **_FP8}}
+#: NeMo 1 names in the NeMo 1 importer's messages -> NeMo 2's paths
+_PATHS = {"model.optim.overlap_grad_sync": "trainer.strategy.ddp.overlap_grad_reduce",
+          "model.optim.overlap_param_sync": "trainer.strategy.ddp.overlap_param_gather",
+          "model.optim.align_param_gather": "trainer.strategy.ddp.align_param_gather",
+          "model.encoder_seq_length": "data.seq_length",
+          "model.activations_checkpoint_granularity": "model.config.recompute_granularity",
+          **{f"model.{k}": f"trainer.strategy.{k}" for k in READ["trainer.strategy"]},
+          **{f"model.{k}": f"model.config.{k}" for k in READ["model.config"]}}
 
 
-def read_recipe(text: Any, source: str) -> tuple[str, Recipe, bool]:
-    """The recipe a ``--factory`` value names (``name`` or ``name(key=value, ...)``) and
-    whether it asks for performance mode."""
+def read_recipe(text: Any, source: str) -> tuple[str, Recipe, bool, dict[str, Any]]:
+    """The recipe a ``--factory`` value names (``name`` or ``name(key=value, ...)``), whether
+    it asks for performance mode, and the settings its other arguments give (by path)."""
     if not isinstance(text, str) or not text.strip():
         raise config_error(source, "recipe", "a NeMo 2 recipe: " + ", ".join(RECIPES), text)
     try:
@@ -92,102 +110,185 @@ def read_recipe(text: Any, source: str) -> tuple[str, Recipe, bool]:
     recipe = RECIPES.get(name)
     if recipe is None:
         raise config_error(source, "recipe", "one of " + ", ".join(RECIPES), name)
-    performance = False
+    accepted = ("performance_mode", "num_nodes", "num_gpus_per_node", "name", "dir",
+                *recipe.factory_arguments)
+    performance, settings = False, {}
     for argument in arguments:
-        if argument.arg not in FACTORY_ARGUMENTS:
-            raise config_error(source, f"recipe ({argument.arg})",
-                               "a keyword of pretrain_recipe: " + ", ".join(FACTORY_ARGUMENTS),
-                               ast.unparse(argument.value))
+        label = f"recipe ({argument.arg or '**'})"
+        if argument.arg not in accepted:
+            raise config_error(source, label, f"a keyword of {name}'s pretrain_recipe: "
+                               + ", ".join(accepted), ast.unparse(argument.value))
+        value = _literal(argument.value)
         if argument.arg == "performance_mode":
-            value = argument.value
-            if not (isinstance(value, ast.Constant) and isinstance(value.value, bool)):
-                raise config_error(source, "recipe (performance_mode)", "True or False",
-                                   ast.unparse(value))
-            performance = value.value
-    return name, recipe, performance
+            if not isinstance(value, bool):
+                raise config_error(source, label, "True or False", ast.unparse(argument.value))
+            performance = value
+        elif argument.arg is not None and argument.arg in FACTORY_PATHS:
+            # Nemotron's recipes take their layout as arguments
+            if argument.arg == "precision":
+                value = {"bf16-mixed": "bf16_mixed", "16-mixed": "fp16_mixed"}.get(value, value)
+            settings[FACTORY_PATHS[argument.arg]] = value
+    if performance and recipe.performance is None:
+        raise config_error(source, "recipe (performance_mode)", f"False ({name}'s "
+                           "pretrain_recipe has no performance mode)", True)
+    return name, recipe, performance, settings
 
 
-def recipe_config(recipe: Recipe, performance: bool) -> dict[str, Any]:
+def _literal(node: ast.expr) -> Any:
+    """A call argument's value, as NeMo-Run reads it (``true`` and ``none`` too)."""
+    if isinstance(node, ast.Name) and node.id.lower() in ("true", "false", "none", "null"):
+        return {"true": True, "false": False}.get(node.id.lower())
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return ast.unparse(node)
+
+
+def recipe_config(recipe: Recipe, performance: bool, settings: Mapping[str, Any]
+                  ) -> dict[str, Any]:
     """The recipe's settings under NeMo 2's paths (what overrides address), after
-    performance mode when asked for."""
-    strategy = dict(recipe.strategy)
-    ddp: dict[str, Any] = {"overlap_grad_reduce": True, "overlap_param_gather": True,
-                           "bucket_size": None, "align_param_gather": False}
-    plugins: dict[str, Any] = {"grad_reduce_in_fp32": True, "fp8": None,
-                               "fp8_param_gather": False}
+    performance mode when asked for and the factory call's arguments."""
+    strategy = {**recipe.strategy, "account_for_embedding_in_pipeline_split":
+                recipe.embedding_and_loss_in_split, "account_for_loss_in_pipeline_split":
+                recipe.embedding_and_loss_in_split}
+    plugins: dict[str, Any] = {"precision": "bf16-mixed", "grad_reduce_in_fp32": True,
+                               "fp8": None, "fp8_param_gather": False}
     if performance and recipe.performance is not None:
         strategy.update(recipe.performance["strategy"])
         plugins["grad_reduce_in_fp32"] = not recipe.performance["grad_bf16"]
-        ddp["bucket_size"] = BUCKET_SIZE   # the overlap callback's, with DP > 1 (it also
-        # aligns the gathers with pipelining and interleaving: read after the overrides)
-    return {"trainer": {"strategy": {**strategy, "ddp": ddp}, "plugins": plugins},
-            "data": dict(recipe.data), "model": {"config": dict(recipe.model)}}
+    config: dict[str, Any] = {"trainer": {"strategy": {**strategy, "ddp": {
+        "overlap_grad_reduce": True, "overlap_param_gather": True, "bucket_size": None,
+        "align_param_gather": False}}, "plugins": plugins},
+        "data": dict(recipe.data), "model": {"config": dict(recipe.model)}}
+    for path, value in settings.items():
+        *parents, last = path.split(".")
+        block: dict[str, Any] = config
+        for part in parents:
+            block = block[part]
+        block[last] = dict(PLUGINS[value]) if path == "trainer.plugins" and value in PLUGINS \
+            else value
+    return config
 
 
 def nemo2_keys(text: Any, source: str, overrides: Any = None) -> dict[str, Any]:
     """The transformer keys of a NeMo 2 recipe (``text``: the ``--factory`` value) after
-    NeMo-Run's command-line ``overrides``."""
-    name, recipe, performance = read_recipe(text, source)
+    NeMo-Run's command-line ``overrides`` (performance mode's data-parallel settings are
+    added by :func:`finish_keys` once the data-parallel size is known)."""
+    name, recipe, performance, settings = read_recipe(text, source)
     where = f"{source}: recipe {name}"
-    if performance and recipe.performance is None:
-        raise config_error(source, "recipe (performance_mode)", f"False ({name}'s "
-                           "pretrain_recipe has no performance mode)", True)
-    config = apply_overrides(recipe_config(recipe, performance), overrides, source,
-                             example="trainer.strategy.tensor_model_parallel_size=8")
-    _check_paths(config, recipe_config(recipe, performance), where)
-    strategy, data = config["trainer"]["strategy"], config["data"]
-    ddp, plugins = strategy["ddp"], config["trainer"]["plugins"]
-    model = {k: _none(v) for k, v in config["model"]["config"].items()}
+    default = recipe_config(recipe, performance, settings)
+    config, indexed = apply_nemo_run_items(default, overrides, source,
+                                           example="trainer.strategy."
+                                           "tensor_model_parallel_size=8")
+    _check(config, default, indexed, where)
+    trainer, model = config["trainer"], config["model"]["config"]
+    strategy, data = trainer["strategy"], config["data"]
+    ddp, plugins = strategy["ddp"], trainer["plugins"]
     tuned = recipe.performance if performance else None
-    vpp = _none(strategy.get("virtual_pipeline_model_parallel_size"))
-    pp = _none(strategy.get("pipeline_model_parallel_size"))
-    # NeMo 1's names for the same settings, read by the NeMo 1 importer
-    nemo1 = {**{k: _none(v) for k, v in strategy.items() if k != "ddp"},
-             "encoder_seq_length": _none(data.get("seq_length")),
-             "global_batch_size": _none(data.get("global_batch_size")),
-             "micro_batch_size": _none(data.get("micro_batch_size")),
-             **{k: v for k, v in model.items() if k != "recompute_granularity"},
+    parallel = {k: v for k, v in strategy.items() if k in _PARALLEL}
+    _as_nemo_does(parallel, where)
+    nemo1 = {**parallel,
+             "encoder_seq_length": data.get("seq_length"),
+             "global_batch_size": data.get("global_batch_size"),
+             "micro_batch_size": data.get("micro_batch_size"),
+             **{k: v for k, v in model.items() if k in _MODEL},
              "activation": recipe.activation,
              "share_embeddings_and_output_weights": recipe.tied_embeddings,
              "position_embedding_type": recipe.position_embedding,
              "activations_checkpoint_granularity": model.get("recompute_granularity"),
-             "mcore_gpt": True, "fp8": _none(plugins.get("fp8")) is not None,
-             "fp8_params": bool(_none(plugins.get("fp8_param_gather"))),
-             # performance mode's communication-overlap callback
+             "activations_checkpoint_method": model.get("recompute_method"),
+             "activations_checkpoint_num_layers": model.get("recompute_num_layers"),
+             "mcore_gpt": True, "fp8": bool(plugins.get("fp8")),
+             "fp8_params": bool(plugins.get("fp8_param_gather") or plugins.get("fp8_params")),
+             # performance mode's communication-overlap callback (NeMo's userbuffers
+             # settings when the recipe names them, else Transformer Engine's)
              "ub_tp_comm_overlap": bool(tuned and tuned["tp_comm_overlap"]),
              "ub_tp_comm_overlap_cfg": "named" if tuned and tuned["named_ub"] else None,
              "optim": {"name": "mcore_distributed_optim",
                        "overlap_grad_sync": ddp.get("overlap_grad_reduce"),
                        "overlap_param_sync": ddp.get("overlap_param_gather"),
-                       "align_param_gather": bool(ddp.get("align_param_gather")) or bool(
-                           tuned and isinstance(pp, int) and pp > 1 and isinstance(vpp, int)
-                           and vpp > 1),
+                       "align_param_gather": ddp.get("align_param_gather"),
                        # NeMo 2 hands the schedule no gradient-sync function
                        "align_grad_reduce": False,
-                       "grad_sync_dtype": "fp32" if plugins.get("grad_reduce_in_fp32")
-                       else "bf16",
-                       "ddp_bucket_size": _none(ddp.get("bucket_size"))}}
+                       "grad_sync_dtype": "bf16" if plugins.get("grad_reduce_in_fp32") is False
+                       else "fp32",
+                       "ddp_bucket_size": ddp.get("bucket_size")}}
     nemo1 = {k: v for k, v in nemo1.items() if v is not None}
     nemo1["optim"] = {k: v for k, v in nemo1["optim"].items() if v is not None}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FlowsimWarning)   # NeMo 1's notes do not apply here
-        keys = nemo_keys({"trainer": {"precision": "bf16-mixed"}, "model": nemo1}, where)
+    granularity = nemo1.get("activations_checkpoint_granularity")
+    if granularity not in (None, "selective", "full"):
+        raise config_error(where, "model.config.recompute_granularity",
+                           "selective, full or None", granularity)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FlowsimWarning)   # NeMo 1's notes do not apply
+            keys = nemo_keys({"trainer": {"precision": plugins.get("precision", "bf16-mixed")},
+                              "model": nemo1}, where)
+    except ConfigError as exc:   # name the setting by its NeMo 2 path
+        message = str(exc)
+        for old, new in sorted(_PATHS.items(), key=lambda item: -len(item[0])):
+            message = message.replace(f"'{old}'", f"'{new}'")
+        raise ConfigError(message) from None
     keys["vocab"] = recipe.vocab
-    if "cross_entropy_loss_fusion" not in model:
-        keys["cross_entropy_fusion"] = True   # NeMo 2's GPTConfig default
-    if recipe.embedding_and_loss_in_split:   # a stage of the split: one layer fewer
-        keys["pipeline_layout"] = "first_last_fewer"
+    keys["cross_entropy_fusion"] = bool(model.get("cross_entropy_loss_fusion", True))
+    if keys.get("experts"):   # Megatron-Core's expert ranks: folded over CP x DP
+        keys["expert_layout"] = "folded"
+        if strategy.get("expert_tensor_parallel_size") is not None:
+            keys["expert_tp"] = strategy["expert_tensor_parallel_size"]
+    if strategy.get("account_for_embedding_in_pipeline_split") and \
+            strategy.get("account_for_loss_in_pipeline_split"):
+        keys["pipeline_layout"] = "first_last_fewer"   # the embedding and loss count as layers
     return keys
 
 
-def _none(value: Any) -> Any:
-    """NeMo-Run's ``None`` (read as YAML it is text) as ``None``."""
-    return None if isinstance(value, str) and value in ("None", "none", "null") else value
+def finish_keys(keys: dict[str, Any]) -> dict[str, Any]:
+    """Performance mode's communication-overlap callback, as NeMo applies it at setup (over
+    the overrides) once the data-parallel size is known: with one data-parallel rank no
+    overlap, else both overlaps, 128 Mi buckets and, with pipelining and interleaving,
+    aligned gathers."""
+    keys = dict(keys)
+    several = keys["dp"] > 1
+    keys["overlap_grad_reduce"] = keys["overlap_param_gather"] = several
+    keys["align_param_gather"] = several and keys.get("pp", 1) > 1 and keys.get("vpp", 1) > 1
+    if several:
+        keys["bucket_size"] = BUCKET_SIZE
+    else:
+        keys.pop("bucket_size", None)
+    return keys
 
 
-def _check_paths(config: Mapping[str, Any], recipe: Mapping[str, Any], where: str) -> None:
-    """Every overridden path is read, skipped (warning for the unknown) or an error."""
-    unknown: list[str] = []
+def _as_nemo_does(parallel: dict[str, Any], where: str) -> None:
+    """NeMo's own corrections (``llm.api._validate_config``): no virtual stages without
+    pipeline parallelism, no sequence parallelism without tensor parallelism."""
+    if parallel.get("pipeline_model_parallel_size") == 1 and \
+            parallel.get("virtual_pipeline_model_parallel_size") not in (None, 1):
+        warnings.warn(f"{where}: virtual pipeline stages without pipeline parallelism: "
+                      "dropped, as NeMo drops them", FlowsimWarning, stacklevel=4)
+        parallel["virtual_pipeline_model_parallel_size"] = None
+    if parallel.get("tensor_model_parallel_size") == 1 and parallel.get("sequence_parallel"):
+        warnings.warn(f"{where}: sequence parallelism without tensor parallelism: turned "
+                      "off, as NeMo turns it off", FlowsimWarning, stacklevel=4)
+        parallel["sequence_parallel"] = False
+
+
+def _check(config: dict[str, Any], default: Mapping[str, Any], indexed: list[str],
+           where: str) -> None:
+    """Blocks are still blocks, and every overridden path is read, skipped or named in a
+    warning (an unknown root is an error)."""
+    for path in ("trainer", "trainer.strategy", "trainer.strategy.ddp", "trainer.plugins",
+                 "data", "model", "model.config"):
+        block: Any = config
+        for part in path.split("."):
+            block = block.get(part) if isinstance(block, Mapping) else None
+        if isinstance(block, str) and path == "trainer.plugins" and block in PLUGINS:
+            config["trainer"]["plugins"] = dict(PLUGINS[block])
+        elif not isinstance(block, Mapping):
+            expected = ("a mapping of settings or a precision factory: " + ", ".join(PLUGINS)
+                        if path == "trainer.plugins" else
+                        "a mapping of settings (a factory in place of the block is not read: "
+                        "set its fields)")
+            raise config_error(where, f"overrides ({path})", expected, block)
+    unknown = list(indexed)
 
     def walk(block: Mapping[str, Any], known: Any, path: str) -> None:
         for key, value in block.items():
@@ -195,15 +296,15 @@ def _check_paths(config: Mapping[str, Any], recipe: Mapping[str, Any], where: st
             if not path and key not in ROOTS:
                 raise config_error(where, f"overrides ({here})", "a path under "
                                    + ", ".join(ROOTS), value)
-            if isinstance(value, Mapping) and isinstance(known, Mapping) and \
-                    isinstance(known.get(key), Mapping):
-                walk(value, known[key], here)
-            elif not isinstance(known, Mapping) or key not in known:
-                if not any(here == s or here.startswith(s + ".") for s in SKIPPED) and \
-                        key not in READ.get(path, ()):
-                    unknown.append(here)
+            inner = known.get(key) if isinstance(known, Mapping) else None
+            if isinstance(value, Mapping):
+                walk(value, inner if isinstance(inner, Mapping) else {}, here)
+            elif not (isinstance(known, Mapping) and key in known) and \
+                    key not in READ.get(path, ()) and \
+                    not any(here == s or here.startswith(s + ".") for s in SKIPPED):
+                unknown.append(here)
 
-    walk(config, recipe, "")
+    walk(config, default, "")
     if unknown:
         warnings.warn(f"{where}: not modelled, left out: {', '.join(sorted(unknown))}",
                       FlowsimWarning, stacklevel=4)
@@ -225,9 +326,10 @@ def parse_nemo2(values: Mapping[str, Any], source: str) -> ImportedSpec:
              "heads": "model.config.num_attention_heads",
              "kv_heads": "model.config.num_query_groups", "window": "model.config.window_size",
              "experts": "model.config.num_moe_experts", "top_k": "model.config.moe_router_topk"}
+    performance = "recipe" in values and read_recipe(values["recipe"], source)[2]
     return parse_imported(values, source, read="recipe",
                           translate=lambda text, src: nemo2_keys(text, src, overrides),
-                          names=names)
+                          names=names, finish=finish_keys if performance else None)
 
 
-__all__ = ["COMMIT", "nemo2_keys", "parse_nemo2", "read_recipe"]
+__all__ = ["COMMIT", "finish_keys", "nemo2_keys", "parse_nemo2", "read_recipe"]

@@ -53,6 +53,8 @@ class Recipe:
     embedding_and_loss_in_split: bool = False
     #: performance mode: ``None`` when the recipe has none
     performance: MappingProxyType | None = field(default=None)
+    #: keyword arguments of its ``pretrain_recipe`` that set the layout (:data:`FACTORY_PATHS`)
+    factory_arguments: tuple[str, ...] = ()
 
 
 def _recipe(layers: int, hidden: int, ffn: int, heads: int, groups: int | None, seq: int,
@@ -79,6 +81,15 @@ def _perf(tp_comm_overlap: bool, named_ub: bool = False, grad_bf16: bool = True,
             "strategy": strategy}
 
 
+#: ``pretrain_recipe`` keywords of the Nemotron recipes -> the config path each sets
+FACTORY_PATHS = MappingProxyType({
+    "tensor_parallelism": "trainer.strategy.tensor_model_parallel_size",
+    "pipeline_parallelism": "trainer.strategy.pipeline_model_parallel_size",
+    "virtual_pipeline_parallelism": "trainer.strategy.virtual_pipeline_model_parallel_size",
+    "context_parallelism": "trainer.strategy.context_parallel_size",
+    "sequence_parallelism": "trainer.strategy.sequence_parallel",
+    "global_batch_size": "data.global_batch_size", "micro_batch_size": "data.micro_batch_size",
+    "seq_length": "data.seq_length", "precision": "trainer.plugins"})
 _LLAMA3 = 128256
 _MOE = {"num_moe_experts": 8, "moe_router_topk": 2}
 #: recipe name (``nemo llm pretrain --factory NAME``) -> its settings
@@ -106,9 +117,11 @@ RECIPES: MappingProxyType = MappingProxyType({
                              perf=_perf(False, tensor_model_parallel_size=8,
                                         expert_model_parallel_size=1, sequence_parallel=True)),
     "nemotron4_15b": _recipe(32, 6144, 24576, 48, 8, 4096, 4, 1, None, 1, True, 32, 2, 256000,
-                             activation="squared-relu", perf=_perf(True)),
+                             activation="squared-relu", perf=_perf(True),
+                             factory_arguments=tuple(FACTORY_PATHS)),
     "nemotron4_340b": _recipe(96, 18432, 73728, 96, 8, 4096, 8, 12, 8, 2, True, 2304, 1, 256000,
-                              activation="squared-relu", perf=_perf(True)),
+                              activation="squared-relu", perf=_perf(True),
+                              factory_arguments=tuple(FACTORY_PATHS)),
     "gpt3_175b": _recipe(96, 12288, 49152, 96, None, 2048, 4, 8, 6, 1, True, 2048, 2, 50257,
                          activation="gelu", tied_embeddings=True,
                          position_embedding="learned_absolute",
