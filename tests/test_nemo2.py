@@ -194,6 +194,8 @@ def test_every_recipe_builds():
     ({"recipe": "llama3_8b", "overrides": "data.global_batch_size*=x"},
      r"key 'overrides \(data\.global_batch_size\)': expected a number on both sides"),
     ({"recipe": "llama3_8b(**x)"}, r"key 'recipe \(\*\*\)'"),
+    ({"recipe": "llama3_70b(performance_mode=True)",
+      "overrides": "trainer.strategy.pipeline_model_parallel_size=four"}, r"key 'pp'"),
 ])
 def test_bad_inputs_are_one_line(spec, message):
     with pytest.raises(ConfigError, match=message) as info:

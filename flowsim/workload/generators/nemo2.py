@@ -246,10 +246,14 @@ def finish_keys(keys: dict[str, Any]) -> dict[str, Any]:
     the overrides) once the data-parallel size is known: with one data-parallel rank no
     overlap, else both overlaps, 128 Mi buckets and, with pipelining and interleaving,
     aligned gathers."""
+    def count(key: str) -> int:   # a bad value is the transformer's to name, later
+        value = keys.get(key, 1)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
     keys = dict(keys)
-    several = keys["dp"] > 1
+    several = count("dp") > 1
     keys["overlap_grad_reduce"] = keys["overlap_param_gather"] = several
-    keys["align_param_gather"] = several and keys.get("pp", 1) > 1 and keys.get("vpp", 1) > 1
+    keys["align_param_gather"] = several and count("pp") > 1 and count("vpp") > 1
     if several:
         keys["bucket_size"] = BUCKET_SIZE
     else:
