@@ -194,6 +194,10 @@ def test_every_recipe_builds():
     ({"recipe": "llama3_8b", "overrides": "data.global_batch_size*=x"},
      r"key 'overrides \(data\.global_batch_size\)': expected a number on both sides"),
     ({"recipe": "llama3_8b(**x)"}, r"key 'recipe \(\*\*\)'"),
+    ({"recipe": "llama3_8b", "overrides": "trainer.plugins.precision=x"},
+     r"key 'trainer\.plugins\.precision': expected bf16-mixed"),
+    ({"recipe": "llama3_8b", "overrides": "model.config.window_size=x"},
+     r"model\.config\.window_size: expected two integers"),
     ({"recipe": "llama3_70b(performance_mode=True)",
       "overrides": "trainer.strategy.pipeline_model_parallel_size=four"}, r"key 'pp'"),
 ])

@@ -33,6 +33,7 @@ buckets, gathers aligned with interleaving), over what the overrides say.
 from __future__ import annotations
 
 import ast
+import re
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -81,6 +82,8 @@ PLUGINS: dict[str, dict[str, Any]] = {
     "bf16_with_mxfp8_mixed": {"precision": "bf16-mixed", **_FP8},
     "fp16_with_mxfp8_mixed": {"precision": "16-mixed", **_FP8},
     "bf16_with_fp8_current_scaling_mixed": {"precision": "bf16-mixed", **_FP8}}
+#: ``trainer.plugins.precision`` values Lightning takes for Megatron's mixed precision
+PRECISIONS = ("bf16-mixed", "bf16", "16-mixed", "16", "32", "32-true")
 #: NeMo 1 names in the NeMo 1 importer's messages -> NeMo 2's paths
 _PATHS = {"model.optim.overlap_grad_sync": "trainer.strategy.ddp.overlap_grad_reduce",
           "model.optim.overlap_param_sync": "trainer.strategy.ddp.overlap_param_gather",
@@ -215,6 +218,12 @@ def nemo2_keys(text: Any, source: str, overrides: Any = None) -> dict[str, Any]:
                        "ddp_bucket_size": ddp.get("bucket_size")}}
     nemo1 = {k: v for k, v in nemo1.items() if v is not None}
     nemo1["optim"] = {k: v for k, v in nemo1["optim"].items() if v is not None}
+    precision = plugins.get("precision", "bf16-mixed")
+    if precision not in PRECISIONS:
+        raise config_error(where, "trainer.plugins.precision", ", ".join(PRECISIONS), precision)
+    if precision.startswith("32"):
+        warnings.warn(f"{where}: trainer.plugins.precision {precision}: FP32 training is not "
+                      "modelled; priced as BF16", FlowsimWarning, stacklevel=4)
     granularity = nemo1.get("activations_checkpoint_granularity")
     if granularity not in (None, "selective", "full"):
         raise config_error(where, "model.config.recompute_granularity",
@@ -222,12 +231,11 @@ def nemo2_keys(text: Any, source: str, overrides: Any = None) -> dict[str, Any]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FlowsimWarning)   # NeMo 1's notes do not apply
-            keys = nemo_keys({"trainer": {"precision": plugins.get("precision", "bf16-mixed")},
-                              "model": nemo1}, where)
+            keys = nemo_keys({"trainer": {"precision": precision}, "model": nemo1}, where)
     except ConfigError as exc:   # name the setting by its NeMo 2 path
         message = str(exc)
         for old, new in sorted(_PATHS.items(), key=lambda item: -len(item[0])):
-            message = message.replace(f"'{old}'", f"'{new}'")
+            message = re.sub(rf"(?<![\w.]){re.escape(old)}(?!\w)", new, message)
         raise ConfigError(message) from None
     keys["vocab"] = recipe.vocab
     keys["cross_entropy_fusion"] = bool(model.get("cross_entropy_loss_fusion", True))
