@@ -102,6 +102,12 @@ def test_mpt_options_become_transformer_keys():
     ({"fsdp_config": {"activation_checkpointing": "false"}},
      "fsdp_config.activation_checkpointing", "true or false"),
     ({"precision": "amp_fp4"}, "precision", "amp_bf16"),
+    # a list or a mapping where a name belongs (they crashed the membership test)
+    ({"precision": ["amp_bf16"]}, "precision", "amp_bf16"),
+    ({"fsdp_config": {"sharding_strategy": {"a": 1}}}, "fsdp_config.sharding_strategy",
+     "FULL_SHARD"),
+    ({"model": {"name": "mpt_causal_lm", "attn_config": {"attn_impl": [1, 2]}}},
+     "model.attn_config.attn_impl", "flash, triton or torch"),
     ({"model": {"name": "mpt_causal_lm", "max_seq_len": "${variables.nowhere}"}},
      "model.max_seq_len", "a reference to one of the config's own keys"),
     ({"model": {"name": "mpt_causal_lm", "expansion_ratio": "4"}}, "model.expansion_ratio",

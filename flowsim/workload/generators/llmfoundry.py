@@ -99,7 +99,7 @@ def llmfoundry_keys(config: Any, source: str, overrides: Any = None, *,
     elif kind == "multiquery_attention":
         keys["kv_heads"] = 1
     impl = _value(config, attn, "attn_impl", where, "model.attn_config.attn_impl", "flash")
-    if impl not in ATTENTION:
+    if not _one_of(impl, ATTENTION):
         raise config_error(where, "model.attn_config.attn_impl", "flash, triton or torch", impl)
     keys["attention"] = ATTENTION[impl]
     window = _value(config, attn, "sliding_window_size", where,
@@ -141,7 +141,7 @@ def _batch_and_precision(config: Mapping[str, Any], where: str, beside: frozense
         warnings.warn(f"{where}: precision fp32: FP32 training is not modelled; priced as BF16",
                       FlowsimWarning, stacklevel=4)
         precision = "amp_bf16"
-    if precision not in PRECISION:
+    if not _one_of(precision, PRECISION):
         raise config_error(where, "precision", ", ".join(PRECISION) + " or fp32", precision)
     keys["dtype"] = PRECISION[precision]
     return keys
@@ -159,7 +159,7 @@ def _sharding(config: Mapping[str, Any], where: str, flag, beside: frozenset[str
     fsdp = config_block(config, "fsdp_config", where, what="Composer's FSDP settings")
     strategy = _value(config, fsdp, "sharding_strategy", where,
                       "fsdp_config.sharding_strategy", "FULL_SHARD")
-    if strategy not in SHARDING:
+    if not _one_of(strategy, SHARDING):
         raise config_error(where, "fsdp_config.sharding_strategy", ", ".join(SHARDING),
                            strategy)
     if strategy == "HYBRID_SHARD" and "fsdp_shard" not in beside:
@@ -178,6 +178,11 @@ def _sharding(config: Mapping[str, Any], where: str, flag, beside: frozenset[str
                          "fsdp_config.activation_checkpointing", False)
     keys["recompute"] = "full" if checkpointing else "none"
     return keys
+
+
+def _one_of(value: Any, names: Mapping[str, Any]) -> bool:
+    """Whether ``value`` is one of ``names`` (a list or mapping read from YAML is not)."""
+    return isinstance(value, str) and value in names
 
 
 def _value(config: Mapping[str, Any], block: Mapping[str, Any], key: str, where: str,
