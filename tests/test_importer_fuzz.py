@@ -1,0 +1,96 @@
+"""The importers (Megatron-LM arguments, NeMo 1 configs, NeMo 2 recipes, LLM Foundry YAMLs)
+under random command-line items: a workload, or one line naming what is wrong — never a
+crash that surfaces as "an argument flowsim cannot use"."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import flowsim
+from flowsim import ConfigError
+
+NET = {"cluster": {"device": "h100", "nodes": 2, "gpus_per_node": 8, "nic_gbps": 400,
+                   "nics_per_node": 8}}
+VALUES = st.sampled_from(["1", "2", "8", "0", "-1", "null", "None", "true", "False", "x",
+                          "1.5", "[1,2]", "{}", "1e30", "'4'", "${x}", "auto", "(4096,0)",
+                          "full", "bf16_with_fp8_mixed"])
+MPT = {"max_seq_len": 2048, "global_train_batch_size": 16, "device_train_microbatch_size": 1,
+       "model": {"name": "mpt_causal_lm", "d_model": 1024, "n_heads": 16, "n_layers": 4,
+                 "max_seq_len": "${max_seq_len}", "attn_config": {"attn_impl": "flash"}},
+       "fsdp_config": {"sharding_strategy": "FULL_SHARD", "mixed_precision": "PURE"}}
+NEMO = {"trainer": {"precision": "bf16", "devices": 8},
+        "model": {"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16,
+                  "encoder_seq_length": 2048, "micro_batch_size": 1, "global_batch_size": 16,
+                  "tensor_model_parallel_size": 2, "mcore_gpt": True,
+                  "optim": {"name": "mcore_distributed_optim"}, "tokenizer": {"type": "gpt2"}}}
+PATHS = {
+    "llmfoundry": ["model.d_model", "model.n_heads", "model.expansion_ratio",
+                   "model.attn_config.attn_type", "model.attn_config.kv_n_heads",
+                   "model.attn_config.attn_impl", "model.ffn_config.ffn_type", "precision",
+                   "fsdp_config.sharding_strategy", "fsdp_config.mixed_precision",
+                   "fsdp_config.activation_checkpointing", "global_train_batch_size",
+                   "device_train_microbatch_size", "max_seq_len", "model", "fsdp_config"],
+    "nemo": ["model.num_layers", "model.tensor_model_parallel_size", "model.sequence_parallel",
+             "model.optim.name", "model.optim.overlap_grad_sync", "model.fp8",
+             "model.activation", "model.activations_checkpoint_granularity", "model.fsdp",
+             "model.fsdp_sharding_strategy", "trainer.precision", "model.optim", "model",
+             "model.window_size", "model.num_moe_experts", "model.cp_comm_type"],
+    "nemo2": ["trainer.strategy.tensor_model_parallel_size",
+              "trainer.strategy.pipeline_model_parallel_size",
+              "trainer.strategy.virtual_pipeline_model_parallel_size",
+              "trainer.strategy.sequence_parallel", "trainer.strategy.ddp.bucket_size",
+              "trainer.plugins", "trainer.plugins.fp8", "trainer.plugins.precision",
+              "data.seq_length", "data.micro_batch_size", "model.config.num_layers",
+              "model.config.window_size", "model.config.recompute_granularity",
+              "trainer.strategy", "model", "optim.config.lr", "trainer.callbacks[1].x"],
+}
+
+
+def _spec(kind: str, items: list[str]) -> dict:
+    if kind == "llmfoundry":
+        return {"generator": kind, "config": MPT, "overrides": items}
+    if kind == "nemo":
+        return {"generator": kind, "config": NEMO, "overrides": items}
+    return {"generator": kind, "recipe": "nemotron4_15b(performance_mode=True)",
+            "overrides": [*items, "data.global_batch_size=16"]}
+
+
+@pytest.mark.parametrize("kind", sorted(PATHS))
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_overrides_give_a_workload_or_one_line(kind, data):
+    paths = st.sampled_from(PATHS[kind])
+    items = data.draw(st.lists(st.tuples(paths, VALUES), min_size=1, max_size=3))
+    spec = _spec(kind, [f"{path}={value}" for path, value in items])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            work = flowsim.load_workload(spec, flowsim.load_network(NET))
+        except ConfigError as exc:
+            assert "cannot use" not in str(exc) and "\n" not in str(exc), str(exc)
+        else:
+            assert work.programs
+
+
+@settings(max_examples=150, deadline=None)
+@given(flags=st.lists(st.tuples(st.sampled_from(
+    ["--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length",
+     "--micro-batch-size", "--global-batch-size", "--tensor-model-parallel-size",
+     "--pipeline-model-parallel-size", "--num-layers-per-virtual-pipeline-stage",
+     "--recompute-granularity", "--num-experts", "--moe-router-topk", "--ffn-hidden-size",
+     "--window-size", "--fp8-format"]), VALUES), min_size=1, max_size=3))
+def test_random_megatron_arguments_give_a_workload_or_one_line(flags):
+    args = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+            "--micro-batch-size 1 --global-batch-size 16 --vocab-size 32000 --bf16 "
+            + " ".join(f"{flag} {value}" for flag, value in flags))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            flowsim.load_workload({"generator": "megatron", "args": args},
+                                  flowsim.load_network(NET))
+        except ConfigError as exc:
+            assert "cannot use" not in str(exc) and "\n" not in str(exc), str(exc)
