@@ -63,7 +63,11 @@ def test_dim_groups_are_the_npus_sharing_every_other_coordinate(sizes, data):
     expected[outer, inner] = np.arange(net.npus)
     got = net.dim_groups(dims)
     assert got.tolist() == expected.tolist()
-    assert net.dim_groups(dims) is got and not got.flags.writeable   # cached, shared
+    assert got.flags.writeable and got.flags.c_contiguous   # the caller's own
+    assert net.dim_groups(dims + dims).tolist() == got.tolist()   # a repeat counts once
+    shared = net.shared_dim_groups(dims)
+    assert shared.tolist() == got.tolist() and not shared.flags.writeable
+    assert net.shared_dim_groups(dims) is shared   # cached
 
 
 def _path_nodes(net, src, dst):
@@ -198,3 +202,17 @@ def test_sizes_accept_numpy_integers_and_refuse_overflow():
     assert parse_size(np.int64(1024)) == 1024
     with pytest.raises(ConfigError, match="'size'"):
         parse_size("1e400")
+
+
+def test_a_dimension_named_twice_is_one_error():
+    # dim_groups reads [0, 0] as [0], but a collective over a dimension twice is a mistake:
+    # the op says so in one line, as a single collective's dims do
+    net = flowsim.load_network({"topology": ["Ring", "Switch"], "npus_count": [4, 2],
+                                "bandwidth": [100, 50], "latency": [500, 500]})
+    assert net.dim_groups((0, 0)).tolist() == net.dim_groups(0).tolist()
+    op = {"id": 0, "kind": "collective", "collective": "all-reduce", "size": "1MiB",
+          "dims": [0, 0]}
+    with pytest.raises(ConfigError, match=r"dims \[0, 0\] name a dimension twice") as info:
+        flowsim.simulate(net, {"name": "d", "programs": [
+            {"npus": [0, 1, 2, 3], "ops": [op]}, {"npus": [4, 5, 6, 7], "ops": [op]}]})
+    assert "\n" not in str(info.value)

@@ -103,7 +103,7 @@ class PhaseShapes:
         if phase.members:
             return np.array([phase.members], dtype=np.int64)
         net = self.network
-        groups = net.dim_groups(phase.dims)
+        groups = net.shared_dim_groups(phase.dims)
         if phase.collective in ("broadcast", "reduce"):
             # only groups that hold (broadcast) or still owe (reduce) the root's data
             root = net.coords(phase.root)[0]

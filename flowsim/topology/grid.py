@@ -88,12 +88,22 @@ class LogicalGrid:
         A group is the set of NPUs that share every coordinate outside ``dims``; columns are
         in mixed-radix order of the coordinates in ``dims`` (lowest dimension fastest), rows
         in mixed-radix order of the other coordinates. With one dimension, the groups are its
-        instances.
+        instances. A dimension given twice counts once. The array is the caller's own (see
+        :meth:`shared_dim_groups` for the cached one).
         """
-        dims = (dims,) if isinstance(dims, (int, np.integer)) else tuple(sorted(dims))
+        return np.array(self.shared_dim_groups(dims), order="C")
+
+    def shared_dim_groups(self, dims: int | tuple[int, ...]) -> np.ndarray:
+        """:meth:`dim_groups`, cached per network shape and dimension set and read-only:
+        shared by every caller, for the simulator's own repeated use."""
+        dims = (dims,) if isinstance(dims, (int, np.integer)) else tuple(sorted(set(dims)))
         cache = self.__dict__.setdefault("_dim_groups", {})
-        groups = cache.get(dims)
+        key = (tuple(self.dims), dims)
+        groups = cache.get(key)
         if groups is None:
+            bad = [d for d in dims if not 0 <= d < self.ndims]
+            if bad:
+                raise ValueError(f"dimension {bad[0]} of a {self.ndims}-dimensional network")
             # NPU ids laid out C-order over the dimensions, highest first (so dimension d is
             # axis ndims-1-d), then the other dimensions and ``dims`` each highest first:
             # rows and columns come out in mixed-radix order, lowest dimension fastest
@@ -102,7 +112,6 @@ class LogicalGrid:
             inner = [last - d for d in reversed(dims)]
             grid = np.arange(self.npus, dtype=np.int64).reshape(self.dims[::-1])
             width = math.prod(self.dims[d] for d in dims)
-            groups = grid.transpose(others + inner).reshape(-1, width)
-            groups.flags.writeable = False   # shared by every caller
-            cache[dims] = groups
+            groups = cache[key] = grid.transpose(others + inner).reshape(-1, width)
+        groups.flags.writeable = False   # again after a copy or unpickling made it writeable
         return groups

@@ -151,7 +151,7 @@ class Network(LogicalGrid):
         if self.config.topology[dim] != "Switch":
             raise RoutingError(f"dimension {dim} is a {self.config.topology[dim]}, not a Switch")
         p = self.dims[dim]
-        groups = self.dim_groups(dim)
+        groups = self.shared_dim_groups(dim)
         base = self._dim_link_offset[dim] + np.arange(groups.shape[0])[:, None] * 2 * p
         local = np.arange(p)[None, :]
         return base + local, base + p + local

@@ -108,6 +108,9 @@ def _check_op(program: Program, op: Op, network: AnyNetwork,
             if bad:
                 raise _error(program, op, f"dimension {bad[0]} does not exist (the network "
                                           f"has {network.ndims})")
+            if len(set(op.dims)) != len(op.dims):   # as simulate_collective refuses them
+                raise _error(program, op, f"dims {list(op.dims)} name a dimension twice: "
+                                          "give each once")
         if op.group:
             bad = [r for r in op.group if not 0 <= r < network.npus]
             if bad or len(set(op.group)) != len(op.group) or len(op.group) < 2:
@@ -125,7 +128,7 @@ def _check_op(program: Program, op: Op, network: AnyNetwork,
             dims = tuple(range(network.ndims)) if op.dims is None else tuple(op.dims)
             whole = whole_groups.get(dims)
             if whole is None:
-                groups = network.dim_groups(dims) if dims else np.zeros((0, 1), np.int64)
+                groups = network.shared_dim_groups(dims) if dims else np.zeros((0, 1), np.int64)
                 inside = np.isin(groups, program.npus)
                 whole = whole_groups[dims] = not np.any(inside.any(axis=1) &
                                                         ~inside.all(axis=1))
