@@ -266,3 +266,31 @@ def test_what_is_skipped_and_what_is_named():
         keys = nemo2_keys("llama3_8b", "s", "model.config.tensor_model_parallel_size=8 "
                           "trainer.callbacks[1].tp_comm_overlap=False")
     assert keys.get("tp", 1) == 1   # NeMo takes the parallel sizes from the strategy
+
+
+def test_the_launch_command_as_typed():
+    from flowsim.workload.generators.nemo2 import parse_nemo2
+
+    typed = parse_nemo2({"command": "nemo llm pretrain --factory 'llama3_70b(performance_mode="
+                                    "True)' trainer.strategy.context_parallel_size=1 "
+                                    "executor=slurm run.name=x -y",
+                         "overrides": "data.global_batch_size=256"}, "spec.yml")
+    parts = parse_nemo2({"recipe": "llama3_70b(performance_mode=True)",
+                         "overrides": "trainer.strategy.context_parallel_size=1 "
+                                      "data.global_batch_size=256"}, "spec.yml")
+    assert typed.keys == parts.keys and typed.finish is not None
+    assert parse_nemo2({"command": "nemo llm pretrain --factory=llama3_8b"}, "s").keys == \
+        parse_nemo2({"recipe": "llama3_8b"}, "s").keys
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"command": "nemo llm pretrain --factory llama3_8b --nodes 2"},
+     r"key 'command': expected nemo llm pretrain --factory NAME .*found '--nodes'"),
+    ({"command": "nemo llm pretrain trainer.max_steps=1"}, r"a command with --factory NAME"),
+    ({"command": "nemo llm pretrain --factory llama3_8b", "recipe": "llama3_8b"},
+     r"the launch command or 'recipe', not both"),
+    ({"command": 3}, r"key 'command': expected a launch command"),
+])
+def test_bad_commands_are_one_line(spec, message):
+    with pytest.raises(ConfigError, match=message):
+        flowsim.load_workload({"generator": "nemo2", **spec}, flowsim.load_network(_cluster(1)))

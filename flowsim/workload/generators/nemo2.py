@@ -17,6 +17,9 @@ data-parallel size is what the network's NPUs leave (``trainer.num_nodes`` and
     overrides: trainer.strategy.context_parallel_size=1 data.global_batch_size=256
     device: h100           # any transformer key overrides what the recipe says
 
+or the launch command as typed, ``command: nemo llm pretrain --factory llama3_70b
+data.global_batch_size=256 -y`` (NeMo-Run's own ``executor=`` and ``run.`` items skipped).
+
 What the overrides may set (NeMo 2's names; values as NeMo-Run reads them: Python literals,
 ``true``, ``none``): :data:`READ`. ``trainer.plugins`` may also be replaced by a precision
 factory (:data:`PLUGINS`: ``trainer.plugins=bf16_with_fp8_mixed``). Items that do not change
@@ -39,8 +42,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
-from .config_files import apply_nemo_run_items
-from .imported import ImportedSpec, parse_imported
+from .config_files import apply_nemo_run_items, override_items
+from .imported import ImportedSpec, parse_imported, shell_words
 from .nemo import nemo_keys
 from .nemo2_recipes import BUCKET_SIZE, COMMIT, FACTORY_PATHS, RECIPES, Recipe
 
@@ -322,11 +325,52 @@ def _check(config: dict[str, Any], default: Mapping[str, Any], indexed: list[str
                       FlowsimWarning, stacklevel=4)
 
 
+#: words of a launch command that neither name the recipe nor set the run
+_LAUNCH_WORDS = ("nemo", "llm", "pretrain", "-y", "--yes", "--dryrun", "-d", "--detach",
+                 "--tail-logs", "--repl")
+
+
+def read_command(text: Any, source: str) -> tuple[str, list[str]]:
+    """The recipe and the items of a launch command as typed (``nemo llm pretrain --factory
+    llama3_70b trainer.num_nodes=4 ...``); NeMo-Run's own settings (``executor=...``,
+    ``run.name=...``) are skipped."""
+    if not isinstance(text, str):
+        raise config_error(source, "command", "a launch command (nemo llm pretrain --factory "
+                           "NAME items...)", text)
+    words = shell_words(text, source, "command", "a launch command")
+    recipe, items, i = None, [], 0
+    while i < len(words):
+        word = words[i]
+        if word in ("--factory", "-f") and i + 1 < len(words):
+            recipe, i = words[i + 1], i + 2
+            continue
+        if word.startswith("--factory="):
+            recipe = word.partition("=")[2]
+        elif "=" in word and not word.startswith("-"):
+            if not word.startswith(("executor", "run.")):
+                items.append(word)
+        elif word not in _LAUNCH_WORDS:
+            raise config_error(source, "command", "nemo llm pretrain --factory NAME followed "
+                               "by NeMo-Run's items (a.b=value)", word)
+        i += 1
+    if recipe is None:
+        raise config_error(source, "command", "a command with --factory NAME", text)
+    return recipe, items
+
+
 def parse_nemo2(values: Mapping[str, Any], source: str) -> ImportedSpec:
-    """``generator: nemo2``: key ``recipe`` (a NeMo 2 ``--factory`` value), optionally
-    ``overrides`` (NeMo-Run's command-line items), transformer keys."""
+    """``generator: nemo2``: key ``recipe`` (a NeMo 2 ``--factory`` value) or ``command``
+    (the launch command as typed), optionally ``overrides`` (NeMo-Run's command-line items),
+    transformer keys."""
     values = dict(values)
     overrides = values.pop("overrides", None)
+    if "command" in values:   # the launch command as typed: its factory and items
+        if "recipe" in values:
+            raise config_error(source, "command", "the launch command or 'recipe', not both",
+                               values["command"])
+        values["recipe"], items = read_command(values.pop("command"), source)
+        overrides = items + override_items(overrides, source, "NeMo-Run's items") \
+            if overrides is not None else items
     names = {"tp": "trainer.strategy.tensor_model_parallel_size",
              "pp": "trainer.strategy.pipeline_model_parallel_size",
              "vpp": "trainer.strategy.virtual_pipeline_model_parallel_size",
@@ -344,4 +388,4 @@ def parse_nemo2(values: Mapping[str, Any], source: str) -> ImportedSpec:
                           names=names, finish=finish_keys if performance else None)
 
 
-__all__ = ["COMMIT", "finish_keys", "nemo2_keys", "parse_nemo2", "read_recipe"]
+__all__ = ["COMMIT", "finish_keys", "nemo2_keys", "parse_nemo2", "read_command", "read_recipe"]
