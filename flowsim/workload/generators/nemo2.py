@@ -22,8 +22,8 @@ data.global_batch_size=256 -y`` (NeMo-Run's own ``executor=`` and ``run.`` items
 
 What the overrides may set (NeMo 2's names; values as NeMo-Run reads them: Python literals,
 ``true``, ``none``): :data:`READ`. ``trainer.plugins`` may also be replaced by a precision
-factory (:data:`PLUGINS`: ``trainer.plugins=bf16_with_fp8_mixed``). Items that do not change
-an iteration's time (:data:`SKIPPED`: ``log.*``, ``resume.*``, learning rates,
+factory (:data:`~.nemo2_recipes.PLUGINS`: ``trainer.plugins=bf16_with_fp8_mixed``). Items
+that do not change an iteration's time (:data:`SKIPPED`: ``log.*``, ``resume.*``, learning rates,
 ``trainer.max_steps``, ...) are skipped; any other is named in a warning, and so are items
 that index a list (``trainer.callbacks[1].x``); a path outside :data:`ROOTS`, or a factory
 in place of another block, is an error. As NeMo does, virtual pipeline stages are dropped
@@ -35,7 +35,6 @@ buckets, gathers aligned with interleaving), over what the overrides say.
 
 from __future__ import annotations
 
-import ast
 import re
 import warnings
 from collections.abc import Mapping
@@ -43,9 +42,10 @@ from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
 from .config_files import apply_nemo_run_items, override_items
-from .imported import ImportedSpec, parse_imported, shell_words
-from .nemo import nemo_keys
-from .nemo2_recipes import BUCKET_SIZE, COMMIT, FACTORY_PATHS, RECIPES, Recipe
+from .imported import ImportedSpec, parse_imported
+from .nemo import NUMBERS, nemo_keys
+from .nemo2_launch import read_command, read_recipe
+from .nemo2_recipes import BUCKET_SIZE, COMMIT, PLUGINS, PRECISIONS, Recipe
 
 #: parallel sizes (``trainer.strategy``) and model settings (``model.config``) NeMo 1 names
 #: alike
@@ -76,78 +76,16 @@ SKIPPED = ("log", "resume", "optim.config.lr", "optim.config.min_lr",
            "trainer.limit_test_batches", "trainer.log_every_n_steps", "trainer.num_nodes",
            "trainer.devices", "trainer.enable_checkpointing", "data.num_workers", "data.seed")
 ROOTS = ("trainer", "data", "model", "optim", "log", "resume")
-#: NeMo's precision factories (``recipes/precision/mixed_precision.py``) -> plugin settings
-_FP8 = {"fp8": "hybrid", "fp8_param_gather": True}
-PLUGINS: dict[str, dict[str, Any]] = {
-    "bf16_mixed": {"precision": "bf16-mixed"}, "fp16_mixed": {"precision": "16-mixed"},
-    "bf16_with_fp8_mixed": {"precision": "bf16-mixed", **_FP8},
-    "fp16_with_fp8_mixed": {"precision": "16-mixed", **_FP8},
-    "bf16_with_mxfp8_mixed": {"precision": "bf16-mixed", **_FP8},
-    "fp16_with_mxfp8_mixed": {"precision": "16-mixed", **_FP8},
-    "bf16_with_fp8_current_scaling_mixed": {"precision": "bf16-mixed", **_FP8}}
-#: ``trainer.plugins.precision`` values Lightning takes for Megatron's mixed precision
-PRECISIONS = ("bf16-mixed", "bf16", "16-mixed", "16", "32", "32-true")
 #: NeMo 1 names in the NeMo 1 importer's messages -> NeMo 2's paths
 _PATHS = {"model.optim.overlap_grad_sync": "trainer.strategy.ddp.overlap_grad_reduce",
           "model.optim.overlap_param_sync": "trainer.strategy.ddp.overlap_param_gather",
           "model.optim.align_param_gather": "trainer.strategy.ddp.align_param_gather",
           "model.encoder_seq_length": "data.seq_length",
+          "model.global_batch_size": "data.global_batch_size",
+          "model.micro_batch_size": "data.micro_batch_size",
           "model.activations_checkpoint_granularity": "model.config.recompute_granularity",
           **{f"model.{k}": f"trainer.strategy.{k}" for k in READ["trainer.strategy"]},
           **{f"model.{k}": f"model.config.{k}" for k in READ["model.config"]}}
-
-
-def read_recipe(text: Any, source: str) -> tuple[str, Recipe, bool, dict[str, Any]]:
-    """The recipe a ``--factory`` value names (``name`` or ``name(key=value, ...)``), whether
-    it asks for performance mode, and the settings its other arguments give (by path)."""
-    if not isinstance(text, str) or not text.strip():
-        raise config_error(source, "recipe", "a NeMo 2 recipe: " + ", ".join(RECIPES), text)
-    try:
-        call = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
-        call = None
-    if isinstance(call, ast.Name):
-        name, arguments = call.id, []
-    elif isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and not call.args:
-        name, arguments = call.func.id, call.keywords
-    else:
-        raise config_error(source, "recipe", "a recipe name or a call such as "
-                           "llama3_70b(performance_mode=True)", text)
-    recipe = RECIPES.get(name)
-    if recipe is None:
-        raise config_error(source, "recipe", "one of " + ", ".join(RECIPES), name)
-    accepted = ("performance_mode", "num_nodes", "num_gpus_per_node", "name", "dir",
-                *recipe.factory_arguments)
-    performance, settings = False, {}
-    for argument in arguments:
-        label = f"recipe ({argument.arg or '**'})"
-        if argument.arg not in accepted:
-            raise config_error(source, label, f"a keyword of {name}'s pretrain_recipe: "
-                               + ", ".join(accepted), ast.unparse(argument.value))
-        value = _literal(argument.value)
-        if argument.arg == "performance_mode":
-            if not isinstance(value, bool):
-                raise config_error(source, label, "True or False", ast.unparse(argument.value))
-            performance = value
-        elif argument.arg is not None and argument.arg in FACTORY_PATHS:
-            # Nemotron's recipes take their layout as arguments
-            if argument.arg == "precision":
-                value = {"bf16-mixed": "bf16_mixed", "16-mixed": "fp16_mixed"}.get(value, value)
-            settings[FACTORY_PATHS[argument.arg]] = value
-    if performance and recipe.performance is None:
-        raise config_error(source, "recipe (performance_mode)", f"False ({name}'s "
-                           "pretrain_recipe has no performance mode)", True)
-    return name, recipe, performance, settings
-
-
-def _literal(node: ast.expr) -> Any:
-    """A call argument's value, as NeMo-Run reads it (``true`` and ``none`` too)."""
-    if isinstance(node, ast.Name) and node.id.lower() in ("true", "false", "none", "null"):
-        return {"true": True, "false": False}.get(node.id.lower())
-    try:
-        return ast.literal_eval(node)
-    except ValueError:
-        return ast.unparse(node)
 
 
 def recipe_config(recipe: Recipe, performance: bool, settings: Mapping[str, Any]
@@ -325,39 +263,6 @@ def _check(config: dict[str, Any], default: Mapping[str, Any], indexed: list[str
                       FlowsimWarning, stacklevel=4)
 
 
-#: words of a launch command that neither name the recipe nor set the run
-_LAUNCH_WORDS = ("nemo", "llm", "pretrain", "-y", "--yes", "--dryrun", "-d", "--detach",
-                 "--tail-logs", "--repl")
-
-
-def read_command(text: Any, source: str) -> tuple[str, list[str]]:
-    """The recipe and the items of a launch command as typed (``nemo llm pretrain --factory
-    llama3_70b trainer.num_nodes=4 ...``); NeMo-Run's own settings (``executor=...``,
-    ``run.name=...``) are skipped."""
-    if not isinstance(text, str):
-        raise config_error(source, "command", "a launch command (nemo llm pretrain --factory "
-                           "NAME items...)", text)
-    words = shell_words(text, source, "command", "a launch command")
-    recipe, items, i = None, [], 0
-    while i < len(words):
-        word = words[i]
-        if word in ("--factory", "-f") and i + 1 < len(words):
-            recipe, i = words[i + 1], i + 2
-            continue
-        if word.startswith("--factory="):
-            recipe = word.partition("=")[2]
-        elif "=" in word and not word.startswith("-"):
-            if not word.startswith(("executor", "run.")):
-                items.append(word)
-        elif word not in _LAUNCH_WORDS:
-            raise config_error(source, "command", "nemo llm pretrain --factory NAME followed "
-                               "by NeMo-Run's items (a.b=value)", word)
-        i += 1
-    if recipe is None:
-        raise config_error(source, "command", "a command with --factory NAME", text)
-    return recipe, items
-
-
 def parse_nemo2(values: Mapping[str, Any], source: str) -> ImportedSpec:
     """``generator: nemo2``: key ``recipe`` (a NeMo 2 ``--factory`` value) or ``command``
     (the launch command as typed), optionally ``overrides`` (NeMo-Run's command-line items),
@@ -371,17 +276,10 @@ def parse_nemo2(values: Mapping[str, Any], source: str) -> ImportedSpec:
         values["recipe"], items = read_command(values.pop("command"), source)
         overrides = items + override_items(overrides, source, "NeMo-Run's items") \
             if overrides is not None else items
-    names = {"tp": "trainer.strategy.tensor_model_parallel_size",
-             "pp": "trainer.strategy.pipeline_model_parallel_size",
-             "vpp": "trainer.strategy.virtual_pipeline_model_parallel_size",
-             "cp": "trainer.strategy.context_parallel_size",
-             "ep": "trainer.strategy.expert_model_parallel_size",
-             "sequence": "data.seq_length", "global_batch": "data.global_batch_size",
-             "micro_batch": "data.micro_batch_size", "layers": "model.config.num_layers",
-             "hidden": "model.config.hidden_size", "ffn": "model.config.ffn_hidden_size",
-             "heads": "model.config.num_attention_heads",
-             "kv_heads": "model.config.num_query_groups", "window": "model.config.window_size",
-             "experts": "model.config.num_moe_experts", "top_k": "model.config.moe_router_topk"}
+    # the transformer key -> NeMo 2 path, through the NeMo 1 name both share
+    names = {key: _PATHS[f"model.{nemo1}"] for nemo1, key in NUMBERS.items()
+             if f"model.{nemo1}" in _PATHS}
+    names["window"] = _PATHS["model.window_size"]
     performance = "recipe" in values and read_recipe(values["recipe"], source)[2]
     return parse_imported(values, source, read="recipe",
                           translate=lambda text, src: nemo2_keys(text, src, overrides),
