@@ -3,7 +3,8 @@ itself), the command-line overrides a launch script gives it, and its nested blo
 
 NeMo's Hydra and LLM Foundry's OmegaConf both take command-line items ``a.b=value`` over the
 YAML; :func:`apply_overrides` applies them as those tools do, so the run read is the run
-launched.
+launched. NeMo-Run's items (NeMo 2: Python literals, ``+=``-style operators) are read by
+:func:`apply_nemo_run_items`.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def apply_overrides(config: Mapping[str, Any], overrides: Any, source: str, *,
         if not path or (not equals and not item.startswith("~")):
             raise config_error(source, "overrides", f"items like {example} or {removal}", item)
         *parents, last = path.split(".")
-        block = _block(out, parents)
+        block = nested_block(out, parents)
         if item.startswith("~"):
             block.pop(last, None)
         else:
@@ -80,7 +81,7 @@ def override_items(overrides: Any, source: str, what: str) -> list[str]:
     raise config_error(source, "overrides", f"{what} as one string or a list", overrides)
 
 
-def _block(config: dict[str, Any], path: list[str]) -> dict[str, Any]:
+def nested_block(config: dict[str, Any], path: list[str]) -> dict[str, Any]:
     """The nested block at ``path``, made (or made a block) where an item needs it."""
     block = config
     for name in path:
@@ -145,7 +146,7 @@ def apply_nemo_run_items(config: Mapping[str, Any], overrides: Any, source: str,
             indexed.append(path)
             continue
         *parents, last = path.split(".")
-        block = _block(out, parents)
+        block = nested_block(out, parents)
         if op != "=":
             old = block.get(last)
             if not _number(old) or not _number(value):

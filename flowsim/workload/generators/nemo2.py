@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
-from .config_files import apply_nemo_run_items, override_items
+from .config_files import apply_nemo_run_items, nested_block, override_items
 from .imported import ImportedSpec, parse_imported
 from .nemo import NUMBERS, nemo_keys
 from .nemo2_launch import read_command, read_recipe
@@ -106,9 +106,7 @@ def recipe_config(recipe: Recipe, performance: bool, settings: Mapping[str, Any]
         "data": dict(recipe.data), "model": {"config": dict(recipe.model)}}
     for path, value in settings.items():
         *parents, last = path.split(".")
-        block: dict[str, Any] = config
-        for part in parents:
-            block = block[part]
+        block = nested_block(config, parents)
         block[last] = dict(PLUGINS[value]) if path == "trainer.plugins" and value in PLUGINS \
             else value
     return config
