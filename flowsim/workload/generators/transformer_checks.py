@@ -58,6 +58,15 @@ def check_consistent(spec: Any) -> None:
         need(spec.attention != "unfused", "attention", "flash or flash2" + why, spec.attention)
         need(not spec.tp_comm_overlap or spec.tp == 1, "tp_comm_overlap", "false" + why,
              spec.tp_comm_overlap)
+    need(spec.recompute_every == 1 or spec.recompute == "full", "recompute_every",
+         "1 unless recompute is full (it picks the layers full recomputation re-runs)",
+         spec.recompute_every)
+    if spec.recompute == "every_other_matmul":   # torchtitan's policy, on its Llama layers
+        why = " with recompute: every_other_matmul (a dense layer with standard attention)"
+        need(spec.mla is None, "mla", "unset" + why, "set")
+        need(not spec.experts, "experts", "0" + why, spec.experts)
+        need(spec.attention != "unfused", "attention", "flash or flash2" + why,
+             spec.attention)
     if spec.sp:
         need(spec.sequence % (spec.tp * spec.cp) == 0, "sequence",
              f"a multiple of tp * cp = {spec.tp * spec.cp} with sequence parallelism",
@@ -134,7 +143,8 @@ def check_consistent(spec: Any) -> None:
              f"a multiple of pp={spec.pp} micro-batches per pipeline with the interleaved "
              f"schedule (Megatron-LM's requirement{counted})",
              spec.global_batch or spec.micro_batches)
-    per_layer = (30 if spec.recompute == "full" else 22) + \
+    per_layer = (30 if spec.recompute == "full" else 26 if spec.recompute ==
+                 "every_other_matmul" else 22) + \
         (8 if spec.experts else 3) * spec.fsdp + \
         (7 if spec.recompute == "full" else 5) * spec.cp * (cp_kind(spec) == "p2p")
     ops = m * spec.layers * per_layer + 8 * m * spec.pp * spec.vpp

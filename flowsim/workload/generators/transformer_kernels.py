@@ -104,6 +104,25 @@ class LayerKernels(ExpertKernels):
     def fc2(self) -> tuple[Kernel, ...]:
         return (*self._cast(self.n * self.f), self._gemm(self.n, self.spec.hidden, self.f))
 
+    @cached_property
+    def alternate_matmuls(self) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
+        """What torchtitan's per-op selective recomputation (``selective_ac_option: op``,
+        ``torchtitan/models/llama3/parallelize_llama.py``) re-runs before a layer's
+        backward, attention side and MLP side. Its policy saves the outputs of the
+        attention kernel, of the reduce-scatters and of a layer's first, third, ... matmul,
+        counted in the order its Llama layer runs them (``wq wk wv wo``, then ``w1 w3 w2``
+        gated or ``w1 w2``); everything else (the even matmuls, the norms, the rotation,
+        the activation, the residual adds) runs again."""
+        s, n, h = self.spec, self.n, self.spec.hidden
+        mlp = ((self.f, h), (self.f, h), (h, self.f)) if s.gated_mlp else \
+            ((self.f, h), (h, self.f))
+        linears = ((self.q, h), (self.kv, h), (self.kv, h), (h, self.q)) + mlp
+        again = [(*self._cast(n * k), self._gemm(n, width, k))
+                 for i, (width, k) in enumerate(linears) if i % 2]   # the 2nd, 4th, ...
+        attention = (*self.norm, *again[0], *self.rope, *again[1])
+        return attention, (*self.residual, *self.norm, *sum(again[2:], ()),
+                           *self.activation, *self.residual)
+
     # ------------------------------------------------------------------ backward
     @cached_property
     def norm_backward(self) -> tuple[Kernel, ...]:

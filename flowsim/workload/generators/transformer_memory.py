@@ -144,7 +144,12 @@ def _layer_activations(program: StageProgram, *, moe: bool) -> tuple[float, floa
     if spec.attention == "unfused" and spec.recompute == "none":
         scores = 5.0 * (spec.heads // t) * spec.micro_batch * (spec.sequence // spec.cp) ** 2
     full = split + shared + scores
-    if spec.recompute == "full":
+    if spec.recompute == "full":   # the layer's input; every N-th layer's, on average
         kept = ACT * n * h / (t if spec.sp else 1)
-        return kept, full
+        every = spec.recompute_every
+        return (kept + (every - 1) * full) / every, full
+    if spec.recompute == "every_other_matmul":
+        # saved: the odd matmuls' outputs (wq, wv; w1, w2), the attention's, the input
+        kept = ACT * n * (q + kv + q + k.f) + ACT * n * h * (2 / t if spec.sp else 2)
+        return kept, full - kept
     return full, 0.0

@@ -190,6 +190,22 @@ class PassBuilder:
                 gather=True, reduce=True)
         return x
 
+    def recompute_matmuls(self, layer: int, tag: str) -> Frontier:
+        """``recompute: every_other_matmul`` before ``layer``'s backward: the kernels of
+        :attr:`~.transformer_kernels.LayerKernels.alternate_matmuls` after the stream's
+        previous op; with sequence parallelism each side's input is gathered again first
+        (the policy saves reduce-scatters, not all-gathers)."""
+        k, name = self.k.of_layer(layer), f"{tag}.recompute.layer{layer}"
+        attention, mlp = k.alternate_matmuls
+        if not (self.spec.sp and self.spec.tp > 1):
+            return (self.compute(name, attention + mlp, layer, "fwd"),)
+        x: Frontier = () if self.last is None else (self.last,)
+        for side, kernels in (("attention", attention), ("mlp", mlp)):
+            x = (self.collective(f"{name}.{side}.input.all_gather", "all_gather",
+                                 k.gather_bytes, self.groups.tp, layer, "fwd", x),)
+            x = (self.compute(f"{name}.{side}", kernels, layer, "fwd", x),)
+        return x
+
     # ------------------------------------------------------------------ backward
     def backward(self, layer: int, tag: str, g: Frontier, carry: tuple[Kernel, ...] = ()
                  ) -> Frontier:

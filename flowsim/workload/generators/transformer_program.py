@@ -189,8 +189,10 @@ class StageProgram:
             carry = k.norm_backward
         for layer in reversed(own):
             g = self.fsdp.unshard(f"layer{layer}", f"{tag}.layer{layer}", layer, "ig", g)
-            if spec.recompute == "full":
+            if spec.recompute == "full" and (layer + 1) % spec.recompute_every == 0:
                 g = (*g, *b.forward(layer, f"{tag}.recompute", ()))
+            elif spec.recompute == "every_other_matmul":
+                g = (*g, *b.recompute_matmuls(layer, tag))
             g = b.backward(layer, tag, g, carry)
             carry = b.norm_backward
             buckets.append((self._layer_parameters(layer), _frontier(b.last_wgrad)))

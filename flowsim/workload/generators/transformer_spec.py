@@ -29,7 +29,9 @@ from .transformer_checks import check_consistent
 #: Pipeline schedules (see :mod:`.transformer_schedule`).
 Schedule = Literal["1f1b", "gpipe", "interleaved"]
 SCHEDULES: tuple[Schedule, ...] = choices_of(Schedule)
-Recompute = Literal["none", "selective", "full"]
+#: ``every_other_matmul`` is torchtitan's per-op selective recomputation (its ``"op"``
+#: policy): see :attr:`~.transformer_kernels.LayerKernels.alternate_matmuls`
+Recompute = Literal["none", "selective", "full", "every_other_matmul"]
 RECOMPUTES: tuple[Recompute, ...] = choices_of(Recompute)
 AttentionKind = Literal["flash", "flash2", "unfused"]
 ATTENTIONS: tuple[AttentionKind, ...] = choices_of(AttentionKind)
@@ -112,6 +114,9 @@ class TransformerSpec:
     schedule: Schedule = "1f1b"
     pipeline_layout: tuple[int, ...] | str = "even"
     recompute: Recompute = "none"
+    #: with ``recompute: full``, every N-th layer recomputed (the N-th, 2N-th, ... counted
+    #: from the first: torchtitan's ``selective_ac_option: "N"``); 1: every layer
+    recompute_every: int = 1
     distributed_optimizer: bool = False
     #: gradients reduced in 16 bits (Megatron-LM's ``--grad-reduce-in-bf16``, NeMo's
     #: ``grad_sync_dtype: bf16``) instead of FP32 in BF16 and FP8 training
@@ -239,6 +244,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                                 case_insensitive=True)
     v["recompute"] = read_choice(values, "recompute", RECOMPUTES, source=source,
                                  default="none", case_insensitive=True)
+    v["recompute_every"] = _count(values, "recompute_every", source, default=1)
     v["attention"] = read_choice(values, "attention", ATTENTIONS, source=source,
                                  default="flash", case_insensitive=True)
     v["cp_comm_type"] = read_choice(values, "cp_comm_type", CP_COMM_TYPES, source=source,

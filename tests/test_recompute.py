@@ -1,0 +1,83 @@
+"""Activation recomputation beyond Megatron-LM's kinds: torchtitan's per-op policy
+(``recompute: every_other_matmul``) and full recomputation of every N-th layer
+(``recompute_every``), checked by closed forms (the GEMM FLOPs recomputed, the gathers
+repeated), by order (time and memory between none and full) and by their bad specs."""
+
+from __future__ import annotations
+
+import pytest
+
+import flowsim
+from flowsim.errors import ConfigError
+from flowsim.workload.generators import transformer
+from flowsim.workload.kernels import Gemm
+
+#: one node of 8 GPUs
+NODE = {"topology": ["Switch"], "npus_count": [8], "bandwidth": [300], "latency": [500]}
+#: a Llama-like layer: grouped-query attention (2 key-value heads of 32), gated MLP
+LLAMA = dict(layers=4, hidden=256, heads=8, kv_heads=2, ffn=512, gated_mlp=True,
+             sequence=128, micro_batch=2, vocab=0, position_embedding="rope")
+
+
+@pytest.fixture(scope="module")
+def node():
+    return flowsim.load_network(NODE)
+
+
+def _gemm_flops(workload) -> float:
+    return sum(k.flops for op in workload.programs[0].ops if op.kind == "compute"
+               for k in op.kernels if isinstance(k, Gemm))
+
+
+@pytest.mark.parametrize("t", [1, 2])
+def test_every_other_matmul_recomputes_wk_wo_and_w3(node, t):
+    """Per layer and micro-batch the policy re-runs the 2nd, 4th and 6th matmul of
+    torchtitan's Llama layer (wq wk wv wo w1 w3 w2): 2 n h (kv + q + f) FLOPs per rank, with
+    n tokens and the rank's widths q = h / t, kv = 2 x 32 / t, f = ffn / t."""
+    keys = dict(LLAMA, tp=t, dp=8 // t, global_batch=2 * (8 // t) * 3, sp=t > 1)
+    none = transformer(node, **keys)
+    again = transformer(node, **keys, recompute="every_other_matmul")
+    n, h = 2 * 128, 256
+    q, kv, f = h // t, 64 // t, 512 // t
+    per_layer = 2 * n * h * (kv + q + f)
+    assert _gemm_flops(again) - _gemm_flops(none) == pytest.approx(4 * 3 * per_layer)
+    # with sequence parallelism each side's input is gathered again (not saved)
+    gathers = [op for op in again.programs[0].ops if op.kind == "collective"
+               and ".recompute." in op.name]
+    assert len(gathers) == (2 * 4 * 3 if t > 1 else 0)
+    assert all(op.collective == "all_gather" and op.size == n * h * 2 // t for op in gathers)
+
+
+def test_every_nth_layer_recomputes_that_share_of_the_forward(node):
+    keys = dict(LLAMA, dp=8, global_batch=16)
+    none, full, half = (transformer(node, **keys, **extra) for extra in (
+        {}, {"recompute": "full"}, {"recompute": "full", "recompute_every": 2}))
+    assert _gemm_flops(half) - _gemm_flops(none) == \
+        pytest.approx((_gemm_flops(full) - _gemm_flops(none)) / 2)
+    recomputed = {op.layer for op in half.programs[0].ops if ".recompute." in op.name}
+    assert recomputed == {1, 3}   # the 2nd and 4th layer, counted from the first
+
+
+def test_time_and_memory_lie_between_none_and_full(node):
+    keys = dict(LLAMA, dp=8, global_batch=16)
+    kinds = ({"recompute": "none"}, {"recompute": "every_other_matmul"},
+             {"recompute": "full", "recompute_every": 2}, {"recompute": "full"})
+    times, memory = [], []
+    for extra in kinds:
+        spec = {"generator": "transformer", **keys, **extra}
+        times.append(float(flowsim.simulate(node, spec, "nccl", model="analytical").time_ns))
+        memory.append(transformer(node, **keys, **extra).memory["activations"])
+    assert times[0] < times[1] < times[3] and times[0] < times[2] < times[3]
+    assert memory[0] > memory[1] > memory[3] and memory[0] > memory[2] > memory[3]
+
+
+@pytest.mark.parametrize("extra, key", [
+    ({"recompute_every": 2}, "recompute_every"),
+    ({"recompute": "selective", "recompute_every": 3}, "recompute_every"),
+    ({"recompute": "every_other_matmul", "experts": 4, "ep": 1}, "experts"),
+    ({"recompute": "every_other_matmul", "attention": "unfused"}, "attention"),
+    ({"recompute": "full", "recompute_every": 0}, "recompute_every"),
+])
+def test_bad_recomputation_is_named(node, extra, key):
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        transformer(node, **LLAMA, dp=8, global_batch=16, **extra)
