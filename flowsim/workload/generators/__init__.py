@@ -22,8 +22,9 @@ From YAML::
 The keys are the keyword arguments of :func:`transformer` or :func:`dlrm`.
 ``generator: megatron`` (:mod:`.megatron`) reads a Megatron-LM command line and
 ``generator: nemo`` (:mod:`.nemo`) a NeMo 1 training config, ``generator: nemo2``
-(:mod:`.nemo2`) a NeMo 2 pre-training recipe and ``generator: llmfoundry``
-(:mod:`.llmfoundry`) an LLM Foundry training YAML into the transformer's keys.
+(:mod:`.nemo2`) a NeMo 2 pre-training recipe, ``generator: llmfoundry``
+(:mod:`.llmfoundry`) an LLM Foundry training YAML and ``generator: torchtitan``
+(:mod:`.torchtitan`) a torchtitan job config into the transformer's keys.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .llmfoundry import parse_llmfoundry
 from .megatron import parse_megatron
 from .nemo import parse_nemo
 from .nemo2 import parse_nemo2
+from .torchtitan import parse_torchtitan
 from .transformer import (
     TransformerSpec,
     build_transformer,
@@ -65,6 +67,7 @@ GENERATORS: dict[str, Generator] = {
     "nemo": Generator(parse_nemo, build_imported),
     "llmfoundry": Generator(parse_llmfoundry, build_imported),
     "nemo2": Generator(parse_nemo2, build_imported),
+    "torchtitan": Generator(parse_torchtitan, build_imported),
 }
 
 

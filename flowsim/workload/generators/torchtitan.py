@@ -1,0 +1,286 @@
+"""A torchtitan job config as a transformer spec: ``generator: torchtitan``.
+
+PyTorch's torchtitan (``torchtitan/train.py``, FSDP2 with tensor, pipeline and context
+parallelism) describes a run by a TOML job config (``--job.config_file``) and command-line
+items over it. This generator reads one (key ``config``: a path, relative to the spec file, or
+the mapping itself) after its items (``overrides``: ``--section.key=value``,
+``--section.key value``, a bare ``--section.key`` for true, tyro's ``--section.no-key`` for
+false) and builds the :mod:`transformer <.transformer>` workload it describes; the
+data-parallel size is what the network's NPUs leave, as torchtitan's ``-1`` does. From YAML::
+
+    generator: torchtitan
+    config: llama3_8b.toml
+    overrides: --training.local_batch_size=2 --training.compile --model.converters=float8
+    device: h200          # any transformer key overrides what the config says
+
+Both layouts of the TOML era are read (settings and defaults from torchtitan's
+``config_manager.py``): 2025's ``[parallelism]`` section with ``training.local_batch_size``
+(commit e7c0cae) and 2024's degrees under ``[training]`` and ``[experimental]`` with
+``training.batch_size`` (9dec370); Float8 as ``model.converters = ["float8"]`` (2025),
+``quantize.linear.float8`` (late 2025) or ``float8.enable_float8_linear`` (2024). What is read:
+the model (``model.name`` llama3, ``model.flavor`` 8B, 70B or 405B: torchtitan's shapes, its
+tokenizer's 128,256 tokens; another model's shape is one error asking for it beside
+``config``), ``training.seq_len``, the batch (``local_batch_size`` per data-parallel rank,
+``global_batch_size`` for gradient accumulation), the degrees (``data_parallel_shard_degree``
+shards with FSDP2, ``data_parallel_replicate_degree`` replicates: HSDP with both, DDP alone),
+the pipeline (schedules ``1F1B``, ``GPipe``, ``Interleaved1F1B``; stages per rank from the split
+points, ``pipeline_parallel_layers_per_stage`` or torchtitan's default of two for a looped
+schedule, layers split as its ``generate_split_points`` splits them: the embedding and the
+output layer weigh one layer each), context parallelism (``context_parallel_rotate_method``:
+``allgather``, or ``alltoall``, a ring exchange priced as ``p2p``), activation checkpointing
+(``full``; ``selective`` with option ``op``: ``recompute: every_other_matmul``, with a number N:
+every N-th layer fully), Float8 (tensorwise: ``dtype: fp8``; ``enable_fsdp_float8_all_gather``:
+weights gathered in FP8) and ``mixed_precision_reduce``.
+
+Priced as the nearest flowsim model, each said once as a warning: ``training.compile = false``
+(PyTorch's eager mode runs each elementwise step as its own kernel; flowsim prices them fused,
+as ``torch.compile`` runs them: torchtitan's own Llama 3.1 8B table shows eager 14% slower),
+asynchronous TP (priced as Transformer Engine's overlap with its default settings), a rowwise
+or MX Float8 recipe (as tensorwise FP8). FSDP shards over ``data_parallel_shard_degree``
+alone (torchtitan folds context parallelism into it) and gathers again for the backward as
+its ``"default"`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import config_error
+from .imported import ImportedSpec, parse_imported
+from .torchtitan_config import SETTINGS, JobConfig, apply_cli, load_job_config
+
+#: torchtitan's Llama 3 flavors (``torchtitan/models/llama3/__init__.py``, e7c0cae):
+#: (layers, width, heads, key-value heads, ffn_dim_multiplier, multiple_of)
+FLAVORS = {"8B": (32, 4096, 32, 8, 1.3, 1024), "70B": (80, 8192, 64, 8, 1.3, 4096),
+           "405B": (126, 16384, 128, 8, 1.2, 4096)}
+#: Llama 3's tiktoken vocabulary (``vocab_size`` is set from the tokenizer)
+LLAMA3_VOCAB = 128256
+#: torchtitan's schedule names -> the transformer's ``schedule`` (looped ones interleave)
+SCHEDULES = {"1F1B": "1f1b", "GPipe": "gpipe", "Interleaved1F1B": "interleaved"}
+#: ``context_parallel_rotate_method`` -> ``cp_comm_type``
+ROTATE = {"allgather": "all_gather", "alltoall": "p2p"}
+#: converters that make the linear layers FP8 (the MX ones priced as FP8, with a warning)
+FP8_CONVERTERS = {"float8": False, "quantize.linear.float8": False, "mx": True,
+                  "quantize.linear.mx": True}
+#: PyTorch DDP's default bucket, 25 MiB of FP32 gradients, in parameters
+DDP_BUCKET = 25 * 2**20 // 4
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """The data-parallel settings, decided once the data-parallel size is known."""
+
+    where: str
+    shard_path: str
+    #: data_parallel_shard_degree (-1: what the replicas leave), its replicate degree
+    shard: int
+    replicate: int
+    local_batch: int
+    #: global_batch_size (-1: the local batch times the data-parallel size)
+    global_batch: int
+
+    def finish(self, keys: dict[str, Any]) -> dict[str, Any]:
+        """``keys`` (with ``dp`` set) with sharding or replication, HSDP's shard size and
+        the global batch as torchtitan decides them."""
+        keys, dp = dict(keys), keys["dp"]
+        shard = dp // self.replicate if self.shard == -1 and dp % self.replicate == 0 \
+            else self.shard
+        if shard * self.replicate != dp:
+            raise config_error(self.where, self.shard_path, "data_parallel_replicate_degree x "
+                               f"data_parallel_shard_degree = {dp} (the network's NPUs over "
+                               "tp x pp x cp), or -1", self.shard)
+        if shard > 1:   # FSDP2 (HSDP with replicas), its prefetch overlapping both ways
+            keys.update(fsdp=True, overlap_param_gather=True, overlap_grad_reduce=True)
+            if self.replicate > 1:
+                keys["fsdp_shard"] = shard
+        elif self.replicate > 1:   # DDP
+            keys.update(overlap_grad_reduce=True, bucket_size=DDP_BUCKET)
+        keys["global_batch"] = self.local_batch * dp if self.global_batch == -1 \
+            else self.global_batch
+        return keys
+
+
+def torchtitan_keys(config: Any, source: str, overrides: Any = None, *,
+                    beside: frozenset[str] = frozenset()
+                    ) -> tuple[dict[str, Any], DataParallel]:
+    """The transformer keys a torchtitan job config (a mapping, or a TOML path relative to
+    ``source``'s folder) sets after its command-line ``overrides`` (``beside``: the
+    transformer keys given beside it, which win over what it says), and the data-parallel
+    settings that complete them once the network is known."""
+    where, config = load_job_config(config, source)
+    read = JobConfig(apply_cli(config, overrides, source), where)
+    keys = _model(read, beside)
+    keys["sequence"] = read.int("seq_len")
+    keys.update(_parallelism(read))
+    keys.update(_pipeline(read, keys.get("layers")))
+    keys.update(_precision_and_recompute(read))
+    return keys, DataParallel(where, read.path("dp_shard"), _degree(read, "dp_shard"),
+                              read.int("dp_replicate"), read.int("local_batch"),
+                              _degree(read, "global_batch"))
+
+
+def _degree(read: JobConfig, setting: str) -> int:
+    """A degree or batch where -1 means "what is left" (returned as -1)."""
+    value = read(setting)
+    return -1 if value == -1 else read.int(setting)
+
+
+def _model(read: JobConfig, beside: frozenset[str]) -> dict[str, Any]:
+    name, flavor = read("name"), read("flavor")
+    if name in ("llama3", "llama") and flavor in FLAVORS:
+        layers, dim, heads, kv_heads, multiplier, multiple = FLAVORS[flavor]
+        ffn = int(multiplier * int(2 * 4 * dim / 3))   # torchtitan's FeedForward
+        ffn = multiple * -(-ffn // multiple)
+        return {"layers": layers, "hidden": dim, "heads": heads, "kv_heads": kv_heads,
+                "ffn": ffn, "vocab": LLAMA3_VOCAB, "gated_mlp": True,
+                "tied_embeddings": False, "position_embedding": "rope", "attention": "flash2"}
+    if {"layers", "hidden"} <= beside:   # another model, its shape given beside
+        return {"gated_mlp": True, "tied_embeddings": False, "position_embedding": "rope",
+                "attention": "flash2"}
+    raise config_error(read.where, "model.flavor", "llama3's 8B, 70B or 405B (another "
+                       "model's shape is not in the config: give layers, hidden, heads, "
+                       "kv_heads, ffn and vocab beside 'config')", f"{name} {flavor}")
+
+
+def _parallelism(read: JobConfig) -> dict[str, Any]:
+    keys: dict[str, Any] = {"tp": read.int("tp"), "pp": read.int("pp"), "cp": read.int("cp")}
+    if keys["tp"] > 1:   # torchtitan's TP plan shards the norms' sequence (and the loss)
+        keys["sp"] = True
+        if read.bool("async_tp"):
+            read.warn("async_tp", "(asynchronous TP) is priced as Transformer Engine's "
+                      "overlap with its default settings")
+            keys.update(tp_comm_overlap=True, tp_comm_overlap_cfg="te_default")
+    if keys["cp"] > 1:
+        keys["cp_comm_type"] = read.choice("cp_rotate", ROTATE)
+    if read("reshard") != "default":
+        read.warn("reshard", f"= {read('reshard')!r} is priced as 'default' (gathered again "
+                  "for the backward, unless pipelined)")
+    return keys
+
+
+def _pipeline(read: JobConfig, layers: int | None) -> dict[str, Any]:
+    """The schedule, the micro-batch and the layers of each (virtual) stage."""
+    pp, local = read.int("pp"), read.int("local_batch")
+    if pp == 1:
+        return {"micro_batch": local}
+    schedule = read.choice("schedule", SCHEDULES)
+    looped = schedule == "interleaved"
+    splits = read("split_points")
+    if not isinstance(splits, list) or not all(
+            isinstance(s, str) and s.startswith("layers.") and s[7:].isdigit()
+            for s in splits):
+        raise config_error(read.where, read.path("split_points"), "module names layers.N",
+                           splits)
+    keys: dict[str, Any] = {"schedule": schedule}
+    if splits:
+        cuts = [int(s[7:]) for s in splits]
+        stages = len(cuts) + 1
+        if stages % pp or (stages // pp > 1) != looped:
+            raise config_error(read.where, read.path("split_points"), f"a multiple of pp={pp}"
+                               f" stages ({'two or more' if looped else 'one'} per rank with "
+                               f"{read('schedule')})", splits)
+        if layers is not None:
+            keys["pipeline_layout"] = [b - a for a, b in zip([0, *cuts], [*cuts, layers])]
+    elif layers is not None:
+        keys["pipeline_layout"] = _split(read, layers, pp, looped)
+        stages = len(keys["pipeline_layout"])
+    else:
+        stages = pp * (2 if looped else 1)
+    if stages > pp:
+        keys["vpp"] = stages // pp
+    old = read("pp_micro_batches")   # 2024: a count, by default one per stage
+    if read.path("local_batch") == "training.batch_size" or old is not None:
+        count = stages if old is None else read.int("pp_micro_batches")
+        if local % count:
+            raise config_error(read.where, read.path("pp_micro_batches"), f"a divisor of the "
+                               f"local batch {local}", count)
+        keys["micro_batch"] = local // count
+    else:
+        keys["micro_batch"] = read.int("pp_micro_batch")
+        if local % keys["micro_batch"]:
+            raise config_error(read.where, read.path("pp_micro_batch"), f"a divisor of the "
+                               f"local batch {local}", keys["micro_batch"])
+    return keys
+
+
+def _split(read: JobConfig, layers: int, pp: int, looped: bool) -> list[int]:
+    """Layers per virtual stage as torchtitan's ``generate_split_points`` splits them: the
+    embedding and the output layer weigh one layer each, extra layers go to the first
+    stages."""
+    effective = layers + 2
+    per_stage = read("layers_per_stage")
+    if per_stage is not None:
+        per_stage = read.int("layers_per_stage")
+        stages = effective // per_stage
+        if effective % (pp * per_stage) or (stages // pp > 1) != looped:
+            raise config_error(read.where, read.path("layers_per_stage"), f"a divisor of "
+                               f"(layers + 2) / pp = {effective / pp:g} giving "
+                               f"{'two or more stages' if looped else 'one stage'} per rank",
+                               per_stage)
+        extra = 0
+    else:
+        stages = pp * (2 if looped else 1)
+        per_stage, extra = divmod(effective, stages)
+    sizes = [per_stage + (i < extra) for i in range(stages)]
+    sizes[0] -= 1
+    sizes[-1] -= 1
+    return sizes
+
+
+def _precision_and_recompute(read: JobConfig) -> dict[str, Any]:
+    keys: dict[str, Any] = {"fsdp": False, "distributed_optimizer": False,
+                            "scatter_gather": False}
+    converters = read("converters")
+    converters = [converters] if isinstance(converters, str) else converters
+    fp8 = [c for c in converters if c in FP8_CONVERTERS]
+    if fp8 or read.bool("float8_linear"):
+        keys["dtype"] = "fp8"
+        if any(FP8_CONVERTERS[c] for c in fp8):
+            read.warn("converters", f"{fp8}: MXFP8 is priced as tensorwise FP8")
+        if read("recipe") not in (None, "tensorwise"):
+            read.warn("recipe", f"= {read('recipe')!r} is priced as tensorwise FP8")
+        keys["fp8_param_gather"] = read.bool("fp8_gather")
+    if read("param_dtype") != "bfloat16":
+        read.warn("param_dtype", f"= {read('param_dtype')!r}: FP32 compute is not modelled; "
+                  "priced as BF16")
+    keys["grad_reduce_in_bf16"] = read.choice("reduce_dtype", {"float32": False,
+                                                                "bfloat16": True})
+    if not read.bool("compile"):
+        read.warn("compile", "= false: eager PyTorch runs each elementwise step as its own "
+                  "kernel; priced fused, as torch.compile runs them")
+    mode = read.choice("ac_mode", {"none": "none", "full": "full", "selective": "selective"})
+    option = str(read("ac_option"))
+    if mode == "selective" and option == "op":
+        mode = "every_other_matmul"
+    elif mode == "selective":
+        if not option.isdigit():
+            raise config_error(read.where, read.path("ac_option"), "op or a layer count N "
+                               "(every N-th layer recomputed)", read("ac_option"))
+        mode = "full"
+        keys["recompute_every"] = max(1, int(option))
+    keys["recompute"] = mode
+    return keys
+
+
+def parse_torchtitan(values: Mapping[str, Any], source: str) -> ImportedSpec:
+    """``generator: torchtitan``: key ``config`` (a torchtitan job config), optionally
+    ``overrides`` (its command-line items), transformer keys."""
+    values = dict(values)
+    overrides = values.pop("overrides", None)
+    paths = {key: SETTINGS[setting][0][0] for key, setting in (
+        ("layers", "flavor"), ("hidden", "flavor"), ("sequence", "seq_len"),
+        ("tp", "tp"), ("pp", "pp"), ("cp", "cp"), ("micro_batch", "local_batch"),
+        ("global_batch", "local_batch"), ("vpp", "schedule"),
+        ("pipeline_layout", "split_points"))}
+    decided: list[DataParallel] = []
+
+    def translate(config: Any, src: str) -> dict[str, Any]:
+        keys, data_parallel = torchtitan_keys(config, src, overrides,
+                                              beside=frozenset(values) - {"config"})
+        decided.append(data_parallel)
+        return keys
+
+    return parse_imported(values, source, read="config", translate=translate, names=paths,
+                          finish=lambda keys: decided[0].finish(keys))

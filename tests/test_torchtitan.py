@@ -1,0 +1,227 @@
+"""``generator: torchtitan``: a torchtitan job config (TOML) and its command line read into the
+transformer's keys, checked against the H200 rows transcribed from torchtitan's benchmark
+(``validation/published/torchtitan_h200.csv``) and on its settings one by one."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+import flowsim
+from flowsim import ConfigError, FlowsimWarning
+from flowsim.workload.generators.torchtitan import torchtitan_keys
+from flowsim.workload.generators.torchtitan_config import apply_cli
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import validate_published  # noqa: E402
+
+#: the settings of torchtitan's Llama 3 8B job config (e7c0cae's layout)
+LLAMA3_8B = """
+[model]
+name = "llama3"
+flavor = "8B"
+
+[training]
+local_batch_size = 1
+seq_len = 8192
+compile = false
+
+[parallelism]
+data_parallel_replicate_degree = 1
+data_parallel_shard_degree = -1
+tensor_parallel_degree = 1
+pipeline_parallel_degree = 1
+context_parallel_degree = 1
+
+[activation_checkpoint]
+mode = "selective"
+selective_ac_option = "op"
+
+[float8]
+enable_fsdp_float8_all_gather = false
+filter_fqns = ["output"]
+"""
+#: the command line of the H200 benchmark (torchrun's options and the file left out)
+H200_COMMAND = ("--job.config-file torchtitan/models/llama3/train_configs/llama3_8b.toml "
+                "--metrics.enable_wandb --training.local_batch_size=2 --training.compile "
+                '--model.converters="float8" --float8.enable_fsdp_float8_all_gather '
+                "--float8.precompute_float8_dynamic_scale_for_fsdp "
+                "--float8.force_recompute_fp8_weight_in_bwd --profiling.profile_freq 1000000 "
+                "--training.steps 2000")
+#: Dec 2024's layout (9dec370): degrees under [training] and [experimental]
+LLAMA3_405B_2024 = """
+[model]
+name = "llama3"
+flavor = "405B"
+[training]
+batch_size = 2
+seq_len = 8192
+data_parallel_shard_degree = -1
+tensor_parallel_degree = 8
+compile = true
+[experimental]
+pipeline_parallel_degree = 1
+enable_async_tensor_parallel = true
+[activation_checkpoint]
+mode = 'full'
+[float8]
+enable_float8_linear = true
+enable_fsdp_float8_all_gather = true
+"""
+ROWS = validate_published.rows("torchtitan_")
+
+
+def _keys(toml: str, overrides=None, tmp_path=None, *, quiet: bool = True):
+    """The keys and data-parallel settings of job config ``toml`` (its warnings ignored
+    unless not ``quiet``)."""
+    path = tmp_path / "job.toml"
+    path.write_text(toml)
+    with warnings.catch_warnings():
+        if quiet:
+            warnings.simplefilter("ignore", FlowsimWarning)
+        return torchtitan_keys(str(path), str(tmp_path / "run.yml"), overrides)
+
+
+def _write_run(tmp_path, toml: str, overrides: str | None = None, **extra) -> Path:
+    (tmp_path / "job.toml").write_text(toml)
+    run = {"generator": "torchtitan", "config": "job.toml", **extra}
+    if overrides is not None:
+        run["overrides"] = overrides
+    path = tmp_path / "run.yml"
+    path.write_text(yaml.safe_dump(run))
+    return path
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r["run"] for r in ROWS])
+def test_the_benchmark_rows_are_what_the_importer_reads(row, tmp_path):
+    """The transcribed row and the job config with the benchmark's command line simulate
+    to the same iteration time on the row's cluster."""
+    run = _write_run(tmp_path, LLAMA3_8B, H200_COMMAND)
+    network = validate_published.network(row)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FlowsimWarning)
+        imported = flowsim.simulate(network, str(run), "nccl", model="analytical")
+        transcribed = flowsim.simulate(network, validate_published.spec(row), "nccl",
+                                       model="analytical")
+    assert float(imported.time_ns) == float(transcribed.time_ns)
+
+
+def test_flavors_have_torchtitans_shapes(tmp_path):
+    widths = {}
+    for flavor in ("8B", "70B", "405B"):
+        keys, _ = _keys(LLAMA3_8B.replace('"8B"', f'"{flavor}"'), tmp_path=tmp_path)
+        widths[flavor] = (keys["layers"], keys["hidden"], keys["ffn"], keys["kv_heads"])
+    # Llama 3's published FFN widths (Dubey et al. 2024, Table 3)
+    assert widths == {"8B": (32, 4096, 14336, 8), "70B": (80, 8192, 28672, 8),
+                      "405B": (126, 16384, 53248, 8)}
+
+
+def test_the_h200_command_line_sets_what_it_says(tmp_path):
+    keys, data_parallel = _keys(LLAMA3_8B, H200_COMMAND, tmp_path)
+    assert (keys["dtype"], keys["fp8_param_gather"], keys["recompute"], keys["micro_batch"],
+            keys["sequence"], keys["vocab"]) == ("fp8", True, "every_other_matmul", 2, 8192,
+                                                 128256)
+    finished = data_parallel.finish({**keys, "dp": 32})
+    assert (finished["fsdp"], finished["global_batch"], finished.get("fsdp_shard")) == \
+        (True, 64, None)
+
+
+def test_command_line_forms(tmp_path):
+    config = {"training": {"compile": True, "seq_len": 2048}}
+    out = apply_cli(config, "--training.seq-len 4096 --training.no-compile --model.converters "
+                    "float8,other --parallelism.tensor_parallel_degree=2", "run.yml")
+    assert out["training"] == {"compile": False, "seq_len": 4096}
+    assert out["model"]["converters"] == ["float8", "other"]
+    assert out["parallelism"]["tensor_parallel_degree"] == 2
+    assert config["training"]["seq_len"] == 2048   # the config itself is left alone
+    with pytest.raises(ConfigError, match="torchrun's own options"):
+        apply_cli(config, "--nnodes 4", "run.yml")
+
+
+def test_the_2024_layout_and_its_pipeline_defaults(tmp_path):
+    with pytest.warns(FlowsimWarning, match="asynchronous TP"):
+        keys, data_parallel = _keys(LLAMA3_405B_2024, tmp_path=tmp_path, quiet=False)
+    assert (keys["tp"], keys["sp"], keys["tp_comm_overlap"], keys["dtype"],
+            keys["fp8_param_gather"], keys["recompute"], keys["micro_batch"]) == \
+        (8, True, True, "fp8", True, "full", 2)
+    # 2024: micro-batches default to one per stage; torchtitan's split gives the first and
+    # last stage one layer fewer (the embedding and the output layer weigh a layer each)
+    keys, _ = _keys(LLAMA3_405B_2024, "--experimental.pipeline_parallel_degree 8 "
+                    "--training.batch_size 32", tmp_path)
+    assert (keys["micro_batch"], keys["pipeline_layout"]) == (4, [15] + [16] * 6 + [15])
+    keys, _ = _keys(LLAMA3_405B_2024, "--experimental.pipeline_parallel_degree 8 "
+                    "--training.batch_size 32 --experimental.pipeline_parallel_schedule "
+                    "Interleaved1F1B", tmp_path)
+    assert (keys["micro_batch"], keys["vpp"], keys["schedule"]) == (2, 2, "interleaved")
+    assert keys["pipeline_layout"] == [7] + [8] * 14 + [7]
+
+
+def test_pipeline_stages_from_split_points_and_layers_per_stage(tmp_path):
+    base = LLAMA3_8B.replace("pipeline_parallel_degree = 1", "pipeline_parallel_degree = 2")
+    keys, _ = _keys(base, "--parallelism.pipeline_parallel_split_points layers.10",
+                    tmp_path)
+    assert (keys["pipeline_layout"], keys.get("vpp", 1), keys["micro_batch"]) == ([10, 22],
+                                                                                  1, 1)
+    keys, _ = _keys(base, "--parallelism.pipeline_parallel_layers_per_stage 17", tmp_path)
+    assert (keys["pipeline_layout"], keys.get("vpp", 1)) == ([16, 16], 1)
+    # a looped schedule needs two or more stages per rank: 34 / 2 / 17 is one
+    with pytest.raises(ConfigError, match="pipeline_parallel_layers_per_stage"):
+        _keys(base, "--parallelism.pipeline_parallel_schedule Interleaved1F1B "
+              "--parallelism.pipeline_parallel_layers_per_stage 17", tmp_path)
+
+
+def test_data_parallel_degrees(tmp_path):
+    keys, data_parallel = _keys(LLAMA3_8B, "--parallelism.data_parallel_replicate_degree 2",
+                                tmp_path)
+    hsdp = data_parallel.finish({**keys, "dp": 16})
+    assert (hsdp["fsdp"], hsdp["fsdp_shard"], hsdp["global_batch"]) == (True, 8, 16)
+    keys, data_parallel = _keys(LLAMA3_8B, "--parallelism.data_parallel_replicate_degree 8 "
+                                "--parallelism.data_parallel_shard_degree 1", tmp_path)
+    ddp = data_parallel.finish({**keys, "dp": 8})
+    assert (ddp["fsdp"], ddp["overlap_grad_reduce"]) == (False, True)
+    keys, data_parallel = _keys(LLAMA3_8B, "--parallelism.data_parallel_shard_degree 4",
+                                tmp_path)
+    with pytest.raises(ConfigError, match="parallelism.data_parallel_shard_degree"):
+        data_parallel.finish({**keys, "dp": 8})
+
+
+@pytest.mark.parametrize("change, path", [
+    ('flavor = "8B"', "model.flavor"),
+    ('selective_ac_option = "op"', "activation_checkpoint.selective_ac_option"),
+    ("context_parallel_degree = 1", "parallelism.context_parallel_rotate_method"),
+    ("pipeline_parallel_degree = 1", "parallelism.pipeline_parallel_schedule"),
+])
+def test_bad_settings_are_named(change, path, tmp_path):
+    bad = {"model.flavor": 'flavor = "17B"',
+           "activation_checkpoint.selective_ac_option": 'selective_ac_option = "often"',
+           "parallelism.context_parallel_rotate_method":
+               'context_parallel_degree = 2\ncontext_parallel_rotate_method = "ring"',
+           "parallelism.pipeline_parallel_schedule":
+               'pipeline_parallel_degree = 2\npipeline_parallel_schedule = "ZBVZeroBubble"'}
+    with pytest.raises(ConfigError, match=path.replace(".", r"\.")):
+        _keys(LLAMA3_8B.replace(change, bad[path]), tmp_path=tmp_path)
+
+
+def test_a_file_that_is_not_toml_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"job\.toml: not valid TOML"):
+        _keys("[model\nname = 1", tmp_path=tmp_path)
+
+
+def test_eager_mode_and_beside_keys(tmp_path):
+    run = _write_run(tmp_path, LLAMA3_8B, "--training.local_batch_size 2", device="h200")
+    network = {"cluster": {"device": "h200", "nodes": 1, "gpus_per_node": 8, "nic_gbps": 400,
+                           "nics_per_node": 8}}
+    with pytest.warns(FlowsimWarning, match="training.compile = false"):
+        ds = flowsim.simulate(network, str(run), "nccl", model="analytical")
+    assert float(ds.time_ns) > 0
+    # a key beside the config wins over it
+    run = _write_run(tmp_path, LLAMA3_8B, "--training.compile", recompute="none",
+                     sequence=4096)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FlowsimWarning)
+        faster = flowsim.simulate(network, str(run), "nccl", model="analytical")
+    assert float(faster.time_ns) < float(ds.time_ns)
