@@ -1,6 +1,6 @@
-"""The importers (Megatron-LM arguments, NeMo 1 configs, NeMo 2 recipes, LLM Foundry YAMLs)
-under random command-line items: a workload, or one line naming what is wrong — never a
-crash that surfaces as "an argument flowsim cannot use"."""
+"""The importers (Megatron-LM arguments, NeMo 1 configs, NeMo 2 recipes, LLM Foundry YAMLs,
+torchtitan job configs) under random command-line items: a workload, or one line naming what
+is wrong — never a crash that surfaces as "an argument flowsim cannot use"."""
 
 from __future__ import annotations
 
@@ -27,7 +27,25 @@ NEMO = {"trainer": {"precision": "bf16", "devices": 8},
                   "encoder_seq_length": 2048, "micro_batch_size": 1, "global_batch_size": 16,
                   "tensor_model_parallel_size": 2, "mcore_gpt": True,
                   "optim": {"name": "mcore_distributed_optim"}, "tokenizer": {"type": "gpt2"}}}
+TITAN = {"model": {"name": "llama3", "flavor": "8B"},
+         "training": {"local_batch_size": 2, "seq_len": 2048, "compile": True},
+         "parallelism": {"data_parallel_shard_degree": -1, "tensor_parallel_degree": 2},
+         "activation_checkpoint": {"mode": "selective", "selective_ac_option": "op"}}
 PATHS = {
+    "torchtitan": ["training.local_batch_size", "training.global_batch_size",
+                   "training.seq_len", "training.batch_size", "training.mixed_precision_reduce",
+                   "parallelism.data_parallel_shard_degree",
+                   "parallelism.data_parallel_replicate_degree",
+                   "parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
+                   "parallelism.pipeline_parallel_schedule",
+                   "parallelism.pipeline_parallel_layers_per_stage",
+                   "parallelism.pipeline_parallel_split_points",
+                   "parallelism.pipeline_parallel_microbatch_size",
+                   "experimental.pipeline_parallel_microbatches",
+                   "parallelism.context_parallel_degree",
+                   "parallelism.context_parallel_rotate_method", "activation_checkpoint.mode",
+                   "activation_checkpoint.selective_ac_option", "model.converters",
+                   "model.flavor", "float8.enable_fsdp_float8_all_gather", "model"],
     "llmfoundry": ["model.d_model", "model.n_heads", "model.expansion_ratio",
                    "model.attn_config.attn_type", "model.attn_config.kv_n_heads",
                    "model.attn_config.attn_impl", "model.ffn_config.ffn_type", "precision",
@@ -51,6 +69,8 @@ PATHS = {
 
 
 def _spec(kind: str, items: list[str]) -> dict:
+    if kind == "torchtitan":
+        return {"generator": kind, "config": TITAN, "overrides": [f"--{i}" for i in items]}
     if kind == "llmfoundry":
         return {"generator": kind, "config": MPT, "overrides": items}
     if kind == "nemo":

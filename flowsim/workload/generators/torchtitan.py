@@ -124,12 +124,17 @@ def torchtitan_keys(config: Any, source: str, overrides: Any = None, *,
 def _degree(read: JobConfig, setting: str) -> int:
     """A degree or batch where -1 means "what is left" (returned as -1)."""
     value = read(setting)
-    return -1 if value == -1 else read.int(setting)
+    if value == -1:
+        return -1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise config_error(read.where, read.path(setting), "a positive integer, or -1 "
+                           "(what the other degrees leave)", value)
+    return value
 
 
 def _model(read: JobConfig, beside: frozenset[str]) -> dict[str, Any]:
     name, flavor = read("name"), read("flavor")
-    if name in ("llama3", "llama") and flavor in FLAVORS:
+    if name in ("llama3", "llama") and isinstance(flavor, str) and flavor in FLAVORS:
         layers, dim, heads, kv_heads, multiplier, multiple = FLAVORS[flavor]
         ffn = int(multiplier * int(2 * 4 * dim / 3))   # torchtitan's FeedForward
         ffn = multiple * -(-ffn // multiple)
@@ -234,6 +239,9 @@ def _precision_and_recompute(read: JobConfig) -> dict[str, Any]:
                             "scatter_gather": False}
     converters = read("converters")
     converters = [converters] if isinstance(converters, str) else converters
+    if not isinstance(converters, list) or not all(isinstance(c, str) for c in converters):
+        raise config_error(read.where, read.path("converters"), "a list of converter names "
+                           "(float8, ...)", converters)
     fp8 = [c for c in converters if c in FP8_CONVERTERS]
     if fp8 or read.bool("float8_linear"):
         keys["dtype"] = "fp8"
@@ -272,7 +280,7 @@ def parse_torchtitan(values: Mapping[str, Any], source: str) -> ImportedSpec:
     paths = {key: SETTINGS[setting][0][0] for key, setting in (
         ("layers", "flavor"), ("hidden", "flavor"), ("sequence", "seq_len"),
         ("tp", "tp"), ("pp", "pp"), ("cp", "cp"), ("micro_batch", "local_batch"),
-        ("global_batch", "local_batch"), ("vpp", "schedule"),
+        ("global_batch", "global_batch"), ("vpp", "schedule"),
         ("pipeline_layout", "split_points"))}
     decided: list[DataParallel] = []
 
