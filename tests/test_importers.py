@@ -344,10 +344,13 @@ def test_rotary_embeddings_are_read_from_either_tool(reference, tmp_path):
     with pytest.warns(FlowsimWarning, match="position_embedding_type' is an interpolation"):
         simulate(NET, {"generator": "nemo", "device": "h100", "config": dict(
             NEMO, model=dict(model, position_embedding_type="${oc.env:PE}"))}, "nccl")
-    bad = ARGS.replace("--bf16", "--bf16 --position-embedding-type alibi")   # NeMo's, not its
+    # ALiBi: BigScience's Megatron-DeepSpeed (BLOOM) has it, in the attention kernel
+    alibi = ARGS.replace("--bf16", "--bf16 --position-embedding-type alibi")
+    assert _time({"generator": "megatron", "device": "h100", "args": alibi}) == reference
+    bad = ARGS.replace("--bf16", "--bf16 --position-embedding-type sinusoid")
     with pytest.raises(flowsim.ConfigError, match=r"'--position-embedding-type': expected one "
                                                    r"of learned_absolute, rope, yarn, mrope, "
-                                                   r"relative, none, found 'alibi'"):
+                                                   r"relative, none, alibi, found 'sinusoid'"):
         simulate(NET, {"generator": "megatron", "device": "h100", "args": bad}, "nccl")
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(dict(
         NEMO, model=dict(model, position_embedding_type="sinusoid"))))

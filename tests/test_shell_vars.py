@@ -55,3 +55,25 @@ def test_every_literal_assignment_is_read_back(values):
     assert shell_variables(text) == values
     for k, v in values.items():
         assert substitute(f"--x ${k} --y ${{{k}}}", values) == f"--x {v} --y {v}"
+
+
+def test_a_quoted_list_of_flags_may_run_over_lines():
+    """BigScience's and Megatron-DeepSpeed's scripts keep their flags in quoted variables,
+    a flag per line (with or without backslashes); a reference nothing sets stays as written
+    in such a list, and a commented-out line ends at its newline even after a backslash."""
+    script = '''N=4
+ARGS=" \\
+    --num-layers $N \\
+    --save $SCRATCH/ckpt \\
+    "
+PLAIN="--a 1
+--b 2"
+#    --commented-out \\
+AFTER=7
+ONE="$SCRATCH"
+'''
+    v = shell_variables(script)
+    assert v["ARGS"].split() == ["--num-layers", "4", "--save", "$SCRATCH/ckpt"]
+    assert v["PLAIN"].split() == ["--a", "1", "--b", "2"]
+    assert v["AFTER"] == "7"        # not swallowed by the comment's backslash
+    assert "ONE" not in v           # a single word needing an unknown variable: unknown

@@ -20,6 +20,7 @@ from typing import Any
 from ..._validate import read_int
 from ...errors import ConfigError, FlowsimWarning, config_error
 from ..graph import Workload
+from .shell_vars import joined_lines
 from .transformer import build_transformer, parse_transformer
 from .transformer_spec import KEYS
 from .transformer_values import MAXIMA
@@ -90,8 +91,8 @@ def read_beside(name: Any, source: str, key: str, what: str) -> tuple[Path, str]
 
 
 def shell_words(text: str, source: str, key: str, what: str) -> list[str]:
-    """``text`` split into words as a shell would (backslash-newlines joined, comments
-    dropped).
+    """``text`` split into words as a shell would (comments dropped, backslash-newlines
+    joined: :func:`~.shell_vars.joined_lines`).
 
     Raises
     ------
@@ -99,7 +100,7 @@ def shell_words(text: str, source: str, key: str, what: str) -> list[str]:
         An unclosed quote, naming ``source``, ``key`` and ``what`` it should be.
     """
     try:
-        return shlex.split(text.replace("\\\n", " "), comments=True)
+        return shlex.split(joined_lines(text), comments=True)
     except ValueError as exc:   # an unclosed quote
         raise config_error(source, key, f"{what} shlex can split ({exc})", text[:60]) from None
 

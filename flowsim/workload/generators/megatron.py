@@ -19,15 +19,20 @@ as ``torchrun``'s world size decides it. From YAML::
 
 Flags that do not change an iteration's time (paths, learning rate, logging) are skipped;
 :data:`FLAGS` lists the ones read. Others that do are named in a :class:`FlowsimWarning`.
+Megatron-DeepSpeed's flags and Megatron-LM's pre-3.0 ones are read by
+:mod:`.megatron_deepspeed`.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
+from . import megatron_deepspeed
 from .imported import (
     GPT2_VOCAB,
     ImportedSpec,
@@ -83,8 +88,8 @@ SPECIAL = ("num-layers-per-virtual-pipeline-stage", "recompute-granularity", "fp
            "use-megatron-fsdp", "data-parallel-sharding-strategy", "position-embedding-type",
            "use-rotary-position-embeddings", "moe-layer-freq", "multi-latent-attention",
            "window-size", "window-attn-skip-freq", "cp-comm-type", *MLA_FLAGS)
-#: every flag this module reads
-FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL
+#: every flag this module reads (with Megatron-DeepSpeed's and Megatron-LM's older ones)
+FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL + megatron_deepspeed.FLAGS
 #: flags taking several values (argparse's ``nargs='+'``) -> their values (what follows them
 #: in a script and is not one, a redirection say, is not theirs)
 MULTI_VALUED = {"cp-comm-type": ("p2p", "a2a", "allgather", "a2a+p2p")}
@@ -95,8 +100,11 @@ UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-la
               "moe-shared-expert-overlap", "mtp-num-layers",
               "num-distributed-optimizer-instances", "disable-tp-comm-overlap-ag",
               "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by", "no-rope-fusion")
-#: ``--position-embedding-type``'s choices in Megatron-LM
-POSITION_TYPES = ("learned_absolute", "rope", "yarn", "mrope", "relative", "none")
+#: ``--position-embedding-type``'s choices in Megatron-LM (and ``alibi``, BigScience's fork's:
+#: its other spellings are renamed by :mod:`.megatron_deepspeed`)
+POSITION_TYPES = ("learned_absolute", "rope", "yarn", "mrope", "relative", "none", "alibi")
+#: a flag at the start of a word, or after a blank inside one
+_FLAG_INSIDE = re.compile(r"(?:^|\s)--[A-Za-z]")
 #: vocabulary sizes of tokenizers named by type alone
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": GPT2_VOCAB}
 
@@ -114,7 +122,7 @@ def megatron_keys(args: str | Sequence[str], source: str,
         A flag's value that is not a number (a shell variable nothing sets, say) or a choice
         Megatron-LM does not have, naming ``source`` and the flag.
     """
-    flags = _flags(args, source, env)
+    flags = megatron_deepspeed.renamed(_flags(args, source, env))
     keys: dict[str, Any] = {}
     for flag, value in flags.items():
         where = f"{source}: args"
@@ -137,9 +145,11 @@ def megatron_keys(args: str | Sequence[str], source: str,
                       "which flowsim does not model; priced as BF16", FlowsimWarning,
                       stacklevel=3)
     _special(flags, keys, f"{source}: args")
-    # Megatron-Core's pipeline sends whole tensors (the legacy models scatter-gather them)
-    keys["scatter_gather"] = "use-legacy-models" in flags and \
-        "no-scatter-gather-tensors-in-pipeline" not in flags
+    # Megatron-Core's pipeline sends whole tensors (the legacy models, and Megatron-LM before
+    # 3.0, scatter-gather them)
+    legacy = "use-legacy-models" in flags or "checkpoint-activations" in flags
+    keys["scatter_gather"] = legacy and "no-scatter-gather-tensors-in-pipeline" not in flags
+    megatron_deepspeed.deepspeed_keys(flags, keys, f"{source}: args")
     if "ffn" not in keys and "hidden" in keys:   # Megatron-LM's default MLP width
         h = keys["hidden"]
         keys["ffn"] = int(4 * h * 2 / 3 / 64) * 64 if keys.get("gated_mlp") else 4 * h
@@ -156,10 +166,9 @@ def _flags(args: str | Sequence[str], source: str, env: Mapping[str, str] | None
     if isinstance(args, str):
         words = shell_words(args, source, "args", "a command line")
         variables = shell_variables(args, env)
-        # a bash array's quoted item may hold a flag and its value: "--fp8-format hybrid"
-        tokens = [part for word in words
-                  for part in (substitute(word, variables).split()
-                               if word.startswith("--") else [substitute(word, variables)])]
+        # a word may hold several flags: a bash array's quoted item ("--fp8-format hybrid"),
+        # a variable holding a list of them, or a quoted command line (CMD=" ... --bf16")
+        tokens = [part for word in words for part in _words(substitute(word, variables))]
     elif isinstance(args, Sequence) and all(isinstance(a, (str, int, float)) for a in args):
         tokens = [str(a) for a in args]
     else:
@@ -177,6 +186,16 @@ def _flags(args: str | Sequence[str], source: str, env: Mapping[str, str] | None
         elif flag is not None and token.lower() in MULTI_VALUED.get(flag, ()):
             out[flag] = f"{out[flag]} {token}"   # nargs='+': every value
     return out
+
+
+def _words(word: str) -> list[str]:
+    """``word`` split as a shell would if it holds a flag (``--x``) among other words."""
+    if not _FLAG_INSIDE.search(word):
+        return [word]
+    try:
+        return shlex.split(word)
+    except ValueError:   # an unbalanced quote inside: split at blanks
+        return word.split()
 
 
 def _number(value: str | None, flag: str, where: str) -> int | float:

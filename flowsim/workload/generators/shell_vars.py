@@ -1,4 +1,4 @@
-"""A launch script's shell variables, as far as reading the script can tell them.
+r"""A launch script's shell variables, as far as reading the script can tell them.
 
 Launch scripts (Megatron-LM's ``examples/``, cluster recipes) set their sizes once
 (``NUM_LAYERS=32``, ``TP=${TP:-1}``) and pass them as ``--num-layers $NUM_LAYERS``. This module
@@ -9,9 +9,12 @@ them from top to bottom, and substitutes ``$NAME`` and ``${NAME}`` in the script
   wins;
 * ``${NAME:-default}`` (and ``${NAME:=default}``) is the environment's value when ``env``
   gives one, else ``default``; positional parameters (``${1:-x}``) take their default;
+* a quoted value may run over several lines (``GPT_ARGS=" \`` and a flag per line, as
+  BigScience's and Megatron-DeepSpeed's scripts write them); in a quoted list of words a
+  reference nothing sets stays as written, so the other words are still read;
 * a value that needs the shell to run (command substitution ``$(...)``, arithmetic
   ``$((...))``, backquotes) leaves the variable unknown unless ``env`` gives it, and so does
-  a variable nothing sets.
+  a single word referring to a variable nothing sets.
 
 Nothing is executed and conditionals are not evaluated: an ``if`` adds its lines' flags like
 any others. Unknown variables stay as written, so the flag that needs one names it.
@@ -37,11 +40,7 @@ def shell_variables(text: str, env: Mapping[str, str] | None = None) -> dict[str
     ``env`` is the environment the script would run in."""
     known: dict[str, str] = dict(env or {})
     environment = set(known)
-    for line in text.splitlines():
-        match = _ASSIGNMENT.match(line)
-        if match is None:
-            continue
-        name, raw = match.groups()
+    for name, raw in _assignments(text):
         value = _literal(raw, known, environment)
         if value is None:
             if env is None or name not in env:   # what the shell would compute is unknown
@@ -50,6 +49,35 @@ def shell_variables(text: str, env: Mapping[str, str] | None = None) -> dict[str
             known[name] = value
             environment.discard(name)   # the script's own assignment wins from here on
     return known
+
+
+def joined_lines(text: str) -> str:
+    """``text`` with its comment lines dropped and its backslash-newlines joined, as bash
+    reads it (a comment ends at its line's end, even after a backslash: launch scripts
+    comment out a flag line that way)."""
+    kept = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    return "\n".join(kept).replace("\\\n", " ")
+
+
+def _assignments(text: str) -> list[tuple[str, str]]:
+    """``(name, raw value)`` of every assignment line, in order; a quoted value left open
+    at its line's end runs on to the line that closes it (backslash-newlines joined)."""
+    lines = joined_lines(text).splitlines()
+    out = []
+    i = 0
+    while i < len(lines):
+        match = _ASSIGNMENT.match(lines[i])
+        i += 1
+        if match is None:
+            continue
+        name, raw = match.groups()
+        quote = raw.lstrip()[:1]
+        if quote in ("'", '"'):
+            while raw.count(quote) % 2 and i < len(lines):   # still open
+                raw += " " + lines[i]
+                i += 1
+        out.append((name, raw))
+    return out
 
 
 def substitute(word: str, variables: Mapping[str, str]) -> str:
@@ -71,10 +99,12 @@ def _literal(raw: str, known: Mapping[str, str], environment: set[str]) -> str |
     raw = _strip_comment(raw.strip())
     if any(marker in raw for marker in _NEEDS_SHELL):
         return None
+    words = False
     if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
         if raw[0] == "'":
             return raw[1:-1]
         raw = raw[1:-1]
+        words = len(raw.split()) > 1
     elif raw.startswith("(") or " " in raw:   # a bash array or a command prefix
         return None
 
@@ -87,6 +117,8 @@ def _literal(raw: str, known: Mapping[str, str], environment: set[str]) -> str |
             return _unquote(default)
         if name in known:
             return known[name]
+        if words:   # one word of several: the others are still worth reading
+            return match.group(0)
         raise KeyError(name)
 
     try:

@@ -1,0 +1,113 @@
+"""Megatron-LM's older flags and Megatron-DeepSpeed's own, for :mod:`.megatron`.
+
+Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed, and BigScience's fork that trained BLOOM)
+is Megatron-LM's command line run by DeepSpeed (``--deepspeed``). Read here:
+
+* ``--checkpoint-activations``: every layer recomputed (Megatron-LM's name before its 3.0,
+  kept by Megatron-DeepSpeed for DeepSpeed's pipeline, whose ``activation_checkpoint_interval``
+  it sets to 1); Megatron-LM 3.0's ``--activations-checkpoint-method`` and
+  ``--activations-checkpoint-num-layers`` are today's ``--recompute-method`` and
+  ``--recompute-num-layers``. Megatron-LM of that age (no Transformer Engine) runs its own
+  unfused attention, as Megatron-DeepSpeed does unless ``--use-flash-attn`` (``-v1``, ``-v2``,
+  ``-triton``: priced as FlashAttention-2);
+* ZeRO (``--zero-stage``, Megatron-DeepSpeed's default 1): stages 1 and 2 shard the optimizer
+  states (flowsim's distributed optimizer), 3 the parameters too (``fsdp``); stage 0 with
+  ``--bf16`` is DeepSpeed's ``BF16_Optimizer``, which shards the optimizer states as stage 1
+  does (``deepspeed/runtime/bf16_optimizer.py``);
+* DeepSpeed's pipeline engine (``--deepspeed`` with pipeline parallelism, unless
+  ``--no-pipeline-parallel``): 1F1B; activations and gradients sent between stages split
+  over the tensor-parallel ranks and gathered on arrival (its ``pipe_partitioned`` and
+  ``grad_partitioned``, on by default: flowsim's ``scatter_gather``); the layers split evenly
+  with the first stages taking one more (``partition_method="type:transformer"``, which
+  ``GPTModelPipe`` passes), or with ``--pp-partition-method 'type:transformer|embedding'``
+  counting the embedding and the output layer as a layer each;
+* BigScience's ``--position-embedding-type`` spellings (``absolute``, ``rotary``, ``alibi``)
+  and ``--pad-vocab-size-to`` (the vocabulary it is padded to).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...errors import config_error
+
+#: Megatron-LM 3.0's names -> today's
+RENAMED = {"activations-checkpoint-method": "recompute-method",
+           "activations-checkpoint-num-layers": "recompute-num-layers"}
+#: Megatron-DeepSpeed's flash-attention switches (each priced as FlashAttention-2)
+FLASH = ("use-flash-attn", "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton")
+#: BigScience's ``--position-embedding-type`` spellings -> Megatron-LM's
+POSITION_SPELLINGS = {"absolute": "learned_absolute", "rotary": "rope"}
+#: the flags this module reads
+FLAGS = ("checkpoint-activations", "deepspeed", "zero-stage", "no-pipeline-parallel",
+         "pp-partition-method", "pad-vocab-size-to", *FLASH, *RENAMED)
+
+
+def renamed(flags: Mapping[str, str | None]) -> dict[str, str | None]:
+    """``flags`` under today's names: ``--checkpoint-activations`` as
+    ``--recompute-granularity full`` (unless a granularity is given), Megatron-LM 3.0's
+    recomputation flags as ``--recompute-*``, BigScience's position types as Megatron-LM's."""
+    out = {RENAMED.get(flag, flag): value for flag, value in flags.items()}
+    if "checkpoint-activations" in out:
+        out.setdefault("recompute-granularity", "full")
+    position = out.get("position-embedding-type")
+    if position is not None and position.lower() in POSITION_SPELLINGS:
+        out["position-embedding-type"] = POSITION_SPELLINGS[position.lower()]
+    return out
+
+
+def deepspeed_keys(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) -> None:
+    """Set the keys a Megatron-DeepSpeed (or pre-3.0 Megatron-LM) command line implies."""
+    legacy = "deepspeed" in flags or "checkpoint-activations" in flags
+    if any(f in flags for f in FLASH):
+        keys["attention"] = "flash2"
+    elif legacy and "attention-backend" not in flags:
+        keys["attention"] = "unfused"
+    if flags.get("pad-vocab-size-to") is not None:
+        keys["vocab"] = _count(flags["pad-vocab-size-to"], "--pad-vocab-size-to", where)
+    if "deepspeed" not in flags:
+        return
+    stage = flags.get("zero-stage") or "1"
+    if stage not in ("0", "1", "2", "3", "1.0"):
+        raise config_error(where, "--zero-stage", "0, 1, 2 or 3", stage)
+    if stage.startswith("1") or stage == "2" or (stage == "0" and keys.get("dtype") == "bf16"):
+        keys["distributed_optimizer"] = True
+    elif stage == "3":
+        keys["fsdp"] = True
+    if keys.get("pp", 1) > 1 and "no-pipeline-parallel" not in flags:
+        keys["scatter_gather"] = keys.get("tp", 1) > 1
+        keys.update(_partition(flags, keys, where))
+
+
+def _partition(flags: Mapping[str, str | None], keys: dict[str, Any], where: str
+               ) -> dict[str, Any]:
+    """DeepSpeed's split of the layers over the pipeline stages."""
+    layers, pp = keys.get("layers"), keys["pp"]
+    if not isinstance(layers, int) or not isinstance(pp, int):
+        return {}   # the transformer's own checks name what is wrong
+    method = (flags.get("pp-partition-method") or "type:transformer").strip("'\"")
+    if method == "type:transformer|embedding":   # two embedding layers weigh one layer each
+        items, counted = layers + 2, True
+    elif method == "type:transformer":
+        items, counted = layers, False
+    else:
+        raise config_error(where, "--pp-partition-method", "type:transformer or "
+                           "type:transformer|embedding (flowsim splits by layer count)",
+                           method)
+    base, extra = divmod(items, pp)
+    sizes = [base + (i < extra) for i in range(pp)]
+    if counted:
+        sizes[0] -= 1
+        sizes[-1] -= 1
+    return {"pipeline_layout": sizes} if len(set(sizes)) > 1 else {}
+
+
+def _count(value: str | None, flag: str, where: str) -> int:
+    try:
+        number = int(str(value).replace("_", ""))
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise config_error(where, flag, "a positive integer", value)
+    return number
