@@ -142,6 +142,39 @@ def test_each_setting(flags, expected):
     assert {k: keys.get(k, False) for k in expected} == expected
 
 
+def test_deepspeed_moe_as_megatron_deepspeed_builds_it():
+    """Experts in every 2nd layer counted from 1, top-1 routing, expert parallelism inside
+    the data-parallel ranks; PR-MoE's per-layer counts priced as the largest (warned), its
+    residual MLP as a shared expert; ``--num-experts 1`` is dense."""
+    flags = ("--bf16 --deepspeed --num-experts 8 --moe-expert-parallel-size 4 "
+             "--moe-train-capacity-factor 1.5")
+    keys = _keys(BASE + flags)
+    assert (keys["experts"], keys["ep"], keys["top_k"], keys["expert_layout"],
+            keys["capacity_factor"], keys["moe_layer_freq"]) == \
+        (8, 4, 1, "within_dp", 1.5, [0, 1] * 4)
+    with pytest.warns(FlowsimWarning, match="priced as 8 in each"):
+        pyramid = megatron_keys(BASE + "--bf16 --deepspeed --num-experts 4 4 4 8 "
+                                "--expert-interval 2 --mlp-type residual --topk 2", "t.sh")
+    assert (pyramid["experts"], pyramid["top_k"], pyramid["shared_ffn"]) == (8, 2, 4096)
+    assert "experts" not in _keys(BASE + "--bf16 --deepspeed --num-experts 1")
+    node = flowsim.load_network({"cluster": {"device": "a100", "nodes": 1, "gpus_per_node": 8,
+                                             "nic_gbps": 200, "nics_per_node": 8}})
+    spec = {"generator": "megatron", "vocab": 50257,
+            "args": BASE.replace("2 --pipeline-model-parallel-size 2", "1") + flags}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FlowsimWarning)
+        assert float(flowsim.simulate(node, spec, "nccl", model="flow").time_ns) > 0
+
+
+def test_ulysses_is_context_parallelism_by_all_to_all():
+    keys = _keys(BASE + "--bf16 --deepspeed --ds-sequence-parallel-size 4")
+    assert (keys["cp"], keys["cp_comm_type"]) == (4, "a2a")
+
+
+def test_a_script_ending_in_a_backslash_reads():
+    assert _keys(BASE + "--bf16 \\\n")["layers"] == 8
+
+
 def test_the_default_partition_gives_the_first_stages_one_layer_more():
     keys = _keys(BASE.replace("--num-layers 8", "--num-layers 7") + "--bf16 --deepspeed")
     assert keys["pipeline_layout"] == [4, 3]

@@ -93,6 +93,8 @@ FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL + megatron_deepspeed.FLAGS
 #: flags taking several values (argparse's ``nargs='+'``) -> their values (what follows them
 #: in a script and is not one, a redirection say, is not theirs)
 MULTI_VALUED = {"cp-comm-type": ("p2p", "a2a", "allgather", "a2a+p2p")}
+#: flags taking several numbers (Megatron-DeepSpeed's experts per MoE layer)
+NUMBER_LISTS = ("num-experts",)
 #: flags that shape an iteration's time but have no transformer key (named in a warning)
 UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
               "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
@@ -122,7 +124,7 @@ def megatron_keys(args: str | Sequence[str], source: str,
         A flag's value that is not a number (a shell variable nothing sets, say) or a choice
         Megatron-LM does not have, naming ``source`` and the flag.
     """
-    flags = megatron_deepspeed.renamed(_flags(args, source, env))
+    flags = megatron_deepspeed.renamed(_flags(args, source, env), f"{source}: args")
     keys: dict[str, Any] = {}
     for flag, value in flags.items():
         where = f"{source}: args"
@@ -149,10 +151,10 @@ def megatron_keys(args: str | Sequence[str], source: str,
     # 3.0, scatter-gather them)
     legacy = "use-legacy-models" in flags or "checkpoint-activations" in flags
     keys["scatter_gather"] = legacy and "no-scatter-gather-tensors-in-pipeline" not in flags
-    megatron_deepspeed.deepspeed_keys(flags, keys, f"{source}: args")
     if "ffn" not in keys and "hidden" in keys:   # Megatron-LM's default MLP width
         h = keys["hidden"]
         keys["ffn"] = int(4 * h * 2 / 3 / 64) * 64 if keys.get("gated_mlp") else 4 * h
+    megatron_deepspeed.deepspeed_keys(flags, keys, f"{source}: args")
     skipped = sorted(f"--{f}" for f in flags if f in UNMODELLED)
     if skipped:
         warnings.warn(f"{source}: not modelled, left out: {', '.join(skipped)}",
@@ -183,7 +185,8 @@ def _flags(args: str | Sequence[str], source: str, env: Mapping[str, str] | None
             out[flag] = inline or None
         elif flag is not None and out[flag] is None:
             out[flag] = token
-        elif flag is not None and token.lower() in MULTI_VALUED.get(flag, ()):
+        elif flag is not None and (token.lower() in MULTI_VALUED.get(flag, ()) or
+                                   (flag in NUMBER_LISTS and token.isdigit())):
             out[flag] = f"{out[flag]} {token}"   # nargs='+': every value
     return out
 
@@ -251,7 +254,7 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
     if flags.get("transformer-impl") == "local":   # Megatron's own layers: no fused attention
         keys["attention"] = "unfused"
     dispatcher = flags.get("moe-token-dispatcher-type", "allgather")
-    if keys.get("experts") and dispatcher != "alltoall":
+    if keys.get("experts") and dispatcher != "alltoall" and "deepspeed" not in flags:
         warnings.warn(f"{where}: --moe-token-dispatcher-type {dispatcher}: priced as the "
                       "all-to-all dispatcher", FlowsimWarning, stacklevel=4)
     if "fp8-format" in flags:

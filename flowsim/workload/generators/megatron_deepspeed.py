@@ -21,16 +21,22 @@ is Megatron-LM's command line run by DeepSpeed (``--deepspeed``). Read here:
   with the first stages taking one more (``partition_method="type:transformer"``, which
   ``GPTModelPipe`` passes), or with ``--pp-partition-method 'type:transformer|embedding'``
   counting the embedding and the output layer as a layer each;
+* DeepSpeed-MoE (:func:`_experts`): ``--num-experts`` (one count, or one per MoE layer, priced
+  as the largest), ``--expert-interval``, ``--topk``, ``--moe-expert-parallel-size``,
+  ``--moe-train-capacity-factor`` and ``--mlp-type residual``;
+* DeepSpeed-Ulysses (``--ds-sequence-parallel-size N``): context parallelism of N with
+  ``cp_comm_type: a2a``;
 * BigScience's ``--position-embedding-type`` spellings (``absolute``, ``rotary``, ``alibi``)
   and ``--pad-vocab-size-to`` (the vocabulary it is padded to).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from ...errors import config_error
+from ...errors import FlowsimWarning, config_error
 
 #: Megatron-LM 3.0's names -> today's
 RENAMED = {"activations-checkpoint-method": "recompute-method",
@@ -41,14 +47,28 @@ FLASH = ("use-flash-attn", "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-
 POSITION_SPELLINGS = {"absolute": "learned_absolute", "rotary": "rope"}
 #: the flags this module reads
 FLAGS = ("checkpoint-activations", "deepspeed", "zero-stage", "no-pipeline-parallel",
-         "pp-partition-method", "pad-vocab-size-to", *FLASH, *RENAMED)
+         "pp-partition-method", "pad-vocab-size-to", "expert-interval", "topk",
+         "moe-expert-parallel-size", "moe-train-capacity-factor", "mlp-type",
+         "ds-sequence-parallel-size", "ds-sequence-parallel-fpdt", *FLASH, *RENAMED)
 
 
-def renamed(flags: Mapping[str, str | None]) -> dict[str, str | None]:
+def renamed(flags: Mapping[str, str | None], where: str) -> dict[str, str | None]:
     """``flags`` under today's names: ``--checkpoint-activations`` as
     ``--recompute-granularity full`` (unless a granularity is given), Megatron-LM 3.0's
-    recomputation flags as ``--recompute-*``, BigScience's position types as Megatron-LM's."""
+    recomputation flags as ``--recompute-*``, BigScience's position types as Megatron-LM's;
+    a list of expert counts per MoE layer (PR-MoE) as its largest, with a warning."""
     out = {RENAMED.get(flag, flag): value for flag, value in flags.items()}
+    counts = (out.get("num-experts") or "").split()
+    if "deepspeed" in out and counts == ["1"]:   # Megatron-DeepSpeed's default: dense
+        del out["num-experts"]
+        counts = []
+    if len(set(counts)) > 1:
+        out["num-experts"] = max(counts, key=int)
+        warnings.warn(f"{where}: --num-experts {' '.join(counts)}: a different expert count "
+                      f"per MoE layer is not modelled; priced as {out['num-experts']} in each",
+                      FlowsimWarning, stacklevel=4)
+    elif counts:
+        out["num-experts"] = counts[0]
     if "checkpoint-activations" in out:
         out.setdefault("recompute-granularity", "full")
     position = out.get("position-embedding-type")
@@ -75,9 +95,46 @@ def deepspeed_keys(flags: Mapping[str, str | None], keys: dict[str, Any], where:
         keys["distributed_optimizer"] = True
     elif stage == "3":
         keys["fsdp"] = True
+    sequence = _count(flags.get("ds-sequence-parallel-size") or "1",
+                      "--ds-sequence-parallel-size", where)
+    if sequence > 1:   # DeepSpeed-Ulysses: all-to-alls trading sequence for heads
+        keys.update(cp=sequence, cp_comm_type="a2a")
+        if "ds-sequence-parallel-fpdt" in flags:
+            warnings.warn(f"{where}: --ds-sequence-parallel-fpdt (chunked attention with "
+                          "offloading) is not modelled; priced as Ulysses' all-to-alls",
+                          FlowsimWarning, stacklevel=4)
+    if keys.get("experts", 1) > 1:
+        keys.update(_experts(flags, keys, where))
     if keys.get("pp", 1) > 1 and "no-pipeline-parallel" not in flags:
         keys["scatter_gather"] = keys.get("tp", 1) > 1
         keys.update(_partition(flags, keys, where))
+
+
+def _experts(flags: Mapping[str, str | None], keys: dict[str, Any], where: str
+             ) -> dict[str, Any]:
+    """DeepSpeed-MoE as Megatron-DeepSpeed builds it: experts in every
+    ``--expert-interval``-th layer (default 2, counted from 1: layers 2, 4, ...), top
+    ``--topk`` (default 1) routing, expert parallelism over ``--moe-expert-parallel-size``
+    ranks inside the data-parallel ones, ``--mlp-type residual`` (PR-MoE) a dense MLP beside
+    the experts."""
+    interval = _count(flags.get("expert-interval") or "2", "--expert-interval", where)
+    out: dict[str, Any] = {
+        "top_k": _count(flags.get("topk") or "1", "--topk", where),
+        "ep": _count(flags.get("moe-expert-parallel-size") or "1",
+                     "--moe-expert-parallel-size", where),
+        "expert_layout": "within_dp"}
+    layers = keys.get("layers")
+    if isinstance(layers, int) and interval > 1:
+        out["moe_layer_freq"] = [int((i + 1) % interval == 0) for i in range(layers)]
+    if flags.get("moe-train-capacity-factor") is not None:
+        try:
+            out["capacity_factor"] = float(flags["moe-train-capacity-factor"] or "")
+        except ValueError:
+            raise config_error(where, "--moe-train-capacity-factor", "a number",
+                               flags["moe-train-capacity-factor"]) from None
+    if flags.get("mlp-type") == "residual":
+        out["shared_ffn"] = keys.get("ffn")
+    return out
 
 
 def _partition(flags: Mapping[str, str | None], keys: dict[str, Any], where: str

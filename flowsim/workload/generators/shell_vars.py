@@ -56,7 +56,7 @@ def joined_lines(text: str) -> str:
     reads it (a comment ends at its line's end, even after a backslash: launch scripts
     comment out a flag line that way)."""
     kept = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
-    return "\n".join(kept).replace("\\\n", " ")
+    return ("\n".join(kept) + "\n").replace("\\\n", " ")
 
 
 def _assignments(text: str) -> list[tuple[str, str]]:
