@@ -118,6 +118,15 @@ def test_flavors_have_torchtitans_shapes(tmp_path):
     # Llama 3's published FFN widths (Dubey et al. 2024, Table 3)
     assert widths == {"8B": (32, 4096, 14336, 8), "70B": (80, 8192, 28672, 8),
                       "405B": (126, 16384, 53248, 8)}
+    # mid-2024's Llama 2 (Touvron et al. 2023: 11008, 13824 and 28672 wide, 32K tokens)
+    llama2 = {}
+    for flavor in ("7B", "13B", "70B"):
+        keys, _ = _keys(LLAMA3_8B.replace('"llama3"', '"llama2"').replace('"8B"',
+                                                                        f'"{flavor}"'),
+                        tmp_path=tmp_path)
+        llama2[flavor] = (keys["ffn"], keys["kv_heads"], keys["vocab"])
+    assert llama2 == {"7B": (11008, 32, 32000), "13B": (13824, 40, 32000),
+                      "70B": (28672, 8, 32000)}
 
 
 def test_the_h200_command_line_sets_what_it_says(tmp_path):

@@ -18,9 +18,10 @@ Both layouts of the TOML era are read (settings and defaults from torchtitan's
 (commit e7c0cae) and 2024's degrees under ``[training]`` and ``[experimental]`` with
 ``training.batch_size`` (9dec370); Float8 as ``model.converters = ["float8"]`` (2025),
 ``quantize.linear.float8`` (late 2025) or ``float8.enable_float8_linear`` (2024). What is read:
-the model (``model.name`` llama3, ``model.flavor`` 8B, 70B or 405B: torchtitan's shapes, its
-tokenizer's 128,256 tokens; another model's shape is one error asking for it beside
-``config``), ``training.seq_len``, the batch (``local_batch_size`` per data-parallel rank,
+the model (``model.name`` llama3 with ``model.flavor`` 8B, 70B or 405B, or 2024's llama2
+with 7B, 13B, 26B or 70B: torchtitan's shapes, its tokenizer's vocabulary; another model's
+shape, Llama 4's, DeepSeek's or Qwen 3's, is one error asking for it beside ``config``),
+``training.seq_len``, the batch (``local_batch_size`` per data-parallel rank,
 ``global_batch_size`` for gradient accumulation), the degrees (``data_parallel_shard_degree``
 shards with FSDP2, ``data_parallel_replicate_degree`` replicates: HSDP with both, DDP alone),
 the pipeline (schedules ``1F1B``, ``GPipe``, ``Interleaved1F1B``; stages per rank from the split
@@ -51,12 +52,18 @@ from ...errors import config_error
 from .imported import ImportedSpec, parse_imported
 from .torchtitan_config import SETTINGS, JobConfig, apply_cli, load_job_config
 
-#: torchtitan's Llama 3 flavors (``torchtitan/models/llama3/__init__.py``, e7c0cae):
-#: (layers, width, heads, key-value heads, ffn_dim_multiplier, multiple_of)
-FLAVORS = {"8B": (32, 4096, 32, 8, 1.3, 1024), "70B": (80, 8192, 64, 8, 1.3, 4096),
-           "405B": (126, 16384, 128, 8, 1.2, 4096)}
-#: Llama 3's tiktoken vocabulary (``vocab_size`` is set from the tokenizer)
-LLAMA3_VOCAB = 128256
+#: torchtitan's Llama flavors per ``model.name`` (``torchtitan/models/llama3/__init__.py``
+#: at e7c0cae; Llama 2's in ``torchtitan/models/llama/__init__.py`` at 3ff7fbb, mid-2024):
+#: (layers, width, heads, key-value heads (0: as many as heads), ffn_dim_multiplier (0: none),
+#: multiple_of)
+FLAVORS = {
+    "llama3": {"8B": (32, 4096, 32, 8, 1.3, 1024), "70B": (80, 8192, 64, 8, 1.3, 4096),
+               "405B": (126, 16384, 128, 8, 1.2, 4096)},
+    "llama2": {"7B": (32, 4096, 32, 0, 0, 256), "13B": (40, 5120, 40, 0, 0, 256),
+               "26B": (80, 5120, 40, 0, 0, 256), "70B": (80, 8192, 64, 8, 1.3, 4096)}}
+#: the tokenizers' vocabularies (``vocab_size`` is set from the tokenizer): Llama 3's
+#: tiktoken, Llama 2's SentencePiece
+VOCAB = {"llama3": 128256, "llama2": 32000}
 #: torchtitan's schedule names -> the transformer's ``schedule`` (looped ones interleave)
 SCHEDULES = {"1F1B": "1f1b", "GPipe": "gpipe", "Interleaved1F1B": "interleaved"}
 #: ``context_parallel_rotate_method`` -> ``cp_comm_type``
@@ -134,17 +141,22 @@ def _degree(read: JobConfig, setting: str) -> int:
 
 def _model(read: JobConfig, beside: frozenset[str]) -> dict[str, Any]:
     name, flavor = read("name"), read("flavor")
-    if name in ("llama3", "llama") and isinstance(flavor, str) and flavor in FLAVORS:
-        layers, dim, heads, kv_heads, multiplier, multiple = FLAVORS[flavor]
-        ffn = int(multiplier * int(2 * 4 * dim / 3))   # torchtitan's FeedForward
+    family = "llama3" if name == "llama" else name   # 2024's name for Llama 3
+    flavors = FLAVORS.get(family, {}) if isinstance(family, str) else {}
+    if isinstance(flavor, str) and flavor in flavors:
+        layers, dim, heads, kv_heads, multiplier, multiple = flavors[flavor]
+        ffn = int(2 * 4 * dim / 3)   # torchtitan's FeedForward
+        ffn = int(multiplier * ffn) if multiplier else ffn
         ffn = multiple * -(-ffn // multiple)
-        return {"layers": layers, "hidden": dim, "heads": heads, "kv_heads": kv_heads,
-                "ffn": ffn, "vocab": LLAMA3_VOCAB, "gated_mlp": True,
-                "tied_embeddings": False, "position_embedding": "rope", "attention": "flash2"}
+        return {"layers": layers, "hidden": dim, "heads": heads,
+                "kv_heads": kv_heads or heads, "ffn": ffn, "vocab": VOCAB[family],
+                "gated_mlp": True, "tied_embeddings": False, "position_embedding": "rope",
+                "attention": "flash2"}
     if {"layers", "hidden"} <= beside:   # another model, its shape given beside
         return {"gated_mlp": True, "tied_embeddings": False, "position_embedding": "rope",
                 "attention": "flash2"}
-    raise config_error(read.where, "model.flavor", "llama3's 8B, 70B or 405B (another "
+    raise config_error(read.where, "model.flavor", "llama3's 8B, 70B or 405B, or llama2's "
+                       "7B, 13B, 26B or 70B (another "
                        "model's shape is not in the config: give layers, hidden, heads, "
                        "kv_heads, ffn and vocab beside 'config')", f"{name} {flavor}")
 
