@@ -127,6 +127,11 @@ def test_flavors_have_torchtitans_shapes(tmp_path):
         llama2[flavor] = (keys["ffn"], keys["kv_heads"], keys["vocab"])
     assert llama2 == {"7B": (11008, 32, 32000), "13B": (13824, 40, 32000),
                       "70B": (28672, 8, 32000)}
+    # late 2025's dense Qwen 3: heads 128 wide whatever the width, small models tied
+    keys, _ = _keys(LLAMA3_8B.replace('"llama3"', '"qwen3"').replace('"8B"', '"1.7B"'),
+                    tmp_path=tmp_path)
+    assert (keys["hidden"], keys["heads"], keys["head_dim"], keys["ffn"],
+            keys["tied_embeddings"], keys["vocab"]) == (2048, 16, 128, 6144, True, 151936)
 
 
 def test_the_h200_command_line_sets_what_it_says(tmp_path):

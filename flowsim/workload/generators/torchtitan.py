@@ -19,8 +19,9 @@ Both layouts of the TOML era are read (settings and defaults from torchtitan's
 ``training.batch_size`` (9dec370); Float8 as ``model.converters = ["float8"]`` (2025),
 ``quantize.linear.float8`` (late 2025) or ``float8.enable_float8_linear`` (2024). What is read:
 the model (``model.name`` llama3 with ``model.flavor`` 8B, 70B or 405B, or 2024's llama2
-with 7B, 13B, 26B or 70B: torchtitan's shapes, its tokenizer's vocabulary; another model's
-shape, Llama 4's, DeepSeek's or Qwen 3's, is one error asking for it beside ``config``),
+with 7B, 13B, 26B or 70B, or qwen3's dense 0.6B to 32B: torchtitan's shapes, its
+tokenizer's vocabulary; another model's shape, Llama 4's, DeepSeek's or Qwen 3's mixtures of
+experts, is one error asking for it beside ``config``),
 ``training.seq_len``, the batch (``local_batch_size`` per data-parallel rank,
 ``global_batch_size`` for gradient accumulation), the degrees (``data_parallel_shard_degree``
 shards with FSDP2, ``data_parallel_replicate_degree`` replicates: HSDP with both, DDP alone),
@@ -61,6 +62,12 @@ FLAVORS = {
                "405B": (126, 16384, 128, 8, 1.2, 4096)},
     "llama2": {"7B": (32, 4096, 32, 0, 0, 256), "13B": (40, 5120, 40, 0, 0, 256),
                "26B": (80, 5120, 40, 0, 0, 256), "70B": (80, 8192, 64, 8, 1.3, 4096)}}
+#: torchtitan's dense Qwen 3 flavors (``torchtitan/models/qwen3/__init__.py`` at 5fb7cc2, late
+#: 2025): (layers, width, heads, key-value heads, ffn, tied embeddings); heads 128 wide, a
+#: 151,936-token vocabulary (the per-head query and key norms are left out: a few bytes a token)
+QWEN3 = {"0.6B": (28, 1024, 16, 8, 3072, True), "1.7B": (28, 2048, 16, 8, 6144, True),
+         "4B": (36, 2560, 32, 8, 9728, True), "8B": (36, 4096, 32, 8, 12288, False),
+         "14B": (40, 5120, 40, 8, 17408, False), "32B": (64, 5120, 64, 8, 25600, False)}
 #: the tokenizers' vocabularies (``vocab_size`` is set from the tokenizer): Llama 3's
 #: tiktoken, Llama 2's SentencePiece
 VOCAB = {"llama3": 128256, "llama2": 32000}
@@ -152,11 +159,16 @@ def _model(read: JobConfig, beside: frozenset[str]) -> dict[str, Any]:
                 "kv_heads": kv_heads or heads, "ffn": ffn, "vocab": VOCAB[family],
                 "gated_mlp": True, "tied_embeddings": False, "position_embedding": "rope",
                 "attention": "flash2"}
+    if name == "qwen3" and isinstance(flavor, str) and flavor in QWEN3:
+        layers, dim, heads, kv_heads, ffn, tied = QWEN3[flavor]
+        return {"layers": layers, "hidden": dim, "heads": heads, "kv_heads": kv_heads,
+                "head_dim": 128, "ffn": ffn, "vocab": 151936, "gated_mlp": True,
+                "tied_embeddings": tied, "position_embedding": "rope", "attention": "flash2"}
     if {"layers", "hidden"} <= beside:   # another model, its shape given beside
         return {"gated_mlp": True, "tied_embeddings": False, "position_embedding": "rope",
                 "attention": "flash2"}
-    raise config_error(read.where, "model.flavor", "llama3's 8B, 70B or 405B, or llama2's "
-                       "7B, 13B, 26B or 70B (another "
+    raise config_error(read.where, "model.flavor", "llama3's 8B, 70B or 405B, llama2's "
+                       "7B, 13B, 26B or 70B, or qwen3's 0.6B to 32B (another "
                        "model's shape is not in the config: give layers, hidden, heads, "
                        "kv_heads, ffn and vocab beside 'config')", f"{name} {flavor}")
 
