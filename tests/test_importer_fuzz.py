@@ -17,7 +17,7 @@ NET = {"cluster": {"device": "h100", "nodes": 2, "gpus_per_node": 8, "nic_gbps":
                    "nics_per_node": 8}}
 VALUES = st.sampled_from(["1", "2", "8", "0", "-1", "null", "None", "true", "False", "x",
                           "1.5", "[1,2]", "{}", "1e30", "'4'", "${x}", "auto", "(4096,0)",
-                          "full", "bf16_with_fp8_mixed"])
+                          "full", "bf16_with_fp8_mixed", "deepseek_v3", "16B", "qwen3"])
 MPT = {"max_seq_len": 2048, "global_train_batch_size": 16, "device_train_microbatch_size": 1,
        "model": {"name": "mpt_causal_lm", "d_model": 1024, "n_heads": 16, "n_layers": 4,
                  "max_seq_len": "${max_seq_len}", "attn_config": {"attn_impl": "flash"}},
@@ -45,7 +45,9 @@ PATHS = {
                    "parallelism.context_parallel_degree",
                    "parallelism.context_parallel_rotate_method", "activation_checkpoint.mode",
                    "activation_checkpoint.selective_ac_option", "model.converters",
-                   "model.flavor", "float8.enable_fsdp_float8_all_gather", "model"],
+                   "model.flavor", "model.name", "float8.enable_fsdp_float8_all_gather",
+                   "parallelism.expert_parallel_degree",
+                   "parallelism.expert_tensor_parallel_degree", "model"],
     "llmfoundry": ["model.d_model", "model.n_heads", "model.expansion_ratio",
                    "model.attn_config.attn_type", "model.attn_config.kv_n_heads",
                    "model.attn_config.attn_impl", "model.ffn_config.ffn_type", "precision",

@@ -239,3 +239,26 @@ def test_eager_mode_and_beside_keys(tmp_path):
         warnings.simplefilter("ignore", FlowsimWarning)
         faster = flowsim.simulate(network, str(run), "nccl", model="analytical")
     assert float(faster.time_ns) < float(ds.time_ns)
+
+
+def test_deepseek_v3_reads_with_its_experts_and_latent_attention(tmp_path):
+    """torchtitan's DeepSeek-V3 16B job config (late 2025): latent attention, one dense
+    layer then 26 of 64 routed and 2 shared experts, expert parallelism inside FSDP's ranks,
+    per-op checkpointing; it builds and runs on one node."""
+    toml = LLAMA3_8B.replace('"llama3"', '"deepseek_v3"').replace('"8B"', '"16B"').replace(
+        "context_parallel_degree = 1", "context_parallel_degree = 1\nexpert_parallel_degree = 8")
+    keys, data_parallel = _keys(toml, tmp_path=tmp_path)
+    assert (keys["experts"], keys["top_k"], keys["shared_ffn"], keys["ep"],
+            keys["moe_layer_freq"][:2], keys["mla"]["q_lora_rank"], keys["recompute"]) == \
+        (64, 6, 2816, 8, [0, 1], 0, "every_other_matmul")
+    run = _write_run(tmp_path, toml, "--training.compile --training.seq_len 4096")
+    node = {"cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8, "nic_gbps": 400,
+                        "nics_per_node": 8}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FlowsimWarning)
+        ds = flowsim.simulate(node, str(run), "nccl", model="analytical")
+    assert float(ds.time_ns) > 0
+    bad = toml.replace("tensor_parallel_degree = 1", "tensor_parallel_degree = 4\n"
+                       "expert_tensor_parallel_degree = 2")
+    with pytest.raises(ConfigError, match=r"parallelism\.expert_tensor_parallel_degree"):
+        _keys(bad, tmp_path=tmp_path)

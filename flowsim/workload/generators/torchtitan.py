@@ -19,9 +19,11 @@ Both layouts of the TOML era are read (settings and defaults from torchtitan's
 ``training.batch_size`` (9dec370); Float8 as ``model.converters = ["float8"]`` (2025),
 ``quantize.linear.float8`` (late 2025) or ``float8.enable_float8_linear`` (2024). What is read:
 the model (``model.name`` llama3 with ``model.flavor`` 8B, 70B or 405B, or 2024's llama2
-with 7B, 13B, 26B or 70B, or qwen3's dense 0.6B to 32B: torchtitan's shapes, its
-tokenizer's vocabulary; another model's shape, Llama 4's, DeepSeek's or Qwen 3's mixtures of
-experts, is one error asking for it beside ``config``),
+with 7B, 13B, 26B or 70B, qwen3's dense 0.6B to 32B, deepseek_v3's 16B, 236B and 671B
+(latent attention, dense first layers, shared and routed experts over
+``expert_parallel_degree`` ranks inside the data-parallel ones): torchtitan's shapes, its
+tokenizer's vocabulary; another model's shape, Llama 4's or Qwen 3's mixtures of experts, is
+one error asking for it beside ``config``),
 ``training.seq_len``, the batch (``local_batch_size`` per data-parallel rank,
 ``global_batch_size`` for gradient accumulation), the degrees (``data_parallel_shard_degree``
 shards with FSDP2, ``data_parallel_replicate_degree`` replicates: HSDP with both, DDP alone),
@@ -68,6 +70,13 @@ FLAVORS = {
 QWEN3 = {"0.6B": (28, 1024, 16, 8, 3072, True), "1.7B": (28, 2048, 16, 8, 6144, True),
          "4B": (36, 2560, 32, 8, 9728, True), "8B": (36, 4096, 32, 8, 12288, False),
          "14B": (40, 5120, 40, 8, 17408, False), "32B": (64, 5120, 64, 8, 25600, False)}
+#: torchtitan's DeepSeek flavors (``torchtitan/models/deepseek_v3/__init__.py`` at 5fb7cc2):
+#: (layers of which dense, width, heads, dense ffn, expert ffn, experts, shared experts,
+#: top-k, q_lora_rank, vocabulary); latent attention with kv_lora_rank 512, heads 128 + 64
+#: rotary wide for queries and keys, 128 for values
+DEEPSEEK_V3 = {"16B": (27, 1, 2048, 16, 10944, 1408, 64, 2, 6, 0, 102400),
+               "236B": (60, 1, 5120, 128, 12288, 1536, 160, 2, 6, 1536, 102400),
+               "671B": (61, 3, 7168, 128, 18432, 2048, 256, 1, 8, 1536, 129280)}
 #: the tokenizers' vocabularies (``vocab_size`` is set from the tokenizer): Llama 3's
 #: tiktoken, Llama 2's SentencePiece
 VOCAB = {"llama3": 128256, "llama2": 32000}
@@ -164,11 +173,23 @@ def _model(read: JobConfig, beside: frozenset[str]) -> dict[str, Any]:
         return {"layers": layers, "hidden": dim, "heads": heads, "kv_heads": kv_heads,
                 "head_dim": 128, "ffn": ffn, "vocab": 151936, "gated_mlp": True,
                 "tied_embeddings": tied, "position_embedding": "rope", "attention": "flash2"}
+    if name == "deepseek_v3" and isinstance(flavor, str) and flavor in DEEPSEEK_V3:
+        layers, dense, dim, heads, ffn, moe_ffn, experts, shared, top_k, q_lora, vocab = \
+            DEEPSEEK_V3[flavor]
+        return {"layers": layers, "hidden": dim, "heads": heads, "kv_heads": heads,
+                "ffn": ffn, "moe_ffn": moe_ffn, "experts": experts, "top_k": top_k,
+                "shared_ffn": shared * moe_ffn, "vocab": vocab, "gated_mlp": True,
+                "moe_layer_freq": [0] * dense + [1] * (layers - dense),
+                "mla": {"q_lora_rank": q_lora, "kv_lora_rank": 512, "qk_head_dim": 128,
+                        "qk_pos_emb_head_dim": 64, "v_head_dim": 128},
+                "tied_embeddings": False, "position_embedding": "rope", "attention": "flash2",
+                "expert_layout": "within_dp"}
     if {"layers", "hidden"} <= beside:   # another model, its shape given beside
         return {"gated_mlp": True, "tied_embeddings": False, "position_embedding": "rope",
                 "attention": "flash2"}
     raise config_error(read.where, "model.flavor", "llama3's 8B, 70B or 405B, llama2's "
-                       "7B, 13B, 26B or 70B, or qwen3's 0.6B to 32B (another "
+                       "7B, 13B, 26B or 70B, qwen3's 0.6B to 32B or deepseek_v3's 16B, 236B "
+                       "or 671B (another "
                        "model's shape is not in the config: give layers, hidden, heads, "
                        "kv_heads, ffn and vocab beside 'config')", f"{name} {flavor}")
 
@@ -183,6 +204,15 @@ def _parallelism(read: JobConfig) -> dict[str, Any]:
             keys.update(tp_comm_overlap=True, tp_comm_overlap_cfg="te_default")
     if keys["cp"] > 1:
         keys["cp_comm_type"] = read.choice("cp_rotate", ROTATE)
+    keys["ep"] = read.int("ep")
+    if keys["ep"] > 1 and keys["tp"] > 1:   # the experts' tensor parallelism
+        etp = read.int("etp")
+        if etp not in (1, keys["tp"]):
+            raise config_error(read.where, read.path("etp"), f"1 or tp={keys['tp']}", etp)
+        keys["expert_tp"] = etp
+        if etp == 1:
+            read.warn("etp", "= 1: torchtitan's expert ranks then span the tensor-parallel "
+                      "ones too; priced with experts over the data-parallel ranks")
     if read("reshard") != "default":
         read.warn("reshard", f"= {read('reshard')!r} is priced as 'default' (gathered again "
                   "for the backward, unless pipelined)")

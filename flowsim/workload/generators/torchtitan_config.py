@@ -52,6 +52,8 @@ SETTINGS: dict[str, tuple[tuple[str, ...], Any]] = {
     "split_points": (("parallelism.pipeline_parallel_split_points",
                       "experimental.pipeline_parallel_split_points"), []),
     "cp": (("parallelism.context_parallel_degree", "experimental.context_parallel_degree"), 1),
+    "ep": (("parallelism.expert_parallel_degree",), 1),
+    "etp": (("parallelism.expert_tensor_parallel_degree",), 1),
     "cp_rotate": (("parallelism.context_parallel_rotate_method",
                    "experimental.context_parallel_rotate_method"), "allgather"),
     "ac_mode": (("activation_checkpoint.mode",), "selective"),

@@ -33,9 +33,10 @@ kernel), the rotation of the queries and keys as memory-bound kernels; backward 
 and weight-gradient GEMMs. Activation recomputation (Korthikanti et al. 2022): ``full`` re-runs
 each layer's forward, with its communication, before its backward; ``selective`` re-runs the
 attention core (scores, softmax, dropout; a no-op with flash attention, which recomputes them
-anyway); ``every_other_matmul`` is torchtitan's per-op policy (the 2nd, 4th and 6th matmul of
-each layer and the elementwise work between them, its input gathered again with sequence
-parallelism); ``recompute_every: N`` with ``full`` re-runs every N-th layer only. ``dtype: fp8`` is
+anyway); ``every_other_matmul`` is torchtitan's per-op policy (a layer's even-numbered
+matmuls, a mixture of experts' grouped expert GEMMs and the elementwise work between them,
+its input gathered again with sequence parallelism); ``recompute_every: N`` with ``full``
+re-runs every N-th layer only. ``dtype: fp8`` is
 Transformer Engine's FP8 training: the layers' linear GEMMs in FP8, each with a memory-bound
 cast-transpose of its input forward and of its output's gradient backward; attention, the
 output layer and the MoE router stay 16-bit (Megatron-LM's output layer and router are not

@@ -104,24 +104,45 @@ class LayerKernels(ExpertKernels):
     def fc2(self) -> tuple[Kernel, ...]:
         return (*self._cast(self.n * self.f), self._gemm(self.n, self.spec.hidden, self.f))
 
+    def _linear(self, width: int, k: int) -> tuple[Kernel, ...]:
+        """A linear layer's forward on the rank's tokens: ``k`` in, ``width`` out."""
+        return (*self._cast(self.n * k), self._gemm(self.n, width, k))
+
+    @property
+    def attention_matmuls(self) -> tuple[tuple[Kernel, ...], ...]:
+        """The attention's matmuls in the order torchtitan's Llama runs them: wq wk wv wo."""
+        h = self.spec.hidden
+        return (self._linear(self.q, h), self._linear(self.kv, h), self._linear(self.kv, h),
+                self._linear(h, self.q))
+
     @cached_property
     def alternate_matmuls(self) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
         """What torchtitan's per-op selective recomputation (``selective_ac_option: op``,
-        ``torchtitan/models/llama3/parallelize_llama.py``) re-runs before a layer's
-        backward, attention side and MLP side. Its policy saves the outputs of the
-        attention kernel, of the reduce-scatters and of a layer's first, third, ... matmul,
-        counted in the order its Llama layer runs them (``wq wk wv wo``, then ``w1 w3 w2``
-        gated or ``w1 w2``); everything else (the even matmuls, the norms, the rotation,
-        the activation, the residual adds) runs again."""
-        s, n, h = self.spec, self.n, self.spec.hidden
-        mlp = ((self.f, h), (self.f, h), (h, self.f)) if s.gated_mlp else \
-            ((self.f, h), (h, self.f))
-        linears = ((self.q, h), (self.kv, h), (self.kv, h), (h, self.q)) + mlp
-        again = [(*self._cast(n * k), self._gemm(n, width, k))
-                 for i, (width, k) in enumerate(linears) if i % 2]   # the 2nd, 4th, ...
-        attention = (*self.norm, *again[0], *self.rope, *again[1])
-        return attention, (*self.residual, *self.norm, *sum(again[2:], ()),
-                           *self.activation, *self.residual)
+        ``torchtitan/models/llama3/parallelize_llama.py``; the MoE models' lists add the
+        all-to-alls, ``torchtitan/models/deepseek_v3/infra/parallelize.py``) re-runs before
+        a layer's backward, attention side and MLP side. Its policy saves the outputs of the
+        attention kernel, of the reduce-scatters and all-to-alls and of a layer's first,
+        third, ... matmul, counted in the order the layer runs them
+        (:attr:`attention_matmuls`, then ``w1 w3 w2`` gated or ``w1 w2``; a mixture of
+        experts' router, then its shared experts' ``w1 w3 w2``); everything else runs again:
+        the even matmuls, the routed experts' grouped GEMMs (not matmuls to the policy), the
+        norms, the rotation, the activation, the residual adds."""
+        s, h = self.spec, self.spec.hidden
+        moe = s.experts > 0
+        width = s.shared_ffn // s.tp if moe else self.f
+        mlp: tuple[tuple[Kernel, ...], ...] = ((self.router[0],),) if moe else ()
+        if width:
+            mlp += (self._linear(width, h), self._linear(width, h), self._linear(h, width)) \
+                if s.gated_mlp else (self._linear(width, h), self._linear(h, width))
+        attention = self.attention_matmuls
+        again = [k for i, k in enumerate(attention + mlp) if i % 2]   # the 2nd, 4th, ...
+        split = len(attention) // 2
+        shared = self.shared_expert
+        activation = (self.experts + (shared.activation if shared is not None else ())) \
+            if moe else self.activation
+        return ((*self.norm, *sum(again[:split], ()), *self.rope),
+                (*self.residual, *self.norm, *sum(again[split:], ()), *activation,
+                 *self.residual))
 
     # ------------------------------------------------------------------ backward
     @cached_property

@@ -149,7 +149,9 @@ def _layer_activations(program: StageProgram, *, moe: bool) -> tuple[float, floa
         every = spec.recompute_every
         return (kept + (every - 1) * full) / every, full
     if spec.recompute == "every_other_matmul":
-        # saved: the odd matmuls' outputs (wq, wv; w1, w2), the attention's, the input
-        kept = ACT * n * (q + kv + q + k.f) + ACT * n * h * (2 / t if spec.sp else 2)
+        if moe or isinstance(k, LatentKernels):   # every other matmul's output: about half
+            kept = split / 2 + shared
+        else:   # the odd matmuls' outputs (wq, wv; w1, w2), the attention's, the input
+            kept = ACT * n * (q + kv + q + k.f) + ACT * n * h * (2 / t if spec.sp else 2)
         return kept, full - kept
     return full, 0.0

@@ -119,6 +119,18 @@ class LatentKernels(LayerKernels):
         v = self.heads * self.m.v_head_dim
         return (*self._cast(self.n * v), self._gemm(self.n, self.spec.hidden, v))
 
+    @property
+    def attention_matmuls(self) -> tuple[tuple[Kernel, ...], ...]:
+        """The latent attention's matmuls in the order torchtitan's DeepSeek-V3 runs them:
+        ``wq`` (or ``wq_a``, ``wq_b``), ``wkv_a``, ``wkv_b``, ``wo``."""
+        m, h = self.m, self.spec.hidden
+        queries = ((self._linear(m.q_lora_rank, h),
+                    self._linear(self.heads * self.head_qk, m.q_lora_rank))
+                   if m.q_lora_rank else (self._linear(self.heads * self.head_qk, h),))
+        return (*queries, self._linear(m.kv_lora_rank + m.qk_pos_emb_head_dim, h),
+                self._linear(self.kv_up, m.kv_lora_rank),
+                self._linear(h, self.heads * self.m.v_head_dim))
+
     # ------------------------------------------------------------------ backward
     @cached_property
     def projection_dgrad(self) -> tuple[Kernel, ...]:
