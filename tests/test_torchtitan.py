@@ -262,3 +262,16 @@ def test_deepseek_v3_reads_with_its_experts_and_latent_attention(tmp_path):
                        "expert_tensor_parallel_degree = 2")
     with pytest.raises(ConfigError, match=r"parallelism\.expert_tensor_parallel_degree"):
         _keys(bad, tmp_path=tmp_path)
+
+
+def test_llama4_mixes_dense_and_expert_layers_as_its_step_says(tmp_path):
+    """17bx128e: a mixture of experts every 2nd layer (layers 1, 3, ...), 17bx16e every
+    layer; expert MLPs half the dense width (torchtitan divides by top-k + shared experts)."""
+    read = {}
+    for flavor in ("17bx16e", "17bx128e"):
+        toml = LLAMA3_8B.replace('"llama3"', '"llama4"').replace('"8B"', f'"{flavor}"')
+        keys, _ = _keys(toml, tmp_path=tmp_path)
+        read[flavor] = (keys["experts"], keys["moe_layer_freq"][:4], keys["ffn"],
+                        keys["moe_ffn"], keys["shared_ffn"], keys["top_k"])
+    assert read == {"17bx16e": (16, [1, 1, 1, 1], 16384, 8192, 8192, 1),
+                    "17bx128e": (128, [0, 1, 0, 1], 16384, 8192, 8192, 1)}

@@ -21,9 +21,10 @@ Both layouts of the TOML era are read (settings and defaults from torchtitan's
 the model (``model.name`` llama3 with ``model.flavor`` 8B, 70B or 405B, or 2024's llama2
 with 7B, 13B, 26B or 70B, qwen3's dense 0.6B to 32B, deepseek_v3's 16B, 236B and 671B
 (latent attention, dense first layers, shared and routed experts over
-``expert_parallel_degree`` ranks inside the data-parallel ones): torchtitan's shapes, its
-tokenizer's vocabulary; another model's shape, Llama 4's or Qwen 3's mixtures of experts, is
-one error asking for it beside ``config``),
+``expert_parallel_degree`` ranks inside the data-parallel ones), llama4's 17bx16e and
+17bx128e: torchtitan's shapes, its tokenizer's vocabulary; another model's shape (Qwen 3's
+mixtures of experts, Llama 4's chunked-attention ``_irope`` flavors) is one error asking for
+it beside ``config``),
 ``training.seq_len``, the batch (``local_batch_size`` per data-parallel rank,
 ``global_batch_size`` for gradient accumulation), the degrees (``data_parallel_shard_degree``
 shards with FSDP2, ``data_parallel_replicate_degree`` replicates: HSDP with both, DDP alone),
@@ -77,6 +78,12 @@ QWEN3 = {"0.6B": (28, 1024, 16, 8, 3072, True), "1.7B": (28, 2048, 16, 8, 6144, 
 DEEPSEEK_V3 = {"16B": (27, 1, 2048, 16, 10944, 1408, 64, 2, 6, 0, 102400),
                "236B": (60, 1, 5120, 128, 12288, 1536, 160, 2, 6, 1536, 102400),
                "671B": (61, 3, 7168, 128, 18432, 2048, 256, 1, 8, 1536, 129280)}
+#: torchtitan's Llama 4 flavors (``torchtitan/models/llama4/``, 5fb7cc2; the ``_irope``
+#: ones' chunked attention is not modelled): (experts, every how many layers a mixture of
+#: experts) on 48 layers 5120 wide, 40 heads of which 8 key-value, top-1 routing beside one
+#: shared expert, dense MLPs 16384 wide, expert MLPs 8192 (halved by top-k + shared, its
+#: ``auto_scale_hidden_dim``), a 202,048-token vocabulary
+LLAMA4 = {"17bx16e": (16, 1), "17bx128e": (128, 2)}
 #: the tokenizers' vocabularies (``vocab_size`` is set from the tokenizer): Llama 3's
 #: tiktoken, Llama 2's SentencePiece
 VOCAB = {"llama3": 128256, "llama2": 32000}
@@ -184,12 +191,20 @@ def _model(read: JobConfig, beside: frozenset[str]) -> dict[str, Any]:
                         "qk_pos_emb_head_dim": 64, "v_head_dim": 128},
                 "tied_embeddings": False, "position_embedding": "rope", "attention": "flash2",
                 "expert_layout": "within_dp"}
+    if name == "llama4" and isinstance(flavor, str) and flavor in LLAMA4:
+        experts, step = LLAMA4[flavor]
+        return {"layers": 48, "hidden": 5120, "heads": 40, "kv_heads": 8, "ffn": 16384,
+                "moe_ffn": 8192, "shared_ffn": 8192, "experts": experts, "top_k": 1,
+                "moe_layer_freq": [int((i + 1) % step == 0) for i in range(48)],
+                "vocab": 202048, "gated_mlp": True, "tied_embeddings": False,
+                "position_embedding": "rope", "attention": "flash2",
+                "expert_layout": "within_dp"}
     if {"layers", "hidden"} <= beside:   # another model, its shape given beside
         return {"gated_mlp": True, "tied_embeddings": False, "position_embedding": "rope",
                 "attention": "flash2"}
     raise config_error(read.where, "model.flavor", "llama3's 8B, 70B or 405B, llama2's "
-                       "7B, 13B, 26B or 70B, qwen3's 0.6B to 32B or deepseek_v3's 16B, 236B "
-                       "or 671B (another "
+                       "7B, 13B, 26B or 70B, qwen3's 0.6B to 32B, deepseek_v3's 16B, 236B "
+                       "or 671B, or llama4's 17bx16e or 17bx128e (another "
                        "model's shape is not in the config: give layers, hidden, heads, "
                        "kv_heads, ffn and vocab beside 'config')", f"{name} {flavor}")
 
@@ -249,8 +264,10 @@ def _pipeline(read: JobConfig, layers: int | None) -> dict[str, Any]:
         stages = pp * (2 if looped else 1)
     if stages > pp:
         keys["vpp"] = stages // pp
-    old = read("pp_micro_batches")   # 2024: a count, by default one per stage
-    if read.path("local_batch") == "training.batch_size" or old is not None:
+    # until April 2025 a count, by default one per stage (the pipeline degree then under
+    # [experimental]); from then a micro-batch size, by default 1
+    old = read("pp_micro_batches")
+    if read.path("pp").startswith("experimental.") or old is not None:
         count = stages if old is None else read.int("pp_micro_batches")
         if local % count:
             raise config_error(read.where, read.path("pp_micro_batches"), f"a divisor of the "
