@@ -32,7 +32,30 @@ SHAPES = [
     ("nemotron4_15b", 32, 6144, 24576, 48, 8, 4, 1, 1, 1, 1, 4096, 32, 2, 256000, False),
     ("nemotron4_340b", 96, 18432, 73728, 96, 8, 8, 12, 8, 2, 1, 4096, 2304, 1, 256000, False),
     ("gpt3_175b", 96, 12288, 49152, 96, 96, 4, 8, 6, 1, 1, 2048, 2048, 2, 50257, False),
+    ("llama3_8b_16k", 32, 4096, 14336, 32, 8, 4, 2, 1, 2, 1, 16384, 512, 1, 128256, True),
+    ("llama3_8b_64k", 32, 4096, 14336, 32, 8, 4, 2, 1, 4, 1, 65536, 512, 1, 128256, True),
+    ("llama3_8b_128k", 32, 4096, 14336, 32, 8, 4, 2, 1, 8, 1, 131072, 512, 1, 128256, True),
+    ("llama3_70b_16k", 80, 8192, 28672, 64, 8, 8, 2, 1, 2, 1, 16384, 512, 1, 128256, True),
+    ("llama3_70b_64k", 80, 8192, 28672, 64, 8, 8, 4, 1, 8, 1, 65536, 512, 1, 128256, True),
+    ("nemotron4_15b_16k", 32, 6144, 24576, 48, 8, 2, 2, 1, 2, 1, 16384, 32, 2, 256000, False),
+    ("nemotron4_15b_64k", 32, 6144, 24576, 48, 8, 4, 2, 1, 4, 1, 65536, 32, 2, 256000, False),
+    ("mixtral_8x7b_16k", 32, 4096, 14336, 32, 8, 4, 2, 1, 4, 1, 16384, 512, 1, 32000, True),
+    ("mixtral_8x7b_64k", 32, 4096, 14336, 32, 8, 8, 4, 1, 4, 1, 65536, 512, 1, 32000, True),
+    ("mixtral_8x22b_64k", 56, 6144, 16384, 48, 8, 2, 4, 14, 2, 8, 65536, 512, 1, 32768, True),
+    ("llama32_1b", 16, 2048, 8192, 32, 8, 1, 1, 1, 1, 1, 8192, 512, 1, 128256, True),
+    ("llama32_3b", 28, 3072, 8192, 24, 8, 1, 1, 1, 1, 1, 8192, 512, 1, 128256, True),
+    ("nemotron3_4b", 32, 3072, 9216, 24, 8, 2, 1, 1, 1, 1, 4096, 32, 2, 256000, False),
+    ("nemotron3_8b", 32, 4096, 16384, 32, 32, 2, 1, 1, 1, 1, 4096, 32, 2, 256000, False),
+    ("nemotron3_22b", 40, 6144, 24576, 48, 48, 2, 4, 10, 1, 1, 4096, 32, 1, 256000, False),
+    ("qwen2_500m", 24, 896, 4864, 14, 2, 1, 1, 1, 1, 1, 4096, 32, 2, 151936, True),
+    ("qwen25_1p5b", 28, 1536, 8960, 12, 2, 1, 1, 1, 1, 1, 4096, 32, 2, 151936, True),
+    ("qwen2_7b", 28, 3584, 18944, 28, 4, 2, 1, 1, 1, 1, 4096, 32, 2, 152064, True),
+    ("qwen25_14b", 48, 5120, 13824, 40, 8, 4, 1, 1, 1, 1, 4096, 32, 2, 152064, True),
+    ("qwen25_32b", 64, 5120, 27648, 40, 8, 8, 2, 1, 1, 1, 4096, 32, 2, 152064, True),
+    ("qwen25_72b", 80, 8192, 29568, 64, 8, 8, 4, 1, 1, 1, 4096, 32, 2, 152064, True),
 ]
+#: recipes whose strategy has no DDP config: Megatron-Core's defaults, no overlap
+NO_OVERLAP = ("qwen",)
 NAMES = ("layers", "hidden", "ffn", "heads", "kv_heads", "tp", "pp", "vpp", "cp", "ep",
          "sequence", "global_batch", "micro_batch", "vocab", "gated_mlp")
 
@@ -54,10 +77,11 @@ def test_each_recipe_as_nemo_sets_it(shape):
     got = tuple(keys.get(name, 1 if name in ("tp", "pp", "vpp", "cp", "ep") else None)
                 for name in NAMES)
     assert got == shape[1:]
-    # every recipe: the distributed optimizer, both overlaps, FP32 gradient reduction,
-    # bucket by bucket (NeMo 2), the fused cross entropy (GPTConfig's default)
-    assert keys["distributed_optimizer"] and keys["overlap_grad_reduce"]
-    assert keys["overlap_param_gather"] and not keys["grad_reduce_in_bf16"]
+    # every recipe: the distributed optimizer, both overlaps (but Qwen's), FP32 gradient
+    # reduction, bucket by bucket (NeMo 2), the fused cross entropy (GPTConfig's default)
+    overlap = not shape[0].startswith(NO_OVERLAP)
+    assert keys["distributed_optimizer"] and keys["overlap_grad_reduce"] == overlap
+    assert keys["overlap_param_gather"] == overlap and not keys["grad_reduce_in_bf16"]
     assert keys["align_grad_reduce"] is False and keys["cross_entropy_fusion"] is True
     assert keys["tp_comm_overlap"] is False and keys["recompute"] == "none"
 
@@ -71,6 +95,9 @@ def test_model_details():
     assert _keys("llama31_405b")["pipeline_layout"] == "first_last_fewer"
     mistral = _keys("mistral_7b")
     assert mistral["window"] == 4096 and mistral["cp_comm_type"] == "a2a"
+    # Llama 3.2 ties its output layer to the embedding; the long-context recipes use SP
+    assert _keys("llama32_1b")["tied_embeddings"] and not _keys("llama3_8b_16k")["tied_embeddings"]
+    assert _keys("llama3_70b_64k")["sp"] and _keys("mixtral_8x7b_16k")["experts"] == 8
 
 
 def test_performance_mode():
@@ -93,6 +120,14 @@ def test_performance_mode():
     mixtral = _keys("mixtral_8x7b(performance_mode=True)")
     assert (mixtral["tp"], mixtral.get("ep", 1), mixtral["sp"]) == (8, 1, True)
     assert not _keys("mixtral_8x7b(performance_mode=false)")["sp"]
+    # Mixtral 8x22B 64k's performance mode keeps the FP32 gradient reduction
+    long = _keys("mixtral_8x22b_64k(performance_mode=True)")
+    assert (long["tp"], long.get("ep", 1), long["grad_reduce_in_bf16"]) == (8, 1, False)
+    # Nemotron-3 asks for TP overlap without sequence parallelism: NeMo drops it
+    nemotron3 = _keys("nemotron3_22b(performance_mode=True)")
+    assert not nemotron3["tp_comm_overlap"] and nemotron3["grad_reduce_in_bf16"]
+    assert _keys("nemotron3_8b(performance_mode=True, sequence_parallelism=True)"
+                 )["tp_comm_overlap"]
 
 
 def test_performance_mode_follows_the_data_parallel_size_when_built():

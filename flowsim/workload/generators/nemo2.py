@@ -100,8 +100,9 @@ def recipe_config(recipe: Recipe, performance: bool, settings: Mapping[str, Any]
     if performance and recipe.performance is not None:
         strategy.update(recipe.performance["strategy"])
         plugins["grad_reduce_in_fp32"] = not recipe.performance["grad_bf16"]
+    overlap = recipe.ddp_overlap
     config: dict[str, Any] = {"trainer": {"strategy": {**strategy, "ddp": {
-        "overlap_grad_reduce": True, "overlap_param_gather": True, "bucket_size": None,
+        "overlap_grad_reduce": overlap, "overlap_param_gather": overlap, "bucket_size": None,
         "align_param_gather": False}}, "plugins": plugins},
         "data": dict(recipe.data), "model": {"config": dict(recipe.model)}}
     for path, value in settings.items():

@@ -6,21 +6,28 @@ Transcribed from NVIDIA/NeMo at :data:`COMMIT`: each recipe's ``nemo/collections
 and sequence, ``pretrain_performance_optimizations()``), the model config class its
 ``model()`` builds, resolved through its parents in ``nemo/collections/llm/gpt/model/``
 (``llama.py``, ``mistral.py``, ``mixtral.py``, ``nemotron.py``, ``base.py``), and Megatron-Core's
-defaults where none of them sets a field (GPT-3 175B's GeLU MLP and query groups, Nemotron-4's
-ungated MLP). Every recipe's DDP config overlaps the gradient reduction and the parameter
-gathers and reduces in FP32, and its Adam is Megatron-Core's distributed optimizer; the
-mixed-precision plugin's ``grad_reduce_in_fp32`` is what the DDP config ends up with
-(``MegatronStrategy.connect``). Performance mode adds ``MegatronCommOverlapCallback``: with
-data parallelism, 128 MiB buckets and, with interleaving, aligned parameter gathers; tensor-
-parallel overlap where the recipe asks for it (NeMo turns it off without sequence parallelism
-or below TP 2), with NeMo's userbuffers settings when the recipe names one, else Transformer
-Engine's.
+defaults where none of them sets a field (GPT-3 175B's GeLU MLP and query groups, Nemotron's
+ungated MLP, Nemotron-3 8B's and 22B's query groups, ``None`` there). Every recipe's DDP config but
+Qwen's (which gives none: Megatron-Core's defaults) overlaps the gradient reduction and the
+parameter gathers and reduces in FP32, and its Adam is
+Megatron-Core's distributed optimizer; the mixed-precision plugin's ``grad_reduce_in_fp32`` is
+what the DDP config ends up with (``MegatronStrategy.connect``). Performance mode adds
+``MegatronCommOverlapCallback``: with data parallelism, 128 MiB buckets and, with interleaving,
+aligned parameter gathers; tensor-parallel overlap where the recipe asks for it (NeMo turns it
+off without sequence parallelism or below TP 2), with NeMo's userbuffers settings when the
+recipe names one, else Transformer Engine's.
 
-The vocabulary is the model family's tokenizer (Hugging Face ``config.json``: Llama 3 and 3.1
-128,256, Llama 2, Mistral 7B v0.1 and Mixtral 8x7B 32,000, Mixtral 8x22B 32,768, Nemotron-4
-256,000, GPT-3 GPT-2's BPE 50,257), as training on the model's data uses it: the recipes'
-mock data itself builds GPT-2's tokenizer whatever the model (``pretrain()`` takes the data's
-tokenizer), so a run on it is priced with ``vocab: 50257``.
+The long-context recipes (``_16k``, ``_64k``, ``_128k``) build their base recipe's model with a
+longer ``seq_length`` and set their own parallel sizes and data; only Mixtral 8x22B 64k's
+takes ``performance_mode``. Llama 3.2's configs tie the output layer to the embedding
+(``share_embeddings_and_output_weights``). The vocabulary is the model family's tokenizer
+(Hugging Face ``config.json``: Llama 3, 3.1 and 3.2 128,256, Llama 2, Mistral 7B v0.1 and
+Mixtral 8x7B 32,000, Mixtral 8x22B 32,768, Nemotron-3 and Nemotron-4 256,000 (NeMo's
+``scripts/performance/llm`` price Nemotron-3 8B and 22B with a 256,000 ``NullTokenizer``),
+Qwen 2 and 2.5 their configs' 151,936 or 152,064, GPT-3 GPT-2's BPE 50,257), as training
+on the model's data uses it: the recipes' mock data itself builds GPT-2's tokenizer whatever
+the model (``pretrain()`` takes the data's tokenizer), so a run on it is priced with
+``vocab: 50257``.
 """
 
 from __future__ import annotations
@@ -55,6 +62,9 @@ class Recipe:
     performance: MappingProxyType | None = field(default=None)
     #: keyword arguments of its ``pretrain_recipe`` that set the layout (:data:`FACTORY_PATHS`)
     factory_arguments: tuple[str, ...] = ()
+    #: its DDP config overlaps the gradient reduction and the parameter gathers (the Qwen
+    #: recipes give their strategy none: Megatron-Core's defaults, neither)
+    ddp_overlap: bool = True
 
 
 def _recipe(layers: int, hidden: int, ffn: int, heads: int, groups: int | None, seq: int,
@@ -126,6 +136,62 @@ RECIPES: MappingProxyType = MappingProxyType({
                          activation="gelu", tied_embeddings=True,
                          position_embedding="learned_absolute",
                          perf=_perf(True, named_ub=True)),
+    # long context: the base model, the recipe's own trainer() and data, no performance mode
+    "llama3_8b_16k": _recipe(32, 4096, 14336, 32, 8, 16384, 4, 2, None, 2, True, 512, 1,
+                             _LLAMA3),
+    "llama3_8b_64k": _recipe(32, 4096, 14336, 32, 8, 65536, 4, 2, None, 4, True, 512, 1,
+                             _LLAMA3),
+    "llama3_8b_128k": _recipe(32, 4096, 14336, 32, 8, 131072, 4, 2, None, 8, True, 512, 1,
+                              _LLAMA3),
+    "llama3_70b_16k": _recipe(80, 8192, 28672, 64, 8, 16384, 8, 2, None, 2, True, 512, 1,
+                              _LLAMA3),
+    "llama3_70b_64k": _recipe(80, 8192, 28672, 64, 8, 65536, 8, 4, None, 8, True, 512, 1,
+                              _LLAMA3),
+    "nemotron4_15b_16k": _recipe(32, 6144, 24576, 48, 8, 16384, 2, 2, None, 2, True, 32, 2,
+                                 256000, activation="squared-relu",
+                                 factory_arguments=tuple(FACTORY_PATHS)),
+    "nemotron4_15b_64k": _recipe(32, 6144, 24576, 48, 8, 65536, 4, 2, None, 4, True, 32, 2,
+                                 256000, activation="squared-relu",
+                                 factory_arguments=tuple(FACTORY_PATHS)),
+    "mixtral_8x7b_16k": _recipe(32, 4096, 14336, 32, 8, 16384, 4, 2, None, 4, True, 512, 1,
+                                32000, model=_MOE),
+    "mixtral_8x7b_64k": _recipe(32, 4096, 14336, 32, 8, 65536, 8, 4, None, 4, True, 512, 1,
+                                32000, model=_MOE),
+    # its performance mode leaves the plugin's FP32 reduction (unlike mixtral_8x22b's)
+    "mixtral_8x22b_64k": _recipe(56, 6144, 16384, 48, 8, 65536, 2, 4, 14, 2, True, 512, 1,
+                                 32768, ep=8, model=_MOE,
+                                 perf=_perf(False, grad_bf16=False, tensor_model_parallel_size=8,
+                                            expert_model_parallel_size=1,
+                                            sequence_parallel=True)),
+    "llama32_1b": _recipe(16, 2048, 8192, 32, 8, 8192, 1, 1, None, 1, False, 512, 1, _LLAMA3,
+                          tied_embeddings=True),
+    "llama32_3b": _recipe(28, 3072, 8192, 24, 8, 8192, 1, 1, None, 1, False, 512, 1, _LLAMA3,
+                          tied_embeddings=True),
+    # Nemotron-3: NemotronConfig's squared-ReLU MLP; 8B and 22B multi-head (no query groups);
+    # performance mode asks for TP overlap, which NeMo drops: the recipes have no SP
+    "nemotron3_4b": _recipe(32, 3072, 9216, 24, 8, 4096, 2, 1, None, 1, False, 32, 2, 256000,
+                            activation="squared-relu", factory_arguments=tuple(FACTORY_PATHS)),
+    "nemotron3_8b": _recipe(32, 4096, 16384, 32, None, 4096, 2, 1, None, 1, False, 32, 2,
+                            256000, activation="squared-relu", perf=_perf(True),
+                            factory_arguments=tuple(FACTORY_PATHS)),
+    "nemotron3_22b": _recipe(40, 6144, 24576, 48, None, 4096, 2, 4, 10, 1, False, 32, 1,
+                             256000, activation="squared-relu", perf=_perf(True),
+                             factory_arguments=tuple(FACTORY_PATHS)),
+    # Qwen 2 and 2.5 (``qwen2_trainer``: no DDP config, so no overlap; QKV biases left out);
+    # vocabularies as their configs set them
+    **{name: _recipe(layers, hidden, ffn, heads, groups, 4096, tp, pp, None, 1, False, 32, 2,
+                     vocab, ddp_overlap=False, factory_arguments=tuple(FACTORY_PATHS))
+       for name, (layers, hidden, ffn, heads, groups, tp, pp, vocab) in {
+           "qwen2_500m": (24, 896, 4864, 14, 2, 1, 1, 151936),
+           "qwen25_500m": (24, 896, 4864, 14, 2, 1, 1, 151936),
+           "qwen2_1p5b": (28, 1536, 8960, 12, 2, 1, 1, 151936),
+           "qwen25_1p5b": (28, 1536, 8960, 12, 2, 1, 1, 151936),
+           "qwen2_7b": (28, 3584, 18944, 28, 4, 2, 1, 152064),
+           "qwen25_7b": (28, 3584, 18944, 28, 4, 2, 1, 152064),
+           "qwen25_14b": (48, 5120, 13824, 40, 8, 4, 1, 152064),
+           "qwen25_32b": (64, 5120, 27648, 40, 8, 8, 2, 152064),
+           "qwen2_72b": (80, 8192, 29568, 64, 8, 8, 4, 152064),
+           "qwen25_72b": (80, 8192, 29568, 64, 8, 8, 4, 152064)}.items()},
 })
 
 #: NeMo's precision factories (``recipes/precision/mixed_precision.py``) -> plugin settings
