@@ -220,6 +220,22 @@ def test_bad_settings_are_named(change, path, tmp_path):
         _keys(LLAMA3_8B.replace(change, bad[path]), tmp_path=tmp_path)
 
 
+def test_late_2025_compile_section_and_memory_budget(tmp_path):
+    """From August 2025 ``[compile] enable`` with ``components`` (the model compiled only
+    when named); late 2025's ``memory_budget`` checkpointing priced as the per-op policy."""
+    toml = LLAMA3_8B.replace("compile = false\n", "") + \
+        '\n[compile]\nenable = true\ncomponents = ["model", "loss"]\n'
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FlowsimWarning)
+        _keys(toml, tmp_path=tmp_path, quiet=False)   # compiled: no warning
+    with pytest.warns(FlowsimWarning, match=r"compile\.enable is off for the model"):
+        _keys(toml.replace('["model", "loss"]', '["loss"]'), tmp_path=tmp_path, quiet=False)
+    with pytest.warns(FlowsimWarning, match="memory_budget"):
+        keys, _ = _keys(toml.replace('mode = "selective"', 'mode = "memory_budget"'),
+                        tmp_path=tmp_path, quiet=False)
+    assert keys["recompute"] == "every_other_matmul"
+
+
 def test_a_file_that_is_not_toml_is_named(tmp_path):
     with pytest.raises(ConfigError, match=r"job\.toml: not valid TOML"):
         _keys("[model\nname = 1", tmp_path=tmp_path)
@@ -229,7 +245,7 @@ def test_eager_mode_and_beside_keys(tmp_path):
     run = _write_run(tmp_path, LLAMA3_8B, "--training.local_batch_size 2", device="h200")
     network = {"cluster": {"device": "h200", "nodes": 1, "gpus_per_node": 8, "nic_gbps": 400,
                            "nics_per_node": 8}}
-    with pytest.warns(FlowsimWarning, match="training.compile = false"):
+    with pytest.warns(FlowsimWarning, match="training.compile is off for the model"):
         ds = flowsim.simulate(network, str(run), "nccl", model="analytical")
     assert float(ds.time_ns) > 0
     # a key beside the config wins over it

@@ -37,9 +37,12 @@ output layer weigh one layer each), context parallelism (``context_parallel_rota
 every N-th layer fully), Float8 (tensorwise: ``dtype: fp8``; ``enable_fsdp_float8_all_gather``:
 weights gathered in FP8) and ``mixed_precision_reduce``.
 
-Priced as the nearest flowsim model, each said once as a warning: ``training.compile = false``
-(PyTorch's eager mode runs each elementwise step as its own kernel; flowsim prices them fused,
-as ``torch.compile`` runs them: torchtitan's own Llama 3.1 8B table shows eager 14% slower),
+Priced as the nearest flowsim model, each said once as a warning: the model not compiled
+(``training.compile = false``, or from August 2025 ``[compile]`` off or without ``model`` in
+its ``components``: PyTorch's eager mode runs each elementwise step as its own kernel;
+flowsim prices them fused, as ``torch.compile`` runs them: torchtitan's own Llama 3.1 8B
+table shows eager 14% slower), late 2025's ``memory_budget`` checkpointing (as the per-op
+policy),
 asynchronous TP (priced as Transformer Engine's overlap with its default settings), a rowwise
 or MX Float8 recipe (as tensorwise FP8). FSDP shards over ``data_parallel_shard_degree``
 alone (torchtitan folds context parallelism into it) and gathers again for the backward as
@@ -326,11 +329,18 @@ def _precision_and_recompute(read: JobConfig) -> dict[str, Any]:
                   "priced as BF16")
     keys["grad_reduce_in_bf16"] = read.choice("reduce_dtype", {"float32": False,
                                                                 "bfloat16": True})
-    if not read.bool("compile"):
-        read.warn("compile", "= false: eager PyTorch runs each elementwise step as its own "
-                  "kernel; priced fused, as torch.compile runs them")
-    mode = read.choice("ac_mode", {"none": "none", "full": "full", "selective": "selective"})
-    option = str(read("ac_option"))
+    components = read("compile_components")   # from August 2025: [compile] components
+    if not read.bool("compile") or not isinstance(components, list) or "model" not in components:
+        read.warn("compile", "is off for the model: eager PyTorch runs each elementwise step "
+                  "as its own kernel; priced fused, as torch.compile runs them")
+    mode = read.choice("ac_mode", {"none": "none", "full": "full", "selective": "selective",
+                                   "memory_budget": "memory_budget"})
+    if mode == "memory_budget":   # late 2025: the compiler picks what to save under a budget
+        read.warn("ac_mode", "memory_budget (the compiler's choice under a budget) is priced "
+                  "as the per-op policy (selective_ac_option op)")
+        mode, option = "selective", "op"
+    else:
+        option = str(read("ac_option"))
     if mode == "selective" and option == "op":
         mode = "every_other_matmul"
     elif mode == "selective":

@@ -31,7 +31,8 @@ SETTINGS: dict[str, tuple[tuple[str, ...], Any]] = {
     "seq_len": (("training.seq_len",), 2048),
     "local_batch": (("training.local_batch_size", "training.batch_size"), 8),
     "global_batch": (("training.global_batch_size",), -1),
-    "compile": (("training.compile",), False),
+    "compile": (("compile.enable", "training.compile"), False),
+    "compile_components": (("compile.components",), ["model", "loss"]),
     "param_dtype": (("training.mixed_precision_param",), "bfloat16"),
     "reduce_dtype": (("training.mixed_precision_reduce",), "float32"),
     "dp_replicate": (("parallelism.data_parallel_replicate_degree",
@@ -66,7 +67,8 @@ SETTINGS: dict[str, tuple[tuple[str, ...], Any]] = {
     "recipe": (("quantize.linear.float8.recipe_name", "float8.recipe_name"), None),
 }
 #: settings whose command-line value is a comma-separated list
-LISTS = frozenset({"model.converters", "parallelism.pipeline_parallel_split_points",
+LISTS = frozenset({"model.converters", "compile.components",
+                   "parallelism.pipeline_parallel_split_points",
                    "experimental.pipeline_parallel_split_points", "float8.filter_fqns",
                    "quantize.linear.float8.filter_fqns"})
 def load_job_config(config: Any, source: str) -> tuple[str, Mapping[str, Any]]:
