@@ -51,8 +51,9 @@ its ``"default"`` does.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ...errors import config_error
@@ -165,51 +166,66 @@ def _degree(read: JobConfig, setting: str) -> int:
     return value
 
 
+#: what every torchtitan model shares: a gated MLP, rotary positions, PyTorch's flash SDPA,
+#: an output layer of its own (unless the flavor ties it)
+COMMON = {"gated_mlp": True, "tied_embeddings": False, "position_embedding": "rope",
+          "attention": "flash2"}
+
+
+def _llama(family: str, flavor: str) -> dict[str, Any]:
+    layers, dim, heads, kv_heads, multiplier, multiple = FLAVORS[family][flavor]
+    ffn = int(2 * 4 * dim / 3)   # torchtitan's FeedForward
+    ffn = int(multiplier * ffn) if multiplier else ffn
+    return {"layers": layers, "hidden": dim, "heads": heads, "kv_heads": kv_heads or heads,
+            "ffn": multiple * -(-ffn // multiple), "vocab": VOCAB[family]}
+
+
+def _qwen3(flavor: str) -> dict[str, Any]:
+    layers, dim, heads, kv_heads, ffn, tied = QWEN3[flavor]
+    return {"layers": layers, "hidden": dim, "heads": heads, "kv_heads": kv_heads,
+            "head_dim": 128, "ffn": ffn, "vocab": 151936, "tied_embeddings": tied}
+
+
+def _deepseek_v3(flavor: str) -> dict[str, Any]:
+    layers, dense, dim, heads, ffn, moe_ffn, experts, shared, top_k, q_lora, vocab = \
+        DEEPSEEK_V3[flavor]
+    return {"layers": layers, "hidden": dim, "heads": heads, "kv_heads": heads, "ffn": ffn,
+            "moe_ffn": moe_ffn, "experts": experts, "top_k": top_k,
+            "shared_ffn": shared * moe_ffn, "vocab": vocab,
+            "moe_layer_freq": [0] * dense + [1] * (layers - dense),
+            "mla": {"q_lora_rank": q_lora, "kv_lora_rank": 512, "qk_head_dim": 128,
+                    "qk_pos_emb_head_dim": 64, "v_head_dim": 128},
+            "expert_layout": "within_dp"}
+
+
+def _llama4(flavor: str) -> dict[str, Any]:
+    experts, step = LLAMA4[flavor]
+    return {"layers": 48, "hidden": 5120, "heads": 40, "kv_heads": 8, "ffn": 16384,
+            "moe_ffn": 8192, "shared_ffn": 8192, "experts": experts, "top_k": 1,
+            "moe_layer_freq": [int((i + 1) % step == 0) for i in range(48)],
+            "vocab": 202048, "expert_layout": "within_dp"}
+
+
+#: ``model.name`` -> (its flavors, the shape of one)
+MODELS: dict[str, tuple[Mapping[str, Any], Callable[[str], dict[str, Any]]]] = {
+    "llama3": (FLAVORS["llama3"], partial(_llama, "llama3")),
+    "llama2": (FLAVORS["llama2"], partial(_llama, "llama2")),
+    "qwen3": (QWEN3, _qwen3), "deepseek_v3": (DEEPSEEK_V3, _deepseek_v3),
+    "llama4": (LLAMA4, _llama4)}
+
+
 def _model(read: JobConfig, beside: frozenset[str]) -> dict[str, Any]:
     name, flavor = read("name"), read("flavor")
-    family = "llama3" if name == "llama" else name   # 2024's name for Llama 3
-    flavors = FLAVORS.get(family, {}) if isinstance(family, str) else {}
-    if isinstance(flavor, str) and flavor in flavors:
-        layers, dim, heads, kv_heads, multiplier, multiple = flavors[flavor]
-        ffn = int(2 * 4 * dim / 3)   # torchtitan's FeedForward
-        ffn = int(multiplier * ffn) if multiplier else ffn
-        ffn = multiple * -(-ffn // multiple)
-        return {"layers": layers, "hidden": dim, "heads": heads,
-                "kv_heads": kv_heads or heads, "ffn": ffn, "vocab": VOCAB[family],
-                "gated_mlp": True, "tied_embeddings": False, "position_embedding": "rope",
-                "attention": "flash2"}
-    if name == "qwen3" and isinstance(flavor, str) and flavor in QWEN3:
-        layers, dim, heads, kv_heads, ffn, tied = QWEN3[flavor]
-        return {"layers": layers, "hidden": dim, "heads": heads, "kv_heads": kv_heads,
-                "head_dim": 128, "ffn": ffn, "vocab": 151936, "gated_mlp": True,
-                "tied_embeddings": tied, "position_embedding": "rope", "attention": "flash2"}
-    if name == "deepseek_v3" and isinstance(flavor, str) and flavor in DEEPSEEK_V3:
-        layers, dense, dim, heads, ffn, moe_ffn, experts, shared, top_k, q_lora, vocab = \
-            DEEPSEEK_V3[flavor]
-        return {"layers": layers, "hidden": dim, "heads": heads, "kv_heads": heads,
-                "ffn": ffn, "moe_ffn": moe_ffn, "experts": experts, "top_k": top_k,
-                "shared_ffn": shared * moe_ffn, "vocab": vocab, "gated_mlp": True,
-                "moe_layer_freq": [0] * dense + [1] * (layers - dense),
-                "mla": {"q_lora_rank": q_lora, "kv_lora_rank": 512, "qk_head_dim": 128,
-                        "qk_pos_emb_head_dim": 64, "v_head_dim": 128},
-                "tied_embeddings": False, "position_embedding": "rope", "attention": "flash2",
-                "expert_layout": "within_dp"}
-    if name == "llama4" and isinstance(flavor, str) and flavor in LLAMA4:
-        experts, step = LLAMA4[flavor]
-        return {"layers": 48, "hidden": 5120, "heads": 40, "kv_heads": 8, "ffn": 16384,
-                "moe_ffn": 8192, "shared_ffn": 8192, "experts": experts, "top_k": 1,
-                "moe_layer_freq": [int((i + 1) % step == 0) for i in range(48)],
-                "vocab": 202048, "gated_mlp": True, "tied_embeddings": False,
-                "position_embedding": "rope", "attention": "flash2",
-                "expert_layout": "within_dp"}
+    name = "llama3" if name == "llama" else name   # 2024's name for Llama 3
+    flavors, shape = MODELS.get(name, ({}, None)) if isinstance(name, str) else ({}, None)
+    if shape is not None and isinstance(flavor, str) and flavor in flavors:
+        return {**COMMON, **shape(flavor)}
     if {"layers", "hidden"} <= beside:   # another model, its shape given beside
-        return {"gated_mlp": True, "tied_embeddings": False, "position_embedding": "rope",
-                "attention": "flash2"}
-    raise config_error(read.where, "model.flavor", "llama3's 8B, 70B or 405B, llama2's "
-                       "7B, 13B, 26B or 70B, qwen3's 0.6B to 32B, deepseek_v3's 16B, 236B "
-                       "or 671B, or llama4's 17bx16e or 17bx128e (another "
-                       "model's shape is not in the config: give layers, hidden, heads, "
-                       "kv_heads, ffn and vocab beside 'config')", f"{name} {flavor}")
+        return dict(COMMON)
+    known = "; ".join(f"{model} {', '.join(table)}" for model, (table, _) in MODELS.items())
+    raise config_error(read.where, "model.flavor", f"one of {known} (another model's shape is "
+                       "not in the config: give layers, hidden, heads, kv_heads, ffn and "
+                       "vocab beside 'config')", f"{name} {flavor}")
 
 
 def _parallelism(read: JobConfig) -> dict[str, Any]:
