@@ -71,9 +71,12 @@ PLAIN="--a 1
 #    --commented-out \\
 AFTER=7
 ONE="$SCRATCH"
+TP='2'   # don't change
+PP=4
 '''
     v = shell_variables(script)
     assert v["ARGS"].split() == ["--num-layers", "4", "--save", "$SCRATCH/ckpt"]
     assert v["PLAIN"].split() == ["--a", "1", "--b", "2"]
     assert v["AFTER"] == "7"        # not swallowed by the comment's backslash
     assert "ONE" not in v           # a single word needing an unknown variable: unknown
+    assert (v["TP"], v["PP"]) == ("2", "4")   # a quote inside a comment opens nothing

@@ -52,9 +52,10 @@ def shell_variables(text: str, env: Mapping[str, str] | None = None) -> dict[str
 
 
 def joined_lines(text: str) -> str:
-    """``text`` with its comment lines dropped and its backslash-newlines joined, as bash
-    reads it (a comment ends at its line's end, even after a backslash: launch scripts
-    comment out a flag line that way)."""
+    """``text`` with its comment lines dropped and its backslash-newlines joined. Bash would
+    end the command at a commented-out line (even one ending in a backslash) and run the
+    lines after it apart; launch scripts comment out a flag line that way meaning to drop
+    only that flag, which is how this reads it."""
     kept = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
     return ("\n".join(kept) + "\n").replace("\\\n", " ")
 
@@ -71,13 +72,24 @@ def _assignments(text: str) -> list[tuple[str, str]]:
         if match is None:
             continue
         name, raw = match.groups()
-        quote = raw.lstrip()[:1]
-        if quote in ("'", '"'):
-            while raw.count(quote) % 2 and i < len(lines):   # still open
-                raw += " " + lines[i]
-                i += 1
+        while _left_open(raw) and i < len(lines):
+            raw += " " + lines[i]
+            i += 1
         out.append((name, raw))
     return out
+
+
+def _left_open(raw: str) -> bool:
+    """Whether ``raw`` ends inside a quote (a ``#`` outside quotes starts a comment)."""
+    quote = None
+    for i, char in enumerate(raw):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (i == 0 or raw[i - 1].isspace()):
+            return False
+    return quote is not None
 
 
 def substitute(word: str, variables: Mapping[str, str]) -> str:
