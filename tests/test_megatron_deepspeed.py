@@ -15,6 +15,8 @@ import pytest
 import flowsim
 from flowsim import ConfigError, FlowsimWarning
 from flowsim.workload.generators.megatron import megatron_keys
+from flowsim.workload.generators.transformer_schedule import layer_counts
+from flowsim.workload.generators.transformer_spec import parse_transformer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import validate_published  # noqa: E402
@@ -104,7 +106,8 @@ def test_a_bloom_style_script_is_its_transcribed_row(tmp_path):
     # DeepSpeed's partitioned pipeline sends, the embeddings counted as a layer each
     assert (keys["recompute"], keys["distributed_optimizer"], keys["attention"],
             keys["position_embedding"], keys["scatter_gather"], keys["pipeline_layout"]) == \
-        ("full", True, "unfused", "alibi", True, [5] + [6] * 10 + [5])
+        ("full", True, "unfused", "alibi", True, "embedding_weighted")
+    assert _layers(keys) == [5] + [6] * 10 + [5]
     (tmp_path / "train.slurm").write_text(BLOOM_STYLE)
     spec = {"generator": "megatron", "script": str(tmp_path / "train.slurm"),
             "vocab": int(BLOOM["vocab"])}   # padded to the same 250880 either way
@@ -175,15 +178,25 @@ def test_a_script_ending_in_a_backslash_reads():
     assert _keys(BASE + "--bf16 \\\n")["layers"] == 8
 
 
+def _layers(keys: dict) -> list[int]:
+    """The layers of each pipeline stage the keys give (data parallelism to fill 8 GPUs)."""
+    values = {k: v for k, v in keys.items() if k != "micro_batches"}
+    values.update(dp=1, global_batch=values["micro_batch"] * 8, tp=1, cp=1)
+    return layer_counts(parse_transformer(values, "t.sh"))
+
+
 def test_the_default_partition_gives_the_first_stages_one_layer_more():
     keys = _keys(BASE.replace("--num-layers 8", "--num-layers 7") + "--bf16 --deepspeed")
-    assert keys["pipeline_layout"] == [4, 3]
+    assert (keys["pipeline_layout"], _layers(keys)) == ("uniform", [4, 3])
+    # a number of layers given beside the script is split by the same rule
+    assert _layers({**keys, "layers": 9}) == [5, 4]
 
 
 @pytest.mark.parametrize("flags, flag", [
     ("--deepspeed --zero-stage 4", "--zero-stage"),
     ("--deepspeed --pp-partition-method parameters", "--pp-partition-method"),
     ("--pad-vocab-size-to many", "--pad-vocab-size-to"),
+    ("--deepspeed --num-experts $E 16", "--num-experts"),
 ])
 def test_bad_values_are_named(flags, flag):
     with pytest.raises(ConfigError, match=flag):

@@ -627,6 +627,15 @@ def test_layouts():
         counts(layers=6, pp=4)
     with pytest.raises(ConfigError, match=r"'pipeline_layout'.*adding up to layers=7"):
         counts(layers=7, pp=2, pipeline_layout=[3, 3])
+    # DeepSpeed's partition_uniform: the first stages take the extra layers
+    assert counts(layers=7, pp=4, pipeline_layout="uniform") == [2, 2, 2, 1]
+    # torchtitan's split: embedding and output weigh a layer each, extras to the first
+    # stages; Llama 3's first_last_fewer where they divide
+    assert counts(layers=31, pp=4, pipeline_layout="embedding_weighted") == [8, 8, 8, 7]
+    assert counts(layers=126, pp=16, vpp=4, pipeline_layout="embedding_weighted") == \
+        counts(layers=126, pp=16, vpp=4, pipeline_layout="first_last_fewer")
+    with pytest.raises(ConfigError, match=r"'layers': expected at least 2"):
+        counts(layers=1, pp=4, pipeline_layout="embedding_weighted")
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(vpp=2, layers=8), dict(schedule="gpipe"),

@@ -62,6 +62,9 @@ def renamed(flags: Mapping[str, str | None], where: str) -> dict[str, str | None
     if "deepspeed" in out and counts == ["1"]:   # Megatron-DeepSpeed's default: dense
         del out["num-experts"]
         counts = []
+    if not all(count.isdigit() for count in counts):
+        raise config_error(where, "--num-experts", "one number of experts, or one per MoE "
+                           "layer", " ".join(counts))
     if len(set(counts)) > 1:
         out["num-experts"] = max(counts, key=int)
         warnings.warn(f"{where}: --num-experts {' '.join(counts)}: a different expert count "
@@ -107,7 +110,7 @@ def deepspeed_keys(flags: Mapping[str, str | None], keys: dict[str, Any], where:
         keys.update(_experts(flags, keys, where))
     if keys.get("pp", 1) > 1 and "no-pipeline-parallel" not in flags:
         keys["scatter_gather"] = keys.get("tp", 1) > 1
-        keys.update(_partition(flags, keys, where))
+        keys.update(_partition(flags, where))
 
 
 def _experts(flags: Mapping[str, str | None], keys: dict[str, Any], where: str
@@ -137,27 +140,15 @@ def _experts(flags: Mapping[str, str | None], keys: dict[str, Any], where: str
     return out
 
 
-def _partition(flags: Mapping[str, str | None], keys: dict[str, Any], where: str
-               ) -> dict[str, Any]:
-    """DeepSpeed's split of the layers over the pipeline stages."""
-    layers, pp = keys.get("layers"), keys["pp"]
-    if not isinstance(layers, int) or not isinstance(pp, int):
-        return {}   # the transformer's own checks name what is wrong
+def _partition(flags: Mapping[str, str | None], where: str) -> dict[str, Any]:
+    """DeepSpeed's split of the layers over the pipeline stages, as a layout rule."""
     method = (flags.get("pp-partition-method") or "type:transformer").strip("'\"")
-    if method == "type:transformer|embedding":   # two embedding layers weigh one layer each
-        items, counted = layers + 2, True
-    elif method == "type:transformer":
-        items, counted = layers, False
-    else:
+    layouts = {"type:transformer": "uniform", "type:transformer|embedding": "embedding_weighted"}
+    if method not in layouts:
         raise config_error(where, "--pp-partition-method", "type:transformer or "
                            "type:transformer|embedding (flowsim splits by layer count)",
                            method)
-    base, extra = divmod(items, pp)
-    sizes = [base + (i < extra) for i in range(pp)]
-    if counted:
-        sizes[0] -= 1
-        sizes[-1] -= 1
-    return {"pipeline_layout": sizes} if len(set(sizes)) > 1 else {}
+    return {"pipeline_layout": layouts[method]}
 
 
 def _count(value: str | None, flag: str, where: str) -> int:

@@ -74,7 +74,8 @@ Communication:
   and gradients sent between consecutive virtual stages (sequence-parallel shards, or split
   over the TP ranks and all-gathered on arrival: Megatron's scatter/gather optimisation);
   ``gpipe``, ``1f1b`` (PipeDream-Flush) or ``interleaved`` with ``vpp`` model chunks per rank;
-  layers laid out ``even``-ly, ``first_last_fewer`` (Llama 3) or as an explicit list;
+  layers laid out ``even``-ly, ``first_last_fewer`` (Llama 3), ``uniform`` (DeepSpeed),
+  ``embedding_weighted`` (torchtitan) or as an explicit list;
 * **data parallel** (Megatron-Core's DDP): gradients (FP32 with BF16 or FP8 training, as
   Megatron-LM accumulates them, unless ``grad_reduce_in_bf16``; else 16-bit) reduced over the
   data- and context-parallel ranks

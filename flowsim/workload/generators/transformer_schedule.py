@@ -22,8 +22,12 @@ def layer_counts(spec: TransformerSpec) -> list[int]:
 
     ``"even"``: the same count everywhere; ``"first_last_fewer"``: the first and the last
     virtual stage one layer fewer than the others (Llama 3's layout, which leaves room for the
-    embedding and the output layer; Dubey et al. 2024, section 3.3.2); or an explicit list of
-    ``pp * vpp`` counts adding up to ``layers``.
+    embedding and the output layer; Dubey et al. 2024, section 3.3.2); ``"uniform"``: as
+    even as the count allows, the first stages one layer more (DeepSpeed's
+    ``partition_uniform``); ``"embedding_weighted"``: the embedding and the output layer
+    weigh a layer each and the ``layers + 2`` are split uniformly (torchtitan's
+    ``generate_split_points``, DeepSpeed's ``type:transformer|embedding``; Llama 3's layout
+    when they divide); or an explicit list of ``pp * vpp`` counts adding up to ``layers``.
 
     Raises
     ------
@@ -38,6 +42,16 @@ def layer_counts(spec: TransformerSpec) -> list[int]:
                                f"{n} layer counts (pp * vpp) adding up to layers="
                                f"{spec.layers}", list(layout))
         return list(layout)
+    if layout in ("uniform", "embedding_weighted"):
+        weighted = layout == "embedding_weighted"
+        base, extra = divmod(spec.layers + 2 * weighted, n)
+        sizes = [base + (i < extra) for i in range(n)]
+        sizes[0] -= weighted
+        sizes[-1] -= weighted
+        if min(sizes) < 0:
+            raise config_error(spec.source, "layers", f"at least {n - 2} with pipeline_layout "
+                               f"'{layout}' over pp * vpp = {n} stages", spec.layers)
+        return sizes
     if layout == "first_last_fewer":
         if n < 2 or (spec.layers + 2) % n:
             raise config_error(spec.source, "layers",

@@ -36,16 +36,22 @@ Parallelism = Literal["tp", "cp", "ep", "dp", "pp"]
 PARALLELISMS: tuple[Parallelism, ...] = choices_of(Parallelism)
 
 
+#: the named pipeline layouts (:func:`~.transformer_schedule.layer_counts`)
+LAYOUTS = ("even", "first_last_fewer", "uniform", "embedding_weighted")
+
+
 def read_layout(values: Mapping[str, Any], source: str) -> tuple[int, ...] | str:
-    """``pipeline_layout``: ``even``, ``first_last_fewer`` or layers per (virtual) stage."""
+    """``pipeline_layout``: ``even``, ``first_last_fewer``, ``uniform``,
+    ``embedding_weighted`` or layers per (virtual) stage."""
     raw = values.get("pipeline_layout", "even")
     if isinstance(raw, str):
-        return read_choice(values, "pipeline_layout", ("even", "first_last_fewer"),
+        return read_choice(values, "pipeline_layout", LAYOUTS,
                            source=source, default="even")
     return tuple(read_list(values, "pipeline_layout", partial(as_int, minimum=0,
                                                               maximum=MAX_INT),
                            source=source, max_length=1 << 16,
-                           what="'even', 'first_last_fewer' or a list of layers per "
+                           what="'even', 'first_last_fewer', 'uniform', "
+                                "'embedding_weighted' or a list of layers per "
                                 "(virtual) pipeline stage"))
 
 
