@@ -15,6 +15,8 @@ import flowsim
 from flowsim import ConfigError, FlowsimWarning
 from flowsim.workload.generators.torchtitan import torchtitan_keys
 from flowsim.workload.generators.torchtitan_config import apply_cli
+from flowsim.workload.generators.transformer_schedule import layer_counts
+from flowsim.workload.generators.transformer_spec import parse_transformer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import validate_published  # noqa: E402
@@ -127,6 +129,10 @@ def test_flavors_have_torchtitans_shapes(tmp_path):
         llama2[flavor] = (keys["ffn"], keys["kv_heads"], keys["vocab"])
     assert llama2 == {"7B": (11008, 32, 32000), "13B": (13824, 40, 32000),
                       "70B": (28672, 8, 32000)}
+    # early 2024 called Llama 2 "llama"
+    keys, _ = _keys(LLAMA3_8B.replace('"llama3"', '"llama"').replace('"8B"', '"7B"'),
+                    tmp_path=tmp_path)
+    assert (keys["ffn"], keys["vocab"]) == (11008, 32000)
     # late 2025's dense Qwen 3: heads 128 wide whatever the width, small models tied
     keys, _ = _keys(LLAMA3_8B.replace('"llama3"', '"qwen3"').replace('"8B"', '"1.7B"'),
                     tmp_path=tmp_path)
@@ -166,12 +172,19 @@ def test_the_2024_layout_and_its_pipeline_defaults(tmp_path):
     # last stage one layer fewer (the embedding and the output layer weigh a layer each)
     keys, _ = _keys(LLAMA3_405B_2024, "--experimental.pipeline_parallel_degree 8 "
                     "--training.batch_size 32", tmp_path)
-    assert (keys["micro_batch"], keys["pipeline_layout"]) == (4, [15] + [16] * 6 + [15])
+    assert (keys["micro_batch"], _layers(keys)) == (4, [15] + [16] * 6 + [15])
     keys, _ = _keys(LLAMA3_405B_2024, "--experimental.pipeline_parallel_degree 8 "
                     "--training.batch_size 32 --experimental.pipeline_parallel_schedule "
                     "Interleaved1F1B", tmp_path)
     assert (keys["micro_batch"], keys["vpp"], keys["schedule"]) == (2, 2, "interleaved")
-    assert keys["pipeline_layout"] == [7] + [8] * 14 + [7]
+    assert _layers(keys) == [7] + [8] * 14 + [7]
+
+
+def _layers(keys: dict) -> list[int]:
+    """The layers of each (virtual) pipeline stage the keys give."""
+    values = dict(keys, dp=1)
+    values["global_batch"] = values["micro_batch"] * values["pp"] * values.get("vpp", 1)
+    return layer_counts(parse_transformer(values, "job.toml"))
 
 
 def test_pipeline_stages_from_split_points_and_layers_per_stage(tmp_path):
@@ -181,7 +194,13 @@ def test_pipeline_stages_from_split_points_and_layers_per_stage(tmp_path):
     assert (keys["pipeline_layout"], keys.get("vpp", 1), keys["micro_batch"]) == ([10, 22],
                                                                                   1, 1)
     keys, _ = _keys(base, "--parallelism.pipeline_parallel_layers_per_stage 17", tmp_path)
-    assert (keys["pipeline_layout"], keys.get("vpp", 1)) == ([16, 16], 1)
+    assert (_layers(keys), keys.get("vpp", 1)) == ([16, 16], 1)
+    # split points out of order, or past the model's layers, are one line naming them
+    for bad in ("layers.40", "layers.20,layers.10"):
+        with pytest.raises(ConfigError, match="pipeline_parallel_split_points"):
+            _keys(base.replace("pipeline_parallel_degree = 2", "pipeline_parallel_degree = "
+                               f"{bad.count(',') + 2}"),
+                  f"--parallelism.pipeline_parallel_split_points {bad}", tmp_path)
     # a looped schedule needs two or more stages per rank: 34 / 2 / 17 is one
     with pytest.raises(ConfigError, match="pipeline_parallel_layers_per_stage"):
         _keys(base, "--parallelism.pipeline_parallel_schedule Interleaved1F1B "
@@ -291,3 +310,23 @@ def test_llama4_mixes_dense_and_expert_layers_as_its_step_says(tmp_path):
                         keys["moe_ffn"], keys["shared_ffn"], keys["top_k"])
     assert read == {"17bx16e": (16, [1, 1, 1, 1], 16384, 8192, 8192, 1),
                     "17bx128e": (128, [0, 1, 0, 1], 16384, 8192, 8192, 1)}
+
+
+def test_keys_beside_the_config_also_steer_what_is_derived_from_it(tmp_path):
+    """A layer count given beside is split by torchtitan's rule (not the flavor's count); a
+    recomputation given beside drops the one derived from selective_ac_option; expert
+    parallelism on a dense model has no effect, as in torchtitan."""
+    pipelined = "--parallelism.pipeline_parallel_degree 2"
+    path = tmp_path / "job.toml"
+    path.write_text(LLAMA3_8B)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FlowsimWarning)
+        keys, _ = torchtitan_keys(str(path), str(tmp_path / "run.yml"), pipelined,
+                                  beside={"layers": 40})
+        assert _layers({**keys, "layers": 40}) == [20, 20]
+        keys, _ = torchtitan_keys(str(path), str(tmp_path / "run.yml"),
+                                  "--activation_checkpoint.selective_ac_option 3",
+                                  beside={"recompute": "none"})
+        assert "recompute_every" not in keys
+        keys, _ = _keys(LLAMA3_8B, "--parallelism.expert_parallel_degree 8", tmp_path)
+    assert "ep" not in keys

@@ -19,9 +19,10 @@ Both layouts of the TOML era are read (settings and defaults from torchtitan's
 ``training.batch_size`` (9dec370); Float8 as ``model.converters = ["float8"]`` (2025),
 ``quantize.linear.float8`` (late 2025) or ``float8.enable_float8_linear`` (2024). What is read:
 the model (:mod:`.torchtitan_models`: ``model.name`` llama3 with ``model.flavor`` 8B, 70B
-or 405B, 2024's llama2 with 7B, 13B, 26B or 70B, qwen3's dense 0.6B to 32B, deepseek_v3's
-16B, 236B and 671B (latent attention, dense first layers, shared and routed experts over
-``expert_parallel_degree`` ranks inside the data-parallel ones), llama4's 17bx16e and
+or 405B, 2024's llama2 (early 2024: llama) with 7B, 13B, 26B or 70B, qwen3's dense 0.6B
+to 32B, deepseek_v3's 16B, 236B and 671B (latent attention, dense first layers, shared and
+routed experts over ``expert_parallel_degree`` ranks inside the data-parallel ones),
+llama4's 17bx16e and
 17bx128e: torchtitan's shapes, its tokenizer's vocabulary; another model's shape (Qwen 3's
 mixtures of experts, Llama 4's chunked-attention ``_irope`` flavors) is one error asking for
 it beside ``config``), ``training.seq_len``, the batch (``local_batch_size`` per data-parallel rank,
@@ -105,19 +106,22 @@ class DataParallel:
 
 
 def torchtitan_keys(config: Any, source: str, overrides: Any = None, *,
-                    beside: frozenset[str] = frozenset()
+                    beside: Mapping[str, Any] | None = None
                     ) -> tuple[dict[str, Any], DataParallel]:
     """The transformer keys a torchtitan job config (a mapping, or a TOML path relative to
     ``source``'s folder) sets after its command-line ``overrides`` (``beside``: the
-    transformer keys given beside it, which win over what it says), and the data-parallel
-    settings that complete them once the network is known."""
+    transformer keys given beside it, which win over what it says and over what is derived
+    from it), and the data-parallel settings that complete them once the network is known."""
+    beside = dict(beside or {})
     where, config = load_job_config(config, source)
     read = JobConfig(apply_cli(config, overrides, source), where)
-    keys = _model(read, beside)
+    keys = _model(read, frozenset(beside))
     keys["sequence"] = read.int("seq_len")
-    keys.update(_parallelism(read))
-    keys.update(_pipeline(read, keys.get("layers")))
+    keys.update(_parallelism(read, moe=bool({**keys, **beside}.get("experts"))))
+    keys.update(_pipeline(read, {**keys, **beside}.get("layers")))
     keys.update(_precision_and_recompute(read))
+    if {**keys, **beside}.get("recompute") != "full":   # a recomputation given beside
+        keys.pop("recompute_every", None)
     return keys, DataParallel(where, read.path("dp_shard"), _degree(read, "dp_shard"),
                               read.int("dp_replicate"), read.int("local_batch"),
                               _degree(read, "global_batch"))
@@ -135,8 +139,8 @@ def _degree(read: JobConfig, setting: str) -> int:
 
 
 def _model(read: JobConfig, beside: frozenset[str]) -> dict[str, Any]:
-    name, flavor = read("name"), read("flavor")
-    name = "llama3" if name == "llama" else name   # 2024's name for Llama 3
+    written, flavor = read("name"), read("flavor")
+    name = "llama2" if written == "llama" else written   # early 2024's name for Llama 2
     flavors, shape = MODELS.get(name, ({}, None)) if isinstance(name, str) else ({}, None)
     if shape is not None and isinstance(flavor, str) and flavor in flavors:
         return {**COMMON, **shape(flavor)}
@@ -145,10 +149,12 @@ def _model(read: JobConfig, beside: frozenset[str]) -> dict[str, Any]:
     known = "; ".join(f"{model} {', '.join(table)}" for model, (table, _) in MODELS.items())
     raise config_error(read.where, "model.flavor", f"one of {known} (another model's shape is "
                        "not in the config: give layers, hidden, heads, kv_heads, ffn and "
-                       "vocab beside 'config')", f"{name} {flavor}")
+                       "vocab beside 'config')", f"{written} {flavor}")
 
 
-def _parallelism(read: JobConfig) -> dict[str, Any]:
+def _parallelism(read: JobConfig, *, moe: bool) -> dict[str, Any]:
+    """The degrees; expert parallelism only for a mixture of experts (torchtitan: "no effect
+    for non-MoE models")."""
     keys: dict[str, Any] = {"tp": read.int("tp"), "pp": read.int("pp"), "cp": read.int("cp")}
     if keys["tp"] > 1:   # torchtitan's TP plan shards the norms' sequence (and the loss)
         keys["sp"] = True
@@ -158,8 +164,9 @@ def _parallelism(read: JobConfig) -> dict[str, Any]:
             keys.update(tp_comm_overlap=True, tp_comm_overlap_cfg="te_default")
     if keys["cp"] > 1:
         keys["cp_comm_type"] = read.choice("cp_rotate", ROTATE)
-    keys["ep"] = read.int("ep")
-    if keys["ep"] > 1 and keys["tp"] > 1:   # the experts' tensor parallelism
+    if moe:
+        keys["ep"] = read.int("ep")
+    if moe and keys["ep"] > 1 and keys["tp"] > 1:   # the experts' tensor parallelism
         etp = read.int("etp")
         if etp not in (1, keys["tp"]):
             raise config_error(read.where, read.path("etp"), f"1 or tp={keys['tp']}", etp)
@@ -187,6 +194,7 @@ def _pipeline(read: JobConfig, layers: int | None) -> dict[str, Any]:
         raise config_error(read.where, read.path("split_points"), "module names layers.N",
                            splits)
     keys: dict[str, Any] = {"schedule": schedule}
+    per_stage = read("layers_per_stage")
     if splits:
         cuts = [int(s[7:]) for s in splits]
         stages = len(cuts) + 1
@@ -194,13 +202,26 @@ def _pipeline(read: JobConfig, layers: int | None) -> dict[str, Any]:
             raise config_error(read.where, read.path("split_points"), f"a multiple of pp={pp}"
                                f" stages ({'two or more' if looped else 'one'} per rank with "
                                f"{read('schedule')})", splits)
+        bounds = [0, *cuts, layers if layers is not None else cuts[-1] + 1]
+        if any(b <= a for a, b in zip(bounds, bounds[1:])):
+            below = f", each below the model's {layers} layers" if layers else ""
+            raise config_error(read.where, read.path("split_points"),
+                               f"increasing layers.N{below}", splits)
         if layers is not None:
-            keys["pipeline_layout"] = [b - a for a, b in zip([0, *cuts], [*cuts, layers])]
-    elif layers is not None:
-        keys["pipeline_layout"] = _split(read, layers, pp, looped)
-        stages = len(keys["pipeline_layout"])
-    else:
+            keys["pipeline_layout"] = [b - a for a, b in zip(bounds, bounds[1:])]
+    elif per_stage is not None:   # a rigid fit: (layers + 2) / pp a multiple of it
+        per_stage = read.int("layers_per_stage")
+        effective = (layers or 0) + 2
+        stages = effective // per_stage
+        if layers is None or effective % (pp * per_stage) or (stages // pp > 1) != looped:
+            raise config_error(read.where, read.path("layers_per_stage"), f"a divisor of "
+                               f"(layers + 2) / pp = {effective / pp:g} giving "
+                               f"{'two or more stages' if looped else 'one stage'} per rank",
+                               per_stage)
+        keys["pipeline_layout"] = "embedding_weighted"
+    else:   # generate_split_points: one stage a rank, two with a looped schedule
         stages = pp * (2 if looped else 1)
+        keys["pipeline_layout"] = "embedding_weighted"
     if stages > pp:
         keys["vpp"] = stages // pp
     # until April 2025 a count, by default one per stage (the pipeline degree then under
@@ -218,30 +239,6 @@ def _pipeline(read: JobConfig, layers: int | None) -> dict[str, Any]:
             raise config_error(read.where, read.path("pp_micro_batch"), f"a divisor of the "
                                f"local batch {local}", keys["micro_batch"])
     return keys
-
-
-def _split(read: JobConfig, layers: int, pp: int, looped: bool) -> list[int]:
-    """Layers per virtual stage as torchtitan's ``generate_split_points`` splits them: the
-    embedding and the output layer weigh one layer each, extra layers go to the first
-    stages."""
-    effective = layers + 2
-    per_stage = read("layers_per_stage")
-    if per_stage is not None:
-        per_stage = read.int("layers_per_stage")
-        stages = effective // per_stage
-        if effective % (pp * per_stage) or (stages // pp > 1) != looped:
-            raise config_error(read.where, read.path("layers_per_stage"), f"a divisor of "
-                               f"(layers + 2) / pp = {effective / pp:g} giving "
-                               f"{'two or more stages' if looped else 'one stage'} per rank",
-                               per_stage)
-        extra = 0
-    else:
-        stages = pp * (2 if looped else 1)
-        per_stage, extra = divmod(effective, stages)
-    sizes = [per_stage + (i < extra) for i in range(stages)]
-    sizes[0] -= 1
-    sizes[-1] -= 1
-    return sizes
 
 
 def _precision_and_recompute(read: JobConfig) -> dict[str, Any]:
@@ -303,7 +300,8 @@ def parse_torchtitan(values: Mapping[str, Any], source: str) -> ImportedSpec:
 
     def translate(config: Any, src: str) -> dict[str, Any]:
         keys, data_parallel = torchtitan_keys(config, src, overrides,
-                                              beside=frozenset(values) - {"config"})
+                                              beside={k: v for k, v in values.items()
+                                                      if k != "config"})
         decided.append(data_parallel)
         return keys
 
