@@ -81,15 +81,7 @@ def _assignments(text: str) -> list[tuple[str, str]]:
 
 def _left_open(raw: str) -> bool:
     """Whether ``raw`` ends inside a quote (a ``#`` outside quotes starts a comment)."""
-    quote = None
-    for i, char in enumerate(raw):
-        if quote:
-            quote = None if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char == "#" and (i == 0 or raw[i - 1].isspace()):
-            return False
-    return quote is not None
+    return _code(raw)[1] is not None
 
 
 def substitute(word: str, variables: Mapping[str, str]) -> str:
@@ -141,6 +133,12 @@ def _literal(raw: str, known: Mapping[str, str], environment: set[str]) -> str |
 
 def _strip_comment(raw: str) -> str:
     """``value   # comment`` -> ``value`` (a ``#`` inside quotes or a word stays)."""
+    code, _ = _code(raw)
+    return code.rstrip() if len(code) < len(raw) else raw
+
+
+def _code(raw: str) -> tuple[str, str | None]:
+    """``raw`` up to its comment, and the quote it ends inside (None: none)."""
     quote = None
     for i, char in enumerate(raw):
         if quote:
@@ -148,8 +146,8 @@ def _strip_comment(raw: str) -> str:
         elif char in "'\"":
             quote = char
         elif char == "#" and (i == 0 or raw[i - 1].isspace()):
-            return raw[:i].rstrip()
-    return raw
+            return raw[:i], None
+    return raw, quote
 
 
 def _unquote(text: str) -> str:
