@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import flowsim
 from flowsim import ConfigError, FlowsimWarning, simulate
-from flowsim.workload.generators.megatron import VALUED
+from flowsim.workload.generators.megatron import VALUED, megatron_keys
 from flowsim.workload.generators.nemo import NUMBERS, nemo_keys
 
 #: the read-by-hand flags that take a value
@@ -554,3 +554,23 @@ def test_nemo_s_model_switches_are_true_or_false(tmp_path):
     assert keys["dtype"] != "fp8" and keys["scatter_gather"] is False
     keys = nemo_keys({**NEMO, "model": {**NEMO["model"], "fp8": True}}, "run.yaml")
     assert keys["dtype"] == "fp8"
+
+
+@pytest.mark.parametrize("method, count, expected", [
+    ("block", "3", {"recompute": "full", "recompute_layers": 3}),
+    ("block", "0", {"recompute": "none"}),
+    ("uniform", "4", {"recompute": "full"}),   # groups of 4: every layer runs again
+])
+def test_recompute_method_picks_the_layers_both_tools_recompute(method, count, expected):
+    """Megatron-Core's block method re-runs the first N layers of each model chunk; the
+    uniform method re-runs them all (checkpointing groups of N); read alike from
+    Megatron-LM's flags and NeMo's ``activations_checkpoint_*``."""
+    args = ARGS.replace("--recompute-granularity selective", "--recompute-granularity full "
+                        f"--recompute-method {method} --recompute-num-layers {count}")
+    nemo = {**NEMO, "model": {**NEMO["model"], "activations_checkpoint_granularity": "full",
+                              "activations_checkpoint_method": method,
+                              "activations_checkpoint_num_layers": int(count)}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FlowsimWarning)   # nothing left unpriced
+        for keys in (megatron_keys(args, "train.sh"), nemo_keys(nemo, "run.yaml")):
+            assert {k: keys.get(k) for k in expected} == expected

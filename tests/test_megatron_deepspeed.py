@@ -203,7 +203,10 @@ def test_bad_values_are_named(flags, flag):
         _keys(BASE + "--bf16 " + flags)
 
 
-def test_partial_recomputation_still_warns_under_its_old_name():
-    with pytest.warns(FlowsimWarning, match="recompute part of the layers"):
+def test_partial_recomputation_is_read_under_its_old_name():
+    keys = megatron_keys(BASE + "--bf16 --checkpoint-activations --activations-checkpoint-"
+                         "method block --activations-checkpoint-num-layers 2", "train.sh")
+    assert keys["recompute"] == "full" and keys["recompute_layers"] == 2
+    with pytest.warns(FlowsimWarning, match="priced as every layer recomputed"):
         megatron_keys(BASE + "--bf16 --checkpoint-activations --activations-checkpoint-method "
-                      "block --activations-checkpoint-num-layers 2", "train.sh")
+                      "block --activations-checkpoint-num-layers $N", "train.sh")

@@ -1,6 +1,7 @@
 """Activation recomputation beyond Megatron-LM's kinds: torchtitan's per-op policy
 (``recompute: every_other_matmul``) and full recomputation of every N-th layer
-(``recompute_every``), checked by closed forms (the GEMM FLOPs recomputed, the gathers
+(``recompute_every``) or of the first N layers of each model chunk (``recompute_layers``,
+Megatron-Core's block method), checked by closed forms (the GEMM FLOPs recomputed, the gathers
 repeated), by order (time and memory between none and full) and by their bad specs."""
 
 from __future__ import annotations
@@ -58,6 +59,23 @@ def test_every_nth_layer_recomputes_that_share_of_the_forward(node):
     assert recomputed == {1, 3}   # the 2nd and 4th layer, counted from the first
 
 
+def test_block_method_recomputes_the_first_layers_of_each_model_chunk():
+    """Megatron-Core's ``--recompute-method block --recompute-num-layers 1`` with two
+    pipeline stages of two chunks of 2 layers: layers 0, 2, 4 and 6 of 8 run again."""
+    net = flowsim.load_network({**NODE, "npus_count": [4]})
+    keys = dict(LLAMA, layers=8, pp=2, vpp=2, dp=2, global_batch=8)
+    none, full, block = (transformer(net, **keys, **extra) for extra in (
+        {}, {"recompute": "full"}, {"recompute": "full", "recompute_layers": 1}))
+    recomputed = {op.layer for p in block.programs for op in p.ops if ".recompute." in op.name}
+    assert recomputed == {0, 2, 4, 6}
+    assert _gemm_flops(block) - _gemm_flops(none) == \
+        pytest.approx((_gemm_flops(full) - _gemm_flops(none)) / 2)
+    many = transformer(net, **keys, recompute="full", recompute_layers=5)   # past the chunk
+    assert _gemm_flops(many) == pytest.approx(_gemm_flops(full))
+    assert full.memory["activations"] < block.memory["activations"] < \
+        none.memory["activations"]
+
+
 def test_mixtures_of_experts_and_latent_attention_recompute_by_the_same_count(node):
     """DeepSeek-V3's layer as torchtitan runs it: wq_a wq_b wkv_a wkv_b wo, then the
     router and the shared expert's w1 w3 w2: wq_b, wkv_b, the router and w3 run again, and
@@ -82,14 +100,15 @@ def test_mixtures_of_experts_and_latent_attention_recompute_by_the_same_count(no
 def test_time_and_memory_lie_between_none_and_full(node):
     keys = dict(LLAMA, dp=8, global_batch=16)
     kinds = ({"recompute": "none"}, {"recompute": "every_other_matmul"},
-             {"recompute": "full", "recompute_every": 2}, {"recompute": "full"})
+             {"recompute": "full", "recompute_every": 2},
+             {"recompute": "full", "recompute_layers": 1}, {"recompute": "full"})
     times, memory = [], []
     for extra in kinds:
         spec = {"generator": "transformer", **keys, **extra}
         times.append(float(flowsim.simulate(node, spec, "nccl", model="analytical").time_ns))
         memory.append(transformer(node, **keys, **extra).memory["activations"])
-    assert times[0] < times[1] < times[3] and times[0] < times[2] < times[3]
-    assert memory[0] > memory[1] > memory[3] and memory[0] > memory[2] > memory[3]
+    assert all(times[0] < t < times[-1] for t in times[1:-1])
+    assert all(memory[0] > m > memory[-1] for m in memory[1:-1])
 
 
 @pytest.mark.parametrize("extra, key", [
@@ -97,6 +116,9 @@ def test_time_and_memory_lie_between_none_and_full(node):
     ({"recompute": "selective", "recompute_every": 3}, "recompute_every"),
     ({"recompute": "every_other_matmul", "attention": "unfused"}, "attention"),
     ({"recompute": "full", "recompute_every": 0}, "recompute_every"),
+    ({"recompute": "selective", "recompute_layers": 2}, "recompute_layers"),
+    ({"recompute": "full", "recompute_layers": -1}, "recompute_layers"),
+    ({"recompute": "full", "recompute_layers": 1, "recompute_every": 2}, "recompute_layers"),
 ])
 def test_bad_recomputation_is_named(node, extra, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):

@@ -193,3 +193,23 @@ def causal_window(size: Any, where: str, name: str) -> int:
         raise ConfigError(f"{where}: {name}: expected (left, 0) with left >= 1 (a causal "
                           f"sliding window), found ({left}, {right})")
     return left
+
+
+def recompute_method_keys(method: Any, count: Any, where: str,
+                          names: tuple[str, str]) -> dict[str, int]:
+    """The layers full recomputation re-runs, from Megatron-Core's recompute method and layer
+    count (``names``: the tool's names of the two options, for messages).
+
+    ``uniform`` checkpoints groups of ``count`` layers and re-runs every layer; ``block``
+    re-runs the first ``count`` layers of each model chunk only (``recompute_layers``).
+    Anything else is priced as every layer recomputed, with a warning.
+    """
+    if method == "uniform" or (method, count) == (None, None):
+        return {}
+    number = count if isinstance(count, int) else \
+        int(count) if isinstance(count, str) and count.strip().isdigit() else None
+    if method == "block" and number is not None and number >= 0:
+        return {"recompute_layers": number} if number else {"recompute": "none"}
+    warnings.warn(f"{where}: {names[0]} {method} {names[1]} {count}: priced as every layer "
+                  "recomputed", FlowsimWarning, stacklevel=5)
+    return {}

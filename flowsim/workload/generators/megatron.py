@@ -41,6 +41,7 @@ from .imported import (
     parse_imported,
     position_embedding,
     read_beside,
+    recompute_method_keys,
     shell_words,
 )
 from .shell_vars import shell_variables, substitute
@@ -245,12 +246,10 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
             raise config_error(where, "--recompute-granularity", "full or selective",
                                granularity)
         keys["recompute"] = granularity
-    method, count = flags.get("recompute-method"), flags.get("recompute-num-layers")
-    if keys.get("recompute") == "full" and (method, count) not in ((None, None),
-                                                                   ("uniform", "1")):
-        warnings.warn(f"{where}: --recompute-method {method} --recompute-num-layers {count} "
-                      "recompute part of the layers; priced as every layer recomputed",
-                      FlowsimWarning, stacklevel=4)
+    if keys.get("recompute") == "full":
+        keys.update(recompute_method_keys(flags.get("recompute-method"),
+                                          flags.get("recompute-num-layers"), where,
+                                          ("--recompute-method", "--recompute-num-layers")))
     if flags.get("transformer-impl") == "local":   # Megatron's own layers: no fused attention
         keys["attention"] = "unfused"
     dispatcher = flags.get("moe-token-dispatcher-type", "allgather")

@@ -59,6 +59,7 @@ from .imported import (
     cp_comm_type,
     parse_imported,
     position_embedding,
+    recompute_method_keys,
 )
 
 #: NeMo model key -> transformer key (numbers)
@@ -185,11 +186,11 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
             keys["vocab"] = size
             break
     left = sorted(f"model.{k}" for k in UNMODELLED if model.get(k) not in (None, False, 0))
-    method = model.get("activations_checkpoint_method")
-    count = model.get("activations_checkpoint_num_layers")
-    if granularity == "full" and (method, count) not in ((None, None), ("uniform", 1)):
-        left.append(f"model.activations_checkpoint_method {method} with num_layers {count} "
-                    "(priced as every layer recomputed)")
+    if granularity == "full":
+        keys.update(recompute_method_keys(
+            model.get("activations_checkpoint_method"),
+            model.get("activations_checkpoint_num_layers"), where,
+            ("model.activations_checkpoint_method", "model.activations_checkpoint_num_layers")))
     if fsdp and sharding not in ("full", "hybrid", "grad"):
         left.append(f"model.fsdp_sharding_strategy {sharding} (priced as Megatron's DDP)")
     dispatcher = model.get("moe_token_dispatcher_type", "allgather")

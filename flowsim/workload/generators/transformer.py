@@ -36,7 +36,9 @@ attention core (scores, softmax, dropout; a no-op with flash attention, which re
 anyway); ``every_other_matmul`` is torchtitan's per-op policy (a layer's even-numbered
 matmuls, a mixture of experts' grouped expert GEMMs and the elementwise work between them,
 its input gathered again with sequence parallelism); ``recompute_every: N`` with ``full``
-re-runs every N-th layer only. ``dtype: fp8`` is
+re-runs every N-th layer only, ``recompute_layers: N`` the first N layers of each model chunk
+(Megatron-Core's ``--recompute-method block --recompute-num-layers N``; the uniform method
+re-runs every layer). ``dtype: fp8`` is
 Transformer Engine's FP8 training: the layers' linear GEMMs in FP8, each with a memory-bound
 cast-transpose of its input forward and of its output's gradient backward; attention, the
 output layer and the MoE router stay 16-bit (Megatron-LM's output layer and router are not
@@ -171,7 +173,7 @@ def transformer(network: Any, **values: Any) -> Workload:
         (``within_dp``, ``folded``);
         ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``),
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``,
-        ``every_other_matmul``), ``recompute_every``;
+        ``every_other_matmul``), ``recompute_every``, ``recompute_layers``;
         ``distributed_optimizer`` (alias ``zero``), ``fsdp``, ``fsdp_shard``,
         ``grad_reduce_in_bf16``,
         ``fp8_param_gather``, ``overlap_grad_reduce``, ``overlap_param_gather``,

@@ -61,6 +61,12 @@ def check_consistent(spec: Any) -> None:
     need(spec.recompute_every == 1 or spec.recompute == "full", "recompute_every",
          "1 unless recompute is full (it picks the layers full recomputation re-runs)",
          spec.recompute_every)
+    need(spec.recompute_layers == 0 or spec.recompute == "full", "recompute_layers",
+         "0 unless recompute is full (it picks the layers full recomputation re-runs)",
+         spec.recompute_layers)
+    need(spec.recompute_layers == 0 or spec.recompute_every == 1, "recompute_layers",
+         f"0 with recompute_every={spec.recompute_every} (two ways to pick the layers)",
+         spec.recompute_layers)
     if spec.recompute == "every_other_matmul":   # torchtitan's policy saves the attention
         need(spec.attention != "unfused", "attention", "flash or flash2 with recompute: "
              "every_other_matmul (the policy saves the fused attention's output)",

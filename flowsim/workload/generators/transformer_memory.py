@@ -106,6 +106,17 @@ def _activations(program: StageProgram) -> float:
         transient = max((kinds[moe][1] for moe in own), default=0.0)
         chunk_layers = {c: sum(kinds[spec.is_moe(i)][0] for i in layers)
                         for c, layers in program.layers.items()}
+    if spec.recompute_layers:   # the block method: a layer past the first N keeps it all
+        kinds = {moe: _layer_activations(program, moe=moe)
+                 for moe in {spec.is_moe(i) for i in range(spec.layers)}}
+        chunk_layers = {c: sum(kinds[spec.is_moe(i)][
+            0 if spec.is_recomputed(i, i - layers.start) else 1] for i in layers)
+            for c, layers in program.layers.items()}
+        # a chunk's first layers are recomputed last, once the layers above them have
+        # freed more than one layer holds: extra room only where a chunk keeps none whole
+        transient = max((kinds[spec.is_moe(i)][1] for layers in program.layers.values()
+                         if len(layers) <= spec.recompute_layers for i in layers),
+                        default=0.0)
     logits = LOGITS_BYTES * program.k.n * program.k.vocab_shard if spec.vocab else 0
     held = dict.fromkeys(range(spec.vpp), 0)
     peak = 0.0

@@ -189,7 +189,7 @@ class StageProgram:
             carry = k.norm_backward
         for layer in reversed(own):
             g = self.fsdp.unshard(f"layer{layer}", f"{tag}.layer{layer}", layer, "ig", g)
-            if spec.recompute == "full" and (layer + 1) % spec.recompute_every == 0:
+            if spec.is_recomputed(layer, layer - own.start):
                 g = (*g, *b.forward(layer, f"{tag}.recompute", ()))
             elif spec.recompute == "every_other_matmul":
                 g = (*g, *b.recompute_matmuls(layer, tag))

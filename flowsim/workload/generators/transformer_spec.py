@@ -117,6 +117,9 @@ class TransformerSpec:
     #: with ``recompute: full``, every N-th layer recomputed (the N-th, 2N-th, ... counted
     #: from the first: torchtitan's ``selective_ac_option: "N"``); 1: every layer
     recompute_every: int = 1
+    #: with ``recompute: full``, only the first N layers of each model chunk recomputed
+    #: (Megatron-Core's ``--recompute-method block --recompute-num-layers N``); 0: every layer
+    recompute_layers: int = 0
     distributed_optimizer: bool = False
     #: gradients reduced in 16 bits (Megatron-LM's ``--grad-reduce-in-bf16``, NeMo's
     #: ``grad_sync_dtype: bf16``) instead of FP32 in BF16 and FP8 training
@@ -185,6 +188,15 @@ class TransformerSpec:
         pattern = self.window_skip_freq
         return self.window > 0 and (not pattern or bool(pattern[layer]))  # type: ignore
 
+    def is_recomputed(self, layer: int, position: int) -> bool:
+        """Whether full recomputation re-runs ``layer``, the ``position``-th of its model
+        chunk (Megatron-Core's block method counts the layers of each chunk from its first)."""
+        if self.recompute != "full":
+            return False
+        if self.recompute_layers:
+            return position < self.recompute_layers
+        return (layer + 1) % self.recompute_every == 0
+
     def is_moe(self, layer: int) -> bool:
         """Whether ``layer`` is a mixture of experts (else a dense MLP of width ``ffn``)."""
         pattern = self.moe_layer_freq
@@ -245,6 +257,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     v["recompute"] = read_choice(values, "recompute", RECOMPUTES, source=source,
                                  default="none", case_insensitive=True)
     v["recompute_every"] = _count(values, "recompute_every", source, default=1)
+    v["recompute_layers"] = _count(values, "recompute_layers", source, default=0, minimum=0)
     v["attention"] = read_choice(values, "attention", ATTENTIONS, source=source,
                                  default="flash", case_insensitive=True)
     v["cp_comm_type"] = read_choice(values, "cp_comm_type", CP_COMM_TYPES, source=source,
