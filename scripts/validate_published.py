@@ -108,6 +108,13 @@ def spec(row: dict[str, str]) -> dict:
                 "align_grad_reduce", "cross_entropy_fusion"):   # a row's own columns
         if row.get(key):
             out[key] = _BOOL[row[key]]
+    for key in ("head_dim", "moe_ffn", "shared_ffn", "expert_tp", "window",
+                "recompute_layers"):   # a row's own columns; else the generator's defaults
+        if row.get(key):
+            out[key] = int(row[key])
+    for key in ("moe_layer_freq", "window_skip_freq"):   # Megatron-LM's list expressions
+        if row.get(key):
+            out[key] = row[key]
     if row.get("bucket_size"):   # a row's own column; else Megatron-Core's default
         out["bucket_size"] = int(row["bucket_size"])
     # GPT ties them, Llama does not; a row's own column (Nemotron-4: untied) wins

@@ -196,7 +196,7 @@ def causal_window(size: Any, where: str, name: str) -> int:
 
 
 def recompute_method_keys(method: Any, count: Any, where: str,
-                          names: tuple[str, str]) -> dict[str, int]:
+                          names: tuple[str, str]) -> dict[str, Any]:
     """The layers full recomputation re-runs, from Megatron-Core's recompute method and layer
     count (``names``: the tool's names of the two options, for messages).
 
