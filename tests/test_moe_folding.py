@@ -1,6 +1,7 @@
 """Megatron-Core's MoE parallel folding (``expert_layout: folded``): the expert-parallel
-ranks are the first ``ep`` of the context x data-parallel ranks, so with context
-parallelism they take its ranks first; without it the layout is the plain one."""
+ranks are the first ``ep`` of the context x data-parallel ranks (of all three, tensor-parallel
+first, when experts are not split over TP: ``expert_tp: 1``), so with context parallelism
+they take its ranks first; with neither the layout is the plain one."""
 
 from __future__ import annotations
 
@@ -87,7 +88,10 @@ def test_folding_lets_expert_parallelism_exceed_data_parallelism(net):
 @pytest.mark.parametrize("extra, key", [
     (dict(ep=8, cp=8, dp=2, tp=1), None),
     (dict(ep=6, cp=4, dp=6, tp=1, experts=12, global_batch=6), "ep"),
-    (dict(expert_tp=1), "expert_tp"),
+    (dict(expert_tp=1), None),                           # EP = TP 2 x CP 4
+    (dict(expert_tp=1, ep=4, tp=8, cp=1, dp=8), None),   # EP = half of TP
+    (dict(expert_tp=1, ep=4, tp=8, cp=1, dp=8, experts=6), "experts"),
+    (dict(expert_tp=1, ep=6, tp=2, cp=4, dp=8, experts=12), "ep"),   # 6: not 2 x a part of 4
     (dict(fsdp=True), "expert_layout")])
 def test_what_folding_cannot_express_is_one_line(net, extra, key):
     spec = dict(dict(MOE, tp=2, cp=4, ep=8, dp=8, global_batch=8, expert_layout="folded"),
@@ -110,3 +114,24 @@ def test_megatron_lm_command_lines_fold_as_megatron_core_does():
     run = flowsim.run_training(small, {"generator": "megatron", "args": args,
                                        "device": "h100"}, "nccl")
     assert run.summary()["time_ns"] > 0
+
+
+@pytest.mark.parametrize("tp, cp, ep, dp", [(2, 4, 8, 8), (2, 4, 16, 8), (2, 1, 16, 32),
+                                            (8, 1, 4, 8), (2, 4, 4, 8)])
+def test_experts_outside_tensor_parallelism_fold_over_its_ranks_first(net, tp, cp, ep, dp):
+    """``expert_tp: 1``: Megatron-Core's expert grid (1 x EP x expert-DP) laid over TP x CP
+    x DP in rank order, so the expert group of rank 0 is ranks 0 .. ep - 1 (the TP ranks,
+    then CP's, then DP's); the expert weights are reduced over the ranks that remain."""
+    experts = max(8, ep)
+    view, g = _groups(net, tp=tp, cp=cp, ep=ep, dp=dp, expert_tp=1, expert_layout="folded",
+                      global_batch=dp, experts=experts)
+    (group,) = [row for row in view.dim_groups(g.ep) if 0 in row]
+    assert sorted(group.tolist()) == list(range(ep))
+    assert _size(view, g.tp) == tp and _size(view, g.cp) == cp
+    assert _size(view, g.dp) == cp * dp
+    assert _size(view, g.ep) * _size(view, g.expert_dp) == tp * cp * dp
+    w = transformer(net, **dict(MOE, experts=experts), tp=tp, cp=cp, ep=ep, dp=dp,
+                    expert_tp=1, expert_layout="folded", global_batch=dp)
+    a2a = {_size(w.network, op.dims) for op in w.programs[0].ops
+           if op.collective == "all_to_all" and ".kv" not in op.name}
+    assert a2a == {ep}

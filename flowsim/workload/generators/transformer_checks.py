@@ -104,13 +104,14 @@ def check_consistent(spec: Any) -> None:
         need(spec.expert_tp == spec.tp, "expert_tp", f"unset (or tp={spec.tp}) without "
                                                      f"experts", spec.expert_tp)
     if folds_experts(spec):
-        ratio = spec.ep // spec.cp if spec.ep % spec.cp == 0 else 0
-        need(spec.cp % spec.ep == 0 or (ratio > 0 and spec.dp % ratio == 0), "ep",
-             f"a divisor of cp={spec.cp}, or cp times a divisor of dp={spec.dp} (folded "
-             f"expert parallelism takes the context-parallel ranks first)", spec.ep)
-        need(spec.expert_tp == spec.tp, "expert_tp",
-             f"tp={spec.tp} with expert_layout: folded over context parallelism",
-             spec.expert_tp)
+        # the expert ranks are laid over the dense ones innermost first: the tensor-parallel
+        # ranks too when experts are not split over them (expert_tp 1), then CP, then DP
+        inner = (spec.tp, spec.cp) if spec.expert_tp == 1 else (spec.cp,)
+        need(_folds(spec.ep, (*inner, spec.dp)), "ep",
+             f"a product of leading parts of {' x '.join(map(str, (*inner, spec.dp)))} "
+             f"(folded expert parallelism takes the "
+             f"{'tensor-, then ' if len(inner) > 1 else ''}context-parallel ranks first, "
+             f"then data-parallel ones)", spec.ep)
         need(not spec.fsdp and spec.dims is None, "expert_layout",
              "within_dp with fsdp or explicit dims (flowsim does not fold expert "
              "parallelism over context parallelism there)", spec.expert_layout)
@@ -166,9 +167,23 @@ def cp_kind(spec: Any) -> str:
 
 
 def folds_experts(spec: Any) -> bool:
-    """Whether expert parallelism is folded over context-parallel ranks (with cp = 1 folding
-    changes nothing, and the plain layout is used)."""
-    return spec.expert_layout == "folded" and spec.cp > 1 and spec.ep > 1
+    """Whether expert parallelism is folded over context-parallel ranks, or over
+    tensor-parallel ones when experts are not split over them (with neither, folding changes
+    nothing, and the plain layout is used)."""
+    return spec.expert_layout == "folded" and spec.ep > 1 and (
+        spec.cp > 1 or (spec.expert_tp == 1 and spec.tp > 1))
+
+
+def _folds(ep: int, sizes: tuple[int, ...]) -> bool:
+    """Whether ``ep`` ranks are whole leading groups of ``sizes`` (innermost first) and a
+    divisor of the next: the folded expert grid then splits where the dense one does."""
+    for size in sizes:
+        if ep <= size:
+            return size % ep == 0
+        if ep % size:
+            return False
+        ep //= size
+    return ep == 1
 
 
 def _where(source: str) -> str:

@@ -68,20 +68,30 @@ def map_groups(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[
 
 
 def _folded(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[int, ...]]:
-    """Megatron-Core's MoE parallel folding: the expert-parallel ranks are the first ``ep``
-    of the context x data-parallel ranks (the expert layers' grid, TP x EP x expert-DP, laid
-    over the dense one, TP x CP x DP, in the same rank order), so they take the
-    context-parallel ranks first. Both grids split at the same places when ``ep`` divides
-    ``cp`` or ``cp`` divides ``ep`` (:func:`~.transformer_spec.parse_transformer` checks)."""
-    tp, cp, ep, dp, pp = spec.tp, spec.cp, spec.ep, spec.dp, spec.pp
-    if ep >= cp:   # EP = CP x part of DP; expert-DP = the rest of DP
-        view, (t, c, e, d, p) = logical_view(network, (tp, cp, ep // cp, dp // (ep // cp), pp))
-        groups = Groups(tp=t, cp=c, ep=tuple(sorted(c + e)), dp=tuple(sorted(c + e + d)),
-                        expert_dp=d)
-    else:          # EP = part of CP; expert-DP = the rest of CP and DP
-        view, (t, e, c, d, p) = logical_view(network, (tp, ep, cp // ep, dp, pp))
-        groups = Groups(tp=t, cp=tuple(sorted(e + c)), ep=e, dp=tuple(sorted(e + c + d)),
-                        expert_dp=tuple(sorted(c + d)))
+    """Megatron-Core's MoE parallel folding: the expert layers' grid (expert TP x EP x
+    expert-DP) is laid over the dense one (TP x CP x DP) in the same rank order, innermost
+    first, so the expert-parallel ranks are the first ``ep`` of the context x data-parallel
+    ranks, or of all three with the tensor-parallel ones first when experts are not split
+    over them (``expert_tp`` 1). Both grids split at the same places
+    (:func:`~.transformer_checks.check_consistent` checks that ``ep`` is whole leading
+    groups of them and a divisor of the next)."""
+    tp, cp, dp, pp = spec.tp, spec.cp, spec.dp, spec.pp
+    lead = (tp,) if spec.expert_tp != 1 else ()   # experts split over TP: EP from CP x DP
+    dense = (cp, dp) if lead else (tp, cp, dp)
+    parts: list[int] = []   # each dense group in two: the part EP takes, the rest
+    left = spec.ep
+    for size in dense:
+        take = min(left, size)
+        parts += [take, size // take]
+        left //= take
+    view, owned = logical_view(network, (*lead, *parts, pp))
+    halves, p = owned[len(lead):-1], owned[-1]
+    taken, kept = halves[0::2], halves[1::2]
+    whole = [a + b for a, b in zip(taken, kept)]   # each dense group's dims
+    cp_dims, dp_dims = whole[-2], whole[-1]
+    groups = Groups(tp=tuple(sorted(owned[0] if lead else whole[0])), cp=tuple(sorted(cp_dims)),
+                    ep=tuple(sorted(sum(taken, ()))), dp=tuple(sorted(cp_dims + dp_dims)),
+                    expert_dp=tuple(sorted(sum(kept, ()))))
     return view, groups, p
 
 
