@@ -105,7 +105,8 @@ def spec(row: dict[str, str]) -> dict:
     if out["tp_comm_overlap"] and row.get("tp_comm_overlap_cfg"):   # whose userbuffers settings
         out["tp_comm_overlap_cfg"] = row["tp_comm_overlap_cfg"]
     for key in ("grad_reduce_in_bf16", "fp8_param_gather", "fsdp", "align_param_gather",
-                "align_grad_reduce", "cross_entropy_fusion"):   # a row's own columns
+                "align_grad_reduce", "cross_entropy_fusion",
+                "moe_a2a_overlap"):   # a row's own columns
         if row.get(key):
             out[key] = _BOOL[row[key]]
     for key in ("head_dim", "moe_ffn", "shared_ffn", "expert_tp", "window",

@@ -70,8 +70,12 @@ Communication:
   (sequence parallelism is implied, as Megatron-Core requires it with MoE and TP); with
   ``expert_tp: 1`` every TP rank holds whole experts and sends its own tokens.
   ``expert_layout: folded`` is Megatron-Core 0.10's MoE parallel folding: the EP ranks are
-  the first ``ep`` of the CP x DP ranks, so with context parallelism they take the CP ranks
-  first (and ``ep`` may exceed ``dp``); with ``cp = 1`` it is the same layout;
+  the first ``ep`` of the CP x DP ranks (of the TP x CP x DP ranks with ``expert_tp: 1``), so
+  they take the CP ranks first, or the TP ranks (and ``ep`` may exceed ``dp``); without
+  either it is the same layout. ``moe_a2a_overlap`` is Megatron-Core's combined 1F1B: one
+  more warm-up forward, then each forward built beside the backward after it on two chains
+  of the compute stream, joined after both, so that one pass computes while the other's
+  all-to-alls run (the engine runs whichever op is ready: the best such a pairing allows);
 * **pipeline parallel** (Narayanan et al. 2021): one program per pipeline rank; activations
   and gradients sent between consecutive virtual stages (sequence-parallel shards, or split
   over the TP ranks and all-gathered on arrival: Megatron's scatter/gather optimisation);
@@ -179,6 +183,7 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``fp8_param_gather``, ``overlap_grad_reduce``, ``overlap_param_gather``,
         ``align_param_gather``, ``align_grad_reduce``,
         ``tp_comm_overlap`` with ``tp_comm_overlap_cfg`` (``nemo``, ``te_default``),
+        ``moe_a2a_overlap``,
         ``scatter_gather``, ``bucket_size``, ``cross_entropy_fusion``;
         ``attention`` (``flash``, ``flash2``, ``unfused``), ``mla`` (``q_lora_rank``,
         ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim``),

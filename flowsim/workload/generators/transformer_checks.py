@@ -121,6 +121,16 @@ def check_consistent(spec: Any) -> None:
         need(spec.dp % spec.ep == 0, "ep", f"a divisor of dp={spec.dp} (expert parallelism "
                                            f"splits the data-parallel ranks{hint})", spec.ep)
     need(spec.ep == 1 or spec.experts > 0, "ep", "1 without experts", spec.ep)
+    if spec.moe_a2a_overlap:   # Megatron-Core's conditions for its combined 1F1B
+        need(spec.ep > 1, "moe_a2a_overlap", "false without expert parallelism (ep > 1)",
+             spec.moe_a2a_overlap)
+        need(spec.pp == 1 or spec.vpp > 1, "moe_a2a_overlap",
+             f"false with pp={spec.pp} unless the schedule interleaves (vpp > 1)",
+             spec.moe_a2a_overlap)
+        need(spec.schedule != "gpipe", "schedule", "1f1b or interleaved with "
+             "moe_a2a_overlap", spec.schedule)
+        need(spec.recompute != "full", "recompute", "none, selective or every_other_matmul "
+             "with moe_a2a_overlap", spec.recompute)
     need(spec.vpp == 1 or spec.pp > 1, "vpp", "1 without pipeline parallelism (pp=1)",
          spec.vpp)
     need(spec.vpp == 1 or spec.schedule == "interleaved", "schedule",

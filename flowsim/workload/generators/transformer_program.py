@@ -6,6 +6,9 @@ parallelism's per-layer parameter all-gathers and gradient reduce-scatters."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 from ..graph import Op
 from ..kernels import Elementwise, Kernel
 from .transformer_buckets import GatherBucket, GatherGroup, ParameterGathers, ParamUnit, partition
@@ -13,7 +16,13 @@ from .transformer_fsdp import FullySharded
 from .transformer_mapping import StageContext
 from .transformer_mla import layer_kernels
 from .transformer_passes import Frontier, PassBuilder
-from .transformer_schedule import layer_counts, neighbours, stage_schedule, virtual_stage
+from .transformer_schedule import (
+    layer_counts,
+    neighbours,
+    paired_forwards,
+    stage_schedule,
+    virtual_stage,
+)
 from .transformer_spec import TransformerSpec
 
 #: Megatron-Core's gradient bucket size: max(40 M, 1 M x data-parallel size) parameters
@@ -83,20 +92,28 @@ class StageProgram:
         # each chunk's last backward (by its index among the backwards) -> the chunk
         finals = {max(j for j, u in enumerate(backwards) if u[1] == c): c
                   for c in range(spec.vpp)}
-        fwd_index = bwd_index = 0   # passes so far: Megatron's virtual micro-batch ids
-        for pass_, chunk, m in order:
+        passes = {"fwd": 0, "bwd": 0}   # passes so far: Megatron's virtual micro-batch ids
+
+        def run(pass_: str, chunk: int, m: int) -> None:
+            index = passes[pass_]
+            passes[pass_] += 1
             if pass_ == "fwd":
                 if self.gathers.aligned:
-                    self._align_gathers(forwards, fwd_index + self.ctx.stage)
-                fwd_index += 1
+                    self._align_gathers(forwards, index + self.ctx.stage)
                 self._forward(chunk, m)
-            else:
-                self._backward(chunk, m, final=bwd_index in finals)
-                if self.aligned_grads and spec.vpp > 1:   # shifted by the pipeline rank
-                    shifted = bwd_index - self.ctx.stage
-                    if shifted in finals:
-                        self._reduce_ready(finals[shifted])
-                bwd_index += 1
+                return
+            self._backward(chunk, m, final=index in finals)
+            if self.aligned_grads and spec.vpp > 1:   # shifted by the pipeline rank
+                shifted = index - self.ctx.stage
+                if shifted in finals:
+                    self._reduce_ready(finals[shifted])
+
+        paired = paired_forwards(spec, self.ctx.stage)
+        for i, unit in enumerate(order):
+            if i in paired:   # the forward, then the backward beside it
+                self._beside(partial(run, *unit), partial(run, *order[i + 1]))
+            elif i - 1 not in paired:
+                run(*unit)
         for c in sorted(self.ready_grads):   # the rest: after the stage's last backward
             self._reduce_ready(c)
         if ddp and not spec.overlap_grad_reduce:   # reduced after the whole backward
@@ -108,6 +125,18 @@ class StageProgram:
         if not spec.overlap_param_gather:
             self.gathers.all_after(step)
         return b.ops
+
+    def _beside(self, first: Callable[[], None], second: Callable[[], None]) -> None:
+        """Two passes on two chains of the compute stream, each from where the stream was,
+        joined after both: the engine runs whichever op is ready, so one pass computes while
+        the other waits for its communication (Megatron-Core's combined 1F1B step)."""
+        b = self.b
+        start = b.last
+        first()
+        first_end, b.last = b.last, start
+        second()
+        joined = (first_end,) if first_end is not None else ()
+        b.compute("beside.join", (), self.row["optimizer"], "fwd", joined)
 
     def _reduce_ready(self, chunk: int) -> None:
         """Aligned reductions: every bucket of a chunk whose gradients are all ready, now

@@ -80,15 +80,14 @@ def stage_schedule(spec: TransformerSpec, stage: int) -> list[Unit]:
     m, p = micro_batches(spec), spec.pp
     if spec.schedule == "gpipe":
         return [("fwd", 0, k) for k in range(m)] + [("bwd", 0, k) for k in range(m)]
+    warmup = warmup_forwards(spec, stage)
     if spec.schedule == "1f1b":
-        warmup = min(p - stage - 1, m)
         order: list[Unit] = [("fwd", 0, k) for k in range(warmup)]
         for k in range(m - warmup):
             order += [("fwd", 0, warmup + k), ("bwd", 0, k)]
         return order + [("bwd", 0, k) for k in range(m - warmup, m)]
     v = spec.vpp
     total = m * v
-    warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
 
     def unit(k: int, forward: bool) -> Unit:
         chunk = (k % (p * v)) // p
@@ -100,6 +99,28 @@ def stage_schedule(spec: TransformerSpec, stage: int) -> list[Unit]:
     for k in range(total - warmup):
         order += [unit(warmup + k, True), unit(k, False)]
     return order + [unit(k, False) for k in range(total - warmup, total)]
+
+
+def warmup_forwards(spec: TransformerSpec, stage: int) -> int:
+    """Forwards pipeline rank ``stage`` runs before its first backward (1F1B and the
+    interleaved schedule; one more with ``moe_a2a_overlap``, as Megatron-Core schedules it
+    so that every later forward is independent of the backward it runs beside)."""
+    m, p = micro_batches(spec), spec.pp
+    if spec.schedule == "1f1b":
+        warmup, total = p - stage - 1, m
+    else:
+        warmup, total = (p - stage - 1) * 2 + (spec.vpp - 1) * p, m * spec.vpp
+    return min(warmup + spec.moe_a2a_overlap, total)
+
+
+def paired_forwards(spec: TransformerSpec, stage: int) -> set[int]:
+    """Positions in :func:`stage_schedule` of the forwards run beside the backward after
+    them (``moe_a2a_overlap``: every forward after the warm-up ones)."""
+    if not spec.moe_a2a_overlap:
+        return set()
+    total = micro_batches(spec) * (spec.vpp if spec.schedule == "interleaved" else 1)
+    warmup = warmup_forwards(spec, stage)
+    return set(range(warmup, 2 * total - warmup, 2))
 
 
 def virtual_stage(spec: TransformerSpec, stage: int, chunk: int) -> int:

@@ -149,6 +149,11 @@ class TransformerSpec:
     #: groups of them hold replicas and all-reduce their gradient shards; 0: all of them
     fsdp_shard: int = 0
     tp_comm_overlap: bool = False
+    #: a micro-batch's forward run beside another's backward, so that the expert all-to-alls
+    #: of one hide behind the other's compute (Megatron-Core's combined 1F1B,
+    #: ``--overlap-moe-expert-parallel-comm``): one more warm-up forward, then each forward
+    #: paired with the backward after it
+    moe_a2a_overlap: bool = False
     #: whose userbuffers settings: NeMo's H100 configs or Transformer Engine's defaults
     tp_comm_overlap_cfg: UbConfig = "nemo"
     scatter_gather: bool = True
@@ -238,7 +243,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
         v[key] = _count(values, key, source, 0, minimum=0)
     for key in ("gated_mlp", "sp", "overlap_grad_reduce", "overlap_param_gather",
                 "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp",
-                "cross_entropy_fusion"):
+                "cross_entropy_fusion", "moe_a2a_overlap"):
         v[key] = read_bool(values, key, source=source, default=False)
     v["tied_embeddings"] = read_bool(values, "tied_embeddings", source=source, default=True)
     for key in ("align_param_gather", "align_grad_reduce"):
