@@ -269,7 +269,10 @@ def test_nemo_run_syntax_and_nemo_s_own_corrections():
     # recomputation as Megatron-Core takes it: granularity, method and layers
     full = _keys("llama3_8b", "model.config.recompute_granularity=full "
                  "model.config.recompute_method=uniform model.config.recompute_num_layers=1")
-    assert full["recompute"] == "full"
+    assert full["recompute"] == "full" and "recompute_layers" not in full
+    block = _keys("llama3_8b", "model.config.recompute_granularity=full "
+                  "model.config.recompute_method=block model.config.recompute_num_layers=4")
+    assert (block["recompute"], block["recompute_layers"]) == ("full", 4)
     # None, and the layout keys of Nemotron's recipe calls
     assert _keys("llama3_8b", "trainer.strategy.ddp.bucket_size=None").get("bucket_size") is None
     nemotron = _keys("nemotron4_340b(tensor_parallelism=4, pipeline_parallelism=8, "
