@@ -92,7 +92,9 @@ def test_folding_lets_expert_parallelism_exceed_data_parallelism(net):
     (dict(expert_tp=1, ep=4, tp=8, cp=1, dp=8), None),   # EP = half of TP
     (dict(expert_tp=1, ep=4, tp=8, cp=1, dp=8, experts=6), "experts"),
     (dict(expert_tp=1, ep=6, tp=2, cp=4, dp=8, experts=12), "ep"),   # 6: not 2 x a part of 4
-    (dict(fsdp=True), "expert_layout")])
+    (dict(fsdp=True), None),
+    (dict(fsdp=True, fsdp_shard=2, ep=16, experts=16), "ep"),   # not into the replicas
+    (dict(dims={"tp": [0]}), "expert_layout")])
 def test_what_folding_cannot_express_is_one_line(net, extra, key):
     spec = dict(dict(MOE, tp=2, cp=4, ep=8, dp=8, global_batch=8, expert_layout="folded"),
                 **extra)
@@ -135,3 +137,21 @@ def test_experts_outside_tensor_parallelism_fold_over_its_ranks_first(net, tp, c
     a2a = {_size(w.network, op.dims) for op in w.programs[0].ops
            if op.collective == "all_to_all" and ".kv" not in op.name}
     assert a2a == {ep}
+
+
+@pytest.mark.parametrize("fsdp_shard, replicas", [(8, 4), (32, 1)])
+def test_folded_experts_under_hybrid_sharding_stay_inside_the_sharding_groups(
+        net, fsdp_shard, replicas):
+    """torchtitan's meshes under FSDP (HSDP): EP 16 takes TP 2 and 8 of the sharding ranks;
+    the replicas stay outermost and replicate the experts' shards as the dense ones'."""
+    view, g = _groups(net, tp=2, cp=1, ep=16, dp=32, fsdp=True, fsdp_shard=fsdp_shard,
+                      expert_tp=1, expert_layout="folded", global_batch=32, experts=16)
+    (group,) = [row for row in view.dim_groups(g.ep) if 0 in row]
+    assert sorted(group.tolist()) == list(range(16))
+    assert _size(view, g.replicate) == replicas
+    assert set(g.replicate) <= set(g.dp) and set(g.replicate) <= set(g.expert_dp)
+    assert _size(view, g.expert_dp) == 64 // 16 and _size(view, g.dp) == 32
+    w = transformer(net, **dict(MOE, experts=16), tp=2, ep=16, dp=32, fsdp=True,
+                    fsdp_shard=fsdp_shard, expert_tp=1, expert_layout="folded",
+                    global_batch=32)
+    assert flowsim.run_training(net, w, device="h100").summary()["time_ns"] > 0

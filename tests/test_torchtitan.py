@@ -312,6 +312,26 @@ def test_llama4_mixes_dense_and_expert_layers_as_its_step_says(tmp_path):
                     "17bx128e": (128, [0, 1, 0, 1], 16384, 8192, 8192, 1)}
 
 
+def test_experts_outside_tensor_parallelism_span_its_ranks_as_torchtitan_lays_them(tmp_path):
+    """``expert_tensor_parallel_degree = 1`` with TP 2: torchtitan's expert mesh (efsdp, ep,
+    etp) over the dense one (dp_shard, cp, tp), so EP 8 is the TP pair and 4 of FSDP's
+    ranks, beside FSDP: the folded layout, built and run on two nodes without a warning."""
+    toml = LLAMA3_8B.replace('"llama3"', '"deepseek_v3"').replace('"8B"', '"16B"').replace(
+        "context_parallel_degree = 1", "context_parallel_degree = 1\nexpert_parallel_degree = 8"
+    ).replace("tensor_parallel_degree = 1", "tensor_parallel_degree = 2\n"
+              "expert_tensor_parallel_degree = 1")
+    keys, _ = _keys(toml, tmp_path=tmp_path)
+    assert (keys["tp"], keys["ep"], keys["expert_tp"], keys["expert_layout"]) == \
+        (2, 8, 1, "folded")
+    run = _write_run(tmp_path, toml, "--training.compile --training.seq_len 4096")
+    nodes = {"cluster": {"device": "h100", "nodes": 2, "gpus_per_node": 8, "nic_gbps": 400,
+                         "nics_per_node": 8}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FlowsimWarning)
+        ds = flowsim.simulate(nodes, str(run), "nccl", model="analytical")
+    assert float(ds.time_ns) > 0
+
+
 def test_keys_beside_the_config_also_steer_what_is_derived_from_it(tmp_path):
     """A layer count given beside is split by torchtitan's rule (not the flavor's count); a
     recomputation given beside drops the one derived from selective_ac_option; expert

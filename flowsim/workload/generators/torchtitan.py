@@ -21,7 +21,9 @@ Both layouts of the TOML era are read (settings and defaults from torchtitan's
 the model (:mod:`.torchtitan_models`: ``model.name`` llama3 with ``model.flavor`` 8B, 70B
 or 405B, 2024's llama2 (early 2024: llama) with 7B, 13B, 26B or 70B, qwen3's dense 0.6B
 to 32B, deepseek_v3's 16B, 236B and 671B (latent attention, dense first layers, shared and
-routed experts over ``expert_parallel_degree`` ranks inside the data-parallel ones),
+routed experts over ``expert_parallel_degree`` ranks, folded over the tensor-parallel
+ranks first with ``expert_tensor_parallel_degree`` 1, then the context- and FSDP ones, as
+torchtitan's expert mesh lays them),
 llama4's 17bx16e and
 17bx128e: torchtitan's shapes, its tokenizer's vocabulary; another model's shape (Qwen 3's
 mixtures of experts, Llama 4's chunked-attention ``_irope`` flavors) is one error asking for
@@ -166,14 +168,14 @@ def _parallelism(read: JobConfig, *, moe: bool) -> dict[str, Any]:
         keys["cp_comm_type"] = read.choice("cp_rotate", ROTATE)
     if moe:
         keys["ep"] = read.int("ep")
+    if moe and keys["ep"] > 1:   # torchtitan's expert mesh: (efsdp, ep, etp) over the
+        # dense one's (dp_shard, cp, tp), innermost last: Megatron-Core's folding
+        keys["expert_layout"] = "folded"
     if moe and keys["ep"] > 1 and keys["tp"] > 1:   # the experts' tensor parallelism
         etp = read.int("etp")
         if etp not in (1, keys["tp"]):
             raise config_error(read.where, read.path("etp"), f"1 or tp={keys['tp']}", etp)
         keys["expert_tp"] = etp
-        if etp == 1:
-            read.warn("etp", "= 1: torchtitan's expert ranks then span the tensor-parallel "
-                      "ones too; priced with experts over the data-parallel ranks")
     if read("reshard") != "default":
         read.warn("reshard", f"= {read('reshard')!r} is priced as 'default' (gathered again "
                   "for the backward, unless pipelined)")

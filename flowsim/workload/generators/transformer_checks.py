@@ -107,14 +107,14 @@ def check_consistent(spec: Any) -> None:
         # the expert ranks are laid over the dense ones innermost first: the tensor-parallel
         # ranks too when experts are not split over them (expert_tp 1), then CP, then DP
         inner = (spec.tp, spec.cp) if spec.expert_tp == 1 else (spec.cp,)
-        need(_folds(spec.ep, (*inner, spec.dp)), "ep",
-             f"a product of leading parts of {' x '.join(map(str, (*inner, spec.dp)))} "
+        sizes = (*inner, spec.fsdp_shard)   # FSDP's replicas stay outside the experts
+        need(_folds(spec.ep, sizes), "ep",
+             f"a product of leading parts of {' x '.join(map(str, sizes))} "
              f"(folded expert parallelism takes the "
              f"{'tensor-, then ' if len(inner) > 1 else ''}context-parallel ranks first, "
              f"then data-parallel ones)", spec.ep)
-        need(not spec.fsdp and spec.dims is None, "expert_layout",
-             "within_dp with fsdp or explicit dims (flowsim does not fold expert "
-             "parallelism over context parallelism there)", spec.expert_layout)
+        need(spec.dims is None, "expert_layout", "within_dp with explicit dims (flowsim "
+             "does not fold expert parallelism there)", spec.expert_layout)
     else:
         hint = "; expert_layout: folded lets it span the context-parallel ranks too, as " \
                "Megatron-Core 0.10 on does" if spec.cp > 1 else ""

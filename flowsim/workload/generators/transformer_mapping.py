@@ -72,26 +72,29 @@ def _folded(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[int
     expert-DP) is laid over the dense one (TP x CP x DP) in the same rank order, innermost
     first, so the expert-parallel ranks are the first ``ep`` of the context x data-parallel
     ranks, or of all three with the tensor-parallel ones first when experts are not split
-    over them (``expert_tp`` 1). Both grids split at the same places
+    over them (``expert_tp`` 1); with ``fsdp`` they come from the sharding groups, whose
+    replicas (hybrid sharding) stay outermost. Both grids split at the same places
     (:func:`~.transformer_checks.check_consistent` checks that ``ep`` is whole leading
     groups of them and a divisor of the next)."""
-    tp, cp, dp, pp = spec.tp, spec.cp, spec.dp, spec.pp
+    tp, cp, pp = spec.tp, spec.cp, spec.pp
+    # FSDP's sharding groups are the inner data-parallel ranks, their replicas the outer
+    shard, replicas = spec.fsdp_shard, spec.dp // spec.fsdp_shard
     lead = (tp,) if spec.expert_tp != 1 else ()   # experts split over TP: EP from CP x DP
-    dense = (cp, dp) if lead else (tp, cp, dp)
+    dense = (cp, shard) if lead else (tp, cp, shard)
     parts: list[int] = []   # each dense group in two: the part EP takes, the rest
     left = spec.ep
     for size in dense:
         take = min(left, size)
         parts += [take, size // take]
         left //= take
-    view, owned = logical_view(network, (*lead, *parts, pp))
-    halves, p = owned[len(lead):-1], owned[-1]
+    view, owned = logical_view(network, (*lead, *parts, replicas, pp))
+    halves, rep, p = owned[len(lead):-2], owned[-2], owned[-1]
     taken, kept = halves[0::2], halves[1::2]
     whole = [a + b for a, b in zip(taken, kept)]   # each dense group's dims
-    cp_dims, dp_dims = whole[-2], whole[-1]
+    cp_dims, dp_dims = whole[-2], whole[-1] + rep
     groups = Groups(tp=tuple(sorted(owned[0] if lead else whole[0])), cp=tuple(sorted(cp_dims)),
                     ep=tuple(sorted(sum(taken, ()))), dp=tuple(sorted(cp_dims + dp_dims)),
-                    expert_dp=tuple(sorted(sum(kept, ()))))
+                    expert_dp=tuple(sorted(sum(kept, ()) + rep)), replicate=tuple(sorted(rep)))
     return view, groups, p
 
 
