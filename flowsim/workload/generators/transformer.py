@@ -74,8 +74,9 @@ Communication:
   they take the CP ranks first, or the TP ranks (and ``ep`` may exceed ``dp``); without
   either it is the same layout. ``moe_a2a_overlap`` is Megatron-Core's combined 1F1B: one
   more warm-up forward, then each forward built beside the backward after it on two chains
-  of the compute stream, joined after both, so that one pass computes while the other's
-  all-to-alls run (the engine runs whichever op is ready: the best such a pairing allows);
+  of the compute stream, a layer of each at a time and joined after every pair of layers, so
+  that one layer computes while the other's all-to-alls run (within a pair the engine runs
+  whichever op is ready: :mod:`.transformer_combined`);
 * **pipeline parallel** (Narayanan et al. 2021): one program per pipeline rank; activations
   and gradients sent between consecutive virtual stages (sequence-parallel shards, or split
   over the TP ranks and all-gathered on arrival: Megatron's scatter/gather optimisation);

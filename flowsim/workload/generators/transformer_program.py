@@ -6,12 +6,13 @@ parallelism's per-layer parameter all-gathers and gradient reduce-scatters."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
+from collections import deque
+from collections.abc import Iterator
 
 from ..graph import Op
 from ..kernels import Elementwise, Kernel
 from .transformer_buckets import GatherBucket, GatherGroup, ParameterGathers, ParamUnit, partition
+from .transformer_combined import beside, paired_forwards
 from .transformer_fsdp import FullySharded
 from .transformer_mapping import StageContext
 from .transformer_mla import layer_kernels
@@ -19,7 +20,6 @@ from .transformer_passes import Frontier, PassBuilder
 from .transformer_schedule import (
     layer_counts,
     neighbours,
-    paired_forwards,
     stage_schedule,
     virtual_stage,
 )
@@ -94,15 +94,16 @@ class StageProgram:
                   for c in range(spec.vpp)}
         passes = {"fwd": 0, "bwd": 0}   # passes so far: Megatron's virtual micro-batch ids
 
-        def run(pass_: str, chunk: int, m: int) -> None:
+        def steps(pass_: str, chunk: int, m: int) -> Iterator[None]:
+            """A pass, a layer at a time."""
             index = passes[pass_]
             passes[pass_] += 1
             if pass_ == "fwd":
                 if self.gathers.aligned:
                     self._align_gathers(forwards, index + self.ctx.stage)
-                self._forward(chunk, m)
+                yield from self._forward(chunk, m)
                 return
-            self._backward(chunk, m, final=index in finals)
+            yield from self._backward(chunk, m, final=index in finals)
             if self.aligned_grads and spec.vpp > 1:   # shifted by the pipeline rank
                 shifted = index - self.ctx.stage
                 if shifted in finals:
@@ -111,9 +112,9 @@ class StageProgram:
         paired = paired_forwards(spec, self.ctx.stage)
         for i, unit in enumerate(order):
             if i in paired:   # the forward, then the backward beside it
-                self._beside(partial(run, *unit), partial(run, *order[i + 1]))
+                beside(self.b, self.row["optimizer"], steps(*unit), steps(*order[i + 1]))
             elif i - 1 not in paired:
-                run(*unit)
+                deque(steps(*unit), maxlen=0)
         for c in sorted(self.ready_grads):   # the rest: after the stage's last backward
             self._reduce_ready(c)
         if ddp and not spec.overlap_grad_reduce:   # reduced after the whole backward
@@ -125,18 +126,6 @@ class StageProgram:
         if not spec.overlap_param_gather:
             self.gathers.all_after(step)
         return b.ops
-
-    def _beside(self, first: Callable[[], None], second: Callable[[], None]) -> None:
-        """Two passes on two chains of the compute stream, each from where the stream was,
-        joined after both: the engine runs whichever op is ready, so one pass computes while
-        the other waits for its communication (Megatron-Core's combined 1F1B step)."""
-        b = self.b
-        start = b.last
-        first()
-        first_end, b.last = b.last, start
-        second()
-        joined = (first_end,) if first_end is not None else ()
-        b.compute("beside.join", (), self.row["optimizer"], "fwd", joined)
 
     def _reduce_ready(self, chunk: int) -> None:
         """Aligned reductions: every bucket of a chunk whose gradients are all ready, now
@@ -155,7 +144,8 @@ class StageProgram:
                 self.gathers.gather_chunk(chunk, _frontier(self.b.last))
 
     # ------------------------------------------------------------------ passes
-    def _forward(self, chunk: int, m: int) -> None:
+    def _forward(self, chunk: int, m: int) -> Iterator[None]:
+        """A forward pass, paused after each layer."""
         spec, b, k = self.spec, self.b, self.k
         vs = virtual_stage(spec, self.ctx.stage, chunk)
         before, after = neighbours(spec, self.ctx.stage, chunk)
@@ -179,6 +169,7 @@ class StageProgram:
             x = b.forward(layer, tag, x, carry)
             self.fsdp.after_forward(f"layer{layer}")
             carry = b.residual
+            yield
         if vs == self.last_vs and spec.vocab:
             row = self.row["logits"]
             x = self.gathers.reach("logits", x)
@@ -192,7 +183,8 @@ class StageProgram:
             self._send(f"{tag}.send_activation", after, self._tag(m, vs, 0),
                        self.layers[chunk][-1] if len(self.layers[chunk]) else first, "fwd", x)
 
-    def _backward(self, chunk: int, m: int, *, final: bool) -> None:
+    def _backward(self, chunk: int, m: int, *, final: bool) -> Iterator[None]:
+        """A backward pass, paused after each layer."""
         spec, b, k = self.spec, self.b, self.k
         vs = virtual_stage(spec, self.ctx.stage, chunk)
         before, after = neighbours(spec, self.ctx.stage, chunk)
@@ -227,6 +219,7 @@ class StageProgram:
             buckets.append((self._layer_parameters(layer), _frontier(b.last_wgrad)))
             self.fsdp.after_backward(f"layer{layer}", f"{tag}.layer{layer}", layer, b.last_wgrad,
                                  final)
+            yield
         if vs == 0 and spec.vocab:
             row = self.row["embedding"]
             g = self.fsdp.unshard("embedding", f"{tag}.embedding", row, "ig", g)

@@ -113,16 +113,6 @@ def warmup_forwards(spec: TransformerSpec, stage: int) -> int:
     return min(warmup + spec.moe_a2a_overlap, total)
 
 
-def paired_forwards(spec: TransformerSpec, stage: int) -> set[int]:
-    """Positions in :func:`stage_schedule` of the forwards run beside the backward after
-    them (``moe_a2a_overlap``: every forward after the warm-up ones)."""
-    if not spec.moe_a2a_overlap:
-        return set()
-    total = micro_batches(spec) * (spec.vpp if spec.schedule == "interleaved" else 1)
-    warmup = warmup_forwards(spec, stage)
-    return set(range(warmup, 2 * total - warmup, 2))
-
-
 def virtual_stage(spec: TransformerSpec, stage: int, chunk: int) -> int:
     """The virtual stage chunk ``chunk`` of rank ``stage`` holds."""
     return chunk * spec.pp + stage
