@@ -76,6 +76,26 @@ def test_block_method_recomputes_the_first_layers_of_each_model_chunk():
         none.memory["activations"]
 
 
+def test_block_method_keeps_what_the_layers_it_skips_keep():
+    """Under the block method the layers past the first N keep everything, the score
+    matrices of unfused attention too; and a recomputed mixture of experts under a dense
+    layer needs its whole activations beside what is held, more than the dense layer
+    above it frees."""
+    net = flowsim.load_network(NODE)
+    keys = dict(LLAMA, sequence=512, dp=8, global_batch=16, attention="unfused")
+    memory = {kind: transformer(net, **keys, **extra).memory["activations"]
+              for kind, extra in (("none", {}), ("selective", {"recompute": "selective"}),
+                                  ("block", {"recompute": "full", "recompute_layers": 1}))}
+    assert memory["selective"] < memory["block"] < memory["none"]
+    assert memory["block"] > 0.7 * memory["none"]   # 3 of 4 layers keep their scores
+    moe = dict(layers=4, hidden=1024, heads=8, kv_heads=8, sequence=2048, vocab=0, ffn=512,
+               experts=8, top_k=8, moe_ffn=2048, gated_mlp=True, pp=2, dp=4, ep=4,
+               global_batch=8, moe_layer_freq=[1, 0, 1, 0], recompute="full")
+    full = transformer(net, **moe).memory["activations"]
+    block = transformer(net, **moe, recompute_layers=1).memory["activations"]
+    assert block > full   # the MoE layer's whole activations, beside the dense layer's
+
+
 def test_mixtures_of_experts_and_latent_attention_recompute_by_the_same_count(node):
     """DeepSeek-V3's layer as torchtitan runs it: wq_a wq_b wkv_a wkv_b wo, then the
     router and the shared expert's w1 w3 w2: wq_b, wkv_b, the router and w3 run again, and

@@ -330,6 +330,10 @@ def test_experts_outside_tensor_parallelism_span_its_ranks_as_torchtitan_lays_th
         warnings.simplefilter("error", FlowsimWarning)
         ds = flowsim.simulate(nodes, str(run), "nccl", model="analytical")
     assert float(ds.time_ns) > 0
+    odd = toml.replace("expert_parallel_degree = 8", "expert_parallel_degree = 1").replace(
+        "tensor_parallel_degree = 2", "tensor_parallel_degree = 4")   # torchtitan asserts
+    with pytest.raises(ConfigError, match=r"parallelism\.expert_parallel_degree"):
+        _keys(odd, "--parallelism.expert_parallel_degree 2", tmp_path)
 
 
 def test_keys_beside_the_config_also_steer_what_is_derived_from_it(tmp_path):

@@ -254,6 +254,9 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
     if flags.get("transformer-impl") == "local":   # Megatron's own layers: no fused attention
         keys["attention"] = "unfused"
     dispatcher = flags.get("moe-token-dispatcher-type", "allgather")
+    if keys.get("moe_a2a_overlap") and dispatcher not in ("alltoall", "flex"):
+        raise config_error(where, "--moe-token-dispatcher-type", "alltoall or flex with "
+                           "--overlap-moe-expert-parallel-comm", dispatcher)
     if keys.get("experts") and dispatcher != "alltoall" and "deepspeed" not in flags:
         warnings.warn(f"{where}: --moe-token-dispatcher-type {dispatcher}: priced as the "
                       "all-to-all dispatcher", FlowsimWarning, stacklevel=4)

@@ -176,6 +176,10 @@ def _parallelism(read: JobConfig, *, moe: bool) -> dict[str, Any]:
         if etp not in (1, keys["tp"]):
             raise config_error(read.where, read.path("etp"), f"1 or tp={keys['tp']}", etp)
         keys["expert_tp"] = etp
+        if etp == 1 and keys["ep"] % (keys["cp"] * keys["tp"]):   # torchtitan asserts it
+            raise config_error(read.where, read.path("ep"), "a multiple of context x tensor "
+                               f"parallel degrees = {keys['cp'] * keys['tp']} with "
+                               "expert_tensor_parallel_degree 1", keys["ep"])
     if read("reshard") != "default":
         read.warn("reshard", f"= {read('reshard')!r} is priced as 'default' (gathered again "
                   "for the backward, unless pipelined)")

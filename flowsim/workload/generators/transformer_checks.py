@@ -131,6 +131,9 @@ def check_consistent(spec: Any) -> None:
              "moe_a2a_overlap", spec.schedule)
         need(spec.recompute != "full", "recompute", "none, selective or every_other_matmul "
              "with moe_a2a_overlap", spec.recompute)
+        need(not (spec.fsdp and spec.vpp > 1), "moe_a2a_overlap", "false with fsdp and an "
+             "interleaved schedule (Megatron-Core does not run them together)",
+             spec.moe_a2a_overlap)
     need(spec.vpp == 1 or spec.pp > 1, "vpp", "1 without pipeline parallelism (pp=1)",
          spec.vpp)
     need(spec.vpp == 1 or spec.schedule == "interleaved", "schedule",

@@ -6,6 +6,7 @@ the other's compute."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 
 from .transformer_checks import micro_batches
@@ -33,15 +34,16 @@ def beside(b: PassBuilder, row: int, first: Iterator[None], second: Iterator[Non
     the other's all-to-alls run."""
     ends: list[int | None] = [b.last, b.last]
     live: list[Iterator[None] | None] = [first, second]
-    while any(live):
+    while all(live):
         for i, passing in enumerate(live):
-            if passing is None:
-                continue
             b.last = ends[i]
-            if next(passing, StopIteration) is StopIteration:
+            if passing is not None and next(passing, StopIteration) is StopIteration:
                 live[i] = None
             ends[i] = b.last
         b.last = ends[1]
         joined = b.compute("beside.join", (), row, "fwd",
                            (ends[0],) if ends[0] is not None else ())
         ends = [joined, joined]
+    for passing in live:   # the longer pass's last layers, alone
+        if passing is not None:
+            deque(passing, maxlen=0)

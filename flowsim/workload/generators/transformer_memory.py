@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .transformer_combined import paired_forwards
 from .transformer_mla import LatentKernels
 from .transformer_schedule import stage_schedule, virtual_stage
 from .transformer_shapes import ACT
@@ -109,18 +110,26 @@ def _activations(program: StageProgram) -> float:
     if spec.recompute_layers:   # the block method: a layer past the first N keeps it all
         kinds = {moe: _layer_activations(program, moe=moe)
                  for moe in {spec.is_moe(i) for i in range(spec.layers)}}
-        chunk_layers = {c: sum(kinds[spec.is_moe(i)][
-            0 if spec.is_recomputed(i, i - layers.start) else 1] for i in layers)
-            for c, layers in program.layers.items()}
-        # a chunk's first layers are recomputed last, once the layers above them have
-        # freed more than one layer holds: extra room only where a chunk keeps none whole
-        transient = max((kinds[spec.is_moe(i)][1] for layers in program.layers.values()
-                         if len(layers) <= spec.recompute_layers for i in layers),
-                        default=0.0)
+
+        def kept(i: int, layers: range) -> float:
+            return kinds[spec.is_moe(i)][0 if spec.is_recomputed(i, i - layers.start) else 1]
+
+        chunk_layers = {c: sum(kept(i, layers) for i in layers)
+                        for c, layers in program.layers.items()}
+        # a recomputed layer runs again once the layers above it in its chunk are freed:
+        # room beyond the chunk's bytes only where its whole activations exceed them
+        transient = 0.0
+        for layers in program.layers.values():
+            above = 0.0
+            for i in reversed(layers):
+                if spec.is_recomputed(i, i - layers.start):   # beside its kept input
+                    transient = max(transient, kinds[spec.is_moe(i)][1] - above)
+                above += kept(i, layers)
     logits = LOGITS_BYTES * program.k.n * program.k.vocab_shard if spec.vocab else 0
     held = dict.fromkeys(range(spec.vpp), 0)
     peak = 0.0
-    for pass_, chunk, _ in stage_schedule(spec, program.ctx.stage):
+    paired = paired_forwards(spec, program.ctx.stage)
+    for i, (pass_, chunk, _) in enumerate(stage_schedule(spec, program.ctx.stage)):
         held[chunk] += 1 if pass_ == "fwd" else -1
         if pass_ != "fwd":
             continue
@@ -128,6 +137,10 @@ def _activations(program: StageProgram) -> float:
         for c, count in held.items():
             last = virtual_stage(spec, program.ctx.stage, c) == program.last_vs
             now += count * (chunk_layers[c] + (logits if last else 0))
+        if i in paired:   # the backward beside it frees a layer as this forward keeps one
+            last = virtual_stage(spec, program.ctx.stage, chunk) == program.last_vs
+            now -= chunk_layers[chunk] + (logits if last else 0)
+            now += chunk_layers[chunk] / max(1, len(program.layers[chunk]))
         peak = max(peak, now)
     return peak + transient
 
@@ -152,7 +165,9 @@ def _layer_activations(program: StageProgram, *, moe: bool) -> tuple[float, floa
     if spec.sp:
         shared /= t
     scores = 0.0
-    if spec.attention == "unfused" and spec.recompute == "none":
+    # the score matrices, where a layer keeps its activations (not recomputed)
+    if spec.attention == "unfused" and (spec.recompute == "none" or spec.recompute_layers
+                                        or spec.recompute_every > 1):
         scores = 5.0 * (spec.heads // t) * spec.micro_batch * (spec.sequence // spec.cp) ** 2
     full = split + shared + scores
     if spec.recompute == "full":   # the layer's input; every N-th layer's, on average
