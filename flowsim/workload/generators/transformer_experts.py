@@ -1,6 +1,13 @@
 """A mixture-of-experts layer's kernels on one rank for one micro-batch (Megatron-Core's
 all-to-all token dispatcher): the router, the rank's local experts as grouped GEMMs, their
-all-to-all buffers and parameters; the base of :class:`~.transformer_kernels.LayerKernels`."""
+all-to-all buffers and parameters; the base of :class:`~.transformer_kernels.LayerKernels`.
+
+The dispatcher moves the routed tokens four times around the all-to-alls
+(``MoEAlltoAllTokenDispatcher``: ``permute`` copies each token once per expert it is routed
+to, ``sort_chunks_by_idxs`` groups the received copies by local expert and back, and
+``unpermute`` sums each token's copies, weighted by the router's probabilities); each is a
+memory-bound gather or scatter that reads and writes its rows once (the sum writes one row
+per token), and its backward moves as many bytes."""
 
 from __future__ import annotations
 
@@ -47,6 +54,26 @@ class ExpertKernels(LayerShapes):
         """Each rank's all-to-all buffer when dispatching (and combining) tokens."""
         s = self.spec
         return int(self.moe_tokens * s.top_k * s.capacity_factor * s.hidden * ACT)
+
+    @cached_property
+    def permute(self) -> tuple[Kernel, ...]:
+        """Each routed copy of a token gathered before the dispatch (read and written)."""
+        return (elementwise(2 * self.dispatch_bytes, "moe_permute"),)
+
+    @cached_property
+    def unpermute(self) -> tuple[Kernel, ...]:
+        """The copies read back after the combine and summed into one row per token."""
+        return (elementwise(self.dispatch_bytes * (1 + 1 / self.spec.top_k),
+                            "moe_unpermute"),)
+
+    @cached_property
+    def sort_chunks(self) -> tuple[Kernel, ...]:
+        """The received copies grouped by local expert (none with one local expert)."""
+        s = self.spec
+        local = s.experts // s.ep
+        if local == 1:
+            return ()
+        return (elementwise(2 * self.expert_rows * local * s.hidden * ACT, "moe_sort_chunks"),)
 
     @cached_property
     def router(self) -> tuple[Kernel, ...]:

@@ -174,14 +174,16 @@ class PassBuilder:
 
     def _moe_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
         k, s, ep = self.k, self.spec, self.groups.ep
-        x = (self.compute(f"{name}.router", k.router, layer, "fwd", x),)
+        x = (self.compute(f"{name}.router", k.router + k.permute, layer, "fwd", x),)
         if s.ep > 1:
             x = (self.collective(f"{name}.dispatch", "all_to_all", k.dispatch_bytes, ep,
                                  layer, "fwd", x),)
-        x = self._expert_tp(f"{name}.experts", k.experts, layer, "fwd", x)
+        x = self._expert_tp(f"{name}.experts", k.sort_chunks + k.experts + k.sort_chunks,
+                            layer, "fwd", x)
         if s.ep > 1:
             x = (self.collective(f"{name}.combine", "all_to_all", k.dispatch_bytes, ep,
                                  layer, "fwd", x),)
+        x = (self.compute(f"{name}.unpermute", k.unpermute, layer, "fwd", x),)
         shared = k.shared_expert
         if shared is not None:   # after the combine, as Megatron-Core r0.10-r0.12 runs them
             # (without --moe-shared-expert-overlap; later releases moved them earlier)
@@ -313,13 +315,16 @@ class PassBuilder:
                 e.fc2_dgrad, e.activation_backward, e.fc1_dgrad, "fc2", "fc1"), e.mlp_wgrad,
                 layer, g)
             g = (*g, *shared, *(() if self.last is None else (self.last,)))
+        g = (self.compute(f"{name}.unpermute_backward", k.unpermute, layer, "ig", g),)
         if s.ep > 1:
             g = (self.collective(f"{name}.combine_backward", "all_to_all", k.dispatch_bytes,
                                  ep, layer, "ig", g),)
-        g = self._expert_tp(f"{name}.experts.dgrad", k.experts_dgrad, layer, "ig", g)
+        g = self._expert_tp(f"{name}.experts.dgrad",
+                            k.sort_chunks + k.experts_dgrad + k.sort_chunks, layer, "ig", g)
         if s.ep > 1:
             g = (self.collective(f"{name}.dispatch_backward", "all_to_all",
                                  k.dispatch_bytes, ep, layer, "ig", g),)
+        g = (self.compute(f"{name}.permute_backward", k.permute, layer, "ig", g),)
         self.compute(f"{name}.experts.wgrad", k.experts_wgrad, layer, "wg")
         return (*g, *shared)
 
