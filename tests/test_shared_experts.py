@@ -89,10 +89,13 @@ def test_they_run_after_the_routed_experts_combine(pair):
 
 def test_the_routed_backward_waits_for_theirs(pair):
     """No shared-expert overlap: their backward (computed last forward) comes first, and the
-    routed experts' all-to-all waits for its kernels and collectives."""
+    routed experts' all-to-all waits for its kernels and collectives (through the
+    dispatcher's unpermute backward, which runs after them)."""
     by_id = {op.id: op for op in pair[1].ops}
     a2a = next(op for op in pair[1].ops if op.name == "mb0.layer1.combine_backward")
-    waits = {by_id[d].name for d in a2a.deps}
+    (first,) = [by_id[d] for d in a2a.deps]
+    assert first.name == "mb0.layer1.unpermute_backward"
+    waits = {by_id[d].name for d in (*first.deps, *first.ctrl_deps)}
     assert "mb0.layer1.shared_expert.wgrad" in waits
     assert "mb0.layer1.shared_expert.dgrad.fc1.reduce_scatter" in waits
 
