@@ -276,23 +276,31 @@ def test_eager_mode_and_beside_keys(tmp_path):
     assert float(faster.time_ns) < float(ds.time_ns)
 
 
+#: torchtitan's DeepSeek-V3 16B flavor over 8 expert-parallel ranks
+DEEPSEEK_16B = LLAMA3_8B.replace('"llama3"', '"deepseek_v3"').replace('"8B"', '"16B"').replace(
+    "context_parallel_degree = 1", "context_parallel_degree = 1\nexpert_parallel_degree = 8")
+
+
+def _run_on_nodes(tmp_path, toml: str, nodes: int, warn: str = "ignore"):
+    """Simulate ``toml`` (compiled, 4K tokens) on ``nodes`` DGX H100s."""
+    run = _write_run(tmp_path, toml, "--training.compile --training.seq_len 4096")
+    net = {"cluster": {"device": "h100", "nodes": nodes, "gpus_per_node": 8, "nic_gbps": 400,
+                       "nics_per_node": 8}}
+    with warnings.catch_warnings():
+        warnings.simplefilter(warn, FlowsimWarning)
+        return flowsim.simulate(net, str(run), "nccl", model="analytical")
+
+
 def test_deepseek_v3_reads_with_its_experts_and_latent_attention(tmp_path):
     """torchtitan's DeepSeek-V3 16B job config (late 2025): latent attention, one dense
     layer then 26 of 64 routed and 2 shared experts, expert parallelism inside FSDP's ranks,
     per-op checkpointing; it builds and runs on one node."""
-    toml = LLAMA3_8B.replace('"llama3"', '"deepseek_v3"').replace('"8B"', '"16B"').replace(
-        "context_parallel_degree = 1", "context_parallel_degree = 1\nexpert_parallel_degree = 8")
+    toml = DEEPSEEK_16B
     keys, data_parallel = _keys(toml, tmp_path=tmp_path)
     assert (keys["experts"], keys["top_k"], keys["shared_ffn"], keys["ep"],
             keys["moe_layer_freq"][:2], keys["mla"]["q_lora_rank"], keys["recompute"]) == \
         (64, 6, 2816, 8, [0, 1], 0, "every_other_matmul")
-    run = _write_run(tmp_path, toml, "--training.compile --training.seq_len 4096")
-    node = {"cluster": {"device": "h100", "nodes": 1, "gpus_per_node": 8, "nic_gbps": 400,
-                        "nics_per_node": 8}}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FlowsimWarning)
-        ds = flowsim.simulate(node, str(run), "nccl", model="analytical")
-    assert float(ds.time_ns) > 0
+    assert float(_run_on_nodes(tmp_path, toml, 1).time_ns) > 0
     bad = toml.replace("tensor_parallel_degree = 1", "tensor_parallel_degree = 4\n"
                        "expert_tensor_parallel_degree = 2")
     with pytest.raises(ConfigError, match=r"parallelism\.expert_tensor_parallel_degree"):
@@ -316,20 +324,12 @@ def test_experts_outside_tensor_parallelism_span_its_ranks_as_torchtitan_lays_th
     """``expert_tensor_parallel_degree = 1`` with TP 2: torchtitan's expert mesh (efsdp, ep,
     etp) over the dense one (dp_shard, cp, tp), so EP 8 is the TP pair and 4 of FSDP's
     ranks, beside FSDP: the folded layout, built and run on two nodes without a warning."""
-    toml = LLAMA3_8B.replace('"llama3"', '"deepseek_v3"').replace('"8B"', '"16B"').replace(
-        "context_parallel_degree = 1", "context_parallel_degree = 1\nexpert_parallel_degree = 8"
-    ).replace("tensor_parallel_degree = 1", "tensor_parallel_degree = 2\n"
-              "expert_tensor_parallel_degree = 1")
+    toml = DEEPSEEK_16B.replace("tensor_parallel_degree = 1", "tensor_parallel_degree = 2\n"
+                                "expert_tensor_parallel_degree = 1")
     keys, _ = _keys(toml, tmp_path=tmp_path)
     assert (keys["tp"], keys["ep"], keys["expert_tp"], keys["expert_layout"]) == \
         (2, 8, 1, "folded")
-    run = _write_run(tmp_path, toml, "--training.compile --training.seq_len 4096")
-    nodes = {"cluster": {"device": "h100", "nodes": 2, "gpus_per_node": 8, "nic_gbps": 400,
-                         "nics_per_node": 8}}
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", FlowsimWarning)
-        ds = flowsim.simulate(nodes, str(run), "nccl", model="analytical")
-    assert float(ds.time_ns) > 0
+    assert float(_run_on_nodes(tmp_path, toml, 2, warn="error").time_ns) > 0
     odd = toml.replace("expert_parallel_degree = 8", "expert_parallel_degree = 1").replace(
         "tensor_parallel_degree = 2", "tensor_parallel_degree = 4")   # torchtitan asserts
     with pytest.raises(ConfigError, match=r"parallelism\.expert_parallel_degree"):
