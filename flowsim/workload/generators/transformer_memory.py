@@ -98,34 +98,13 @@ def stage_memory(program: StageProgram) -> StageMemory:
 def _activations(program: StageProgram) -> float:
     """Peak bytes of the activations kept for backward passes, over the stage's schedule."""
     spec = program.spec
-    per_layer, transient = _layer_activations(program, moe=spec.experts > 0)
-    chunk_layers = {c: len(program.layers[c]) * per_layer for c in range(spec.vpp)}
-    if spec.moe_layer_freq:   # dense and MoE layers keep different bytes
-        kinds = {False: _layer_activations(program, moe=False),
-                 True: (per_layer, transient)}
-        own = [spec.is_moe(i) for layers in program.layers.values() for i in layers]
-        transient = max((kinds[moe][1] for moe in own), default=0.0)
-        chunk_layers = {c: sum(kinds[spec.is_moe(i)][0] for i in layers)
-                        for c, layers in program.layers.items()}
-    if spec.recompute_layers:   # the block method: a layer past the first N keeps it all
-        kinds = {moe: _layer_activations(program, moe=moe)
-                 for moe in {spec.is_moe(i) for i in range(spec.layers)}}
-
-        def kept(i: int, layers: range) -> float:
-            return kinds[spec.is_moe(i)][0 if spec.is_recomputed(i, i - layers.start) else 1]
-
-        chunk_layers = {c: sum(kept(i, layers) for i in layers)
-                        for c, layers in program.layers.items()}
-        # a recomputed layer runs again once the layers above it in its chunk are freed:
-        # room beyond the chunk's bytes only where its whole activations exceed them
-        transient = 0.0
-        for layers in program.layers.values():
-            above = 0.0
-            for i in reversed(layers):
-                if spec.is_recomputed(i, i - layers.start):   # beside its kept input
-                    transient = max(transient, kinds[spec.is_moe(i)][1] - above)
-                above += kept(i, layers)
+    chunk_layers, transient = _chunk_activations(program)
     logits = LOGITS_BYTES * program.k.n * program.k.vocab_shard if spec.vocab else 0
+
+    def kept(chunk: int) -> float:   # a micro-batch's, the last stage's logits included
+        last = virtual_stage(spec, program.ctx.stage, chunk) == program.last_vs
+        return chunk_layers[chunk] + (logits if last else 0)
+
     held = dict.fromkeys(range(spec.vpp), 0)
     peak = 0.0
     paired = paired_forwards(spec, program.ctx.stage)
@@ -133,16 +112,41 @@ def _activations(program: StageProgram) -> float:
         held[chunk] += 1 if pass_ == "fwd" else -1
         if pass_ != "fwd":
             continue
-        now = 0.0
-        for c, count in held.items():
-            last = virtual_stage(spec, program.ctx.stage, c) == program.last_vs
-            now += count * (chunk_layers[c] + (logits if last else 0))
+        now = sum(count * kept(c) for c, count in held.items())
         if i in paired:   # the backward beside it frees a layer as this forward keeps one
-            last = virtual_stage(spec, program.ctx.stage, chunk) == program.last_vs
-            now -= chunk_layers[chunk] + (logits if last else 0)
-            now += chunk_layers[chunk] / max(1, len(program.layers[chunk]))
+            now += chunk_layers[chunk] / max(1, len(program.layers[chunk])) - kept(chunk)
         peak = max(peak, now)
     return peak + transient
+
+
+def _chunk_activations(program: StageProgram) -> tuple[dict[int, float], float]:
+    """Bytes each model chunk of the stage keeps per micro-batch (its layers', dense and MoE
+    apart; under the block method the layers past the first N keep everything), and what
+    recomputing one layer needs on top at a time."""
+    spec = program.spec
+    kinds = {moe: _layer_activations(program, moe=moe)
+             for moe in {spec.is_moe(i) for i in range(spec.layers)}}
+
+    def kept(i: int, layers: range) -> float:
+        per_layer, whole = kinds[spec.is_moe(i)]
+        skipped = spec.recompute_layers and not spec.is_recomputed(i, i - layers.start)
+        return whole if skipped else per_layer
+
+    chunks = {c: sum(kept(i, layers) for i in layers) for c, layers in program.layers.items()}
+    if not spec.recompute_layers:
+        return chunks, max((kinds[spec.is_moe(i)][1] for layers in program.layers.values()
+                            for i in layers), default=0.0)
+    # the block method: a recomputed layer runs again once the layers above it in its chunk
+    # are freed, beside its kept input: room beyond the chunk's bytes only where its whole
+    # activations exceed what they freed
+    transient = 0.0
+    for layers in program.layers.values():
+        above = 0.0
+        for i in reversed(layers):
+            if spec.is_recomputed(i, i - layers.start):
+                transient = max(transient, kinds[spec.is_moe(i)][1] - above)
+            above += kept(i, layers)
+    return chunks, transient
 
 
 def _layer_activations(program: StageProgram, *, moe: bool) -> tuple[float, float]:
