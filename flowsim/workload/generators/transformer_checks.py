@@ -106,13 +106,11 @@ def check_consistent(spec: Any) -> None:
     if folds_experts(spec):
         # the expert ranks are laid over the dense ones innermost first: the tensor-parallel
         # ranks too when experts are not split over them (expert_tp 1), then CP, then DP
-        inner = (spec.tp, spec.cp) if spec.expert_tp == 1 else (spec.cp,)
-        sizes = (*inner, spec.fsdp_shard)   # FSDP's replicas stay outside the experts
-        need(_folds(spec.ep, sizes), "ep",
-             f"a product of leading parts of {' x '.join(map(str, sizes))} "
-             f"(folded expert parallelism takes the "
-             f"{'tensor-, then ' if len(inner) > 1 else ''}context-parallel ranks first, "
-             f"then data-parallel ones)", spec.ep)
+        named = ((("tp", spec.tp),) if spec.expert_tp == 1 else ()) + (
+            ("cp", spec.cp), ("fsdp_shard" if spec.fsdp else "dp", spec.fsdp_shard))
+        need(_folds(spec.ep, tuple(size for _, size in named)), "ep",
+             "a product of leading parts of " + " x ".join(f"{k}={v}" for k, v in named) +
+             " (folded expert parallelism takes those ranks in that order)", spec.ep)
         need(spec.dims is None, "expert_layout", "within_dp with explicit dims (flowsim "
              "does not fold expert parallelism there)", spec.expert_layout)
     else:
