@@ -6,6 +6,11 @@ heuristics still traverse every live object again and again as their number grow
 2.7 M-op pipeline workload that was over half of building, checking and preparing it. Paused,
 the objects are freed by reference counting as before; the few cycles a run leaves are
 collected when the collector resumes.
+
+When it resumes, everything the run allocated is still in the youngest generation, and the
+first collection after it would traverse all of it at once (30 ms for a 16,384-GPU
+iteration's 51,000 ops): the objects are moved to the oldest generation instead
+(``gc.freeze`` then ``gc.unfreeze``, each a list splice), where only full collections visit.
 """
 
 from __future__ import annotations
@@ -26,4 +31,6 @@ def gc_paused() -> Iterator[None]:
     try:
         yield
     finally:
+        gc.freeze()     # every tracked object to the permanent generation...
+        gc.unfreeze()   # ...and back into the oldest one
         gc.enable()

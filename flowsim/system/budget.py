@@ -105,36 +105,45 @@ def collective_work(network, chunks: list[list[Phase]], replicate: bool,
 
 def workload_work(network, system, workload, replicate: bool) -> float:
     """Work units of a workload run: its ops, and the collectives they issue (collectives
-    of one shape priced once; a collective met by one-NPU programs counted once, not per
-    member)."""
-    from .phases import chunk_sizes, collective_phases
-
+    of one shape priced once and counted; a collective met by one-NPU programs counted once,
+    not per member)."""
     total = 0.0
     priced: dict[tuple, float] = {}
     meeting = len(workload.programs) > 1   # one-NPU programs meet in their collectives
+    custom = dict(system.custom)
     for program in workload.programs:
         n = int(program.npus.size)
+        kinds = [op.kind for op in program.ops]
+        total += len(kinds) * (n + OP_COST) + \
+            (kinds.count("send") + kinds.count("recv")) * (STEP_COST + n)
+        shapes: dict[tuple, list] = {}   # shape -> [an op of it, how many]
         for op in program.ops:
-            total += n + OP_COST
-            if op.kind in ("send", "recv"):
-                total += STEP_COST + n
-            if op.kind != "collective" or op.collective in dict(system.custom):
-                continue
-            size = max(int(op.size), 1)
-            key = (op.collective, op.dims, op.group, min(system.splits, size), n)
+            if op.kind == "collective" and op.collective not in custom:
+                key = (op.collective, op.dims, op.group,
+                       min(system.splits, max(int(op.size), 1)), n)
+                entry = shapes.setdefault(key, [op, 0])
+                entry[1] += 1
+        for key, (op, count) in shapes.items():
             if key not in priced:
-                try:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore", FlowsimWarning)  # the engine warns
-                        chunks = [collective_phases(network, system, op.collective, float(c),
-                                                    dims=op.dims, group=op.group)
-                                  for c in chunk_sizes(size, system.splits)]
-                except ConfigError:
-                    chunks = []   # the engine reports it when the op runs
-                work = collective_work(network, chunks, replicate, n)
-                priced[key] = work / _members(network, op) if meeting and n == 1 else work
-            total += priced[key]
+                priced[key] = _collective_work(network, system, op, replicate, n, meeting)
+            total += priced[key] * count
     return total
+
+
+def _collective_work(network, system, op, replicate: bool, n: int, meeting: bool) -> float:
+    """Work units of collective op ``op`` issued by a program of ``n`` NPUs."""
+    from .phases import chunk_sizes, collective_phases
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FlowsimWarning)   # the engine warns
+            chunks = [collective_phases(network, system, op.collective, float(c),
+                                        dims=op.dims, group=op.group)
+                      for c in chunk_sizes(max(int(op.size), 1), system.splits)]
+    except ConfigError:
+        chunks = []   # the engine reports it when the op runs
+    work = collective_work(network, chunks, replicate, n)
+    return work / _members(network, op) if meeting and n == 1 else work
 
 
 def _members(network, op) -> int:

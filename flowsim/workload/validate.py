@@ -52,6 +52,8 @@ def check_workload(workload: Workload, network: AnyNetwork, *, roofline: bool = 
         owner[program.npus] = k
         topological_order(program)
         whole_groups: dict[tuple[int, ...] | None, bool] = {}
+        if _columns_valid(program, network, whole_groups, roofline):
+            continue
         for op in program.ops:
             _check_op(program, op, network, whole_groups)
             if op.kind == "compute" and not op.duration_ns and (op.flops or op.mem_bytes) \
@@ -63,6 +65,46 @@ def check_workload(workload: Workload, network: AnyNetwork, *, roofline: bool = 
                                   "'memory_bandwidth_GBps': 2039, 'efficiency': 0.5}) or "
                                   "simulate(..., device='a100')")
     _check_pairs(workload, network)
+
+
+def _columns_valid(program: Program, network: AnyNetwork,
+                   whole_groups: dict[tuple[int, ...] | None, bool], roofline: bool) -> bool:
+    """The checks of :func:`_check_op` (and the compute-model one) on the program's columns
+    at once, each distinct collective and message checked once: ``True`` when every op
+    passes. ``False`` sends the program through the per-op checks, which name the first
+    bad op (a 16K-GPU pipeline stage has thousands of ops, of a few dozen shapes)."""
+    ops = program.ops
+    if not {op.kind for op in ops} <= _OP_KINDS or \
+            not {op.priority for op in ops} <= _PRIORITIES:
+        return False
+    sizes: list[object] = [op.size for op in ops]
+    times: list[list[object]] = [[op.duration_ns for op in ops], [op.flops for op in ops],
+                                 [op.mem_bytes for op in ops], [op.gap_ns for op in ops],
+                                 [op.update_delay_ns for op in ops]]
+    if {type(v) for v in sizes} - {int} or \
+            any({type(v) for v in values} - {int, float} for values in times):
+        return False
+    columns = [sizes, *times]
+    try:
+        amounts = np.array(columns, np.float64)
+    except OverflowError:
+        return False
+    if not np.all((amounts >= 0) & (amounts <= _FLOAT_MAX)):
+        return False
+    if not roofline and any(op.kind == "compute" and not op.duration_ns
+                            and (op.flops or op.mem_bytes) for op in ops):
+        return False
+    checked = set()
+    for op in ops:
+        if op.kind in ("collective", "send", "recv"):
+            key = (op.kind, op.collective, op.dims, op.group, op.peer, op.peer_offset)
+            if key not in checked:
+                checked.add(key)
+                _check_op(program, op, network, whole_groups)
+    return True
+
+
+_OP_KINDS, _PRIORITIES = frozenset(OP_KINDS), frozenset(PRIORITIES)
 
 
 def _plain_amounts(op: Op) -> bool:
