@@ -12,7 +12,8 @@ def warmup() -> float:
 
     from .estimate import estimate_batch
     from .network import maxmin_rates
-    from .system import simulate_collective
+    from .system import run_training, simulate_collective
+    from .workload.graph import Op, spmd
 
     start = time.perf_counter()
     net = {"topology": ["Ring"], "npus_count": [4], "bandwidth": [1], "latency": [1]}
@@ -29,4 +30,8 @@ def warmup() -> float:
     simulate_collective(fabric, "all_to_all", 1 << 10,
                         {"all-to-all-implementation": ["direct", "direct"]}, model="flow")
     estimate_batch(net, "all_reduce", np.array([1 << 10]))
+    # the analytical model's compiled training loop
+    run_training(net, spmd([Op(0, "compute", duration_ns=1.0),
+                            Op(1, "collective", collective="all_reduce", size=1 << 10,
+                               deps=(0,))], 4))
     return time.perf_counter() - start

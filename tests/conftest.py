@@ -83,3 +83,46 @@ def ancestors(program, op) -> set[int]:
             seen.add(d)
             todo.extend(by_id[d].deps)
     return seen
+
+
+def same_records(a, b) -> list[str]:
+    """Fields in which two :class:`~flowsim.results.workload.RunRecord` differ (arrays to
+    the bit)."""
+    import dataclasses
+
+    import numpy as np
+
+    differ = []
+    for f in dataclasses.fields(b):
+        if f.name == "timeline":   # only the Python engine keeps one
+            continue
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(y, np.ndarray):
+            if x.shape != y.shape or not np.array_equal(x, y, equal_nan=True):
+                differ.append(f.name)
+        elif x != y:
+            differ.append(f.name)
+    return differ
+
+
+@pytest.fixture(autouse=True)
+def _compare_event_loops(monkeypatch):
+    """With FLOWSIM_COMPARE_LOOPS=1, every analytical training run in the suite runs in both
+    the compiled loop and the Python engine, and the records must agree to the bit."""
+    if not os.environ.get("FLOWSIM_COMPARE_LOOPS"):
+        yield
+        return
+    import importlib
+
+    module = importlib.import_module("flowsim.system.simulate")
+    original = module.run_workload
+
+    def both(net, work, system, model, **options):
+        python = original(net, work, system, model, compiled=False, **options)
+        compiled = original(net, work, system, model, **options)
+        differ = same_records(compiled, python)
+        assert not differ, f"compiled and Python loops differ in {differ}"
+        return compiled
+
+    monkeypatch.setattr(module, "run_workload", both)
+    yield

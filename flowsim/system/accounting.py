@@ -139,3 +139,16 @@ def pipeline_end(st: ProgramState, op_id: int, seen: Times) -> Times:
     if arrived is not None:
         return arrived
     return -math.inf if st.times.scalar else np.full(seen.shape, -np.inf)
+
+
+def layer_npus(layer_programs: list[set[int]], program_npus: list[np.ndarray]) -> np.ndarray:
+    """NPUs running each layer: those of its programs (the layers of a pipeline stage share
+    one set of programs, counted once)."""
+    counted: dict[tuple[int, ...], int] = {}
+    out = []
+    for programs in map(tuple, map(sorted, layer_programs)):
+        if programs not in counted:
+            counted[programs] = np.unique(np.concatenate(
+                [program_npus[i] for i in programs])).size if programs else 0
+        out.append(counted[programs])
+    return np.array(out)

@@ -4,36 +4,36 @@ Under the analytical model nothing a message does depends on another, so a train
 an event loop over ops, dimension queues and a heap of known end times: the Python
 :class:`~flowsim.system.workload_engine.WorkloadEngine` spends about 15 us of interpreter
 per op on it (0.75 s for a 16,384-GPU Llama-3-405B iteration's 51,000 ops).
-:func:`run_compiled` packs the ops into arrays once (phase lengths, message times, queues and
-mailboxes resolved in Python with the scheduler's own objects) and runs
-:func:`~._loop_kernels.run_loop`, which repeats the engine's arithmetic in its order: the
-records are equal to the bit (``tests/test_analytical_loop.py``).
+:func:`run_compiled` packs the ops into arrays once (:mod:`.loop_arrays`: phase lengths,
+message times, queues and mailboxes resolved in Python with the scheduler's own objects) and
+runs :func:`~._loop_kernels.run_loop`, which repeats the engine's arithmetic in its order:
+the records are equal to the bit (``tests/test_analytical_loop.py``).
 
 It takes the runs where every program tracks one NPU (uniform SPMD programs, pipeline
 stages), phases are barrier phases, and there are no memory, host or custom-collective ops,
 no timeline and no cap on collectives in flight; anything else, and any run the loop
 reports a problem with (a deadlock, a message nobody receives), goes to the Python engine,
-which raises the error.
+which raises the error. A small run in a process that has not loaded Numba stays in Python
+too (loading it costs more than the loop saves below :data:`COMPILED_FROM_OPS` ops): the
+results are the same either way.
 """
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
-from ..collectives import base_algorithm
 from ..results.stats import SimulationStats
 from ..results.workload import RunRecord
-from ..workload.graph import PASSES, Workload, topological_order
+from ..workload.graph import Workload
 from .accounting import TimeAccounts, layer_npus
 from .config import SystemConfig
-from .op_prices import compute_op_ns
-from .phases import NpuSet, collective_chunks
-from .point_to_point import PointToPoint, mailbox_key
-from .scheduler import Schedule
+from .loop_arrays import Packer, pack
 
-_KINDS = {"compute": 0, "collective": 1, "send": 2, "recv": 3}
-_POLICIES = {"LIFO": 0, "FIFO": 1, "highest": 2}
-_PASS_COLUMN = {name: k for k, name in enumerate(PASSES)}
+#: the fewest ops for which the loop loads Numba (~0.3 s) when nothing else has: the
+#: Python engine takes about 15 us per op, the compiled loop under 1 us
+COMPILED_FROM_OPS = 20_000
 
 
 def run_compiled(network, workload: Workload, system: SystemConfig, *, speed: np.ndarray,
@@ -49,13 +49,15 @@ def run_compiled(network, workload: Workload, system: SystemConfig, *, speed: np
     programs = []
     for program in workload.programs:
         npus = np.sort(program.npus)
-        if npus.size > 1 and len(workload.programs) > 1 and \
-                np.any(speed[npus] != speed[npus[0]]):
-            return None
+        if np.any(speed[npus] != speed[npus[0]]):
+            return None   # NPUs of one program at different speeds: per-NPU times
         programs.append(npus)
     if len(programs) > 1 and any(npus.size == 1 for npus in programs):
         return None   # one-NPU programs meet in collectives at run time (rendezvous)
-    packed = _pack(network, workload, system, programs, speed, compute)
+    if "numba" not in sys.modules and \
+            sum(len(program.ops) for program in workload.programs) < COMPILED_FROM_OPS:
+        return None   # importing Numba would cost more than the loop saves
+    packed = pack(network, workload, system, programs, speed, compute)
     if packed is None:
         return None
     from ._loop_kernels import run_loop
@@ -69,277 +71,14 @@ def run_compiled(network, workload: Workload, system: SystemConfig, *, speed: np
                    busy_kind, busy_ref, busy_span, coll_end)
 
 
-class _Packer:
-    """Collects the per-op, per-shape and per-phase arrays of :func:`run_loop`."""
-
-    def __init__(self, network, system: SystemConfig, programs: list[np.ndarray]) -> None:
-        self.network, self.system = network, system
-        replicable = network.replicable and system.synchronization == "barrier"
-        self.schedule = Schedule(network, system, "analytical", replicate=replicable,
-                                 npu_finish=False)
-        self.p2p = PointToPoint(self.schedule, system.endpoint_delay_ns, lambda *a: None)
-        self.scopes = [() if npus.size == network.npus else NpuSet(int(n) for n in npus)
-                       for npus in programs]
-        self.phase_cache: dict[tuple, list] = {}
-        self.shape_of: dict[int, int] = {}     # id(chunks) -> shape
-        self.shape_chunks: list[list[list[int]]] = []
-        self.shape_stats: list[tuple[int, int, int]] = []   # flows, steps, phases
-        self.phase_of: dict[int, int] = {}     # id(plan), queue -> phase
-        self.phase_queue: list[int] = []
-        self.phase_steps: list[list[float]] = []
-        self.phase_delays: list[list[float]] = []
-        self.phase_dim_bytes: list[np.ndarray] = []
-        self.phase_dims: list[tuple[int, ...]] = []
-        self.queues: dict[tuple, int] = {}
-        self.queue_uses: list[int] = []
-        self.boxes: dict[tuple, int] = {}
-        self.box_sends: list[int] = []
-        self.box_recvs: list[int] = []
-
-    def shape(self, op, program: int) -> int | None:
-        """The shape index of collective ``op`` (``None``: a phase the loop cannot time)."""
-        chunks = collective_chunks(self.network, self.system, op, self.scopes[program],
-                                   self.phase_cache)
-        s = self.shape_of.get(id(chunks))
-        if s is not None:
-            return s
-        if any(base_algorithm(ph.algorithm).per_npu_only for c in chunks for ph in c):
-            return None
-        lists, flows, steps, phases = [], 0, 0, 0
-        if any(chunks):   # else the collective is done when issued
-            for phases_of_chunk in chunks:
-                lists.append([self._phase(ph) for ph in phases_of_chunk])
-                for ph in phases_of_chunk:
-                    for template, _, count in self.schedule.shapes.plan(ph).usage:
-                        flows += template.src.size * count
-                        steps += count
-                phases += len(phases_of_chunk)
-        s = self.shape_of[id(chunks)] = len(self.shape_chunks)
-        self.shape_chunks.append(lists)
-        self.shape_stats.append((flows, steps, phases))
-        return s
-
-    def _phase(self, phase) -> int:
-        shapes = self.schedule.shapes
-        plan = shapes.plan(phase)
-        queue = self.queues.setdefault(phase.queue, len(self.queues))
-        key = (id(plan), queue, phase.dims, phase.members)
-        index = self.phase_of.get(key)
-        if index is None:
-            index = self.phase_of[key] = len(self.phase_queue)
-            self.phase_queue.append(queue)
-            self.phase_steps.append([tp.duration(size)
-                                     for tp, size in zip(plan.templates, plan.sizes)])
-            self.phase_delays.append(list(plan.delays))
-            self.phase_dim_bytes.append(np.broadcast_to(plan.dim_bytes,
-                                                        (self.network.ndims,)))
-            self.phase_dims.append(tuple(shapes.dims_used(phase)))
-        return index
-
-    def count_queue_uses(self, shape: int, times: int) -> None:
-        """Reserve queue room for ``times`` collectives of ``shape``."""
-        for chunk in self.shape_chunks[shape]:
-            for ph in chunk:
-                self.queue_uses[self.phase_queue[ph]] += times
-
-    def mailbox(self, npus: np.ndarray, op, sending: bool) -> int:
-        box = self.boxes.setdefault(mailbox_key(npus, op, sending=sending), len(self.boxes))
-        if box == len(self.box_sends):
-            self.box_sends.append(0)
-            self.box_recvs.append(0)
-        (self.box_sends if sending else self.box_recvs)[box] += 1
-        return box
-
-
-def _pack(network, workload: Workload, system: SystemConfig, programs: list[np.ndarray],
-          speed: np.ndarray, compute):
-    """The arrays of :func:`run_loop`, its sizes, and what :func:`_record` needs; ``None``
-    for an op the loop does not take."""
-    packer = _Packer(network, system, programs)
-    n_rows = len(workload.layers) + 1
-    columns = []
-    sends: list[tuple[int, object]] = []   # (op, template)
-    offset = 0
-    for p, (program, npus) in enumerate(zip(workload.programs, programs)):
-        packed = _pack_program(packer, p, program, npus, offset, float(speed[npus[0]]),
-                               compute, n_rows, sends)
-        if packed is None:
-            return None
-        columns.append(packed)
-        offset += packed[0].shape[1]
-    si, sf, message_dim_bytes = (np.concatenate([c[k] for c in columns], axis=0 if k == 2 else 1)
-                                 for k in range(3))
-    dep_ptr, dep_idx = _csr_of([c[3] for c in columns], [c[4] for c in columns])
-    ctrl_ptr, ctrl_idx = _csr_of([c[5] for c in columns], [c[6] for c in columns])
-    user_ptr, user_idx, remaining = _users(dep_ptr, dep_idx, ctrl_ptr, ctrl_idx)
-    packer.queue_uses = [0] * len(packer.queues)
-    collectives = si[5][si[0] == 1]
-    for shape, count in zip(*np.unique(collectives, return_counts=True)):
-        packer.count_queue_uses(int(shape), int(count))
-    arrays, sizes = _arrays(packer, si, sf, (dep_ptr, dep_idx, ctrl_ptr, ctrl_idx, user_ptr,
-                                             user_idx, remaining), programs,
-                            message_dim_bytes, collectives, len(sends), n_rows)
-    info = {"packer": packer, "collectives": collectives, "sends": sends, "si": si}
-    return arrays, sizes, info
-
-
-def _pack_program(packer: _Packer, p: int, program, npus: np.ndarray, offset: int,
-                  npu_speed: float, compute, n_rows: int, sends: list):
-    """One program's columns: int and float op tables, message bytes per dimension, and
-    its data and control dependencies (lengths, global op indices)."""
-    order, deps, ctrls = _ordered(program)
-    n = len(order)
-    kinds = np.array([_KINDS.get(op.kind, -1) for op in order], np.int64)
-    if np.any(kinds < 0) or any(op.host for op in order):
-        return None
-    si = np.zeros((9, n), np.int64)
-    sf = np.zeros((4, n))
-    si[0], si[1], si[2] = kinds, p, np.arange(n)
-    layer = np.array([op.layer for op in order], np.int64)
-    si[3] = np.where(layer >= 0, layer, n_rows - 1)
-    si[4] = [_PASS_COLUMN.get(op.pass_, 0) for op in order]
-    si[8] = [op.size for op in order]
-    sf[1] = [op.gap_ns for op in order]
-    sf[2] = [op.update_delay_ns for op in order]
-    computes = np.flatnonzero(kinds == 0)
-    sf[0, computes] = np.array(_compute_ns([order[k] for k in computes.tolist()], compute),
-                               np.float64) / npu_speed
-    collectives = np.flatnonzero(kinds == 1)
-    keys = [(op.collective, op.size, op.dims, op.group)
-            for op in (order[k] for k in collectives.tolist())]
-    shapes: dict[tuple, int | None] = {}
-    for k, key in zip(collectives.tolist(), keys):
-        if key not in shapes:
-            shapes[key] = packer.shape(order[k], p)
-            if shapes[key] is None:
-                return None
-    si[5, collectives] = [shapes[key] for key in keys]
-    default_policy = _POLICIES[packer.system.scheduling_policy]
-    si[6, collectives] = [default_policy if order[k].priority == "default"
-                          else _POLICIES[order[k].priority] for k in collectives.tolist()]
-    message_dim_bytes = np.zeros((n, packer.network.ndims))
-    for k in np.flatnonzero(kinds >= 2).tolist():
-        op = order[k]
-        sending = bool(kinds[k] == 2)
-        si[7, k] = packer.mailbox(npus, op, sending)
-        if sending:
-            template = packer.p2p.route(npus, op)
-            sends.append((offset + k, template))
-            sf[3, k] = template.duration(float(op.size))
-            message_dim_bytes[k] = packer.schedule.shapes.dim_bytes_per_byte(template) * \
-                float(op.size)
-    return (si, sf, message_dim_bytes, deps[0], deps[1] + offset, ctrls[0],
-            ctrls[1] + offset)
-
-
-def _ordered(program) -> tuple[list, tuple[np.ndarray, np.ndarray],
-                               tuple[np.ndarray, np.ndarray]]:
-    """The program's ops in :func:`topological_order` and their data and control
-    dependencies as (lengths, positions). A generator's ops are in that order already (ids
-    are positions, dependencies point earlier): checked here on arrays."""
-    ops = program.ops
-    if [op.id for op in ops] == list(range(len(ops))):
-        deps = _flat([op.deps for op in ops])
-        ctrls = _flat([op.ctrl_deps for op in ops])
-        if _earlier(*deps) and _earlier(*ctrls):
-            return ops, deps, ctrls
-    order = topological_order(program)
-    positions = {op.id: k for k, op in enumerate(order)}
-    return (order, _flat([[positions[d] for d in op.deps] for op in order]),
-            _flat([[positions[d] for d in op.ctrl_deps] for op in order]))
-
-
-def _flat(lists: list) -> tuple[np.ndarray, np.ndarray]:
-    return (np.array([len(x) for x in lists], np.int64),
-            np.array([d for x in lists for d in x], np.int64))
-
-
-def _earlier(lengths: np.ndarray, flat: np.ndarray) -> bool:
-    """Whether every dependency points to an earlier op."""
-    return bool(np.all(flat < np.repeat(np.arange(lengths.size), lengths)))
-
-
-def _compute_ns(ops: list, compute) -> list[float]:
-    """Compute ops' times at speed 1: traced, else priced once per kernels tuple."""
-    durations = [op.duration_ns for op in ops]
-    if compute is None:
-        return durations
-    priced: dict[int, tuple[tuple, float]] = {}
-    return [d if d != 0.0 else compute_op_ns(op, compute, priced)
-            for d, op in zip(durations, ops)]
-
-
-def _csr_of(lengths: list[np.ndarray], flats: list[np.ndarray]
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """A CSR of the concatenated per-op lists."""
-    ptr = np.zeros(sum(x.size for x in lengths) + 1, np.int64)
-    np.cumsum(np.concatenate(lengths), out=ptr[1:])
-    return ptr, np.concatenate(flats)
-
-
-def _users(dep_ptr, dep_idx, ctrl_ptr, ctrl_idx):
-    """Every op's dependants (its data and control dependencies counted once) and how many
-    dependencies each op waits for."""
-    n = dep_ptr.size - 1
-    user = np.concatenate([np.repeat(np.arange(n), np.diff(dep_ptr)),
-                           np.repeat(np.arange(n), np.diff(ctrl_ptr))])
-    edges = np.unique(user * n + np.concatenate([dep_idx, ctrl_idx]))
-    user, dep = edges // n, edges % n
-    remaining = np.bincount(user, minlength=n).astype(np.int64)
-    by_dep = np.argsort(dep, kind="stable")
-    user_ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(dep, minlength=n), out=user_ptr[1:])
-    return user_ptr, user[by_dep].astype(np.int64), remaining
-
-
-def _csr(lists: list[list]) -> tuple[np.ndarray, np.ndarray]:
-    ptr = np.zeros(len(lists) + 1, np.int64)
-    ptr[1:] = np.cumsum([len(x) for x in lists])
-    return ptr, np.array([v for x in lists for v in x], np.int64)
-
-
-def _arrays(packer: _Packer, si, sf, graph, programs, message_dim_bytes, collectives,
-            n_sends: int, n_rows: int):
-    """The argument tuples of :func:`run_loop`."""
-    chunk_lists = [chunk for lists in packer.shape_chunks for chunk in lists]
-    shape_chunk_ptr = np.zeros(len(packer.shape_chunks) + 1, np.int64)
-    shape_chunk_ptr[1:] = np.cumsum([len(lists) for lists in packer.shape_chunks])
-    chunk_phase_ptr, chunk_phases = _csr(chunk_lists)
-    phase_step_ptr = np.zeros(len(packer.phase_steps) + 1, np.int64)
-    phase_step_ptr[1:] = np.cumsum([len(s) for s in packer.phase_steps])
-    step_ns = np.array([v for s in packer.phase_steps for v in s], np.float64)
-    step_delay = np.array([v for s in packer.phase_delays for v in s], np.float64)
-    phase_dim_bytes = np.array(packer.phase_dim_bytes, np.float64).reshape(
-        -1, packer.network.ndims)
-    queue_ptr = np.zeros(len(packer.queue_uses) + 1, np.int64)
-    queue_ptr[1:] = np.cumsum(packer.queue_uses)
-    mail_ptr = np.zeros(len(packer.box_sends) + 1, np.int64)
-    mail_ptr[1:] = np.cumsum(np.maximum(packer.box_sends, packer.box_recvs))
-    stats = np.array(packer.shape_stats, np.int64).reshape(-1, 3)
-    nonempty = np.array([sum(1 for c in lists if c) for lists in packer.shape_chunks],
-                        np.int64)
-    n_chunk_instances = int(nonempty[collectives].sum()) if collectives.size else 0
-    n_events = int(stats[collectives, 2].sum() if collectives.size else 0) + n_sends
-    prog_npu = np.array([int(npus[0]) for npus in programs], np.int64)
-    prog_size = np.array([npus.size for npus in programs], np.int64)
-    arrays = (si, sf, *graph, prog_npu, prog_size, message_dim_bytes, mail_ptr,
-              float(packer.system.endpoint_delay_ns), shape_chunk_ptr, chunk_phase_ptr,
-              chunk_phases, np.array(packer.phase_queue, np.int64), phase_step_ptr,
-              step_delay, step_ns, phase_dim_bytes, queue_ptr,
-              int(packer.system.active_chunks))
-    sizes = (int(packer.network.npus), n_rows, len(PASSES), max(n_chunk_instances, 1),
-             max(n_events, 1))
-    return arrays, sizes
-
-
 def _record(network, workload: Workload, programs: list[np.ndarray], info: dict, ist,
             npu_state, layers, dim_bytes, busy_kind, busy_ref, busy_span,
             coll_end: float) -> RunRecord:
     """The run's :class:`RunRecord`, as the Python engine writes it."""
-    packer: _Packer = info["packer"]
+    packer: Packer = info["packer"]
     accounts = TimeAccounts(network.npus, len(workload.layers))
     (_, accounts.local_end, accounts.npu_finish, accounts.npu_compute,
-     accounts.npu_exposed, accounts.npu_bubble) = npu_state
+     accounts.npu_exposed, accounts.npu_bubble) = np.ascontiguousarray(npu_state.T)
     for npus in programs:   # a program's NPUs all did what its first did
         if npus.size > 1:
             for values in (accounts.npu_finish, accounts.npu_compute, accounts.npu_exposed,
@@ -368,7 +107,7 @@ def _layer_programs(info: dict, ist: np.ndarray, n_rows: int) -> list[set[int]]:
     """Programs charged per layer row: every compute and collective op, and the
     communication ops a wait was charged to."""
     si = info["si"]
-    charged = (si[0] <= 1) | (ist[3] == 1)
+    charged = (si[0] <= 1) | (ist[:, 3] == 1)
     pairs = np.unique(si[3][charged] * (int(si[1].max(initial=0)) + 1) + si[1][charged])
     out: list[set[int]] = [set() for _ in range(n_rows)]
     width = int(si[1].max(initial=0)) + 1
@@ -377,7 +116,7 @@ def _layer_programs(info: dict, ist: np.ndarray, n_rows: int) -> list[set[int]]:
     return out
 
 
-def _dim_busy(ndims: int, packer: _Packer, sends: list, busy_kind: np.ndarray,
+def _dim_busy(ndims: int, packer: Packer, sends: list, busy_kind: np.ndarray,
               busy_ref: np.ndarray, busy_span: np.ndarray) -> np.ndarray:
     """Per dimension, how long at least one of its phases or messages ran (the ledger's
     spans, in the order it received them)."""

@@ -258,6 +258,20 @@ def _dimension_phases(network: AnyNetwork, system: SystemConfig, collective: str
     return out
 
 
+def collective_chunks(network: AnyNetwork, system: SystemConfig, op, scope: tuple[int, ...],
+                      cache: dict[tuple, list[list[Phase]]]) -> list[list[Phase]]:
+    """The phases of every chunk of collective op ``op`` (``collective``, ``size``, ``dims``,
+    ``group``) issued by the NPUs ``scope``; phases are immutable, so collectives of one shape
+    share them through ``cache``."""
+    key = (op.collective, op.size, op.dims, op.group, scope)
+    chunks = cache.get(key)
+    if chunks is None:
+        chunks = cache[key] = assign_variants([collective_phases(
+            network, system, op.collective, c, dims=op.dims, group=op.group, scope=scope)
+            for c in chunk_sizes(op.size, system.splits)])
+    return chunks
+
+
 def assign_variants(chunks: list[list[Phase]]) -> list[list[Phase]]:
     """Number the phases of each dimension in chunk order, as ASTRA-sim creates them, so that
     successive uses of a double binary tree alternate between its two trees."""

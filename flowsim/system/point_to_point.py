@@ -26,9 +26,21 @@ Complete = Callable[[ProgramState, Op, Times], None]
 
 def peers(st: ProgramState, op: Op) -> np.ndarray:
     """The NPUs a send / recv op of program ``st`` talks to, one per NPU of the program."""
+    return _peers(st.npus, op)
+
+
+def _peers(npus: np.ndarray, op: Op) -> np.ndarray:
     if op.peer is not None:
         return np.array([op.peer], np.int64)
-    return st.npus + int(op.peer_offset or 0)
+    return npus + int(op.peer_offset or 0)
+
+
+def mailbox_key(npus: np.ndarray, op: Op, *, sending: bool) -> tuple[int, int, int]:
+    """Where a send meets its recv: (destination, source, tag) of the first NPUs of the
+    program ``npus`` and of its peers."""
+    own = int(npus[0])
+    peer = int(op.peer) if op.peer is not None else own + int(op.peer_offset or 0)
+    return (peer, own, op.tag) if sending else (own, peer, op.tag)
 
 
 class PointToPoint:
@@ -57,8 +69,7 @@ class PointToPoint:
 
     def send(self, st: ProgramState, op: Op, t: float) -> None:
         """Send ``op``'s message from every NPU of ``st`` at time ``t``."""
-        first = op.peer if op.peer is not None else int(st.npus[0]) + int(op.peer_offset or 0)
-        key = (int(first), int(st.npus[0]), op.tag)
+        key = mailbox_key(st.npus, op, sending=True)
         self.messages += st.npus.size
 
         def arrived(t_arrival: float) -> None:
@@ -69,11 +80,11 @@ class PointToPoint:
             if receiver is not None:
                 self._deliver(receiver, end, op)
 
-        self.schedule.message(self._route(st, op), float(op.size), t, self.delay, arrived)
+        self.schedule.message(self.route(st.npus, op), float(op.size), t, self.delay, arrived)
 
     def recv(self, st: ProgramState, op: Op) -> None:
         """Post receive ``op``; it completes now if its message has already arrived."""
-        key = (int(st.npus[0]), int(peers(st, op)[0]), op.tag)
+        key = mailbox_key(st.npus, op, sending=False)
         message = self.mailboxes.posted(key, st, op)
         if message is not None:
             self._deliver((st, op), *message)
@@ -90,18 +101,19 @@ class PointToPoint:
                 f"send (node {send.id}, tag {op.tag}) sends {send.size} B")
         self.complete(st, op, st.times.maximum(st.ready[op.id], arrival))
 
-    def _route(self, st: ProgramState, op: Op) -> StepTemplate:
+    def route(self, npus: np.ndarray, op: Op) -> StepTemplate:
+        """The messages of send ``op`` from every NPU of ``npus`` (a program's, sorted)."""
         # pipeline stages send the same pairs every micro-batch: a program's sends to one
         # peer are found by the program's NPU array itself (kept alive beside its template,
         # so its id is not reused), without hashing its thousands of ids at every send
-        mine = (id(st.npus), op.peer, int(op.peer_offset or 0))
+        mine = (id(npus), op.peer, int(op.peer_offset or 0))
         known = self._by_program.get(mine)
-        if known is not None and known[0] is st.npus:
+        if known is not None and known[0] is npus:
             return known[1]
-        src, dst = st.npus, peers(st, op)
+        src, dst = npus, _peers(npus, op)
         key = (src.tobytes(), dst.tobytes())
         template = self._templates.get(key)
         if template is None:
             template = self._templates[key] = route_messages(self.schedule.network, src, dst)
-        self._by_program[mine] = (st.npus, template)
+        self._by_program[mine] = (npus, template)
         return template

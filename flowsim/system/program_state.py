@@ -112,3 +112,16 @@ def program_state(index: int, program: Program, total_npus: int, *, uniform: boo
     return ProgramState(index, program, npus, scope, {op.id: k for k, op in enumerate(order)},
                         {op.id: op for op in order}, users, remaining,
                         rep=npus[:1] if uniform else npus)
+
+
+def uniform_program(program: Program, speed: np.ndarray, system) -> bool:
+    """Whether every NPU of a program does the same thing at the same time: one speed, no
+    memory ops (remote memories serve NPUs in turn), and no custom collectives (whose ranks
+    run programs of their own on the same NPUs). What other programs do cannot tell its NPUs
+    apart: a message arrives at one time for every NPU of its step."""
+    npus = np.asarray(program.npus)
+    if npus.size < 2 or system.custom:
+        return False
+    if np.any(speed[npus] != speed[npus[0]]):
+        return False
+    return not any(op.kind == "memory" for op in program.ops)

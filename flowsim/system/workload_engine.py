@@ -27,15 +27,16 @@ import numpy as np
 from ..results.workload import RunRecord
 from ..workload.graph import Op, Program, Workload
 from ..workload.memory import MemoryConfig
-from .accounting import TimeAccounts, note_pipeline
+from .accounting import TimeAccounts, layer_npus, note_pipeline
 from .config import SystemConfig
 from .custom import issue_custom
 from .deadlock import deadlock_error
 from .memory_servers import MemoryServers
 from .npu_times import Times
-from .phases import assign_variants, chunk_sizes, collective_phases
+from .op_prices import compute_op_ns
+from .phases import collective_chunks
 from .point_to_point import PointToPoint, peers
-from .program_state import ProgramState, program_state
+from .program_state import ProgramState, program_state, uniform_program
 from .rendezvous import CollectiveRendezvous
 from .scheduler import Schedule
 
@@ -105,21 +106,10 @@ class WorkloadEngine:
         self.timeline: list[dict] = []
 
     def _state(self, index: int, program: Program) -> ProgramState:
-        st = program_state(index, program, self.net.npus, uniform=self._uniform(program))
+        st = program_state(index, program, self.net.npus,
+                           uniform=uniform_program(program, self.speed, self.system))
         st.speed = st.times.read(self.speed)
         return st
-
-    def _uniform(self, program: Program) -> bool:
-        """Whether every NPU of a program does the same thing at the same time: one speed, no
-        memory ops (remote memories serve NPUs in turn), and no custom collectives (whose
-        ranks run programs of their own on the same NPUs). What other programs do cannot
-        tell its NPUs apart: a message arrives at one time for every NPU of its step."""
-        npus = np.asarray(program.npus)
-        if npus.size < 2 or self.system.custom:
-            return False
-        if np.any(self.speed[npus] != self.speed[npus[0]]):
-            return False
-        return not any(op.kind == "memory" for op in program.ops)
 
     def add_program(self, program: Program, *, origin: float,
                     on_finish: Callable[[float], None]) -> ProgramState:
@@ -230,7 +220,7 @@ class WorkloadEngine:
             return
         duration = op.duration_ns
         if duration == 0.0 and self.compute is not None:
-            duration = self._price(op, self.compute)
+            duration = compute_op_ns(op, self.compute, self._priced)
         tv = st.times
         durations = duration / st.speed
         free = tv.read(self.compute_free)
@@ -256,18 +246,6 @@ class WorkloadEngine:
         tv.raise_to(self.accounts.local_end, end)
         self._complete(st, op, end)
 
-    def _price(self, op: Op, compute: ComputeModel) -> float:
-        """A compute op's time from its kernels (memoised per kernels tuple: generators share
-        one tuple between the ops of every micro-batch), or from its FLOPs and bytes."""
-        if not op.kernels:
-            return compute.work_ns(op.flops, op.mem_bytes) \
-                if (op.flops or op.mem_bytes) else 0.0
-        memo = self._priced.get(id(op.kernels))
-        if memo is None:
-            memo = self._priced[id(op.kernels)] = (op.kernels,
-                                                   compute.kernels_ns(op.kernels))
-        return memo[1]
-
     # collectives
     def _arrive(self, st: ProgramState, op: Op, t: float) -> None:
         """An op reaches a collective; issue it once every NPU taking part has."""
@@ -281,12 +259,7 @@ class WorkloadEngine:
 
     def _issue(self, op: Op, members: list[tuple[ProgramState, Op]], t: float,
                scope: tuple[int, ...]) -> None:
-        key = (op.collective, op.size, op.dims, op.group, scope)
-        chunks = self._phase_cache.get(key)
-        if chunks is None:   # phases are immutable: collectives of one shape share them
-            chunks = self._phase_cache[key] = assign_variants([collective_phases(
-                self.net, self.system, op.collective, c, dims=op.dims, group=op.group,
-                scope=scope) for c in chunk_sizes(op.size, self.system.splits)])
+        chunks = collective_chunks(self.net, self.system, op, scope, self._phase_cache)
         self.collectives += 1
 
         def done(t_end: float) -> None:
@@ -325,27 +298,22 @@ class WorkloadEngine:
                       max(sched.ledger.collective_end.values(), default=0.0))
         return accounts.record(
             time_ns=time_ns, dim_bytes=sched.ledger.dim_bytes.copy(),
-            layer_npus=self._layer_npus(accounts.layer_programs),
+            layer_npus=layer_npus(accounts.layer_programs,
+                                  [st.npus for st in self.states]),
             dim_busy_ns=sched.ledger.dim_busy_ns(), collectives=self.collectives,
             messages=self.p2p.messages, stats=sched.timer.stats(), timeline=self.timeline)
 
 
-    def _layer_npus(self, layer_programs) -> np.ndarray:
-        """NPUs running each layer: those of its programs (the layers of a pipeline stage
-        share one set of programs, counted once)."""
-        counted: dict[tuple[int, ...], int] = {}
-        out = []
-        for programs in map(tuple, map(sorted, layer_programs)):
-            if programs not in counted:
-                counted[programs] = np.unique(np.concatenate(
-                    [self.states[i].npus for i in programs])).size if programs else 0
-            out.append(counted[programs])
-        return np.array(out)
+def run_workload(network, workload: Workload, system: SystemConfig, model: str, *,
+                 compiled: bool = True, **options) -> RunRecord:
+    """Run ``workload`` to completion (see :class:`WorkloadEngine`); the analytical model
+    runs in the compiled loop of :mod:`.analytical_loop` where it can."""
+    if model == "analytical" and compiled:
+        from .analytical_loop import run_compiled
 
-
-def run_workload(network, workload: Workload, system: SystemConfig, model: str,
-                 **options) -> RunRecord:
-    """Run ``workload`` to completion (see :class:`WorkloadEngine`)."""
+        record = run_compiled(network, workload, system, **options)
+        if record is not None:
+            return record
     return WorkloadEngine(network, workload, system, model, **options).run()
 
 
