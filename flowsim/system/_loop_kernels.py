@@ -101,9 +101,10 @@ def run_loop(si, sf, dep_ptr, dep_idx, ctrl_ptr, ctrl_idx, user_ptr, user_idx, r
     n_busy = 0
     # work lists: completions (op, end, seen), ops made ready, chunks to queue (in order)
     done_g, done_t = np.empty(4, np.int64), np.empty((4, 2))
+    meet, meet_t = np.empty((2, 2), np.int64), np.empty(2)   # (receive, send), arrival
     ready_ops = np.empty(n_ops, np.int64)
     to_queue = np.empty(max(n_chunk_instances, 1), np.int64)
-    n_done = n_ready = n_to_queue = finished = 0
+    n_done = n_ready = n_to_queue = n_meet = finished = 0
     for g in range(n_ops):
         if remaining[g] == 0:
             ready_ops[n_ready] = g
@@ -113,6 +114,15 @@ def run_loop(si, sf, dep_ptr, dep_idx, ctrl_ptr, ctrl_idx, user_ptr, user_idx, r
     stage, then = STARTING, EVENTS
     while True:
         # ---- work lists first: what the engine does inside the call that caused it
+        while n_meet > 0:   # a receive meets its message: done when both are there
+            n_meet -= 1
+            r, sender = meet[n_meet, 0], meet[n_meet, 1]
+            if si[r, SIZE] and si[r, SIZE] != si[sender, SIZE]:
+                status |= SIZE_MISMATCH
+            ready, arrival = fs[r, READY], meet_t[n_meet]
+            end = ready if ready >= arrival else arrival
+            done_g[n_done], done_t[n_done, 0], done_t[n_done, 1] = r, end, end
+            n_done += 1
         while n_done > 0:   # an op completes: its users may become ready
             n_done -= 1
             g = done_g[n_done]
@@ -278,14 +288,10 @@ def run_loop(si, sf, dep_ptr, dep_idx, ctrl_ptr, ctrl_idx, user_ptr, user_idx, r
             else:   # a receive: its message may be there already
                 k = si[g, MAILBOX]
                 if box_head[k] < box_tail[k]:
-                    sender, arrival = box_op[box_head[k]], box_t[box_head[k]]
+                    meet[n_meet, 0], meet[n_meet, 1] = g, box_op[box_head[k]]
+                    meet_t[n_meet] = box_t[box_head[k]]
+                    n_meet += 1
                     box_head[k] += 1
-                    if si[g, SIZE] and si[g, SIZE] != si[sender, SIZE]:
-                        status |= SIZE_MISMATCH
-                    ready = fs[g, READY]
-                    end = ready if ready >= arrival else arrival
-                    done_g[n_done], done_t[n_done, 0], done_t[n_done, 1] = g, end, end
-                    n_done += 1
                 else:
                     recv_op[recv_tail[k]] = g
                     recv_tail[k] += 1
@@ -333,14 +339,9 @@ def run_loop(si, sf, dep_ptr, dep_idx, ctrl_ptr, ctrl_idx, user_ptr, user_idx, r
             n_done += 1
             k = si[g, MAILBOX]
             if recv_head[k] < recv_tail[k]:
-                r = recv_op[recv_head[k]]
+                meet[n_meet, 0], meet[n_meet, 1], meet_t[n_meet] = recv_op[recv_head[k]], g, end
+                n_meet += 1
                 recv_head[k] += 1
-                if si[r, SIZE] and si[r, SIZE] != si[g, SIZE]:
-                    status |= SIZE_MISMATCH
-                ready = fs[r, READY]
-                arrival = ready if ready >= end else end
-                done_g[n_done], done_t[n_done, 0], done_t[n_done, 1] = r, arrival, arrival
-                n_done += 1
             else:
                 box_op[box_tail[k]], box_t[box_tail[k]] = g, end
                 box_tail[k] += 1

@@ -10,6 +10,9 @@ number is the one the Python engine computes. ``None`` for an op the loop does n
 
 from __future__ import annotations
 
+from itertools import chain, repeat
+from operator import attrgetter
+
 import numpy as np
 
 from ..collectives import base_algorithm
@@ -145,18 +148,20 @@ def _pack_program(packer: Packer, p: int, program, npus: np.ndarray, offset: int
     its data and control dependencies (lengths, global op indices)."""
     order, deps, ctrls = _ordered(program)
     n = len(order)
-    kinds = np.array([_KINDS.get(op.kind, -1) for op in order], np.int64)
-    if np.any(kinds < 0) or any(op.host for op in order):
+    kinds = np.fromiter(map(_KINDS.get, map(attrgetter("kind"), order), repeat(-1)),
+                        np.int64, n)
+    if np.any(kinds < 0) or any(map(attrgetter("host"), order)):
         return None
     si = np.zeros((9, n), np.int64)
     sf = np.zeros((4, n))
     si[0], si[1], si[2] = kinds, p, np.arange(n)
-    layer = np.array([op.layer for op in order], np.int64)
+    layer = np.fromiter(map(attrgetter("layer"), order), np.int64, n)
     si[3] = np.where(layer >= 0, layer, n_rows - 1)
-    si[4] = [_PASS_COLUMN.get(op.pass_, 0) for op in order]
-    si[8] = [op.size for op in order]
-    sf[1] = [op.gap_ns for op in order]
-    sf[2] = [op.update_delay_ns for op in order]
+    si[4] = np.fromiter(map(_PASS_COLUMN.get, map(attrgetter("pass_"), order), repeat(0)),
+                        np.int64, n)
+    si[8] = np.fromiter(map(attrgetter("size"), order), np.int64, n)
+    sf[1] = np.fromiter(map(attrgetter("gap_ns"), order), np.float64, n)
+    sf[2] = np.fromiter(map(attrgetter("update_delay_ns"), order), np.float64, n)
     computes = np.flatnonzero(kinds == 0)
     sf[0, computes] = np.array(_compute_ns([order[k] for k in computes.tolist()], compute),
                                np.float64) / npu_speed
@@ -195,9 +200,9 @@ def _ordered(program) -> tuple[list, tuple[np.ndarray, np.ndarray],
     dependencies as (lengths, positions). A generator's ops are in that order already (ids
     are positions, dependencies point earlier): checked here on arrays."""
     ops = program.ops
-    if [op.id for op in ops] == list(range(len(ops))):
-        deps = _flat([op.deps for op in ops])
-        ctrls = _flat([op.ctrl_deps for op in ops])
+    if list(map(attrgetter("id"), ops)) == list(range(len(ops))):
+        deps = _flat(list(map(attrgetter("deps"), ops)))
+        ctrls = _flat(list(map(attrgetter("ctrl_deps"), ops)))
         if _earlier(*deps) and _earlier(*ctrls):
             return ops, deps, ctrls
     order = topological_order(program)
@@ -207,8 +212,8 @@ def _ordered(program) -> tuple[list, tuple[np.ndarray, np.ndarray],
 
 
 def _flat(lists: list) -> tuple[np.ndarray, np.ndarray]:
-    return (np.array([len(x) for x in lists], np.int64),
-            np.array([d for x in lists for d in x], np.int64))
+    return (np.fromiter(map(len, lists), np.int64, len(lists)),
+            np.fromiter(chain.from_iterable(lists), np.int64))
 
 
 def _earlier(lengths: np.ndarray, flat: np.ndarray) -> bool:
