@@ -29,7 +29,8 @@ _PASS_COLUMN = {name: k for k, name in enumerate(PASSES)}
 
 
 class Packer:
-    """Collects the per-op, per-shape and per-phase arrays of :func:`run_loop`."""
+    """Collects the per-shape, per-phase, per-queue and per-mailbox tables of a run, with
+    the scheduler and point-to-point objects that price them."""
 
     def __init__(self, network, system: SystemConfig, programs: list[np.ndarray]) -> None:
         self.network, self.system = network, system
@@ -102,6 +103,7 @@ class Packer:
                 self.queue_uses[self.phase_queue[ph]] += times
 
     def mailbox(self, npus: np.ndarray, op, sending: bool) -> int:
+        """The mailbox a send or recv of the program on ``npus`` meets in (counted)."""
         box = self.boxes.setdefault(mailbox_key(npus, op, sending=sending), len(self.boxes))
         if box == len(self.box_sends):
             self.box_sends.append(0)
@@ -111,9 +113,10 @@ class Packer:
 
 
 def pack(network, workload: Workload, system: SystemConfig, programs: list[np.ndarray],
-          speed: np.ndarray, compute):
-    """The arrays of :func:`run_loop`, its sizes, and what :func:`_record` needs; ``None``
-    for an op the loop does not take."""
+         speed: np.ndarray, compute):
+    """The arguments of :func:`~._loop_kernels.run_loop` (arrays, then sizes) and what
+    :mod:`.analytical_loop` needs to write the record; ``None`` for an op the loop does not
+    take. ``programs``: each program's NPUs, sorted; ``speed``: per NPU."""
     packer = Packer(network, system, programs)
     n_rows = len(workload.layers) + 1
     columns = []
@@ -126,8 +129,8 @@ def pack(network, workload: Workload, system: SystemConfig, programs: list[np.nd
             return None
         columns.append(packed)
         offset += packed[0].shape[1]
-    si, sf, message_dim_bytes = (np.concatenate([c[k] for c in columns], axis=0 if k == 2 else 1)
-                                 for k in range(3))
+    si, sf = (np.concatenate([c[k] for c in columns], axis=1) for k in (0, 1))
+    message_dim_bytes = np.concatenate([c[2] for c in columns])
     dep_ptr, dep_idx = _csr_of([c[3] for c in columns], [c[4] for c in columns])
     ctrl_ptr, ctrl_idx = _csr_of([c[5] for c in columns], [c[6] for c in columns])
     user_ptr, user_idx, remaining = _users(dep_ptr, dep_idx, ctrl_ptr, ctrl_idx)
@@ -262,7 +265,7 @@ def _csr(lists: list[list]) -> tuple[np.ndarray, np.ndarray]:
 
 def _arrays(packer: Packer, si, sf, graph, programs, message_dim_bytes, collectives,
             n_sends: int, n_rows: int):
-    """The argument tuples of :func:`run_loop`."""
+    """The arguments of :func:`~._loop_kernels.run_loop`: its arrays, then its sizes."""
     chunk_lists = [chunk for lists in packer.shape_chunks for chunk in lists]
     shape_chunk_ptr = np.zeros(len(packer.shape_chunks) + 1, np.int64)
     shape_chunk_ptr[1:] = np.cumsum([len(lists) for lists in packer.shape_chunks])
