@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flowsim
-from conftest import REPO, ring, same_records
+from conftest import REPO, loaded_after, ring, same_records
 from flowsim.errors import SimulationError
 from flowsim.system.analytical_loop import run_compiled
 from flowsim.workload.graph import Op, Program, Workload
@@ -198,3 +198,23 @@ def test_ring_training_loop_is_taken():
     system = flowsim.load_system(None)
     record = run_compiled(net, work, system, speed=np.ones(8))
     assert record is not None and record.collectives == 1 and record.time_ns > 10.0
+
+
+def test_small_runs_load_numba_only_once_they_add_up():
+    """A one-off small run stays in Python (no Numba start-up); a sweep of them switches to
+    the compiled loop once their ops add up, with the same results."""
+    code = """
+import sys
+import flowsim
+from flowsim.workload.graph import Op, spmd
+ops = [Op(0, "compute", duration_ns=1.0)] + [
+    Op(i, "collective", collective="all_reduce", size=1 << 12, deps=(i - 1,))
+    for i in range(1, 1000)]
+work = spmd(ops, 8)
+net = {"topology": ["Ring"], "npus_count": [8], "bandwidth": [50], "latency": [500]}
+first = flowsim.run_training(net, work).record.time_ns
+assert "numba" not in sys.modules
+times = {flowsim.run_training(net, work).record.time_ns for _ in range(25)}
+assert times == {first}, (times, first)
+"""
+    assert loaded_after(code, ("numba",)) == {"numba"}

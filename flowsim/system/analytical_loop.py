@@ -13,8 +13,9 @@ It takes the runs where every program tracks one NPU (uniform SPMD programs, pip
 stages), phases are barrier phases, and there are no memory, host or custom-collective ops,
 no timeline and no cap on collectives in flight; anything else, and any run the loop
 reports a problem with (a deadlock, a message nobody receives), goes to the Python engine,
-which raises the error. A small run in a process that has not loaded Numba stays in Python
-too (loading it costs more than the loop saves below :data:`COMPILED_FROM_OPS` ops): the
+which raises the error. Small runs in a process that has not loaded Numba stay in Python
+too, until they add up to :data:`COMPILED_FROM_OPS` ops (loading Numba costs more than the
+loop saves below that: a one-off small run never pays it, a sweep's points soon do); the
 results are the same either way.
 """
 
@@ -31,9 +32,12 @@ from .accounting import TimeAccounts, layer_npus
 from .config import SystemConfig
 from .loop_arrays import Packer, pack
 
-#: the fewest ops for which the loop loads Numba (~0.3 s) when nothing else has: the
-#: Python engine takes about 15 us per op, the compiled loop under 1 us
+#: the ops a process runs in the Python engine before the loop loads Numba (~0.55 s) when
+#: nothing else has: the engine takes about 15 us per op, the compiled loop under 1 us, so a
+#: run this big, or a sweep's points once they add up to it, are faster compiled
 COMPILED_FROM_OPS = 20_000
+#: ops this process ran in the Python engine for want of Numba
+_python_ops = 0
 
 
 def run_compiled(network, workload: Workload, system: SystemConfig, *, speed: np.ndarray,
@@ -54,9 +58,12 @@ def run_compiled(network, workload: Workload, system: SystemConfig, *, speed: np
         programs.append(npus)
     if len(programs) > 1 and any(npus.size == 1 for npus in programs):
         return None   # one-NPU programs meet in collectives at run time (rendezvous)
-    if "numba" not in sys.modules and \
-            sum(len(program.ops) for program in workload.programs) < COMPILED_FROM_OPS:
-        return None   # importing Numba would cost more than the loop saves
+    global _python_ops
+    if "numba" not in sys.modules and _python_ops < COMPILED_FROM_OPS:
+        ops = sum(len(program.ops) for program in workload.programs)
+        if _python_ops + ops < COMPILED_FROM_OPS:
+            _python_ops += ops   # loading Numba would cost more than the loop saves, so far
+            return None
     packed = pack(network, workload, system, programs, speed, compute)
     if packed is None:
         return None
