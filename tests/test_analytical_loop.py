@@ -218,3 +218,19 @@ times = {flowsim.run_training(net, work).record.time_ns for _ in range(25)}
 assert times == {first}, (times, first)
 """
     assert loaded_after(code, ("numba",)) == {"numba"}
+
+
+def test_phase_structures_are_kept_for_the_last_networks():
+    from flowsim.system import shapes
+
+    system = flowsim.load_system("nccl")
+    nets = [flowsim.load_network(ring(8, bw=10.0 + k)) for k in range(shapes.KEPT_SHAPES + 1)]
+    first = shapes.phase_shapes(nets[0], system, lowest_dim_for_flat=True, replicate=True)
+    assert shapes.phase_shapes(nets[0], system, lowest_dim_for_flat=True,
+                               replicate=True) is first
+    assert shapes.phase_shapes(nets[0], system, lowest_dim_for_flat=False,
+                               replicate=True) is not first
+    for net in nets[1:]:
+        shapes.phase_shapes(net, system, lowest_dim_for_flat=True, replicate=True)
+    assert shapes.phase_shapes(nets[0], system, lowest_dim_for_flat=True,
+                               replicate=True) is not first   # evicted, built again

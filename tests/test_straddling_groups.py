@@ -104,6 +104,8 @@ def test_straddling_view_times_what_the_exact_view_times(three_nodes, monkeypatc
         raise ConfigError("forced")
 
     monkeypatch.setattr(view_module, "factor_dims", refuse)
+    # views are kept on their network: the forced one in a set of its own, for this test
+    monkeypatch.setitem(three_nodes.__dict__, "_logical_views", {})
     assert isinstance(transformer(three_nodes, **keys).network, StraddlingView)
     forced = flowsim.simulate(three_nodes, spec, "nccl", model=model)
     assert forced.sizes["dim"] <= exact.sizes["dim"]

@@ -18,7 +18,7 @@ from .npu_times import Times
 from .program_state import ProgramState
 from .rendezvous import Mailboxes
 from .scheduler import Schedule
-from .templates import StepTemplate, route_messages
+from .templates import StepTemplate
 
 #: completes an op of a program at per-NPU times
 Complete = Callable[[ProgramState, Op, Times], None]
@@ -62,7 +62,6 @@ class PointToPoint:
         self.delay = endpoint_delay_ns
         self.complete = complete
         self.mailboxes = Mailboxes()
-        self._templates: dict[tuple[bytes, bytes], StepTemplate] = {}
         self._by_program: dict[tuple, tuple[np.ndarray, StepTemplate]] = {}
         #: messages sent (one per NPU of a sending program)
         self.messages = 0
@@ -110,10 +109,6 @@ class PointToPoint:
         known = self._by_program.get(mine)
         if known is not None and known[0] is npus:
             return known[1]
-        src, dst = npus, _peers(npus, op)
-        key = (src.tobytes(), dst.tobytes())
-        template = self._templates.get(key)
-        if template is None:
-            template = self._templates[key] = route_messages(self.schedule.network, src, dst)
+        template = self.schedule.shapes.messages(npus, _peers(npus, op))
         self._by_program[mine] = (npus, template)
         return template

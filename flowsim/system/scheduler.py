@@ -38,7 +38,7 @@ from .dag_phases import DagPhases
 from .ledger import Ledger
 from .phase_plan import PhasePlan
 from .phases import Phase
-from .shapes import PhaseShapes, replicable_phase
+from .shapes import phase_shapes, replicable_phase
 from .templates import StepTemplate
 from .timer import Timer, make_timer
 
@@ -79,8 +79,8 @@ class Schedule:
         self.replicate = replicate
         self.npu_finish = npu_finish
         self.timer: Timer = make_timer(model, network, replay=replay, keep_flows=trace)
-        self.shapes = PhaseShapes(network, system, replicate=replicate,
-                                  lowest_dim_for_flat=self.timer.prices_flat_by_lowest_dim)
+        self.shapes = phase_shapes(network, system, replicate=replicate,
+                                   lowest_dim_for_flat=self.timer.prices_flat_by_lowest_dim)
         self.ledger = Ledger(network.npus, network.ndims)
         self.dags = DagPhases(self.shapes, self.timer, self.ledger, self.when)
         #: step log for timelines (see :mod:`flowsim.results.trace`), kept only when tracing

@@ -7,6 +7,8 @@ timer.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 from ..collectives import base_algorithm
@@ -28,6 +30,31 @@ def replicable_phase(phase: Phase) -> bool:
     return (len(phase.dims) == 1 and not phase.flat and not phase.members and
             phase.collective in REPLICABLE_COLLECTIVES
             and not base_algorithm(phase.algorithm).per_npu_only)
+
+
+#: how many networks' phase structures :func:`phase_shapes` keeps (a 131,072-GPU network's
+#: may hold a few hundred MB of routed templates)
+KEPT_SHAPES = 4
+_kept: OrderedDict[tuple, tuple[object, PhaseShapes]] = OrderedDict()
+
+
+def phase_shapes(network, system: SystemConfig, *, lowest_dim_for_flat: bool,
+                 replicate: bool) -> PhaseShapes:
+    """The :class:`PhaseShapes` of ``network`` under ``system``, kept for the
+    :data:`KEPT_SHAPES` most recently used: nothing in them depends on time, and a loaded
+    network is cached by config, so runs on one network (a sweep of workloads, an
+    optimizer's loop, a spec run again) build each phase's steps, routes and plan once."""
+    key = (id(network), system, lowest_dim_for_flat, replicate)
+    kept = _kept.get(key)
+    if kept is not None and kept[0] is network:   # (the entry keeps its network alive)
+        _kept.move_to_end(key)
+        return kept[1]
+    shapes = PhaseShapes(network, system, replicate=replicate,
+                         lowest_dim_for_flat=lowest_dim_for_flat)
+    _kept[key] = (network, shapes)
+    while len(_kept) > KEPT_SHAPES:
+        _kept.popitem(last=False)
+    return shapes
 
 
 class PhaseShapes:
@@ -56,6 +83,7 @@ class PhaseShapes:
         self._dags: dict[tuple, PhaseDag] = {}
         # the plan references its templates, so their ids in the key stay unique
         self._plans: dict[tuple[int, float], PhasePlan] = {}
+        self._messages: dict[tuple[bytes, bytes], StepTemplate] = {}
 
     # ------------------------------------------------------------------ steps and groups
     def steps(self, phase: Phase) -> list[Step]:
@@ -178,6 +206,14 @@ class PhaseShapes:
 
     def dim_bytes_per_byte(self, template: StepTemplate) -> np.ndarray:
         return template.dim_bytes_per_byte(self.network.link_dim, self.network.ndims)
+
+    def messages(self, src: np.ndarray, dst: np.ndarray) -> StepTemplate:
+        """The routed point-to-point messages from NPUs ``src`` to ``dst`` (one each)."""
+        key = (src.tobytes(), dst.tobytes())
+        template = self._messages.get(key)
+        if template is None:
+            template = self._messages[key] = route_messages(self.network, src, dst)
+        return template
 
     def plan(self, phase: Phase) -> PhasePlan:
         """Sizes, delays and accounting of a barrier phase, for timing it at once."""

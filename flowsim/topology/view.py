@@ -289,12 +289,22 @@ def logical_view(base, groups: tuple[int, ...]) -> tuple[object, tuple[tuple[int
     dims of each group: the base itself when its dimensions already do, a
     :class:`LogicalView` when the groups cut them where they divide (:func:`factor_dims`),
     else a :class:`StraddlingView` (a group holds uneven parts of several dimensions).
+    Kept on ``base`` per ``groups``: workloads built for one network and layout share one
+    view, and with it the phase structures cached on it.
 
     Raises
     ------
     ConfigError
         The groups do not multiply to the NPU count.
     """
+    kept = base.__dict__.setdefault("_logical_views", {})
+    key = tuple(int(g) for g in groups)
+    if key not in kept:
+        kept[key] = _logical_view(base, key)
+    return kept[key]
+
+
+def _logical_view(base, groups: tuple[int, ...]) -> tuple[object, tuple[tuple[int, ...], ...]]:
     try:
         pieces, owned = factor_dims(tuple(int(s) for s in base.dims), groups)
     except ConfigError:
