@@ -183,16 +183,19 @@ def _pack_program(packer: Packer, p: int, program, npus: np.ndarray, offset: int
     si[6, collectives] = [default_policy if order[k].priority == "default"
                           else _POLICIES[order[k].priority] for k in collectives.tolist()]
     message_dim_bytes = np.zeros((n, packer.network.ndims))
-    for k in np.flatnonzero(kinds >= 2).tolist():
-        op = order[k]
-        sending = bool(kinds[k] == 2)
-        si[7, k] = packer.mailbox(npus, op, sending)
-        if sending:
-            template = packer.p2p.route(npus, op)
-            sends.append((offset + k, template))
-            sf[3, k] = template.duration(float(op.size))
-            message_dim_bytes[k] = packer.schedule.shapes.dim_bytes_per_byte(template) * \
-                float(op.size)
+    messages = np.flatnonzero(kinds >= 2)
+    si[7, messages] = [packer.mailbox(npus, order[k], kind == 2)
+                       for k, kind in zip(messages.tolist(), kinds[messages].tolist())]
+    posts = messages[kinds[messages] == 2].tolist()
+    if posts:
+        ops = [order[k] for k in posts]
+        templates = [packer.p2p.route(npus, op) for op in ops]
+        sizes = [float(op.size) for op in ops]
+        sf[3, posts] = [t.duration(size) for t, size in zip(templates, sizes)]
+        message_dim_bytes[posts] = np.array(
+            [packer.schedule.shapes.dim_bytes_per_byte(t) for t in templates]) * \
+            np.array(sizes)[:, None]
+        sends.extend(zip([offset + k for k in posts], templates))
     return (si, sf, message_dim_bytes, deps[0], deps[1] + offset, ctrls[0],
             ctrls[1] + offset)
 

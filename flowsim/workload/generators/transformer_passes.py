@@ -78,12 +78,14 @@ class PassBuilder:
     def compute(self, name: str, kernels: tuple[Kernel, ...], layer: int, pass_: str,
                 deps: Frontier = ()) -> int:
         """A compute op after the previous one on the stream, needing ``deps``' data."""
-        ctrl = () if self.last is None else (self.last,)
+        last = self.last
         kernels, flops, mem_bytes = self._interned(kernels)
-        self.last = self.add(kind="compute", name=name, kernels=kernels, flops=flops,
-                             mem_bytes=mem_bytes,
-                             deps=tuple(d for d in deps if d != self.last), ctrl_deps=ctrl,
-                             layer=layer, pass_=pass_)
+        # built here, not through add(): a 16K-GPU iteration makes 26 K of them
+        self.last = op_id = len(self.ops)
+        self.ops.append(Op(op_id, "compute", name, kernels=kernels, flops=flops,
+                           mem_bytes=mem_bytes, deps=tuple(d for d in deps if d != last),
+                           ctrl_deps=() if last is None else (last,), layer=layer,
+                           pass_=pass_))
         if pass_ == "wg":
             self.last_wgrad = self.last
         return self.last
@@ -102,8 +104,10 @@ class PassBuilder:
 
     def collective(self, name: str, collective: str, size: int, dims: tuple[int, ...],
                    layer: int, pass_: str, deps: Frontier) -> int:
-        return self.add(kind="collective", name=name, collective=collective, size=int(size),
-                        dims=dims, deps=deps, layer=layer, pass_=pass_)
+        op_id = len(self.ops)
+        self.ops.append(Op(op_id, "collective", name, collective=collective, size=int(size),
+                           dims=dims, deps=deps, layer=layer, pass_=pass_))
+        return op_id
 
     def tp_block(self, name: str, kernels: tuple[Kernel, ...], layer: int, pass_: str,
                  x: Frontier, *, gather: bool, reduce: bool, after: Frontier = (),
