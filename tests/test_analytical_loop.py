@@ -51,6 +51,17 @@ def assert_same(monkeypatch, network, workload, system=None, **options):
     return python
 
 
+#: hypothesis settings of the random workloads (each example runs both engines)
+RANDOM_CASES = settings(max_examples=60, deadline=None,
+                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def assert_same_on(network, workload) -> None:
+    """:func:`assert_same` outside a test's own monkeypatch (hypothesis examples)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        assert_same(monkeypatch, network, workload)
+
+
 CLUSTER = {"cluster": {"device": "h100_sxm_80gb", "nodes": 4, "gpus_per_node": 8,
                        "nic_gbps": 400, "nics_per_node": 8}}
 DENSE = dict(generator="transformer", layers=8, hidden=1024, ffn=4096, heads=16, kv_heads=4,
@@ -146,12 +157,59 @@ NETWORK = {"topology": ["Ring", "Switch", "Ring"], "npus_count": [2, 4, 2],
            "bandwidth": [50, 25, 12.5], "latency": [500, 700, 1000]}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.data_too_large])
+@RANDOM_CASES
 @given(pipelines())
 def test_random_pipelines_equal_the_python_engine(workload):
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        assert_same(monkeypatch, NETWORK, workload)
+    assert_same_on(NETWORK, workload)
+
+
+@st.composite
+def ranks(draw):
+    """Four one-NPU programs (a trace per rank) meeting in the same collectives, over all
+    ranks or in pairs (explicit groups), with compute between them at random; a rank's
+    node ids may be shuffled (its collectives keeping their order), which makes its node
+    order no issue order."""
+    plan = draw(st.lists(st.tuples(st.sampled_from(["all_reduce", "all_gather",
+                                                    "reduce_scatter"]),
+                                   st.booleans(), st.integers(1, 1 << 22)),
+                         min_size=1, max_size=5))
+    programs = []
+    for rank in range(4):
+        specs: list[dict] = []
+        last_collective = None
+        for collective, pairs, size in plan:
+            for _ in range(draw(st.integers(0, 2))):
+                deps = draw(st.lists(st.sampled_from(range(len(specs))), max_size=2)) \
+                    if specs else []
+                specs.append(dict(kind="compute", duration_ns=draw(st.floats(0, 5e4)),
+                                  deps=tuple(sorted(set(deps))), layer=draw(st.integers(-1, 1))))
+            deps = [len(specs) - 1] if specs else []
+            if last_collective is not None and draw(st.booleans()):
+                deps.append(last_collective)
+            last_collective = len(specs)
+            specs.append(dict(kind="collective", collective=collective, size=size,
+                              group=((0, 1) if rank < 2 else (2, 3)) if pairs else (),
+                              deps=tuple(sorted(set(deps))), update_delay_ns=10.0))
+        ids = list(range(len(specs)))
+        if draw(st.booleans()):   # shuffled, collectives keeping their relative order
+            ids = draw(st.permutations(ids))
+            colls = [k for k, sp in enumerate(specs) if sp["kind"] == "collective"]
+            for k, new in zip(colls, sorted(ids[k] for k in colls)):
+                ids[k] = new
+        ops = [Op(id=ids[k], **{**sp, "deps": tuple(ids[d] for d in sp["deps"])})
+               for k, sp in enumerate(specs)]
+        programs.append(Program(ops, np.array([rank]), f"<rank {rank}>"))
+    return Workload(programs, ["a", "b"], "ranks")
+
+
+FOUR = {"topology": ["Ring", "Switch"], "npus_count": [2, 2], "bandwidth": [50, 25],
+        "latency": [500, 900]}
+
+
+@RANDOM_CASES
+@given(ranks())
+def test_ranks_meeting_in_collectives_equal_the_python_engine(workload):
+    assert_same_on(FOUR, workload)
 
 
 # ---------------------------------------------------------------------- what it leaves alone
@@ -161,6 +219,14 @@ def test_runs_it_does_not_take_go_to_the_python_engine(monkeypatch):
     assert fast is None   # NPUs of one program at different speeds: per-NPU times
     fast, _ = both(monkeypatch, CLUSTER, spec, {**NCCL, "step-synchronization": "per_npu"})
     assert fast is None
+
+
+def test_one_rank_programs_beside_bigger_ones_go_to_the_python_engine():
+    work = Workload([Program([Op(0, "compute", duration_ns=5.0)], np.arange(3)),
+                     Program([Op(0, "compute", duration_ns=7.0)], np.array([3]))])
+    net = flowsim.load_network({"topology": ["Ring"], "npus_count": [4], "bandwidth": [50],
+                                "latency": [500]})
+    assert run_compiled(net, work, flowsim.load_system(None), speed=np.ones(4)) is None
 
 
 def test_a_deadlock_is_reported_by_the_python_engine(monkeypatch):
@@ -234,3 +300,25 @@ def test_phase_structures_are_kept_for_the_last_networks():
         shapes.phase_shapes(net, system, lowest_dim_for_flat=True, replicate=True)
     assert shapes.phase_shapes(nets[0], system, lowest_dim_for_flat=True,
                                replicate=True) is not first   # evicted, built again
+
+
+def test_meetings_keep_their_communicators_order_where_traces_give_one(monkeypatch):
+    """Two ranks reach their second collective (an all-gather) at once and their first (an
+    all-reduce) after a long compute. Where the traces' node order is an issue order, the
+    all-gather waits for the all-reduce, as on one NCCL communicator; where it is not (a
+    dependency points to a later node), it is issued as soon as both ranks are in and runs
+    during the compute."""
+    def ranks(compute_id: int) -> Workload:
+        return Workload([Program([
+            Op(compute_id, "compute", duration_ns=1e6),
+            Op(1, "collective", collective="all_reduce", size=1 << 24, deps=(compute_id,)),
+            Op(2, "collective", collective="all_gather", size=1 << 22)],
+            np.array([npu]), f"<rank {npu}>") for npu in range(2)])
+
+    net = {"topology": ["Ring"], "npus_count": [2], "bandwidth": [50], "latency": [500]}
+    ordered = assert_same(monkeypatch, net, ranks(0)).time_ns
+    unordered = assert_same(monkeypatch, net, ranks(3)).time_ns
+    gather = assert_same(monkeypatch, net, Workload([Program(
+        [Op(0, "collective", collective="all_gather", size=1 << 22)], np.array([npu]))
+        for npu in range(2)])).time_ns
+    assert ordered == pytest.approx(unordered + gather, rel=0.05)

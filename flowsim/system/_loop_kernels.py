@@ -1,16 +1,11 @@
-"""The training-loop event loop of the analytical model, compiled (plain arrays in).
+"""The analytical model's training loop, compiled (plain arrays in; :mod:`.loop_arrays`
+packs them, :mod:`.analytical_loop` decides which runs come here).
 
-:func:`run_loop` is the :class:`~.workload_engine.WorkloadEngine` with its
-:class:`~.scheduler.Schedule` and :class:`~.analytical_timer.AnalyticalTimer`, for the runs
-:mod:`.analytical_loop` takes, on the arrays of :mod:`.loop_arrays`: the same float
-operations in the same order, so the Python engine's results to the bit
-(``tests/test_analytical_loop.py``).
-
-One function body, no helpers but the heaps': Numba reference-counts every array handed to
-a function, and at two atomic operations per array per call those counts were half the
-loop's time. What the engine does in nested calls (an op completes, its users become ready,
-a phase ends and its chunk queues for the next) goes through small work lists that the loop
-empties before anything else, in the order the engine would have done it.
+:func:`run_loop` does what the :class:`~.workload_engine.WorkloadEngine`, its
+:class:`~.scheduler.Schedule` and the :class:`~.analytical_timer.AnalyticalTimer` do, with the
+same float operations in the same order: the same bits (``tests/test_analytical_loop.py``).
+It is one function body with work lists instead of calls, which cost Numba two atomic
+reference counts per array argument (half the loop's time with helper functions).
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._loop_heaps import pop_op, pop_pair, push_op, push_pair
+from ._loop_parts import pop_op, pop_pair, push_op, push_pair, workspace
 
 # op kinds
 COMPUTE, COLLECTIVE, SEND, RECV = 0, 1, 2, 3
@@ -27,9 +22,9 @@ DURATION, GAP, UPDATE_DELAY, MESSAGE_NS = 0, 1, 2, 3
 # columns of the static int op table
 KIND, PROGRAM, ORDER, ROW, COL, SHAPE, POLICY, MAILBOX, SIZE = 0, 1, 2, 3, 4, 5, 6, 7, 8
 # columns of the float op state
-END, SEEN, READY, PIPELINE, WAIT_BASE, ISSUED, COLL_END = 0, 1, 2, 3, 4, 5, 6
+END, SEEN, READY, PIPELINE, WAIT_BASE = 0, 1, 2, 3, 4
 # columns of the int op state
-REMAINING, HAS_PIPELINE, HAS_WAIT, EXPOSED_CHARGED, CHUNKS_LEFT = 0, 1, 2, 3, 4
+REMAINING, HAS_PIPELINE, HAS_WAIT, EXPOSED_CHARGED = 0, 1, 2, 3
 # columns of the per-NPU state
 FREE, LOCAL_END, FINISH, NPU_COMPUTE, NPU_EXPOSED, NPU_BUBBLE = 0, 1, 2, 3, 4, 5
 # layer tables
@@ -52,59 +47,31 @@ def run_loop(si, sf, dep_ptr, dep_idx, ctrl_ptr, ctrl_idx, user_ptr, user_idx, r
              prog_npu, prog_size, message_dim_bytes, mail_ptr, endpoint_ns,
              shape_chunk_ptr, chunk_phase_ptr, chunk_phases, phase_queue, phase_step_ptr,
              step_delay, step_ns, phase_dim_bytes, queue_ptr, active_chunks,
+             inst_of, inst_ptr, inst_comm, inst_shape, inst_policy, comm_ptr, comm_ordered,
              n_npus, n_rows, n_cols, n_chunk_instances, n_events):
     """Run every op to completion (the arrays: :func:`flowsim.system.loop_arrays.pack`).
-    Returns the status bits, the op float and int states, the per-NPU
-    state, the layer tables, bytes per dimension, the busy spans (kind, phase or op,
+    Collectives of one-NPU programs meet first: ``inst_of`` names the instance an op joins
+    (-1: a program's own collective), issued once its members are in, in its communicator's
+    order where that is ordered. Returns the status bits, the op float and int states, the
+    per-NPU state, the layer tables, bytes per dimension, the busy spans (kind, phase or op,
     start and end) and the latest end of any collective."""
     n_ops = si.shape[0]
     n_dims = phase_dim_bytes.shape[1]
     n_queues = queue_ptr.shape[0] - 1
-    fs = np.full((n_ops, 7), np.nan)
-    ist = np.zeros((n_ops, 5), np.int64)
+    n_issues = n_ops + inst_comm.shape[0]   # issued collectives: ops, then meetings
+    (fs, ist, npu_state, layers, dim_bytes, eh_t, eh_i, th_t, th_tok, th_slot, ev_kind, ev_ref,
+     ev_start, q_key, q_seq, q_chunk, q_size, running, changed, rank, by_rank, iss_t, iss_end,
+     iss_left, members, joined, issues, ci_op, ci_chunk, ci_pos, ci_key, box_op, box_t,
+     recv_op, busy_kind, busy_ref, busy_span, fin_id, fin_t, done_g, done_t, meet, meet_t,
+     ready_ops, to_queue) = workspace(n_ops, n_npus, n_rows, n_cols, n_dims, n_events,
+                                      n_queues, max(queue_ptr[-1], 1), max(mail_ptr[-1], 1),
+                                      n_chunk_instances, n_issues, inst_ptr)
     ist[:, REMAINING] = remaining
-    npu_state = np.zeros((n_npus, 6))
-    layers = np.zeros((3, n_rows, n_cols))
-    dim_bytes = np.zeros(n_dims)
-    status = 0
-    # ops waiting to start: (ready, program, order) -> op
-    eh_t = np.empty(n_ops)
-    eh_i = np.empty((n_ops, 3), np.int64)
-    eh_n = 0
-    # the timer: (time, token) -> token; an event per token (kind, reference, start)
-    th_t, th_tok, th_slot = np.empty(n_events), np.empty(n_events, np.int64), \
-        np.empty(n_events, np.int64)
-    th_n = tokens = 0
-    ev_kind, ev_ref, ev_start = np.empty(n_events, np.int64), np.empty(n_events, np.int64), \
-        np.empty(n_events)
-    # dimension queues: per queue a heap of chunk instances by (priority key, arrival)
-    room = max(queue_ptr[-1], 1)
-    q_key, q_seq, q_chunk = np.empty(room), np.empty(room, np.int64), np.empty(room, np.int64)
-    q_size = np.zeros(n_queues, np.int64)
-    running = np.zeros(n_queues, np.int64)
-    changed = np.zeros(n_queues, np.bool_)
-    rank = np.full(n_queues, -1, np.int64)
-    by_rank = np.empty(n_queues, np.int64)
-    n_ranks = seq = waiting = priority = 0
-    # chunk instances: collective op, chunk, position of its phase, priority key
-    ci_op, ci_chunk = np.empty(n_chunk_instances, np.int64), np.empty(n_chunk_instances,
-                                                                     np.int64)
-    ci_pos, ci_key = np.zeros(n_chunk_instances, np.int64), np.empty(n_chunk_instances)
-    n_ci = 0
-    # mailboxes: per key, arrived messages (send op, arrival) and posted receives
-    room = max(mail_ptr[-1], 1)
-    box_op, box_t, recv_op = np.empty(room, np.int64), np.empty(room), np.empty(room, np.int64)
     box_head, box_tail = mail_ptr[:-1].copy(), mail_ptr[:-1].copy()
     recv_head, recv_tail = mail_ptr[:-1].copy(), mail_ptr[:-1].copy()
-    busy_kind, busy_ref = np.empty(n_events, np.int64), np.empty(n_events, np.int64)
-    busy_span = np.empty((2, n_events))
-    n_busy = 0
-    # work lists: completions (op, end, seen), ops made ready, chunks to queue (in order)
-    done_g, done_t = np.empty(4, np.int64), np.empty((4, 2))
-    meet, meet_t = np.empty((2, 2), np.int64), np.empty(2)   # (receive, send), arrival
-    ready_ops = np.empty(n_ops, np.int64)
-    to_queue = np.empty(max(n_chunk_instances, 1), np.int64)
-    n_done = n_ready = n_to_queue = n_meet = finished = 0
+    comm_next = comm_ptr[:-1].copy()
+    status = eh_n = th_n = tokens = n_ranks = seq = waiting = priority = n_ci = n_busy = 0
+    n_fin = n_done = n_ready = n_to_queue = n_meet = finished = 0
     for g in range(n_ops):
         if remaining[g] == 0:
             ready_ops[n_ready] = g
@@ -123,6 +90,18 @@ def run_loop(si, sf, dep_ptr, dep_idx, ctrl_ptr, ctrl_idx, user_ptr, user_idx, r
             end = ready if ready >= arrival else arrival
             done_g[n_done], done_t[n_done, 0], done_t[n_done, 1] = r, end, end
             n_done += 1
+        for f in range(n_fin):   # collectives done, in order: so are their members
+            iid, end = fin_id[f], fin_t[f, 0]
+            first, last = (iid, iid + 1) if iid < n_ops else \
+                (inst_ptr[iid - n_ops], inst_ptr[iid - n_ops + 1])
+            for j in range(first, last):
+                g = iid if iid < n_ops else members[j]
+                seen = end + (sf[g, UPDATE_DELAY] if fin_t[f, 1] else 0.0)
+                layers[LAYER_COMM, si[g, ROW], si[g, COL]] += \
+                    (seen - iss_t[iid]) * prog_size[si[g, PROGRAM]]
+                done_g[n_done], done_t[n_done, 0], done_t[n_done, 1] = g, end, seen
+                n_done += 1
+        n_fin = 0
         while n_done > 0:   # an op completes: its users may become ready
             n_done -= 1
             g = done_g[n_done]
@@ -254,28 +233,45 @@ def run_loop(si, sf, dep_ptr, dep_idx, ctrl_ptr, ctrl_idx, user_ptr, user_idx, r
                 done_g[n_done], done_t[n_done, 0], done_t[n_done, 1] = g, end, end
                 n_done += 1
             elif kind == COLLECTIVE:
-                s = si[g, SHAPE]
-                if shape_chunk_ptr[s + 1] == shape_chunk_ptr[s]:   # no dimension left
-                    seen = t + 0.0
-                    layers[LAYER_COMM, si[g, ROW], si[g, COL]] += (seen - t) * prog_size[p]
-                    done_g[n_done], done_t[n_done, 0], done_t[n_done, 1] = g, t, seen
-                    n_done += 1
-                    continue
-                fs[g, ISSUED] = t
-                fs[g, COLL_END] = t
-                key = -1e18
-                if si[g, POLICY] != HIGHEST:
-                    key = -float(priority)
-                    priority += 1 if si[g, POLICY] == LIFO else -1
-                ist[g, CHUNKS_LEFT] = shape_chunk_ptr[s + 1] - shape_chunk_ptr[s]
-                for c in range(shape_chunk_ptr[s], shape_chunk_ptr[s + 1]):
-                    if chunk_phase_ptr[c + 1] == chunk_phase_ptr[c]:
-                        ist[g, CHUNKS_LEFT] -= 1   # an empty chunk is done when issued
+                n_issue = 0
+                i = inst_of[g]
+                if i < 0:
+                    issues[0], n_issue = g, 1
+                else:   # one rank reaches a meeting: issue what is complete, in order
+                    members[inst_ptr[i] + joined[i]] = g
+                    joined[i] += 1
+                    c = inst_comm[i]
+                    if joined[i] == inst_ptr[i + 1] - inst_ptr[i] and not comm_ordered[c]:
+                        issues[0], n_issue = n_ops + i, 1
+                    elif joined[i] == inst_ptr[i + 1] - inst_ptr[i]:
+                        while comm_next[c] < comm_ptr[c + 1] and joined[comm_next[c]] == \
+                                inst_ptr[comm_next[c] + 1] - inst_ptr[comm_next[c]]:
+                            issues[n_issue] = n_ops + comm_next[c]
+                            n_issue += 1
+                            comm_next[c] += 1
+                for e in range(n_issue):
+                    iid = issues[e]
+                    s = si[iid, SHAPE] if iid < n_ops else inst_shape[iid - n_ops]
+                    iss_t[iid] = t
+                    if shape_chunk_ptr[s + 1] == shape_chunk_ptr[s]:   # no dimension left
+                        fin_id[n_fin], fin_t[n_fin, 0], fin_t[n_fin, 1] = iid, t, 0.0
+                        n_fin += 1
                         continue
-                    ci_op[n_ci], ci_chunk[n_ci], ci_key[n_ci] = g, c, key
-                    to_queue[n_to_queue] = n_ci
-                    n_to_queue += 1
-                    n_ci += 1
+                    iss_end[iid] = t
+                    policy = si[iid, POLICY] if iid < n_ops else inst_policy[iid - n_ops]
+                    key = -1e18
+                    if policy != HIGHEST:
+                        key = -float(priority)
+                        priority += 1 if policy == LIFO else -1
+                    iss_left[iid] = shape_chunk_ptr[s + 1] - shape_chunk_ptr[s]
+                    for c in range(shape_chunk_ptr[s], shape_chunk_ptr[s + 1]):
+                        if chunk_phase_ptr[c + 1] == chunk_phase_ptr[c]:
+                            iss_left[iid] -= 1   # an empty chunk is done when issued
+                            continue
+                        ci_op[n_ci], ci_chunk[n_ci], ci_key[n_ci] = iid, c, key
+                        to_queue[n_to_queue] = n_ci
+                        n_to_queue += 1
+                        n_ci += 1
             elif kind == SEND:
                 start = t + endpoint_ns
                 ev_kind[tokens], ev_ref[tokens], ev_start[tokens] = MESSAGE_ARRIVED, g, start
@@ -320,16 +316,13 @@ def run_loop(si, sf, dep_ptr, dep_idx, ctrl_ptr, ctrl_idx, user_ptr, user_idx, r
                     to_queue[n_to_queue] = ci
                     n_to_queue += 1
                     continue
-                g = ci_op[ci]
-                ist[g, CHUNKS_LEFT] -= 1
-                if t > fs[g, COLL_END]:
-                    fs[g, COLL_END] = t
-                if ist[g, CHUNKS_LEFT] == 0:   # the collective is done
-                    seen = t + sf[g, UPDATE_DELAY]
-                    layers[LAYER_COMM, si[g, ROW], si[g, COL]] += \
-                        (seen - fs[g, ISSUED]) * prog_size[si[g, PROGRAM]]
-                    done_g[n_done], done_t[n_done, 0], done_t[n_done, 1] = g, t, seen
-                    n_done += 1
+                iid = ci_op[ci]
+                iss_left[iid] -= 1
+                if t > iss_end[iid]:
+                    iss_end[iid] = t
+                if iss_left[iid] == 0:   # the collective is done
+                    fin_id[n_fin], fin_t[n_fin, 0], fin_t[n_fin, 1] = iid, t, 1.0
+                    n_fin += 1
                 continue
             g = ev_ref[slot]   # a message arrived: the send is done, a receive may be
             busy_ref[n_busy] = g
@@ -392,9 +385,8 @@ def run_loop(si, sf, dep_ptr, dep_idx, ctrl_ptr, ctrl_idx, user_ptr, user_idx, r
         if box_head[k] < box_tail[k]:
             status |= UNRECEIVED
     coll_end = 0.0
-    for g in range(n_ops):
-        if si[g, KIND] == COLLECTIVE and not np.isnan(fs[g, ISSUED]) \
-                and fs[g, COLL_END] > coll_end:
-            coll_end = fs[g, COLL_END]
+    for iid in range(n_issues):
+        if not np.isnan(iss_end[iid]) and iss_end[iid] > coll_end:
+            coll_end = iss_end[iid]
     return (status, fs, ist, npu_state, layers, dim_bytes, busy_kind[:n_busy],
             busy_ref[:n_busy], busy_span[:, :n_busy], coll_end)

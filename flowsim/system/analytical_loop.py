@@ -10,13 +10,15 @@ runs :func:`~._loop_kernels.run_loop`, which repeats the engine's arithmetic in 
 the records are equal to the bit (``tests/test_analytical_loop.py``).
 
 It takes the runs where every program tracks one NPU (uniform SPMD programs, pipeline
-stages), phases are barrier phases, and there are no memory, host or custom-collective ops,
-no timeline and no cap on collectives in flight; anything else, and any run the loop
-reports a problem with (a deadlock, a message nobody receives), goes to the Python engine,
-which raises the error. Small runs in a process that has not loaded Numba stay in Python
-too, until they add up to :data:`COMPILED_FROM_OPS` ops (loading Numba costs more than the
-loop saves below that: a one-off small run never pays it, a sweep's points soon do); the
-results are the same either way.
+stages, or a trace per rank, whose collectives meet as :mod:`.rendezvous` matches them),
+phases are barrier phases, and there are no memory, host or custom-collective ops, no
+timeline and no cap on collectives in flight; anything else (one-rank programs beside
+programs of many NPUs, too), and any run the loop reports a problem with (a deadlock, a
+message nobody receives), goes to the Python engine, which raises the error. Small runs in
+a process that has not loaded Numba stay in Python too, until they add up to
+:data:`COMPILED_FROM_OPS` ops (loading Numba costs more than the loop saves below that: a
+one-off small run never pays it, a sweep's points soon do); the results are the same
+either way.
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ def run_compiled(network, workload: Workload, system: SystemConfig, *, speed: np
         if np.any(speed[npus] != speed[npus[0]]):
             return None   # NPUs of one program at different speeds: per-NPU times
         programs.append(npus)
-    if len(programs) > 1 and any(npus.size == 1 for npus in programs):
-        return None   # one-NPU programs meet in collectives at run time (rendezvous)
+    if len(programs) > 1 and 0 < sum(npus.size == 1 for npus in programs) < len(programs):
+        return None   # one-NPU programs beside others: their meetings count those too
     global _python_ops
     if "numba" not in sys.modules and _python_ops < COMPILED_FROM_OPS:
         ops = sum(len(program.ops) for program in workload.programs)

@@ -56,10 +56,10 @@ class Packer:
         self.box_sends: list[int] = []
         self.box_recvs: list[int] = []
 
-    def shape(self, op, program: int) -> int | None:
-        """The shape index of collective ``op`` (``None``: a phase the loop cannot time)."""
-        chunks = collective_chunks(self.network, self.system, op, self.scopes[program],
-                                   self.phase_cache)
+    def shape(self, op, scope: tuple[int, ...]) -> int | None:
+        """The shape index of collective ``op`` issued by the NPUs ``scope`` (empty: all);
+        ``None``: a phase the loop cannot time."""
+        chunks = collective_chunks(self.network, self.system, op, scope, self.phase_cache)
         s = self.shape_of.get(id(chunks))
         if s is not None:
             return s
@@ -121,32 +121,39 @@ def pack(network, workload: Workload, system: SystemConfig, programs: list[np.nd
     n_rows = len(workload.layers) + 1
     columns = []
     sends: list[tuple[int, object]] = []   # (op, template)
-    offset = 0
+    offsets = [0]
+    # one-NPU programs (traces of ranks) meet in their collectives (rendezvous.py)
+    meeting = len(programs) > 1 and all(npus.size == 1 for npus in programs)
     for p, (program, npus) in enumerate(zip(workload.programs, programs)):
-        packed = _pack_program(packer, p, program, npus, offset, float(speed[npus[0]]),
-                               compute, n_rows, sends)
+        packed = _pack_program(packer, p, program, npus, offsets[-1], float(speed[npus[0]]),
+                               compute, n_rows, sends, meeting)
         if packed is None:
             return None
         columns.append(packed)
-        offset += packed[0].shape[1]
+        offsets.append(offsets[-1] + packed[0].shape[1])
     si, sf = (np.concatenate([c[k] for c in columns], axis=1) for k in (0, 1))
     message_dim_bytes = np.concatenate([c[2] for c in columns])
     dep_ptr, dep_idx = _csr_of([c[3] for c in columns], [c[4] for c in columns])
     ctrl_ptr, ctrl_idx = _csr_of([c[5] for c in columns], [c[6] for c in columns])
     user_ptr, user_idx, remaining = _users(dep_ptr, dep_idx, ctrl_ptr, ctrl_idx)
+    meetings = _meetings(packer, [c[7] for c in columns], offsets, programs, si) \
+        if meeting else _no_meetings(si.shape[1])
+    if meetings is None:
+        return None
     packer.queue_uses = [0] * len(packer.queues)
-    collectives = si[5][si[0] == 1]
+    collectives = np.concatenate([si[5][si[0] == 1] if not meeting else [], meetings[3]]
+                                 ).astype(np.int64)   # the shape of every collective issued
     for shape, count in zip(*np.unique(collectives, return_counts=True)):
         packer.count_queue_uses(int(shape), int(count))
     arrays, sizes = _arrays(packer, si, sf, (dep_ptr, dep_idx, ctrl_ptr, ctrl_idx, user_ptr,
                                              user_idx, remaining), programs,
-                            message_dim_bytes, collectives, len(sends), n_rows)
+                            message_dim_bytes, collectives, len(sends), n_rows, meetings)
     info = {"packer": packer, "collectives": collectives, "sends": sends, "si": si}
     return arrays, sizes, info
 
 
 def _pack_program(packer: Packer, p: int, program, npus: np.ndarray, offset: int,
-                  npu_speed: float, compute, n_rows: int, sends: list):
+                  npu_speed: float, compute, n_rows: int, sends: list, meeting: bool):
     """One program's columns: int and float op tables, message bytes per dimension, and
     its data and control dependencies (lengths, global op indices)."""
     order, deps, ctrls = _ordered(program)
@@ -168,13 +175,13 @@ def _pack_program(packer: Packer, p: int, program, npus: np.ndarray, offset: int
     computes = np.flatnonzero(kinds == 0)
     sf[0, computes] = np.array(_compute_ns([order[k] for k in computes.tolist()], compute),
                                np.float64) / npu_speed
-    collectives = np.flatnonzero(kinds == 1)
+    collectives = np.flatnonzero(kinds == 1) if not meeting else np.zeros(0, np.int64)
     keys = [(op.collective, op.size, op.dims, op.group)
             for op in (order[k] for k in collectives.tolist())]
     shapes: dict[tuple, int] = {}
     for k, key in zip(collectives.tolist(), keys):
         if key not in shapes:
-            shape = packer.shape(order[k], p)
+            shape = packer.shape(order[k], packer.scopes[p])
             if shape is None:
                 return None
             shapes[key] = shape
@@ -197,7 +204,7 @@ def _pack_program(packer: Packer, p: int, program, npus: np.ndarray, offset: int
             np.array(sizes)[:, None]
         sends.extend(zip([offset + k for k in posts], templates))
     return (si, sf, message_dim_bytes, deps[0], deps[1] + offset, ctrls[0],
-            ctrls[1] + offset)
+            ctrls[1] + offset, order)
 
 
 def _ordered(program) -> tuple[list, tuple[np.ndarray, np.ndarray],
@@ -237,6 +244,71 @@ def _compute_ns(ops: list, compute) -> list[float]:
             for d, op in zip(durations, ops)]
 
 
+def _no_meetings(n_ops: int) -> tuple:
+    """The meeting arrays of a run whose programs issue their own collectives."""
+    none = np.zeros(0, np.int64)
+    return (np.full(n_ops, -1, np.int64), np.zeros(1, np.int64), none, none, none,
+            np.zeros(1, np.int64), np.zeros(0, np.bool_))
+
+
+def _meetings(packer: Packer, orders: list[list], offsets: list[int],
+              programs: list[np.ndarray], si: np.ndarray) -> tuple | None:
+    """Where one-NPU programs meet (:class:`~.rendezvous.CollectiveRendezvous`): per
+    communicator (an explicit group, or a set of dimensions, which all programs share), the
+    k-th collective of each rank in ascending node id is one instance. Returns the op's
+    instance (-1: none), the instances' member slots (CSR), communicator, shape and
+    priority, the communicators' instances (CSR) and whether each issues in order (every
+    member's node order is an issue order); ``None`` when an instance can never be complete
+    or its members disagree (the Python engine reports it)."""
+    slots: dict[tuple, list[list[int]]] = {}
+    for order, offset in zip(orders, offsets):
+        seen: dict[tuple, int] = {}
+        for _, k in sorted((op.id, k) for k, op in enumerate(order)
+                               if op.kind == "collective"):
+            op = order[k]
+            comm = ("group", op.group) if op.group else ("dims", op.dims)
+            j = seen[comm] = seen.get(comm, -1) + 1
+            instances = slots.setdefault(comm, [])
+            if j == len(instances):
+                instances.append([])
+            instances[j].append(offset + k)
+    ops = [op for order in orders for op in order]
+    in_order = [all(d < o.id for o in order for d in (*o.deps, *o.ctrl_deps))
+                for order in orders]
+    inst_of = np.full(len(ops), -1, np.int64)
+    sizes: list[int] = []
+    comm_of: list[int] = []
+    shapes: list[int] = []
+    policies: list[int] = []
+    comm_ptr, ordered = [0], []
+    for c, (comm, instances) in enumerate(slots.items()):
+        need = len(comm[1]) if comm[0] == "group" else len(programs)
+        for members in instances:
+            first = ops[members[0]]
+            if len(members) != need or any(
+                    (ops[g].collective, ops[g].size, ops[g].priority) !=
+                    (first.collective, first.size, first.priority) for g in members):
+                return None
+            whole = comm[0] == "group" or need == packer.network.npus
+            shape = packer.shape(first, () if whole else tuple(sorted(
+                int(programs[si[1, g]][0]) for g in members)))
+            if shape is None:
+                return None
+            inst_of[members] = len(shapes)
+            sizes.append(need)
+            comm_of.append(c)
+            shapes.append(shape)
+            policies.append(_POLICIES[packer.system.scheduling_policy]
+                            if first.priority == "default" else _POLICIES[first.priority])
+        comm_ptr.append(len(shapes))
+        ordered.append(all(in_order[si[1, g]] for g in instances[0]))
+    inst_ptr = np.zeros(len(sizes) + 1, np.int64)
+    inst_ptr[1:] = np.cumsum(sizes)
+    return (inst_of, inst_ptr, np.array(comm_of, np.int64), np.array(shapes, np.int64),
+            np.array(policies, np.int64), np.array(comm_ptr, np.int64),
+            np.array(ordered, np.bool_))
+
+
 def _csr_of(lengths: list[np.ndarray], flats: list[np.ndarray]
             ) -> tuple[np.ndarray, np.ndarray]:
     """A CSR of the concatenated per-op lists."""
@@ -267,7 +339,7 @@ def _csr(lists: list[list]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _arrays(packer: Packer, si, sf, graph, programs, message_dim_bytes, collectives,
-            n_sends: int, n_rows: int):
+            n_sends: int, n_rows: int, meetings: tuple):
     """The arguments of :func:`~._loop_kernels.run_loop`: its arrays, then its sizes."""
     chunk_lists = [chunk for lists in packer.shape_chunks for chunk in lists]
     shape_chunk_ptr = np.zeros(len(packer.shape_chunks) + 1, np.int64)
@@ -295,7 +367,7 @@ def _arrays(packer: Packer, si, sf, graph, programs, message_dim_bytes, collecti
               float(packer.system.endpoint_delay_ns), shape_chunk_ptr, chunk_phase_ptr,
               chunk_phases, np.array(packer.phase_queue, np.int64), phase_step_ptr,
               step_delay, step_ns, phase_dim_bytes, queue_ptr,
-              int(packer.system.active_chunks))
+              int(packer.system.active_chunks), *meetings)
     sizes = (int(packer.network.npus), n_rows, len(PASSES), max(n_chunk_instances, 1),
              max(n_events, 1))
     return arrays, sizes

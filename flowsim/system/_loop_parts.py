@@ -1,12 +1,14 @@
-"""Binary heaps on plain arrays for the compiled event loop (:mod:`._loop_kernels`).
+"""The compiled event loop's parts (:mod:`._loop_kernels`): its working arrays, and binary
+heaps on plain arrays.
 
-Each takes the few arrays of one heap and its current size, so that a call costs no more
-than a handful of reference counts (Numba counts every array handed to a function, and a
-loop of 50,000 ops pays for each).
+Each heap function takes the few arrays of one heap and its current size, so that a call
+costs no more than a handful of reference counts (Numba counts every array handed to a
+function, and a loop of 50,000 ops pays for each).
 """
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 
@@ -107,3 +109,40 @@ def pop_pair(keys, seqs, vals, base, n):
             _swap_pairs(keys, seqs, vals, base + i, base + best)
             i = best
     return out
+
+
+@njit(cache=True)
+def workspace(n_ops, n_npus, n_rows, n_cols, n_dims, n_events, n_queues, queue_room,
+              mail_room, n_chunk_instances, n_issues, inst_ptr):
+    """The loop's working arrays, allocated once, in the order :func:`~._loop_kernels.
+    run_loop` unpacks them."""
+    f, i = np.float64, np.int64
+    chunks = max(n_chunk_instances, 1)
+    return (
+        np.full((n_ops, 5), np.nan), np.zeros((n_ops, 4), i),   # op state: floats, ints
+        np.zeros((n_npus, 6)), np.zeros((3, n_rows, n_cols)), np.zeros(n_dims),
+        np.empty(n_ops), np.empty((n_ops, 3), i),   # ops waiting: (ready, program, order)
+        # the timer: (time, token) -> token; an event per token (kind, reference, start)
+        np.empty(n_events), np.empty(n_events, i), np.empty(n_events, i),
+        np.empty(n_events, i), np.empty(n_events, i), np.empty(n_events, f),
+        # dimension queues: per queue a heap of chunk instances by (priority key, arrival);
+        # its size, chunks running, changed since the last admission, rank of first use
+        np.empty(queue_room), np.empty(queue_room, i), np.empty(queue_room, i),
+        np.zeros(n_queues, i), np.zeros(n_queues, i), np.zeros(n_queues, np.bool_),
+        np.full(n_queues, -1, i), np.empty(n_queues, i),
+        # issued collectives: issue time, latest chunk end, chunks left; meetings' members
+        # (in arrival order) and how many are in; issues to make at one arrival
+        np.full(n_issues, np.nan), np.full(n_issues, np.nan), np.zeros(n_issues, i),
+        np.empty(max(inst_ptr[-1], 1), i), np.zeros(inst_ptr.shape[0] - 1, i),
+        np.empty(max(inst_ptr.shape[0] - 1, 1), i),
+        # chunk instances: issue, chunk, position of its phase, priority key
+        np.empty(chunks, i), np.empty(chunks, i), np.zeros(chunks, i), np.empty(chunks),
+        # mailboxes: arrived messages (send op, arrival), posted receives
+        np.empty(mail_room, i), np.empty(mail_room), np.empty(mail_room, i),
+        np.empty(n_events, i), np.empty(n_events, i), np.empty((2, n_events)),   # busy spans
+        # work lists: finished issues (id; end, with update delay), completions (op; end,
+        # seen), receives meeting messages ((receive, send); arrival), ops made ready,
+        # chunks to queue
+        np.empty(n_issues, i), np.empty((n_issues, 2)), np.empty(n_ops + 4, i),
+        np.empty((n_ops + 4, 2)), np.empty((2, 2), i), np.empty(2), np.empty(n_ops, i),
+        np.empty(chunks, i))
