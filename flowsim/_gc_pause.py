@@ -31,6 +31,7 @@ def gc_paused() -> Iterator[None]:
     try:
         yield
     finally:
-        gc.freeze()     # every tracked object to the permanent generation...
-        gc.unfreeze()   # ...and back into the oldest one
+        if not gc.get_freeze_count():   # (never thaw what the caller froze: a pre-fork server)
+            gc.freeze()     # every tracked object to the permanent generation...
+            gc.unfreeze()   # ...and back into the oldest one
         gc.enable()

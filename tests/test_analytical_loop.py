@@ -322,3 +322,51 @@ def test_meetings_keep_their_communicators_order_where_traces_give_one(monkeypat
         [Op(0, "collective", collective="all_gather", size=1 << 22)], np.array([npu]))
         for npu in range(2)])).time_ns
     assert ordered == pytest.approx(unordered + gather, rel=0.05)
+
+
+# ---------------------------------------------------------------------- inputs a review found
+RING8 = {"topology": ["Ring"], "npus_count": [8], "bandwidth": [50], "latency": [500]}
+
+
+def test_a_layer_the_workload_does_not_name_is_an_error_not_a_crash():
+    work = Workload([Program([Op(0, "compute", duration_ns=1.0, layer=5)], np.arange(8))],
+                    ["only"])
+    net = flowsim.load_network(RING8)
+    assert run_compiled(net, work, flowsim.load_system(None), speed=np.ones(8)) is None
+    with pytest.raises(flowsim.ConfigError):
+        flowsim.run_training(net, work)
+
+
+def test_sizes_beyond_64_bits_run_in_the_python_engine():
+    work = Workload([Program([Op(0, "collective", collective="all_reduce", size=2 ** 63)],
+                             np.arange(8))])
+    net = flowsim.load_network(RING8)
+    assert run_compiled(net, work, flowsim.load_system(None), speed=np.ones(8)) is None
+    assert np.isfinite(flowsim.run_training(net, work).record.time_ns)
+
+
+def test_configs_built_by_hand_run_as_the_scheduler_reads_them(monkeypatch):
+    from flowsim.system.config import SystemConfig
+
+    work = Workload([Program([Op(0, "collective", collective="all_reduce", size=1 << 20),
+                              Op(1, "collective", collective="all_gather", size=1 << 16)],
+                             np.arange(8))])
+    assert_same(monkeypatch, RING8, work, SystemConfig(scheduling_policy="fifo"))
+    listed = SystemConfig(implementations=(("all_reduce", ["ring"]),), every_dimension=[])
+    work.programs[0].ops.pop()   # that config names the all-reduce's algorithm only
+    assert_same(monkeypatch, RING8, work, listed)   # a list inside: its structures not kept
+
+
+def test_a_run_leaves_the_callers_frozen_objects_frozen():
+    import gc
+
+    kept = [[] for _ in range(1000)]
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        flowsim.run_training(RING8, Workload([Program(
+            [Op(0, "compute", duration_ns=1.0)], np.arange(8))]))
+        assert gc.get_freeze_count() >= frozen - 10   # (a few frozen objects may be freed)
+    finally:
+        gc.unfreeze()
+    del kept

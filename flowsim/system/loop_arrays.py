@@ -24,7 +24,12 @@ from .point_to_point import PointToPoint, mailbox_key
 from .scheduler import Schedule
 
 _KINDS = {"compute": 0, "collective": 1, "send": 2, "recv": 3}
-_POLICIES = {"LIFO": 0, "FIFO": 1, "highest": 2}
+
+
+def _policy(name: str) -> int:
+    """The loop's code of a scheduling policy, read as the scheduler reads it (``highest``,
+    ``LIFO``, anything else counting down as FIFO)."""
+    return 2 if name == "highest" else 0 if name == "LIFO" else 1
 _PASS_COLUMN = {name: k for k, name in enumerate(PASSES)}
 
 
@@ -165,11 +170,16 @@ def _pack_program(packer: Packer, p: int, program, npus: np.ndarray, offset: int
     si = np.zeros((9, n), np.int64)
     sf = np.zeros((4, n))
     si[0], si[1], si[2] = kinds, p, np.arange(n)
-    layer = np.fromiter(map(attrgetter("layer"), order), np.int64, n)
+    try:
+        layer = np.fromiter(map(attrgetter("layer"), order), np.int64, n)
+        si[8] = np.fromiter(map(attrgetter("size"), order), np.int64, n)
+    except OverflowError:   # beyond 64-bit integers: the engine's Python integers take it
+        return None
+    if np.any(layer >= n_rows - 1):   # a layer the workload does not name
+        return None
     si[3] = np.where(layer >= 0, layer, n_rows - 1)
     si[4] = np.fromiter(map(_PASS_COLUMN.get, map(attrgetter("pass_"), order), repeat(0)),
                         np.int64, n)
-    si[8] = np.fromiter(map(attrgetter("size"), order), np.int64, n)
     sf[1] = np.fromiter(map(attrgetter("gap_ns"), order), np.float64, n)
     sf[2] = np.fromiter(map(attrgetter("update_delay_ns"), order), np.float64, n)
     computes = np.flatnonzero(kinds == 0)
@@ -186,9 +196,9 @@ def _pack_program(packer: Packer, p: int, program, npus: np.ndarray, offset: int
                 return None
             shapes[key] = shape
     si[5, collectives] = [shapes[key] for key in keys]
-    default_policy = _POLICIES[packer.system.scheduling_policy]
+    default_policy = _policy(packer.system.scheduling_policy)
     si[6, collectives] = [default_policy if order[k].priority == "default"
-                          else _POLICIES[order[k].priority] for k in collectives.tolist()]
+                          else _policy(order[k].priority) for k in collectives.tolist()]
     message_dim_bytes = np.zeros((n, packer.network.ndims))
     messages = np.flatnonzero(kinds >= 2)
     si[7, messages] = [packer.mailbox(npus, order[k], kind == 2)
@@ -298,8 +308,8 @@ def _meetings(packer: Packer, orders: list[list], offsets: list[int],
             sizes.append(need)
             comm_of.append(c)
             shapes.append(shape)
-            policies.append(_POLICIES[packer.system.scheduling_policy]
-                            if first.priority == "default" else _POLICIES[first.priority])
+            policies.append(_policy(packer.system.scheduling_policy
+                                    if first.priority == "default" else first.priority))
         comm_ptr.append(len(shapes))
         ordered.append(all(in_order[si[1, g]] for g in instances[0]))
     inst_ptr = np.zeros(len(sizes) + 1, np.int64)

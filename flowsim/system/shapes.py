@@ -45,7 +45,11 @@ def phase_shapes(network, system: SystemConfig, *, lowest_dim_for_flat: bool,
     network is cached by config, so runs on one network (a sweep of workloads, an
     optimizer's loop, a spec run again) build each phase's steps, routes and plan once."""
     key = (id(network), system, lowest_dim_for_flat, replicate)
-    kept = _kept.get(key)
+    try:
+        kept = _kept.get(key)
+    except TypeError:   # a config built by hand with a list in it: not kept
+        return PhaseShapes(network, system, replicate=replicate,
+                           lowest_dim_for_flat=lowest_dim_for_flat)
     if kept is not None and kept[0] is network:   # (the entry keeps its network alive)
         _kept.move_to_end(key)
         return kept[1]
