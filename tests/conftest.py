@@ -85,6 +85,15 @@ def ancestors(program, op) -> set[int]:
     return seen
 
 
+def assert_spec_refused(spec: dict, key: str) -> None:
+    """A transformer spec is refused in one line naming ``key`` and what it expects."""
+    from flowsim.errors import ConfigError
+    from flowsim.workload.generators.transformer_spec import parse_transformer
+
+    with pytest.raises(ConfigError, match=rf"'{key}': expected"):
+        parse_transformer(spec, "argument")
+
+
 def same_records(a, b) -> list[str]:
     """Fields in which two :class:`~flowsim.results.workload.RunRecord` differ (arrays to
     the bit)."""
