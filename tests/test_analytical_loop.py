@@ -333,7 +333,9 @@ def test_a_layer_the_workload_does_not_name_is_an_error_not_a_crash():
                     ["only"])
     net = flowsim.load_network(RING8)
     assert run_compiled(net, work, flowsim.load_system(None), speed=np.ones(8)) is None
-    with pytest.raises(flowsim.ConfigError):
+    with pytest.raises(flowsim.ConfigError, match=r"node 0 \(compute\): layer must index "
+                                                  r"the workload's layers \(0\.\.0, or -1 "
+                                                  r"for none\), found 5"):
         flowsim.run_training(net, work)
 
 

@@ -64,6 +64,7 @@ def check_workload(workload: Workload, network: AnyNetwork, *, roofline: bool = 
                                   "simulate(..., roofline={'peak_tflops': 312, "
                                   "'memory_bandwidth_GBps': 2039, 'efficiency': 0.5}) or "
                                   "simulate(..., device='a100')")
+    _check_layers(workload)
     _check_pairs(workload, network)
 
 
@@ -105,6 +106,21 @@ def _columns_valid(program: Program, network: AnyNetwork,
 
 
 _OP_KINDS, _PRIORITIES = frozenset(OP_KINDS), frozenset(PRIORITIES)
+
+
+def _check_layers(workload: Workload) -> None:
+    """Every op's ``layer`` indexes the workload's layers (or is negative: no layer)."""
+    n = len(workload.layers)
+    named = f"0..{n - 1}, or -1 for none" if n else "it names none: -1"
+    for program in workload.programs:
+        layers = [op.layer for op in program.ops]
+        if {type(v) for v in layers} <= {int} and (not layers or max(layers) < n):
+            continue   # the common case, checked at once
+        for op, layer in zip(program.ops, layers):
+            if not isinstance(layer, (int, np.integer)) or isinstance(layer, bool) \
+                    or layer >= n:
+                raise _error(program, op, f"layer must index the workload's layers "
+                                          f"({named}), found {layer!r}")
 
 
 def _plain_amounts(op: Op) -> bool:
