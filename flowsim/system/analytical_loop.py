@@ -30,9 +30,10 @@ import numpy as np
 from ..results.stats import SimulationStats
 from ..results.workload import RunRecord
 from ..workload.graph import Workload
+from . import loop_codes as code
 from .accounting import TimeAccounts, layer_npus
 from .config import SystemConfig
-from .loop_arrays import Packer, pack
+from .loop_arrays import Packed, Packer, pack
 
 #: the ops a process runs in the Python engine before the loop loads Numba (~0.55 s) when
 #: nothing else has: the engine takes about 15 us per op, the compiled loop under 1 us, so a
@@ -71,20 +72,19 @@ def run_compiled(network, workload: Workload, system: SystemConfig, *, speed: np
         return None
     from ._loop_kernels import run_loop
 
-    arrays, sizes, info = packed
-    (status, fs, ist, npu_state, layers, dim_bytes, busy_kind, busy_ref, busy_span,
-     coll_end) = run_loop(*arrays, *sizes)
+    (status, _, ist, npu_state, layers, dim_bytes, busy_kind, busy_ref, busy_span,
+     coll_end) = run_loop(*packed.arrays, *packed.sizes)
     if status:
         return None
-    return _record(network, workload, programs, info, ist, npu_state, layers, dim_bytes,
-                   busy_kind, busy_ref, busy_span, coll_end)
+    return _record(network, workload, programs, packed, ist, npu_state, layers, dim_bytes,
+                   (busy_kind, busy_ref, busy_span), coll_end)
 
 
-def _record(network, workload: Workload, programs: list[np.ndarray], info: dict, ist,
-            npu_state, layers, dim_bytes, busy_kind, busy_ref, busy_span,
-            coll_end: float) -> RunRecord:
-    """The run's :class:`RunRecord`, as the Python engine writes it."""
-    packer: Packer = info["packer"]
+def _record(network, workload: Workload, programs: list[np.ndarray], packed: Packed, ist,
+            npu_state, layers, dim_bytes, busy: tuple, coll_end: float) -> RunRecord:
+    """The run's :class:`RunRecord`, as the Python engine writes it, from the loop's
+    results (``busy``: its spans' kinds, phases or ops, and start and end times)."""
+    packer, si = packed.packer, packed.si
     accounts = TimeAccounts(network.npus, len(workload.layers))
     (_, accounts.local_end, accounts.npu_finish, accounts.npu_compute,
      accounts.npu_exposed, accounts.npu_bubble) = np.ascontiguousarray(npu_state.T)
@@ -94,9 +94,8 @@ def _record(network, workload: Workload, programs: list[np.ndarray], info: dict,
                            accounts.npu_bubble, accounts.local_end):
                 values[npus] = values[npus[0]]
     accounts.layer_compute, accounts.layer_exposed, accounts.layer_comm = layers
-    accounts.layer_programs = _layer_programs(info, ist, len(workload.layers) + 1)
-    collectives = info["collectives"]
-    sends = info["sends"]
+    accounts.layer_programs = _layer_programs(si, ist, len(workload.layers) + 1)
+    collectives, sends = packed.collectives, packed.sends
     stats = np.array(packer.shape_stats, np.int64).reshape(-1, 3)[collectives].sum(axis=0) \
         if collectives.size else np.zeros(3, np.int64)
     flows = int(stats[0]) + sum(int(t.src.size) for _, t in sends)
@@ -105,21 +104,22 @@ def _record(network, workload: Workload, programs: list[np.ndarray], info: dict,
     return accounts.record(
         time_ns=time_ns, dim_bytes=dim_bytes, layer_npus=layer_npus(
             accounts.layer_programs, programs),
-        dim_busy_ns=_dim_busy(network.ndims, packer, sends, busy_kind, busy_ref, busy_span),
+        dim_busy_ns=_dim_busy(network.ndims, packer, sends, *busy),
         collectives=int(collectives.size),
-        messages=int(sum(programs[p].size for p in info["si"][1][info["si"][0] == 2])),
+        messages=int(sum(programs[p].size
+                         for p in si[code.PROGRAM][si[code.KIND] == code.SEND])),
         stats=SimulationStats(flows=flows, simulated_flows=flows, steps=steps, events=steps,
                               rate_computations=0, reused_steps=0), timeline=[])
 
 
-def _layer_programs(info: dict, ist: np.ndarray, n_rows: int) -> list[set[int]]:
+def _layer_programs(si: np.ndarray, ist: np.ndarray, n_rows: int) -> list[set[int]]:
     """Programs charged per layer row: every compute and collective op, and the
     communication ops a wait was charged to."""
-    si = info["si"]
-    charged = (si[0] <= 1) | (ist[:, 3] == 1)
-    pairs = np.unique(si[3][charged] * (int(si[1].max(initial=0)) + 1) + si[1][charged])
+    charged = (si[code.KIND] == code.COMPUTE) | (si[code.KIND] == code.COLLECTIVE) | \
+        (ist[:, code.EXPOSED_CHARGED] == 1)
+    width = int(si[code.PROGRAM].max(initial=0)) + 1
+    pairs = np.unique(si[code.ROW][charged] * width + si[code.PROGRAM][charged])
     out: list[set[int]] = [set() for _ in range(n_rows)]
-    width = int(si[1].max(initial=0)) + 1
     for pair in pairs.tolist():
         out[pair // width].add(pair % width)
     return out
@@ -135,7 +135,7 @@ def _dim_busy(ndims: int, packer: Packer, sends: list, busy_kind: np.ndarray,
     for p, dims in enumerate(packer.phase_dims):
         phase_mask[p, list(dims)] = True
     uses = np.zeros((busy_kind.size, ndims), bool)
-    phases = busy_kind == 0
+    phases = busy_kind == code.PHASE_DONE
     uses[phases] = phase_mask[busy_ref[phases]]
     if sends:
         ops = np.array([g for g, _ in sends], np.int64)

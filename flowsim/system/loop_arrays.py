@@ -10,6 +10,7 @@ number is the one the Python engine computes. ``None`` for an op the loop does n
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import attrgetter
 
@@ -17,19 +18,19 @@ import numpy as np
 
 from ..collectives import base_algorithm
 from ..workload.graph import PASSES, Workload, topological_order
+from . import loop_codes as code
 from .config import SystemConfig
+from .loop_meetings import no_meetings, pack_meetings, policy_code
 from .op_prices import compute_op_ns
 from .phases import NpuSet, collective_chunks
 from .point_to_point import PointToPoint, mailbox_key
 from .scheduler import Schedule
+from .templates import StepTemplate
 
-_KINDS = {"compute": 0, "collective": 1, "send": 2, "recv": 3}
+_KINDS = {"compute": code.COMPUTE, "collective": code.COLLECTIVE, "send": code.SEND,
+          "recv": code.RECV}
 
 
-def _policy(name: str) -> int:
-    """The loop's code of a scheduling policy, read as the scheduler reads it (``highest``,
-    ``LIFO``, anything else counting down as FIFO)."""
-    return 2 if name == "highest" else 0 if name == "LIFO" else 1
 _PASS_COLUMN = {name: k for k, name in enumerate(PASSES)}
 
 
@@ -117,15 +118,30 @@ class Packer:
         return box
 
 
+@dataclass
+class Packed:
+    """A packed run: :func:`~._loop_kernels.run_loop`'s arguments, and what its record
+    needs."""
+
+    arrays: tuple
+    sizes: tuple
+    packer: Packer
+    #: the int op table (rows: :mod:`.loop_codes`' columns, one column per op)
+    si: np.ndarray
+    #: the shape of every collective issued (a program's own, then the meetings)
+    collectives: np.ndarray
+    #: (op, message template) of every send
+    sends: list[tuple[int, StepTemplate]]
+
+
 def pack(network, workload: Workload, system: SystemConfig, programs: list[np.ndarray],
-         speed: np.ndarray, compute):
-    """The arguments of :func:`~._loop_kernels.run_loop` (arrays, then sizes) and what
-    :mod:`.analytical_loop` needs to write the record; ``None`` for an op the loop does not
-    take. ``programs``: each program's NPUs, sorted; ``speed``: per NPU."""
+         speed: np.ndarray, compute) -> Packed | None:
+    """The run packed for :func:`~._loop_kernels.run_loop`; ``None`` for an op the loop does
+    not take. ``programs``: each program's NPUs, sorted; ``speed``: per NPU."""
     packer = Packer(network, system, programs)
     n_rows = len(workload.layers) + 1
     columns = []
-    sends: list[tuple[int, object]] = []   # (op, template)
+    sends: list[tuple[int, StepTemplate]] = []
     offsets = [0]
     # one-NPU programs (traces of ranks) meet in their collectives (rendezvous.py)
     meeting = len(programs) > 1 and all(npus.size == 1 for npus in programs)
@@ -141,20 +157,20 @@ def pack(network, workload: Workload, system: SystemConfig, programs: list[np.nd
     dep_ptr, dep_idx = _csr_of([c[3] for c in columns], [c[4] for c in columns])
     ctrl_ptr, ctrl_idx = _csr_of([c[5] for c in columns], [c[6] for c in columns])
     user_ptr, user_idx, remaining = _users(dep_ptr, dep_idx, ctrl_ptr, ctrl_idx)
-    meetings = _meetings(packer, [c[7] for c in columns], offsets, programs, si) \
-        if meeting else _no_meetings(si.shape[1])
+    meetings = pack_meetings(packer.shape, system.scheduling_policy, network.npus,
+                             [c[7] for c in columns], offsets, programs, si) \
+        if meeting else no_meetings(si.shape[1])
     if meetings is None:
         return None
     packer.queue_uses = [0] * len(packer.queues)
-    collectives = np.concatenate([si[5][si[0] == 1] if not meeting else [], meetings[3]]
-                                 ).astype(np.int64)   # the shape of every collective issued
+    own = si[code.SHAPE][si[code.KIND] == code.COLLECTIVE] if not meeting else []
+    collectives = np.concatenate([own, meetings[3]]).astype(np.int64)   # every one issued
     for shape, count in zip(*np.unique(collectives, return_counts=True)):
         packer.count_queue_uses(int(shape), int(count))
     arrays, sizes = _arrays(packer, si, sf, (dep_ptr, dep_idx, ctrl_ptr, ctrl_idx, user_ptr,
                                              user_idx, remaining), programs,
                             message_dim_bytes, collectives, len(sends), n_rows, meetings)
-    info = {"packer": packer, "collectives": collectives, "sends": sends, "si": si}
-    return arrays, sizes, info
+    return Packed(arrays, sizes, packer, si, collectives, sends)
 
 
 def _pack_program(packer: Packer, p: int, program, npus: np.ndarray, offset: int,
@@ -167,25 +183,26 @@ def _pack_program(packer: Packer, p: int, program, npus: np.ndarray, offset: int
                         np.int64, n)
     if np.any(kinds < 0) or any(map(attrgetter("host"), order)):
         return None
-    si = np.zeros((9, n), np.int64)
-    sf = np.zeros((4, n))
-    si[0], si[1], si[2] = kinds, p, np.arange(n)
+    si = np.zeros((code.OP_INTS, n), np.int64)
+    sf = np.zeros((code.OP_FLOATS, n))
+    si[code.KIND], si[code.PROGRAM], si[code.ORDER] = kinds, p, np.arange(n)
     try:
         layer = np.fromiter(map(attrgetter("layer"), order), np.int64, n)
-        si[8] = np.fromiter(map(attrgetter("size"), order), np.int64, n)
+        si[code.SIZE] = np.fromiter(map(attrgetter("size"), order), np.int64, n)
     except OverflowError:   # beyond 64-bit integers: the engine's Python integers take it
         return None
     if np.any(layer >= n_rows - 1):   # a layer the workload does not name
         return None
-    si[3] = np.where(layer >= 0, layer, n_rows - 1)
-    si[4] = np.fromiter(map(_PASS_COLUMN.get, map(attrgetter("pass_"), order), repeat(0)),
-                        np.int64, n)
-    sf[1] = np.fromiter(map(attrgetter("gap_ns"), order), np.float64, n)
-    sf[2] = np.fromiter(map(attrgetter("update_delay_ns"), order), np.float64, n)
-    computes = np.flatnonzero(kinds == 0)
-    sf[0, computes] = np.array(_compute_ns([order[k] for k in computes.tolist()], compute),
-                               np.float64) / npu_speed
-    collectives = np.flatnonzero(kinds == 1) if not meeting else np.zeros(0, np.int64)
+    si[code.ROW] = np.where(layer >= 0, layer, n_rows - 1)
+    si[code.COL] = np.fromiter(map(_PASS_COLUMN.get, map(attrgetter("pass_"), order),
+                                   repeat(0)), np.int64, n)
+    sf[code.GAP] = np.fromiter(map(attrgetter("gap_ns"), order), np.float64, n)
+    sf[code.UPDATE_DELAY] = np.fromiter(map(attrgetter("update_delay_ns"), order), np.float64, n)
+    computes = np.flatnonzero(kinds == code.COMPUTE)
+    sf[code.DURATION, computes] = np.array(
+        _compute_ns([order[k] for k in computes.tolist()], compute), np.float64) / npu_speed
+    collectives = np.flatnonzero(kinds == code.COLLECTIVE) if not meeting \
+        else np.zeros(0, np.int64)
     keys = [(op.collective, op.size, op.dims, op.group)
             for op in (order[k] for k in collectives.tolist())]
     shapes: dict[tuple, int] = {}
@@ -195,20 +212,22 @@ def _pack_program(packer: Packer, p: int, program, npus: np.ndarray, offset: int
             if shape is None:
                 return None
             shapes[key] = shape
-    si[5, collectives] = [shapes[key] for key in keys]
-    default_policy = _policy(packer.system.scheduling_policy)
-    si[6, collectives] = [default_policy if order[k].priority == "default"
-                          else _policy(order[k].priority) for k in collectives.tolist()]
+    si[code.SHAPE, collectives] = [shapes[key] for key in keys]
+    default_policy = policy_code(packer.system.scheduling_policy)
+    si[code.POLICY, collectives] = [default_policy if order[k].priority == "default"
+                                    else policy_code(order[k].priority)
+                                    for k in collectives.tolist()]
     message_dim_bytes = np.zeros((n, packer.network.ndims))
-    messages = np.flatnonzero(kinds >= 2)
-    si[7, messages] = [packer.mailbox(npus, order[k], kind == 2)
-                       for k, kind in zip(messages.tolist(), kinds[messages].tolist())]
-    posts = messages[kinds[messages] == 2].tolist()
+    messages = np.flatnonzero((kinds == code.SEND) | (kinds == code.RECV))
+    si[code.MAILBOX, messages] = [
+        packer.mailbox(npus, order[k], kind == code.SEND)
+        for k, kind in zip(messages.tolist(), kinds[messages].tolist())]
+    posts = messages[kinds[messages] == code.SEND].tolist()
     if posts:
         ops = [order[k] for k in posts]
         templates = [packer.p2p.route(npus, op) for op in ops]
         sizes = [float(op.size) for op in ops]
-        sf[3, posts] = [t.duration(size) for t, size in zip(templates, sizes)]
+        sf[code.MESSAGE_NS, posts] = [t.duration(size) for t, size in zip(templates, sizes)]
         message_dim_bytes[posts] = np.array(
             [packer.schedule.shapes.dim_bytes_per_byte(t) for t in templates]) * \
             np.array(sizes)[:, None]
@@ -252,71 +271,6 @@ def _compute_ns(ops: list, compute) -> list[float]:
     priced: dict[int, tuple[tuple, float]] = {}
     return [d if d != 0.0 else compute_op_ns(op, compute, priced)
             for d, op in zip(durations, ops)]
-
-
-def _no_meetings(n_ops: int) -> tuple:
-    """The meeting arrays of a run whose programs issue their own collectives."""
-    none = np.zeros(0, np.int64)
-    return (np.full(n_ops, -1, np.int64), np.zeros(1, np.int64), none, none, none,
-            np.zeros(1, np.int64), np.zeros(0, np.bool_))
-
-
-def _meetings(packer: Packer, orders: list[list], offsets: list[int],
-              programs: list[np.ndarray], si: np.ndarray) -> tuple | None:
-    """Where one-NPU programs meet (:class:`~.rendezvous.CollectiveRendezvous`): per
-    communicator (an explicit group, or a set of dimensions, which all programs share), the
-    k-th collective of each rank in ascending node id is one instance. Returns the op's
-    instance (-1: none), the instances' member slots (CSR), communicator, shape and
-    priority, the communicators' instances (CSR) and whether each issues in order (every
-    member's node order is an issue order); ``None`` when an instance can never be complete
-    or its members disagree (the Python engine reports it)."""
-    slots: dict[tuple, list[list[int]]] = {}
-    for order, offset in zip(orders, offsets):
-        seen: dict[tuple, int] = {}
-        for _, k in sorted((op.id, k) for k, op in enumerate(order)
-                               if op.kind == "collective"):
-            op = order[k]
-            comm = ("group", op.group) if op.group else ("dims", op.dims)
-            j = seen[comm] = seen.get(comm, -1) + 1
-            instances = slots.setdefault(comm, [])
-            if j == len(instances):
-                instances.append([])
-            instances[j].append(offset + k)
-    ops = [op for order in orders for op in order]
-    in_order = [all(d < o.id for o in order for d in (*o.deps, *o.ctrl_deps))
-                for order in orders]
-    inst_of = np.full(len(ops), -1, np.int64)
-    sizes: list[int] = []
-    comm_of: list[int] = []
-    shapes: list[int] = []
-    policies: list[int] = []
-    comm_ptr, ordered = [0], []
-    for c, (comm, instances) in enumerate(slots.items()):
-        need = len(comm[1]) if comm[0] == "group" else len(programs)
-        for members in instances:
-            first = ops[members[0]]
-            if len(members) != need or any(
-                    (ops[g].collective, ops[g].size, ops[g].priority) !=
-                    (first.collective, first.size, first.priority) for g in members):
-                return None
-            whole = comm[0] == "group" or need == packer.network.npus
-            shape = packer.shape(first, () if whole else tuple(sorted(
-                int(programs[si[1, g]][0]) for g in members)))
-            if shape is None:
-                return None
-            inst_of[members] = len(shapes)
-            sizes.append(need)
-            comm_of.append(c)
-            shapes.append(shape)
-            policies.append(_policy(packer.system.scheduling_policy
-                                    if first.priority == "default" else first.priority))
-        comm_ptr.append(len(shapes))
-        ordered.append(all(in_order[si[1, g]] for g in instances[0]))
-    inst_ptr = np.zeros(len(sizes) + 1, np.int64)
-    inst_ptr[1:] = np.cumsum(sizes)
-    return (inst_of, inst_ptr, np.array(comm_of, np.int64), np.array(shapes, np.int64),
-            np.array(policies, np.int64), np.array(comm_ptr, np.int64),
-            np.array(ordered, np.bool_))
 
 
 def _csr_of(lengths: list[np.ndarray], flats: list[np.ndarray]
