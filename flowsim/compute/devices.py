@@ -233,7 +233,9 @@ DEVICES: Mapping[str, Device] = MappingProxyType({
 
 def device(name: object, *, source: str = "argument", key: str = "device") -> Device:
     """A preset by name (case-insensitive; ``a100``, ``h100`` and ``h800`` are the SXM 80 GB
-    parts, ``h200`` the SXM 141 GB part, ``b200`` the SXM part)."""
+    parts, ``h200`` the SXM 141 GB part, ``b200`` the SXM part; a vendor's name of a preset's
+    part, such as nvidia-smi's ``NVIDIA A100-SXM4-40GB``, is that preset: see
+    :mod:`flowsim.device_names`)."""
     if isinstance(name, Device):
         return name
     if isinstance(name, str):

@@ -3,7 +3,9 @@
 ::
 
     cluster:
-      device: h100            # the GPU (a preset of flowsim.compute); sets the defaults below
+      device: h100            # the GPU (a preset of flowsim.compute, its short name or the
+                              # vendor's, e.g. "NVIDIA H100 80GB HBM3" as nvidia-smi prints
+                              # it; PCIe / NVL cards are other parts); sets the defaults below
       nodes: 128              # servers
       gpus_per_node: 8        # default 8
       nic_gbps: 400           # line rate of one NIC, Gb/s (default by device: 200 A100, 400 later)
