@@ -814,6 +814,20 @@ def test_bad_specs_are_one_line_naming_the_key(two_nodes, change, match):
         build_generator(spec, "spec.yml", two_nodes)
 
 
+@pytest.mark.parametrize("written, dtype", [
+    ("bfloat16", "bf16"), ("float16", "fp16"), ("BF16", "bf16"), ("e4m3", "fp8"),
+    ("hybrid", "fp8"), ("float8_e4m3fn", "fp8")])
+def test_a_dtype_spelled_as_pytorch_or_transformer_engine_does_is_that_dtype(written, dtype):
+    """A Hugging Face config's ``torch_dtype: bfloat16``, Transformer Engine's FP8 formats."""
+    from flowsim.workload.generators.transformer_spec import parse_transformer
+
+    base = {**SMALL, "tp": 4, "dp": 4, "global_batch": 16}
+    assert parse_transformer({**base, "dtype": written}, "spec.yml").dtype == dtype
+    with pytest.raises(ConfigError, match=r"key 'dtype': expected one of bf16, fp16, fp8, "
+                                          r"found 'fp4'"):
+        parse_transformer({**base, "dtype": "fp4"}, "spec.yml")
+
+
 @pytest.mark.parametrize("fused", [False, True])
 def test_cross_entropy_moves_the_bytes_of_its_steps_per_logit(two_nodes, fused):
     """Megatron-Core's vocabulary-parallel cross entropy over a rank's FP32 logits (tokens x

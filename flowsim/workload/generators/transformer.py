@@ -191,7 +191,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``window``, ``window_skip_freq`` (every N-th layer, counted from 1, full attention,
         or a list of 1 (window) and 0 per layer), ``position_embedding``
         (``learned_absolute``, ``rope``, ``alibi``, ``none``), ``dtype`` (``bf16``, ``fp16``,
-        ``fp8``);
+        ``fp8``, or PyTorch's and Transformer Engine's names of them: ``bfloat16``,
+        ``float16``, ``e4m3``, ``hybrid``);
         ``device`` (a compute preset) or ``roofline`` (a mapping); ``dims``.
 
     Returns

@@ -219,9 +219,20 @@ def read_mla(values: Mapping[str, Any], source: str) -> LatentAttention | None:
         maximum=1 << 20) for f in fields(LatentAttention)})
 
 
+#: other spellings of the data types: PyTorch's (a Hugging Face config's ``torch_dtype``) and
+#: the FP8 formats of Transformer Engine's recipes (``e4m3``; ``hybrid``: E4M3 forward, E5M2
+#: gradients), all priced as FP8 GEMMs
+DTYPE_SYNONYMS = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "e4m3": "fp8",
+                  "fp8_e4m3": "fp8", "float8_e4m3fn": "fp8", "hybrid": "fp8"}
+
+
 def read_dtype(values: Mapping[str, Any], source: str, dtypes: tuple[str, ...]) -> str:
-    """``dtype`` (one of ``dtypes``), or the legacy ``dtype_bytes`` (2 or 1)."""
+    """``dtype`` (one of ``dtypes`` or a synonym of one), or the legacy ``dtype_bytes`` (2 or
+    1)."""
     if "dtype" in values or "dtype_bytes" not in values:
+        found = values.get("dtype")
+        if isinstance(found, str) and found.strip().lower() in DTYPE_SYNONYMS:
+            values = {**values, "dtype": DTYPE_SYNONYMS[found.strip().lower()]}
         return read_choice(values, "dtype", dtypes, source=source, default="bf16",
                            case_insensitive=True)
     width = read_int(values, "dtype_bytes", source=source, minimum=1, maximum=64)
