@@ -24,7 +24,9 @@ The keys are the keyword arguments of :func:`transformer` or :func:`dlrm`.
 ``generator: nemo`` (:mod:`.nemo`) a NeMo 1 training config, ``generator: nemo2``
 (:mod:`.nemo2`) a NeMo 2 pre-training recipe, ``generator: llmfoundry``
 (:mod:`.llmfoundry`) an LLM Foundry training YAML and ``generator: torchtitan``
-(:mod:`.torchtitan`) a torchtitan job config into the transformer's keys.
+(:mod:`.torchtitan`) a torchtitan job config into the transformer's keys;
+``generator: huggingface`` (:mod:`.huggingface`) takes a model's shape from its Hugging Face
+``config.json``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 from ...errors import ConfigError, config_error
 from ..graph import Workload
 from .dlrm import DLRMSpec, build_dlrm, dlrm, parse_dlrm
+from .huggingface import parse_huggingface
 from .imported import build_imported
 from .llmfoundry import parse_llmfoundry
 from .megatron import parse_megatron
@@ -68,6 +71,7 @@ GENERATORS: dict[str, Generator] = {
     "llmfoundry": Generator(parse_llmfoundry, build_imported),
     "nemo2": Generator(parse_nemo2, build_imported),
     "torchtitan": Generator(parse_torchtitan, build_imported),
+    "huggingface": Generator(parse_huggingface, build_imported),
 }
 
 

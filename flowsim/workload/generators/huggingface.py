@@ -1,0 +1,281 @@
+"""A Hugging Face model config as a transformer's shape: ``generator: huggingface``.
+
+A model on the Hugging Face Hub is described by its ``config.json`` (the ``transformers``
+library's ``PretrainedConfig``): layers, widths, heads, vocabulary, experts. This generator
+reads one (key ``config``: a path relative to the spec file, or the mapping itself) for the
+model's shape; everything about the run — sequence, batch, parallelism, precision, device —
+is given beside it as transformer keys, which also win over what the config says::
+
+    generator: huggingface
+    config: Meta-Llama-3-8B/config.json
+    sequence: 8192
+    global_batch: 128
+    tp: 2
+    pp: 2
+    sp: true
+    distributed_optimizer: true
+    device: h100
+
+The data-parallel size is what the network's NPUs leave over ``tp x pp x cp``. What is read,
+by ``model_type`` (the config's own key, which decides the modules the library builds):
+
+* **the Llama family** (``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``olmo2``, ``granite``,
+  ``phi3``): ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
+  ``num_key_value_heads`` (grouped-query attention), ``head_dim`` when it is not
+  ``hidden / heads`` (Qwen 3), ``intermediate_size`` of a gated MLP (SwiGLU: three GEMMs),
+  ``vocab_size``, ``tie_word_embeddings``; rotary embeddings; a ``sliding_window`` where the
+  model uses one (Mistral; Qwen's ``use_sliding_window`` from layer ``max_window_layers``);
+* **mixtures of experts**: Mixtral's ``num_local_experts`` and ``num_experts_per_tok`` (experts
+  of ``intermediate_size``); Qwen-MoE's ``num_experts``, ``moe_intermediate_size``,
+  ``shared_expert_intermediate_size``, ``decoder_sparse_step`` and ``mlp_only_layers``;
+  DeepSeek-V2 / V3's ``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``
+  and multi-head latent attention (``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
+  ``qk_rope_head_dim``, ``v_head_dim``); its multi-token prediction layers are not priced
+  (a warning says so);
+* **the GPT family**: ``gpt2`` (``n_layer``, ``n_embd``, ``n_head``, ``n_inner``: learned
+  positions, tied embeddings), ``opt`` (``ffn_dim``), ``gpt_neox`` (rotary), ``bloom``
+  (ALiBi), each with a plain two-GEMM MLP.
+
+Another ``model_type`` is one error naming it; its shape can then be given as transformer keys
+with ``generator: transformer``. ``torch_dtype`` is the checkpoint's storage type, not the
+run's precision, and is not read (``dtype`` defaults to BF16; give it beside ``config``).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ...errors import ConfigError, FlowsimWarning, config_error
+from .imported import ImportedSpec, parse_imported, read_beside
+
+#: model types whose blocks are Llama's (gated MLP, rotary embeddings), and whether their
+#: configs tie the output layer to the embedding when they do not say
+LLAMA_LIKE = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False,
+              "olmo2": False, "granite": False, "phi3": False, "mixtral": False,
+              "qwen2_moe": False, "qwen3_moe": False, "deepseek_v2": False,
+              "deepseek_v3": False}
+#: model types that attend through ``sliding_window`` whenever it is set (Qwen's need
+#: ``use_sliding_window`` too)
+WINDOWED = ("mistral", "mixtral", "phi3")
+#: the GPT family: (config key of each transformer key), position embedding, tied default
+GPT_LIKE: dict[str, tuple[dict[str, str], str, bool]] = {
+    "gpt2": ({"layers": "n_layer", "hidden": "n_embd", "heads": "n_head", "ffn": "n_inner"},
+             "learned_absolute", True),
+    "opt": ({"layers": "num_hidden_layers", "hidden": "hidden_size",
+             "heads": "num_attention_heads", "ffn": "ffn_dim"}, "learned_absolute", True),
+    "gpt_neox": ({"layers": "num_hidden_layers", "hidden": "hidden_size",
+                  "heads": "num_attention_heads", "ffn": "intermediate_size"}, "rope", False),
+    "bloom": ({"layers": "n_layer", "hidden": "hidden_size", "heads": "n_head",
+               "ffn": "n_inner"}, "alibi", True),
+}
+#: transformer key -> the config's name of it, for messages (the Llama family's names)
+NAMES = {"layers": "num_hidden_layers", "hidden": "hidden_size",
+         "heads": "num_attention_heads", "kv_heads": "num_key_value_heads",
+         "head_dim": "head_dim", "ffn": "intermediate_size", "vocab": "vocab_size",
+         "experts": "num_experts", "top_k": "num_experts_per_tok",
+         "moe_ffn": "moe_intermediate_size", "shared_ffn": "shared_expert_intermediate_size",
+         "window": "sliding_window", "moe_layer_freq": "mlp_only_layers"}
+
+
+def parse_huggingface(values: Mapping[str, Any], source: str) -> ImportedSpec:
+    """``generator: huggingface``: key ``config`` (a Hugging Face ``config.json``: a path
+    relative to the spec file, or the mapping) and transformer keys, which win."""
+    rules: list[Rules] = []
+
+    def translate(config: Any, src: str) -> dict[str, Any]:
+        keys, found = _read_model(config, src)
+        rules.append(found)
+        return _laid_out(keys, found, keys["layers"])
+
+    def finish(keys: dict[str, Any]) -> dict[str, Any]:
+        # the per-layer patterns follow the layer count a key beside the config may change
+        return _laid_out(keys, rules[0], keys["layers"])
+
+    return parse_imported(values, source, read="config", translate=translate, names=NAMES,
+                          finish=finish)
+
+
+def huggingface_keys(config: Any, source: str) -> dict[str, Any]:
+    """The transformer keys of the model a Hugging Face config describes (a mapping, or a
+    JSON file relative to ``source``'s folder).
+
+    Raises
+    ------
+    ConfigError
+        The file cannot be read or is not a JSON object; its ``model_type`` is not one this
+        module reads; a setting the model needs is missing or not a positive integer.
+    """
+    keys, rules = _read_model(config, source)
+    return _laid_out(keys, rules, keys["layers"])
+
+
+#: per-layer patterns as rules of the layer count: key -> (layers -> 1 or 0 per layer)
+Rules = dict[str, Callable[[int], list[int]]]
+
+
+def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules]:
+    where, data = _load(config, source)
+    model_type = data.get("model_type")
+    read = _Reader(data, where)
+    if model_type in GPT_LIKE:
+        return _gpt(read, model_type), {}
+    if model_type in LLAMA_LIKE:
+        keys, rules = _llama(read, model_type)
+        for experts in (_mixtral, _qwen_moe, _deepseek):
+            more, rule = experts(read, model_type)
+            keys.update(more)
+            rules.update(rule)
+        return keys, rules
+    known = ", ".join([*LLAMA_LIKE, *GPT_LIKE])
+    raise config_error(where, "model_type", f"one of {known} (another model's shape: "
+                       "generator: transformer with its keys)", model_type)
+
+
+def _laid_out(keys: dict[str, Any], rules: Rules, layers: Any) -> dict[str, Any]:
+    """``keys`` with the patterns of ``rules`` over ``layers`` layers: a pattern of one kind
+    of layer is no pattern (every layer a mixture of experts; the window everywhere, or
+    nowhere)."""
+    out = dict(keys)
+    out.pop("moe_layer_freq", None)
+    out.pop("window_skip_freq", None)
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+        return out   # the transformer refuses it, naming the key
+    if "moe_layer_freq" in rules and 0 in (moe := rules["moe_layer_freq"](layers)):
+        out["moe_layer_freq"] = moe
+    if "window_skip_freq" in rules:
+        window = rules["window_skip_freq"](layers)
+        if 1 not in window:
+            out.pop("window", None)
+        elif 0 in window:
+            out["window_skip_freq"] = window
+    return out
+
+
+class _Reader:
+    """Settings of one config, checked as they are read (errors name the config's key)."""
+
+    def __init__(self, data: Mapping[str, Any], where: str) -> None:
+        self.data, self.where = data, where
+
+    def integer(self, key: str, default: Any = ...) -> Any:
+        """A positive integer (``default`` when absent or null; required without one)."""
+        value = self.data.get(key)
+        if value is None and default is not ...:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise config_error(self.where, key, "a positive integer", value)
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise config_error(self.where, key, "true or false", value)
+        return value
+
+    def layer_list(self, key: str) -> list[int]:
+        """A list of non-negative integers (absent or null: empty)."""
+        value = self.data.get(key) or []
+        if not isinstance(value, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+            raise config_error(self.where, key, "a list of layer numbers", value)
+        return value
+
+
+def _load(config: Any, source: str) -> tuple[str, Mapping[str, Any]]:
+    if isinstance(config, Mapping):
+        return f"{source}: config", config
+    path, text = read_beside(config, source, "config", "a Hugging Face config.json")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a JSON object (a model config), found "
+                          f"{type(data).__name__}")
+    return str(path), data
+
+
+def _gpt(read: _Reader, model_type: str) -> dict[str, Any]:
+    names, position, tied = GPT_LIKE[model_type]
+    keys = {key: read.integer(name) for key, name in names.items() if key != "ffn"}
+    keys["ffn"] = read.integer(names["ffn"], 4 * keys["hidden"])
+    keys.update(vocab=read.integer("vocab_size"), gated_mlp=False, position_embedding=position,
+                tied_embeddings=read.flag("tie_word_embeddings", tied))
+    return keys
+
+
+def _llama(read: _Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
+    heads = read.integer("num_attention_heads")
+    keys = {"layers": read.integer("num_hidden_layers"), "hidden": read.integer("hidden_size"),
+            "heads": heads, "kv_heads": read.integer("num_key_value_heads", heads),
+            "ffn": read.integer("intermediate_size"), "vocab": read.integer("vocab_size"),
+            "gated_mlp": True, "position_embedding": "rope",
+            "tied_embeddings": read.flag("tie_word_embeddings", LLAMA_LIKE[model_type])}
+    head_dim = read.integer("head_dim", 0)
+    if head_dim and head_dim * heads != keys["hidden"]:
+        keys["head_dim"] = head_dim
+    window, rules = _window(read, model_type)
+    keys.update(window)
+    return keys, rules
+
+
+def _window(read: _Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
+    """Mistral's (Mixtral's, Phi-3's) sliding window; Qwen's, when ``use_sliding_window``,
+    on the layers from ``max_window_layers`` on (the ones before attend to every key)."""
+    window = read.integer("sliding_window", 0)
+    if not window or not read.flag("use_sliding_window", model_type in WINDOWED):
+        return {}, {}
+    if not model_type.startswith("qwen"):
+        return {"window": window}, {}
+    first = read.integer("max_window_layers", 28)   # transformers' default for Qwen
+    return {"window": window}, {
+        "window_skip_freq": lambda layers: [int(i >= first) for i in range(layers)]}
+
+
+def _mixtral(read: _Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
+    if model_type != "mixtral":
+        return {}, {}
+    return {"experts": read.integer("num_local_experts"),
+            "top_k": read.integer("num_experts_per_tok"),
+            "moe_ffn": read.integer("intermediate_size")}, {}
+
+
+def _qwen_moe(read: _Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
+    if model_type not in ("qwen2_moe", "qwen3_moe"):
+        return {}, {}
+    step = read.integer("decoder_sparse_step", 1)
+    dense = set(read.layer_list("mlp_only_layers"))
+    keys = {"experts": read.integer("num_experts"),
+            "top_k": read.integer("num_experts_per_tok"),
+            "moe_ffn": read.integer("moe_intermediate_size"),
+            "shared_ffn": read.integer("shared_expert_intermediate_size", 0)}
+    # Qwen's rule: layer i a mixture unless listed dense, when the step divides i + 1
+    return keys, {"moe_layer_freq": lambda layers: [
+        int(i not in dense and (i + 1) % step == 0) for i in range(layers)]}
+
+
+def _deepseek(read: _Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
+    if not model_type.startswith("deepseek"):
+        return {}, {}
+    width = read.integer("moe_intermediate_size")
+    first = read.integer("first_k_dense_replace", 0)
+    freq = read.integer("moe_layer_freq", 1)
+    keys: dict[str, Any] = {
+        "experts": read.integer("n_routed_experts"),
+        "top_k": read.integer("num_experts_per_tok"),
+        "moe_ffn": width, "shared_ffn": read.integer("n_shared_experts", 0) * width,
+        "mla": {"q_lora_rank": read.integer("q_lora_rank", 0),
+                "kv_lora_rank": read.integer("kv_lora_rank"),
+                "qk_head_dim": read.integer("qk_nope_head_dim"),
+                "qk_pos_emb_head_dim": read.integer("qk_rope_head_dim"),
+                "v_head_dim": read.integer("v_head_dim")}}
+    if read.integer("num_nextn_predict_layers", 0):
+        warnings.warn(f"{read.where}: key 'num_nextn_predict_layers' (multi-token "
+                      "prediction) is not priced: the model's main layers only",
+                      FlowsimWarning, stacklevel=6)
+    # DeepSeek's rule: the first layers dense, then every freq-th one a mixture
+    return keys, {"moe_layer_freq": lambda layers: [
+        int(i >= first and i % freq == 0) for i in range(layers)]}

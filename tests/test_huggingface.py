@@ -1,0 +1,190 @@
+"""``generator: huggingface``: a model's shape from its Hugging Face ``config.json``, the run's
+settings beside it. The configs below carry the values the models' published config.json
+files hold (the keys flowsim reads, and some it does not)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+import flowsim
+from flowsim.errors import ConfigError, FlowsimWarning
+from flowsim.workload.generators.huggingface import huggingface_keys
+
+PUBLISHED = Path(__file__).resolve().parent.parent / "validation" / "published"
+
+LLAMA3_8B = {
+    "architectures": ["LlamaForCausalLM"], "hidden_act": "silu", "hidden_size": 4096,
+    "intermediate_size": 14336, "max_position_embeddings": 8192, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 500000.0,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 128256}
+QWEN3_30B_A3B = {
+    "architectures": ["Qwen3MoeForCausalLM"], "decoder_sparse_step": 1, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 6144,
+    "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe",
+    "moe_intermediate_size": 768, "norm_topk_prob": True, "num_attention_heads": 32,
+    "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48,
+    "num_key_value_heads": 4, "sliding_window": None, "tie_word_embeddings": False,
+    "use_sliding_window": False, "vocab_size": 151936}
+QWEN3_235B_A22B = {**QWEN3_30B_A3B, "hidden_size": 4096, "intermediate_size": 12288,
+                   "moe_intermediate_size": 1536, "num_attention_heads": 64,
+                   "num_hidden_layers": 94, "max_window_layers": 94}
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"], "first_k_dense_replace": 3,
+    "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512,
+    "model_type": "deepseek_v3", "moe_intermediate_size": 2048, "moe_layer_freq": 1,
+    "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1, "num_attention_heads": 128,
+    "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "tie_word_embeddings": False, "topk_group": 4,
+    "v_head_dim": 128, "vocab_size": 129280}
+MIXTRAL_8X7B = {
+    "architectures": ["MixtralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+    "model_type": "mixtral", "num_attention_heads": 32, "num_experts_per_tok": 2,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8,
+    "sliding_window": None, "tie_word_embeddings": False, "vocab_size": 32000}
+MISTRAL_7B_V01 = {
+    "architectures": ["MistralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+    "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "sliding_window": 4096, "tie_word_embeddings": False,
+    "vocab_size": 32000}
+GPT2 = {"activation_function": "gelu_new", "model_type": "gpt2", "n_embd": 768, "n_head": 12,
+        "n_inner": None, "n_layer": 12, "n_positions": 1024, "vocab_size": 50257}
+
+RUN = {"sequence": 4096, "global_batch": 16, "tp": 2}
+
+
+def test_llama3_8b_from_its_config_is_the_same_run_as_its_keys():
+    net = {"cluster": {"device": "h100", "nodes": 1}}
+    from_config = flowsim.simulate(
+        net, {"generator": "huggingface", "config": LLAMA3_8B, **RUN}, "nccl")
+    by_hand = flowsim.simulate(net, {
+        "generator": "transformer", "layers": 32, "hidden": 4096, "ffn": 14336, "heads": 32,
+        "kv_heads": 8, "vocab": 128256, "gated_mlp": True, "tied_embeddings": False,
+        "position_embedding": "rope", "dp": 4, **RUN}, "nccl")
+    assert float(from_config.time_ns) == float(by_hand.time_ns)
+    assert from_config.attrs["model_flops"] == by_hand.attrs["model_flops"]
+
+
+@pytest.mark.parametrize("run, config", [
+    ("mbridge2509_qwen3_30b_a3b_fp8_16gpu", QWEN3_30B_A3B),
+    ("mbridge2511_qwen3_235b_a22b_fp8_256gpu", QWEN3_235B_A22B)])
+def test_qwen3_moe_configs_give_the_shapes_transcribed_from_megatron_bridge(run, config):
+    """Two sources of one model agree: the Hub's config and the shape the validation row
+    read from Megatron-Bridge's model provider."""
+    row = next(r for r in csv.DictReader((PUBLISHED / "megatron_bridge_h100.csv").open())
+               if r["run"] == run)
+    keys = huggingface_keys(config, "spec.yml")
+    for key in ("layers", "hidden", "ffn", "heads", "kv_heads", "head_dim", "vocab",
+                "experts", "top_k", "moe_ffn"):
+        assert keys[key] == int(row[key]), key
+    assert keys["gated_mlp"] and not keys["tied_embeddings"]
+    assert keys["position_embedding"] == row["position_embedding"]
+    assert "moe_layer_freq" not in keys and "window" not in keys
+
+
+def test_deepseek_v3_reads_latent_attention_dense_first_layers_and_shared_experts():
+    with pytest.warns(FlowsimWarning, match="num_nextn_predict_layers.*not priced"):
+        keys = huggingface_keys(DEEPSEEK_V3, "spec.yml")
+    assert keys["mla"] == {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_head_dim": 128,
+                           "qk_pos_emb_head_dim": 64, "v_head_dim": 128}
+    assert keys["moe_layer_freq"] == [0, 0, 0] + [1] * 58
+    assert (keys["experts"], keys["top_k"], keys["moe_ffn"], keys["shared_ffn"]) == \
+        (256, 8, 2048, 2048)
+    assert keys["ffn"] == 18432 and keys["vocab"] == 129280
+
+
+def test_mixtral_s_experts_are_as_wide_as_its_mlp():
+    keys = huggingface_keys(MIXTRAL_8X7B, "spec.yml")
+    assert (keys["experts"], keys["top_k"], keys["moe_ffn"]) == (8, 2, 14336)
+    assert "window" not in keys   # sliding_window: null
+
+
+def test_sliding_windows_where_the_model_uses_them():
+    assert huggingface_keys(MISTRAL_7B_V01, "s")["window"] == 4096
+    qwen = {**QWEN3_30B_A3B, "use_sliding_window": True, "sliding_window": 4096,
+            "max_window_layers": 40}
+    keys = huggingface_keys(qwen, "s")
+    assert keys["window"] == 4096
+    assert keys["window_skip_freq"] == [0] * 40 + [1] * 8   # 1: the window's layers
+
+
+def test_gpt2_has_learned_positions_a_plain_mlp_and_tied_embeddings():
+    keys = huggingface_keys(GPT2, "s")
+    assert keys == {"layers": 12, "hidden": 768, "heads": 12, "ffn": 3072, "vocab": 50257,
+                    "gated_mlp": False, "position_embedding": "learned_absolute",
+                    "tied_embeddings": True}
+
+
+def test_keys_beside_the_config_win_and_a_path_is_relative_to_the_spec(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "config.json").write_text(json.dumps(LLAMA3_8B))
+    spec = tmp_path / "spec.yml"
+    spec.write_text("generator: huggingface\nconfig: models/config.json\nsequence: 1024\n"
+                    "global_batch: 8\nlayers: 4\n")
+    ds = flowsim.simulate({"cluster": {"device": "h100", "nodes": 1}}, str(spec), "nccl")
+    assert ds.sizes["layer"] == 4 + 3   # 4 layers, the embedding, the logits, the optimizer
+
+
+@pytest.mark.parametrize("config, match", [
+    ({**LLAMA3_8B, "model_type": "t5"}, r"key 'model_type': expected one of llama.*found 't5'"),
+    ({**LLAMA3_8B, "num_hidden_layers": 0}, r"key 'num_hidden_layers': expected a positive"),
+    ({k: v for k, v in LLAMA3_8B.items() if k != "hidden_size"}, r"key 'hidden_size'"),
+    ({**LLAMA3_8B, "tie_word_embeddings": "no"}, r"key 'tie_word_embeddings': expected true"),
+    ({**QWEN3_30B_A3B, "mlp_only_layers": "all"}, r"key 'mlp_only_layers'"),
+])
+def test_a_bad_config_is_one_error_naming_its_key(config, match):
+    with pytest.raises(ConfigError, match=match):
+        huggingface_keys(config, "spec.yml")
+
+
+def test_an_unreadable_config_file_says_why(tmp_path):
+    (tmp_path / "bad.json").write_text("{\"hidden_size\": 4096,")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    spec = str(tmp_path / "spec.yml")
+    (tmp_path / "spec.yml").write_text("")
+    with pytest.raises(ConfigError, match=r"bad\.json: not valid JSON"):
+        huggingface_keys("bad.json", spec)
+    with pytest.raises(ConfigError, match=r"list\.json: expected a JSON object"):
+        huggingface_keys("list.json", spec)
+    with pytest.raises(ConfigError, match=r"key 'config': cannot read"):
+        huggingface_keys("missing.json", spec)
+
+
+def test_a_setting_the_transformer_refuses_names_the_config_s_key():
+    """The shape is checked where the transformer checks it; the error says where it was
+    read from."""
+    config = {**LLAMA3_8B, "num_attention_heads": 36, "num_key_value_heads": 36}
+    spec = {"generator": "huggingface", "config": config, **RUN, "tp": 8, "global_batch": 8}
+    with pytest.raises(ConfigError, match=r"key 'heads': expected a multiple of tp=8.*"
+                                          r"read from num_attention_heads in 'config'"):
+        flowsim.simulate({"cluster": {"device": "h100", "nodes": 1}}, spec, "nccl")
+
+
+def test_per_layer_patterns_follow_a_layer_count_given_beside():
+    """DeepSeek-V3 cut to 6 layers keeps its rule: 3 dense layers, then mixtures of experts."""
+    spec = {"generator": "huggingface", "config": DEEPSEEK_V3, "layers": 6, "sequence": 1024,
+            "global_batch": 8, "ep": 8}
+    with pytest.warns(FlowsimWarning, match="num_nextn_predict_layers"):
+        ds = flowsim.simulate({"cluster": {"device": "h100", "nodes": 1}}, spec, "nccl")
+    comm = ds.layer_comm_ns.sel({"pass": "fwd"})   # the forward's all-to-alls
+    all_to_alls = [float(comm.sel(layer=f"layer{i}")) > 0 for i in range(6)]
+    assert all_to_alls == [False] * 3 + [True] * 3
+
+
+def test_the_workloads_page_example_runs_as_printed(tmp_path):
+    """docs/guide/workloads.md's Hugging Face example: its files, its stated step time."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "guide" /
+            "workloads.md").read_text()
+    section = page[page.index("### From a Hugging Face model config"):]
+    blocks = [b.split("```", 1)[0] for b in section.split("```yaml\n")[1:3]]
+    (tmp_path / "run.yml").write_text(blocks[0])
+    (tmp_path / "net.yml").write_text(blocks[1])
+    (tmp_path / "Meta-Llama-3-8B").mkdir()
+    (tmp_path / "Meta-Llama-3-8B" / "config.json").write_text(json.dumps(LLAMA3_8B))
+    ds = flowsim.simulate(str(tmp_path / "net.yml"), str(tmp_path / "run.yml"))   # as the CLI
+    assert f"# {float(ds.time_ns) / 1e9:.2f} s per step" in section
