@@ -55,6 +55,25 @@ MISTRAL_7B_V01 = {
 GPT2 = {"activation_function": "gelu_new", "model_type": "gpt2", "n_embd": 768, "n_head": 12,
         "n_inner": None, "n_layer": 12, "n_positions": 1024, "vocab_size": 50257}
 
+GPT_OSS_120B = {
+    "architectures": ["GptOssForCausalLM"], "head_dim": 64, "hidden_size": 2880,
+    "intermediate_size": 2880, "layer_types": ["sliding_attention", "full_attention"] * 18,
+    "model_type": "gpt_oss", "num_attention_heads": 64, "num_experts_per_tok": 4,
+    "num_hidden_layers": 36, "num_key_value_heads": 8, "num_local_experts": 128,
+    "sliding_window": 128, "tie_word_embeddings": False, "vocab_size": 201088}
+GEMMA2_9B = {
+    "architectures": ["Gemma2ForCausalLM"], "head_dim": 256, "hidden_size": 3584,
+    "intermediate_size": 14336, "model_type": "gemma2", "num_attention_heads": 16,
+    "num_hidden_layers": 42, "num_key_value_heads": 8, "sliding_window": 4096,
+    "vocab_size": 256000}
+GEMMA3_4B = {   # a multimodal config: its language model in text_config
+    "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+    "text_config": {"head_dim": 256, "hidden_size": 2560, "intermediate_size": 10240,
+                    "model_type": "gemma3_text", "num_attention_heads": 8,
+                    "num_hidden_layers": 34, "num_key_value_heads": 4,
+                    "sliding_window": 1024, "vocab_size": 262208},
+    "vision_config": {"hidden_size": 1152, "model_type": "siglip_vision_model"}}
+
 RUN = {"sequence": 4096, "global_batch": 16, "tp": 2}
 
 
@@ -188,3 +207,31 @@ def test_the_workloads_page_example_runs_as_printed(tmp_path):
     (tmp_path / "Meta-Llama-3-8B" / "config.json").write_text(json.dumps(LLAMA3_8B))
     ds = flowsim.simulate(str(tmp_path / "net.yml"), str(tmp_path / "run.yml"))   # as the CLI
     assert f"# {float(ds.time_ns) / 1e9:.2f} s per step" in section
+
+
+def test_gpt_oss_alternates_its_window_and_routes_four_of_128_experts():
+    keys = huggingface_keys(GPT_OSS_120B, "s")
+    assert (keys["experts"], keys["top_k"], keys["moe_ffn"], keys["head_dim"]) == \
+        (128, 4, 2880, 64)
+    assert keys["window"] == 128 and keys["window_skip_freq"] == [1, 0] * 18
+    assert not keys["tied_embeddings"]
+
+
+def test_gemma_s_windows_follow_each_generation_s_rule():
+    gemma2 = huggingface_keys(GEMMA2_9B, "s")
+    assert gemma2["window_skip_freq"] == [1, 0] * 21 and gemma2["tied_embeddings"]
+    assert gemma2["head_dim"] == 256   # not hidden / heads = 224
+    gemma3 = huggingface_keys(GEMMA3_4B, "s")   # read from text_config
+    assert gemma3["layers"] == 34 and gemma3["vocab"] == 262208
+    assert gemma3["window_skip_freq"] == ([1] * 5 + [0]) * 5 + [1] * 4
+
+
+def test_layer_types_repeat_their_period_over_a_layer_count_given_beside():
+    spec = {"generator": "huggingface", "config": GPT_OSS_120B, "layers": 4, "ep": 8,
+            "sequence": 1024, "global_batch": 8}
+    ds = flowsim.simulate({"cluster": {"device": "h100", "nodes": 1}}, spec, "nccl")
+    attention = ds.layer_compute_ns.sel({"pass": "fwd"}).values[:4]
+    assert attention[0] < attention[1] and attention[2] < attention[3]   # windowed: cheaper
+    with pytest.raises(ConfigError, match=r"key 'layer_types': expected a list of "
+                                          r"sliding_attention or full_attention"):
+        huggingface_keys({**GPT_OSS_120B, "layer_types": ["chunked_attention"] * 36}, "s")

@@ -20,13 +20,18 @@ The data-parallel size is what the network's NPUs leave over ``tp x pp x cp``. W
 by ``model_type`` (the config's own key, which decides the modules the library builds):
 
 * **the Llama family** (``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``olmo2``, ``granite``,
-  ``phi3``): ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
-  ``num_key_value_heads`` (grouped-query attention), ``head_dim`` when it is not
-  ``hidden / heads`` (Qwen 3), ``intermediate_size`` of a gated MLP (SwiGLU: three GEMMs),
-  ``vocab_size``, ``tie_word_embeddings``; rotary embeddings; a ``sliding_window`` where the
-  model uses one (Mistral; Qwen's ``use_sliding_window`` from layer ``max_window_layers``);
-* **mixtures of experts**: Mixtral's ``num_local_experts`` and ``num_experts_per_tok`` (experts
-  of ``intermediate_size``); Qwen-MoE's ``num_experts``, ``moe_intermediate_size``,
+  ``phi3``, ``gemma``, ``gemma2``, ``gemma3_text``): ``num_hidden_layers``, ``hidden_size``,
+  ``num_attention_heads``, ``num_key_value_heads`` (grouped-query attention), ``head_dim``
+  when it is not ``hidden / heads`` (Qwen 3, Gemma), ``intermediate_size`` of a gated MLP
+  (SwiGLU or GeGLU: three GEMMs), ``vocab_size``, ``tie_word_embeddings``; rotary
+  embeddings; a ``sliding_window`` on the layers the model gives it: those ``layer_types``
+  names ``sliding_attention`` (newer configs list every layer), else the model's own rule
+  (Mistral's every layer; Qwen's from ``max_window_layers`` with ``use_sliding_window``;
+  Gemma 2's and GPT-OSS's every other one from the first; Gemma 3's all but every
+  ``sliding_window_pattern``-th); a multimodal config's ``text_config`` is its language model;
+* **mixtures of experts**: Mixtral's and GPT-OSS's ``num_local_experts`` and
+  ``num_experts_per_tok`` (experts of ``intermediate_size``; GPT-OSS's attention sinks are
+  not priced); Qwen-MoE's ``num_experts``, ``moe_intermediate_size``,
   ``shared_expert_intermediate_size``, ``decoder_sparse_step`` and ``mlp_only_layers``;
   DeepSeek-V2 / V3's ``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``
   and multi-head latent attention (``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
@@ -56,10 +61,14 @@ from .imported import ImportedSpec, parse_imported, read_beside
 LLAMA_LIKE = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False,
               "olmo2": False, "granite": False, "phi3": False, "mixtral": False,
               "qwen2_moe": False, "qwen3_moe": False, "deepseek_v2": False,
-              "deepseek_v3": False}
-#: model types that attend through ``sliding_window`` whenever it is set (Qwen's need
-#: ``use_sliding_window`` too)
+              "deepseek_v3": False, "gemma": True, "gemma2": True, "gemma3_text": True,
+              "gpt_oss": False}
+#: model types that attend through ``sliding_window`` on every layer whenever it is set
 WINDOWED = ("mistral", "mixtral", "phi3")
+#: model types whose sliding-window layers alternate with full ones, the first one windowed
+ALTERNATING = ("gemma2", "gpt_oss")
+#: the attention kinds of ``layer_types`` a dense transformer has (1: the sliding window)
+LAYER_TYPES = {"sliding_attention": 1, "full_attention": 0}
 #: the GPT family: (config key of each transformer key), position embedding, tied default
 GPT_LIKE: dict[str, tuple[dict[str, str], str, bool]] = {
     "gpt2": ({"layers": "n_layer", "hidden": "n_embd", "heads": "n_head", "ffn": "n_inner"},
@@ -118,13 +127,15 @@ Rules = dict[str, Callable[[int], list[int]]]
 
 def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules]:
     where, data = _load(config, source)
+    if isinstance(data.get("text_config"), Mapping):   # a multimodal model's language model
+        where, data = f"{where}: text_config", data["text_config"]
     model_type = data.get("model_type")
     read = _Reader(data, where)
     if model_type in GPT_LIKE:
         return _gpt(read, model_type), {}
     if model_type in LLAMA_LIKE:
         keys, rules = _llama(read, model_type)
-        for experts in (_mixtral, _qwen_moe, _deepseek):
+        for experts in (_mixtral, _qwen_moe, _deepseek):   # at most one of them reads
             more, rule = experts(read, model_type)
             keys.update(more)
             rules.update(rule)
@@ -175,6 +186,19 @@ class _Reader:
             raise config_error(self.where, key, "true or false", value)
         return value
 
+    def layer_types(self) -> list[int]:
+        """``layer_types`` as 1 (sliding window) and 0 (full attention) per layer, shortened
+        to its period, so that it repeats over another layer count."""
+        value = self.data.get("layer_types")
+        if not isinstance(value, list) or not value or \
+                not all(isinstance(v, str) and v in LAYER_TYPES for v in value):
+            raise config_error(self.where, "layer_types", "a list of " + " or ".join(
+                LAYER_TYPES) + " per layer", value)
+        pattern = [LAYER_TYPES[v] for v in value]
+        period = next(p for p in range(1, len(pattern) + 1)
+                      if all(pattern[i] == pattern[i % p] for i in range(len(pattern))))
+        return pattern[:period]
+
     def layer_list(self, key: str) -> list[int]:
         """A list of non-negative integers (absent or null: empty)."""
         value = self.data.get(key) or []
@@ -223,10 +247,22 @@ def _llama(read: _Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
 
 
 def _window(read: _Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
-    """Mistral's (Mixtral's, Phi-3's) sliding window; Qwen's, when ``use_sliding_window``,
-    on the layers from ``max_window_layers`` on (the ones before attend to every key)."""
+    """The sliding window and the layers it applies to (see the module docstring)."""
     window = read.integer("sliding_window", 0)
-    if not window or not read.flag("use_sliding_window", model_type in WINDOWED):
+    if not window:
+        return {}, {}
+    if read.data.get("layer_types") is not None:
+        pattern = read.layer_types()
+        return {"window": window}, {"window_skip_freq": lambda layers: [
+            pattern[i % len(pattern)] for i in range(layers)]}
+    if model_type in ALTERNATING:
+        return {"window": window}, {"window_skip_freq": lambda layers: [
+            int(i % 2 == 0) for i in range(layers)]}
+    if model_type == "gemma3_text":
+        every = read.integer("sliding_window_pattern", 6)
+        return {"window": window}, {"window_skip_freq": lambda layers: [
+            int((i + 1) % every != 0) for i in range(layers)]}
+    if not read.flag("use_sliding_window", model_type in WINDOWED):
         return {}, {}
     if not model_type.startswith("qwen"):
         return {"window": window}, {}
@@ -236,7 +272,7 @@ def _window(read: _Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
 
 
 def _mixtral(read: _Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
-    if model_type != "mixtral":
+    if model_type not in ("mixtral", "gpt_oss"):
         return {}, {}
     return {"experts": read.integer("num_local_experts"),
             "top_k": read.integer("num_experts_per_tok"),
