@@ -222,6 +222,8 @@ def test_astra_sim_flags_flowsim_does_not_model_are_one_line(flag, problem, caps
      r"Chakra's JSON rendering of a trace .* give the \.et files it was made from"),
     ('{\n  "schema": "1.0.2-chakra.0.0.4", "pid": 1,\n  "nodes": []}',
      r"a PyTorch execution trace \(host side\): link it .* chakra_converter"),
+    ('{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096}',
+     r"a Hugging Face model config .* 'generator: huggingface'"),
     ('{"something": "else"}', r"unknown workload format \(expected \.txt, \.yml/\.yaml or "
                               r"Chakra \.et files\)$")])
 def test_json_workloads_of_the_tools_are_named_in_the_refusal(tmp_path, text, says):

@@ -89,6 +89,10 @@ def _json_hint(path: Path | None) -> str:
         return ("; this is a PyTorch execution trace (host side): link it with its Kineto "
                 "trace and convert it with Chakra (chakra_trace_link, then chakra_converter "
                 "PyTorch) into .et files, which flowsim reads")
+    if b'"model_type"' in head:
+        return ("; this is a Hugging Face model config (a model's shape, not a run): give it "
+                "as 'config' of a spec with 'generator: huggingface', beside the run's "
+                "sequence, global_batch and parallel degrees")
     return ""
 
 
