@@ -16,12 +16,13 @@ from pathlib import Path
 from .errors import ConfigError, ConfigTypeError, describe
 
 _KIND_DIRS = {"network": "topologies", "system": "topologies/systems",
-              "workload": "workloads"}
+              "workload": "workloads", "model": "workloads/models"}
 _KIND_SUFFIXES = {"network": (".yml", ".yaml"), "system": (".json", ".txt"),
-                  "workload": (".txt", ".yml", ".yaml")}
-_SHARE_DIRS = {"network": "topologies", "system": "systems", "workload": "workloads"}
+                  "workload": (".txt", ".yml", ".yaml"), "model": (".json",)}
+_SHARE_DIRS = {"network": "topologies", "system": "systems", "workload": "workloads",
+               "model": "workloads/models"}
 #: sub-folders of a kind's folder whose configs are bundled too (by their bare names)
-_KIND_SUBFOLDERS = {"network": ("clusters",), "system": (), "workload": ()}
+_KIND_SUBFOLDERS = {"network": ("clusters",), "system": (), "workload": (), "model": ()}
 
 #: Bundled network used when ``--network`` is not given (without ``--system`` the defaults of
 #: :class:`flowsim.SystemConfig` apply: ASTRA-sim's Ring_4chunks settings in every dimension).
@@ -31,7 +32,8 @@ DEFAULT_WORKLOAD = "resnet50_dp"
 
 
 def bundled_dir(kind: str) -> Path:
-    """Folder holding the bundled configs of ``kind`` (``"network"`` or ``"system"``)."""
+    """Folder holding the bundled configs of ``kind`` (``"network"``, ``"system"``,
+    ``"workload"`` or ``"model"``: Hugging Face model configs)."""
     source_tree = Path(__file__).resolve().parent.parent / _KIND_DIRS[kind]
     if source_tree.is_dir():
         return source_tree

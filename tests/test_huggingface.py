@@ -235,3 +235,57 @@ def test_layer_types_repeat_their_period_over_a_layer_count_given_beside():
     with pytest.raises(ConfigError, match=r"key 'layer_types': expected a list of "
                                           r"sliding_attention or full_attention"):
         huggingface_keys({**GPT_OSS_120B, "layer_types": ["chunked_attention"] * 36}, "s")
+
+
+#: bundled model -> (validation file, row) whose shape was transcribed from another source
+#: (NeMo's and Megatron-Bridge's recipes)
+CROSS_CHECKS = {
+    "llama3_8b": ("dgxc_2411.csv", "dgxc_llama31_8b_bf16_8gpu"),
+    "llama3_70b": ("dgxc_2411.csv", "dgxc_llama31_70b_bf16_64gpu"),
+    "llama31_405b": ("dgxc_gb200_2505.csv", "dgxc_gb200_llama31_405b_bf16_128gpu"),
+    "mixtral_8x7b": ("nemo_b200_2502.csv", "nemo2502_b200_mixtral_8x7b_fp8_64gpu"),
+    "qwen3_30b_a3b": ("megatron_bridge_h100.csv", "mbridge2509_qwen3_30b_a3b_fp8_16gpu"),
+    "qwen3_235b_a22b": ("megatron_bridge_h100.csv", "mbridge2511_qwen3_235b_a22b_fp8_256gpu"),
+}
+
+
+@pytest.mark.parametrize("model", sorted(CROSS_CHECKS))
+def test_bundled_models_agree_with_the_shapes_validation_rows_read_elsewhere(model):
+    file, run = CROSS_CHECKS[model]
+    row = next(r for r in csv.DictReader((PUBLISHED / file).open()) if r["run"] == run)
+    keys = huggingface_keys(model, "spec.yml")
+    if int(row["experts"] or 0) and not row.get("moe_ffn"):   # the transformer's default
+        row["moe_ffn"] = row["ffn"]
+    for key in ("layers", "hidden", "ffn", "heads", "kv_heads", "vocab", "experts", "top_k",
+                "moe_ffn", "head_dim"):
+        assert keys.get(key, 0) == int(row.get(key) or 0), key
+    assert keys["gated_mlp"] and not keys["tied_embeddings"]
+
+
+def test_bundled_deepseek_v3_agrees_with_torchtitan_s_671b_flavor():
+    from flowsim.workload.generators.torchtitan_models import MODELS
+
+    flavors, shape = MODELS["deepseek_v3"]
+    theirs = shape("671B")
+    with pytest.warns(FlowsimWarning, match="num_nextn_predict_layers"):
+        ours = huggingface_keys("deepseek_v3", "spec.yml")
+    for key in ("layers", "hidden", "heads", "kv_heads", "ffn", "moe_ffn", "experts", "top_k",
+                "shared_ffn", "vocab", "moe_layer_freq", "mla"):
+        assert ours[key] == theirs[key], key
+
+
+def test_a_bundled_model_is_named_without_a_path_and_a_file_beside_the_spec_wins(tmp_path):
+    net = {"cluster": {"device": "h100", "nodes": 1}}
+    run = {"generator": "huggingface", "sequence": 1024, "global_batch": 8, "layers": 2}
+    bundled = flowsim.simulate(net, {**run, "config": "llama3_8b"}, "nccl")
+    assert float(bundled.time_ns) == float(flowsim.simulate(
+        net, {**run, "config": LLAMA3_8B}, "nccl").time_ns)
+    (tmp_path / "llama3_8b").write_text(json.dumps({**LLAMA3_8B, "hidden_size": 2048,
+                                                    "intermediate_size": 7168}))
+    (tmp_path / "spec.yml").write_text(json.dumps({**run, "config": "llama3_8b"}))
+    beside = flowsim.simulate(net, str(tmp_path / "spec.yml"), "nccl")
+    assert float(beside.time_ns) < float(bundled.time_ns)
+    with pytest.raises(ConfigError, match=r"key 'config': expected a Hugging Face config"
+                                          r"\.json .* or a bundled model: deepseek_v3, .*"
+                                          r"found 'llama5'"):
+        huggingface_keys("llama5", str(tmp_path / "spec.yml"))

@@ -41,6 +41,10 @@ by ``model_type`` (the config's own key, which decides the modules the library b
   positions, tied embeddings), ``opt`` (``ffn_dim``), ``gpt_neox`` (rotary), ``bloom``
   (ALiBi), each with a plain two-GEMM MLP.
 
+Models bundled with flowsim (``workloads/models/``: the architecture keys of their published
+configs) are named without a path: ``config: llama3_8b``, ``llama3_70b``, ``llama31_405b``,
+``mixtral_8x7b``, ``qwen3_30b_a3b``, ``qwen3_235b_a22b``, ``deepseek_v3``.
+
 Another ``model_type`` is one error naming it; its shape can then be given as transformer keys
 with ``generator: transformer``. ``torch_dtype`` is the checkpoint's storage type, not the
 run's precision, and is not read (``dtype`` defaults to BF16; give it beside ``config``).
@@ -51,6 +55,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
@@ -211,7 +216,11 @@ class _Reader:
 def _load(config: Any, source: str) -> tuple[str, Mapping[str, Any]]:
     if isinstance(config, Mapping):
         return f"{source}: config", config
-    path, text = read_beside(config, source, "config", "a Hugging Face config.json")
+    bundled = _bundled_model(config, source)
+    if bundled is not None:
+        path, text = bundled, bundled.read_text()
+    else:
+        path, text = read_beside(config, source, "config", "a Hugging Face config.json")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -220,6 +229,23 @@ def _load(config: Any, source: str) -> tuple[str, Mapping[str, Any]]:
         raise ConfigError(f"{path}: expected a JSON object (a model config), found "
                           f"{type(data).__name__}")
     return str(path), data
+
+
+def _bundled_model(name: Any, source: str) -> Path | None:
+    """The bundled model config a bare name (no folder, no extension) stands for, unless a
+    file of that name sits beside the spec; None for anything else."""
+    if not isinstance(name, str) or not name or Path(name).name != name or Path(name).suffix:
+        return None
+    base = Path(source).parent if Path(source).is_file() else Path.cwd()
+    if (base / name).exists():
+        return None
+    from ...resources import bundled_dir, bundled_names
+
+    path = bundled_dir("model") / f"{name}.json"
+    if path.is_file():
+        return path
+    raise config_error(source, "config", "a Hugging Face config.json (a path relative to the "
+                       "spec) or a bundled model: " + ", ".join(bundled_names("model")), name)
 
 
 def _gpt(read: _Reader, model_type: str) -> dict[str, Any]:
