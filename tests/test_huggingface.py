@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -289,3 +290,17 @@ def test_a_bundled_model_is_named_without_a_path_and_a_file_beside_the_spec_wins
                                           r"\.json .* or a bundled model: deepseek_v3, .*"
                                           r"found 'llama5'"):
         huggingface_keys("llama5", str(tmp_path / "spec.yml"))
+
+
+@pytest.mark.parametrize("config, change, says", [
+    (MIXTRAL_8X7B, {"num_local_experts": 6}, r"key 'experts'.*read from num_local_experts"),
+    (DEEPSEEK_V3, {"n_routed_experts": 250}, r"key 'experts'.*read from n_routed_experts"),
+    (GPT2, {"n_head": 10}, r"key 'heads'.*read from n_head"),
+])
+def test_an_error_names_the_setting_as_the_model_s_family_calls_it(config, change, says):
+    spec = {"generator": "huggingface", "config": {**config, **change}, "sequence": 1024,
+            "global_batch": 8, "tp": 4, "ep": 4, "layers": 4}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FlowsimWarning)
+        with pytest.raises(ConfigError, match=says):
+            flowsim.simulate({"cluster": {"device": "h100", "nodes": 1}}, spec, "nccl")

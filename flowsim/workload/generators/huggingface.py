@@ -85,30 +85,43 @@ GPT_LIKE: dict[str, tuple[dict[str, str], str, bool]] = {
     "bloom": ({"layers": "n_layer", "hidden": "hidden_size", "heads": "n_head",
                "ffn": "n_inner"}, "alibi", True),
 }
-#: transformer key -> the config's name of it, for messages (the Llama family's names)
+#: transformer key -> the config's name of it, for messages (the Llama family's names; a
+#: family's own in :data:`FAMILY_NAMES`)
 NAMES = {"layers": "num_hidden_layers", "hidden": "hidden_size",
          "heads": "num_attention_heads", "kv_heads": "num_key_value_heads",
          "head_dim": "head_dim", "ffn": "intermediate_size", "vocab": "vocab_size",
-         "experts": "num_experts", "top_k": "num_experts_per_tok",
-         "moe_ffn": "moe_intermediate_size", "shared_ffn": "shared_expert_intermediate_size",
-         "window": "sliding_window", "moe_layer_freq": "mlp_only_layers"}
+         "window": "sliding_window", "window_skip_freq": "layer_types"}
+FAMILY_NAMES = {
+    "mixtral": {"experts": "num_local_experts", "top_k": "num_experts_per_tok",
+                "moe_ffn": "intermediate_size"},
+    "qwen_moe": {"experts": "num_experts", "top_k": "num_experts_per_tok",
+                 "moe_ffn": "moe_intermediate_size",
+                 "shared_ffn": "shared_expert_intermediate_size",
+                 "moe_layer_freq": "decoder_sparse_step and mlp_only_layers"},
+    "deepseek": {"experts": "n_routed_experts", "top_k": "num_experts_per_tok",
+                 "moe_ffn": "moe_intermediate_size", "shared_ffn": "n_shared_experts",
+                 "moe_layer_freq": "first_k_dense_replace and moe_layer_freq",
+                 "mla": "q_lora_rank, kv_lora_rank and the head dimensions"},
+}
 
 
 def parse_huggingface(values: Mapping[str, Any], source: str) -> ImportedSpec:
     """``generator: huggingface``: key ``config`` (a Hugging Face ``config.json``: a path
     relative to the spec file, or the mapping) and transformer keys, which win."""
     rules: list[Rules] = []
+    names = dict(NAMES)   # completed with the family's names once the config is read
 
     def translate(config: Any, src: str) -> dict[str, Any]:
-        keys, found = _read_model(config, src)
+        keys, found, family = _read_model(config, src)
         rules.append(found)
+        names.update(_family_names(family))
         return _laid_out(keys, found, keys["layers"])
 
     def finish(keys: dict[str, Any]) -> dict[str, Any]:
         # the per-layer patterns follow the layer count a key beside the config may change
         return _laid_out(keys, rules[0], keys["layers"])
 
-    return parse_imported(values, source, read="config", translate=translate, names=NAMES,
+    return parse_imported(values, source, read="config", translate=translate, names=names,
                           finish=finish)
 
 
@@ -122,29 +135,43 @@ def huggingface_keys(config: Any, source: str) -> dict[str, Any]:
         The file cannot be read or is not a JSON object; its ``model_type`` is not one this
         module reads; a setting the model needs is missing or not a positive integer.
     """
-    keys, rules = _read_model(config, source)
+    keys, rules, _ = _read_model(config, source)
     return _laid_out(keys, rules, keys["layers"])
+
+
+def _family_names(family: str) -> dict[str, str]:
+    """The config's names of the keys ``family`` reads differently from Llama's."""
+    names = dict(FAMILY_NAMES.get(family, {}))
+    if family in GPT_LIKE:
+        names.update(GPT_LIKE[family][0])
+    return names
 
 
 #: per-layer patterns as rules of the layer count: key -> (layers -> 1 or 0 per layer)
 Rules = dict[str, Callable[[int], list[int]]]
 
 
-def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules]:
+def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules, str]:
+    """The model's keys, its per-layer rules and its family (a GPT model type, ``mixtral``,
+    ``qwen_moe``, ``deepseek`` or ``""``: the names its settings have)."""
     where, data = _load(config, source)
     if isinstance(data.get("text_config"), Mapping):   # a multimodal model's language model
         where, data = f"{where}: text_config", data["text_config"]
     model_type = data.get("model_type")
     read = _Reader(data, where)
     if model_type in GPT_LIKE:
-        return _gpt(read, model_type), {}
+        return _gpt(read, model_type), {}, model_type
     if model_type in LLAMA_LIKE:
         keys, rules = _llama(read, model_type)
-        for experts in (_mixtral, _qwen_moe, _deepseek):   # at most one of them reads
+        family = ""
+        for name, experts in (("mixtral", _mixtral), ("qwen_moe", _qwen_moe),
+                              ("deepseek", _deepseek)):
             more, rule = experts(read, model_type)
-            keys.update(more)
-            rules.update(rule)
-        return keys, rules
+            if more:   # at most one of them reads
+                keys.update(more)
+                rules.update(rule)
+                family = name
+        return keys, rules, family
     known = ", ".join([*LLAMA_LIKE, *GPT_LIKE])
     raise config_error(where, "model_type", f"one of {known} (another model's shape: "
                        "generator: transformer with its keys)", model_type)
