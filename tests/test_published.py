@@ -130,3 +130,28 @@ def test_nemo_s_tflops_count_attention_as_megatron_does():
     assert per_token == pytest.approx(776e12 / 16847, rel=2e-3)
     long = next(r for r in ROWS if r["file"] == "nemo_long_sequence.csv")
     assert long["flops"] == "megatron"
+
+
+def test_the_weak_scaling_table_is_the_record_s():
+    """docs/accuracy/published.md's table of the same recipe at two sizes: every growth it
+    quotes (published and predicted) is the record's."""
+    import re
+
+    page = (ROOT / "docs" / "accuracy" / "published.md").read_text()
+    section = page[page.index("**The same recipe on more GPUs**"):]
+    names = {"GPT-3 175B": "gpt3_175b", "Nemotron-4 340B": "nemotron4_340b",
+             "Llama 3.1 405B": "llama31_405b", "Llama 3.1 70B": "llama31_70b",
+             "Grok-1 314B": "grok1_314b", "Nemotron-4 15B": "nemotron4_15b",
+             "Llama 3.1 8B": "llama31_8b"}
+    rows = re.findall(r"^  \| ([^|]+?) \| ([\d,]+) → ([\d,]+) \|(.*)\|$", section, re.M)
+    assert {r[0] for r in rows} == set(names)
+    record = _record()
+    for name, small, large, cells in rows:
+        quoted = [float(c.strip().rstrip("%").replace("−", "-")) for c in cells.split("|")]
+        got = []
+        for dtype in ("bf16", "fp8"):
+            a, b = (record[f"dgxc_{names[name]}_{dtype}_{n.replace(',', '')}gpu"]
+                    for n in (small, large))
+            for column in ("published_s", "predicted_s"):
+                got.append(100 * (float(b[column]) / float(a[column]) - 1))
+        assert quoted == pytest.approx(got, abs=0.051), name
