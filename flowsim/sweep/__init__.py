@@ -38,7 +38,8 @@ def _with_spec(ds: xr.Dataset, spec: SweepSpec) -> xr.Dataset:
     ds.attrs["spec"] = spec.text
     ds.attrs["spec_json"] = json.dumps(
         {"base": spec.base, "axes": [[a.name, list(a.keys), [list(v) for v in a.values]]
-                                     for a in spec.axes], "source": spec.source},
+                                     for a in spec.axes], "source": spec.source,
+         **({"configs": spec.configs} if spec.configs else {})},
         default=str)
     return ds
 
@@ -49,7 +50,7 @@ def _spec_from_attrs(attrs: Mapping[str, Any], where: str) -> SweepSpec:
         axes = tuple(Axis(name, tuple(keys), tuple(tuple(v) for v in values))
                      for name, keys, values in data["axes"])
         return SweepSpec(base=data["base"], axes=axes, source=data["source"],
-                         text=attrs.get("spec", ""))
+                         text=attrs.get("spec", ""), configs=data.get("configs", {}))
     except (KeyError, ValueError, TypeError):
         raise ConfigError(f"{where}: not a flowsim sweep shard (no readable spec)") from None
 

@@ -18,7 +18,10 @@ A spec is YAML (or a mapping)::
         network.npus_count: [[8, 16], [8, 16]]
 
 Keys: ``network.<key>`` and ``system.<key>`` (with an optional ``[i]`` index into a list)
-override that config; ``collective``, ``size``, ``model``, ``dims``, ``root`` the
+override that config, ``network.cluster.<key>`` a key of its ``cluster:`` block (a cluster
+preset's ``nodes``, ``device``, ``nic_gbps``, ...), and ``network`` or ``system`` replace it
+whole (paths, bundled names or mappings, read when the spec is loaded: ``network: [dgx_h100,
+dgx_a100_superpod]``); ``collective``, ``size``, ``model``, ``dims``, ``root`` the
 collective's parameters. The keys, list indices and sizes of every axis value are checked
 when the spec is loaded, so an index past a list's end, an unknown key or a bad size fails
 before anything runs; a point whose configuration is otherwise invalid runs as an error
@@ -50,7 +53,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,16 +62,8 @@ import yaml
 from .._io import check_structure, read_mapping, read_text
 from ..errors import ConfigError, ConfigTypeError, describe
 from ..resources import bundled_dir, resolve_config_path
-from ..system.config import _COMPUTE_KEYS, _MODELLED, _NOT_MODELLED, IMPLEMENTATION_KEYS
-from ..topology.network_config import NETWORK_KEYS
+from .overrides import POINT_KEYS, WORKLOAD_POINT_KEYS, apply_override, config_key
 
-#: Top-level keys of ``base`` (and of axes that address them).
-POINT_KEYS = ("network", "system", "collective", "size", "model", "dims", "root")
-#: Top-level keys of a workload sweep's ``base``.
-WORKLOAD_POINT_KEYS = ("network", "system", "workload", "iterations", "model")
-SYSTEM_KEYS = set(_MODELLED) | set(_NOT_MODELLED) | set(_COMPUTE_KEYS) | set(
-    IMPLEMENTATION_KEYS.values())
-_KEY = re.compile(r"^(network|system|workload)\.([A-Za-z0-9_-]+)(?:\[(\d{1,9})\])?$")
 #: Most points a sweep may have (the grid is the product of its axes' lengths).
 MAX_POINTS = 1 << 20
 #: Names of the result variables and dimensions a sweep Dataset holds: no axis may take them.
@@ -98,6 +93,9 @@ class SweepSpec:
     axes: tuple[Axis, ...]
     source: str
     text: str
+    #: the network and system configs whole-config axes name, resolved when the spec was
+    #: loaded (so that a point never reads a file): :func:`config_key` -> mapping
+    configs: dict = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -116,7 +114,8 @@ class SweepSpec:
     def digest(self) -> str:
         """Identity of the sweep (resolved base and axes), shared by all its shards."""
         payload = json.dumps({"base": self.base,
-                              "axes": [[a.name, a.keys, a.values] for a in self.axes]},
+                              "axes": [[a.name, a.keys, a.values] for a in self.axes],
+                              **({"configs": self.configs} if self.configs else {})},
                              sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -126,7 +125,7 @@ class SweepSpec:
         point = copy.deepcopy(self.base)
         for axis, i in zip(self.axes, position):
             for key, value in zip(axis.keys, axis.values[i]):
-                apply_override(point, key, value, self.source)
+                apply_override(point, key, value, self.source, self.configs)
         return point
 
 
@@ -143,45 +142,6 @@ def dimension_name(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "_", key).strip("_")
 
 
-def apply_override(point: dict, key: str, value: Any, source: str) -> None:
-    """Set ``key`` (``size``, ``network.bandwidth[1]``, ...) of a resolved point in place."""
-    workload = "workload" in point
-    top = WORKLOAD_POINT_KEYS if workload else POINT_KEYS
-    if key in top and key not in ("network", "system"):
-        point[key] = value
-        return
-    match = _KEY.match(key)
-    if match is None or (match.group(1) == "workload" and not workload):
-        sections = "network.<key>[i] / system.<key>[i]" + (
-            " / workload.<key>[i]" if workload else "")
-        raise ConfigError(f"{source}: key '{key}': expected one of {', '.join(top)} or "
-                          f"{sections}")
-    section, name, index = match.group(1), match.group(2), match.group(3)
-    if section == "workload":
-        if not isinstance(point["workload"], Mapping) or "generator" not in point["workload"]:
-            raise ConfigError(f"{source}: key '{key}': workload keys can be varied only for a "
-                              f"generator spec ({{generator: ..., ...}} or a YAML file holding "
-                              f"one), found {point['workload']!r}")
-    else:
-        known = NETWORK_KEYS if section == "network" else SYSTEM_KEYS
-        if name not in known:
-            raise ConfigError(f"{source}: key '{key}': unknown {section} key '{name}' "
-                              f"(expected one of {', '.join(sorted(known))})")
-    config = point[section]
-    if index is None:
-        config[name] = copy.deepcopy(value)
-        return
-    current = config.get(name)
-    if not isinstance(current, list):
-        raise ConfigError(f"{source}: key '{key}': {section} key '{name}' is not a list in "
-                          f"the base, found {current!r}")
-    i = int(index)
-    if i >= len(current):
-        raise ConfigError(f"{source}: key '{key}': index {i} is past the end of {name} "
-                          f"(length {len(current)})")
-    current[i] = copy.deepcopy(value)
-
-
 def _resolve_config(value: Any, kind: str, folder: Path, source: str) -> dict:
     if value is None:
         return {}
@@ -195,6 +155,18 @@ def _resolve_config(value: Any, kind: str, folder: Path, source: str) -> dict:
         path = folder / path
     what = "network config" if kind == "network" else "system config"
     return read_mapping(resolve_config_path(path, kind=kind), what=what)
+
+
+def _axis_config(value: Any, kind: str, folder: Path, source: str) -> dict:
+    """A whole-config axis value (path, bundled name or mapping) read as the base's is; an
+    error names the axis."""
+    if value is None or not isinstance(value, (str, os.PathLike, Mapping)):
+        raise ConfigError(f"{source}: axis '{kind}': expected a path, a bundled name or a "
+                          f"mapping, found {value!r}")
+    try:
+        return _resolve_config(value, kind, folder, source)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: axis '{kind}': {exc}") from None
 
 
 def _resolve_workload(value: Any, folder: Path, source: str) -> Any:
@@ -363,7 +335,10 @@ def load_spec(spec: str | os.PathLike | Mapping[str, Any]) -> SweepSpec:
         axes.append(Axis(dimension_name(str(name)), keys,
                          tuple(zip(*(columns[k] for k in keys)))))
     _check_axes(axes, source)
-    result = SweepSpec(base=base, axes=tuple(axes), source=source, text=text)
+    configs = {config_key(key, value): _axis_config(value, key, folder, source)
+               for axis in axes for row in axis.values for key, value in zip(axis.keys, row)
+               if key in ("network", "system")}
+    result = SweepSpec(base=base, axes=tuple(axes), source=source, text=text, configs=configs)
     # check every override once (cheap: one point per axis value, not the whole grid)
     from ..units import parse_size
     if result.kind == "workload":
@@ -374,7 +349,7 @@ def load_spec(spec: str | os.PathLike | Mapping[str, Any]) -> SweepSpec:
         for row in axis.values:
             probe = copy.deepcopy(base)
             for key, value in zip(axis.keys, row):
-                apply_override(probe, key, value, source)
+                apply_override(probe, key, value, source, configs)
                 if key == "size":  # sizes become coordinates: they must parse up front
                     parse_size(value, source=source, key=f"axes.{key}")
             if result.kind == "workload" and any(k.startswith("workload") for k in axis.keys):

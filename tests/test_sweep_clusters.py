@@ -1,0 +1,80 @@
+"""Sweeps over real machines: a key of the network's ``cluster:`` block as an axis
+(``network.cluster.nodes``), and whole networks or systems (``network: [dgx_h100, ...]``)."""
+
+from __future__ import annotations
+
+import pytest
+import xarray as xr
+import yaml
+
+import flowsim
+from flowsim.errors import ConfigError
+from flowsim.sweep import load_spec, merge, sweep
+
+RUN = {"generator": "huggingface", "config": "llama3_8b", "sequence": 1024,
+       "global_batch": 32, "layers": 2, "tp": 8}
+BASE = {"network": {"cluster": {"device": "h100", "nodes": 2}}, "system": "nccl",
+        "workload": RUN}
+
+
+def test_a_cluster_key_as_an_axis_is_each_point_s_cluster():
+    ds = sweep({"base": BASE, "axes": {"network.cluster.nodes": [1, 2, 4],
+                                       "network.cluster.device": ["h100", "a100"]}}, jobs=1)
+    assert dict(ds.sizes) == {"network_cluster_nodes": 3, "network_cluster_device": 2}
+    assert (ds.error == "").all()
+    for nodes in (1, 2, 4):
+        for name in ("h100", "a100"):
+            direct = flowsim.simulate({"cluster": {"device": name, "nodes": nodes}}, RUN,
+                                      "nccl")
+            point = ds.sel(network_cluster_nodes=nodes, network_cluster_device=name)
+            assert float(point.time_ns) == float(direct.time_ns)
+    assert (ds.time_ns.sel(network_cluster_device="a100") >
+            ds.time_ns.sel(network_cluster_device="h100")).all()
+
+
+def test_whole_networks_as_an_axis_are_read_when_the_spec_loads(tmp_path):
+    (tmp_path / "small.yml").write_text("cluster: {device: h100, nodes: 1}\n")
+    spec = {"base": BASE, "axes": {"network": ["small.yml", "dgx_h100",
+                                               {"cluster": {"device": "b200", "nodes": 1}}]}}
+    (tmp_path / "spec.yml").write_text(yaml.safe_dump(spec))
+    loaded = load_spec(tmp_path / "spec.yml")
+    assert len(loaded.configs) == 3   # resolved once, carried by the spec
+    (tmp_path / "small.yml").unlink()   # no point reads a file
+    ds = sweep(loaded, tmp_path / "out.nc", jobs=1)
+    assert list(ds.network.values) == ["small.yml", "dgx_h100",
+                                       '{"cluster": {"device": "b200", "nodes": 1}}']
+    assert ds.error.values[0] == "" and ds.error.values[2] == ""
+    # 1,024 GPUs leave dp 128, which 32 sequences cannot feed: an error entry, not a failure
+    assert "key 'global_batch'" in str(ds.error.values[1])
+    direct = flowsim.simulate({"cluster": {"device": "b200", "nodes": 1}}, RUN, "nccl")
+    assert float(ds.time_ns.values[2]) == float(direct.time_ns)
+
+
+def test_shards_of_a_whole_network_sweep_merge_to_the_serial_result(tmp_path):
+    spec = {"base": BASE, "axes": {"network": [{"cluster": {"device": "h100", "nodes": 1}},
+                                               {"cluster": {"device": "a100", "nodes": 1}}],
+                                   "system": ["nccl", {"endpoint-delay": 7000}]}}
+    serial = sweep(spec, jobs=1)
+    for i in range(2):
+        sweep(spec, tmp_path / "shards", shard=f"{i}/2", jobs=1)
+    xr.testing.assert_identical(serial.drop_attrs(), merge(tmp_path / "shards").drop_attrs())
+
+
+@pytest.mark.parametrize("axes, match", [
+    ({"network.cluster.racks": [2]}, r"unknown cluster key 'racks' \(expected one of device"),
+    ({"network.topology.size": [2]}, r"read only as network\.cluster\.<key>"),
+    ({"network": ["no_such_network"]}, r"axis 'network': no_such_network: network config "
+                                       r"not found"),
+    ({"network": [3]}, r"axis 'network': expected a path, a bundled name or a mapping"),
+    ({"system": ["nope.json"]}, r"axis 'system': nope\.json: system config not found"),
+])
+def test_bad_cluster_and_whole_config_axes_fail_when_the_spec_loads(axes, match):
+    with pytest.raises(ConfigError, match=match):
+        load_spec({"base": BASE, "axes": axes})
+
+
+def test_a_cluster_key_needs_a_cluster_network():
+    base = {**BASE, "network": {"topology": ["Switch"], "npus_count": [8],
+                                "bandwidth": [50], "latency": [500]}}
+    with pytest.raises(ConfigError, match="the base network has no cluster block"):
+        load_spec({"base": base, "axes": {"network.cluster.nodes": [2]}})
