@@ -124,13 +124,48 @@ def test_mixtral_s_experts_are_as_wide_as_its_mlp():
     assert "window" not in keys   # sliding_window: null
 
 
-def test_sliding_windows_where_the_model_uses_them():
+def test_sliding_windows_where_the_library_puts_them():
+    """As transformers builds each model: Mistral every layer; dense Qwen from
+    max_window_layers on and only with use_sliding_window; Qwen3-MoE every layer; a Llama
+    config's stray sliding_window is ignored, as LlamaAttention ignores it."""
     assert huggingface_keys(MISTRAL_7B_V01, "s")["window"] == 4096
-    qwen = {**QWEN3_30B_A3B, "use_sliding_window": True, "sliding_window": 4096,
-            "max_window_layers": 40}
-    keys = huggingface_keys(qwen, "s")
+    qwen3 = {**QWEN3_30B_A3B, "model_type": "qwen3", "use_sliding_window": True,
+             "sliding_window": 4096, "max_window_layers": 40}
+    keys = huggingface_keys(qwen3, "s")
     assert keys["window"] == 4096
     assert keys["window_skip_freq"] == [0] * 40 + [1] * 8   # 1: the window's layers
+    moe = huggingface_keys({**qwen3, "model_type": "qwen3_moe"}, "s")
+    assert moe["window"] == 4096 and "window_skip_freq" not in moe
+    off = {**qwen3, "use_sliding_window": False, "layer_types": ["sliding_attention"] * 48}
+    assert "window" not in huggingface_keys(off, "s")
+    assert "window" not in huggingface_keys({**LLAMA3_8B, "sliding_window": 4096}, "s")
+
+
+def test_keys_a_config_leaves_out_take_the_library_s_defaults():
+    """Gemma 3's published text_config gives only its widths and layers; transformers fills
+    in the rest (heads 8 of which 4 key-value, 256 wide, a 262,208-token vocabulary)."""
+    published = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+                 "text_config": {"hidden_size": 2560, "intermediate_size": 10240,
+                                 "model_type": "gemma3_text", "num_hidden_layers": 34,
+                                 "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                                 "sliding_window": 1024}}
+    keys = huggingface_keys(published, "s")
+    assert (keys["heads"], keys["kv_heads"], keys["head_dim"], keys["vocab"]) == \
+        (8, 4, 256, 262208)
+    assert keys["window"] == 1024 and keys["tied_embeddings"]
+    qwen3 = {k: v for k, v in QWEN3_30B_A3B.items() if k != "head_dim"}
+    assert huggingface_keys({**qwen3, "model_type": "qwen3"}, "s")["head_dim"] == 128
+    lite = {**DEEPSEEK_V3, "q_lora_rank": None, "num_nextn_predict_layers": 0}
+    assert huggingface_keys(lite, "s")["mla"]["q_lora_rank"] == 0   # null stays null
+
+
+def test_bloom_s_config_names_its_keys_either_way():
+    bloom_560m = {"architectures": ["BloomForCausalLM"], "model_type": "bloom",
+                  "n_embed": 1024, "n_layer": 24, "num_attention_heads": 16,
+                  "vocab_size": 250880}
+    keys = huggingface_keys(bloom_560m, "s")
+    assert (keys["layers"], keys["hidden"], keys["heads"], keys["ffn"]) == (24, 1024, 16, 4096)
+    assert keys["position_embedding"] == "alibi" and not keys["gated_mlp"]
 
 
 def test_gpt2_has_learned_positions_a_plain_mlp_and_tied_embeddings():

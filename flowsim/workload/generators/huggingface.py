@@ -24,11 +24,15 @@ by ``model_type`` (the config's own key, which decides the modules the library b
   ``num_attention_heads``, ``num_key_value_heads`` (grouped-query attention), ``head_dim``
   when it is not ``hidden / heads`` (Qwen 3, Gemma), ``intermediate_size`` of a gated MLP
   (SwiGLU or GeGLU: three GEMMs), ``vocab_size``, ``tie_word_embeddings``; rotary
-  embeddings; a ``sliding_window`` on the layers the model gives it: those ``layer_types``
+  embeddings; a ``sliding_window`` on the layers the library gives it: those ``layer_types``
   names ``sliding_attention`` (newer configs list every layer), else the model's own rule
-  (Mistral's every layer; Qwen's from ``max_window_layers`` with ``use_sliding_window``;
-  Gemma 2's and GPT-OSS's every other one from the first; Gemma 3's all but every
-  ``sliding_window_pattern``-th); a multimodal config's ``text_config`` is its language model;
+  (Mistral's, Mixtral's, Phi-3's and Qwen3-MoE's every layer; dense Qwen's from
+  ``max_window_layers`` on; Qwen's only with ``use_sliding_window``; Gemma 2's and
+  GPT-OSS's every other one from the first; Gemma 3's all but every
+  ``sliding_window_pattern``-th; the other types' modules take no window); a multimodal
+  config's ``text_config`` is its language model; a key the config leaves out takes the
+  value ``transformers`` gives it (:data:`LIBRARY_DEFAULTS`: Gemma 3's published
+  ``text_config`` gives only its widths and layers);
 * **mixtures of experts**: Mixtral's and GPT-OSS's ``num_local_experts`` and
   ``num_experts_per_tok`` (experts of ``intermediate_size``; GPT-OSS's attention sinks are
   not priced); Qwen-MoE's ``num_experts``, ``moe_intermediate_size``,
@@ -38,8 +42,15 @@ by ``model_type`` (the config's own key, which decides the modules the library b
   ``qk_rope_head_dim``, ``v_head_dim``); its multi-token prediction layers are not priced
   (a warning says so);
 * **the GPT family**: ``gpt2`` (``n_layer``, ``n_embd``, ``n_head``, ``n_inner``: learned
-  positions, tied embeddings), ``opt`` (``ffn_dim``), ``gpt_neox`` (rotary), ``bloom``
-  (ALiBi), each with a plain two-GEMM MLP.
+  positions, tied embeddings), ``opt`` (``ffn_dim``; OPT-350m's embedding projection is
+  left out), ``gpt_neox`` (rotary), ``bloom`` (ALiBi; ``n_embed`` or ``hidden_size``,
+  ``n_head`` or ``num_attention_heads``; its MLP always 4 x hidden), each with a plain
+  two-GEMM MLP.
+
+The rules are those of ``transformers`` 5.24 (and 4.56, which differs only in Qwen2-MoE's
+windows, where 4.56's rule is kept); DeepSeek's MoE layers follow its own code (every
+``moe_layer_freq``-th layer after the first ``first_k_dense_replace``), which the library
+agrees with for every published config.
 
 Models bundled with flowsim (``workloads/models/``: the architecture keys of their published
 configs) are named without a path: ``config: llama3_8b``, ``llama3_70b``, ``llama31_405b``,
@@ -68,22 +79,48 @@ LLAMA_LIKE = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False,
               "qwen2_moe": False, "qwen3_moe": False, "deepseek_v2": False,
               "deepseek_v3": False, "gemma": True, "gemma2": True, "gemma3_text": True,
               "gpt_oss": False}
-#: model types that attend through ``sliding_window`` on every layer whenever it is set
-WINDOWED = ("mistral", "mixtral", "phi3")
+#: model types whose attention takes ``sliding_window`` (Qwen's only with
+#: ``use_sliding_window``); the others' modules ignore the key
+WINDOW_TYPES = ("mistral", "mixtral", "phi3", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe",
+                "gemma2", "gemma3_text", "gpt_oss")
 #: model types whose sliding-window layers alternate with full ones, the first one windowed
 ALTERNATING = ("gemma2", "gpt_oss")
+#: what ``transformers`` takes for a key a config leaves out (its configuration classes'
+#: defaults, transformers 5.24 and 4.56; where they differ from "heads for key-value heads,
+#: hidden / heads for the head width, no window"): a published config may leave them out
+#: (Gemma 3's ``text_config`` gives only its widths and layers)
+LIBRARY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "mistral": {"num_key_value_heads": 8, "sliding_window": 4096},
+    "mixtral": {"num_key_value_heads": 8},
+    "qwen2": {"num_key_value_heads": 32},
+    "qwen3": {"num_key_value_heads": 32, "head_dim": 128},
+    "qwen2_moe": {"num_key_value_heads": 16, "shared_expert_intermediate_size": 5632},
+    "qwen3_moe": {"num_key_value_heads": 4},
+    "gemma": {"num_key_value_heads": 16, "head_dim": 256},
+    "gemma2": {"num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096},
+    "gemma3_text": {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "vocab_size": 262208, "sliding_window": 4096},
+    "gpt_oss": {"num_key_value_heads": 8, "head_dim": 64, "sliding_window": 128},
+    "deepseek_v2": {"n_shared_experts": 2, "q_lora_rank": 1536},
+    "deepseek_v3": {"num_key_value_heads": 128, "n_shared_experts": 1,
+                    "first_k_dense_replace": 3, "q_lora_rank": 1536},
+}
 #: the attention kinds of ``layer_types`` a dense transformer has (1: the sliding window)
 LAYER_TYPES = {"sliding_attention": 1, "full_attention": 0}
 #: the GPT family: (config key of each transformer key), position embedding, tied default
-GPT_LIKE: dict[str, tuple[dict[str, str], str, bool]] = {
-    "gpt2": ({"layers": "n_layer", "hidden": "n_embd", "heads": "n_head", "ffn": "n_inner"},
-             "learned_absolute", True),
-    "opt": ({"layers": "num_hidden_layers", "hidden": "hidden_size",
-             "heads": "num_attention_heads", "ffn": "ffn_dim"}, "learned_absolute", True),
-    "gpt_neox": ({"layers": "num_hidden_layers", "hidden": "hidden_size",
-                  "heads": "num_attention_heads", "ffn": "intermediate_size"}, "rope", False),
-    "bloom": ({"layers": "n_layer", "hidden": "hidden_size", "heads": "n_head",
-               "ffn": "n_inner"}, "alibi", True),
+#: (a key's names, the first one a config holds is read; no ``ffn`` name: 4 x hidden)
+GPT_LIKE: dict[str, tuple[dict[str, tuple[str, ...]], str, bool]] = {
+    "gpt2": ({"layers": ("n_layer",), "hidden": ("n_embd",), "heads": ("n_head",),
+              "ffn": ("n_inner",)}, "learned_absolute", True),
+    "opt": ({"layers": ("num_hidden_layers",), "hidden": ("hidden_size",),
+             "heads": ("num_attention_heads",), "ffn": ("ffn_dim",)}, "learned_absolute",
+            True),
+    "gpt_neox": ({"layers": ("num_hidden_layers",), "hidden": ("hidden_size",),
+                  "heads": ("num_attention_heads",), "ffn": ("intermediate_size",)}, "rope",
+                 False),
+    # BloomConfig's attribute map; BloomMLP is always 4 x hidden
+    "bloom": ({"layers": ("n_layer", "num_hidden_layers"), "hidden": ("hidden_size", "n_embed"),
+               "heads": ("n_head", "num_attention_heads")}, "alibi", True),
 }
 #: transformer key -> the config's name of it, for messages (the Llama family's names; a
 #: family's own in :data:`FAMILY_NAMES`)
@@ -143,7 +180,7 @@ def _family_names(family: str) -> dict[str, str]:
     """The config's names of the keys ``family`` reads differently from Llama's."""
     names = dict(FAMILY_NAMES.get(family, {}))
     if family in GPT_LIKE:
-        names.update(GPT_LIKE[family][0])
+        names.update({key: " or ".join(held) for key, held in GPT_LIKE[family][0].items()})
     return names
 
 
@@ -158,6 +195,8 @@ def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules, str]:
     if isinstance(data.get("text_config"), Mapping):   # a multimodal model's language model
         where, data = f"{where}: text_config", data["text_config"]
     model_type = data.get("model_type")
+    if isinstance(model_type, str):
+        data = {**LIBRARY_DEFAULTS.get(model_type, {}), **data}
     read = _Reader(data, where)
     if model_type in GPT_LIKE:
         return _gpt(read, model_type), {}, model_type
@@ -203,13 +242,15 @@ class _Reader:
     def __init__(self, data: Mapping[str, Any], where: str) -> None:
         self.data, self.where = data, where
 
-    def integer(self, key: str, default: Any = ...) -> Any:
-        """A positive integer (``default`` when absent or null; required without one)."""
+    def integer(self, key: str, default: Any = ..., *, minimum: int = 1) -> Any:
+        """An integer of at least ``minimum`` (``default`` when absent or null; required
+        without one)."""
         value = self.data.get(key)
         if value is None and default is not ...:
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise config_error(self.where, key, "a positive integer", value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise config_error(self.where, key, what, value)
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -277,11 +318,19 @@ def _bundled_model(name: Any, source: str) -> Path | None:
 
 def _gpt(read: _Reader, model_type: str) -> dict[str, Any]:
     names, position, tied = GPT_LIKE[model_type]
-    keys = {key: read.integer(name) for key, name in names.items() if key != "ffn"}
-    keys["ffn"] = read.integer(names["ffn"], 4 * keys["hidden"])
+    keys = {key: read.integer(_held(read, alternatives)) for key, alternatives in names.items()
+            if key != "ffn"}
+    ffn = names.get("ffn")
+    keys["ffn"] = read.integer(ffn[0], 4 * keys["hidden"]) if ffn else 4 * keys["hidden"]
     keys.update(vocab=read.integer("vocab_size"), gated_mlp=False, position_embedding=position,
                 tied_embeddings=read.flag("tie_word_embeddings", tied))
     return keys
+
+
+def _held(read: _Reader, names: tuple[str, ...]) -> str:
+    """The first of a key's ``names`` the config holds (else the first, which is then
+    reported missing)."""
+    return next((name for name in names if read.data.get(name) is not None), names[0])
 
 
 def _llama(read: _Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
@@ -300,9 +349,12 @@ def _llama(read: _Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
 
 
 def _window(read: _Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
-    """The sliding window and the layers it applies to (see the module docstring)."""
+    """The sliding window and the layers it applies to, as the library builds them (see the
+    module docstring); a model type whose modules take no window ignores the key."""
     window = read.integer("sliding_window", 0)
-    if not window:
+    qwen = model_type.startswith("qwen")
+    if not window or model_type not in WINDOW_TYPES or (
+            qwen and not read.flag("use_sliding_window", False)):
         return {}, {}
     if read.data.get("layer_types") is not None:
         pattern = read.layer_types()
@@ -315,13 +367,11 @@ def _window(read: _Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
         every = read.integer("sliding_window_pattern", 6)
         return {"window": window}, {"window_skip_freq": lambda layers: [
             int((i + 1) % every != 0) for i in range(layers)]}
-    if not read.flag("use_sliding_window", model_type in WINDOWED):
-        return {}, {}
-    if not model_type.startswith("qwen"):
-        return {"window": window}, {}
-    first = read.integer("max_window_layers", 28)   # transformers' default for Qwen
-    return {"window": window}, {
-        "window_skip_freq": lambda layers: [int(i >= first) for i in range(layers)]}
+    if model_type in ("qwen2", "qwen3", "qwen2_moe"):
+        first = read.integer("max_window_layers", 28)   # transformers' default for Qwen
+        return {"window": window}, {
+            "window_skip_freq": lambda layers: [int(i >= first) for i in range(layers)]}
+    return {"window": window}, {}   # every layer: Mistral, Mixtral, Phi-3, Qwen3-MoE
 
 
 def _mixtral(read: _Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
@@ -340,7 +390,7 @@ def _qwen_moe(read: _Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
     keys = {"experts": read.integer("num_experts"),
             "top_k": read.integer("num_experts_per_tok"),
             "moe_ffn": read.integer("moe_intermediate_size"),
-            "shared_ffn": read.integer("shared_expert_intermediate_size", 0)}
+            "shared_ffn": read.integer("shared_expert_intermediate_size", 0, minimum=0)}
     # Qwen's rule: layer i a mixture unless listed dense, when the step divides i + 1
     return keys, {"moe_layer_freq": lambda layers: [
         int(i not in dense and (i + 1) % step == 0) for i in range(layers)]}
@@ -350,18 +400,18 @@ def _deepseek(read: _Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
     if not model_type.startswith("deepseek"):
         return {}, {}
     width = read.integer("moe_intermediate_size")
-    first = read.integer("first_k_dense_replace", 0)
+    first = read.integer("first_k_dense_replace", 0, minimum=0)
     freq = read.integer("moe_layer_freq", 1)
     keys: dict[str, Any] = {
         "experts": read.integer("n_routed_experts"),
         "top_k": read.integer("num_experts_per_tok"),
-        "moe_ffn": width, "shared_ffn": read.integer("n_shared_experts", 0) * width,
-        "mla": {"q_lora_rank": read.integer("q_lora_rank", 0),
+        "moe_ffn": width, "shared_ffn": read.integer("n_shared_experts", 0, minimum=0) * width,
+        "mla": {"q_lora_rank": read.integer("q_lora_rank", 0, minimum=0),
                 "kv_lora_rank": read.integer("kv_lora_rank"),
                 "qk_head_dim": read.integer("qk_nope_head_dim"),
                 "qk_pos_emb_head_dim": read.integer("qk_rope_head_dim"),
                 "v_head_dim": read.integer("v_head_dim")}}
-    if read.integer("num_nextn_predict_layers", 0):
+    if read.integer("num_nextn_predict_layers", 0, minimum=0):
         warnings.warn(f"{read.where}: key 'num_nextn_predict_layers' (multi-token "
                       "prediction) is not priced: the model's main layers only",
                       FlowsimWarning, stacklevel=6)
