@@ -1,0 +1,213 @@
+"""What each model type's Hugging Face config says, read as ``transformers`` builds the
+model (see :mod:`.huggingface` for the keys and rules): the family tables, the checked reader
+and one function per family."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ...errors import FlowsimWarning, config_error
+
+#: model types whose blocks are Llama's (gated MLP, rotary embeddings), and whether their
+#: configs tie the output layer to the embedding when they do not say
+LLAMA_LIKE = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False,
+              "olmo2": False, "granite": False, "phi3": False, "mixtral": False,
+              "qwen2_moe": False, "qwen3_moe": False, "deepseek_v2": False,
+              "deepseek_v3": False, "gemma": True, "gemma2": True, "gemma3_text": True,
+              "gpt_oss": False}
+#: model types whose attention takes ``sliding_window`` (Qwen's only with
+#: ``use_sliding_window``); the others' modules ignore the key
+WINDOW_TYPES = ("mistral", "mixtral", "phi3", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe",
+                "gemma2", "gemma3_text", "gpt_oss")
+#: model types whose sliding-window layers alternate with full ones, the first one windowed
+ALTERNATING = ("gemma2", "gpt_oss")
+#: what ``transformers`` takes for a key a config leaves out (its configuration classes'
+#: defaults, transformers 5.24 and 4.56; where they differ from "heads for key-value heads,
+#: hidden / heads for the head width, no window"): a published config may leave them out
+#: (Gemma 3's ``text_config`` gives only its widths and layers)
+LIBRARY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "mistral": {"num_key_value_heads": 8, "sliding_window": 4096},
+    "mixtral": {"num_key_value_heads": 8},
+    "qwen2": {"num_key_value_heads": 32},
+    "qwen3": {"num_key_value_heads": 32, "head_dim": 128},
+    "qwen2_moe": {"num_key_value_heads": 16, "shared_expert_intermediate_size": 5632},
+    "qwen3_moe": {"num_key_value_heads": 4},
+    "gemma": {"num_key_value_heads": 16, "head_dim": 256},
+    "gemma2": {"num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096},
+    "gemma3_text": {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "vocab_size": 262208, "sliding_window": 4096},
+    "gpt_oss": {"num_key_value_heads": 8, "head_dim": 64, "sliding_window": 128},
+    "deepseek_v2": {"n_shared_experts": 2, "q_lora_rank": 1536},
+    "deepseek_v3": {"num_key_value_heads": 128, "n_shared_experts": 1,
+                    "first_k_dense_replace": 3, "q_lora_rank": 1536},
+}
+#: the attention kinds of ``layer_types`` a dense transformer has (1: the sliding window)
+LAYER_TYPES = {"sliding_attention": 1, "full_attention": 0}
+#: the GPT family: (config key of each transformer key), position embedding, tied default
+#: (a key's names, the first one a config holds is read; no ``ffn`` name: 4 x hidden)
+GPT_LIKE: dict[str, tuple[dict[str, tuple[str, ...]], str, bool]] = {
+    "gpt2": ({"layers": ("n_layer",), "hidden": ("n_embd",), "heads": ("n_head",),
+              "ffn": ("n_inner",)}, "learned_absolute", True),
+    "opt": ({"layers": ("num_hidden_layers",), "hidden": ("hidden_size",),
+             "heads": ("num_attention_heads",), "ffn": ("ffn_dim",)}, "learned_absolute",
+            True),
+    "gpt_neox": ({"layers": ("num_hidden_layers",), "hidden": ("hidden_size",),
+                  "heads": ("num_attention_heads",), "ffn": ("intermediate_size",)}, "rope",
+                 False),
+    # BloomConfig's attribute map; BloomMLP is always 4 x hidden
+    "bloom": ({"layers": ("n_layer", "num_hidden_layers"), "hidden": ("hidden_size", "n_embed"),
+               "heads": ("n_head", "num_attention_heads")}, "alibi", True),
+}
+#: per-layer patterns as rules of the layer count: key -> (layers -> 1 or 0 per layer)
+Rules = dict[str, Callable[[int], list[int]]]
+
+
+class Reader:
+    """Settings of one config, checked as they are read (errors name the config's key)."""
+
+    def __init__(self, data: Mapping[str, Any], where: str) -> None:
+        self.data, self.where = data, where
+
+    def integer(self, key: str, default: Any = ..., *, minimum: int = 1) -> Any:
+        """An integer of at least ``minimum`` (``default`` when absent or null; required
+        without one)."""
+        value = self.data.get(key)
+        if value is None and default is not ...:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise config_error(self.where, key, what, value)
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise config_error(self.where, key, "true or false", value)
+        return value
+
+    def layer_types(self) -> list[int]:
+        """``layer_types`` as 1 (sliding window) and 0 (full attention) per layer, shortened
+        to its period, so that it repeats over another layer count."""
+        value = self.data.get("layer_types")
+        if not isinstance(value, list) or not value or \
+                not all(isinstance(v, str) and v in LAYER_TYPES for v in value):
+            raise config_error(self.where, "layer_types", "a list of " + " or ".join(
+                LAYER_TYPES) + " per layer", value)
+        pattern = [LAYER_TYPES[v] for v in value]
+        period = next(p for p in range(1, len(pattern) + 1)
+                      if all(pattern[i] == pattern[i % p] for i in range(len(pattern))))
+        return pattern[:period]
+
+    def layer_list(self, key: str) -> list[int]:
+        """A list of non-negative integers (absent or null: empty)."""
+        value = self.data.get(key) or []
+        if not isinstance(value, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+            raise config_error(self.where, key, "a list of layer numbers", value)
+        return value
+
+
+def gpt_keys(read: Reader, model_type: str) -> dict[str, Any]:
+    names, position, tied = GPT_LIKE[model_type]
+    keys = {key: read.integer(_held(read, alternatives)) for key, alternatives in names.items()
+            if key != "ffn"}
+    ffn = names.get("ffn")
+    keys["ffn"] = read.integer(ffn[0], 4 * keys["hidden"]) if ffn else 4 * keys["hidden"]
+    keys.update(vocab=read.integer("vocab_size"), gated_mlp=False, position_embedding=position,
+                tied_embeddings=read.flag("tie_word_embeddings", tied))
+    return keys
+
+
+def _held(read: Reader, names: tuple[str, ...]) -> str:
+    """The first of a key's ``names`` the config holds (else the first, which is then
+    reported missing)."""
+    return next((name for name in names if read.data.get(name) is not None), names[0])
+
+
+def llama_keys(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
+    heads = read.integer("num_attention_heads")
+    keys = {"layers": read.integer("num_hidden_layers"), "hidden": read.integer("hidden_size"),
+            "heads": heads, "kv_heads": read.integer("num_key_value_heads", heads),
+            "ffn": read.integer("intermediate_size"), "vocab": read.integer("vocab_size"),
+            "gated_mlp": True, "position_embedding": "rope",
+            "tied_embeddings": read.flag("tie_word_embeddings", LLAMA_LIKE[model_type])}
+    head_dim = read.integer("head_dim", 0)
+    if head_dim and head_dim * heads != keys["hidden"]:
+        keys["head_dim"] = head_dim
+    window, rules = _window(read, model_type)
+    keys.update(window)
+    return keys, rules
+
+
+def _window(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
+    """The sliding window and the layers it applies to, as the library builds them (see the
+    module docstring); a model type whose modules take no window ignores the key."""
+    window = read.integer("sliding_window", 0)
+    qwen = model_type.startswith("qwen")
+    if not window or model_type not in WINDOW_TYPES or (
+            qwen and not read.flag("use_sliding_window", False)):
+        return {}, {}
+    if read.data.get("layer_types") is not None:
+        pattern = read.layer_types()
+        return {"window": window}, {"window_skip_freq": lambda layers: [
+            pattern[i % len(pattern)] for i in range(layers)]}
+    if model_type in ALTERNATING:
+        return {"window": window}, {"window_skip_freq": lambda layers: [
+            int(i % 2 == 0) for i in range(layers)]}
+    if model_type == "gemma3_text":
+        every = read.integer("sliding_window_pattern", 6)
+        return {"window": window}, {"window_skip_freq": lambda layers: [
+            int((i + 1) % every != 0) for i in range(layers)]}
+    if model_type in ("qwen2", "qwen3", "qwen2_moe"):
+        first = read.integer("max_window_layers", 28)   # transformers' default for Qwen
+        return {"window": window}, {
+            "window_skip_freq": lambda layers: [int(i >= first) for i in range(layers)]}
+    return {"window": window}, {}   # every layer: Mistral, Mixtral, Phi-3, Qwen3-MoE
+
+
+def mixtral_keys(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
+    if model_type not in ("mixtral", "gpt_oss"):
+        return {}, {}
+    return {"experts": read.integer("num_local_experts"),
+            "top_k": read.integer("num_experts_per_tok"),
+            "moe_ffn": read.integer("intermediate_size")}, {}
+
+
+def qwen_moe_keys(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
+    if model_type not in ("qwen2_moe", "qwen3_moe"):
+        return {}, {}
+    step = read.integer("decoder_sparse_step", 1)
+    dense = set(read.layer_list("mlp_only_layers"))
+    keys = {"experts": read.integer("num_experts"),
+            "top_k": read.integer("num_experts_per_tok"),
+            "moe_ffn": read.integer("moe_intermediate_size"),
+            "shared_ffn": read.integer("shared_expert_intermediate_size", 0, minimum=0)}
+    # Qwen's rule: layer i a mixture unless listed dense, when the step divides i + 1
+    return keys, {"moe_layer_freq": lambda layers: [
+        int(i not in dense and (i + 1) % step == 0) for i in range(layers)]}
+
+
+def deepseek_keys(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
+    if not model_type.startswith("deepseek"):
+        return {}, {}
+    width = read.integer("moe_intermediate_size")
+    first = read.integer("first_k_dense_replace", 0, minimum=0)
+    freq = read.integer("moe_layer_freq", 1)
+    keys: dict[str, Any] = {
+        "experts": read.integer("n_routed_experts"),
+        "top_k": read.integer("num_experts_per_tok"),
+        "moe_ffn": width, "shared_ffn": read.integer("n_shared_experts", 0, minimum=0) * width,
+        "mla": {"q_lora_rank": read.integer("q_lora_rank", 0, minimum=0),
+                "kv_lora_rank": read.integer("kv_lora_rank"),
+                "qk_head_dim": read.integer("qk_nope_head_dim"),
+                "qk_pos_emb_head_dim": read.integer("qk_rope_head_dim"),
+                "v_head_dim": read.integer("v_head_dim")}}
+    if read.integer("num_nextn_predict_layers", 0, minimum=0):
+        warnings.warn(f"{read.where}: key 'num_nextn_predict_layers' (multi-token "
+                      "prediction) is not priced: the model's main layers only",
+                      FlowsimWarning, stacklevel=6)
+    # DeepSeek's rule: the first layers dense, then every freq-th one a mixture
+    return keys, {"moe_layer_freq": lambda layers: [
+        int(i >= first and i % freq == 0) for i in range(layers)]}
