@@ -78,3 +78,42 @@ def test_a_cluster_key_needs_a_cluster_network():
                                 "bandwidth": [50], "latency": [500]}}
     with pytest.raises(ConfigError, match="the base network has no cluster block"):
         load_spec({"base": base, "axes": {"network.cluster.nodes": [2]}})
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_spec_file_s_own_files_are_found_beside_it_from_any_folder(tmp_path, monkeypatch,
+                                                                     jobs):
+    """A generator YAML naming a file beside it (a model config, a launch script) runs in a
+    sweep started from another folder, in this process or in workers, as it does when the
+    file is given to flowsim run."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "cfg.json").write_text(
+        (flowsim.resources.bundled_dir("model") / "llama3_8b.json").read_text())
+    (tmp_path / "run.yml").write_text("generator: huggingface\nconfig: models/cfg.json\n"
+                                      "sequence: 1024\nglobal_batch: 16\nlayers: 2\n")
+    (tmp_path / "sweep.yml").write_text(
+        "base:\n  network: {cluster: {device: h100, nodes: 1}}\n  workload: run.yml\n"
+        "axes:\n  workload.tp: [4, 8]\n")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    ds = sweep(str(tmp_path / "sweep.yml"), jobs=jobs)
+    assert (ds.error == "").all()
+    for tp in (4, 8):
+        direct = flowsim.simulate({"cluster": {"device": "h100", "nodes": 1}}, {
+            "generator": "huggingface", "config": str(tmp_path / "models" / "cfg.json"),
+            "sequence": 1024, "global_batch": 16, "layers": 2, "tp": tp})
+        assert float(ds.time_ns.sel(workload_tp=tp)) == float(direct.time_ns)
+
+
+def test_a_sweep_without_a_system_runs_flowsim_s_default_system():
+    """As flowsim run and flowsim.simulate without one (4 chunks, localBWAware, local
+    reduction cost), for a training run and for a collective."""
+    net = {"cluster": {"device": "h100", "nodes": 1}}
+    run = {**RUN, "tp": 4}
+    ds = sweep({"base": {"network": net, "workload": run}, "axes": {"model": ["analytical"]}},
+               jobs=1)
+    assert float(ds.time_ns.squeeze()) == float(flowsim.simulate(net, run).time_ns)
+    ds = sweep({"base": {"network": "r4_fc8_sw4", "collective": "all_reduce",
+                         "size": "16MiB"}, "axes": {"model": ["analytical"]}}, jobs=1)
+    assert float(ds.time_ns.squeeze()) == float(
+        flowsim.simulate_collective("r4_fc8_sw4", "all_reduce", "16MiB").time_ns)

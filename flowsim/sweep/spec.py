@@ -64,6 +64,13 @@ from ..errors import ConfigError, ConfigTypeError, describe
 from ..resources import bundled_dir, resolve_config_path
 from .overrides import POINT_KEYS, WORKLOAD_POINT_KEYS, apply_override, config_key
 
+#: flowsim's default system (:class:`~flowsim.system.config.SystemConfig`'s defaults: ASTRA-
+#: sim's Ring_4chunks example, ring in every dimension) as the keys that differ from an empty
+#: system json's, so that a sweep without a system runs what ``flowsim run`` and
+#: :func:`flowsim.simulate` run without one (an empty mapping would be ASTRA-sim's defaults
+#: for absent keys: one chunk, baseline, no local reduction cost)
+DEFAULT_SYSTEM = {"preferred-dataset-splits": 4, "local-mem-bw": 1600,
+                  "collective-optimization": "localBWAware"}
 #: Most points a sweep may have (the grid is the product of its axes' lengths).
 MAX_POINTS = 1 << 20
 #: Names of the result variables and dimensions a sweep Dataset holds: no axis may take them.
@@ -185,8 +192,10 @@ def _resolve_workload(value: Any, folder: Path, source: str) -> Any:
         path = next((p for p in bundled if p.is_file()), path)
     if path.suffix in (".yml", ".yaml") and path.is_file():
         data = read_mapping(path, what="workload")
-        if "generator" in data:
-            return data
+        if "generator" in data:   # the files it names stay beside it
+            from ..workload.yaml_graph import SpecFromFile
+
+            return SpecFromFile(data, str(path.resolve()))
     return str(path)
 
 
@@ -203,7 +212,7 @@ def _check_workload(point: dict, source: str) -> None:
         raise ConfigError(f"{source}: key 'workload.generator': expected one of "
                           f"{', '.join(sorted(GENERATORS))}, found {name!r}")
     params = {key: value for key, value in spec.items() if key != "generator"}
-    GENERATORS[name].parse(params, f"{source}: workload")
+    GENERATORS[name].parse(params, getattr(spec, "path", f"{source}: workload"))
 
 
 def _base(raw_base: Mapping, folder: Path, source: str) -> dict:
@@ -217,7 +226,8 @@ def _base(raw_base: Mapping, folder: Path, source: str) -> dict:
     if "network" not in raw_base:
         raise ConfigError(f"{source}: missing key 'base.network': expected a network config")
     network = _resolve_config(raw_base["network"], "network", folder, source)
-    system = _resolve_config(raw_base.get("system"), "system", folder, source)
+    system = _resolve_config(raw_base.get("system"), "system", folder, source) \
+        if raw_base.get("system") is not None else dict(DEFAULT_SYSTEM)
     if "workload" in raw_base:
         return {"network": network, "system": system,
                 "workload": _resolve_workload(raw_base["workload"], folder, source),

@@ -57,7 +57,7 @@ def load_workload(source: WorkloadLike, network, iterations: int = 1, *,
     elif isinstance(source, Mapping):
         from .yaml_graph import parse_workload_mapping
 
-        work = parse_workload_mapping(source, "<dict>", network)
+        work = parse_workload_mapping(source, getattr(source, "path", "<dict>"), network)
     elif path is not None and path.suffix in (".yml", ".yaml"):
         from .yaml_graph import read_workload_yaml
 

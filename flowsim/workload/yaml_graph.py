@@ -87,6 +87,16 @@ def read_workload_yaml(path: str | os.PathLike, network: Any) -> Workload:
     return parse_workload_mapping(read_mapping(path, what="workload"), str(path), network)
 
 
+class SpecFromFile(dict):
+    """A generator spec read from a YAML file into a mapping (a sweep varies its keys) that
+    remembers the file, so that the files the spec names (``config:``, ``script:``) are
+    found beside it wherever the run starts, as they are when the file is given."""
+
+    def __init__(self, data: Mapping, path: str) -> None:
+        super().__init__(data)
+        self.path = path
+
+
 def parse_workload_mapping(mapping: Mapping, source: str, network: Any) -> Workload:
     """Validate a workload mapping and build its :class:`Workload`.
 
