@@ -177,10 +177,12 @@ def _check_output(option: str, path: str | None, *, folder: bool = False,
 def _run_workload(args: argparse.Namespace) -> int:
     # the run's record and summary; a Dataset (xarray) only when -o or --csv writes one
     from .cli_astra import apply_astra_options
+    from .cli_set import apply_set_items
     from .system.simulate import run_training
     from .units import format_size, format_time
 
     apply_astra_options(args)
+    apply_set_items(args)
     _check_output("-o", args.output)
     _check_output("--trace", args.trace, trace=True)
     _check_output("--csv", args.csv, folder=True)

@@ -178,6 +178,12 @@ def _run_command(commands: Any) -> None:
                      default=None,
                      help="Chakra traces whose sizes count elements (symbolic_tensor_graph): "
                           "bytes per element (default 2)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="change one key of the network, system or generator spec, as a "
+                          "sweep axis does (repeatable; VALUE read as YAML): "
+                          "network.cluster.nodes=256, network.bandwidth[1]=50, "
+                          "system.endpoint-delay=100, workload.tp=4, "
+                          "workload.config=llama3_70b")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("-o", "--output", default=None,
                      help="write the Dataset; the format follows the extension: .nc (NetCDF4), "

@@ -1,0 +1,60 @@
+"""``flowsim run --set KEY=VALUE``: one key of the network, system or generator spec changed on
+the command line, in the key language of sweep axes (``network.cluster.nodes=256``,
+``workload.tp=4``, ``system.endpoint-delay=100``, ``network.bandwidth[1]=50``), so that a
+shell loop over configurations needs no file per point."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+
+
+def parse_set_item(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` with the value read as YAML (``256``, ``[100, 50]``, ``h100``)."""
+    key, equals, value = text.partition("=")
+    if not equals or not key.strip():
+        raise ConfigError(f"argument --set: expected KEY=VALUE (e.g. network.cluster.nodes=256 "
+                          f"or workload.tp=4), found {text!r}")
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def apply_set_items(args: argparse.Namespace) -> None:
+    """Replace ``args.network`` / ``args.system`` / ``args.workload`` by their configs with
+    the ``--set`` items applied (only the sections an item names are read as mappings; the
+    others stay as given)."""
+    items = [parse_set_item(text) for text in args.set]
+    if not items:
+        return
+    from .sweep.overrides import apply_override
+    from .sweep.spec import DEFAULT_SYSTEM, _resolve_config, _resolve_workload
+
+    sections = {key: key.split(".", 1)[0].split("[", 1)[0] for key, _ in items}
+    for key, section in sections.items():
+        if section not in ("network", "system", "workload") or "." not in key:
+            raise ConfigError(f"argument --set: key '{key}': expected network.<key>, "
+                              "network.cluster.<key>, system.<key> or workload.<key> (with "
+                              "an optional [i])")
+    folder = Path.cwd()
+    point: dict[str, Any] = {"network": args.network, "system": args.system,
+                             "workload": args.workload}
+    named = set(sections.values())
+    if "network" in named:
+        point["network"] = _resolve_config(args.network, "network", folder, "--network")
+    if "system" in named:
+        point["system"] = dict(DEFAULT_SYSTEM) if args.system is None else \
+            _resolve_config(args.system, "system", folder, "--system")
+    if "workload" in named:
+        point["workload"] = _resolve_workload(args.workload, folder, "--workload")
+    for key, value in items:
+        apply_override(point, key, value, "argument --set")
+    args.network, args.system, args.workload = point["network"], point["system"], \
+        point["workload"]

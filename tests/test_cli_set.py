@@ -1,0 +1,55 @@
+"""``flowsim run --set KEY=VALUE``: a point of a sweep from the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import flowsim
+from flowsim.cli import main
+from flowsim.sweep.spec import DEFAULT_SYSTEM
+
+
+def _time(argv: list[str], capsys) -> float:
+    assert main(["run", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["time_ns"]
+
+
+def test_set_items_change_the_cluster_and_the_generator_spec(tmp_path, capsys, monkeypatch):
+    (tmp_path / "cfg.json").write_text(
+        (flowsim.resources.bundled_dir("model") / "llama3_8b.json").read_text())
+    (tmp_path / "run.yml").write_text("generator: huggingface\nconfig: cfg.json\n"
+                                      "sequence: 1024\nglobal_batch: 16\nlayers: 2\n")
+    (tmp_path / "net.yml").write_text("cluster: {device: h100, nodes: 1}\n")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")   # the spec's own file is found beside it
+    got = _time(["--workload", str(tmp_path / "run.yml"), "--network",
+                 str(tmp_path / "net.yml"), "--set", "network.cluster.nodes=2",
+                 "--set", "workload.tp=4", "--set", "network.cluster.device=b200"], capsys)
+    spec = {"generator": "huggingface", "config": str(tmp_path / "cfg.json"),
+            "sequence": 1024, "global_batch": 16, "layers": 2, "tp": 4}
+    assert got == float(flowsim.simulate({"cluster": {"device": "b200", "nodes": 2}},
+                                         spec).time_ns)
+
+
+def test_a_system_key_changes_the_default_system(capsys):
+    got = _time(["--set", "system.endpoint-delay=1000"], capsys)
+    assert got == float(flowsim.simulate(
+        "ring8", "resnet50_dp", {**DEFAULT_SYSTEM, "endpoint-delay": 1000}).time_ns)
+    assert got != _time([], capsys)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--set", "nodes"], "expected KEY=VALUE"),
+    (["--set", "nodes=2"], "key 'nodes': expected network.<key>, network.cluster.<key>"),
+    (["--set", "model=flow"], "key 'model': expected network.<key>"),
+    (["--network", "dgx_h100", "--set", "network.cluster.racks=2"],
+     "unknown cluster key 'racks'"),
+    (["--set", "network.cluster.nodes=2"], "the base network has no cluster block"),
+    (["--set", "workload.tp=2"], "workload keys can be varied only for a generator spec"),
+])
+def test_a_bad_item_is_one_line_naming_it(argv, says, capsys):
+    assert main(["run", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err
