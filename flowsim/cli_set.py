@@ -35,7 +35,7 @@ def apply_set_items(args: argparse.Namespace) -> None:
     if not items:
         return
     from .sweep.overrides import apply_override
-    from .sweep.spec import DEFAULT_SYSTEM, _resolve_config, _resolve_workload
+    from .sweep.spec import DEFAULT_SYSTEM, resolve_config, resolve_workload
 
     sections = {key: key.split(".", 1)[0].split("[", 1)[0] for key, _ in items}
     for key, section in sections.items():
@@ -48,12 +48,12 @@ def apply_set_items(args: argparse.Namespace) -> None:
                              "workload": args.workload}
     named = set(sections.values())
     if "network" in named:
-        point["network"] = _resolve_config(args.network, "network", folder, "--network")
+        point["network"] = resolve_config(args.network, "network", folder, "--network")
     if "system" in named:
         point["system"] = dict(DEFAULT_SYSTEM) if args.system is None else \
-            _resolve_config(args.system, "system", folder, "--system")
+            resolve_config(args.system, "system", folder, "--system")
     if "workload" in named:
-        point["workload"] = _resolve_workload(args.workload, folder, "--workload")
+        point["workload"] = resolve_workload(args.workload, folder, "--workload")
     for key, value in items:
         apply_override(point, key, value, "argument --set")
     args.network, args.system, args.workload = point["network"], point["system"], \

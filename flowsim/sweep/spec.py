@@ -149,7 +149,9 @@ def dimension_name(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "_", key).strip("_")
 
 
-def _resolve_config(value: Any, kind: str, folder: Path, source: str) -> dict:
+def resolve_config(value: Any, kind: str, folder: Path, source: str) -> dict:
+    """A network or system config (``kind``) as a mapping: ``value`` itself, or the file a
+    path (relative to ``folder`` first) or a bundled name gives; None is empty."""
     if value is None:
         return {}
     if isinstance(value, Mapping):
@@ -171,12 +173,12 @@ def _axis_config(value: Any, kind: str, folder: Path, source: str) -> dict:
         raise ConfigError(f"{source}: axis '{kind}': expected a path, a bundled name or a "
                           f"mapping, found {value!r}")
     try:
-        return _resolve_config(value, kind, folder, source)
+        return resolve_config(value, kind, folder, source)
     except ConfigError as exc:
         raise ConfigError(f"{source}: axis '{kind}': {exc}") from None
 
 
-def _resolve_workload(value: Any, folder: Path, source: str) -> Any:
+def resolve_workload(value: Any, folder: Path, source: str) -> Any:
     """A generator spec as a mapping (read from its YAML file when given as a path or a
     bundled name, so that axes can vary its keys); any other workload as a path string."""
     if isinstance(value, Mapping):
@@ -225,12 +227,12 @@ def _base(raw_base: Mapping, folder: Path, source: str) -> dict:
                           f"{', '.join(keys)})")
     if "network" not in raw_base:
         raise ConfigError(f"{source}: missing key 'base.network': expected a network config")
-    network = _resolve_config(raw_base["network"], "network", folder, source)
-    system = _resolve_config(raw_base.get("system"), "system", folder, source) \
+    network = resolve_config(raw_base["network"], "network", folder, source)
+    system = resolve_config(raw_base.get("system"), "system", folder, source) \
         if raw_base.get("system") is not None else dict(DEFAULT_SYSTEM)
     if "workload" in raw_base:
         return {"network": network, "system": system,
-                "workload": _resolve_workload(raw_base["workload"], folder, source),
+                "workload": resolve_workload(raw_base["workload"], folder, source),
                 "iterations": raw_base.get("iterations", 1),
                 "model": raw_base.get("model", "analytical")}
     return {
