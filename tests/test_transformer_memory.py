@@ -107,7 +107,14 @@ def test_the_run_reports_the_estimate_beside_the_device_s_memory(tmp_path, capsy
     assert out["memory"]["activations"] == pytest.approx(expected["activations"] / 2**30)
     assert out["memory"]["stage"] == 0 and out["memory_capacity_gib"] == 80.0
     assert main(["run", "--workload", str(spec), "--network", str(net)]) == 0
-    assert " of 80 GiB per NPU" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert " of 80 GiB per NPU" in printed and "DOES NOT FIT" not in printed
+    spec.write_text("generator: transformer\nlayers: 80\nhidden: 8192\nheads: 64\n"
+                    "sequence: 8192\nmicro_batch: 4\nvocab: 0\ntp: 8\nsp: true\n"
+                    "micro_batches: 1\ndevice: h100\n")   # 220 GiB: Adam's FP32 states
+    assert main(["run", "--workload", str(spec), "--network", str(net)]) == 0
+    assert "GiB per NPU at the peak" in (printed := capsys.readouterr().out)
+    assert "DOES NOT FIT the device's memory" in printed
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, database=None)
