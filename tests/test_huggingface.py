@@ -243,6 +243,8 @@ def test_the_workloads_page_example_runs_as_printed(tmp_path):
     (tmp_path / "Meta-Llama-3-8B" / "config.json").write_text(json.dumps(LLAMA3_8B))
     ds = flowsim.simulate(str(tmp_path / "net.yml"), str(tmp_path / "run.yml"))   # as the CLI
     assert f"# {float(ds.time_ns) / 1e9:.2f} s per step" in section
+    assert f"{ds.attrs['memory_gib']:.1f} GiB per GPU" in section
+    assert ds.attrs["memory_gib"] <= ds.attrs["memory_capacity_gib"]   # the example fits
 
 
 def test_gpt_oss_alternates_its_window_and_routes_four_of_128_experts():
