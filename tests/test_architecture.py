@@ -11,7 +11,7 @@ Layers, lowest first (a module may import its own layer or lower ones only)::
     compute       flowsim.compute.* (prices the workload's kernels on a device)
     results       flowsim.results.* (Datasets, files and traces built from the engine's arrays)
     system        flowsim.system.*
-    top           estimate, sweep.*, cli, cli_args, cli_astra, __main__, testing, _warmup,
+    top           estimate, sweep.*, cli, cli_args, cli_astra, cli_set, __main__, testing, _warmup,
                   flowsim itself
 
 The import graph is read from the source with ``ast`` (every ``import`` statement, including
@@ -44,7 +44,7 @@ LAYERS = [
     ("results", {"flowsim.results"}),
     ("system", {"flowsim.system"}),
     ("top", {"flowsim.estimate", "flowsim.sweep", "flowsim.cli", "flowsim.cli_args",
-             "flowsim.cli_astra", "flowsim.__main__",
+             "flowsim.cli_astra", "flowsim.cli_set", "flowsim.__main__",
              "flowsim.testing", "flowsim._warmup", "flowsim"}),
 ]
 
