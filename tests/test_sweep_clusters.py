@@ -117,3 +117,17 @@ def test_a_sweep_without_a_system_runs_flowsim_s_default_system():
                          "size": "16MiB"}, "axes": {"model": ["analytical"]}}, jobs=1)
     assert float(ds.time_ns.squeeze()) == float(
         flowsim.simulate_collective("r4_fc8_sw4", "all_reduce", "16MiB").time_ns)
+
+
+def test_a_cluster_key_applies_to_each_whole_network_whatever_the_axis_order():
+    for axes in ({"network.cluster.nodes": [1, 2],
+                  "network": [{"cluster": {"device": "h100", "nodes": 8}},
+                              {"cluster": {"device": "a100", "nodes": 8}}]},
+                 {"network": [{"cluster": {"device": "h100", "nodes": 8}},
+                              {"cluster": {"device": "a100", "nodes": 8}}],
+                  "network.cluster.nodes": [1, 2]}):
+        ds = sweep({"base": BASE, "axes": axes}, jobs=1)
+        assert (ds.error == "").all()
+        point = ds.isel(network=1).sel(network_cluster_nodes=2)
+        assert float(point.time_ns) == float(flowsim.simulate(
+            {"cluster": {"device": "a100", "nodes": 2}}, RUN, "nccl").time_ns)

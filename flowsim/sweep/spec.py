@@ -130,9 +130,12 @@ class SweepSpec:
         """The configuration of grid point ``index`` (C order over the axes)."""
         position = [int(i) for i in _unravel(index, self.shape)]
         point = copy.deepcopy(self.base)
-        for axis, i in zip(self.axes, position):
-            for key, value in zip(axis.keys, axis.values[i]):
-                apply_override(point, key, value, self.source, self.configs)
+        settings = [(key, value) for axis, i in zip(self.axes, position)
+                    for key, value in zip(axis.keys, axis.values[i])]
+        # whole configs first, so that a key of one (network.cluster.nodes) applies to the
+        # config a point takes, whatever the order of the axes
+        for key, value in sorted(settings, key=lambda kv: kv[0] not in ("network", "system")):
+            apply_override(point, key, value, self.source, self.configs)
         return point
 
 
