@@ -191,3 +191,45 @@ def test_budget_study_core_on_tiny_systems(tmp_path):
     # a switch, which the flow model slows down by far the most
     assert np.all((ranks.pairs_reordered.values == 0) | (tau < 1))
     assert "tau" in topo.summary(results)
+
+
+# ------------------------------------------------------------------------------ study 3
+scale = _load("llm_scale")
+
+TINY_SCALE = scale.Grid(
+    gpus=(16, 32), tp=4, pps=(2,), cps=(1, 2), layers=6,
+    workload={"generator": "huggingface", "sequence": 256, "global_batch": 8,
+              "sp": True, "distributed_optimizer": True, "pipeline_layout": "first_last_fewer",
+              "config": {"model_type": "llama", "num_hidden_layers": 6, "hidden_size": 256,
+                         "num_attention_heads": 8, "intermediate_size": 512,
+                         "vocab_size": 1000}})
+
+
+def test_scale_layouts_keep_megatron_s_interleaving_rule():
+    rows = scale.layouts(TINY_SCALE)
+    assert {(r["gpus"], r["cp"]) for r in rows} == {(16, 1), (16, 2), (32, 1), (32, 2)}
+    for r in rows:
+        assert 4 * r["pp"] * r["cp"] * r["dp"] == r["gpus"]
+        assert r["micro_batches"] % r["pp"] == 0 and r["micro_batches"] >= r["pp"]
+    full = scale.layouts()
+    assert max(r["gpus"] for r in full) == 131072 and all(
+        r["micro_batches"] <= 128 for r in full)
+    spec = load_spec(scale.scale_sweep(TINY_SCALE).spec)
+    assert spec.shape == (4,)
+
+
+def test_scale_study_core_on_a_tiny_model(tmp_path):
+    pytest.importorskip("matplotlib")
+    results = scale.run_study(tmp_path, TINY_SCALE, jobs=1, progress=False)
+    assert (tmp_path / "llm_scale_layouts.nc").is_file()
+    assert (tmp_path / "llm_scale.png").stat().st_size > 5000
+    layouts, best = results["layouts"], results["best"]
+    assert (layouts.error == "").all()
+    for gpus in (16, 32):
+        here = layouts.time_ns.where(layouts.gpus == gpus)
+        row = best.sel(gpus=gpus)
+        assert float(row.time_s) * 1e9 == pytest.approx(float(here.min()))
+        assert float(row.time_s) == pytest.approx(
+            float(row.compute_s + row.exposed_s + row.waiting_s))
+        assert 0 < float(row.mfu) < 1
+    assert "fastest layout per cluster size" in scale.summary(results)
