@@ -341,3 +341,30 @@ def test_an_error_names_the_setting_as_the_model_s_family_calls_it(config, chang
         warnings.simplefilter("ignore", FlowsimWarning)
         with pytest.raises(ConfigError, match=says):
             flowsim.simulate({"cluster": {"device": "h100", "nodes": 1}}, spec, "nccl")
+
+
+@pytest.mark.parametrize("config, expected", [
+    ({"model_type": "falcon", "hidden_size": 14848, "num_attention_heads": 232,
+      "num_hidden_layers": 80, "num_kv_heads": 8, "new_decoder_architecture": True,
+      "parallel_attn": True, "alibi": False, "vocab_size": 65024},        # Falcon-180B
+     {"layers": 80, "hidden": 14848, "heads": 232, "kv_heads": 8, "ffn": 4 * 14848,
+      "position_embedding": "rope", "tied_embeddings": True}),
+    ({"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71,
+      "num_hidden_layers": 32, "multi_query": True, "new_decoder_architecture": False,
+      "vocab_size": 65024},                                                # Falcon-7B
+     {"kv_heads": 1, "ffn": 4 * 4544}),
+    ({"model_type": "phi", "hidden_size": 2560, "intermediate_size": 10240,
+      "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": None,
+      "partial_rotary_factor": 0.4, "tie_word_embeddings": False,
+      "vocab_size": 51200},                                                # Phi-2
+     {"kv_heads": 32, "ffn": 10240, "tied_embeddings": False}),
+    ({"model_type": "starcoder2", "hidden_size": 6144, "intermediate_size": 24576,
+      "num_attention_heads": 48, "num_key_value_heads": 4, "num_hidden_layers": 40,
+      "sliding_window": 4096, "vocab_size": 49152},                        # StarCoder2-15B
+     {"kv_heads": 4, "window": 4096, "gated_mlp": False}),
+])
+def test_falcon_phi_and_starcoder2_are_gpt_family_models(config, expected):
+    keys = huggingface_keys(config, "s")
+    assert not keys["gated_mlp"]
+    for key, value in expected.items():
+        assert keys[key] == value, key

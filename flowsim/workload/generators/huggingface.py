@@ -44,8 +44,11 @@ by ``model_type`` (the config's own key, which decides the modules the library b
 * **the GPT family**: ``gpt2`` (``n_layer``, ``n_embd``, ``n_head``, ``n_inner``: learned
   positions, tied embeddings), ``opt`` (``ffn_dim``; OPT-350m's embedding projection is
   left out), ``gpt_neox`` (rotary), ``bloom`` (ALiBi; ``n_embed`` or ``hidden_size``,
-  ``n_head`` or ``num_attention_heads``; its MLP always 4 x hidden), each with a plain
-  two-GEMM MLP.
+  ``n_head`` or ``num_attention_heads``; its MLP always 4 x hidden), ``falcon`` (rotary
+  or ALiBi; ``num_kv_heads`` with the new decoder architecture, one key-value head with
+  ``multi_query``; ``ffn_hidden_size`` or 4 x hidden; attention and MLP in parallel are
+  priced one after the other), ``phi`` (Phi-1/2: ``num_key_value_heads``) and
+  ``starcoder2`` (its ``sliding_window`` on every layer), each with a plain two-GEMM MLP.
 
 The rules are those of ``transformers`` 5.24 (and 4.56, which differs only in Qwen2-MoE's
 windows, where 4.56's rule is kept); DeepSeek's MoE layers follow its own code (every

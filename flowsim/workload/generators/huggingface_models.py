@@ -59,6 +59,16 @@ GPT_LIKE: dict[str, tuple[dict[str, tuple[str, ...]], str, bool]] = {
     # BloomConfig's attribute map; BloomMLP is always 4 x hidden
     "bloom": ({"layers": ("n_layer", "num_hidden_layers"), "hidden": ("hidden_size", "n_embed"),
                "heads": ("n_head", "num_attention_heads")}, "alibi", True),
+    "phi": ({"layers": ("num_hidden_layers",), "hidden": ("hidden_size",),
+             "heads": ("num_attention_heads",), "kv_heads": ("num_key_value_heads",),
+             "ffn": ("intermediate_size",)}, "rope", False),
+    "starcoder2": ({"layers": ("num_hidden_layers",), "hidden": ("hidden_size",),
+                    "heads": ("num_attention_heads",), "kv_heads": ("num_key_value_heads",),
+                    "ffn": ("intermediate_size",)}, "rope", True),
+    # FalconConfig's attribute map; its key-value heads: see falcon_kv_heads
+    "falcon": ({"layers": ("num_hidden_layers", "n_layer"), "hidden": ("hidden_size",),
+                "heads": ("num_attention_heads", "n_head"), "ffn": ("ffn_hidden_size",)},
+               "rope", True),
 }
 #: per-layer patterns as rules of the layer count: key -> (layers -> 1 or 0 per layer)
 Rules = dict[str, Callable[[int], list[int]]]
@@ -110,14 +120,31 @@ class Reader:
 
 
 def gpt_keys(read: Reader, model_type: str) -> dict[str, Any]:
+    """A model of the GPT family: a plain two-GEMM MLP (4 x hidden unless the config says)."""
     names, position, tied = GPT_LIKE[model_type]
     keys = {key: read.integer(_held(read, alternatives)) for key, alternatives in names.items()
-            if key != "ffn"}
+            if key not in ("ffn", "kv_heads")}
     ffn = names.get("ffn")
     keys["ffn"] = read.integer(ffn[0], 4 * keys["hidden"]) if ffn else 4 * keys["hidden"]
+    if "kv_heads" in names:
+        keys["kv_heads"] = read.integer(names["kv_heads"][0], keys["heads"])
+    if model_type == "falcon":
+        keys["kv_heads"] = falcon_kv_heads(read, keys["heads"])
+        position = "alibi" if read.flag("alibi", False) else "rope"
     keys.update(vocab=read.integer("vocab_size"), gated_mlp=False, position_embedding=position,
                 tied_embeddings=read.flag("tie_word_embeddings", tied))
+    window = read.integer("sliding_window", 0) if model_type == "starcoder2" else 0
+    if window:   # Starcoder2's attention takes it on every layer
+        keys["window"] = window
     return keys
+
+
+def falcon_kv_heads(read: Reader, heads: int) -> int:
+    """Falcon's key-value heads: ``num_kv_heads`` with the new decoder architecture (40B,
+    180B), one with ``multi_query`` (7B), else one per head."""
+    if read.flag("new_decoder_architecture", False):
+        return read.integer("num_kv_heads", heads)
+    return 1 if read.flag("multi_query", True) else heads
 
 
 def _held(read: Reader, names: tuple[str, ...]) -> str:
