@@ -368,3 +368,21 @@ def test_falcon_phi_and_starcoder2_are_gpt_family_models(config, expected):
     assert not keys["gated_mlp"]
     for key, value in expected.items():
         assert keys[key] == value, key
+
+
+def test_falcon_phi_and_starcoder2_take_the_library_s_defaults():
+    """transformers' defaults where a config is silent: StarCoder2's 2 key-value heads and
+    12,288-wide MLP, Phi's 8,192, Falcon's 32 layers of 71 heads (multi-query by default,
+    a null flag read as false)."""
+    star = huggingface_keys({"model_type": "starcoder2", "hidden_size": 4096,
+                             "num_attention_heads": 32, "num_hidden_layers": 4,
+                             "vocab_size": 49152}, "s")
+    assert (star["kv_heads"], star["ffn"]) == (2, 12288)
+    phi = huggingface_keys({"model_type": "phi", "hidden_size": 2560,
+                            "num_attention_heads": 32, "num_hidden_layers": 4,
+                            "vocab_size": 51200}, "s")
+    assert phi["ffn"] == 8192
+    falcon = huggingface_keys({"model_type": "falcon", "hidden_size": 4544,
+                               "vocab_size": 65024, "alibi": None}, "s")
+    assert (falcon["layers"], falcon["heads"], falcon["kv_heads"]) == (32, 71, 1)
+    assert falcon["position_embedding"] == "rope"

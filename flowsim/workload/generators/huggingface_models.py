@@ -39,6 +39,9 @@ LIBRARY_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                     "vocab_size": 262208, "sliding_window": 4096},
     "gpt_oss": {"num_key_value_heads": 8, "head_dim": 64, "sliding_window": 128},
+    "phi": {"intermediate_size": 8192},
+    "starcoder2": {"num_key_value_heads": 2, "intermediate_size": 12288},
+    "falcon": {"num_hidden_layers": 32, "num_attention_heads": 71},
     "deepseek_v2": {"n_shared_experts": 2, "q_lora_rank": 1536},
     "deepseek_v3": {"num_key_value_heads": 128, "n_shared_experts": 1,
                     "first_k_dense_replace": 3, "q_lora_rank": 1536},
@@ -65,9 +68,10 @@ GPT_LIKE: dict[str, tuple[dict[str, tuple[str, ...]], str, bool]] = {
     "starcoder2": ({"layers": ("num_hidden_layers",), "hidden": ("hidden_size",),
                     "heads": ("num_attention_heads",), "kv_heads": ("num_key_value_heads",),
                     "ffn": ("intermediate_size",)}, "rope", True),
-    # FalconConfig's attribute map; its key-value heads: see falcon_kv_heads
-    "falcon": ({"layers": ("num_hidden_layers", "n_layer"), "hidden": ("hidden_size",),
-                "heads": ("num_attention_heads", "n_head"), "ffn": ("ffn_hidden_size",)},
+    # FalconConfig reads ``n_embed`` for ``hidden_size``; its key-value heads: see
+    # falcon_kv_heads
+    "falcon": ({"layers": ("num_hidden_layers",), "hidden": ("n_embed", "hidden_size"),
+                "heads": ("num_attention_heads",), "ffn": ("ffn_hidden_size",)},
                "rope", True),
 }
 #: per-layer patterns as rules of the layer count: key -> (layers -> 1 or 0 per layer)
@@ -126,11 +130,14 @@ def gpt_keys(read: Reader, model_type: str) -> dict[str, Any]:
             if key not in ("ffn", "kv_heads")}
     ffn = names.get("ffn")
     keys["ffn"] = read.integer(ffn[0], 4 * keys["hidden"]) if ffn else 4 * keys["hidden"]
-    if "kv_heads" in names:
+    if "kv_heads" in names:   # Phi, StarCoder2: grouped-query, and their head width
         keys["kv_heads"] = read.integer(names["kv_heads"][0], keys["heads"])
+        head_dim = read.integer("head_dim", 0)
+        if head_dim and head_dim * keys["heads"] != keys["hidden"]:
+            keys["head_dim"] = head_dim
     if model_type == "falcon":
         keys["kv_heads"] = falcon_kv_heads(read, keys["heads"])
-        position = "alibi" if read.flag("alibi", False) else "rope"
+        position = "alibi" if read.data.get("alibi") else "rope"
     keys.update(vocab=read.integer("vocab_size"), gated_mlp=False, position_embedding=position,
                 tied_embeddings=read.flag("tie_word_embeddings", tied))
     window = read.integer("sliding_window", 0) if model_type == "starcoder2" else 0
@@ -142,9 +149,9 @@ def gpt_keys(read: Reader, model_type: str) -> dict[str, Any]:
 def falcon_kv_heads(read: Reader, heads: int) -> int:
     """Falcon's key-value heads: ``num_kv_heads`` with the new decoder architecture (40B,
     180B), one with ``multi_query`` (7B), else one per head."""
-    if read.flag("new_decoder_architecture", False):
+    if read.data.get("new_decoder_architecture"):
         return read.integer("num_kv_heads", heads)
-    return 1 if read.flag("multi_query", True) else heads
+    return 1 if read.data.get("multi_query", True) else heads
 
 
 def _held(read: Reader, names: tuple[str, ...]) -> str:
