@@ -213,6 +213,8 @@ def _run_workload(args: argparse.Namespace) -> int:
     total = summary["time_ns"]
     print(f"flowsim {__version__}: {summary['workload']} on {summary['npus']} NPUs, "
           f"{summary['iterations']} iteration(s), {summary['model']} model")
+    if "layout" in summary:
+        print(f"  layout:        {summary['layout']}")
     print(f"  time:          {format_time(total)}  ({total:.1f} ns)")
 
     def share(key: str) -> str:

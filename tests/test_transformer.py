@@ -844,3 +844,25 @@ def test_cross_entropy_moves_the_bytes_of_its_steps_per_logit(two_nodes, fused):
     backward = sum(k.bytes for k in kernels if k.name == "cross_entropy_backward")
     per_logit = (22, 6) if fused else (2 + 4 + 4 + 8 + 8 + 4 + 8, 8 + 4 + 2)
     assert (forward, backward) == (per_logit[0] * logits * micro, per_logit[1] * logits * micro)
+
+
+def test_the_run_says_its_layout(two_nodes, capsys, tmp_path):
+    """The summary, --json and the Dataset carry the layout the generator built (DP as the
+    network leaves it, micro-batches per pipeline)."""
+    import yaml
+
+    from flowsim.cli import main
+
+    spec = {"generator": "transformer", **SMALL, "tp": 4, "pp": 2, "dp": 2, "vpp": 2,
+            "sp": True, "global_batch": 16, "distributed_optimizer": True}
+    ds = simulate(two_nodes, spec, "nccl")
+    assert ds.attrs["layout"] == ("TP 4 (SP) x PP 2 (2 virtual stages) x DP 2 (ZeRO-1); "
+                                  "4 micro-batches of 2 x 128 tokens per pipeline")
+    path = tmp_path / "spec.yml"
+    path.write_text(yaml.safe_dump({**spec, "vpp": 1, "distributed_optimizer": False}))
+    net = tmp_path / "net.yml"
+    net.write_text(yaml.safe_dump({"topology": ["Switch", "Switch"], "npus_count": [8, 2],
+                                   "bandwidth": [300, 25], "latency": [500, 500]}))
+    assert main(["run", "--workload", str(path), "--network", str(net)]) == 0
+    assert "  layout:        TP 4 (SP) x PP 2 (1F1B) x DP 2; 4 micro-batches" in \
+        capsys.readouterr().out

@@ -108,6 +108,7 @@ class WorkloadRun:
         return {
             "time_ns": float(rec.time_ns), "model": self.model,
             "workload": self.workload.name, "npus": int(net.npus),
+            **({"layout": self.workload.layout} if self.workload.layout else {}),
             "iterations": int(self.iterations),
             "compute_ns": float(np.mean(rec.npu_compute_ns)),
             "exposed_comm_ns": float(np.mean(rec.npu_exposed_ns)),
@@ -167,6 +168,7 @@ def workload_dataset(record: RunRecord, network, system, model: str, workload: W
         },
         attrs={
             "workload": workload.name,
+            **({"layout": workload.layout} if workload.layout else {}),
             "model": model,
             "iterations": int(iterations),
             "npus": int(network.npus),

@@ -185,6 +185,9 @@ class Workload:
     #: ``gradients``, ``optimizer``, ``activations``, ``total`` and that ``stage``, when the
     #: workload knows its model (the transformer generator); ``None``: unknown
     memory: dict[str, float] | None = None
+    #: the parallel layout in one line (the transformer generator's degrees, schedule and
+    #: micro-batches), for the run's summary; ``""``: none to tell
+    layout: str = ""
     #: the config of the network the workload was built for (:func:`~.load.load_workload`
     #: sets it): its programs' NPUs and :attr:`network` were made for that network;
     #: ``None``: not recorded

@@ -239,6 +239,7 @@ def build_transformer(network: Any, spec: TransformerSpec) -> Workload:
     if view is not network:
         work.network = view
     work.model_flops = megatron(model_shape(spec))
+    work.layout = layout_text(spec)
     # the spec's compute model; else the network it runs on names one (at run time, so that
     # a workload built once prices its kernels on every network's device), else the default
     work.compute = spec.roofline or spec.device
@@ -246,8 +247,34 @@ def build_transformer(network: Any, spec: TransformerSpec) -> Workload:
     return work
 
 
+#: the schedules as their papers name them
+SCHEDULE_NAMES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "interleaved"}
+
+
+def layout_text(spec: TransformerSpec) -> str:
+    """The run's layout in one line: ``TP 8 (SP) x CP 2 x PP 16 (4 virtual stages) x DP 64
+    (ZeRO-1); 16 micro-batches of 1 x 8,192 tokens per pipeline``."""
+    micro = spec.micro_batches or spec.global_batch // (spec.micro_batch * spec.dp)
+    parts = [f"TP {spec.tp}" + (" (SP)" if spec.sp else "")]
+    if spec.cp > 1:
+        parts.append(f"CP {spec.cp}")
+    pipeline = f"PP {spec.pp}"
+    if spec.vpp > 1:
+        pipeline += f" ({spec.vpp} virtual stages)"
+    elif spec.pp > 1:
+        pipeline += f" ({SCHEDULE_NAMES.get(spec.schedule, spec.schedule)})"
+    parts.append(pipeline)
+    sharding = " (FSDP)" if spec.fsdp else " (ZeRO-1)" if spec.distributed_optimizer else ""
+    parts.append(f"DP {spec.dp}{sharding}")
+    text = " x ".join(parts)
+    if spec.experts:
+        text += f"; EP {spec.ep} of {spec.experts} experts, top {spec.top_k}"
+    return (text + f"; {micro} micro-batches of {spec.micro_batch} x {spec.sequence:,} "
+            "tokens per pipeline")
+
+
 __all__ = ["A100_ROOFLINE", "TransformerSpec", "build_transformer", "layer_counts",
-           "model_shape", "parse_transformer", "stage_schedule", "transformer"]
+           "layout_text", "model_shape", "parse_transformer", "stage_schedule", "transformer"]
 
 
 def model_shape(spec: TransformerSpec) -> ModelShape:
