@@ -27,6 +27,7 @@ def _from_dataset(ds: xr.Dataset) -> dict:
     top = by_layer.sortby(by_layer, ascending=False)[:3]
     return {"time_ns": float(ds.time_ns), "model": ds.attrs["model"],
             "workload": ds.attrs["workload"], "npus": ds.attrs["npus"],
+            **({"layout": ds.attrs["layout"]} if "layout" in ds.attrs else {}),
             "iterations": ds.attrs["iterations"],
             "compute_ns": float(ds.compute_ns.mean()),
             "exposed_comm_ns": float(ds.exposed_comm_ns.mean()),
