@@ -71,8 +71,12 @@ def _with_failures(args: argparse.Namespace):
     from .resources import resolve_config_path
     from .topology import parse_network_mapping
 
-    path = resolve_config_path(args.network, kind="network")
-    data = dict(read_mapping(path, what="network config"))
+    path: str | Path
+    if isinstance(args.network, dict):   # already read, with --set items applied
+        path, data = "--network", dict(args.network)
+    else:
+        path = resolve_config_path(args.network, kind="network")
+        data = dict(read_mapping(path, what="network config"))
     if "fabric" not in data and "infragraph" not in data:
         raise FlowsimError(f"{path}: --fail and --degrade need a fabric network (a 'fabric:' "
                            f"or 'infragraph:' config); Ring / FullyConnected / Switch "
@@ -97,10 +101,12 @@ def _with_failures(args: argparse.Namespace):
 
 def _run_collective(args: argparse.Namespace) -> int:
     # the record, not the Dataset: a shell loop's --json point never loads xarray
+    from .cli_set import apply_set_items
     from .system.collective import run_collective
     from .topology import load_network
     from .units import format_size, format_time
 
+    apply_set_items(args)
     _check_output("-o", args.output)
     _check_output("--trace", args.trace, trace=True)
     dims = None

@@ -117,6 +117,10 @@ def _collective_command(commands: Any) -> None:
     coll.add_argument("--degrade", action="append", default=[], metavar="PATTERN=FACTOR",
                       help="fabrics: scale the bandwidth of matching links, e.g. "
                            "'leaf0->spine1=0.5' (repeatable)")
+    coll.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="change one key of the network or system, as a sweep axis does "
+                           "(repeatable; VALUE read as YAML): network.cluster.nodes=256, "
+                           "network.bandwidth[1]=50, system.endpoint-delay=100")
     coll.add_argument("--json", action="store_true",
                       help="print one JSON object (time_ns, model, npus, ...) instead of text")
     coll.add_argument("-o", "--output", default=None,

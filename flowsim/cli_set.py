@@ -1,7 +1,8 @@
-"""``flowsim run --set KEY=VALUE``: one key of the network, system or generator spec changed on
-the command line, in the key language of sweep axes (``network.cluster.nodes=256``,
-``workload.tp=4``, ``system.endpoint-delay=100``, ``network.bandwidth[1]=50``), so that a
-shell loop over configurations needs no file per point."""
+"""``flowsim run --set KEY=VALUE`` (and ``flowsim collective``'s): one key of the network,
+system or generator spec changed on the command line, in the key language of sweep axes
+(``network.cluster.nodes=256``, ``workload.tp=4``, ``system.endpoint-delay=100``,
+``network.bandwidth[1]=50``), so that a shell loop over configurations needs no file per
+point."""
 
 from __future__ import annotations
 
@@ -38,14 +39,18 @@ def apply_set_items(args: argparse.Namespace) -> None:
     from .sweep.spec import DEFAULT_SYSTEM, resolve_config, resolve_workload
 
     sections = {key: key.split(".", 1)[0].split("[", 1)[0] for key, _ in items}
+    run = hasattr(args, "workload")   # flowsim run; else flowsim collective
+    allowed = ("network", "system", "workload") if run else ("network", "system")
     for key, section in sections.items():
-        if section not in ("network", "system", "workload") or "." not in key:
+        if section not in allowed or "." not in key:
             raise ConfigError(f"argument --set: key '{key}': expected network.<key>, "
-                              "network.cluster.<key>, system.<key> or workload.<key> (with "
-                              "an optional [i])")
+                              "network.cluster.<key>, system.<key>"
+                              + (" or workload.<key>" if run else "")
+                              + " (with an optional [i])")
     folder = Path.cwd()
-    point: dict[str, Any] = {"network": args.network, "system": args.system,
-                             "workload": args.workload}
+    point: dict[str, Any] = {"network": args.network, "system": args.system}
+    if run:
+        point["workload"] = args.workload
     named = set(sections.values())
     if "network" in named:
         point["network"] = resolve_config(args.network, "network", folder, "--network")
@@ -56,5 +61,24 @@ def apply_set_items(args: argparse.Namespace) -> None:
         point["workload"] = resolve_workload(args.workload, folder, "--workload")
     for key, value in items:
         apply_override(point, key, value, "argument --set")
-    args.network, args.system, args.workload = point["network"], point["system"], \
-        point["workload"]
+    if "system" in named and args.system is None:
+        point["system"] = _default_system_with(point["system"])
+    args.network, args.system = point["network"], point["system"]
+    if run:
+        args.workload = point["workload"]
+
+
+def _default_system_with(keys: dict) -> Any:
+    """flowsim's default system with the ``--set`` keys: its per-dimension algorithms stay
+    "ring in every dimension" unless an item sets one (a system json without them would
+    read as ASTRA-sim's one-entry list, and warn on every multi-dimensional network)."""
+    from dataclasses import replace
+
+    from .system.config import IMPLEMENTATION_KEYS, SystemConfig
+    from .system.load import load_system
+
+    parsed = load_system(keys)
+    if any(key in keys for key in IMPLEMENTATION_KEYS.values()):
+        return replace(parsed, source="argument --set")
+    return replace(parsed, implementations=SystemConfig().implementations,
+                   source="argument --set")

@@ -53,3 +53,27 @@ def test_a_bad_item_is_one_line_naming_it(argv, says, capsys):
     assert main(["run", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err
+
+
+def test_a_collective_takes_network_and_system_items(capsys):
+    assert main(["collective", "--network", "dgx_h100", "--system", "nccl", "--size", "1GiB",
+                 "--set", "network.cluster.nodes=2", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["time_ns"]
+    assert got == float(flowsim.simulate_collective(
+        {"cluster": {"device": "h100", "nodes": 2}}, "all_reduce", "1GiB", "nccl").time_ns)
+    assert main(["collective", "--set", "workload.tp=2"]) == 2
+    err = capsys.readouterr().err
+    assert "key 'workload.tp': expected network.<key>, network.cluster.<key>, system.<key> " \
+           "(with" in err
+
+
+def test_a_system_item_keeps_the_default_algorithms_without_a_warning(capsys):
+    """flowsim's default runs ring in every dimension; a --set system item must not turn
+    that into ASTRA-sim's one-entry list, which warns on a multi-dimensional network."""
+    assert main(["collective", "--network", "r4_fc8_sw4", "--size", "1MiB", "--json",
+                 "--set", "system.endpoint-delay=100"]) == 0
+    out = capsys.readouterr()
+    assert "warning" not in out.err
+    assert json.loads(out.out)["time_ns"] == float(flowsim.simulate_collective(
+        "r4_fc8_sw4", "all_reduce", "1MiB",
+        flowsim.SystemConfig(endpoint_delay_ns=100)).time_ns)
