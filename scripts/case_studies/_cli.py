@@ -60,6 +60,18 @@ def study_main(argv: list[str] | None, *, description: str,
     return 0
 
 
+def study_entry(doc: str, run_study: Callable, load: Callable[[Path], dict],
+                plot: Callable[[dict, Path], None], summary: Callable[[dict], str],
+                full: object, quick: object) -> Callable[[list[str] | None], int]:
+    """A study script's ``main``: its docstring's first line as the description, its
+    ``run_study(out, grid, jobs=...)``, loaders, figures, summary and grids."""
+    def main(argv: list[str] | None = None) -> int:
+        return study_main(argv, description=doc.splitlines()[0],
+                          run=lambda out, grid, jobs: run_study(out, grid, jobs=jobs),
+                          load=load, plot=plot, summary=summary, full=full, quick=quick)
+    return main
+
+
 def run_sweeps(out: Path, prefix: str, builders: Sequence[Callable], grid: object,
                tidy: Callable, *, jobs: int | None, progress: bool) -> dict[str, xr.Dataset]:
     """Run each sweep a builder makes of ``grid``, tidy it and write ``<prefix>_<name>.nc``

@@ -48,7 +48,7 @@ from flowsim.results import write_dataset
 from flowsim.workload.generators import DLRMSpec, parse_dlrm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _cli import Sweep, load_datasets, run_sweeps, study_main  # noqa: E402  (beside this script)
+from _cli import Sweep, load_datasets, run_sweeps, study_entry  # noqa: E402  (beside this script)
 
 #: flowsim's "GB/s" is 2^30 bytes/s (ASTRA-sim's unit)
 GIB = 2**30
@@ -517,11 +517,7 @@ def load_results(out: Path) -> dict[str, xr.Dataset]:
     return load_datasets(out, "dlrm_128", [build(FULL).name for build in SWEEPS] + ["layers"])
 
 
-def main(argv: list[str] | None = None) -> int:
-    return study_main(argv, description=__doc__.splitlines()[0],
-                      run=lambda out, grid, jobs: run_study(out, grid, jobs=jobs),
-                      load=load_results, plot=plot_all, summary=summary, full=FULL,
-                      quick=QUICK)
+main = study_entry(__doc__, run_study, load_results, plot_all, summary, FULL, QUICK)
 
 
 if __name__ == "__main__":

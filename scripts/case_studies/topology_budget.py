@@ -47,7 +47,7 @@ import xarray as xr
 from flowsim.results import write_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _cli import Sweep, load_datasets, run_sweeps, study_main  # noqa: E402  (beside this script)
+from _cli import Sweep, load_datasets, run_sweeps, study_entry  # noqa: E402  (beside this script)
 
 BUDGET_GBPS = 400.0
 LINK_LATENCY_NS = 500.0
@@ -456,11 +456,7 @@ def load_results(out: Path) -> dict[str, xr.Dataset]:
     return load_datasets(out, "topology_budget", names)
 
 
-def main(argv: list[str] | None = None) -> int:
-    return study_main(argv, description=__doc__.splitlines()[0],
-                      run=lambda out, grid, jobs: run_study(out, grid, jobs=jobs),
-                      load=load_results, plot=plot_all, summary=summary, full=FULL,
-                      quick=QUICK)
+main = study_entry(__doc__, run_study, load_results, plot_all, summary, FULL, QUICK)
 
 
 if __name__ == "__main__":
