@@ -235,3 +235,12 @@ def test_json_workloads_of_the_tools_are_named_in_the_refusal(tmp_path, text, sa
                                 "bandwidth": [50], "latency": [500]})
     with pytest.raises(flowsim.ConfigError, match=says):
         load_workload(str(path), net, 1)
+
+
+def test_a_bundled_model_given_as_the_workload_says_how_to_run_it():
+    net = flowsim.load_network({"topology": ["Switch"], "npus_count": [8],
+                                "bandwidth": [50], "latency": [500]})
+    with pytest.raises(flowsim.ConfigError, match=r"llama3_8b: workload not found .* "
+                                                  r"llama3_8b is a bundled model config: "
+                                                  r"give it as 'config' of a spec"):
+        load_workload("llama3_8b", net, 1)

@@ -109,9 +109,12 @@ def _workload_path(source: str | os.PathLike) -> Path:
     if found is not None:
         return found
     if not any(Path(".").glob(f"{path.name}.*.et")):
+        model = path.name in bundled_names("model")
+        hint = (f"; {path.name} is a bundled model config: give it as 'config' of a spec "
+                "with 'generator: huggingface', beside the run's keys") if model else ""
         raise ConfigError(f"{source}: workload not found (expected a file, Chakra traces "
                           f"'{source}.<rank>.et', or a bundled name: "
-                          f"{', '.join(bundled_names('workload'))})")
+                          f"{', '.join(bundled_names('workload'))}){hint}")
     return path
 
 
