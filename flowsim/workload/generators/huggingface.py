@@ -73,18 +73,16 @@ from typing import Any
 
 from ...errors import ConfigError, config_error
 from .huggingface_models import (
+    EXPERTS,
     GPT_LIKE,
     LIBRARY_DEFAULTS,
     LLAMA_LIKE,
     Reader,
     Rules,
-    deepseek_keys,
     gpt_keys,
     llama_keys,
-    mixtral_keys,
-    qwen_moe_keys,
 )
-from .imported import ImportedSpec, parse_imported, read_beside
+from .imported import ImportedSpec, parse_imported, read_beside, spec_folder
 
 #: transformer key -> the config's name of it, for messages (the Llama family's names; a
 #: family's own in :data:`FAMILY_NAMES`)
@@ -162,15 +160,11 @@ def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules, str]:
         return gpt_keys(read, model_type), {}, model_type
     if model_type in LLAMA_LIKE:
         keys, rules = llama_keys(read, model_type)
-        family = ""
-        for name, experts in (("mixtral", mixtral_keys), ("qwen_moe", qwen_moe_keys),
-                              ("deepseek", deepseek_keys)):
-            more, rule = experts(read, model_type)
-            if more:   # at most one of them reads
-                keys.update(more)
-                rules.update(rule)
-                family = name
-        return keys, rules, family
+        if model_type not in EXPERTS:
+            return keys, rules, ""
+        family, experts = EXPERTS[model_type]
+        more, rule = experts(read)
+        return {**keys, **more}, {**rules, **rule}, family
     known = ", ".join([*LLAMA_LIKE, *GPT_LIKE])
     raise config_error(where, "model_type", f"one of {known} (another model's shape: "
                        "generator: transformer with its keys)", model_type)
@@ -219,8 +213,7 @@ def _bundled_model(name: Any, source: str) -> Path | None:
     file of that name sits beside the spec; None for anything else."""
     if not isinstance(name, str) or not name or Path(name).name != name or Path(name).suffix:
         return None
-    base = Path(source).parent if Path(source).is_file() else Path.cwd()
-    if (base / name).exists():
+    if (spec_folder(source) / name).exists():
         return None
     from ...resources import bundled_dir, bundled_names
 

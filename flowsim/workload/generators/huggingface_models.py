@@ -201,17 +201,15 @@ def _window(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
     return {"window": window}, {}   # every layer: Mistral, Mixtral, Phi-3, Qwen3-MoE
 
 
-def mixtral_keys(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
-    if model_type not in ("mixtral", "gpt_oss"):
-        return {}, {}
+def mixtral_keys(read: Reader) -> tuple[dict[str, Any], Rules]:
+    """Mixtral's and GPT-OSS's experts: as wide as ``intermediate_size``."""
     return {"experts": read.integer("num_local_experts"),
             "top_k": read.integer("num_experts_per_tok"),
             "moe_ffn": read.integer("intermediate_size")}, {}
 
 
-def qwen_moe_keys(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
-    if model_type not in ("qwen2_moe", "qwen3_moe"):
-        return {}, {}
+def qwen_moe_keys(read: Reader) -> tuple[dict[str, Any], Rules]:
+    """Qwen-MoE's experts, shared expert and sparse layers."""
     step = read.integer("decoder_sparse_step", 1)
     dense = set(read.layer_list("mlp_only_layers"))
     keys = {"experts": read.integer("num_experts"),
@@ -223,9 +221,8 @@ def qwen_moe_keys(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]
         int(i not in dense and (i + 1) % step == 0) for i in range(layers)]}
 
 
-def deepseek_keys(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
-    if not model_type.startswith("deepseek"):
-        return {}, {}
+def deepseek_keys(read: Reader) -> tuple[dict[str, Any], Rules]:
+    """DeepSeek's routed and shared experts, dense first layers and latent attention."""
     width = read.integer("moe_intermediate_size")
     first = read.integer("first_k_dense_replace", 0, minimum=0)
     freq = read.integer("moe_layer_freq", 1)
@@ -245,3 +242,10 @@ def deepseek_keys(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]
     # DeepSeek's rule: the first layers dense, then every freq-th one a mixture
     return keys, {"moe_layer_freq": lambda layers: [
         int(i >= first and i % freq == 0) for i in range(layers)]}
+
+
+#: model types with experts -> the family whose config names them, and its reader
+EXPERTS: dict[str, tuple[str, Callable[[Reader], tuple[dict[str, Any], Rules]]]] = {
+    "mixtral": ("mixtral", mixtral_keys), "gpt_oss": ("mixtral", mixtral_keys),
+    "qwen2_moe": ("qwen_moe", qwen_moe_keys), "qwen3_moe": ("qwen_moe", qwen_moe_keys),
+    "deepseek_v2": ("deepseek", deepseek_keys), "deepseek_v3": ("deepseek", deepseek_keys)}

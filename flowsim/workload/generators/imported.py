@@ -76,13 +76,18 @@ def cp_comm_type(value: Any, where: str, name: str, all_gather: str) -> str:
     return CP_COMM_SPELLINGS[str(value).lower()]
 
 
+def spec_folder(source: str) -> Path:
+    """The folder a spec's relative file names are read from: the spec file's, else the
+    working directory (a spec given as a mapping)."""
+    return Path(source).parent if Path(source).is_file() else Path.cwd()
+
+
 def read_beside(name: Any, source: str, key: str, what: str) -> tuple[Path, str]:
     """The text of file ``name`` (key ``key``, ``what`` it should be), relative to the spec
     file ``source`` (else to the working directory), and its path for messages."""
     if not isinstance(name, str) or not name:
         raise config_error(source, key, what, name)
-    base = Path(source).parent if Path(source).is_file() else Path.cwd()
-    path = base / name
+    path = spec_folder(source) / name
     try:
         return path, path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
