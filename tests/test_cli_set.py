@@ -77,3 +77,20 @@ def test_a_system_item_keeps_the_default_algorithms_without_a_warning(capsys):
     assert json.loads(out.out)["time_ns"] == float(flowsim.simulate_collective(
         "r4_fc8_sw4", "all_reduce", "1MiB",
         flowsim.SystemConfig(endpoint_delay_ns=100)).time_ns)
+
+
+def test_the_sweeps_page_loop_prints_what_it_says(capsys):
+    """docs/guide/sweeps.md's shell loop: the layout and step times it quotes."""
+    from conftest import REPO
+
+    page = (REPO / "docs" / "guide" / "sweeps.md").read_text()
+    for nodes in (64, 128):
+        assert main(["run", "--workload", "llama3_70b", "--network", "dgx_h100", "--system",
+                     "nccl", "--set", f"network.cluster.nodes={nodes}",
+                     "--set", f"workload.dp={nodes // 4}"]) == 0
+        out = capsys.readouterr().out
+        layout = out.split("layout:", 1)[1].split(";")[0].strip()
+        seconds = out.split("time:", 1)[1].split("(")[0].strip()
+        assert seconds in page
+        if nodes == 64:
+            assert f"`layout: {layout};" in page.replace("\n", " ")
