@@ -46,7 +46,7 @@ def test_a_system_key_changes_the_default_system(capsys):
     (["--set", "model=flow"], "key 'model': expected network.<key>"),
     (["--network", "dgx_h100", "--set", "network.cluster.racks=2"],
      "unknown cluster key 'racks'"),
-    (["--set", "network.cluster.nodes=2"], "the base network has no cluster block"),
+    (["--set", "network.cluster.nodes=2"], "the network it would set has no cluster block"),
     (["--set", "workload.tp=2"], "workload keys can be varied only for a generator spec"),
 ])
 def test_a_bad_item_is_one_line_naming_it(argv, says, capsys):

@@ -76,7 +76,7 @@ def test_bad_cluster_and_whole_config_axes_fail_when_the_spec_loads(axes, match)
 def test_a_cluster_key_needs_a_cluster_network():
     base = {**BASE, "network": {"topology": ["Switch"], "npus_count": [8],
                                 "bandwidth": [50], "latency": [500]}}
-    with pytest.raises(ConfigError, match="the base network has no cluster block"):
+    with pytest.raises(ConfigError, match="the network it would set has no cluster block"):
         load_spec({"base": base, "axes": {"network.cluster.nodes": [2]}})
 
 
@@ -131,3 +131,35 @@ def test_a_cluster_key_applies_to_each_whole_network_whatever_the_axis_order():
         point = ds.isel(network=1).sel(network_cluster_nodes=2)
         assert float(point.time_ns) == float(flowsim.simulate(
             {"cluster": {"device": "a100", "nodes": 2}}, RUN, "nccl").time_ns)
+
+
+def test_keys_are_checked_on_every_whole_config_they_meet():
+    """A cluster key with a network axis: checked on each of its networks when the spec
+    loads (a network without a cluster block is refused there, not in a worker); inside a
+    zip group, on the network its row takes, whatever the order of the keys."""
+    base = {**BASE, "network": "ring8"}
+    with pytest.raises(ConfigError, match=r"network\.cluster\.nodes.*no cluster block"):
+        load_spec({"base": {**BASE, "network": "dgx_h100"},
+                   "axes": {"network": ["dgx_h100", "ring8"], "network.cluster.nodes": [1]}})
+    zipped = {"layout": {"network.cluster.nodes": [1, 2],
+                         "network": [{"cluster": {"device": "h100", "nodes": 8}},
+                                     {"cluster": {"device": "a100", "nodes": 8}}]}}
+    ds = sweep({"base": base, "zip": zipped}, jobs=1)
+    assert (ds.error == "").all()
+    assert float(ds.time_ns.values[1]) == float(flowsim.simulate(
+        {"cluster": {"device": "a100", "nodes": 2}}, RUN, "nccl").time_ns)
+
+
+def test_a_point_whose_settings_do_not_combine_is_an_error_entry():
+    """A spec built by hand (past the load check) whose point cannot be built records the
+    error and the sweep goes on."""
+    from flowsim.sweep.spec import Axis, SweepSpec
+
+    spec = load_spec({"base": BASE, "axes": {"network.cluster.nodes": [1, 2]}})
+    broken = SweepSpec(base={**spec.base, "network": {"topology": ["Switch"],
+                                                      "npus_count": [8], "bandwidth": [50],
+                                                      "latency": [500]}},
+                       axes=(Axis("n", ("network.cluster.nodes",), ((1,),)),),
+                       source="hand", text="")
+    ds = sweep(broken, jobs=1)
+    assert "no cluster block" in str(ds.error.values[0])

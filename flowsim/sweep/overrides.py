@@ -90,8 +90,8 @@ def _cluster_block(point: dict, key: str, name: str, sub: str, source: str) -> d
                           f"network.cluster.<key> (a cluster block's key)")
     block = point["network"].get("cluster")
     if not isinstance(block, dict):
-        raise ConfigError(f"{source}: key '{key}': the base network has no cluster block "
-                          f"(a network with 'cluster:', such as dgx_h100)")
+        raise ConfigError(f"{source}: key '{key}': the network it would set has no cluster "
+                          f"block (a network with 'cluster:', such as dgx_h100)")
     if sub not in CLUSTER_KEYS:
         raise ConfigError(f"{source}: key '{key}': unknown cluster key '{sub}' (expected one "
                           f"of {', '.join(CLUSTER_KEYS)})")

@@ -80,7 +80,19 @@ def _evaluate_workload(point: dict, max_work: float | None) -> tuple[float, ...]
 def evaluate_batch(spec: SweepSpec, indices: list[int], max_work: float | None = None
                    ) -> list[tuple[int, tuple, str]]:
     """Evaluate grid points by index (the unit of work sent to processes and Dask workers)."""
-    return [(i, *evaluate_point(spec.point(i), max_work)) for i in indices]
+    return [(i, *_evaluate_index(spec, i, max_work)) for i in indices]
+
+
+def _evaluate_index(spec: SweepSpec, index: int, max_work: float | None
+                    ) -> tuple[tuple[float, ...], str]:
+    """One grid point; a point whose settings do not combine (a key no config of its has)
+    is an error entry, as an invalid configuration is."""
+    try:
+        point = spec.point(index)
+    except FlowsimError as exc:
+        names = WORKLOAD_OUTPUTS if spec.kind == "workload" else OUTPUTS
+        return (np.nan,) * len(names), str(exc)
+    return evaluate_point(point, max_work)
 
 
 def shard_indices(size: int, shard: int, shards: int) -> list[int]:

@@ -102,7 +102,7 @@ class SweepSpec:
     text: str
     #: the network and system configs whole-config axes name, resolved when the spec was
     #: loaded (so that a point never reads a file): :func:`config_key` -> mapping
-    configs: dict = field(default_factory=dict)
+    configs: dict[str, dict] = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -132,9 +132,7 @@ class SweepSpec:
         point = copy.deepcopy(self.base)
         settings = [(key, value) for axis, i in zip(self.axes, position)
                     for key, value in zip(axis.keys, axis.values[i])]
-        # whole configs first, so that a key of one (network.cluster.nodes) applies to the
-        # config a point takes, whatever the order of the axes
-        for key, value in sorted(settings, key=lambda kv: kv[0] not in ("network", "system")):
+        for key, value in _whole_first(settings):
             apply_override(point, key, value, self.source, self.configs)
         return point
 
@@ -172,7 +170,7 @@ def resolve_config(value: Any, kind: str, folder: Path, source: str) -> dict:
 def _axis_config(value: Any, kind: str, folder: Path, source: str) -> dict:
     """A whole-config axis value (path, bundled name or mapping) read as the base's is; an
     error names the axis."""
-    if value is None or not isinstance(value, (str, os.PathLike, Mapping)):
+    if not isinstance(value, (str, os.PathLike, Mapping)):
         raise ConfigError(f"{source}: axis '{kind}': expected a path, a bundled name or a "
                           f"mapping, found {value!r}")
     try:
@@ -360,13 +358,36 @@ def load_spec(spec: str | os.PathLike | Mapping[str, Any]) -> SweepSpec:
         _check_workload(base, source)
     else:
         parse_size(base["size"], source=source, key="base.size")
-    for axis in result.axes:
-        for row in axis.values:
-            probe = copy.deepcopy(base)
-            for key, value in zip(axis.keys, row):
-                apply_override(probe, key, value, source, configs)
-                if key == "size":  # sizes become coordinates: they must parse up front
-                    parse_size(value, source=source, key=f"axes.{key}")
-            if result.kind == "workload" and any(k.startswith("workload") for k in axis.keys):
-                _check_workload(probe, source)
+    # each key is tried on every whole config the axes give (as a point applies them: whole
+    # configs first), so a key that fits no config fails here, not in a worker
+    for start in _whole_config_bases(result):
+        for axis in result.axes:
+            for row in axis.values:
+                probe = copy.deepcopy(start)
+                for key, value in _whole_first(zip(axis.keys, row)):
+                    apply_override(probe, key, value, source, configs)
+                    if key == "size":  # sizes become coordinates: they must parse up front
+                        parse_size(value, source=source, key=f"axes.{key}")
+                if result.kind == "workload" and any(k.startswith("workload")
+                                                     for k in axis.keys):
+                    _check_workload(probe, source)
     return result
+
+
+def _whole_first(settings: Any) -> list[tuple[str, Any]]:
+    """A point's settings with whole configs first, so that a key of one (``network.cluster.
+    nodes``) applies to the config the point takes, whatever the order of the axes."""
+    return sorted(settings, key=lambda kv: kv[0] not in ("network", "system"))
+
+
+def _whole_config_bases(spec: SweepSpec) -> list[dict]:
+    """The base with every combination of the whole configs its axes give (the base alone
+    when none does)."""
+    bases = [spec.base]
+    for kind in ("network", "system"):
+        named = dict.fromkeys(config_key(kind, value) for axis in spec.axes
+                              for row in axis.values for key, value in zip(axis.keys, row)
+                              if key == kind)
+        if named:
+            bases = [{**base, kind: spec.configs[name]} for base in bases for name in named]
+    return bases
