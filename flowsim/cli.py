@@ -106,7 +106,7 @@ def _run_collective(args: argparse.Namespace) -> int:
     from .topology import load_network
     from .units import format_size, format_time
 
-    apply_set_items(args)
+    apply_set_items(args, workload=False)
     _check_output("-o", args.output)
     _check_output("--trace", args.trace, trace=True)
     dims = None
@@ -123,8 +123,7 @@ def _run_collective(args: argparse.Namespace) -> int:
     if args.output:
         from .results import write_dataset
         write_dataset(record.to_dataset(), args.output, option="-o")
-    summary = {"network": str(args.network),
-               "system": str(args.system) if args.system else "default",
+    summary = {"network": args.network_name, "system": args.system_name,
                **record.summary()}
     if args.json:
         from ._io import json_text
@@ -188,7 +187,7 @@ def _run_workload(args: argparse.Namespace) -> int:
     from .units import format_size, format_time
 
     apply_astra_options(args)
-    apply_set_items(args)
+    apply_set_items(args, workload=True)
     _check_output("-o", args.output)
     _check_output("--trace", args.trace, trace=True)
     _check_output("--csv", args.csv, folder=True)

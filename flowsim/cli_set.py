@@ -25,47 +25,77 @@ def parse_set_item(text: str) -> tuple[str, Any]:
         parsed = yaml.safe_load(value)
     except yaml.YAMLError:
         parsed = value
+    if isinstance(parsed, str):   # YAML 1.1 reads 1e3 as text: a shell user means a number
+        try:
+            parsed = float(parsed) if any(c in parsed for c in ".eE") else int(parsed)
+        except ValueError:
+            pass
     return key.strip(), parsed
 
 
-def apply_set_items(args: argparse.Namespace) -> None:
-    """Replace ``args.network`` / ``args.system`` / ``args.workload`` by their configs with
-    the ``--set`` items applied (only the sections an item names are read as mappings; the
-    others stay as given)."""
+def apply_set_items(args: argparse.Namespace, *, workload: bool) -> None:
+    """Replace ``args.network`` / ``args.system`` (and with ``workload``, ``flowsim run``'s
+    ``args.workload``) by their configs with the ``--set`` items applied, checked here so
+    that an error names the items (only the sections an item names are read as mappings;
+    the others stay as given); ``args.network_name`` / ``args.system_name`` say what was
+    given, for the record."""
+    args.network_name, args.system_name = str(args.network), str(args.system or "default")
     items = [parse_set_item(text) for text in args.set]
     if not items:
         return
     from .sweep.overrides import apply_override
     from .sweep.spec import DEFAULT_SYSTEM, resolve_config, resolve_workload
 
-    sections = {key: key.split(".", 1)[0].split("[", 1)[0] for key, _ in items}
-    run = hasattr(args, "workload")   # flowsim run; else flowsim collective
-    allowed = ("network", "system", "workload") if run else ("network", "system")
-    for key, section in sections.items():
+    allowed = ("network", "system", "workload") if workload else ("network", "system")
+    by_section: dict[str, list[str]] = {}
+    for (key, _), text in zip(items, args.set):
+        section = key.split(".", 1)[0].split("[", 1)[0]
         if section not in allowed or "." not in key:
             raise ConfigError(f"argument --set: key '{key}': expected network.<key>, "
                               "network.cluster.<key>, system.<key>"
-                              + (" or workload.<key>" if run else "")
+                              + (" or workload.<key>" if workload else "")
                               + " (with an optional [i])")
+        by_section.setdefault(section, []).append(text)
     folder = Path.cwd()
     point: dict[str, Any] = {"network": args.network, "system": args.system}
-    if run:
+    if workload:
         point["workload"] = args.workload
-    named = set(sections.values())
-    if "network" in named:
+    if "network" in by_section:
         point["network"] = resolve_config(args.network, "network", folder, "--network")
-    if "system" in named:
+    if "system" in by_section:
         point["system"] = dict(DEFAULT_SYSTEM) if args.system is None else \
             resolve_config(args.system, "system", folder, "--system")
-    if "workload" in named:
+    if "workload" in by_section:
         point["workload"] = resolve_workload(args.workload, folder, "--workload")
     for key, value in items:
         apply_override(point, key, value, "argument --set")
-    if "system" in named and args.system is None:
+    _check_sections(point, by_section)
+    if "system" in by_section and args.system is None:
         point["system"] = _default_system_with(point["system"])
     args.network, args.system = point["network"], point["system"]
-    if run:
+    if workload:
         args.workload = point["workload"]
+    for section, texts in by_section.items():
+        if section in ("network", "system"):
+            setattr(args, f"{section}_name", getattr(args, f"{section}_name") + " with "
+                    + ", ".join(texts))
+
+
+def _check_sections(point: dict, by_section: dict[str, list[str]]) -> None:
+    """The network and system the items made, read now: an error names the items (a
+    config read later would be only ``<dict>``); built networks are cached, so the run's
+    own read is free."""
+    from .system.load import load_system
+    from .topology import load_network
+
+    for section, load in (("network", load_network), ("system", load_system)):
+        if section in by_section:
+            try:
+                load(point[section])
+            except ConfigError as exc:
+                text = str(exc).removeprefix("<dict>: ")
+                raise ConfigError(f"argument --set {', '.join(by_section[section])}: "
+                                  f"{text}") from None
 
 
 def _default_system_with(keys: dict) -> Any:

@@ -34,10 +34,46 @@ def test_set_items_change_the_cluster_and_the_generator_spec(tmp_path, capsys, m
 
 
 def test_a_system_key_changes_the_default_system(capsys):
-    got = _time(["--set", "system.endpoint-delay=1000"], capsys)
+    """flowsim's default system (SystemConfig(): ASTRA-sim's Ring_4chunks) with one key
+    changed; the value read as a number however the shell writes it (1e3)."""
+    got = _time(["--set", "system.endpoint-delay=1e3"], capsys)
     assert got == float(flowsim.simulate(
-        "ring8", "resnet50_dp", {**DEFAULT_SYSTEM, "endpoint-delay": 1000}).time_ns)
+        "ring8", "resnet50_dp", flowsim.SystemConfig(endpoint_delay_ns=1000)).time_ns)
     assert got != _time([], capsys)
+
+
+def test_the_sweeps_default_system_is_flowsim_s():
+    """DEFAULT_SYSTEM restates SystemConfig()'s defaults as json keys: they must not drift
+    (its algorithms are the one-entry list that means ring everywhere)."""
+    from dataclasses import fields
+
+    from flowsim.system.load import load_system
+
+    keyed, default = load_system(DEFAULT_SYSTEM), flowsim.SystemConfig()
+    for f in fields(default):
+        if f.name not in ("implementations", "source"):
+            assert getattr(keyed, f.name) == getattr(default, f.name), f.name
+    assert {names for _, names in keyed.implementations} == {("ring",)}
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--network", "dgx_h100", "--set", "network.cluster.nodes=-1"],
+     "argument --set network.cluster.nodes=-1: key 'cluster.nodes': expected an integer >= 1"),
+    (["--set", "system.endpoint-delay=-5"],
+     "argument --set system.endpoint-delay=-5: key 'endpoint-delay': expected a number >= 0"),
+])
+def test_a_bad_value_names_the_item(argv, says, capsys):
+    assert main(["run", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and "<dict>" not in err
+
+
+def test_the_json_record_names_what_was_given(capsys):
+    assert main(["collective", "--network", "dgx_h100", "--system", "nccl", "--size", "1MiB",
+                 "--set", "network.cluster.nodes=2", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["network"] == "dgx_h100 with network.cluster.nodes=2"
+    assert record["system"] == "nccl"
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -94,3 +130,22 @@ def test_the_sweeps_page_loop_prints_what_it_says(capsys):
         assert seconds in page
         if nodes == 64:
             assert f"`layout: {layout};" in page.replace("\n", " ")
+
+
+def test_astra_sim_1_files_refuse_keys_they_do_not_have(tmp_path, capsys):
+    """A 1.0 system txt is read whole by run and collective; its keys are not 2.x json's, so
+    --set and sweeps refuse it in one line instead of misreading it; a 1.0 network JSON
+    takes no network.<key> either."""
+    from test_astra1_configs import RING8
+
+    (tmp_path / "sys.txt").write_text("scheduling-policy: LIFO\nendpoint-delay: 10\n"
+                                      "all-reduce-implementation: ring\n")
+    (tmp_path / "net.json").write_text(json.dumps(RING8))
+    assert main(["collective", "--network", str(tmp_path / "net.json"), "--system",
+                 str(tmp_path / "sys.txt"), "--set", "system.endpoint-delay=100"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "an ASTRA-sim 1.0 system file is read whole" in err
+    assert main(["collective", "--network", str(tmp_path / "net.json"),
+                 "--set", "network.bandwidth[0]=10"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the network is ASTRA-sim 1.0's JSON" in err

@@ -62,6 +62,10 @@ def apply_override(point: dict, key: str, value: Any, source: str,
                               f"one), found {point['workload']!r}")
         config = point[section]
     else:
+        if section == "network" and "topology-name" in point["network"]:
+            raise ConfigError(f"{source}: key '{key}': the network is ASTRA-sim 1.0's JSON, "
+                              f"whose keys these are not; vary a 2.x network YAML or a "
+                              f"cluster block")
         known = NETWORK_KEYS if section == "network" else SYSTEM_KEYS
         if name not in known:
             raise ConfigError(f"{source}: key '{key}': unknown {section} key '{name}' "

@@ -164,7 +164,12 @@ def resolve_config(value: Any, kind: str, folder: Path, source: str) -> dict:
     if not path.is_absolute() and (folder / path).is_file():
         path = folder / path
     what = "network config" if kind == "network" else "system config"
-    return read_mapping(resolve_config_path(path, kind=kind), what=what)
+    resolved = resolve_config_path(path, kind=kind)
+    if kind == "system" and resolved.suffix == ".txt":   # its keys are not 2.x json's
+        raise ConfigError(f"{source}: {value}: an ASTRA-sim 1.0 system file is read whole "
+                          f"by flowsim run and collective; a sweep or --set needs a 2.x "
+                          f"system json (the same settings under 2.x keys)")
+    return read_mapping(resolved, what=what)
 
 
 def _axis_config(value: Any, kind: str, folder: Path, source: str) -> dict:
