@@ -847,8 +847,8 @@ def test_cross_entropy_moves_the_bytes_of_its_steps_per_logit(two_nodes, fused):
 
 
 def test_the_run_says_its_layout(two_nodes, capsys, tmp_path):
-    """The summary, --json and the Dataset carry the layout the generator built (DP as the
-    network leaves it, micro-batches per pipeline)."""
+    """The summary, --json and the Dataset carry the layout the generator built (its
+    degrees, schedule, sharding and micro-batches per pipeline)."""
     import yaml
 
     from flowsim.cli import main
@@ -866,3 +866,27 @@ def test_the_run_says_its_layout(two_nodes, capsys, tmp_path):
     assert main(["run", "--workload", str(path), "--network", str(net)]) == 0
     assert "  layout:        TP 4 (SP) x PP 2 (1F1B) x DP 2; 4 micro-batches" in \
         capsys.readouterr().out
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"fsdp": True, "tp": 1, "dp": 16, "global_batch": 32},
+     "TP 1 x PP 1 x DP 16 (FSDP); 1 micro-batch of 2 x 128 tokens per pipeline"),
+    ({"fsdp": True, "fsdp_shard": 4, "tp": 1, "dp": 16, "global_batch": 64},
+     "DP 16 (HSDP: 4 replicas of 4 shards); 2 micro-batches"),
+    ({"experts": 8, "top_k": 2, "ep": 4, "tp": 4, "dp": 4, "micro_batches": 3},
+     "TP 4 (SP) x PP 1 x DP 4; EP 4 of 8 experts, top 2; 3 micro-batches of 2 x 128 tokens"),
+])
+def test_the_layout_line_of_sharded_and_expert_runs(two_nodes, change, says):
+    spec = {"generator": "transformer", **SMALL, **change}
+    assert says in simulate(two_nodes, spec, "nccl").attrs["layout"]
+
+
+def test_an_importer_s_layout_has_the_data_parallel_size_the_network_leaves():
+    net = {"cluster": {"device": "h100", "nodes": 4}}
+    ds = simulate(net, {"generator": "megatron", "args":
+                        "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 "
+                        "--seq-length 1024 --micro-batch-size 1 --global-batch-size 64 "
+                        "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 "
+                        "--vocab-size 32000 --bf16"}, "nccl")
+    assert ds.attrs["layout"].startswith("TP 4 x PP 2 (1F1B) x DP 4;")
+    assert "16 micro-batches of 1 x 1,024 tokens" in ds.attrs["layout"]

@@ -254,7 +254,7 @@ SCHEDULE_NAMES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "interleaved"
 def layout_text(spec: TransformerSpec) -> str:
     """The run's layout in one line: ``TP 8 (SP) x CP 2 x PP 16 (4 virtual stages) x DP 64
     (ZeRO-1); 16 micro-batches of 1 x 8,192 tokens per pipeline``."""
-    micro = spec.micro_batches or spec.global_batch // (spec.micro_batch * spec.dp)
+    micro = micro_batches(spec)
     parts = [f"TP {spec.tp}" + (" (SP)" if spec.sp else "")]
     if spec.cp > 1:
         parts.append(f"CP {spec.cp}")
@@ -265,12 +265,14 @@ def layout_text(spec: TransformerSpec) -> str:
         pipeline += f" ({SCHEDULE_NAMES.get(spec.schedule, spec.schedule)})"
     parts.append(pipeline)
     sharding = " (FSDP)" if spec.fsdp else " (ZeRO-1)" if spec.distributed_optimizer else ""
+    if spec.fsdp and 0 < spec.fsdp_shard < spec.dp:   # hybrid sharding
+        sharding = f" (HSDP: {spec.dp // spec.fsdp_shard} replicas of {spec.fsdp_shard} shards)"
     parts.append(f"DP {spec.dp}{sharding}")
     text = " x ".join(parts)
     if spec.experts:
         text += f"; EP {spec.ep} of {spec.experts} experts, top {spec.top_k}"
-    return (text + f"; {micro} micro-batches of {spec.micro_batch} x {spec.sequence:,} "
-            "tokens per pipeline")
+    return (text + f"; {micro} micro-batch{'es' if micro != 1 else ''} of "
+            f"{spec.micro_batch} x {spec.sequence:,} tokens per pipeline")
 
 
 __all__ = ["A100_ROOFLINE", "TransformerSpec", "build_transformer", "layer_counts",
