@@ -163,3 +163,24 @@ def test_a_point_whose_settings_do_not_combine_is_an_error_entry():
                        source="hand", text="")
     ds = sweep(broken, jobs=1)
     assert "no cluster block" in str(ds.error.values[0])
+
+
+def test_an_inline_spec_s_files_are_found_beside_the_sweep_file(tmp_path, monkeypatch):
+    """A generator spec written inside the sweep file names its files relative to that file,
+    as the base network and a generator YAML do; the sweep's identity holds that folder."""
+    (tmp_path / "cfg.json").write_text(
+        (flowsim.resources.bundled_dir("model") / "llama3_8b.json").read_text())
+    (tmp_path / "sweep.yml").write_text(yaml.safe_dump({
+        "base": {"network": {"cluster": {"device": "h100", "nodes": 1}},
+                 "workload": {"generator": "huggingface", "config": "cfg.json",
+                              "sequence": 1024, "global_batch": 16, "layers": 2}},
+        "axes": {"workload.tp": [4, 8]}}))
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    ds = sweep(str(tmp_path / "sweep.yml"), jobs=1)
+    assert (ds.error == "").all()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "cfg.json").write_text((tmp_path / "cfg.json").read_text())
+    (tmp_path / "other" / "sweep.yml").write_text((tmp_path / "sweep.yml").read_text())
+    assert load_spec(tmp_path / "sweep.yml").digest != \
+        load_spec(tmp_path / "other" / "sweep.yml").digest

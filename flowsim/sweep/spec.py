@@ -120,9 +120,13 @@ class SweepSpec:
     @property
     def digest(self) -> str:
         """Identity of the sweep (resolved base and axes), shared by all its shards."""
+        # a generator YAML's folder names its files: the same keys in another folder are
+        # another sweep
+        folder = getattr(self.base.get("workload"), "path", None)
         payload = json.dumps({"base": self.base,
                               "axes": [[a.name, a.keys, a.values] for a in self.axes],
-                              **({"configs": self.configs} if self.configs else {})},
+                              **({"configs": self.configs} if self.configs else {}),
+                              **({"workload_file": folder} if folder else {})},
                              sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -187,8 +191,12 @@ def _axis_config(value: Any, kind: str, folder: Path, source: str) -> dict:
 def resolve_workload(value: Any, folder: Path, source: str) -> Any:
     """A generator spec as a mapping (read from its YAML file when given as a path or a
     bundled name, so that axes can vary its keys); any other workload as a path string."""
-    if isinstance(value, Mapping):
-        return copy.deepcopy(dict(value))
+    from ..workload.yaml_graph import SpecFromFile
+
+    if isinstance(value, Mapping):   # written in the sweep file: its files beside that
+        data = copy.deepcopy(dict(value))
+        return SpecFromFile(data, str(Path(source).resolve())) \
+            if "generator" in data and Path(source).is_file() else data
     if not isinstance(value, (str, os.PathLike)):
         raise ConfigError(f"{source}: key 'base.workload': expected a path, a bundled name or "
                           f"a generator mapping, found {value!r}")
@@ -201,8 +209,6 @@ def resolve_workload(value: Any, folder: Path, source: str) -> Any:
     if path.suffix in (".yml", ".yaml") and path.is_file():
         data = read_mapping(path, what="workload")
         if "generator" in data:   # the files it names stay beside it
-            from ..workload.yaml_graph import SpecFromFile
-
             return SpecFromFile(data, str(path.resolve()))
     return str(path)
 
