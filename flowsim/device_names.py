@@ -32,9 +32,18 @@ _MEMORY: Mapping[str, Mapping[int, str]] = MappingProxyType({
     "gb200": {186: "gb200", 192: "gb200"},
 })
 #: words of a vendor's name that say nothing about which part it is
-_NOISE = frozenset({"nvidia", "tesla", "hbm2", "hbm2e", "hbm3", "hbm3e", "gpu", "sxm", "sxm4",
-                    "sxm5", "sxm6", "nvl72", "nvl36", "superchip", "tensor", "core", "dgx",
-                    "hgx"})
+_NOISE = frozenset({"nvidia", "tesla", "gpu", "sxm", "tensor", "core", "hgx"})
+#: chip -> the words of its own form factor, memory and systems (a word of another chip's
+#: makes a name that stands for no part: "A100 SXM5", "B200 HBM2"); DGX A100 shipped with
+#: 40 GB and 80 GB parts, so it needs its memory
+_OWN_WORDS: Mapping[str, frozenset[str]] = MappingProxyType({
+    "a100": frozenset({"sxm4", "hbm2", "hbm2e", "dgx"}),
+    "h100": frozenset({"sxm5", "hbm3", "dgx"}),
+    "h200": frozenset({"sxm5", "hbm3e", "dgx"}),
+    "h800": frozenset({"sxm5", "hbm3"}),
+    "b200": frozenset({"sxm6", "hbm3e", "dgx"}),
+    "gb200": frozenset({"hbm3e", "nvl72", "nvl36", "superchip", "dgx"}),
+})
 #: words naming another form factor than the presets' (an add-in card of lower power)
 _OTHER_FORMS = frozenset({"pcie", "nvl"})
 
@@ -58,12 +67,12 @@ def _vendor_name(lowered: str) -> str | None:
     chip = chips[0]
     memory = None
     for word in words:
-        if word == chip or word in _NOISE:
+        if word == chip or word in _NOISE or word in _OWN_WORDS[chip]:
             continue
         size = re.fullmatch(r"(\d+)(gb|g)?", word)
         if size is None or memory is not None:
             return None   # a word that names something else: not a name flowsim can read
         memory = int(size.group(1))
-    if memory is None:
-        return ALIASES.get(chip, chip)
+    if memory is None:   # DGX A100: its 40 GB or its 80 GB part, which only memory says
+        return None if "dgx" in words and chip == "a100" else ALIASES.get(chip, chip)
     return _MEMORY[chip].get(memory)

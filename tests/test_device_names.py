@@ -17,6 +17,7 @@ from flowsim.topology.clusters import expand_cluster
     ("H100-SXM5-80GB", "h100_sxm_80gb"),
     ("h100 sxm", "h100_sxm_80gb"),
     ("DGX H100", "h100_sxm_80gb"),
+    ("DGX A100 80GB", "a100_sxm_80gb"),
     ("NVIDIA A100-SXM4-80GB", "a100_sxm_80gb"),     # nvidia-smi on SXM4 A100s
     ("NVIDIA A100-SXM4-40GB", "a100_sxm_40gb"),
     ("A100 40GB", "a100_sxm_40gb"),
@@ -42,6 +43,7 @@ def test_every_preset_and_short_name_still_reads_as_itself(name):
 @pytest.mark.parametrize("name", [
     "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "A100-PCIE-40GB", "NVIDIA A100 80GB PCIe",
     "H200 NVL", "GH200", "H100 94GB", "A100 64GB", "H100 A100", "tpu v5p", "MI300X",
+    "A100 SXM5", "H100 SXM6", "B200 HBM2", "DGX A100",   # another part's words; which A100
 ])
 def test_another_part_is_refused_naming_the_key_and_the_value(name):
     with pytest.raises(ConfigError, match=r"cluster\.device.*h100_sxm_80gb") as refused:
