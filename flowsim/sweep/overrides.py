@@ -100,3 +100,22 @@ def _cluster_block(point: dict, key: str, name: str, sub: str, source: str) -> d
         raise ConfigError(f"{source}: key '{key}': unknown cluster key '{sub}' (expected one "
                           f"of {', '.join(CLUSTER_KEYS)})")
     return block
+
+
+def whole_first(settings: Any) -> list[tuple[str, Any]]:
+    """A point's settings with whole configs first, so that a key of one (``network.cluster.
+    nodes``) applies to the config the point takes, whatever the order of the axes."""
+    return sorted(settings, key=lambda kv: kv[0] not in ("network", "system"))
+
+
+def whole_config_bases(base: dict, axes: Any, configs: Mapping[str, Any]) -> list[dict]:
+    """``base`` with every combination of the whole configs the ``axes`` give (``base``
+    alone when none does; ``configs``: the resolved configs, by :func:`config_key`)."""
+    bases = [base]
+    for kind in ("network", "system"):
+        named = dict.fromkeys(config_key(kind, value) for axis in axes
+                              for row in axis.values for key, value in zip(axis.keys, row)
+                              if key == kind)
+        if named:
+            bases = [{**b, kind: configs[name]} for b in bases for name in named]
+    return bases

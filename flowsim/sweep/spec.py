@@ -62,7 +62,14 @@ import yaml
 from .._io import check_structure, read_mapping, read_text
 from ..errors import ConfigError, ConfigTypeError, describe
 from ..resources import bundled_dir, resolve_config_path
-from .overrides import POINT_KEYS, WORKLOAD_POINT_KEYS, apply_override, config_key
+from .overrides import (
+    POINT_KEYS,
+    WORKLOAD_POINT_KEYS,
+    apply_override,
+    config_key,
+    whole_config_bases,
+    whole_first,
+)
 
 #: flowsim's default system (:class:`~flowsim.system.config.SystemConfig`'s defaults: ASTRA-
 #: sim's Ring_4chunks example, ring in every dimension) as the keys that differ from an empty
@@ -136,7 +143,7 @@ class SweepSpec:
         point = copy.deepcopy(self.base)
         settings = [(key, value) for axis, i in zip(self.axes, position)
                     for key, value in zip(axis.keys, axis.values[i])]
-        for key, value in _whole_first(settings):
+        for key, value in whole_first(settings):
             apply_override(point, key, value, self.source, self.configs)
         return point
 
@@ -371,11 +378,11 @@ def load_spec(spec: str | os.PathLike | Mapping[str, Any]) -> SweepSpec:
         parse_size(base["size"], source=source, key="base.size")
     # each key is tried on every whole config the axes give (as a point applies them: whole
     # configs first), so a key that fits no config fails here, not in a worker
-    for start in _whole_config_bases(result):
+    for start in whole_config_bases(result.base, result.axes, configs):
         for axis in result.axes:
             for row in axis.values:
                 probe = copy.deepcopy(start)
-                for key, value in _whole_first(zip(axis.keys, row)):
+                for key, value in whole_first(zip(axis.keys, row)):
                     apply_override(probe, key, value, source, configs)
                     if key == "size":  # sizes become coordinates: they must parse up front
                         parse_size(value, source=source, key=f"axes.{key}")
@@ -383,22 +390,3 @@ def load_spec(spec: str | os.PathLike | Mapping[str, Any]) -> SweepSpec:
                                                      for k in axis.keys):
                     _check_workload(probe, source)
     return result
-
-
-def _whole_first(settings: Any) -> list[tuple[str, Any]]:
-    """A point's settings with whole configs first, so that a key of one (``network.cluster.
-    nodes``) applies to the config the point takes, whatever the order of the axes."""
-    return sorted(settings, key=lambda kv: kv[0] not in ("network", "system"))
-
-
-def _whole_config_bases(spec: SweepSpec) -> list[dict]:
-    """The base with every combination of the whole configs its axes give (the base alone
-    when none does)."""
-    bases = [spec.base]
-    for kind in ("network", "system"):
-        named = dict.fromkeys(config_key(kind, value) for axis in spec.axes
-                              for row in axis.values for key, value in zip(axis.keys, row)
-                              if key == kind)
-        if named:
-            bases = [{**base, kind: spec.configs[name]} for base in bases for name in named]
-    return bases
