@@ -275,12 +275,12 @@ def _plot(results: list, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 5))
+    fig, ax = plt.subplots(figsize=(8.5, 5.5))
     files = sorted({row["file"] for row, *_ in results})
-    for name in files:
+    for i, name in enumerate(files):   # ten colours, so a marker per ten sources besides
         mine = [(p, q) for row, p, q, _ in results if row["file"] == name]
         ax.scatter([p for p, _ in mine], [q for _, q in mine], label=name.removesuffix(".csv"),
-                   zorder=3, s=18)
+                   zorder=3, s=16, marker="os^D"[i // 10 % 4], color=f"C{i % 10}")
     low = min(min(p, q) for _, p, q, _ in results) * 0.8
     high = max(max(p, q) for _, p, q, _ in results) * 1.25
     ax.plot([low, high], [low, high], "k-", lw=0.8)
@@ -288,7 +288,7 @@ def _plot(results: list, path: str) -> None:
                     color="0.85", label="±10%")
     ax.set(xscale="log", yscale="log", xlabel="published iteration time (s)",
            ylabel="flowsim predicted (s)", title="flowsim against published training runs")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

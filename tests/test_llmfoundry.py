@@ -20,7 +20,8 @@ import validate_published  # noqa: E402
 
 ROWS = validate_published.rows("mosaic_mpt_")
 COMPARED = ("layers", "hidden", "heads", "ffn", "vocab", "sequence", "global_batch",
-            "micro_batch", "dtype", "fsdp", "grad_reduce_in_bf16", "recompute", "attention",
+            "micro_batch", "dtype", "fsdp", "distributed_optimizer", "grad_reduce_in_bf16",
+            "recompute", "attention",
             "position_embedding", "tied_embeddings", "gated_mlp")
 NODE = {"cluster": {"device": "a100", "nodes": 1, "gpus_per_node": 8, "nic_gbps": 200,
                     "nics_per_node": 8}}
@@ -41,7 +42,8 @@ def _yaml_of(row: dict) -> dict:
                   "n_layers": int(row["layers"]), "expansion_ratio": 4,
                   "max_seq_len": "${max_seq_len}", "vocab_size": 50368,
                   "attn_config": {"attn_impl": "triton"}},
-        "fsdp_config": {"sharding_strategy": "FULL_SHARD",
+        "fsdp_config": {"sharding_strategy": "SHARD_GRAD_OP"
+                        if row["distributed_optimizer"] == "true" else "FULL_SHARD",
                         "mixed_precision": "PURE" if row["grad_reduce_in_bf16"] == "true"
                         else "DEFAULT",
                         "activation_checkpointing": row["recompute"] == "full",
