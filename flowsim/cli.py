@@ -77,6 +77,14 @@ def _with_failures(args: argparse.Namespace):
     else:
         path = resolve_config_path(args.network, kind="network")
         data = dict(read_mapping(path, what="network config"))
+    if "cluster" in data:   # a cluster preset: its fabric form has links to fail
+        from .topology.clusters import cluster_mapping
+
+        data = cluster_mapping(data, str(path))
+        if "fabric" not in data:
+            raise FlowsimError(f"{path}: --fail and --degrade need the cluster's fabric "
+                               f"form, whose links can fail: set 'cluster.form: fabric' "
+                               f"(e.g. --set network.cluster.form=fabric)")
     if "fabric" not in data and "infragraph" not in data:
         raise FlowsimError(f"{path}: --fail and --degrade need a fabric network (a 'fabric:' "
                            f"or 'infragraph:' config); Ring / FullyConnected / Switch "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -160,7 +162,6 @@ def test_batched_estimator_refuses_fabrics():
 
 
 def test_cli_fail_and_degrade(capsys):
-    import json
 
     from flowsim.cli import main
 
@@ -184,6 +185,23 @@ def test_cli_fail_and_degrade(capsys):
     assert "need a fabric network" in capsys.readouterr().err
     assert main(base + ["--degrade", "novalue"]) == 2
     assert "PATTERN=FACTOR" in capsys.readouterr().err
+
+
+def test_a_cluster_preset_s_fabric_form_takes_failures(capsys):
+    """--fail and --degrade on a cluster preset: its fabric form (a file's or --set's) has
+    links to fail, its multidim form has none and says which key to set."""
+    from flowsim.cli import main
+
+    base = ["collective", "--network", "dgx_h100", "--collective", "all-reduce", "--size",
+            "16MiB", "--model", "flow", "--json", "--system", "nccl", "--set",
+            "network.cluster.nodes=4", "--set", "network.cluster.hosts_per_leaf=2"]
+    fabric = base + ["--set", "network.cluster.form=fabric"]
+    assert main(fabric) == 0
+    healthy = json.loads(capsys.readouterr().out)["time_ns"]
+    assert main(fabric + ["--degrade", "leaf0*=0.25"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_ns"] > healthy
+    assert main(base + ["--fail", "spine0*"]) == 2
+    assert "set 'cluster.form: fabric'" in capsys.readouterr().err
 
 
 def test_fat_tree_is_non_blocking_and_dragonfly_routes_minimally():
