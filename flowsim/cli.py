@@ -199,7 +199,8 @@ def _run_workload(args: argparse.Namespace) -> int:
     _check_output("-o", args.output)
     _check_output("--trace", args.trace, trace=True)
     _check_output("--csv", args.csv, folder=True)
-    run = run_training(args.network, args.workload, args.system, model=args.model,
+    network = _with_failures(args) if args.fail or args.degrade else args.network
+    run = run_training(network, args.workload, args.system, model=args.model,
                        iterations=args.iterations, compute_scale=args.compute_scale,
                        comm_scale=args.comm_scale, memory=args.memory,
                        roofline=_roofline_option(args.roofline), comm_groups=args.comm_group,

@@ -70,6 +70,16 @@ MAX_JOBS = 4096
 _NPU = _argument("as_int", int, minimum=0, maximum=_max_npu)
 
 
+def _add_failures(parser: argparse.ArgumentParser) -> None:
+    """``--fail`` and ``--degrade``: what-ifs on a fabric network's links."""
+    parser.add_argument("--fail", action="append", default=[], metavar="PATTERN",
+                        help="fabrics: take out links or switches whose name matches (glob, "
+                             "repeatable), e.g. 'spine3' or 'leaf0->*'")
+    parser.add_argument("--degrade", action="append", default=[], metavar="PATTERN=FACTOR",
+                        help="fabrics: scale the bandwidth of matching links, e.g. "
+                             "'leaf0->spine1=0.5' (repeatable)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every ``flowsim`` subcommand."""
     parser = argparse.ArgumentParser(
@@ -111,12 +121,7 @@ def _collective_command(commands: Any) -> None:
     coll.add_argument("--root", type=_NPU, default=0, help="root NPU of broadcast / reduce")
     coll.add_argument("--src", type=_NPU, default=None, help="sender of send-recv")
     coll.add_argument("--dst", type=_NPU, default=None, help="receiver of send-recv")
-    coll.add_argument("--fail", action="append", default=[], metavar="PATTERN",
-                      help="fabrics: take out links or switches whose name matches (glob, "
-                           "repeatable), e.g. 'spine3' or 'leaf0->*'")
-    coll.add_argument("--degrade", action="append", default=[], metavar="PATTERN=FACTOR",
-                      help="fabrics: scale the bandwidth of matching links, e.g. "
-                           "'leaf0->spine1=0.5' (repeatable)")
+    _add_failures(coll)
     coll.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="change one key of the network or system, as a sweep axis does "
                            "(repeatable; VALUE read as YAML): network.cluster.nodes=256, "
@@ -182,6 +187,7 @@ def _run_command(commands: Any) -> None:
                      default=None,
                      help="Chakra traces whose sizes count elements (symbolic_tensor_graph): "
                           "bytes per element (default 2)")
+    _add_failures(run)
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="change one key of the network, system or generator spec, as a "
                           "sweep axis does (repeatable; VALUE read as YAML): "

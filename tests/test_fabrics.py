@@ -204,6 +204,23 @@ def test_a_cluster_preset_s_fabric_form_takes_failures(capsys):
     assert "set 'cluster.form: fabric'" in capsys.readouterr().err
 
 
+def test_a_training_run_takes_failures_on_a_cluster_fabric(capsys, tmp_path):
+    """flowsim run --degrade: a data-parallel step on two DGX nodes of a cluster's fabric is
+    slower when the spines between them run at a hundredth of their bandwidth."""
+    from flowsim.cli import main
+
+    spec = tmp_path / "run.yml"
+    spec.write_text("generator: transformer\nlayers: 2\nhidden: 1024\nheads: 8\n"
+                    "sequence: 1024\nglobal_batch: 16\nmicro_batch: 1\ndp: 16\n")
+    base = ["run", "--network", "dgx_h100", "--workload", str(spec), "--system", "nccl",
+            "--model", "flow", "--json", "--set", "network.cluster.nodes=2", "--set",
+            "network.cluster.form=fabric", "--set", "network.cluster.hosts_per_leaf=1"]
+    assert main(base) == 0
+    healthy = json.loads(capsys.readouterr().out)["time_ns"]
+    assert main(base + ["--degrade", "spine*=0.01"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_ns"] > 1.5 * healthy
+
+
 def test_fat_tree_is_non_blocking_and_dragonfly_routes_minimally():
     tree = flowsim.load_network({"fabric": {"generator": "fat_tree", "k": 4,
                                             "bandwidth": 50, "latency": 100}})
