@@ -19,17 +19,23 @@ is given beside it as transformer keys, which also win over what the config says
 The data-parallel size is what the network's NPUs leave over ``tp x pp x cp``. What is read,
 by ``model_type`` (the config's own key, which decides the modules the library builds):
 
-* **the Llama family** (``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``olmo2``, ``granite``,
-  ``phi3``, ``gemma``, ``gemma2``, ``gemma3_text``): ``num_hidden_layers``, ``hidden_size``,
+* **the Llama family** (``llama``, ``mistral``, ``ministral``, ``ministral3``, ``qwen2``,
+  ``qwen3``, ``olmo2``, ``olmo3``, ``granite``, ``phi3``, ``gemma``, ``gemma2``,
+  ``gemma3_text``, ``glm4``, ``seed_oss``, ``smollm3``, ``exaone4``, ``cohere``, ``cohere2``;
+  ``nemotron``, whose MLP is plain: two GEMMs around a squared ReLU):
+  ``num_hidden_layers``, ``hidden_size``,
   ``num_attention_heads``, ``num_key_value_heads`` (grouped-query attention), ``head_dim``
   when it is not ``hidden / heads`` (Qwen 3, Gemma), ``intermediate_size`` of a gated MLP
   (SwiGLU or GeGLU: three GEMMs), ``vocab_size``, ``tie_word_embeddings``; rotary
   embeddings; a ``sliding_window`` on the layers the library gives it: those ``layer_types``
   names ``sliding_attention`` (newer configs list every layer), else the model's own rule
-  (Mistral's, Mixtral's, Phi-3's and Qwen3-MoE's every layer; dense Qwen's from
-  ``max_window_layers`` on; Qwen's only with ``use_sliding_window``; Gemma 2's and
-  GPT-OSS's every other one from the first; Gemma 3's all but every
-  ``sliding_window_pattern``-th; the other types' modules take no window); a multimodal
+  (Mistral's, Ministral's, Mixtral's, Phi-3's and Qwen3-MoE's every layer; dense Qwen's
+  from ``max_window_layers`` on; Qwen's and SmolLM3's only with ``use_sliding_window``,
+  SmolLM3's on its layers without rotary embeddings; Gemma 2's and GPT-OSS's every other
+  one from the first; Gemma 3's, Cohere 2's and EXAONE 4's all but every
+  ``sliding_window_pattern``-th (EXAONE's also a string such as ``LLLG``), OLMo 3's all but
+  every fourth; the other types' modules take no window); Cohere's attention and MLP run in
+  parallel and are priced one after the other; a multimodal
   config's ``text_config`` is its language model; a key the config leaves out takes the
   value ``transformers`` gives it (:data:`.huggingface_models.LIBRARY_DEFAULTS`: Gemma 3's published
   ``text_config`` gives only its widths and layers);
@@ -40,7 +46,23 @@ by ``model_type`` (the config's own key, which decides the modules the library b
   DeepSeek-V2 / V3's ``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``
   and multi-head latent attention (``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
   ``qk_rope_head_dim``, ``v_head_dim``); its multi-token prediction layers are not priced
-  (a warning says so);
+  (a warning says so); DeepSeek-V3.2 (``deepseek_v32``) as V3 whose attention reads the
+  ``index_topk`` keys its indexer picks (priced as a window of that many keys; the indexer
+  not priced, a warning says so); GLM-4.5's (``glm4_moe``) DeepSeek layout with
+  grouped-query attention (``first_k_dense_replace`` 1 by default); OLMoE's
+  ``num_experts`` of ``intermediate_size``; Phi-3.5-MoE's and Granite-MoE's Mixtral keys,
+  Granite-MoE-Shared's ``shared_intermediate_size``; ERNIE 4.5's ``moe_num_experts``,
+  ``moe_k``, ``moe_num_shared_experts`` and its mixture layers from
+  ``moe_layer_start_index`` every ``moe_layer_interval``-th; Hunyuan-MoE's ``num_experts``
+  and ``moe_topk`` (per-layer lists of one value too) with one shared MLP, all
+  ``intermediate_size`` wide; Llama 4's (``llama4_text``, in a ``llama4`` config's
+  ``text_config``) ``num_local_experts`` and one shared expert of ``intermediate_size``
+  on ``moe_layers`` or every ``interleave_moe_layer_step``-th layer, its dense layers
+  ``intermediate_size_mlp`` wide, and its chunked attention (``attention_chunk_size``, on
+  the layers with rotary embeddings) priced, once the sequence is longer than a chunk, as
+  the sliding window whose queries attend as many keys on average (:func:`chunk_window`);
+  DBRX (``dbrx``: ``n_layers``, ``d_model``, ``n_heads``, ``attn_config.kv_n_heads``,
+  ``ffn_config``'s ``moe_num_experts``, ``moe_top_k`` and ``ffn_hidden_size``);
 * **the GPT family**: ``gpt2`` (``n_layer``, ``n_embd``, ``n_head``, ``n_inner``: learned
   positions, tied embeddings), ``opt`` (``ffn_dim``; OPT-350m's embedding projection is
   left out), ``gpt_neox`` (rotary), ``bloom`` (ALiBi; ``n_embed`` or ``hidden_size``,
@@ -57,24 +79,32 @@ agrees with for every published config.
 
 Models bundled with flowsim (``workloads/models/``: the architecture keys of their published
 configs) are named without a path: ``config: llama3_8b``, ``llama3_70b``, ``llama31_405b``,
-``mixtral_8x7b``, ``qwen3_30b_a3b``, ``qwen3_235b_a22b``, ``deepseek_v3``.
+``mixtral_8x7b``, ``qwen3_30b_a3b``, ``qwen3_235b_a22b``, ``deepseek_v3``,
+``llama4_maverick``.
 
 Another ``model_type`` is one error naming it; its shape can then be given as transformer keys
-with ``generator: transformer``. ``torch_dtype`` is the checkpoint's storage type, not the
-run's precision, and is not read (``dtype`` defaults to BF16; give it beside ``config``).
+with ``generator: transformer``. Models whose layers are not all attention (state-space,
+linear-attention and convolution hybrids: ``qwen3_next``, ``minimax``, ``jamba``,
+``nemotron_h``, ``falcon_h1``, ``mamba`` and others, :data:`.huggingface_models.HYBRID`)
+are refused with what their other layers are.
+
+``torch_dtype`` is the checkpoint's storage type, not the run's precision, and is not read
+(``dtype`` defaults to BF16; give it beside ``config``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError, config_error
+from .huggingface_experts import EXPERT_NAMES, EXPERTS, dbrx_keys
 from .huggingface_models import (
-    EXPERTS,
     GPT_LIKE,
+    HYBRID,
     LIBRARY_DEFAULTS,
     LLAMA_LIKE,
     Reader,
@@ -85,23 +115,11 @@ from .huggingface_models import (
 from .imported import ImportedSpec, parse_imported, read_beside, spec_folder
 
 #: transformer key -> the config's name of it, for messages (the Llama family's names; a
-#: family's own in :data:`FAMILY_NAMES`)
+#: family's own in :data:`.huggingface_experts.EXPERT_NAMES`)
 NAMES = {"layers": "num_hidden_layers", "hidden": "hidden_size",
          "heads": "num_attention_heads", "kv_heads": "num_key_value_heads",
          "head_dim": "head_dim", "ffn": "intermediate_size", "vocab": "vocab_size",
          "window": "sliding_window", "window_skip_freq": "layer_types"}
-FAMILY_NAMES = {
-    "mixtral": {"experts": "num_local_experts", "top_k": "num_experts_per_tok",
-                "moe_ffn": "intermediate_size"},
-    "qwen_moe": {"experts": "num_experts", "top_k": "num_experts_per_tok",
-                 "moe_ffn": "moe_intermediate_size",
-                 "shared_ffn": "shared_expert_intermediate_size",
-                 "moe_layer_freq": "decoder_sparse_step and mlp_only_layers"},
-    "deepseek": {"experts": "n_routed_experts", "top_k": "num_experts_per_tok",
-                 "moe_ffn": "moe_intermediate_size", "shared_ffn": "n_shared_experts",
-                 "moe_layer_freq": "first_k_dense_replace and moe_layer_freq",
-                 "mla": "q_lora_rank, kv_lora_rank and the head dimensions"},
-}
 
 
 def parse_huggingface(values: Mapping[str, Any], source: str) -> ImportedSpec:
@@ -140,7 +158,7 @@ def huggingface_keys(config: Any, source: str) -> dict[str, Any]:
 
 def _family_names(family: str) -> dict[str, str]:
     """The config's names of the keys ``family`` reads differently from Llama's."""
-    names = dict(FAMILY_NAMES.get(family, {}))
+    names = dict(EXPERT_NAMES.get(family, {}))
     if family in GPT_LIKE:
         names.update({key: " or ".join(held) for key, held in GPT_LIKE[family][0].items()})
     return names
@@ -153,11 +171,20 @@ def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules, str]:
     if isinstance(data.get("text_config"), Mapping):   # a multimodal model's language model
         where, data = f"{where}: text_config", data["text_config"]
     model_type = data.get("model_type")
+    if model_type == "llama4" and "text_config" not in data:   # a text config named so
+        model_type = "llama4_text"
     if isinstance(model_type, str):
         data = {**LIBRARY_DEFAULTS.get(model_type, {}), **data}
     read = Reader(data, where)
     if model_type in GPT_LIKE:
         return gpt_keys(read, model_type), {}, model_type
+    if model_type == "dbrx":
+        return (*dbrx_keys(read), "dbrx")
+    if model_type in HYBRID:
+        raise config_error(where, "model_type", "a model of attention layers (those of "
+                           f"{model_type} include {HYBRID[model_type]}, which flowsim does "
+                           "not price; give its attention layers' shape with generator: "
+                           "transformer)", model_type)
     if model_type in LLAMA_LIKE:
         keys, rules = llama_keys(read, model_type)
         if model_type not in EXPERTS:
@@ -165,7 +192,7 @@ def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules, str]:
         family, experts = EXPERTS[model_type]
         more, rule = experts(read)
         return {**keys, **more}, {**rules, **rule}, family
-    known = ", ".join([*LLAMA_LIKE, *GPT_LIKE])
+    known = ", ".join([*LLAMA_LIKE, "dbrx", *GPT_LIKE])
     raise config_error(where, "model_type", f"one of {known} (another model's shape: "
                        "generator: transformer with its keys)", model_type)
 
@@ -187,7 +214,25 @@ def _laid_out(keys: dict[str, Any], rules: Rules, layers: Any) -> dict[str, Any]
             out.pop("window", None)
         elif 0 in window:
             out["window_skip_freq"] = window
+    sequence = keys.get("sequence")
+    if "chunked" in rules and isinstance(sequence, int) and "window" not in keys:
+        chunks = rules["chunked"](layers)
+        if max(chunks) and sequence > max(chunks):   # chunks shorter than the sequence
+            out["window"] = chunk_window(sequence, max(chunks))
+            if 0 in chunks:
+                out["window_skip_freq"] = [int(c > 0) for c in chunks]
     return out
+
+
+def chunk_window(sequence: int, chunk: int) -> int:
+    """The sliding window whose queries attend as many keys on average as under chunked
+    causal attention (Llama 4: each query attends the earlier keys of its own chunk of
+    ``chunk`` tokens): a window ``w`` averages ``w - w^2 / 2s`` keys
+    (:attr:`~flowsim.workload.kernels.Attention.window_keys`), chunks
+    ``(n c(c+1)/2 + r(r+1)/2) / s`` for ``s = n c + r``."""
+    full, rest = divmod(sequence, chunk)
+    mean = (full * chunk * (chunk + 1) / 2 + rest * (rest + 1) / 2) / sequence
+    return max(1, round(sequence - math.sqrt(max(0.0, sequence * sequence - 2 * sequence * mean))))
 
 
 def _load(config: Any, source: str) -> tuple[str, Mapping[str, Any]]:

@@ -1,28 +1,50 @@
 """What each model type's Hugging Face config says, read as ``transformers`` builds the
 model (see :mod:`.huggingface` for the keys and rules): the family tables, the checked reader
-and one function per family."""
+and the readers of the GPT and Llama families' blocks and windows (the experts' readers:
+:mod:`.huggingface_experts`)."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...errors import FlowsimWarning, config_error
+from ...errors import config_error
 
 #: model types whose blocks are Llama's (gated MLP, rotary embeddings), and whether their
 #: configs tie the output layer to the embedding when they do not say
 LLAMA_LIKE = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False,
-              "olmo2": False, "granite": False, "phi3": False, "mixtral": False,
-              "qwen2_moe": False, "qwen3_moe": False, "deepseek_v2": False,
-              "deepseek_v3": False, "gemma": True, "gemma2": True, "gemma3_text": True,
-              "gpt_oss": False}
-#: model types whose attention takes ``sliding_window`` (Qwen's only with
+              "olmo2": False, "olmo3": False, "granite": False, "phi3": False,
+              "gemma": True, "gemma2": True, "gemma3_text": True, "glm4": False,
+              "seed_oss": False, "smollm3": True, "exaone4": False, "cohere": True,
+              "cohere2": True, "ministral": False, "ministral3": False, "nemotron": False,
+              # with experts (:mod:`.huggingface_experts`)
+              "mixtral": False, "phimoe": False, "granitemoe": False,
+              "granitemoeshared": False, "olmoe": False, "qwen2_moe": False,
+              "qwen3_moe": False, "deepseek_v2": False, "deepseek_v3": False,
+              "deepseek_v32": False, "glm4_moe": False, "ernie4_5_moe": True,
+              "hunyuan_v1_moe": False, "llama4_text": False, "gpt_oss": False}
+#: the one with a plain two-GEMM MLP (Nemotron-4's squared ReLU)
+PLAIN_MLP = ("nemotron",)
+#: model types whose attention takes ``sliding_window`` (Qwen's and SmolLM3's only with
 #: ``use_sliding_window``); the others' modules ignore the key
-WINDOW_TYPES = ("mistral", "mixtral", "phi3", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe",
-                "gemma2", "gemma3_text", "gpt_oss")
+WINDOW_TYPES = ("mistral", "mixtral", "phi3", "phimoe", "qwen2", "qwen3", "qwen2_moe",
+                "qwen3_moe", "gemma2", "gemma3_text", "gpt_oss", "olmo3", "smollm3",
+                "exaone4", "cohere2", "ministral", "ministral3")
 #: model types whose sliding-window layers alternate with full ones, the first one windowed
 ALTERNATING = ("gemma2", "gpt_oss")
+#: model types whose every n-th layer is full and the others windowed: the config key of n
+#: (a string of L and G per layer for EXAONE 4) and the library's default
+EVERY_NTH_FULL = {"gemma3_text": ("sliding_window_pattern", 6),
+                  "cohere2": ("sliding_window_pattern", 4),
+                  "exaone4": ("sliding_window_pattern", 4), "olmo3": ("", 4)}
+#: model types whose layers are not all attention: what the others are (not priced)
+HYBRID = {"qwen3_next": "Gated DeltaNet linear attention", "minimax": "lightning (linear) "
+          "attention", "kimi_linear": "Kimi Delta Attention (linear)", "jamba": "Mamba",
+          "mamba": "Mamba", "falcon_mamba": "Mamba", "zamba": "Mamba", "mamba2": "Mamba-2",
+          "zamba2": "Mamba-2", "bamba": "Mamba-2", "nemotron_h": "Mamba-2",
+          "falcon_h1": "Mamba-2 mixers", "granitemoehybrid": "Mamba-2",
+          "lfm2": "short convolutions", "lfm2_moe": "short convolutions",
+          "recurrent_gemma": "RG-LRU recurrences", "rwkv": "RWKV recurrences"}
 #: what ``transformers`` takes for a key a config leaves out (its configuration classes'
 #: defaults, transformers 5.24 and 4.56; where they differ from "heads for key-value heads,
 #: hidden / heads for the head width, no window"): a published config may leave them out
@@ -45,6 +67,21 @@ LIBRARY_DEFAULTS: dict[str, dict[str, Any]] = {
     "deepseek_v2": {"n_shared_experts": 2, "q_lora_rank": 1536},
     "deepseek_v3": {"num_key_value_heads": 128, "n_shared_experts": 1,
                     "first_k_dense_replace": 3, "q_lora_rank": 1536},
+    "deepseek_v32": {"num_key_value_heads": 128, "n_shared_experts": 1,
+                     "first_k_dense_replace": 3, "q_lora_rank": 1536},
+    "glm4": {"num_key_value_heads": 2, "head_dim": 128},
+    "glm4_moe": {"num_key_value_heads": 8, "n_shared_experts": 1},
+    "seed_oss": {"num_key_value_heads": 8, "head_dim": 128},
+    "smollm3": {"num_key_value_heads": 4},
+    "olmo3": {"sliding_window": 4096},
+    "exaone4": {"num_key_value_heads": 32, "sliding_window": 4096},
+    "cohere2": {"sliding_window": 4096},
+    "ministral": {"num_key_value_heads": 8, "sliding_window": 4096},
+    "ministral3": {"num_key_value_heads": 8, "head_dim": 128},
+    "phimoe": {"num_key_value_heads": 8},
+    "ernie4_5_moe": {"num_key_value_heads": 4, "moe_num_shared_experts": 2},
+    "llama4_text": {"num_key_value_heads": 8, "head_dim": 128,
+                    "intermediate_size_mlp": 16384, "attention_chunk_size": 8192},
 }
 #: the attention kinds of ``layer_types`` a dense transformer has (1: the sliding window)
 LAYER_TYPES = {"sliding_attention": 1, "full_attention": 0}
@@ -165,7 +202,7 @@ def llama_keys(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
     keys = {"layers": read.integer("num_hidden_layers"), "hidden": read.integer("hidden_size"),
             "heads": heads, "kv_heads": read.integer("num_key_value_heads", heads),
             "ffn": read.integer("intermediate_size"), "vocab": read.integer("vocab_size"),
-            "gated_mlp": True, "position_embedding": "rope",
+            "gated_mlp": model_type not in PLAIN_MLP, "position_embedding": "rope",
             "tied_embeddings": read.flag("tie_word_embeddings", LLAMA_LIKE[model_type])}
     head_dim = read.integer("head_dim", 0)
     if head_dim and head_dim * heads != keys["hidden"]:
@@ -179,9 +216,9 @@ def _window(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
     """The sliding window and the layers it applies to, as the library builds them (see the
     module docstring); a model type whose modules take no window ignores the key."""
     window = read.integer("sliding_window", 0)
-    qwen = model_type.startswith("qwen")
+    flagged = model_type.startswith("qwen") or model_type == "smollm3"
     if not window or model_type not in WINDOW_TYPES or (
-            qwen and not read.flag("use_sliding_window", False)):
+            flagged and not read.flag("use_sliding_window", False)):
         return {}, {}
     if read.data.get("layer_types") is not None:
         pattern = read.layer_types()
@@ -190,62 +227,30 @@ def _window(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
     if model_type in ALTERNATING:
         return {"window": window}, {"window_skip_freq": lambda layers: [
             int(i % 2 == 0) for i in range(layers)]}
-    if model_type == "gemma3_text":
-        every = read.integer("sliding_window_pattern", 6)
+    if model_type in EVERY_NTH_FULL:
+        return {"window": window}, {"window_skip_freq": _every_nth_full(read, model_type)}
+    if model_type == "smollm3":   # the window on the layers without rotary embeddings
+        rotary = read.layer_list("no_rope_layers")
+        every = read.integer("no_rope_layer_interval", 4)
         return {"window": window}, {"window_skip_freq": lambda layers: [
-            int((i + 1) % every != 0) for i in range(layers)]}
+            int(rotary[i] == 0) if i < len(rotary) else int((i + 1) % every == 0)
+            for i in range(layers)]}
     if model_type in ("qwen2", "qwen3", "qwen2_moe"):
         first = read.integer("max_window_layers", 28)   # transformers' default for Qwen
         return {"window": window}, {
             "window_skip_freq": lambda layers: [int(i >= first) for i in range(layers)]}
-    return {"window": window}, {}   # every layer: Mistral, Mixtral, Phi-3, Qwen3-MoE
+    return {"window": window}, {}   # every layer: Mistral, Mixtral, Phi-3, Qwen3-MoE, ...
 
 
-def mixtral_keys(read: Reader) -> tuple[dict[str, Any], Rules]:
-    """Mixtral's and GPT-OSS's experts: as wide as ``intermediate_size``."""
-    return {"experts": read.integer("num_local_experts"),
-            "top_k": read.integer("num_experts_per_tok"),
-            "moe_ffn": read.integer("intermediate_size")}, {}
-
-
-def qwen_moe_keys(read: Reader) -> tuple[dict[str, Any], Rules]:
-    """Qwen-MoE's experts, shared expert and sparse layers."""
-    step = read.integer("decoder_sparse_step", 1)
-    dense = set(read.layer_list("mlp_only_layers"))
-    keys = {"experts": read.integer("num_experts"),
-            "top_k": read.integer("num_experts_per_tok"),
-            "moe_ffn": read.integer("moe_intermediate_size"),
-            "shared_ffn": read.integer("shared_expert_intermediate_size", 0, minimum=0)}
-    # Qwen's rule: layer i a mixture unless listed dense, when the step divides i + 1
-    return keys, {"moe_layer_freq": lambda layers: [
-        int(i not in dense and (i + 1) % step == 0) for i in range(layers)]}
-
-
-def deepseek_keys(read: Reader) -> tuple[dict[str, Any], Rules]:
-    """DeepSeek's routed and shared experts, dense first layers and latent attention."""
-    width = read.integer("moe_intermediate_size")
-    first = read.integer("first_k_dense_replace", 0, minimum=0)
-    freq = read.integer("moe_layer_freq", 1)
-    keys: dict[str, Any] = {
-        "experts": read.integer("n_routed_experts"),
-        "top_k": read.integer("num_experts_per_tok"),
-        "moe_ffn": width, "shared_ffn": read.integer("n_shared_experts", 0, minimum=0) * width,
-        "mla": {"q_lora_rank": read.integer("q_lora_rank", 0, minimum=0),
-                "kv_lora_rank": read.integer("kv_lora_rank"),
-                "qk_head_dim": read.integer("qk_nope_head_dim"),
-                "qk_pos_emb_head_dim": read.integer("qk_rope_head_dim"),
-                "v_head_dim": read.integer("v_head_dim")}}
-    if read.integer("num_nextn_predict_layers", 0, minimum=0):
-        warnings.warn(f"{read.where}: key 'num_nextn_predict_layers' (multi-token "
-                      "prediction) is not priced: the model's main layers only",
-                      FlowsimWarning, stacklevel=6)
-    # DeepSeek's rule: the first layers dense, then every freq-th one a mixture
-    return keys, {"moe_layer_freq": lambda layers: [
-        int(i >= first and i % freq == 0) for i in range(layers)]}
-
-
-#: model types with experts -> the family whose config names them, and its reader
-EXPERTS: dict[str, tuple[str, Callable[[Reader], tuple[dict[str, Any], Rules]]]] = {
-    "mixtral": ("mixtral", mixtral_keys), "gpt_oss": ("mixtral", mixtral_keys),
-    "qwen2_moe": ("qwen_moe", qwen_moe_keys), "qwen3_moe": ("qwen_moe", qwen_moe_keys),
-    "deepseek_v2": ("deepseek", deepseek_keys), "deepseek_v3": ("deepseek", deepseek_keys)}
+def _every_nth_full(read: Reader, model_type: str) -> Callable[[int], list[int]]:
+    """Windowed layers but every n-th (n: the model's key or default), or as a string of
+    ``L`` (local: windowed) and ``G`` (global) repeated over the layers (EXAONE 4)."""
+    key, default = EVERY_NTH_FULL[model_type]
+    value = read.data.get(key) if key else None
+    if isinstance(value, str):
+        if not value or set(value) - {"L", "G"}:
+            raise config_error(read.where, key, "a layer count or a string of L and G",
+                               value)
+        return lambda layers: [int(value[i % len(value)] == "L") for i in range(layers)]
+    every = read.integer(key, default) if key else default
+    return lambda layers: [int((i + 1) % every != 0) for i in range(layers)]
