@@ -231,3 +231,44 @@ def test_a_hybrid_model_is_refused_with_what_its_other_layers_are(model_type, ho
     with pytest.raises(ConfigError, match=rf"key 'model_type': expected a model of attention "
                                           rf"layers \(those of {model_type} include {holds}"):
         _keys({"model_type": model_type, "hidden_size": 1024})
+
+
+def test_a_window_as_long_as_the_sequence_leaves_context_parallelism_open():
+    """Phi-3.5-MoE's window is its whole context (131,072 tokens): no window at any
+    sequence a run has, so context parallelism runs; Llama 4's chunks with CP 2 are priced
+    as full attention, and a warning says so."""
+    phimoe = {"model_type": "phimoe", "hidden_size": 1024, "num_hidden_layers": 2,
+              "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 1024,
+              "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 131072,
+              "vocab_size": 32064}
+    spec = {"generator": "huggingface", "config": phimoe, "sequence": 8192,
+            "global_batch": 8, "cp": 2}
+    assert float(flowsim.simulate(NET, spec, "nccl").time_ns) > 0
+    with pytest.warns(FlowsimWarning, match=r"attention_chunk_size: chunked attention with "
+                                            r"context parallelism is priced as full"):
+        keys = _finished(MAVERICK_TEXT, sequence=32768, global_batch=8, cp=2)
+    assert "window" not in keys
+
+
+def test_the_window_s_layers_follow_a_layer_count_given_beside():
+    """Dense Qwen windows the layers from max_window_layers on: none of the config's own
+    28, the last four of 32 given beside."""
+    qwen = {"model_type": "qwen2", "hidden_size": 1024, "num_hidden_layers": 28,
+            "num_attention_heads": 8, "intermediate_size": 2048, "vocab_size": 32000,
+            "use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 28}
+    assert "window" not in _keys(qwen)
+    keys = _finished(qwen, sequence=8192, global_batch=8, layers=32)
+    assert keys["window"] == 4096 and keys["window_skip_freq"] == [0] * 28 + [1] * 4
+
+
+def test_names_the_library_also_takes_and_a_text_config_without_its_type():
+    olmoe = {"model_type": "olmoe", "hidden_size": 1024, "num_hidden_layers": 2,
+             "num_attention_heads": 8, "intermediate_size": 512, "num_local_experts": 8,
+             "num_experts_per_tok": 2, "vocab_size": 50304}
+    assert _keys(olmoe)["experts"] == 8
+    ernie = {"model_type": "ernie4_5_moe", "hidden_size": 1024, "num_hidden_layers": 2,
+             "num_attention_heads": 8, "intermediate_size": 2048, "moe_intermediate_size": 512,
+             "num_experts": 8, "num_experts_per_tok": 2, "vocab_size": 1000}
+    assert (_keys(ernie)["experts"], _keys(ernie)["top_k"]) == (8, 2)
+    text = {k: v for k, v in MAVERICK_TEXT.items() if k != "model_type"}
+    assert _keys({"model_type": "llama4", "text_config": text})["experts"] == 128

@@ -36,9 +36,12 @@ by ``model_type`` (the config's own key, which decides the modules the library b
   ``sliding_window_pattern``-th (EXAONE's also a string such as ``LLLG``), OLMo 3's all but
   every fourth; the other types' modules take no window); Cohere's attention and MLP run in
   parallel and are priced one after the other; a multimodal
-  config's ``text_config`` is its language model; a key the config leaves out takes the
-  value ``transformers`` gives it (:data:`.huggingface_models.LIBRARY_DEFAULTS`: Gemma 3's published
-  ``text_config`` gives only its widths and layers);
+  config's ``text_config`` is its language model (its type, when it does not say, the
+  one the library infers: :data:`TEXT_TYPES`); an attention or MLP setting the config leaves
+  out takes the value ``transformers`` gives it
+  (:data:`.huggingface_models.LIBRARY_DEFAULTS`: Gemma 3's published ``text_config`` gives
+  only its widths and layers), while the experts' count, width and routing must be written
+  (a config without them is refused, naming the key);
 * **mixtures of experts**: Mixtral's and GPT-OSS's ``num_local_experts`` and
   ``num_experts_per_tok`` (experts of ``intermediate_size``; GPT-OSS's attention sinks are
   not priced); Qwen-MoE's ``num_experts``, ``moe_intermediate_size``,
@@ -96,11 +99,12 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ...errors import ConfigError, config_error
+from ...errors import ConfigError, FlowsimWarning, config_error
 from .huggingface_experts import EXPERT_NAMES, EXPERTS, dbrx_keys
 from .huggingface_models import (
     GPT_LIKE,
@@ -122,6 +126,10 @@ NAMES = {"layers": "num_hidden_layers", "hidden": "hidden_size",
          "window": "sliding_window", "window_skip_freq": "layer_types"}
 
 
+#: multimodal model type -> the type of its ``text_config`` when that does not say
+TEXT_TYPES = {"llama4": "llama4_text", "gemma3": "gemma3_text", "mistral3": "mistral"}
+
+
 def parse_huggingface(values: Mapping[str, Any], source: str) -> ImportedSpec:
     """``generator: huggingface``: key ``config`` (a Hugging Face ``config.json``: a path
     relative to the spec file, or the mapping) and transformer keys, which win."""
@@ -132,11 +140,12 @@ def parse_huggingface(values: Mapping[str, Any], source: str) -> ImportedSpec:
         keys, found, family = _read_model(config, src)
         rules.append(found)
         names.update(_family_names(family))
-        return _laid_out(keys, found, keys["layers"])
+        # the window stays until the final layer count says whether a layer has it
+        return _laid_out(keys, found, keys["layers"], final=False)
 
     def finish(keys: dict[str, Any]) -> dict[str, Any]:
         # the per-layer patterns follow the layer count a key beside the config may change
-        return _laid_out(keys, rules[0], keys["layers"])
+        return _laid_out(keys, rules[0], keys["layers"], source=source)
 
     return parse_imported(values, source, read="config", translate=translate, names=names,
                           finish=finish)
@@ -169,7 +178,10 @@ def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules, str]:
     ``qwen_moe``, ``deepseek`` or ``""``: the names its settings have)."""
     where, data = _load(config, source)
     if isinstance(data.get("text_config"), Mapping):   # a multimodal model's language model
+        parent = data.get("model_type")
         where, data = f"{where}: text_config", data["text_config"]
+        if "model_type" not in data and parent in TEXT_TYPES:   # the library infers it
+            data = {**data, "model_type": TEXT_TYPES[parent]}
     model_type = data.get("model_type")
     if model_type == "llama4" and "text_config" not in data:   # a text config named so
         model_type = "llama4_text"
@@ -197,10 +209,11 @@ def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules, str]:
                        "generator: transformer with its keys)", model_type)
 
 
-def _laid_out(keys: dict[str, Any], rules: Rules, layers: Any) -> dict[str, Any]:
+def _laid_out(keys: dict[str, Any], rules: Rules, layers: Any, *, final: bool = True,
+              source: str = "") -> dict[str, Any]:
     """``keys`` with the patterns of ``rules`` over ``layers`` layers: a pattern of one kind
     of layer is no pattern (every layer a mixture of experts; the window everywhere, or
-    nowhere)."""
+    nowhere: dropped once ``final``); chunked attention once the sequence is known."""
     out = dict(keys)
     out.pop("moe_layer_freq", None)
     out.pop("window_skip_freq", None)
@@ -210,14 +223,20 @@ def _laid_out(keys: dict[str, Any], rules: Rules, layers: Any) -> dict[str, Any]
         out["moe_layer_freq"] = moe
     if "window_skip_freq" in rules:
         window = rules["window_skip_freq"](layers)
-        if 1 not in window:
+        if 1 not in window and final:
             out.pop("window", None)
-        elif 0 in window:
+        elif 0 in window and 1 in window:
             out["window_skip_freq"] = window
     sequence = keys.get("sequence")
     if "chunked" in rules and isinstance(sequence, int) and "window" not in keys:
         chunks = rules["chunked"](layers)
         if max(chunks) and sequence > max(chunks):   # chunks shorter than the sequence
+            if keys.get("cp", 1) != 1:
+                warnings.warn(f"{source}: attention_chunk_size: chunked attention with "
+                              "context parallelism is priced as full causal attention "
+                              "(flowsim does not model windows across context-parallel "
+                              "ranks)", FlowsimWarning, stacklevel=5)
+                return out
             out["window"] = chunk_window(sequence, max(chunks))
             if 0 in chunks:
                 out["window_skip_freq"] = [int(c > 0) for c in chunks]

@@ -31,7 +31,7 @@ def granite_shared_keys(read: Reader) -> tuple[dict[str, Any], Rules]:
 
 def olmoe_keys(read: Reader) -> tuple[dict[str, Any], Rules]:
     """OLMoE's experts: ``num_experts`` of ``intermediate_size``, on every layer."""
-    return {"experts": read.integer("num_experts"),
+    return {"experts": read.integer(read.held("num_experts", "num_local_experts")),
             "top_k": read.integer("num_experts_per_tok"),
             "moe_ffn": read.integer("intermediate_size")}, {}
 
@@ -89,7 +89,8 @@ def _first_dense(read: Reader, *, experts: str, shared: str,
     first = read.integer("first_k_dense_replace", first_default, minimum=0)
     freq = read.integer("moe_layer_freq", 1)
     keys: dict[str, Any] = {
-        "experts": read.integer(experts), "top_k": read.integer("num_experts_per_tok"),
+        "experts": read.integer(read.held(experts, "num_local_experts")),
+        "top_k": read.integer("num_experts_per_tok"),
         "moe_ffn": width, "shared_ffn": read.integer(shared, 0, minimum=0) * width}
     if read.integer("num_nextn_predict_layers", 0, minimum=0):
         warnings.warn(f"{read.where}: key 'num_nextn_predict_layers' (multi-token "
@@ -107,7 +108,8 @@ def ernie_keys(read: Reader) -> tuple[dict[str, Any], Rules]:
     interval = read.integer("moe_layer_interval", 1)
     start = read.integer("moe_layer_start_index", 1, minimum=0)
     end = read.integer("moe_layer_end_index", -1, minimum=-1)
-    keys = {"experts": read.integer("moe_num_experts"), "top_k": read.integer("moe_k"),
+    keys = {"experts": read.integer(read.held("moe_num_experts", "num_experts")),
+            "top_k": read.integer(read.held("moe_k", "num_experts_per_tok")),
             "moe_ffn": width,
             "shared_ffn": read.integer("moe_num_shared_experts", 0, minimum=0) * width}
     return keys, {"moe_layer_freq": lambda layers: [
@@ -120,7 +122,8 @@ def hunyuan_keys(read: Reader) -> tuple[dict[str, Any], Rules]:
     (the library reads no other width), on every layer; ``num_experts`` and ``moe_topk``
     may be per-layer lists of one value."""
     width = read.integer("intermediate_size")
-    return {"experts": _uniform(read, "num_experts"), "top_k": _uniform(read, "moe_topk"),
+    return {"experts": _uniform(read, read.held("num_experts", "num_local_experts")),
+            "top_k": _uniform(read, read.held("moe_topk", "num_experts_per_tok")),
             "moe_ffn": width, "shared_ffn": width}, {}
 
 
@@ -158,8 +161,10 @@ def dbrx_keys(read: Reader) -> tuple[dict[str, Any], Rules]:
     attn, ffn = (Reader(_block(read, name), f"{read.where}: {name}")
                  for name in ("attn_config", "ffn_config"))
     width = ffn.integer("ffn_hidden_size", 3584)
-    return {"layers": read.integer("n_layers"), "hidden": read.integer("d_model"),
-            "heads": read.integer("n_heads"), "kv_heads": attn.integer("kv_n_heads", 1),
+    return {"layers": read.integer(read.held("n_layers", "num_hidden_layers")),
+            "hidden": read.integer(read.held("d_model", "hidden_size")),
+            "heads": read.integer(read.held("n_heads", "num_attention_heads")),
+            "kv_heads": attn.integer("kv_n_heads", 1),
             "ffn": width, "vocab": read.integer("vocab_size", 32000), "gated_mlp": True,
             "position_embedding": "rope", "tied_embeddings": False,
             "experts": ffn.integer("moe_num_experts", 4), "top_k": ffn.integer("moe_top_k", 1),
@@ -231,6 +236,7 @@ EXPERT_NAMES = {
              "moe_ffn": "ffn_config.ffn_hidden_size"},
     "llama4": {"experts": "num_local_experts", "top_k": "num_experts_per_tok",
                "moe_ffn": "intermediate_size", "shared_ffn": "intermediate_size",
+               "window": "attention_chunk_size",
                "ffn": "intermediate_size_mlp",
                "moe_layer_freq": "moe_layers or interleave_moe_layer_step"},
 }

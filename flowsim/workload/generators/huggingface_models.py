@@ -151,6 +151,11 @@ class Reader:
                       if all(pattern[i] == pattern[i % p] for i in range(len(pattern))))
         return pattern[:period]
 
+    def held(self, *names: str) -> str:
+        """The first of a key's ``names`` the config holds (else the first, which is then
+        reported missing)."""
+        return next((name for name in names if self.data.get(name) is not None), names[0])
+
     def layer_list(self, key: str) -> list[int]:
         """A list of non-negative integers (absent or null: empty)."""
         value = self.data.get(key) or []
@@ -163,7 +168,7 @@ class Reader:
 def gpt_keys(read: Reader, model_type: str) -> dict[str, Any]:
     """A model of the GPT family: a plain two-GEMM MLP (4 x hidden unless the config says)."""
     names, position, tied = GPT_LIKE[model_type]
-    keys = {key: read.integer(_held(read, alternatives)) for key, alternatives in names.items()
+    keys = {key: read.integer(read.held(*alternatives)) for key, alternatives in names.items()
             if key not in ("ffn", "kv_heads")}
     ffn = names.get("ffn")
     keys["ffn"] = read.integer(ffn[0], 4 * keys["hidden"]) if ffn else 4 * keys["hidden"]
@@ -189,12 +194,6 @@ def falcon_kv_heads(read: Reader, heads: int) -> int:
     if read.data.get("new_decoder_architecture"):
         return read.integer("num_kv_heads", heads)
     return 1 if read.data.get("multi_query", True) else heads
-
-
-def _held(read: Reader, names: tuple[str, ...]) -> str:
-    """The first of a key's ``names`` the config holds (else the first, which is then
-    reported missing)."""
-    return next((name for name in names if read.data.get(name) is not None), names[0])
 
 
 def llama_keys(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:

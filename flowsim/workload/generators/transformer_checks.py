@@ -45,7 +45,8 @@ def check_consistent(spec: Any) -> None:
     need(spec.kv_heads % spec.tp == 0 or spec.tp % spec.kv_heads == 0, "kv_heads",
          f"a multiple or a divisor of tp={spec.tp}", spec.kv_heads)
     need(spec.ffn % spec.tp == 0, "ffn", f"a multiple of tp={spec.tp}", spec.ffn)
-    if spec.window:   # flowsim's limits: fused attention, one context-parallel rank
+    if 0 < spec.window < spec.sequence:   # flowsim's limits (a window as long as the
+        # sequence is none): fused attention, one context-parallel rank
         need(spec.attention != "unfused", "window", "0 with attention: unfused (flowsim "
              "does not model them together)", spec.window)
         need(spec.cp == 1, "window", f"0 with cp={spec.cp} (flowsim does not model them "
