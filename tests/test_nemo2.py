@@ -244,9 +244,13 @@ def test_bad_inputs_are_one_line(spec, message):
 
 
 def test_a_layout_flowsim_cannot_run_names_the_recipe_setting():
-    # Mistral 7B's sliding window with its context parallelism of 2
+    # Mistral 7B's sliding window with its context parallelism of 2: at the recipe's 4,096
+    # tokens the 4,096-token window is none, at 8,192 it is one flowsim cannot run with CP
+    assert flowsim.load_workload({"generator": "nemo2", "recipe": "mistral_7b"},
+                                 flowsim.load_network(_cluster(1))).programs
     with pytest.raises(ConfigError, match=r"window.*model\.config\.window_size"):
-        flowsim.load_workload({"generator": "nemo2", "recipe": "mistral_7b"},
+        flowsim.load_workload({"generator": "nemo2", "recipe": "mistral_7b",
+                               "overrides": "data.seq_length=8192"},
                               flowsim.load_network(_cluster(1)))
     work = flowsim.load_workload({"generator": "nemo2", "recipe": "mistral_7b",
                                   "overrides": "trainer.strategy.context_parallel_size=1 "

@@ -188,8 +188,9 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``scatter_gather``, ``bucket_size``, ``cross_entropy_fusion``;
         ``attention`` (``flash``, ``flash2``, ``unfused``), ``mla`` (``q_lora_rank``,
         ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim``),
-        ``window``, ``window_skip_freq`` (every N-th layer, counted from 1, full attention,
-        or a list of 1 (window) and 0 per layer), ``position_embedding``
+        ``window`` (shorter than ``sequence``: with fused attention and ``cp`` 1; as long
+        as the sequence it is none), ``window_skip_freq`` (every N-th layer, counted from 1,
+        full attention, or a list of 1 (window) and 0 per layer), ``position_embedding``
         (``learned_absolute``, ``rope``, ``alibi``, ``none``), ``dtype`` (``bf16``, ``fp16``,
         ``fp8``, or PyTorch's and Transformer Engine's names of them: ``bfloat16``,
         ``float16``, ``e4m3``, ``hybrid``);
