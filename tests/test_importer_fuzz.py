@@ -116,3 +116,83 @@ def test_random_megatron_arguments_give_a_workload_or_one_line(flags):
                                   flowsim.load_network(NET))
         except ConfigError as exc:
             assert "cannot use" not in str(exc) and "\n" not in str(exc), str(exc)
+
+
+#: small configs of each Hugging Face family the reader knows, and the keys it reads
+HF_CONFIGS = {
+    "llama4_text": {"model_type": "llama4_text", "hidden_size": 256, "num_hidden_layers": 4,
+                    "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32,
+                    "intermediate_size": 256, "intermediate_size_mlp": 512,
+                    "num_local_experts": 8, "num_experts_per_tok": 1,
+                    "interleave_moe_layer_step": 2, "attention_chunk_size": 256,
+                    "vocab_size": 1000},
+    "glm4_moe": {"model_type": "glm4_moe", "hidden_size": 256, "num_hidden_layers": 4,
+                 "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32,
+                 "intermediate_size": 512, "moe_intermediate_size": 128,
+                 "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1,
+                 "first_k_dense_replace": 1, "vocab_size": 1000},
+    "dbrx": {"model_type": "dbrx", "d_model": 256, "n_layers": 4, "n_heads": 8,
+             "vocab_size": 1000, "attn_config": {"kv_n_heads": 2},
+             "ffn_config": {"ffn_hidden_size": 256, "moe_num_experts": 8, "moe_top_k": 2}},
+    "ernie4_5_moe": {"model_type": "ernie4_5_moe", "hidden_size": 256, "num_hidden_layers": 4,
+                     "num_attention_heads": 8, "num_key_value_heads": 2,
+                     "intermediate_size": 512, "moe_intermediate_size": 128,
+                     "moe_num_experts": 8, "moe_k": 2, "vocab_size": 1000},
+    "hunyuan_v1_moe": {"model_type": "hunyuan_v1_moe", "hidden_size": 256,
+                       "num_hidden_layers": 4, "num_attention_heads": 8,
+                       "intermediate_size": 256, "num_experts": 8, "moe_topk": [2] * 4,
+                       "vocab_size": 1000},
+    "exaone4": {"model_type": "exaone4", "hidden_size": 256, "num_hidden_layers": 4,
+                "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 512,
+                "sliding_window": 128, "sliding_window_pattern": "LLLG", "vocab_size": 1000},
+    "smollm3": {"model_type": "smollm3", "hidden_size": 256, "num_hidden_layers": 4,
+                "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 512,
+                "use_sliding_window": True, "sliding_window": 128, "vocab_size": 1000},
+    "deepseek_v3": {"model_type": "deepseek_v3", "hidden_size": 256, "num_hidden_layers": 4,
+                    "num_attention_heads": 8, "num_key_value_heads": 8,
+                    "intermediate_size": 512, "moe_intermediate_size": 128,
+                    "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1,
+                    "first_k_dense_replace": 1, "q_lora_rank": 64, "kv_lora_rank": 32,
+                    "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
+                    "vocab_size": 1000},
+    "qwen3_moe": {"model_type": "qwen3_moe", "hidden_size": 256, "num_hidden_layers": 4,
+                  "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32,
+                  "intermediate_size": 512, "moe_intermediate_size": 128, "num_experts": 8,
+                  "num_experts_per_tok": 2, "decoder_sparse_step": 1, "mlp_only_layers": [0],
+                  "vocab_size": 1000},
+    "gpt2": {"model_type": "gpt2", "n_embd": 256, "n_layer": 4, "n_head": 8,
+             "vocab_size": 1000},
+}
+HF_EXPERTS = ("llama4_text", "glm4_moe", "dbrx", "ernie4_5_moe", "hunyuan_v1_moe",
+              "deepseek_v3", "qwen3_moe")
+HF_VALUES = st.sampled_from([None, -1, 0, 1, 2, 3, 7, 8, 64, "x", 1.5, [1, 2], [], {}, True,
+                             1e30, 10**12, "LLLG", "llama", [0, 1, 0, 1]])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_hugging_face_settings_give_a_workload_or_one_line(data):
+    """A published-like config of each family with one to three of its settings (the model
+    type, a nested block's key too) replaced by anything JSON can hold."""
+    family = data.draw(st.sampled_from(sorted(HF_CONFIGS)))
+    config = {k: (dict(v) if isinstance(v, dict) else v)
+              for k, v in HF_CONFIGS[family].items()}
+    keys = [*(k for k in config if k != "attn_config"), "model_type", "ffn_config.moe_top_k",
+            "sliding_window", "layer_types", "moe_layers", "no_rope_layers", "text_config"]
+    for key, value in data.draw(st.lists(st.tuples(st.sampled_from(keys), HF_VALUES),
+                                         min_size=1, max_size=3)):
+        block, _, inner = key.rpartition(".")
+        if block and isinstance(config.get(block), dict):
+            config[block][inner] = value
+        else:
+            config[key] = value
+    spec = {"generator": "huggingface", "config": config, "sequence": 512,
+            "global_batch": 16, "tp": 2, "ep": 2 if family in HF_EXPERTS else 1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            work = flowsim.load_workload(spec, flowsim.load_network(NET))
+        except ConfigError as exc:
+            assert "cannot use" not in str(exc) and "\n" not in str(exc), str(exc)
+        else:
+            assert work.programs

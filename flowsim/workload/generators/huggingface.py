@@ -180,13 +180,15 @@ def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules, str]:
     if isinstance(data.get("text_config"), Mapping):   # a multimodal model's language model
         parent = data.get("model_type")
         where, data = f"{where}: text_config", data["text_config"]
-        if "model_type" not in data and parent in TEXT_TYPES:   # the library infers it
+        if "model_type" not in data and isinstance(parent, str) and parent in TEXT_TYPES:
             data = {**data, "model_type": TEXT_TYPES[parent]}
     model_type = data.get("model_type")
+    if not isinstance(model_type, str):
+        raise config_error(where, "model_type", "the model's type (a string: "
+                           "transformers builds the model it names)", model_type)
     if model_type == "llama4" and "text_config" not in data:   # a text config named so
         model_type = "llama4_text"
-    if isinstance(model_type, str):
-        data = {**LIBRARY_DEFAULTS.get(model_type, {}), **data}
+    data = {**LIBRARY_DEFAULTS.get(model_type, {}), **data}
     read = Reader(data, where)
     if model_type in GPT_LIKE:
         return gpt_keys(read, model_type), {}, model_type
@@ -217,8 +219,8 @@ def _laid_out(keys: dict[str, Any], rules: Rules, layers: Any, *, final: bool = 
     out = dict(keys)
     out.pop("moe_layer_freq", None)
     out.pop("window_skip_freq", None)
-    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
-        return out   # the transformer refuses it, naming the key
+    if not isinstance(layers, int) or isinstance(layers, bool) or not 1 <= layers <= 10**6:
+        return out   # the transformer refuses it, naming the key (or its graph's size)
     if "moe_layer_freq" in rules and 0 in (moe := rules["moe_layer_freq"](layers)):
         out["moe_layer_freq"] = moe
     if "window_skip_freq" in rules:
