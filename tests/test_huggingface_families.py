@@ -272,3 +272,39 @@ def test_names_the_library_also_takes_and_a_text_config_without_its_type():
     assert (_keys(ernie)["experts"], _keys(ernie)["top_k"]) == (8, 2)
     text = {k: v for k, v in MAVERICK_TEXT.items() if k != "model_type"}
     assert _keys({"model_type": "llama4", "text_config": text})["experts"] == 128
+
+
+def test_a_model_folder_or_a_hub_id_in_the_local_cache_names_the_config(tmp_path,
+                                                                       monkeypatch):
+    """config: a folder with config.json in it, or a Hub id resolved in the Hugging Face
+    cache as huggingface_hub lays it out (refs/main -> snapshot); nothing is downloaded,
+    and an id the cache lacks says where it looked and how to fetch it."""
+    import json
+
+    olmoe = {"model_type": "olmoe", "hidden_size": 1024, "num_hidden_layers": 2,
+             "num_attention_heads": 8, "intermediate_size": 512, "num_experts": 8,
+             "num_experts_per_tok": 2, "vocab_size": 50304}
+    folder = tmp_path / "OLMoE-1B-7B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(olmoe))
+    (tmp_path / "spec.yml").write_text("generator: huggingface\n")
+    spec = str(tmp_path / "spec.yml")
+    assert huggingface_keys("OLMoE-1B-7B", spec)["experts"] == 8
+    assert huggingface_keys("OLMoE-1B-7B/config.json", spec)["experts"] == 8
+    cache = tmp_path / "hub"
+    repo = cache / "models--allenai--OLMoE-1B-7B-0924"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123\n")
+    for commit, experts in (("old000", 4), ("abc123", 64)):
+        (repo / "snapshots" / commit).mkdir(parents=True)
+        (repo / "snapshots" / commit / "config.json").write_text(
+            json.dumps({**olmoe, "num_experts": experts}))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    assert huggingface_keys("allenai/OLMoE-1B-7B-0924", spec)["experts"] == 64   # refs/main
+    with pytest.raises(ConfigError, match=r"'meta-llama/Llama-3\.1-8B' is neither a file "
+                                          r"beside the spec nor a model in the Hugging Face "
+                                          r"cache .*huggingface-cli download"):
+        huggingface_keys("meta-llama/Llama-3.1-8B", spec)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"is a folder without a config\.json"):
+        huggingface_keys("empty", spec)

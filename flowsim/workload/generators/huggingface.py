@@ -80,6 +80,10 @@ windows, where 4.56's rule is kept); DeepSeek's MoE layers follow its own code (
 ``moe_layer_freq``-th layer after the first ``first_k_dense_replace``), which the library
 agrees with for every published config.
 
+``config`` may also name a model folder (``config.json`` inside it) or a Hub id
+(``meta-llama/Llama-3.1-8B``) the local Hugging Face cache holds (:mod:`.huggingface_hub`;
+nothing is downloaded).
+
 Models bundled with flowsim (``workloads/models/``: the architecture keys of their published
 configs) are named without a path: ``config: llama3_8b``, ``llama3_70b``, ``llama31_405b``,
 ``mixtral_8x7b``, ``qwen3_30b_a3b``, ``qwen3_235b_a22b``, ``deepseek_v3``,
@@ -106,6 +110,7 @@ from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
 from .huggingface_experts import EXPERT_NAMES, EXPERTS, dbrx_keys
+from .huggingface_hub import model_config_path
 from .huggingface_models import (
     GPT_LIKE,
     HYBRID,
@@ -259,9 +264,11 @@ def chunk_window(sequence: int, chunk: int) -> int:
 def _load(config: Any, source: str) -> tuple[str, Mapping[str, Any]]:
     if isinstance(config, Mapping):
         return f"{source}: config", config
-    bundled = _bundled_model(config, source)
-    if bundled is not None:
-        path, text = bundled, bundled.read_text()
+    found = _bundled_model(config, source)
+    if found is None and isinstance(config, str) and config:   # a model folder or Hub id
+        found = model_config_path(config, spec_folder(source), source)
+    if found is not None:
+        path, text = found, found.read_text()
     else:
         path, text = read_beside(config, source, "config", "a Hugging Face config.json")
     try:
