@@ -219,6 +219,12 @@ def test_a_training_run_takes_failures_on_a_cluster_fabric(capsys, tmp_path):
     healthy = json.loads(capsys.readouterr().out)["time_ns"]
     assert main(base + ["--degrade", "spine*=0.01"]) == 0
     assert json.loads(capsys.readouterr().out)["time_ns"] > 1.5 * healthy
+    net = tmp_path / "net.yml"   # the same cluster as a file; its one spine failed: no path
+    net.write_text("cluster: {device: h100, nodes: 2, form: fabric, hosts_per_leaf: 1}\n")
+    assert main(["run", "--network", str(net), *base[3:10], "--degrade", "spine0*=0.01"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_ns"] > 1.5 * healthy
+    assert main(["run", "--network", str(net), *base[3:10], "--fail", "spine0"]) == 2
+    assert "no path from npu0 to npu8" in capsys.readouterr().err
 
 
 def test_fat_tree_is_non_blocking_and_dragonfly_routes_minimally():

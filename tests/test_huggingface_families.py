@@ -6,6 +6,7 @@ configs carry the values of the models' published config.json files."""
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
@@ -244,10 +245,12 @@ def test_a_window_as_long_as_the_sequence_leaves_context_parallelism_open():
     spec = {"generator": "huggingface", "config": phimoe, "sequence": 8192,
             "global_batch": 8, "cp": 2}
     assert float(flowsim.simulate(NET, spec, "nccl").time_ns) > 0
-    with pytest.warns(FlowsimWarning, match=r"attention_chunk_size: chunked attention with "
-                                            r"context parallelism is priced as full"):
-        keys = _finished(MAVERICK_TEXT, sequence=32768, global_batch=8, cp=2)
-    assert "window" not in keys
+    for beside in ({"cp": 2}, {"attention": "unfused"}):
+        with pytest.warns(FlowsimWarning, match=r"attention_chunk_size: chunked attention "
+                                                r"with context parallelism or unfused "
+                                                r"attention is priced as full"):
+            keys = _finished(MAVERICK_TEXT, sequence=32768, global_batch=8, **beside)
+        assert "window" not in keys
 
 
 def test_the_window_s_layers_follow_a_layer_count_given_beside():
@@ -295,12 +298,23 @@ def test_a_model_folder_or_a_hub_id_in_the_local_cache_names_the_config(tmp_path
     repo = cache / "models--allenai--OLMoE-1B-7B-0924"
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text("abc123\n")
-    for commit, experts in (("old000", 4), ("abc123", 64)):
+    for commit, experts, stamp in (("abc123", 64, 1_000_000), ("new999", 4, 2_000_000)):
         (repo / "snapshots" / commit).mkdir(parents=True)
-        (repo / "snapshots" / commit / "config.json").write_text(
-            json.dumps({**olmoe, "num_experts": experts}))
+        written = repo / "snapshots" / commit / "config.json"
+        written.write_text(json.dumps({**olmoe, "num_experts": experts}))
+        os.utime(written, (stamp, stamp))
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    assert huggingface_keys("allenai/OLMoE-1B-7B-0924", spec)["experts"] == 64   # refs/main
+    # refs/main's snapshot, not the newest; without refs/main, the newest
+    assert huggingface_keys("allenai/OLMoE-1B-7B-0924", spec)["experts"] == 64
+    (repo / "refs" / "main").unlink()
+    assert huggingface_keys("allenai/OLMoE-1B-7B-0924", spec)["experts"] == 4
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))   # huggingface_hub's default
+    monkeypatch.delenv("HF_HOME", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    (tmp_path / "xdg" / "huggingface").mkdir(parents=True)
+    cache.rename(tmp_path / "xdg" / "huggingface" / "hub")
+    assert huggingface_keys("allenai/OLMoE-1B-7B-0924", spec)["experts"] == 4
     with pytest.raises(ConfigError, match=r"'meta-llama/Llama-3\.1-8B' is neither a file "
                                           r"beside the spec nor a model in the Hugging Face "
                                           r"cache .*huggingface-cli download"):
@@ -308,3 +322,28 @@ def test_a_model_folder_or_a_hub_id_in_the_local_cache_names_the_config(tmp_path
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match=r"is a folder without a config\.json"):
         huggingface_keys("empty", spec)
+
+
+def test_a_window_of_0_beside_the_config_turns_its_windows_off():
+    """Gemma 2 alternates windowed and full layers; window: 0 beside the config (a key
+    beside wins) leaves every layer full, with no pattern left over to refuse."""
+    gemma2 = {"model_type": "gemma2", "head_dim": 256, "hidden_size": 1024,
+              "intermediate_size": 4096, "num_attention_heads": 8, "num_hidden_layers": 4,
+              "num_key_value_heads": 4, "sliding_window": 256, "vocab_size": 32000}
+    assert _finished(gemma2, sequence=1024, global_batch=8)["window_skip_freq"] == [1, 0] * 2
+    keys = _finished(gemma2, sequence=1024, global_batch=8, window=0)
+    assert keys["window"] == 0 and "window_skip_freq" not in keys
+    spec = {"generator": "huggingface", "config": gemma2, "sequence": 1024,
+            "global_batch": 8, "window": 0}
+    assert float(flowsim.simulate(NET, spec, "nccl").time_ns) > 0
+
+
+def test_layer_flags_and_per_layer_lists_are_checked():
+    with pytest.raises(ConfigError, match=r"key 'no_rope_layers': expected a list of 0 and 1"):
+        _keys({**MAVERICK_TEXT, "no_rope_layers": [2] * 48})
+    hunyuan = {"model_type": "hunyuan_v1_moe", "hidden_size": 1024, "num_hidden_layers": 2,
+               "num_attention_heads": 8, "intermediate_size": 512, "num_experts": [],
+               "moe_topk": 2, "vocab_size": 1000}
+    with pytest.raises(ConfigError, match=r"key 'num_experts': expected a positive integer, "
+                                          r"or one per layer"):
+        _keys(hunyuan)

@@ -171,6 +171,9 @@ HF_CONFIGS = {
 }
 HF_EXPERTS = ("llama4_text", "glm4_moe", "dbrx", "ernie4_5_moe", "hunyuan_v1_moe",
               "deepseek_v3", "qwen3_moe")
+#: transformer keys given beside the config (which win over it): three values each
+HF_BESIDE = {"window": (0, 64, 4096), "layers": (1, 2, 5), "sequence": (256, 1024, 8192),
+             "attention": ("flash", "flash2", "unfused"), "cp": (1, 2, 2)}
 HF_VALUES = st.sampled_from([None, -1, 0, 1, 2, 3, 7, 8, 64, "x", 1.5, [1, 2], [], {}, True,
                              1e30, 10**12, "LLLG", "llama", [0, 1, 0, 1]])
 
@@ -179,7 +182,8 @@ HF_VALUES = st.sampled_from([None, -1, 0, 1, 2, 3, 7, 8, 64, "x", 1.5, [1, 2], [
 @given(data=st.data())
 def test_random_hugging_face_settings_give_a_workload_or_one_line(data):
     """A published-like config of each family with one to three of its settings (the model
-    type, a nested block's key too) replaced by anything JSON can hold."""
+    type, a nested block's key too) replaced by anything JSON can hold, and transformer keys
+    beside it."""
     family = data.draw(st.sampled_from(sorted(HF_CONFIGS)))
     config = {k: (dict(v) if isinstance(v, dict) else v)
               for k, v in HF_CONFIGS[family].items()}
@@ -192,6 +196,9 @@ def test_random_hugging_face_settings_give_a_workload_or_one_line(data):
             config[block][inner] = value
         else:
             config[key] = value
+    beside = data.draw(st.dictionaries(st.sampled_from(sorted(HF_BESIDE)), st.integers(0, 2),
+                                       max_size=2))
     spec = {"generator": "huggingface", "config": config, "sequence": 512,
-            "global_batch": 16, "tp": 2, "ep": 2 if family in HF_EXPERTS else 1}
+            "global_batch": 16, "tp": 2, "ep": 2 if family in HF_EXPERTS else 1,
+            **{key: HF_BESIDE[key][pick] for key, pick in beside.items()}}
     _workload_or_one_line(spec)

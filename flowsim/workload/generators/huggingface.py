@@ -37,11 +37,11 @@ by ``model_type`` (the config's own key, which decides the modules the library b
   every fourth; the other types' modules take no window); Cohere's attention and MLP run in
   parallel and are priced one after the other; a multimodal
   config's ``text_config`` is its language model (its type, when it does not say, the
-  one the library infers: :data:`TEXT_TYPES`); an attention or MLP setting the config leaves
-  out takes the value ``transformers`` gives it
-  (:data:`.huggingface_models.LIBRARY_DEFAULTS`: Gemma 3's published ``text_config`` gives
-  only its widths and layers), while the experts' count, width and routing must be written
-  (a config without them is refused, naming the key);
+  one the library infers: :data:`TEXT_TYPES`); the settings
+  :data:`.huggingface_models.LIBRARY_DEFAULTS` lists take the value ``transformers`` gives
+  them when the config leaves them out (Gemma 3's published ``text_config`` gives only its
+  widths and layers), and any other setting the model needs must be written (a config
+  without it is refused, naming the key);
 * **mixtures of experts**: Mixtral's and GPT-OSS's ``num_local_experts`` and
   ``num_experts_per_tok`` (experts of ``intermediate_size``; GPT-OSS's attention sinks are
   not priced); Qwen-MoE's ``num_experts``, ``moe_intermediate_size``,
@@ -137,7 +137,8 @@ TEXT_TYPES = {"llama4": "llama4_text", "gemma3": "gemma3_text", "mistral3": "mis
 
 def parse_huggingface(values: Mapping[str, Any], source: str) -> ImportedSpec:
     """``generator: huggingface``: key ``config`` (a Hugging Face ``config.json``: a path
-    relative to the spec file, or the mapping) and transformer keys, which win."""
+    relative to the spec file, a model folder, a Hub id in the local cache, a bundled
+    model's name, or the mapping) and transformer keys, which win."""
     rules: list[Rules] = []
     names = dict(NAMES)   # completed with the family's names once the config is read
 
@@ -228,7 +229,7 @@ def _laid_out(keys: dict[str, Any], rules: Rules, layers: Any, *, final: bool = 
         return out   # the transformer refuses it, naming the key (or its graph's size)
     if "moe_layer_freq" in rules and 0 in (moe := rules["moe_layer_freq"](layers)):
         out["moe_layer_freq"] = moe
-    if "window_skip_freq" in rules:
+    if "window_skip_freq" in rules and out.get("window", 1):   # (window 0 beside: none)
         window = rules["window_skip_freq"](layers)
         if 1 not in window and final:
             out.pop("window", None)
@@ -238,11 +239,11 @@ def _laid_out(keys: dict[str, Any], rules: Rules, layers: Any, *, final: bool = 
     if "chunked" in rules and isinstance(sequence, int) and "window" not in keys:
         chunks = rules["chunked"](layers)
         if max(chunks) and sequence > max(chunks):   # chunks shorter than the sequence
-            if keys.get("cp", 1) != 1:
+            if keys.get("cp", 1) != 1 or keys.get("attention") == "unfused":
                 warnings.warn(f"{source}: attention_chunk_size: chunked attention with "
-                              "context parallelism is priced as full causal attention "
-                              "(flowsim does not model windows across context-parallel "
-                              "ranks)", FlowsimWarning, stacklevel=5)
+                              "context parallelism or unfused attention is priced as full "
+                              "causal attention (flowsim models windows with neither)",
+                              FlowsimWarning, stacklevel=5)
                 return out
             out["window"] = chunk_window(sequence, max(chunks))
             if 0 in chunks:
@@ -252,10 +253,22 @@ def _laid_out(keys: dict[str, Any], rules: Rules, layers: Any, *, final: bool = 
 
 def chunk_window(sequence: int, chunk: int) -> int:
     """The sliding window whose queries attend as many keys on average as under chunked
-    causal attention (Llama 4: each query attends the earlier keys of its own chunk of
-    ``chunk`` tokens): a window ``w`` averages ``w - w^2 / 2s`` keys
-    (:attr:`~flowsim.workload.kernels.Attention.window_keys`), chunks
-    ``(n c(c+1)/2 + r(r+1)/2) / s`` for ``s = n c + r``."""
+    causal attention (Llama 4: each query attends the earlier keys of its own chunk).
+
+    Parameters
+    ----------
+    sequence : int
+        Tokens per sequence, ``s = n c + r``.
+    chunk : int
+        Tokens per chunk, ``c``.
+
+    Returns
+    -------
+    int
+        The window ``w`` whose average keys per query, ``w - w^2 / 2s``
+        (:attr:`~flowsim.workload.kernels.Attention.window_keys`), equal the chunks'
+        ``(n c(c+1)/2 + r(r+1)/2) / s``; at least 1, at most ``sequence``.
+    """
     full, rest = divmod(sequence, chunk)
     mean = (full * chunk * (chunk + 1) / 2 + rest * (rest + 1) / 2) / sequence
     return max(1, round(sequence - math.sqrt(max(0.0, sequence * sequence - 2 * sequence * mean))))

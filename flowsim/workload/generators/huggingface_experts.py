@@ -139,7 +139,7 @@ def llama4_keys(read: Reader) -> tuple[dict[str, Any], Rules]:
             "top_k": read.integer("num_experts_per_tok"), "moe_ffn": width,
             "shared_ffn": width, "ffn": read.integer("intermediate_size_mlp", width)}
     chunk = read.integer("attention_chunk_size", 0, minimum=0)
-    rotary = read.layer_list("no_rope_layers")
+    rotary = read.layer_flags("no_rope_layers")
     every = read.integer("no_rope_layer_interval", 4)
     rules: Rules = {"chunked": lambda layers: [
         chunk * (rotary[i] if i < len(rotary) else int((i + 1) % every != 0))
@@ -183,7 +183,9 @@ def _block(read: Reader, name: str) -> dict[str, Any]:
 def _uniform(read: Reader, key: str) -> int:
     """A positive integer, or a list of one repeated positive integer (per layer)."""
     value = read.data.get(key)
-    if isinstance(value, list) and value and all(v == value[0] for v in value):
+    if isinstance(value, list) and not value:
+        raise config_error(read.where, key, "a positive integer, or one per layer", value)
+    if isinstance(value, list) and all(v == value[0] for v in value):
         return Reader({key: value[0]}, read.where).integer(key)
     if isinstance(value, list):
         raise config_error(read.where, key, "one value for every layer (flowsim prices "

@@ -20,17 +20,34 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def hub_cache() -> Path:
-    """The folder ``huggingface_hub`` caches downloads in (its environment variables)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join("~", ".cache", "huggingface")
+    """The folder ``huggingface_hub`` caches downloads in, by its own precedence:
+    ``HF_HUB_CACHE``, the legacy ``HUGGINGFACE_HUB_CACHE``, else ``hub`` under ``HF_HOME``
+    (default ``$XDG_CACHE_HOME/huggingface``, ``~/.cache/huggingface``)."""
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(variable):
+            return Path(os.environ[variable]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface")
     return Path(home).expanduser() / "hub"
 
 
 def model_config_path(name: str, beside: Path, source: str) -> Path | None:
-    """The ``config.json`` that ``name`` stands for: inside a model folder (relative to
-    ``beside``), or in the Hub cache for a Hub id that names no file here; None when
-    ``name`` is a file's path (read as it is).
+    """The ``config.json`` that ``name`` stands for.
+
+    Parameters
+    ----------
+    name : str
+        The spec's ``config``: a file's or a model folder's path, or a Hub id.
+    beside : Path
+        The folder relative paths are read from (the spec file's).
+    source : str
+        The spec, for messages.
+
+    Returns
+    -------
+    Path or None
+        The file inside a model folder, or in the Hub cache for a Hub id that names no file
+        here; None when ``name`` is a file's path (read as it is).
 
     Raises
     ------

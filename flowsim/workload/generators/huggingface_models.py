@@ -133,6 +133,7 @@ class Reader:
         return value
 
     def flag(self, key: str, default: bool) -> bool:
+        """True or false (``default`` when absent)."""
         value = self.data.get(key, default)
         if not isinstance(value, bool):
             raise config_error(self.where, key, "true or false", value)
@@ -155,6 +156,13 @@ class Reader:
         """The first of a key's ``names`` the config holds (else the first, which is then
         reported missing)."""
         return next((name for name in names if self.data.get(name) is not None), names[0])
+
+    def layer_flags(self, key: str) -> list[int]:
+        """A list of 0 and 1 per layer (absent or null: empty)."""
+        value = self.layer_list(key)
+        if set(value) - {0, 1}:
+            raise config_error(self.where, key, "a list of 0 and 1, one per layer", value)
+        return value
 
     def layer_list(self, key: str) -> list[int]:
         """A list of non-negative integers (absent or null: empty)."""
@@ -197,6 +205,8 @@ def falcon_kv_heads(read: Reader, heads: int) -> int:
 
 
 def llama_keys(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
+    """A model of the Llama family: grouped-query attention, a gated MLP (plain for
+    :data:`PLAIN_MLP`), rotary embeddings, and its sliding window's layers."""
     heads = read.integer("num_attention_heads")
     keys = {"layers": read.integer("num_hidden_layers"), "hidden": read.integer("hidden_size"),
             "heads": heads, "kv_heads": read.integer("num_key_value_heads", heads),
@@ -229,7 +239,7 @@ def _window(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
     if model_type in EVERY_NTH_FULL:
         return {"window": window}, {"window_skip_freq": _every_nth_full(read, model_type)}
     if model_type == "smollm3":   # the window on the layers without rotary embeddings
-        rotary = read.layer_list("no_rope_layers")
+        rotary = read.layer_flags("no_rope_layers")
         every = read.integer("no_rope_layer_interval", 4)
         return {"window": window}, {"window_skip_freq": lambda layers: [
             int(rotary[i] == 0) if i < len(rotary) else int((i + 1) % every == 0)
