@@ -347,3 +347,21 @@ def test_layer_flags_and_per_layer_lists_are_checked():
     with pytest.raises(ConfigError, match=r"key 'num_experts': expected a positive integer, "
                                           r"or one per layer"):
         _keys(hunyuan)
+
+
+@pytest.mark.parametrize("config, says", [
+    ({"model_type": "ernie4_5_moe", "moe_num_experts": 6}, r"read from moe_num_experts"),
+    ({"model_type": "ernie4_5_moe", "num_experts": 6}, r"read from num_experts"),
+    ({"model_type": "llama4_text", "num_local_experts": 6}, r"read from num_local_experts"),
+    ({"model_type": "hunyuan_v1_moe", "num_experts": [6, 6]}, r"read from num_experts"),
+])
+def test_the_transformer_s_errors_name_the_key_the_config_used(config, says):
+    """The name in "read from ..." is the key the reader took the value from, the library's
+    other name of it included."""
+    base = {"hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8,
+            "num_key_value_heads": 8, "intermediate_size": 512, "moe_intermediate_size": 512,
+            "moe_k": 2, "num_experts_per_tok": 2, "moe_topk": 2, "vocab_size": 1000}
+    spec = {"generator": "huggingface", "config": {**base, **config}, "sequence": 1024,
+            "global_batch": 8, "ep": 4}
+    with pytest.raises(ConfigError, match=r"key 'experts'.*" + says):
+        flowsim.simulate({"cluster": {"device": "h100", "nodes": 1}}, spec, "nccl")

@@ -109,7 +109,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
-from .huggingface_experts import EXPERT_NAMES, EXPERTS, dbrx_keys
+from .huggingface_experts import EXPERTS, dbrx_keys
 from .huggingface_hub import model_config_path
 from .huggingface_models import (
     GPT_LIKE,
@@ -123,14 +123,6 @@ from .huggingface_models import (
 )
 from .imported import ImportedSpec, parse_imported, read_beside, spec_folder
 
-#: transformer key -> the config's name of it, for messages (the Llama family's names; a
-#: family's own in :data:`.huggingface_experts.EXPERT_NAMES`)
-NAMES = {"layers": "num_hidden_layers", "hidden": "hidden_size",
-         "heads": "num_attention_heads", "kv_heads": "num_key_value_heads",
-         "head_dim": "head_dim", "ffn": "intermediate_size", "vocab": "vocab_size",
-         "window": "sliding_window", "window_skip_freq": "layer_types"}
-
-
 #: multimodal model type -> the type of its ``text_config`` when that does not say
 TEXT_TYPES = {"llama4": "llama4_text", "gemma3": "gemma3_text", "mistral3": "mistral"}
 
@@ -140,12 +132,12 @@ def parse_huggingface(values: Mapping[str, Any], source: str) -> ImportedSpec:
     relative to the spec file, a model folder, a Hub id in the local cache, a bundled
     model's name, or the mapping) and transformer keys, which win."""
     rules: list[Rules] = []
-    names = dict(NAMES)   # completed with the family's names once the config is read
+    names: dict[str, str] = {}   # the config's name of each key, once it is read
 
     def translate(config: Any, src: str) -> dict[str, Any]:
-        keys, found, family = _read_model(config, src)
+        keys, found, read_names = _read_model(config, src)
         rules.append(found)
-        names.update(_family_names(family))
+        names.update(read_names)
         # the window stays until the final layer count says whether a layer has it
         return _laid_out(keys, found, keys["layers"], final=False)
 
@@ -171,17 +163,8 @@ def huggingface_keys(config: Any, source: str) -> dict[str, Any]:
     return _laid_out(keys, rules, keys["layers"])
 
 
-def _family_names(family: str) -> dict[str, str]:
-    """The config's names of the keys ``family`` reads differently from Llama's."""
-    names = dict(EXPERT_NAMES.get(family, {}))
-    if family in GPT_LIKE:
-        names.update({key: " or ".join(held) for key, held in GPT_LIKE[family][0].items()})
-    return names
-
-
-def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules, str]:
-    """The model's keys, its per-layer rules and its family (a GPT model type, ``mixtral``,
-    ``qwen_moe``, ``deepseek`` or ``""``: the names its settings have)."""
+def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules, dict[str, str]]:
+    """The model's keys, its per-layer rules and the config's name of each key read."""
     where, data = _load(config, source)
     if isinstance(data.get("text_config"), Mapping):   # a multimodal model's language model
         parent = data.get("model_type")
@@ -197,9 +180,9 @@ def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules, str]:
     data = {**LIBRARY_DEFAULTS.get(model_type, {}), **data}
     read = Reader(data, where)
     if model_type in GPT_LIKE:
-        return gpt_keys(read, model_type), {}, model_type
+        return gpt_keys(read, model_type), {}, read.names
     if model_type == "dbrx":
-        return (*dbrx_keys(read), "dbrx")
+        return (*dbrx_keys(read), read.names)
     if model_type in HYBRID:
         raise config_error(where, "model_type", "a model of attention layers (those of "
                            f"{model_type} include {HYBRID[model_type]}, which flowsim does "
@@ -207,11 +190,10 @@ def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules, str]:
                            "transformer)", model_type)
     if model_type in LLAMA_LIKE:
         keys, rules = llama_keys(read, model_type)
-        if model_type not in EXPERTS:
-            return keys, rules, ""
-        family, experts = EXPERTS[model_type]
-        more, rule = experts(read)
-        return {**keys, **more}, {**rules, **rule}, family
+        if model_type in EXPERTS:
+            more, rule = EXPERTS[model_type](read)
+            keys, rules = {**keys, **more}, {**rules, **rule}
+        return keys, rules, read.names
     known = ", ".join([*LLAMA_LIKE, "dbrx", *GPT_LIKE])
     raise config_error(where, "model_type", f"one of {known} (another model's shape: "
                        "generator: transformer with its keys)", model_type)

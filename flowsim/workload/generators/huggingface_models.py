@@ -116,10 +116,34 @@ Rules = dict[str, Callable[[int], list[int]]]
 
 
 class Reader:
-    """Settings of one config, checked as they are read (errors name the config's key)."""
+    """Settings of one config, checked as they are read (errors name the config's key), and
+    the config's name of every transformer key read from it (:attr:`names`, for the
+    transformer's errors: "read from n_routed_experts"). A nested block's reader
+    (:meth:`block`) names its keys ``block.key`` in the same table."""
 
-    def __init__(self, data: Mapping[str, Any], where: str) -> None:
-        self.data, self.where = data, where
+    def __init__(self, data: Mapping[str, Any], where: str, *, prefix: str = "",
+                 names: dict[str, str] | None = None) -> None:
+        self.data, self.where, self.prefix = data, where, prefix
+        self.names: dict[str, str] = {} if names is None else names
+
+    def take(self, target: str, *keys: str, default: Any = ..., minimum: int = 1) -> Any:
+        """Transformer key ``target`` from the first of ``keys`` the config holds (an
+        integer, as :meth:`integer` reads it), its name recorded."""
+        key = self.held(*keys)
+        self.names[target] = self.prefix + key
+        return self.integer(key, default, minimum=minimum)
+
+    def name(self, target: str, settings: str) -> None:
+        """Record that transformer key ``target`` follows from ``settings`` (a rule's keys)."""
+        self.names[target] = settings
+
+    def block(self, key: str) -> Reader:
+        """The reader of nested block ``key`` (absent or null: empty), sharing the names."""
+        value = self.data.get(key)
+        if value is not None and not isinstance(value, Mapping):
+            raise config_error(self.where, key, "a mapping of the model's settings", value)
+        return Reader(value or {}, f"{self.where}: {key}", prefix=f"{self.prefix}{key}.",
+                      names=self.names)
 
     def integer(self, key: str, default: Any = ..., *, minimum: int = 1) -> Any:
         """An integer of at least ``minimum`` (``default`` when absent or null; required
@@ -176,21 +200,22 @@ class Reader:
 def gpt_keys(read: Reader, model_type: str) -> dict[str, Any]:
     """A model of the GPT family: a plain two-GEMM MLP (4 x hidden unless the config says)."""
     names, position, tied = GPT_LIKE[model_type]
-    keys = {key: read.integer(read.held(*alternatives)) for key, alternatives in names.items()
+    keys = {key: read.take(key, *alternatives) for key, alternatives in names.items()
             if key not in ("ffn", "kv_heads")}
     ffn = names.get("ffn")
-    keys["ffn"] = read.integer(ffn[0], 4 * keys["hidden"]) if ffn else 4 * keys["hidden"]
+    keys["ffn"] = read.take("ffn", *ffn, default=4 * keys["hidden"]) if ffn else \
+        4 * keys["hidden"]
     if "kv_heads" in names:   # Phi, StarCoder2: grouped-query, and their head width
-        keys["kv_heads"] = read.integer(names["kv_heads"][0], keys["heads"])
-        head_dim = read.integer("head_dim", 0)
-        if head_dim and head_dim * keys["heads"] != keys["hidden"]:
-            keys["head_dim"] = head_dim
+        keys["kv_heads"] = read.take("kv_heads", *names["kv_heads"], default=keys["heads"])
+        _head_dim(read, keys)
     if model_type == "falcon":
         keys["kv_heads"] = falcon_kv_heads(read, keys["heads"])
         position = "alibi" if read.data.get("alibi") else "rope"
-    keys.update(vocab=read.integer("vocab_size"), gated_mlp=False, position_embedding=position,
+    keys.update(vocab=read.take("vocab", "vocab_size"), gated_mlp=False,
+                position_embedding=position,
                 tied_embeddings=read.flag("tie_word_embeddings", tied))
-    window = read.integer("sliding_window", 0) if model_type == "starcoder2" else 0
+    window = read.take("window", "sliding_window", default=0) if model_type == "starcoder2" \
+        else 0
     if window:   # Starcoder2's attention takes it on every layer
         keys["window"] = window
     return keys
@@ -200,36 +225,44 @@ def falcon_kv_heads(read: Reader, heads: int) -> int:
     """Falcon's key-value heads: ``num_kv_heads`` with the new decoder architecture (40B,
     180B), one with ``multi_query`` (7B), else one per head."""
     if read.data.get("new_decoder_architecture"):
-        return read.integer("num_kv_heads", heads)
+        return read.take("kv_heads", "num_kv_heads", default=heads)
     return 1 if read.data.get("multi_query", True) else heads
 
 
 def llama_keys(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
     """A model of the Llama family: grouped-query attention, a gated MLP (plain for
     :data:`PLAIN_MLP`), rotary embeddings, and its sliding window's layers."""
-    heads = read.integer("num_attention_heads")
-    keys = {"layers": read.integer("num_hidden_layers"), "hidden": read.integer("hidden_size"),
-            "heads": heads, "kv_heads": read.integer("num_key_value_heads", heads),
-            "ffn": read.integer("intermediate_size"), "vocab": read.integer("vocab_size"),
+    heads = read.take("heads", "num_attention_heads")
+    keys = {"layers": read.take("layers", "num_hidden_layers"),
+            "hidden": read.take("hidden", "hidden_size"), "heads": heads,
+            "kv_heads": read.take("kv_heads", "num_key_value_heads", default=heads),
+            "ffn": read.take("ffn", "intermediate_size"),
+            "vocab": read.take("vocab", "vocab_size"),
             "gated_mlp": model_type not in PLAIN_MLP, "position_embedding": "rope",
             "tied_embeddings": read.flag("tie_word_embeddings", LLAMA_LIKE[model_type])}
-    head_dim = read.integer("head_dim", 0)
-    if head_dim and head_dim * heads != keys["hidden"]:
-        keys["head_dim"] = head_dim
+    _head_dim(read, keys)
     window, rules = _window(read, model_type)
     keys.update(window)
     return keys, rules
 
 
+def _head_dim(read: Reader, keys: dict[str, Any]) -> None:
+    """``head_dim`` into ``keys`` when the config gives one other than hidden / heads."""
+    head_dim = read.take("head_dim", "head_dim", default=0, minimum=0)
+    if head_dim and head_dim * keys["heads"] != keys["hidden"]:
+        keys["head_dim"] = head_dim
+
+
 def _window(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
     """The sliding window and the layers it applies to, as the library builds them (see the
     module docstring); a model type whose modules take no window ignores the key."""
-    window = read.integer("sliding_window", 0)
+    window = read.take("window", "sliding_window", default=0)
     flagged = model_type.startswith("qwen") or model_type == "smollm3"
     if not window or model_type not in WINDOW_TYPES or (
             flagged and not read.flag("use_sliding_window", False)):
         return {}, {}
     if read.data.get("layer_types") is not None:
+        read.name("window_skip_freq", "layer_types")
         pattern = read.layer_types()
         return {"window": window}, {"window_skip_freq": lambda layers: [
             pattern[i % len(pattern)] for i in range(layers)]}
@@ -237,14 +270,17 @@ def _window(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
         return {"window": window}, {"window_skip_freq": lambda layers: [
             int(i % 2 == 0) for i in range(layers)]}
     if model_type in EVERY_NTH_FULL:
+        read.name("window_skip_freq", EVERY_NTH_FULL[model_type][0] or "the model's rule")
         return {"window": window}, {"window_skip_freq": _every_nth_full(read, model_type)}
     if model_type == "smollm3":   # the window on the layers without rotary embeddings
+        read.name("window_skip_freq", "no_rope_layers")
         rotary = read.layer_flags("no_rope_layers")
         every = read.integer("no_rope_layer_interval", 4)
         return {"window": window}, {"window_skip_freq": lambda layers: [
             int(rotary[i] == 0) if i < len(rotary) else int((i + 1) % every == 0)
             for i in range(layers)]}
     if model_type in ("qwen2", "qwen3", "qwen2_moe"):
+        read.name("window_skip_freq", "max_window_layers")
         first = read.integer("max_window_layers", 28)   # transformers' default for Qwen
         return {"window": window}, {
             "window_skip_freq": lambda layers: [int(i >= first) for i in range(layers)]}
