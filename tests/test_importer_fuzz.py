@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import flowsim
 from flowsim import ConfigError
+from flowsim.workload.generators.huggingface_experts import EXPERTS
 
 NET = {"cluster": {"device": "h100", "nodes": 2, "gpus_per_node": 8, "nic_gbps": 400,
                    "nics_per_node": 8}}
@@ -169,8 +170,6 @@ HF_CONFIGS = {
     "gpt2": {"model_type": "gpt2", "n_embd": 256, "n_layer": 4, "n_head": 8,
              "vocab_size": 1000},
 }
-HF_EXPERTS = ("llama4_text", "glm4_moe", "dbrx", "ernie4_5_moe", "hunyuan_v1_moe",
-              "deepseek_v3", "qwen3_moe")
 #: transformer keys given beside the config (which win over it): three values each
 HF_BESIDE = {"window": (0, 64, 4096), "layers": (1, 2, 5), "sequence": (256, 1024, 8192),
              "attention": ("flash", "flash2", "unfused"), "cp": (1, 2, 2)}
@@ -199,6 +198,6 @@ def test_random_hugging_face_settings_give_a_workload_or_one_line(data):
     beside = data.draw(st.dictionaries(st.sampled_from(sorted(HF_BESIDE)), st.integers(0, 2),
                                        max_size=2))
     spec = {"generator": "huggingface", "config": config, "sequence": 512,
-            "global_batch": 16, "tp": 2, "ep": 2 if family in HF_EXPERTS else 1,
+            "global_batch": 16, "tp": 2, "ep": 2 if family in (*EXPERTS, "dbrx") else 1,
             **{key: HF_BESIDE[key][pick] for key, pick in beside.items()}}
     _workload_or_one_line(spec)
