@@ -93,6 +93,10 @@ class Device:
         Fraction of the 16-bit peak a fused attention forward pass reaches on long sequences.
     attention_backward : float
         The same for its backward pass.
+    attention_kernel : str
+        Which kernel ``attention_forward`` and ``_backward`` measure: ``flash2``
+        (FlashAttention-2) or ``cudnn`` (cuDNN's fused attention); it sets how the rate
+        changes with the head dimension (:data:`flowsim.compute.attention.HEAD_DIM_RATE`).
     flash2_forward, flash2_backward : float
         The same for FlashAttention-2 on a device whose best kernel is newer (0: the device's
         best kernel is FlashAttention-2).
@@ -117,6 +121,7 @@ class Device:
     fp8_gemm_ratio: float = 1.0
     attention_forward: float
     attention_backward: float
+    attention_kernel: str = "flash2"
     flash2_forward: float = 0.0
     flash2_backward: float = 0.0
     memory_efficiency: float = 0.9
@@ -162,6 +167,7 @@ H100_SXM_80GB = Device(
     memory_gbps=3350.0, memory_gb=80.0, mamf_tflops=792.1, mamf_shape=(6144, 17920, 2816),
     fp8_gemm_ratio=round(1402.6 / 1978.9 / (794.5 / 989.4), 3),
     attention_forward=round(595 / 989.4, 3), attention_backward=round(516 / 989.4, 3),
+    attention_kernel="cudnn",
     flash2_forward=round(370 / 989.4, 3), flash2_backward=round(322 / 989.4, 3),
     sustained=H100_SUSTAINED,
     source="NVIDIA H100 datasheet; MAMF: ml-engineering accelerator table (CUDA 12.1); "
@@ -189,7 +195,7 @@ BLACKWELL_BACKWARD = round(0.55 * 516 / 595, 3)
 
 #: GB200's own sustained fraction, from one source: the one bubble-free, compute-bound run of
 #: NVIDIA's DGX Cloud recipes v25.05 on GB200 (Nemotron-4 340B, BF16, 128 GPUs, global batch
-#: 512: 32.66 s per step, NeMo 25.04), which 0.58 predicts within 0.7%
+#: 512: 32.66 s per step, NeMo 25.04), which 0.58 predicts within 0.8%
 #: (``validate_published.py --only dgxc_gb200_nemotron4_340b_bf16_128gpu_strong --sustained
 #: X``; it was 0.56, then 0.59 once the run's TP communication overlap was priced, then 0.58
 #: once cuDNN's backward attention took H100's backward-to-forward ratio, each re-derived the
@@ -204,7 +210,8 @@ GB200 = Device(
                  ("fp32", 80.0)),
     memory_gbps=8000.0, memory_gb=186.0, mamf_tflops=1822.0, mamf_shape=(4096, 9728, 2048),
     fp8_gemm_ratio=round(3615.6 / 5000.0 / (1822.0 / 2500.0), 3),
-    attention_forward=0.55, attention_backward=BLACKWELL_BACKWARD, sustained=GB200_SUSTAINED,
+    attention_forward=0.55, attention_backward=BLACKWELL_BACKWARD, attention_kernel="cudnn",
+    sustained=GB200_SUSTAINED,
     source="one B200 of a GB200 superchip; ml-engineering accelerator tables (peaks, memory, "
            "MAMF with CUDA 13.0); attention: FlashAttention-4 paper's cuDNN 9.13 comparison")
 
@@ -219,7 +226,8 @@ B200_SXM = Device(
                  ("fp32", 80.0)),
     memory_gbps=8000.0, memory_gb=180.0, mamf_tflops=1745.0, mamf_shape=(1792, 16128, 3072),
     fp8_gemm_ratio=round(3432.5 / 4500.0 / (1745.0 / 2250.0), 3),
-    attention_forward=0.55, attention_backward=BLACKWELL_BACKWARD, sustained=GB200_SUSTAINED,
+    attention_forward=0.55, attention_backward=BLACKWELL_BACKWARD, attention_kernel="cudnn",
+    sustained=GB200_SUSTAINED,
     source="B200 SXM; ml-engineering accelerator tables (peaks, memory, MAMF with torch "
            "2.7.1+cu128); attention: the FlashAttention-4 paper's cuDNN 9.13 comparison on "
            "B200; sustained fraction borrowed from GB200")
