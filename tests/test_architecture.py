@@ -4,7 +4,7 @@ the layers, no import cycles, small modules.
 Layers, lowest first (a module may import its own layer or lower ones only)::
 
     base          errors, units, _version (+ the generated _scm_version), _arrays, _validate,
-                  _io, _atomic, _lazy, resources, device_names
+                  _io, _atomic, _lazy, _gc_pause, _weak, resources, device_names
     topology      flowsim.topology.*
     network       flowsim.network.*
     descriptions  flowsim.collectives.*, flowsim.workload.*
@@ -35,7 +35,7 @@ ROOT = PACKAGE.parent
 LAYERS = [
     ("base", {"flowsim.errors", "flowsim.units", "flowsim._version", "flowsim._scm_version",
               "flowsim._arrays", "flowsim._validate", "flowsim._io", "flowsim._atomic",
-              "flowsim._lazy", "flowsim._gc_pause", "flowsim.resources",
+              "flowsim._lazy", "flowsim._gc_pause", "flowsim._weak", "flowsim.resources",
               "flowsim.device_names"}),
     ("topology", {"flowsim.topology"}),
     ("network", {"flowsim.network"}),

@@ -11,6 +11,7 @@ from collections.abc import Callable, Hashable
 
 import numpy as np
 
+from .._weak import weak_method
 from .ledger import Ledger
 from .phases import Phase
 from .shapes import PhaseShapes
@@ -35,7 +36,7 @@ class DagPhases:
         self.shapes = shapes
         self.timer = timer
         self.ledger = ledger
-        self.when = when
+        self.when = weak_method(when)   # the schedule holds this object: no cycle
         self.active_chunks = shapes.system.active_chunks
         # (collective id, phase, participants, exit handles, start handles), resolved at the end
         self._issued: list[tuple[int, Phase, np.ndarray, np.ndarray, np.ndarray]] = []

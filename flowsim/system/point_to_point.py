@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .._weak import weak_method
 from ..errors import SimulationError
 from ..workload.graph import Op
 from .npu_times import Times
@@ -60,7 +61,7 @@ class PointToPoint:
                  complete: Complete) -> None:
         self.schedule = schedule
         self.delay = endpoint_delay_ns
-        self.complete = complete
+        self.complete = weak_method(complete)   # its engine holds this object: no cycle
         self.mailboxes = Mailboxes()
         self._by_program: dict[tuple, tuple[np.ndarray, StepTemplate]] = {}
         #: messages sent (one per NPU of a sending program)

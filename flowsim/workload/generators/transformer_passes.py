@@ -26,6 +26,7 @@ experts and an all-to-all combine.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,10 +62,13 @@ class PassBuilder:
         self.ops: list[Op] = []
         self.last: int | None = None     # the last compute op (stream order)
         self.last_wgrad: int | None = None   # the last weight-gradient op
+        # the helpers see the builder through a weak proxy: a cycle would keep every op it
+        # built alive until the cyclic collector ran (gigabytes over a loop of large runs)
+        me = weakref.proxy(self)
         #: the layers' overlapped tensor-parallel communication (``tp_comm_overlap``)
-        self.ub = Userbuffers(self) if spec.tp_comm_overlap and spec.tp > 1 else None
+        self.ub = Userbuffers(me) if spec.tp_comm_overlap and spec.tp > 1 else None
         #: context parallelism's communication around each layer's attention
-        self.cp = ContextParallel(self)
+        self.cp = ContextParallel(me)
         #: kernels tuple -> (its shared copy, FLOPs, bytes); and by id of the shared copy
         self._by_value: dict[tuple[Kernel, ...], tuple[tuple[Kernel, ...], float, float]] = {}
         self._by_id: dict[int, tuple[tuple[Kernel, ...], float, float]] = {}

@@ -1,0 +1,60 @@
+"""A run frees what it built by reference counting alone.
+
+flowsim pauses Python's cyclic collector while it builds and runs a workload
+(:mod:`flowsim._gc_pause`), and whatever a run leaves in reference cycles waits for a full
+collection, which a loop of runs (a sweep, an optimizer calling flowsim as its estimator)
+may not trigger for a long time: a cycle holding a run's ops kept gigabytes alive per run.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+import flowsim
+from flowsim.workload.generators.transformer import transformer
+
+TWO_NODES = {"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth": [300, 25],
+             "latency": [500, 2000]}
+#: every helper the transformer's pass builder has: context parallelism, userbuffers
+#: overlap, pipeline stages, the distributed optimizer
+SPEC = dict(generator="transformer", layers=4, hidden=256, heads=8, sequence=256,
+            micro_batch=1, global_batch=8, vocab=1024, tp=2, pp=2, cp=2, dp=2, sp=True,
+            tp_comm_overlap=True, distributed_optimizer=True, device="h100")
+
+
+def _left_in_cycles(run) -> tuple[int, int]:
+    """(objects only a cyclic collection frees after ``run``, ops ``run`` built), ``run``
+    measured the second time (the first fills the process's caches, once)."""
+    run()
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        ops = run()
+        return gc.collect(), ops
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def test_building_a_transformer_leaves_its_ops_to_reference_counting():
+    network = flowsim.load_network(TWO_NODES)
+    keys = {k: v for k, v in SPEC.items() if k != "generator"}
+
+    def run() -> int:
+        workload = transformer(network, **keys)
+        return sum(len(p.ops) for p in workload.programs)
+    cycles, ops = _left_in_cycles(run)
+    assert ops > 500
+    assert cycles < 50, f"{cycles} objects of a {ops}-op workload were left in cycles"
+
+
+@pytest.mark.parametrize("model", ["analytical", "flow"])
+def test_a_simulation_leaves_its_ops_to_reference_counting(model):
+    def run() -> int:
+        flowsim.simulate(TWO_NODES, SPEC, "nccl", model=model)
+        return 0
+    cycles, _ = _left_in_cycles(run)
+    assert cycles < 50, f"{cycles} objects were left in cycles by one run"
