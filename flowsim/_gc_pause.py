@@ -4,8 +4,9 @@ A run allocates millions of small objects that live until it ends (ops, their tu
 engine's per-op times) and almost no reference cycles. The collector's generational
 heuristics still traverse every live object again and again as their number grows: on a
 2.7 M-op pipeline workload that was over half of building, checking and preparing it. Paused,
-the objects are freed by reference counting as before; the few cycles a run leaves are
-collected when the collector resumes.
+the objects are freed by reference counting as before. A run must leave no reference cycles
+(callbacks between its parts are weak: :mod:`flowsim._weak`; ``tests/test_reference_cycles.py``):
+what a cycle holds waits for a full collection, which a loop of runs may not trigger for long.
 
 When it resumes, everything the run allocated is still in the youngest generation, and the
 first collection after it would traverse all of it at once (30 ms for a 16,384-GPU
