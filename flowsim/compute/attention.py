@@ -21,10 +21,10 @@ fast at 16K. The paper has no causal backward figure: the backward is taken to l
 same fraction.
 
 The device presets' rates are measured at head dimension 128. Other head dimensions run at
-another rate (:data:`HEAD_DIM_RATE`: smaller tiles of the two matmuls per score against the
-same softmax work; larger ones spill registers), and a kernel is compiled for some
-dimensions only, the rest padded up to the next (:func:`padded_head_dim`) and paying for
-the padding.
+another rate (:data:`HEAD_DIM_RATE`: smaller ones do less matmul work per score against the
+same softmax work, larger ones fit smaller blocks on chip), and a kernel is compiled for
+some dimensions only, the rest padded up to the next (:func:`padded_head_dim`) and paying
+for the padding.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ CAUSAL_EFFICIENCY = 0.975
 #: cuDNN's fused attention: the same figure's forward ratios (64: 413 / 595, 388 / 539;
 #: 256: 581 / 595, 509 / 539), its backward taken to lose the same fraction. The ratio
 #: barely moves with the sequence length in these figures (FlashAttention-2 at 64 over 128:
-#: 0.87-0.91 from 512 to 16K tokens).
+#: 0.86-0.91 from 512 to 16K tokens).
 HEAD_DIM_RATE = {
     "flash2": ((64, 0.878), (128, 1.0), (256, 0.885)),
     "cudnn": ((64, 0.707), (128, 1.0), (256, 0.960)),
