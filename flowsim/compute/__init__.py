@@ -1,7 +1,8 @@
 """Compute models: how long a workload's kernels take on an accelerator.
 
 :class:`DeviceModel` prices kernels from their shapes on a :class:`Device` preset (GEMM tiles
-and waves, fused attention, memory-bound kernels); the workload layer's
+and waves, fused attention by its mask, sequence and head dimension
+(:mod:`~flowsim.compute.attention`), memory-bound kernels); the workload layer's
 :class:`~flowsim.workload.roofline.Roofline` is the simpler alternative.
 """
 
