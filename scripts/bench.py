@@ -8,7 +8,8 @@ Whole processes (one point per process, start-up included, against ASTRA-sim's r
 locally run wall times; the 16K- and 131K-GPU training iterations) are in
 ``scripts/bench_process.py``; start-up alone in ``scripts/bench_cli.py``; grid points per
 second of ``estimate_batch`` (several networks, and a one-point call) in
-``scripts/bench_estimate.py``.
+``scripts/bench_estimate.py``; the memory of repeated runs in one process in
+``scripts/bench_loop_memory.py``.
 
 Targets are checked here, not in unit tests (timings depend on the machine).
 """
@@ -216,8 +217,8 @@ def main(argv: list[str]) -> int:
         if fast and slow:
             print(f"{base}: flow / analytical {slow / fast:.1f}x (target >= 10x: "
                   f"{'met' if slow >= 10 * fast else 'MISSED'})")
-    if not pattern:   # the scaling series (and its plot), then the whole processes
-        for script in ("bench_scaling.py", "bench_process.py"):
+    if not pattern:   # the scaling series (and its plot), the whole processes, a run loop
+        for script in ("bench_scaling.py", "bench_process.py", "bench_loop_memory.py"):
             print()
             subprocess.run([sys.executable, str(Path(__file__).with_name(script))],
                            check=False)
