@@ -39,9 +39,14 @@ def _left_in_cycles(run) -> tuple[int, int]:
             gc.enable()
 
 
-def test_building_a_transformer_leaves_its_ops_to_reference_counting():
+@pytest.mark.parametrize("variant", [
+    {},
+    {"fsdp": True, "distributed_optimizer": False, "tp_comm_overlap": False},
+    {"experts": 4, "top_k": 2, "ep": 2},
+], ids=["cp-overlap-pp", "fsdp", "experts"])
+def test_building_a_transformer_leaves_its_ops_to_reference_counting(variant):
     network = flowsim.load_network(TWO_NODES)
-    keys = {k: v for k, v in SPEC.items() if k != "generator"}
+    keys = {k: v for k, v in {**SPEC, **variant}.items() if k != "generator"}
 
     def run() -> int:
         workload = transformer(network, **keys)
