@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import flowsim
-from flowsim.compute.attention import attention_ns, head_dim_efficiency, padded_head_dim
+from flowsim.compute.attention import (
+    HEAD_DIM_RATE,
+    attention_ns,
+    head_dim_efficiency,
+    padded_head_dim,
+)
 from flowsim.workload.kernels import Attention
 
 #: Shah et al., "FlashAttention-3" (arXiv 2407.08608, 2024), forward speed on H100 SXM5,
@@ -146,3 +153,15 @@ def test_a_padded_head_dimension_pays_for_the_padding():
     assert ns(h100, 80) < ns(h100, 96) < ns(h100, 128)
     assert head_dim_efficiency("flash2", 128) == head_dim_efficiency("cudnn", 128) == 1.0
     assert padded_head_dim("flash2", 72) == 96 and padded_head_dim("cudnn", 72) == 72
+
+
+@given(kernel=st.sampled_from(sorted(HEAD_DIM_RATE)), head_dim=st.integers(8, 255))
+def test_a_wider_head_never_takes_less_time(kernel, head_dim):
+    """The time of the same heads over the same tokens never falls as the head dimension
+    grows (a padded dimension costs what the padding does), and a dimension the kernel is
+    built for runs at its measured rate."""
+    def ns(d):   # time per head-token pair, up to a constant: d / efficiency
+        return d / head_dim_efficiency(kernel, d)
+    assert ns(head_dim + 1) >= ns(head_dim) * (1 - 1e-12)
+    padded = padded_head_dim(kernel, head_dim)
+    assert padded >= head_dim and padded_head_dim(kernel, padded) == padded
