@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -165,3 +167,12 @@ def test_a_wider_head_never_takes_less_time(kernel, head_dim):
     assert ns(head_dim + 1) >= ns(head_dim) * (1 - 1e-12)
     padded = padded_head_dim(kernel, head_dim)
     assert padded >= head_dim and padded_head_dim(kernel, padded) == padded
+
+
+def test_every_attention_kernel_a_device_can_name_has_head_dimension_rates():
+    from flowsim.compute.devices import ATTENTION_KERNELS, Device
+    assert set(ATTENTION_KERNELS) == set(HEAD_DIM_RATE)
+    h100 = flowsim.compute.device("h100")
+    with pytest.raises(flowsim.ConfigError, match="attention_kernel.*flash2, cudnn.*fa3"):
+        dataclasses.replace(h100, attention_kernel="fa3")
+    assert isinstance(dataclasses.replace(h100, attention_kernel="flash2"), Device)

@@ -66,6 +66,10 @@ from ..errors import config_error
 #: unchanged.
 SUSTAINED = 0.8
 
+#: the fused-attention kernels a preset's rates can measure (each has its head-dimension
+#: rates in :data:`flowsim.compute.attention.HEAD_DIM_RATE`)
+ATTENTION_KERNELS = ("flash2", "cudnn")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Device:
@@ -128,6 +132,11 @@ class Device:
     launch_us: float = 4.0
     sustained: float = field(default=0.0, compare=False)
     source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise config_error(f"Device {self.name!r}", "attention_kernel",
+                               "one of " + ", ".join(ATTENTION_KERNELS), self.attention_kernel)
 
     def peak(self, dtype: str) -> float:
         """Dense peak for ``dtype`` in FLOP/ns (16-bit peak for types the device lacks)."""
