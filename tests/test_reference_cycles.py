@@ -24,16 +24,16 @@ SPEC = dict(generator="transformer", layers=4, hidden=256, heads=8, sequence=256
             tp_comm_overlap=True, distributed_optimizer=True, device="h100")
 
 
-def _left_in_cycles(run) -> tuple[int, int]:
-    """(objects only a cyclic collection frees after ``run``, ops ``run`` built), ``run``
-    measured the second time (the first fills the process's caches, once)."""
+def _left_in_cycles(run) -> int:
+    """Objects only a cyclic collection frees after ``run``, measured the second time (the
+    first fills the process's caches, once)."""
     run()
     gc.collect()
     enabled = gc.isenabled()
     gc.disable()
     try:
-        ops = run()
-        return gc.collect(), ops
+        run()
+        return gc.collect()
     finally:
         if enabled:
             gc.enable()
@@ -47,19 +47,13 @@ def _left_in_cycles(run) -> tuple[int, int]:
 def test_building_a_transformer_leaves_its_ops_to_reference_counting(variant):
     network = flowsim.load_network(TWO_NODES)
     keys = {k: v for k, v in {**SPEC, **variant}.items() if k != "generator"}
-
-    def run() -> int:
-        workload = transformer(network, **keys)
-        return sum(len(p.ops) for p in workload.programs)
-    cycles, ops = _left_in_cycles(run)
-    assert ops > 500
+    ops = sum(len(p.ops) for p in transformer(network, **keys).programs)
+    assert ops > 500   # enough that a cycle holding them would show
+    cycles = _left_in_cycles(lambda: transformer(network, **keys))
     assert cycles < 50, f"{cycles} objects of a {ops}-op workload were left in cycles"
 
 
 @pytest.mark.parametrize("model", ["analytical", "flow"])
 def test_a_simulation_leaves_its_ops_to_reference_counting(model):
-    def run() -> int:
-        flowsim.simulate(TWO_NODES, SPEC, "nccl", model=model)
-        return 0
-    cycles, _ = _left_in_cycles(run)
+    cycles = _left_in_cycles(lambda: flowsim.simulate(TWO_NODES, SPEC, "nccl", model=model))
     assert cycles < 50, f"{cycles} objects were left in cycles by one run"
