@@ -365,3 +365,10 @@ def test_the_transformer_s_errors_name_the_key_the_config_used(config, says):
             "global_batch": 8, "ep": 4}
     with pytest.raises(ConfigError, match=r"key 'experts'.*" + says):
         flowsim.simulate({"cluster": {"device": "h100", "nodes": 1}}, spec, "nccl")
+
+
+def test_a_text_config_that_is_not_a_mapping_is_named():
+    """A multimodal config whose ``text_config`` is not the language model's mapping is one
+    line naming that key (not a refusal of the multimodal type, which is read)."""
+    with pytest.raises(ConfigError, match=r"key 'text_config'.*a mapping.*found 'oops'"):
+        _keys({"model_type": "llama4", "text_config": "oops"})

@@ -166,6 +166,9 @@ def huggingface_keys(config: Any, source: str) -> dict[str, Any]:
 def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules, dict[str, str]]:
     """The model's keys, its per-layer rules and the config's name of each key read."""
     where, data = _load(config, source)
+    if data.get("text_config") is not None and not isinstance(data["text_config"], Mapping):
+        raise config_error(where, "text_config", "the language model's config (a mapping)",
+                           data["text_config"])
     if isinstance(data.get("text_config"), Mapping):   # a multimodal model's language model
         parent = data.get("model_type")
         where, data = f"{where}: text_config", data["text_config"]

@@ -73,8 +73,9 @@ def deepseek_sparse_keys(read: Reader) -> tuple[dict[str, Any], Rules]:
     keys, rules = deepseek_keys(read)
     top = read.take("window", "index_topk", default=2048)
     warnings.warn(f"{read.where}: DeepSeek sparse attention: each query's attention is "
-                  f"priced over its index_topk ({top}) keys, as a window of {top}; the "
-                  "indexer that picks them is not priced", FlowsimWarning, stacklevel=6)
+                  f"priced over its index_topk ({top}) keys, as a window of {top} (none "
+                  "for sequences no longer); the indexer that picks them is not priced",
+                  FlowsimWarning, stacklevel=6)
     keys["window"] = top
     return keys, rules
 
