@@ -199,7 +199,9 @@ H800_SXM_80GB = replace(
            "bidirectional, and FP64); sustained fraction H100's")
 
 #: cuDNN's backward attention on Blackwell: its forward's 0.55 at the backward-to-forward
-#: ratio cuDNN has on H100
+#: ratio cuDNN has on H100. NeMo's B200 long-sequence table ran attention about 1.5 times as
+#: fast as these rates times GB200's constant (docs: accuracy, "Long sequences"); left as
+#: it is, since no per-length rate of the kernel is published to set it from
 BLACKWELL_BACKWARD = round(0.55 * 516 / 595, 3)
 
 #: GB200's own sustained fraction, from one source: the one bubble-free, compute-bound run of
