@@ -89,7 +89,8 @@ SPECIAL = ("num-layers-per-virtual-pipeline-stage", "recompute-granularity", "fp
            "moe-token-dispatcher-type", "recompute-method", "recompute-num-layers",
            "use-megatron-fsdp", "data-parallel-sharding-strategy", "position-embedding-type",
            "use-rotary-position-embeddings", "moe-layer-freq", "multi-latent-attention",
-           "window-size", "window-attn-skip-freq", "cp-comm-type", *MLA_FLAGS)
+           "window-size", "window-attn-skip-freq", "cp-comm-type", "moe-enable-deepep",
+           "moe-flex-dispatcher-backend", "moe-router-group-topk", *MLA_FLAGS)
 #: every flag this module reads (with Megatron-DeepSpeed's and Megatron-LM's older ones)
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL + megatron_deepspeed.FLAGS
 #: flags taking several values (argparse's ``nargs='+'``) -> their values (what follows them
@@ -257,7 +258,16 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
     if keys.get("moe_a2a_overlap") and dispatcher not in ("alltoall", "flex"):
         raise config_error(where, "--moe-token-dispatcher-type", "alltoall or flex with "
                            "--overlap-moe-expert-parallel-comm", dispatcher)
-    if keys.get("experts") and dispatcher != "alltoall" and "deepspeed" not in flags:
+    # the flex dispatcher's DeepEP and HybridEP backends (the default backend, or the
+    # switch of the releases before the backend flag)
+    backend = flags.get("moe-flex-dispatcher-backend", "deepep")
+    if dispatcher == "flex" and backend in ("deepep", "hybridep") and keys.get("experts") \
+            and keys.get("ep", 1) > 1:
+        keys["dispatcher"] = "deepep"
+        if flags.get("moe-router-group-topk") is not None:   # groups taken to be the nodes
+            keys["node_limit"] = _number(flags["moe-router-group-topk"],
+                                         "moe-router-group-topk", where)
+    elif keys.get("experts") and dispatcher != "alltoall" and "deepspeed" not in flags:
         warnings.warn(f"{where}: --moe-token-dispatcher-type {dispatcher}: priced as the "
                       "all-to-all dispatcher", FlowsimWarning, stacklevel=4)
     if "fp8-format" in flags:

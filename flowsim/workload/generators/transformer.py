@@ -184,7 +184,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``fp8_param_gather``, ``overlap_grad_reduce``, ``overlap_param_gather``,
         ``align_param_gather``, ``align_grad_reduce``,
         ``tp_comm_overlap`` with ``tp_comm_overlap_cfg`` (``nemo``, ``te_default``),
-        ``moe_a2a_overlap``,
+        ``moe_a2a_overlap``, ``dispatcher`` (``alltoall``, ``deepep``) with ``node_limit``
+        and ``fp8_dispatch``,
         ``scatter_gather``, ``bucket_size``, ``cross_entropy_fusion``;
         ``attention`` (``flash``, ``flash2``, ``unfused``), ``mla`` (``q_lora_rank``,
         ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim``),

@@ -133,6 +133,17 @@ def check_consistent(spec: Any) -> None:
         need(not (spec.fsdp and spec.vpp > 1), "moe_a2a_overlap", "false with fsdp and an "
              "interleaved schedule (Megatron-Core does not run them together)",
              spec.moe_a2a_overlap)
+    if spec.dispatcher == "deepep":
+        need(spec.ep > 1, "dispatcher", "alltoall without expert parallelism (ep > 1)",
+             spec.dispatcher)
+    need(not spec.node_limit or spec.dispatcher == "deepep", "node_limit",
+         "0 unless dispatcher is deepep (the all-to-all dispatcher sends every routed copy "
+         "wherever its node is)", spec.node_limit)
+    if spec.fp8_dispatch:
+        need(spec.dispatcher == "deepep", "fp8_dispatch", "false unless dispatcher is deepep",
+             spec.fp8_dispatch)
+        need(spec.dtype == "fp8", "fp8_dispatch", "false unless dtype is fp8",
+             spec.fp8_dispatch)
     need(spec.vpp == 1 or spec.pp > 1, "vpp", "1 without pipeline parallelism (pp=1)",
          spec.vpp)
     need(spec.vpp == 1 or spec.schedule == "interleaved", "schedule",

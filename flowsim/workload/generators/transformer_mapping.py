@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -56,15 +56,34 @@ def map_groups(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[
             f"{spec.pp} = {total} NPUs, but the network has {network.npus} (npus_count: "
             f"{list(sizes)})")
     if spec.dims is not None:
-        return _explicit(network, spec)
-    if folds_experts(spec):
-        return _folded(network, spec)
-    # the data-parallel ranks: FSDP's sharding groups inside, their replicas outside
-    groups = (spec.tp, spec.cp, spec.ep, spec.fsdp_shard // spec.ep,
-              spec.dp // spec.fsdp_shard, spec.pp)
-    view, owned = logical_view(network, groups)
-    tp, cp, ep, shard, replicate, pp = owned
-    return view, _groups(spec, tp, cp, ep, shard + replicate, replicate), pp
+        view, groups, pp = _explicit(network, spec)
+    elif folds_experts(spec):
+        view, groups, pp = _folded(network, spec)
+    else:
+        # the data-parallel ranks: FSDP's sharding groups inside, their replicas outside
+        sizes = (spec.tp, spec.cp, spec.ep, spec.fsdp_shard // spec.ep,
+                 spec.dp // spec.fsdp_shard, spec.pp)
+        view, owned = logical_view(network, sizes)
+        tp, cp, ep, shard, replicate, pp = owned
+        groups = _groups(spec, tp, cp, ep, shard + replicate, replicate)
+    if spec.dispatcher == "deepep":
+        groups = _by_node(view, groups)
+    return view, groups, pp
+
+
+def _by_node(view: Any, groups: Groups) -> Groups:
+    """``groups`` with the EP dims split where DeepEP splits its exchanges: inside a node (a
+    logical dim within the network's first dimension, its scale-up domain) and across."""
+    def inside(dim: int) -> bool:
+        touched = getattr(view, "touched", None)   # a straddling view: the dims it spans
+        if touched is not None:
+            return tuple(touched[dim]) == (0,)
+        return getattr(view, "parents", tuple(range(len(view.dims))))[dim] == 0
+
+    intra = tuple(d for d in groups.ep if inside(d))
+    inter = tuple(d for d in groups.ep if not inside(d))
+    nodes = math.prod(int(view.dims[d]) for d in inter)
+    return replace(groups, ep_intra=intra, ep_inter=inter, ep_nodes=nodes)
 
 
 def _folded(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[int, ...]]:

@@ -20,8 +20,8 @@ gradient's collective, as Megatron-LM's asynchronous tensor-parallel communicati
 GEMMs as Transformer Engine's userbuffers do (:mod:`.transformer_overlap`). Context
 parallelism's communication around the attention (a ring, an all-gather or all-to-alls) is
 :mod:`.transformer_cp`'s. Mixture
-of experts replaces the MLP by a router, an all-to-all dispatch over the EP group, the local
-experts and an all-to-all combine.
+of experts replaces the MLP by a router, a dispatch over the EP group, the local experts
+and a combine (:mod:`.transformer_dispatch`: one all-to-all each, or DeepEP's two).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any
 from ..graph import Op
 from ..kernels import Kernel
 from .transformer_cp import ContextParallel
+from .transformer_dispatch import exchange
 from .transformer_kernels import LayerKernels
 from .transformer_mla import LatentKernels
 from .transformer_overlap import Block, Frontier, Userbuffers
@@ -50,6 +51,10 @@ class Groups:
     dp: tuple[int, ...]          # dense gradients: data x context (x expert) parallel
     expert_dp: tuple[int, ...]   # expert gradients
     replicate: tuple[int, ...] = ()   # FSDP's replicas (hybrid sharding): part of dp
+    #: with ``dispatcher: deepep``, the EP dims inside a node and across nodes, and the nodes
+    ep_intra: tuple[int, ...] = ()
+    ep_inter: tuple[int, ...] = ()
+    ep_nodes: int = 1
 
 
 class PassBuilder:
@@ -181,16 +186,14 @@ class PassBuilder:
         return self.cp.forward(name, layer, qkv, k)
 
     def _moe_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
-        k, s, ep = self.k, self.spec, self.groups.ep
+        k, s = self.k, self.spec
         x = (self.compute(f"{name}.router", k.router + k.permute, layer, "fwd", x),)
         if s.ep > 1:
-            x = (self.collective(f"{name}.dispatch", "all_to_all", k.dispatch_bytes, ep,
-                                 layer, "fwd", x),)
+            x = exchange(self, f"{name}.dispatch", True, layer, "fwd", x)
         x = self._expert_tp(f"{name}.experts", k.sort_chunks + k.experts + k.sort_chunks,
                             layer, "fwd", x)
         if s.ep > 1:
-            x = (self.collective(f"{name}.combine", "all_to_all", k.dispatch_bytes, ep,
-                                 layer, "fwd", x),)
+            x = exchange(self, f"{name}.combine", False, layer, "fwd", x)
         x = (self.compute(f"{name}.unpermute", k.unpermute, layer, "fwd", x),)
         shared = k.shared_expert
         if shared is not None:   # after the combine, as Megatron-Core r0.10-r0.12 runs them
@@ -313,7 +316,7 @@ class PassBuilder:
                                 nbytes or self.k.gather_bytes, self.groups.tp, layer, "ig", g),)
 
     def _moe_backward(self, name: str, layer: int, g: Frontier) -> Frontier:
-        k, s, ep = self.k, self.spec, self.groups.ep
+        k, s = self.k, self.spec
         shared: Frontier = ()
         if k.shared_expert is not None:
             # computed last forward, so its backward comes first, and the routed path's
@@ -325,13 +328,11 @@ class PassBuilder:
             g = (*g, *shared, *(() if self.last is None else (self.last,)))
         g = (self.compute(f"{name}.unpermute_backward", k.unpermute, layer, "ig", g),)
         if s.ep > 1:
-            g = (self.collective(f"{name}.combine_backward", "all_to_all", k.dispatch_bytes,
-                                 ep, layer, "ig", g),)
+            g = exchange(self, f"{name}.combine_backward", True, layer, "ig", g)
         g = self._expert_tp(f"{name}.experts.dgrad",
                             k.sort_chunks + k.experts_dgrad + k.sort_chunks, layer, "ig", g)
         if s.ep > 1:
-            g = (self.collective(f"{name}.dispatch_backward", "all_to_all",
-                                 k.dispatch_bytes, ep, layer, "ig", g),)
+            g = exchange(self, f"{name}.dispatch_backward", False, layer, "ig", g)
         g = (self.compute(f"{name}.permute_backward", k.permute, layer, "ig", g),)
         self.compute(f"{name}.experts.wgrad", k.experts_wgrad, layer, "wg")
         return (*g, *shared)

@@ -52,6 +52,9 @@ CP_COMM_TYPES: tuple[CpCommType, ...] = choices_of(CpCommType)
 #: userbuffers settings of ``tp_comm_overlap`` (:mod:`.transformer_overlap`)
 UbConfig = Literal["nemo", "te_default"]
 UB_CONFIGS: tuple[UbConfig, ...] = choices_of(UbConfig)
+#: how a mixture of experts' tokens cross the expert-parallel ranks (:mod:`.transformer_dispatch`)
+Dispatcher = Literal["alltoall", "deepep"]
+DISPATCHERS: tuple[Dispatcher, ...] = choices_of(Dispatcher)
 DTYPES: tuple[DType, ...] = choices_of(DType)
 #: The compute model when neither the spec nor the network names one, and the keys a partial
 #: ``roofline`` mapping leaves out: an A100-like roofline at half of its peaks (312 TFLOP/s
@@ -154,6 +157,15 @@ class TransformerSpec:
     #: ``--overlap-moe-expert-parallel-comm``): one more warm-up forward, then each forward
     #: paired with the backward after it
     moe_a2a_overlap: bool = False
+    #: how tokens cross the expert-parallel ranks (:data:`DISPATCHERS`): Megatron-Core's
+    #: all-to-all dispatcher, or DeepEP's (once per node over the scale-out network)
+    dispatcher: Dispatcher = "alltoall"
+    #: node-limited routing (DeepSeek-V3's M): a token's experts on at most this many nodes;
+    #: 0: any (:mod:`.transformer_dispatch`)
+    node_limit: int = 0
+    #: the all-to-alls toward the experts in FP8 (DeepSeek-V3, DeepEP's FP8 dispatch): the
+    #: forward dispatch and the backward's gradient of the combine; the others in 16 bits
+    fp8_dispatch: bool = False
     #: whose userbuffers settings: NeMo's H100 configs or Transformer Engine's defaults
     tp_comm_overlap_cfg: UbConfig = "nemo"
     scatter_gather: bool = True
@@ -238,12 +250,12 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
         v[key] = _count(values, key, source, default)
     for key in ("micro_batches", "global_batch", "heads", "kv_heads", "head_dim", "ffn",
                 "moe_ffn", "shared_ffn", "vocab", "experts", "top_k", "bucket_size", "window",
-                "expert_tp",
+                "expert_tp", "node_limit",
                 "fsdp_shard"):
         v[key] = _count(values, key, source, 0, minimum=0)
     for key in ("gated_mlp", "sp", "overlap_grad_reduce", "overlap_param_gather",
                 "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp",
-                "cross_entropy_fusion", "moe_a2a_overlap"):
+                "cross_entropy_fusion", "moe_a2a_overlap", "fp8_dispatch"):
         v[key] = read_bool(values, key, source=source, default=False)
     v["tied_embeddings"] = read_bool(values, "tied_embeddings", source=source, default=True)
     for key in ("align_param_gather", "align_grad_reduce"):
@@ -265,6 +277,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     v["recompute_layers"] = _count(values, "recompute_layers", source, default=0, minimum=0)
     v["attention"] = read_choice(values, "attention", ATTENTIONS, source=source,
                                  default="flash", case_insensitive=True)
+    v["dispatcher"] = read_choice(values, "dispatcher", DISPATCHERS, source=source,
+                                  default="alltoall", case_insensitive=True)
     v["cp_comm_type"] = read_choice(values, "cp_comm_type", CP_COMM_TYPES, source=source,
                                     default="p2p", case_insensitive=True)
     v["position_embedding"] = read_choice(values, "position_embedding", POSITION_EMBEDDINGS,

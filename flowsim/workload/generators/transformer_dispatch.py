@@ -1,0 +1,92 @@
+"""How a mixture of experts' tokens cross the expert-parallel ranks (``dispatcher``).
+
+* ``alltoall``, Megatron-Core's all-to-all token dispatcher: every routed copy of a token (one
+  per expert it is routed to, ``top_k``) travels to its expert's rank in one all-to-all over
+  the EP group, and comes back the same way.
+* ``deepep``, DeepEP's normal kernels (DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv
+  2412.19437, sec. 3.2.2; Megatron-Core's flex dispatcher with ``--moe-enable-deepep``): a
+  token crosses the scale-out network once per node that hosts one of its experts, to the
+  GPU of the same local index there, which forwards it over NVLink to each of that node's
+  ranks that hosts one of them (once per rank, however many of its experts are there). The
+  combine runs the other way round: the node's copies are summed over NVLink, then each
+  node sends one sum back. Priced as two all-to-alls: over the EP ranks' inter-node dims,
+  then over their intra-node dims (the combine: intra, then inter); an EP group inside one
+  node is the intra-node exchange alone.
+
+How many nodes and ranks a token reaches: routers are trained to spread the load evenly
+(auxiliary losses, DeepSeek-V3's bias terms), so a token's ``top_k`` experts are taken as a
+uniform draw without replacement from the experts it may use: all of them, or with
+node-limited routing (``node_limit``: DeepSeek-V3's M, 4 of 8 nodes; Megatron-Core's
+group-limited routing, ``--moe-router-group-topk``, with a group per node) those of
+``node_limit`` nodes. Of ``P`` experts in units (nodes, ranks) of ``u``, a draw of ``k``
+reaches :func:`expected_units` of them. DeepSeek-V3's routing (256 experts, top 8, 64 ranks
+on 8 nodes, M = 4) reaches 3.6 nodes and 7.4 ranks per token: 3.6 copies on the inter-node
+stage where the all-to-all dispatcher sends 8.
+
+``fp8_dispatch`` (DeepSeek-V3 sec. 3.3.2; DeepEP's FP8 dispatch) sends the exchanges toward
+the experts in FP8 with one FP32 scale per 128 values (the forward dispatch and the
+backward's gradient of the combine); the combine and the dispatch's gradient stay in 16 bits.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ...errors import config_error
+from .transformer_shapes import ACT
+
+if TYPE_CHECKING:
+    from .transformer_overlap import Builder, Frontier
+
+#: bytes of one value sent in FP8: the value and its share of a 1 x 128 tile's FP32 scale
+FP8_VALUE_BYTES = 1 + 4 / 128
+
+
+def expected_units(pool: int, unit: int, picks: int) -> float:
+    """Expected number of units (of ``unit`` experts each) a uniform draw of ``picks``
+    distinct experts out of ``pool`` touches: ``(pool / unit) (1 - C(pool - unit, picks) /
+    C(pool, picks))``."""
+    missed = math.comb(pool - unit, picks) / math.comb(pool, picks)
+    return pool / unit * (1.0 - missed)
+
+
+def deepep_copies(spec, nodes: int) -> tuple[float, float]:
+    """Copies of a token DeepEP sends per token: to distinct nodes (the inter-node stage) and
+    to distinct ranks (the intra-node one), for an EP group over ``nodes`` nodes.
+
+    Raises
+    ------
+    ConfigError
+        ``node_limit`` nodes hold fewer experts than ``top_k``.
+    """
+    per_node, per_rank = spec.experts // nodes, spec.experts // spec.ep
+    reach = min(spec.node_limit or nodes, nodes)
+    pool = reach * per_node
+    if pool < spec.top_k:
+        raise config_error(spec.source, "node_limit",
+                           f"at least {-(-spec.top_k // per_node)} (top_k={spec.top_k} "
+                           f"experts from nodes of {per_node} experts)", spec.node_limit)
+    return (expected_units(pool, per_node, spec.top_k),
+            expected_units(pool, per_rank, spec.top_k))
+
+
+def exchange(b: Builder, name: str, toward_experts: bool, layer: int, pass_: str,
+             deps: Frontier) -> Frontier:
+    """Append one crossing of a layer's tokens over the EP group: toward the experts (the
+    dispatch, or the backward's gradient of the combine) or back from them."""
+    s, g, k = b.spec, b.groups, b.k
+    if s.dispatcher == "alltoall":
+        return (b.collective(name, "all_to_all", k.dispatch_bytes, g.ep, layer, pass_, deps),)
+    value = FP8_VALUE_BYTES if toward_experts and s.fp8_dispatch else ACT
+    per_copy = k.moe_tokens * s.capacity_factor * s.hidden * value
+    node_copies, rank_copies = deepep_copies(s, g.ep_nodes)
+    stages = [(f"{name}.inter", g.ep_inter, node_copies), (f"{name}.intra", g.ep_intra,
+                                                           rank_copies)]
+    stages = [stage for stage in stages if stage[1]]   # an EP group inside one node: intra
+    if not toward_experts:
+        stages.reverse()
+    for stage_name, dims, copies in stages:
+        deps = (b.collective(stage_name, "all_to_all", round(per_copy * copies), dims, layer,
+                             pass_, deps),)
+    return deps

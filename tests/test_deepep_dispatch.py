@@ -1,0 +1,146 @@
+"""DeepEP's dispatch (``dispatcher: deepep``): a token crosses the scale-out network once per
+node that hosts one of its experts, then reaches each of that node's ranks over NVLink;
+node-limited routing (``node_limit``) and FP8 dispatch (``fp8_dispatch``) shrink it further.
+Checked against a Monte Carlo draw of the routing, by the bytes and dims of the exchanges it
+builds, by what it does to a step, and by its bad specs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import flowsim
+from conftest import assert_spec_refused
+from flowsim.errors import ConfigError
+from flowsim.workload.generators import transformer
+from flowsim.workload.generators.transformer_dispatch import (
+    FP8_VALUE_BYTES,
+    deepep_copies,
+    expected_units,
+)
+from flowsim.workload.generators.transformer_spec import parse_transformer
+
+#: 32 NPUs: four nodes of 8 on a slower second dimension
+NET = {"topology": ["Switch", "Switch"], "npus_count": [8, 4], "bandwidth": [150, 25],
+       "latency": [500, 2000]}
+MOE = dict(layers=2, hidden=512, heads=8, kv_heads=8, sequence=1024, micro_batch=1, vocab=0,
+           experts=64, top_k=8, moe_ffn=256, gated_mlp=True, dp=32, ep=32, global_batch=64)
+
+
+def _drawn(experts: int, top_k: int, unit: int, nodes: int, node_limit: int,
+           per_node: int, draws: int = 20000) -> float:
+    """Mean units a token's experts touch, drawn as node-limited routing draws them: its
+    nodes first (uniformly), then top_k distinct experts among theirs."""
+    rng = np.random.default_rng(7)
+    total = 0
+    for _ in range(draws):
+        chosen = rng.choice(nodes, node_limit, replace=False)
+        pool = (chosen[:, None] * per_node + np.arange(per_node)).ravel()
+        picked = rng.choice(pool, top_k, replace=False)
+        total += len(np.unique(picked // unit))
+    return total / draws
+
+
+@pytest.mark.parametrize("node_limit", [8, 4, 2])
+def test_copies_per_token_match_a_draw_of_the_routing(node_limit):
+    # DeepSeek-V3's shape: 256 experts, top 8, 64 ranks on 8 nodes
+    nodes = _drawn(256, 8, 32, 8, node_limit, 32)
+    ranks = _drawn(256, 8, 4, 8, node_limit, 32)
+    spec = parse_transformer(dict(MOE, experts=256, ep=32, dp=32, dispatcher="deepep",
+                                  node_limit=node_limit), "argument")
+    spec = replace(spec, ep=64)   # 64 ranks: 4 experts per rank
+    got_nodes, got_ranks = deepep_copies(spec, 8)
+    assert got_nodes == pytest.approx(nodes, rel=0.02)
+    assert got_ranks == pytest.approx(ranks, rel=0.02)
+    assert got_nodes <= min(node_limit, 8) and got_ranks <= 8
+
+
+def test_expected_units_at_its_ends():
+    assert expected_units(64, 8, 1) == pytest.approx(1.0)          # one pick: one unit
+    assert expected_units(64, 8, 64) == pytest.approx(8.0)         # every expert: every unit
+    assert expected_units(64, 1, 5) == pytest.approx(5.0)          # units of one: the picks
+
+
+def _exchanges(net, **keys):
+    w = transformer(net, **dict(MOE, **keys))
+    # the first micro-batch's forward through layer 0
+    return [(op.name.split(".", 2)[-1], op.size, op.dims) for op in w.programs[0].ops
+            if op.kind == "collective" and op.collective == "all_to_all"
+            and op.name.startswith("mb0.layer0.") and "_backward" not in op.name]
+
+
+def test_the_exchanges_cross_nodes_once_per_node_then_reach_ranks_inside():
+    net = flowsim.load_network(NET)
+    tokens, hidden = 1024, 512
+    plain = _exchanges(net)
+    assert [name for name, _, _ in plain] == ["dispatch", "combine"]
+    assert {size for _, size, _ in plain} == {tokens * 8 * hidden * 2}
+
+    deep = _exchanges(net, dispatcher="deepep", node_limit=2, dtype="fp8", fp8_dispatch=True)
+    spec = parse_transformer(dict(MOE, dispatcher="deepep", node_limit=2), "argument")
+    to_nodes, to_ranks = deepep_copies(spec, 4)
+    assert [name for name, _, _ in deep] == ["dispatch.inter", "dispatch.intra",
+                                             "combine.intra", "combine.inter"]
+    sizes = [size for _, size, _ in deep]
+    assert sizes == [round(tokens * to_nodes * hidden * FP8_VALUE_BYTES),
+                     round(tokens * to_ranks * hidden * FP8_VALUE_BYTES),
+                     round(tokens * to_ranks * hidden * 2), round(tokens * to_nodes * hidden * 2)]
+    inter, intra = deep[0][2], deep[1][2]
+    assert set(inter).isdisjoint(intra)   # the two stages split the EP group's dims
+    assert to_nodes <= 2 < to_ranks <= 8   # at most node_limit nodes, one copy per rank
+
+
+def test_an_ep_group_inside_one_node_is_the_intra_node_exchange_alone():
+    net = flowsim.load_network(NET)
+    deep = _exchanges(net, dispatcher="deepep", ep=8)
+    assert [name for name, _, _ in deep] == ["dispatch.intra", "combine.intra"]
+    spec = parse_transformer(dict(MOE, ep=8, dispatcher="deepep"), "argument")
+    assert deep[0][1] == round(1024 * deepep_copies(spec, 1)[1] * 512 * 2)
+
+
+def test_deepep_shortens_a_step_whose_experts_span_nodes():
+    spec = {"generator": "transformer", **MOE}
+    times = {}
+    for extra in ({}, {"dispatcher": "deepep"}, {"dispatcher": "deepep", "node_limit": 2}):
+        ds = flowsim.simulate(NET, {**spec, **extra}, "nccl", model="flow")
+        times[tuple(extra.values())] = (float(ds.time_ns), float(ds["compute_ns"].max()))
+    plain, deep, limited = times[()], times[("deepep",)], times[("deepep", 2)]
+    assert plain[1] == deep[1] == limited[1]   # the same compute
+    assert limited[0] < deep[0] < plain[0]     # fewer bytes on the slow dimension
+
+
+@pytest.mark.parametrize("extra, key", [
+    ({"dispatcher": "deepep", "ep": 1}, "dispatcher"),
+    ({"node_limit": 2}, "node_limit"),
+    ({"dispatcher": "deepep", "fp8_dispatch": True}, "fp8_dispatch"),
+    ({"fp8_dispatch": True, "dtype": "fp8"}, "fp8_dispatch"),
+    ({"dispatcher": "ring"}, "dispatcher"),
+])
+def test_bad_specs_name_the_key(extra, key):
+    assert_spec_refused(dict(MOE, **extra), key)
+
+
+def test_a_node_limit_too_small_for_top_k_is_refused_naming_it():
+    net = flowsim.load_network(NET)
+    with pytest.raises(ConfigError, match="'node_limit': expected at least 2"):
+        transformer(net, **dict(MOE, dispatcher="deepep", node_limit=1, top_k=20))
+
+
+def test_megatron_flags_name_deepep_and_node_limited_routing():
+    from flowsim.workload.generators.megatron import megatron_keys
+
+    base = ("--num-layers 2 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 "
+            "--micro-batch-size 1 --global-batch-size 64 --num-experts 64 --moe-router-topk 8 "
+            "--expert-model-parallel-size 32 --bf16 ").split()
+    deep = megatron_keys(base + "--moe-token-dispatcher-type flex --moe-enable-deepep "
+                                "--moe-router-num-groups 4 --moe-router-group-topk 2".split(),
+                         "x")
+    assert (deep["dispatcher"], deep["node_limit"]) == ("deepep", 2)
+    hybrid = megatron_keys(base + ["--moe-token-dispatcher-type", "flex",
+                                   "--moe-flex-dispatcher-backend", "hybridep"], "x")
+    assert hybrid["dispatcher"] == "deepep" and "node_limit" not in hybrid
+    plain = megatron_keys(base + ["--moe-token-dispatcher-type", "alltoall",
+                                  "--moe-router-group-topk", "2"], "x")
+    assert "dispatcher" not in plain and "node_limit" not in plain
