@@ -57,7 +57,8 @@ VALUED = {"num-layers": "layers", "hidden-size": "hidden", "ffn-hidden-size": "f
           "moe-router-topk": "top_k", "moe-ffn-hidden-size": "moe_ffn",
           "moe-shared-expert-intermediate-size": "shared_ffn",
           "moe-expert-capacity-factor": "capacity_factor", "vocab-size": "vocab",
-          "num-virtual-stages-per-pipeline-rank": "vpp", "ddp-bucket-size": "bucket_size"}
+          "num-virtual-stages-per-pipeline-rank": "vpp", "ddp-bucket-size": "bucket_size",
+          "microbatch-group-size-per-virtual-pipeline-stage": "microbatch_group"}
 #: switches: flag -> (transformer key, value)
 SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
             "use-distributed-optimizer": ("distributed_optimizer", True),

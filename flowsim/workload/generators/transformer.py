@@ -80,7 +80,10 @@ Communication:
 * **pipeline parallel** (Narayanan et al. 2021): one program per pipeline rank; activations
   and gradients sent between consecutive virtual stages (sequence-parallel shards, or split
   over the TP ranks and all-gathered on arrival: Megatron's scatter/gather optimisation);
-  ``gpipe``, ``1f1b`` (PipeDream-Flush) or ``interleaved`` with ``vpp`` model chunks per rank;
+  ``gpipe``, ``1f1b`` (PipeDream-Flush) or ``interleaved`` with ``vpp`` model chunks per rank
+  (each chunk runs ``microbatch_group`` micro-batches in a row, ``pp`` unless given:
+  Megatron-Core 0.10's ``--microbatch-group-size-per-virtual-pipeline-stage``, with which the
+  micro-batches need not be a multiple of ``pp``);
   layers laid out ``even``-ly, ``first_last_fewer`` (Llama 3), ``uniform`` (DeepSpeed),
   ``embedding_weighted`` (torchtitan) or as an explicit list;
 * **data parallel** (Megatron-Core's DDP): gradients (FP32 with BF16 or FP8 training, as
@@ -176,7 +179,7 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``shared_ffn``, ``moe_layer_freq`` (every N-th layer a mixture of experts, or a
         list of 0 and 1 per layer), ``capacity_factor``, ``expert_tp``, ``expert_layout``
         (``within_dp``, ``folded``);
-        ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``),
+        ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``), ``microbatch_group``,
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``,
         ``every_other_matmul``), ``recompute_every``, ``recompute_layers``;
         ``distributed_optimizer`` (alias ``zero``), ``fsdp``, ``fsdp_shard``,

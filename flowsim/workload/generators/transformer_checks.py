@@ -165,12 +165,23 @@ def check_consistent(spec: Any) -> None:
          "false without distributed_optimizer (parameters are gathered only when the "
          "optimizer is sharded)", spec.overlap_param_gather)
     m = micro_batches(spec)
-    if spec.interleaved:
-        counted = f"; global_batch / (micro_batch * dp) = {m}" if spec.global_batch else ""
-        need(m % spec.pp == 0, "global_batch" if spec.global_batch else "micro_batches",
+    group = spec.microbatch_group
+    batch_key = "global_batch" if spec.global_batch else "micro_batches"
+    counted = f"; global_batch / (micro_batch * dp) = {m}" if spec.global_batch else ""
+    if spec.interleaved and not group:
+        need(m % spec.pp == 0, batch_key,
              f"a multiple of pp={spec.pp} micro-batches per pipeline with the interleaved "
              f"schedule (Megatron-LM's requirement{counted})",
              spec.global_batch or spec.micro_batches)
+    elif spec.interleaved:   # Megatron-Core's rules for its group (0.10 on)
+        need(spec.pp <= group <= m, "microbatch_group",
+             f"from pp={spec.pp} to the {m} micro-batches per pipeline", group)
+        need(m % group == 0 or m % group >= spec.pp, batch_key,
+             f"micro-batches per pipeline a multiple of microbatch_group={group}, or leaving "
+             f"at least pp={spec.pp} over (Megatron-Core's requirement{counted})",
+             spec.global_batch or spec.micro_batches)
+    else:
+        need(not group, "microbatch_group", "unset without the interleaved schedule", group)
     per_layer = (30 if spec.recompute == "full" else 26 if spec.recompute ==
                  "every_other_matmul" else 22) + \
         (8 if spec.experts else 3) * spec.fsdp + \

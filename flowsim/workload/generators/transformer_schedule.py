@@ -74,8 +74,10 @@ def stage_schedule(spec: TransformerSpec, stage: int) -> list[Unit]:
     (PipeDream-Flush): ``p - stage - 1`` warm-up forwards, then one forward and one backward
     alternately, then the remaining backwards. ``interleaved`` (Narayanan et al. 2021,
     section 2.2.2; Megatron-LM's ``forward_backward_pipelining_with_interleaving``): the
-    ``m v`` chunk passes in groups of ``p`` micro-batches per chunk, ``2 (p - stage - 1) +
-    (v - 1) p`` warm-up forwards, then one forward and one backward alternately.
+    ``m v`` chunk passes in groups of ``g`` micro-batches per chunk (``microbatch_group``,
+    ``p`` by default; Megatron-Core's ``get_schedule_table``: the last group takes what is
+    left), ``2 (p - stage - 1) + (v - 1) g`` warm-up forwards, then one forward and one
+    backward alternately.
     """
     m, p = micro_batches(spec), spec.pp
     if spec.schedule == "gpipe":
@@ -86,14 +88,15 @@ def stage_schedule(spec: TransformerSpec, stage: int) -> list[Unit]:
         for k in range(m - warmup):
             order += [("fwd", 0, warmup + k), ("bwd", 0, k)]
         return order + [("bwd", 0, k) for k in range(m - warmup, m)]
-    v = spec.vpp
+    v, group = spec.vpp, spec.microbatch_group or p
     total = m * v
+    table = [(chunk, mb) for first in range(0, m, group)
+             for chunk in range(v)
+             for mb in range(first, m if first + group >= m else first + group)]
 
     def unit(k: int, forward: bool) -> Unit:
-        chunk = (k % (p * v)) // p
-        if not forward:
-            chunk = v - chunk - 1
-        return ("fwd" if forward else "bwd", chunk, (k // (p * v)) * p + k % p)
+        chunk, mb = table[k]
+        return ("fwd", chunk, mb) if forward else ("bwd", v - chunk - 1, mb)
 
     order = [unit(k, True) for k in range(warmup)]
     for k in range(total - warmup):
@@ -109,7 +112,8 @@ def warmup_forwards(spec: TransformerSpec, stage: int) -> int:
     if spec.schedule == "1f1b":
         warmup, total = p - stage - 1, m
     else:
-        warmup, total = (p - stage - 1) * 2 + (spec.vpp - 1) * p, m * spec.vpp
+        group = spec.microbatch_group or p
+        warmup, total = (p - stage - 1) * 2 + (spec.vpp - 1) * group, m * spec.vpp
     return min(warmup + spec.moe_a2a_overlap, total)
 
 

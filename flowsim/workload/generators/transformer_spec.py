@@ -115,6 +115,10 @@ class TransformerSpec:
     #: ``--expert-tensor-parallel-size``): ``tp`` (its default) or 1; 0 before defaults
     expert_tp: int = 0
     schedule: Schedule = "1f1b"
+    #: with the interleaved schedule, the micro-batches each model chunk runs in a row
+    #: (Megatron-Core's ``--microbatch-group-size-per-virtual-pipeline-stage``, from core
+    #: 0.10); 0: ``pp``, the group of every release before
+    microbatch_group: int = 0
     pipeline_layout: tuple[int, ...] | str = "even"
     recompute: Recompute = "none"
     #: with ``recompute: full``, every N-th layer recomputed (the N-th, 2N-th, ... counted
@@ -250,7 +254,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
         v[key] = _count(values, key, source, default)
     for key in ("micro_batches", "global_batch", "heads", "kv_heads", "head_dim", "ffn",
                 "moe_ffn", "shared_ffn", "vocab", "experts", "top_k", "bucket_size", "window",
-                "expert_tp", "node_limit",
+                "expert_tp", "node_limit", "microbatch_group",
                 "fsdp_shard"):
         v[key] = _count(values, key, source, 0, minimum=0)
     for key in ("gated_mlp", "sp", "overlap_grad_reduce", "overlap_param_gather",
