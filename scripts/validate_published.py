@@ -106,16 +106,21 @@ def spec(row: dict[str, str]) -> dict:
         out["tp_comm_overlap_cfg"] = row["tp_comm_overlap_cfg"]
     for key in ("grad_reduce_in_bf16", "fp8_param_gather", "fsdp", "align_param_gather",
                 "align_grad_reduce", "cross_entropy_fusion",
-                "moe_a2a_overlap"):   # a row's own columns
+                "moe_a2a_overlap", "fp8_dispatch"):   # a row's own columns
         if row.get(key):
             out[key] = _BOOL[row[key]]
     for key in ("head_dim", "moe_ffn", "shared_ffn", "expert_tp", "window",
-                "recompute_layers"):   # a row's own columns; else the generator's defaults
+                "recompute_layers", "node_limit",
+                "microbatch_group"):   # a row's own columns; else the generator's defaults
         if row.get(key):
             out[key] = int(row[key])
     for key in ("moe_layer_freq", "window_skip_freq"):   # Megatron-LM's list expressions
         if row.get(key):
             out[key] = row[key]
+    if row.get("dispatcher"):   # a row's own column; else Megatron-Core's all-to-all
+        out["dispatcher"] = row["dispatcher"]
+    if row.get("mla"):   # multi-head latent attention's widths, as "key=value;..."
+        out["mla"] = {k: int(v) for k, v in (item.split("=") for item in row["mla"].split(";"))}
     if row.get("bucket_size"):   # a row's own column; else Megatron-Core's default
         out["bucket_size"] = int(row["bucket_size"])
     # GPT ties them, Llama does not; a row's own column (Nemotron-4: untied) wins
