@@ -5,6 +5,7 @@ the documentation's table is generated from them."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -51,6 +52,15 @@ def test_every_column_that_names_a_spec_key_reaches_the_spec():
             if row[key] in ("", None):
                 continue
             value = getattr(spec, key)
+            if key == "mla":   # "name=width;..." -> multi-head latent attention's widths
+                widths = dict(item.split("=") for item in row[key].split(";"))
+                assert {k: str(v) for k, v in dataclasses.asdict(value).items()} == widths
+                continue
+            if key == "moe_layer_freq":   # Megatron-LM's expression, "[0]*3+[1]*58" only
+                runs = [part.split("]*") for part in row[key].split("+")]
+                assert value == tuple(int(v.strip("[")) for v, n in runs
+                                      for _ in range(int(n))), row["run"]
+                continue
             expected = (vp._BOOL[row[key]] if isinstance(value, bool)
                         else type(value)(row[key]) if isinstance(value, (int, float))
                         else row[key])
