@@ -144,3 +144,24 @@ def test_megatron_flags_name_deepep_and_node_limited_routing():
     plain = megatron_keys(base + ["--moe-token-dispatcher-type", "alltoall",
                                   "--moe-router-group-topk", "2"], "x")
     assert "dispatcher" not in plain and "node_limit" not in plain
+
+
+def test_a_nemo_config_names_deepep_as_megatron_lms_flags_do():
+    import warnings
+
+    from flowsim.workload.generators.nemo import nemo_keys
+
+    model = {"mcore_gpt": True, "num_layers": 2, "hidden_size": 256, "ffn_hidden_size": 1024,
+             "num_attention_heads": 8, "encoder_seq_length": 128, "micro_batch_size": 1,
+             "global_batch_size": 32, "expert_model_parallel_size": 16,
+             "num_moe_experts": 64, "moe_router_topk": 8, "moe_token_dispatcher_type": "flex",
+             "moe_enable_deepep": True, "moe_router_num_groups": 2,
+             "moe_router_group_topk": 1}
+    config = {"trainer": {"num_nodes": 2, "devices": 8, "precision": "bf16"}, "model": model}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        keys = nemo_keys(config, "nemo.yml")
+        plain = nemo_keys({**config, "model": {**model, "moe_token_dispatcher_type":
+                                               "alltoall"}}, "nemo.yml")
+    assert (keys["dispatcher"], keys["node_limit"]) == ("deepep", 1)
+    assert "dispatcher" not in plain and "node_limit" not in plain

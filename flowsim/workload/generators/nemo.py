@@ -194,7 +194,13 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
     if fsdp and sharding not in ("full", "hybrid", "grad"):
         left.append(f"model.fsdp_sharding_strategy {sharding} (priced as Megatron's DDP)")
     dispatcher = model.get("moe_token_dispatcher_type", "allgather")
-    if keys.get("experts") and dispatcher != "alltoall":
+    backend = model.get("moe_flex_dispatcher_backend", "deepep")
+    if dispatcher == "flex" and backend in ("deepep", "hybridep") and keys.get("experts") \
+            and keys.get("ep", 1) > 1:   # as Megatron-LM's flags (megatron.py)
+        keys["dispatcher"] = "deepep"
+        if model.get("moe_router_group_topk"):   # groups taken to be the EP group's nodes
+            keys["node_limit"] = model["moe_router_group_topk"]
+    elif keys.get("experts") and dispatcher != "alltoall":
         left.append(f"model.moe_token_dispatcher_type {dispatcher} (priced as alltoall)")
     if left:
         warnings.warn(f"{where}: not modelled, left out: {', '.join(left)}", FlowsimWarning,
