@@ -165,3 +165,35 @@ def test_a_nemo_config_names_deepep_as_megatron_lms_flags_do():
                                                "alltoall"}}, "nemo.yml")
     assert (keys["dispatcher"], keys["node_limit"]) == ("deepep", 1)
     assert "dispatcher" not in plain and "node_limit" not in plain
+
+
+def test_deepep_needs_whole_nodes_whole_experts_and_a_limit_within_the_nodes():
+    # an EP group of 6 ranks over nodes of 8 GPUs laid 2 by 2: uneven parts of two nodes
+    uneven = flowsim.load_network({"topology": ["Switch", "Switch"], "npus_count": [8, 3],
+                                   "bandwidth": [150, 25], "latency": [500, 2000]})
+    with pytest.raises(ConfigError, match="'dispatcher': expected alltoall when the expert"):
+        transformer(uneven, **dict(MOE, tp=2, dp=12, ep=6, expert_tp=1, experts=12,
+                                   global_batch=24, dispatcher="deepep"))
+    net = flowsim.load_network(NET)
+    with pytest.raises(ConfigError, match="'node_limit': expected at most the 4 nodes"):
+        transformer(net, **dict(MOE, dispatcher="deepep", node_limit=5))
+    assert_spec_refused(dict(MOE, tp=2, dp=16, ep=16, expert_tp=2, global_batch=32,
+                             dispatcher="deepep"), "expert_tp")
+
+
+def test_device_limited_routing_is_not_read_as_a_node_limit():
+    import warnings
+
+    from flowsim.workload.generators.megatron import megatron_keys
+
+    base = ("--num-layers 2 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 "
+            "--micro-batch-size 1 --global-batch-size 64 --num-experts 64 --moe-router-topk 8 "
+            "--expert-model-parallel-size 32 --bf16 --moe-token-dispatcher-type flex ").split()
+    with pytest.warns(flowsim.FlowsimWarning, match="device-limited routing"):
+        keys = megatron_keys(base + "--moe-router-num-groups 32 --moe-router-group-topk 3"
+                             .split(), "x")
+    assert keys["dispatcher"] == "deepep" and "node_limit" not in keys
+    with warnings.catch_warnings(), pytest.raises(
+            ConfigError, match="'--moe-router-num-groups': expected a whole number"):
+        warnings.simplefilter("ignore")
+        megatron_keys(base + ["--moe-router-group-topk", "2"], "x")

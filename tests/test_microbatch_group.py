@@ -82,3 +82,15 @@ def test_megatrons_flag_names_the_group():
                           "--num-virtual-stages-per-pipeline-rank 2 --bf16 "
                           "--microbatch-group-size-per-virtual-pipeline-stage 5").split(), "x")
     assert keys["microbatch_group"] == 5
+
+
+def test_fewer_micro_batches_than_stages_name_the_batch():
+    assert_spec_refused(dict(BASE, micro_batches=2, microbatch_group=4), "micro_batches")
+
+
+def test_megatrons_group_flag_without_virtual_stages_is_ignored_as_megatron_does():
+    keys = megatron_keys(("--num-layers 8 --hidden-size 256 --num-attention-heads 4 "
+                          "--seq-length 512 --micro-batch-size 1 --global-batch-size 8 "
+                          "--pipeline-model-parallel-size 4 --bf16 "
+                          "--microbatch-group-size-per-virtual-pipeline-stage 5").split(), "x")
+    assert "microbatch_group" not in keys

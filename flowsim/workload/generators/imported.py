@@ -218,3 +218,28 @@ def recompute_method_keys(method: Any, count: Any, where: str,
     warnings.warn(f"{where}: {names[0]} {method} {names[1]} {count}: priced as every layer "
                   "recomputed", FlowsimWarning, stacklevel=5)
     return {}
+
+
+def node_limit(groups: Any, group_topk: Any, keys: Mapping[str, Any], where: str,
+               names: tuple[str, str]) -> int:
+    """``node_limit`` from Megatron-Core's group-limited routing (``names``: its number of
+    groups and the groups a token may use), with the groups taken to be the expert-parallel
+    group's nodes, as Megatron-Core's node-limited routing sets them; 0 without a limit
+    flowsim can price (none given, or a group per rank or finer: device-limited routing, in
+    a warning)."""
+    if group_topk is None:
+        return 0
+    numbers = []
+    for name, value in zip(names, (groups, group_topk)):
+        try:
+            numbers.append(int(value))
+        except (TypeError, ValueError):
+            raise config_error(where, name, f"a whole number (Megatron-Core needs both "
+                               f"{names[0]} and {names[1]})", value) from None
+    groups, limit = numbers
+    if groups >= keys.get("ep", 1):
+        warnings.warn(f"{where}: {names[1]} {limit} of {groups} groups: device-limited routing "
+                      "(a group per expert-parallel rank or finer) is priced without its limit",
+                      FlowsimWarning, stacklevel=5)
+        return 0
+    return limit

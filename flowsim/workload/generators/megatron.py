@@ -38,6 +38,7 @@ from .imported import (
     ImportedSpec,
     causal_window,
     cp_comm_type,
+    node_limit,
     parse_imported,
     position_embedding,
     read_beside,
@@ -57,8 +58,7 @@ VALUED = {"num-layers": "layers", "hidden-size": "hidden", "ffn-hidden-size": "f
           "moe-router-topk": "top_k", "moe-ffn-hidden-size": "moe_ffn",
           "moe-shared-expert-intermediate-size": "shared_ffn",
           "moe-expert-capacity-factor": "capacity_factor", "vocab-size": "vocab",
-          "num-virtual-stages-per-pipeline-rank": "vpp", "ddp-bucket-size": "bucket_size",
-          "microbatch-group-size-per-virtual-pipeline-stage": "microbatch_group"}
+          "num-virtual-stages-per-pipeline-rank": "vpp", "ddp-bucket-size": "bucket_size"}
 #: switches: flag -> (transformer key, value)
 SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
             "use-distributed-optimizer": ("distributed_optimizer", True),
@@ -91,7 +91,8 @@ SPECIAL = ("num-layers-per-virtual-pipeline-stage", "recompute-granularity", "fp
            "use-megatron-fsdp", "data-parallel-sharding-strategy", "position-embedding-type",
            "use-rotary-position-embeddings", "moe-layer-freq", "multi-latent-attention",
            "window-size", "window-attn-skip-freq", "cp-comm-type", "moe-enable-deepep",
-           "moe-flex-dispatcher-backend", "moe-router-group-topk", *MLA_FLAGS)
+           "moe-flex-dispatcher-backend", "moe-router-group-topk", "moe-router-num-groups",
+           "microbatch-group-size-per-virtual-pipeline-stage", *MLA_FLAGS)
 #: every flag this module reads (with Megatron-DeepSpeed's and Megatron-LM's older ones)
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL + megatron_deepspeed.FLAGS
 #: flags taking several values (argparse's ``nargs='+'``) -> their values (what follows them
@@ -253,6 +254,10 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
         keys.update(recompute_method_keys(flags.get("recompute-method"),
                                           flags.get("recompute-num-layers"), where,
                                           ("--recompute-method", "--recompute-num-layers")))
+    group = flags.get("microbatch-group-size-per-virtual-pipeline-stage")
+    if group is not None and keys.get("vpp", 1) > 1:   # Megatron ignores it otherwise
+        keys["microbatch_group"] = _number(
+            group, "microbatch-group-size-per-virtual-pipeline-stage", where)
     if flags.get("transformer-impl") == "local":   # Megatron's own layers: no fused attention
         keys["attention"] = "unfused"
     dispatcher = flags.get("moe-token-dispatcher-type", "allgather")
@@ -265,9 +270,11 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
     if dispatcher == "flex" and backend in ("deepep", "hybridep") and keys.get("experts") \
             and keys.get("ep", 1) > 1:
         keys["dispatcher"] = "deepep"
-        if flags.get("moe-router-group-topk") is not None:   # groups taken to be the nodes
-            keys["node_limit"] = _number(flags["moe-router-group-topk"],
-                                         "moe-router-group-topk", where)
+        limit = node_limit(flags.get("moe-router-num-groups"),
+                           flags.get("moe-router-group-topk"), keys, where,
+                           ("--moe-router-num-groups", "--moe-router-group-topk"))
+        if limit:
+            keys["node_limit"] = limit
     elif keys.get("experts") and dispatcher != "alltoall" and "deepspeed" not in flags:
         warnings.warn(f"{where}: --moe-token-dispatcher-type {dispatcher}: priced as the "
                       "all-to-all dispatcher", FlowsimWarning, stacklevel=4)

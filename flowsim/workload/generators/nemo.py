@@ -57,6 +57,7 @@ from .imported import (
     ImportedSpec,
     causal_window,
     cp_comm_type,
+    node_limit,
     parse_imported,
     position_embedding,
     recompute_method_keys,
@@ -198,8 +199,11 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
     if dispatcher == "flex" and backend in ("deepep", "hybridep") and keys.get("experts") \
             and keys.get("ep", 1) > 1:   # as Megatron-LM's flags (megatron.py)
         keys["dispatcher"] = "deepep"
-        if model.get("moe_router_group_topk"):   # groups taken to be the EP group's nodes
-            keys["node_limit"] = model["moe_router_group_topk"]
+        limit = node_limit(model.get("moe_router_num_groups"),
+                           model.get("moe_router_group_topk"), keys, where,
+                           ("model.moe_router_num_groups", "model.moe_router_group_topk"))
+        if limit:
+            keys["node_limit"] = limit
     elif keys.get("experts") and dispatcher != "alltoall":
         left.append(f"model.moe_token_dispatcher_type {dispatcher} (priced as alltoall)")
     if left:

@@ -69,6 +69,9 @@ Communication:
   are all-gathered over TP before the experts and their output reduce-scattered after
   (sequence parallelism is implied, as Megatron-Core requires it with MoE and TP); with
   ``expert_tp: 1`` every TP rank holds whole experts and sends its own tokens.
+  ``dispatcher: deepep`` is DeepEP's dispatch instead: once per node over the scale-out
+  network, then over NVLink to the ranks (:mod:`.transformer_dispatch`, with ``node_limit``
+  and ``fp8_dispatch``).
   ``expert_layout: folded`` is Megatron-Core 0.10's MoE parallel folding: the EP ranks are
   the first ``ep`` of the CP x DP ranks (of the TP x CP x DP ranks with ``expert_tp: 1``), so
   they take the CP ranks first, or the TP ranks (and ``ep`` may exceed ``dp``); without

@@ -136,6 +136,8 @@ def check_consistent(spec: Any) -> None:
     if spec.dispatcher == "deepep":
         need(spec.ep > 1, "dispatcher", "alltoall without expert parallelism (ep > 1)",
              spec.dispatcher)
+        need(spec.expert_tp == 1, "expert_tp", "1 with dispatcher deepep (flowsim prices "
+             "DeepEP for whole experts per rank)", spec.expert_tp)
     need(not spec.node_limit or spec.dispatcher == "deepep", "node_limit",
          "0 unless dispatcher is deepep (the all-to-all dispatcher sends every routed copy "
          "wherever its node is)", spec.node_limit)
@@ -174,6 +176,8 @@ def check_consistent(spec: Any) -> None:
              f"schedule (Megatron-LM's requirement{counted})",
              spec.global_batch or spec.micro_batches)
     elif spec.interleaved:   # Megatron-Core's rules for its group (0.10 on)
+        need(m >= spec.pp, batch_key, f"at least pp={spec.pp} micro-batches per pipeline "
+             f"with the interleaved schedule{counted}", spec.global_batch or spec.micro_batches)
         need(spec.pp <= group <= m, "microbatch_group",
              f"from pp={spec.pp} to the {m} micro-batches per pipeline", group)
         need(m % group == 0 or m % group >= spec.pp, batch_key,

@@ -58,11 +58,14 @@ def deepep_copies(spec, nodes: int) -> tuple[float, float]:
     Raises
     ------
     ConfigError
-        ``node_limit`` nodes hold fewer experts than ``top_k``.
+        ``node_limit`` exceeds the nodes, or its nodes hold fewer experts than ``top_k``.
     """
     per_node, per_rank = spec.experts // nodes, spec.experts // spec.ep
-    reach = min(spec.node_limit or nodes, nodes)
-    pool = reach * per_node
+    if spec.node_limit > nodes:
+        raise config_error(spec.source, "node_limit",
+                           f"at most the {nodes} nodes the expert-parallel group spans "
+                           f"(0: any)", spec.node_limit)
+    pool = (spec.node_limit or nodes) * per_node
     if pool < spec.top_k:
         raise config_error(spec.source, "node_limit",
                            f"at least {-(-spec.top_k // per_node)} (top_k={spec.top_k} "

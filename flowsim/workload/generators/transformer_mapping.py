@@ -67,15 +67,22 @@ def map_groups(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[
         tp, cp, ep, shard, replicate, pp = owned
         groups = _groups(spec, tp, cp, ep, shard + replicate, replicate)
     if spec.dispatcher == "deepep":
-        groups = _by_node(view, groups)
+        groups = _by_node(view, groups, spec)
     return view, groups, pp
 
 
-def _by_node(view: Any, groups: Groups) -> Groups:
+def _by_node(view: Any, groups: Groups, spec: TransformerSpec) -> Groups:
     """``groups`` with the EP dims split where DeepEP splits its exchanges: inside a node (a
     logical dim within the network's first dimension, its scale-up domain) and across."""
+    touched = getattr(view, "touched", None)   # a straddling view: the dims each spans
+    if touched is not None and any(len(touched[d]) > 1 for d in groups.ep):
+        raise config_error(spec.source, "dispatcher",
+                           "alltoall when the expert-parallel group holds uneven parts of "
+                           "nodes (DeepEP splits it at node boundaries: tp, cp and ep that "
+                           f"divide the {int(view.base.dims[0])} GPUs of a node, or multiples "
+                           "of it)", spec.dispatcher)
+
     def inside(dim: int) -> bool:
-        touched = getattr(view, "touched", None)   # a straddling view: the dims it spans
         if touched is not None:
             return tuple(touched[dim]) == (0,)
         return getattr(view, "parents", tuple(range(len(view.dims))))[dim] == 0
