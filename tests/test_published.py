@@ -165,3 +165,29 @@ def test_the_weak_scaling_table_is_the_record_s():
             for column in ("published_s", "predicted_s"):
                 got.append(100 * (float(b[column]) / float(a[column]) - 1))
         assert quoted == pytest.approx(got, abs=0.051), name
+
+
+def test_the_bundled_deepseek_v3_workload_is_its_published_row():
+    """``workloads/deepseek_v3.yml`` (the Hugging Face config plus the run's keys) parses to
+    the spec the validation row predicts."""
+    import warnings
+
+    import yaml
+
+    from flowsim.workload.generators.huggingface import huggingface_keys
+    from flowsim.workload.generators.transformer_spec import parse_transformer
+
+    path = ROOT / "workloads" / "deepseek_v3.yml"
+    values = yaml.safe_load(path.read_text())
+    values.pop("generator")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # multi-token prediction, not priced
+        keys = {**huggingface_keys(values.pop("config"), str(path)), **values}
+    bundled = parse_transformer(keys, str(path))
+    row = vp.parsed_spec(next(r for r in ROWS if r["run"] == "deepseek_v3_2048gpu"))
+    differ = {f.name for f in dataclasses.fields(bundled)
+              if f.compare and getattr(bundled, f.name) != getattr(row, f.name)}
+    # the row spells the layout out, the workload names it; the row's cluster names the device
+    assert differ <= {"pipeline_layout", "device"}, differ
+    from flowsim.workload.generators.transformer_schedule import layer_counts
+    assert layer_counts(bundled) == layer_counts(row)
