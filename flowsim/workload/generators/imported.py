@@ -220,6 +220,20 @@ def recompute_method_keys(method: Any, count: Any, where: str,
     return {}
 
 
+def deepep_keys(dispatcher: Any, backend: Any, groups: Any, group_topk: Any,
+                keys: Mapping[str, Any], where: str, names: tuple[str, str]
+                ) -> dict[str, Any] | None:
+    """The keys of Megatron-Core's flex dispatcher with its DeepEP or HybridEP backend
+    (``dispatcher: deepep``, and ``node_limit`` from its group-limited routing, ``names``:
+    the flags or keys of its groups), or None for another dispatcher (or no experts to
+    dispatch across ranks)."""
+    if dispatcher != "flex" or backend not in ("deepep", "hybridep") or \
+            not keys.get("experts") or keys.get("ep", 1) <= 1:
+        return None
+    limit = node_limit(groups, group_topk, keys, where, names)
+    return {"dispatcher": "deepep", **({"node_limit": limit} if limit else {})}
+
+
 def node_limit(groups: Any, group_topk: Any, keys: Mapping[str, Any], where: str,
                names: tuple[str, str]) -> int:
     """``node_limit`` from Megatron-Core's group-limited routing (``names``: its number of
@@ -240,6 +254,6 @@ def node_limit(groups: Any, group_topk: Any, keys: Mapping[str, Any], where: str
     if groups >= keys.get("ep", 1):
         warnings.warn(f"{where}: {names[1]} {limit} of {groups} groups: device-limited routing "
                       "(a group per expert-parallel rank or finer) is priced without its limit",
-                      FlowsimWarning, stacklevel=5)
+                      FlowsimWarning, stacklevel=6)
         return 0
     return limit

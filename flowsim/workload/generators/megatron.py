@@ -38,7 +38,7 @@ from .imported import (
     ImportedSpec,
     causal_window,
     cp_comm_type,
-    node_limit,
+    deepep_keys,
     parse_imported,
     position_embedding,
     read_beside,
@@ -266,15 +266,11 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
                            "--overlap-moe-expert-parallel-comm", dispatcher)
     # the flex dispatcher's DeepEP and HybridEP backends (the default backend, or the
     # switch of the releases before the backend flag)
-    backend = flags.get("moe-flex-dispatcher-backend", "deepep")
-    if dispatcher == "flex" and backend in ("deepep", "hybridep") and keys.get("experts") \
-            and keys.get("ep", 1) > 1:
-        keys["dispatcher"] = "deepep"
-        limit = node_limit(flags.get("moe-router-num-groups"),
-                           flags.get("moe-router-group-topk"), keys, where,
-                           ("--moe-router-num-groups", "--moe-router-group-topk"))
-        if limit:
-            keys["node_limit"] = limit
+    deep = deepep_keys(dispatcher, flags.get("moe-flex-dispatcher-backend", "deepep"),
+                       flags.get("moe-router-num-groups"), flags.get("moe-router-group-topk"),
+                       keys, where, ("--moe-router-num-groups", "--moe-router-group-topk"))
+    if deep is not None:
+        keys.update(deep)
     elif keys.get("experts") and dispatcher != "alltoall" and "deepspeed" not in flags:
         warnings.warn(f"{where}: --moe-token-dispatcher-type {dispatcher}: priced as the "
                       "all-to-all dispatcher", FlowsimWarning, stacklevel=4)

@@ -57,7 +57,7 @@ from .imported import (
     ImportedSpec,
     causal_window,
     cp_comm_type,
-    node_limit,
+    deepep_keys,
     parse_imported,
     position_embedding,
     recompute_method_keys,
@@ -195,15 +195,12 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
     if fsdp and sharding not in ("full", "hybrid", "grad"):
         left.append(f"model.fsdp_sharding_strategy {sharding} (priced as Megatron's DDP)")
     dispatcher = model.get("moe_token_dispatcher_type", "allgather")
-    backend = model.get("moe_flex_dispatcher_backend", "deepep")
-    if dispatcher == "flex" and backend in ("deepep", "hybridep") and keys.get("experts") \
-            and keys.get("ep", 1) > 1:   # as Megatron-LM's flags (megatron.py)
-        keys["dispatcher"] = "deepep"
-        limit = node_limit(model.get("moe_router_num_groups"),
-                           model.get("moe_router_group_topk"), keys, where,
-                           ("model.moe_router_num_groups", "model.moe_router_group_topk"))
-        if limit:
-            keys["node_limit"] = limit
+    deep = deepep_keys(dispatcher, model.get("moe_flex_dispatcher_backend", "deepep"),
+                       model.get("moe_router_num_groups"), model.get("moe_router_group_topk"),
+                       keys, where,
+                       ("model.moe_router_num_groups", "model.moe_router_group_topk"))
+    if deep is not None:
+        keys.update(deep)
     elif keys.get("experts") and dispatcher != "alltoall":
         left.append(f"model.moe_token_dispatcher_type {dispatcher} (priced as alltoall)")
     if left:
