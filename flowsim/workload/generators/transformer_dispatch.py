@@ -31,6 +31,7 @@ backward's gradient of the combine); the combine and the dispatch's gradient sta
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from ...errors import config_error
@@ -38,6 +39,7 @@ from .transformer_shapes import ACT
 
 if TYPE_CHECKING:
     from .transformer_overlap import Builder, Frontier
+    from .transformer_spec import TransformerSpec
 
 #: bytes of one value sent in FP8: the value and its share of a 1 x 128 tile's FP32 scale
 FP8_VALUE_BYTES = 1 + 4 / 128
@@ -51,9 +53,11 @@ def expected_units(pool: int, unit: int, picks: int) -> float:
     return pool / unit * (1.0 - missed)
 
 
-def deepep_copies(spec, nodes: int) -> tuple[float, float]:
-    """Copies of a token DeepEP sends per token: to distinct nodes (the inter-node stage) and
-    to distinct ranks (the intra-node one), for an EP group over ``nodes`` nodes.
+@lru_cache(maxsize=64)   # asked for every exchange of every layer and micro-batch
+def deepep_copies(spec: TransformerSpec, nodes: int) -> tuple[float, float]:
+    """The copies of each token DeepEP sends, on average: one per distinct node (the
+    inter-node stage) and one per distinct rank (the intra-node one), for an EP group over
+    ``nodes`` nodes.
 
     Raises
     ------
