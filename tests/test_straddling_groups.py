@@ -16,6 +16,7 @@ from flowsim.topology import view as view_module
 from flowsim.topology.view import (
     LogicalView,
     StraddlingView,
+    base_dims,
     logical_view,
     straddling_view,
     touched_dims,
@@ -126,3 +127,15 @@ def test_one_node_split_into_groups_takes_a_plain_string_algorithm_everywhere():
     lists = flowsim.simulate(net, spec, listed)
     assert float(plain.time_ns) == float(lists.time_ns) > 0
 
+
+
+def test_base_dims_name_the_network_dims_a_logical_dim_spans():
+    base = flowsim.load_network(THREE_NODES)          # [8, 3]
+    assert [base_dims(base, d) for d in range(2)] == [(0,), (1,)]
+    cut, _ = logical_view(base, (2, 4, 3))            # [2, 4 | 3]: two pieces of dim 0
+    assert isinstance(cut, LogicalView)
+    assert [base_dims(cut, d) for d in range(3)] == [(0,), (0,), (1,)]
+    # 2 x 6 x 2: the 6 hold parts of two nodes; the outer 2 (NPUs 12 apart: GPU 0 of node 0
+    # and GPU 4 of node 1) differ in both dims
+    uneven, _ = straddling_view(base, (2, 6, 2))
+    assert [base_dims(uneven, d) for d in range(3)] == [(0,), (0, 1), (0, 1)]

@@ -202,6 +202,17 @@ class LogicalView(LogicalGrid):
         return self.base.tile_first_instance(per_link)
 
 
+def base_dims(network, dim: int) -> tuple[int, ...]:
+    """The dimensions of the network under ``network`` along which the members of a group of
+    logical dimension ``dim`` differ: the dimension itself on a network seen as it is, its
+    parent in a :class:`LogicalView`, the ones it spans in a :class:`StraddlingView`."""
+    if isinstance(network, StraddlingView):
+        return tuple(network.touched[dim])
+    if isinstance(network, LogicalView):
+        return (network.parents[dim],)
+    return (dim,)
+
+
 def touched_dims(base, dims: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     """For each logical dimension of sizes ``dims`` (mixed radix over the NPU ids, the first
     fastest), the dimensions of ``base`` along which its groups' members differ.

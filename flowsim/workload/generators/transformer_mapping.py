@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConfigError, config_error
-from ...topology.view import logical_view
+from ...topology.view import base_dims, logical_view
 from .transformer_checks import _where, folds_experts
 from .transformer_passes import Groups
 from .transformer_spec import TransformerSpec
@@ -72,23 +72,17 @@ def map_groups(network: Any, spec: TransformerSpec) -> tuple[Any, Groups, tuple[
 
 
 def _by_node(view: Any, groups: Groups, spec: TransformerSpec) -> Groups:
-    """``groups`` with the EP dims split where DeepEP splits its exchanges: inside a node (a
-    logical dim within the network's first dimension, its scale-up domain) and across."""
-    touched = getattr(view, "touched", None)   # a straddling view: the dims each spans
-    if touched is not None and any(len(touched[d]) > 1 for d in groups.ep):
+    """``groups`` with the EP dims split where DeepEP splits its exchanges: inside a node (the
+    network's first dimension, its scale-up domain) and across nodes."""
+    spans = {d: base_dims(view, d) for d in groups.ep}
+    if any(len(s) > 1 for s in spans.values()):
         raise config_error(spec.source, "dispatcher",
                            "alltoall when the expert-parallel group holds uneven parts of "
                            "nodes (DeepEP splits it at node boundaries: tp, cp and ep that "
                            f"divide the {int(view.base.dims[0])} GPUs of a node, or multiples "
                            "of it)", spec.dispatcher)
-
-    def inside(dim: int) -> bool:
-        if touched is not None:
-            return tuple(touched[dim]) == (0,)
-        return getattr(view, "parents", tuple(range(len(view.dims))))[dim] == 0
-
-    intra = tuple(d for d in groups.ep if inside(d))
-    inter = tuple(d for d in groups.ep if not inside(d))
+    intra = tuple(d for d in groups.ep if spans[d] == (0,))
+    inter = tuple(d for d in groups.ep if spans[d] != (0,))
     nodes = math.prod(int(view.dims[d]) for d in inter)
     return replace(groups, ep_intra=intra, ep_inter=inter, ep_nodes=nodes)
 

@@ -79,7 +79,7 @@ def stage_schedule(spec: TransformerSpec, stage: int) -> list[Unit]:
     left), ``2 (p - stage - 1) + (v - 1) g`` warm-up forwards, then one forward and one
     backward alternately.
     """
-    m, p = micro_batches(spec), spec.pp
+    m = micro_batches(spec)
     if spec.schedule == "gpipe":
         return [("fwd", 0, k) for k in range(m)] + [("bwd", 0, k) for k in range(m)]
     warmup = warmup_forwards(spec, stage)
@@ -88,7 +88,7 @@ def stage_schedule(spec: TransformerSpec, stage: int) -> list[Unit]:
         for k in range(m - warmup):
             order += [("fwd", 0, warmup + k), ("bwd", 0, k)]
         return order + [("bwd", 0, k) for k in range(m - warmup, m)]
-    v, group = spec.vpp, spec.microbatch_group or p
+    v, group = spec.vpp, spec.interleave_group
     total = m * v
     table = [(chunk, mb) for first in range(0, m, group)
              for chunk in range(v)
@@ -112,8 +112,8 @@ def warmup_forwards(spec: TransformerSpec, stage: int) -> int:
     if spec.schedule == "1f1b":
         warmup, total = p - stage - 1, m
     else:
-        group = spec.microbatch_group or p
-        warmup, total = (p - stage - 1) * 2 + (spec.vpp - 1) * group, m * spec.vpp
+        warmup = (p - stage - 1) * 2 + (spec.vpp - 1) * spec.interleave_group
+        total = m * spec.vpp
     return min(warmup + spec.moe_a2a_overlap, total)
 
 

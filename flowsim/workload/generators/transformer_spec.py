@@ -204,6 +204,11 @@ class TransformerSpec:
     def interleaved(self) -> bool:
         return self.vpp > 1
 
+    @property
+    def interleave_group(self) -> int:
+        """Micro-batches each model chunk runs in a row: ``microbatch_group``, else ``pp``."""
+        return self.microbatch_group or self.pp
+
     def is_windowed(self, layer: int) -> bool:
         """Whether ``layer`` attends through the sliding window (else to every key)."""
         pattern = self.window_skip_freq
