@@ -110,7 +110,10 @@ def _fwd_bwd_tflops(device, seq: int, head_dim: int, causal: bool) -> float:
 def test_head_dimension_64_follows_flashattention_2_s_figures(name, causal):
     """At head dimension 64 FlashAttention-2 runs at 0.88 of its rate at 128; the model
     priced that way is within 12% of the figures at every length, and below the rate it
-    gives at 128 (the figures' own order)."""
+    gives at 128 (the figures' own order). The 0.88 is the mean of these figures' ratios at
+    16K tokens, so 512 to 8K are the check; 12% is the model's own spread at 128 (within 11%
+    of the same figures), not a margin fitted here (the worst point is 11.6%, A100 without
+    the mask at 512 tokens)."""
     device = flowsim.compute.device(name)
     for seq, measured in zip(LENGTHS, FORWARD_BACKWARD_64[name, causal]):
         modelled = _fwd_bwd_tflops(device, seq, 64, causal)
@@ -132,7 +135,9 @@ FORWARD_OTHER_DIMS = {
 
 @pytest.mark.parametrize("implementation, head_dim, causal", sorted(FORWARD_OTHER_DIMS))
 def test_forward_at_head_dimensions_64_and_256(implementation, head_dim, causal):
-    """Both kernels at both other head dimensions, 4K tokens and longer: within 10%."""
+    """Both kernels at both other head dimensions, 4K tokens and longer: within 10% (the
+    worst, 9.1%, cuDNN at 256 with the mask at 4K). The 16K points are those the ratios
+    were read at; 4K and 8K are the check."""
     device = flowsim.compute.device("h100")
     for seq, measured in zip((4096, 8192, 16384), FORWARD_OTHER_DIMS[implementation,
                                                                       head_dim, causal]):
