@@ -220,6 +220,18 @@ def test_a_setting_the_transformer_refuses_names_the_config_s_key():
         flowsim.simulate({"cluster": {"device": "h100", "nodes": 1}}, spec, "nccl")
 
 
+def test_a_default_is_not_said_to_be_read_from_the_config():
+    """A config without key-value heads takes its query heads: an error on them names no
+    config key it did not hold."""
+    config = {k: v for k, v in LLAMA3_8B.items() if k != "num_key_value_heads"}
+    spec = {"generator": "huggingface", "config": config, **RUN, "heads": 48,
+            "global_batch": 8}
+    with pytest.raises(ConfigError, match=r"key 'kv_heads': expected a divisor of heads=48"
+                                          r".*, found 32$") as refused:
+        flowsim.simulate({"cluster": {"device": "h100", "nodes": 1}}, spec, "nccl")
+    assert "read from" not in str(refused.value)
+
+
 def test_per_layer_patterns_follow_a_layer_count_given_beside():
     """DeepSeek-V3 cut to 6 layers keeps its rule: 3 dense layers, then mixtures of experts."""
     spec = {"generator": "huggingface", "config": DEEPSEEK_V3, "layers": 6, "sequence": 1024,

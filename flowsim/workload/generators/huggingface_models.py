@@ -128,9 +128,11 @@ class Reader:
 
     def take(self, target: str, *keys: str, default: Any = ..., minimum: int = 1) -> Any:
         """Transformer key ``target`` from the first of ``keys`` the config holds (an
-        integer, as :meth:`integer` reads it), its name recorded."""
+        integer, as :meth:`integer` reads it), its name recorded (a default is not the
+        config's: no name)."""
         key = self.held(*keys)
-        self.names[target] = self.prefix + key
+        if self.data.get(key) is not None:
+            self.names[target] = self.prefix + key
         return self.integer(key, default, minimum=minimum)
 
     def name(self, target: str, settings: str) -> None:
