@@ -21,19 +21,17 @@ fast at 16K. The paper has no causal backward figure: the backward is taken to l
 same fraction.
 
 The device presets' rates are measured at head dimension 128. Other head dimensions run at
-another rate (:data:`HEAD_DIM_RATE`: smaller ones do less matmul work per score against the
-same softmax work, larger ones fit smaller blocks on chip), and a kernel is compiled for
-some dimensions only, the rest padded up to the next (:func:`padded_head_dim`) and paying
-for the padding.
+another rate (:mod:`.attention_kernels`: smaller ones do less matmul work per score against
+the same softmax work, larger ones fit smaller blocks on chip), and a kernel is compiled for
+some dimensions only, the rest padded up to the next and paying for the padding.
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..workload.kernels import Attention
+from .attention_kernels import head_dim_efficiency
 from .devices import Device
 
 #: queries per thread block
@@ -42,41 +40,6 @@ BLOCK_Q = 128
 KV_OVERHEAD = 198
 #: a causal kernel's rate over its unmasked rate, at long sequences (fitted: module docstring)
 CAUSAL_EFFICIENCY = 0.975
-
-#: a kernel's rate at a head dimension over its rate at 128 (linear in between, held beyond
-#: the ends), at 16K tokens, from published speed figures. ``flash2``, FlashAttention-2: at
-#: 64 the mean of the forward-plus-backward ratios of Dao, "FlashAttention-2" (arXiv
-#: 2307.08691), Figure 4 on A100 (176 / 203 without the mask, 171 / 189 with it) and of
-#: the same benchmark on H100 in the flash-attention repository
-#: (``assets/flash2_h100_fwd_bwd_benchmark.png``: 296 / 338, 284 / 328); at 256 the mean of
-#: the forward ratios of Shah et al., "FlashAttention-3" (arXiv 2407.08608) on H100
-#: (326 / 370, 298 / 335; the repository's ``assets/flash3_fp16_fwd.png``). ``cudnn``,
-#: cuDNN's fused attention: the same figure's forward ratios (64: 413 / 595, 388 / 539;
-#: 256: 581 / 595, 509 / 539), its backward taken to lose the same fraction. The ratio
-#: barely moves with the sequence length in these figures (FlashAttention-2 at 64 over 128:
-#: 0.86-0.91 from 512 to 16K tokens).
-HEAD_DIM_RATE = {
-    "flash2": ((64, 0.878), (128, 1.0), (256, 0.885)),
-    "cudnn": ((64, 0.707), (128, 1.0), (256, 0.960)),
-}
-
-
-def padded_head_dim(kernel: str, head_dim: int) -> int:
-    """The head dimension ``kernel`` runs ``head_dim`` at: FlashAttention-2 rounds it up to a
-    multiple of 32 up to 128 and of 64 beyond, the dimensions it is compiled for
-    (``flash_api.cpp``, ``round_multiple(head_size, head_size <= 128 ? 32 : 64)``); cuDNN
-    takes any multiple of 8."""
-    step = 8 if kernel == "cudnn" else (32 if head_dim <= 128 else 64)
-    return -(-head_dim // step) * step
-
-
-def head_dim_efficiency(kernel: str, head_dim: int) -> float:
-    """The rate at ``head_dim`` over the rate at 128, counting only the FLOPs of the real
-    dimension (a padded kernel computes the padding too)."""
-    padded = padded_head_dim(kernel, head_dim)
-    dims, rates = zip(*HEAD_DIM_RATE[kernel])
-    return float(np.interp(padded, dims, rates)) * head_dim / padded
-
 
 def attention_ns(device: Device, attention: Attention) -> float:
     """Time of ``attention`` on ``device`` (ns), plus a kernel launch."""

@@ -51,6 +51,7 @@ from types import MappingProxyType
 
 from ..device_names import ALIASES, preset_name
 from ..errors import config_error
+from .attention_kernels import ATTENTION_KERNELS
 
 #: The calibrated constant of the compute model: kernels in a training job run at this
 #: fraction of what the kernel model (MAMF-derived GEMM tiles, published attention and
@@ -66,9 +67,6 @@ from ..errors import config_error
 #: unchanged.
 SUSTAINED = 0.8
 
-#: the fused-attention kernels a preset's rates can measure (each has its head-dimension
-#: rates in :data:`flowsim.compute.attention.HEAD_DIM_RATE`)
-ATTENTION_KERNELS = ("flash2", "cudnn")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,7 +98,7 @@ class Device:
     attention_kernel : str
         Which kernel ``attention_forward`` and ``_backward`` measure: ``flash2``
         (FlashAttention-2) or ``cudnn`` (cuDNN's fused attention); it sets how the rate
-        changes with the head dimension (:data:`flowsim.compute.attention.HEAD_DIM_RATE`).
+        changes with the head dimension (:data:`flowsim.compute.attention_kernels.HEAD_DIMS`).
     flash2_forward, flash2_backward : float
         The same for FlashAttention-2 on a device whose best kernel is newer (0: the device's
         best kernel is FlashAttention-2).
