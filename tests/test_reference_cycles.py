@@ -57,3 +57,18 @@ def test_building_a_transformer_leaves_its_ops_to_reference_counting(variant):
 def test_a_simulation_leaves_its_ops_to_reference_counting(model):
     cycles = _left_in_cycles(lambda: flowsim.simulate(TWO_NODES, SPEC, "nccl", model=model))
     assert cycles == 0, f"{cycles} objects were left in cycles by one run"
+
+
+def test_a_weak_callback_passes_keywords_and_says_when_its_object_is_gone():
+    from flowsim._weak import weak_method
+
+    class Owner:
+        def add(self, a, *, b=0):
+            return a + b
+
+    owner = Owner()
+    call = weak_method(owner.add)
+    assert call(1, b=2) == 3
+    del owner
+    with pytest.raises(ReferenceError, match="Owner.add"):
+        call(1)
