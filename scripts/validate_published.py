@@ -87,6 +87,11 @@ def spec(row: dict[str, str]) -> dict:
     elif layers % (pp * vpp):
         base, extra = divmod(layers, pp * vpp)   # the first stages take one layer more
         out["pipeline_layout"] = [base + (i < extra) for i in range(pp * vpp)]
+    if row.get("pipeline_layout"):   # a row's own layers per virtual stage (a list expression)
+        from flowsim.workload.generators.transformer_values import list_expression
+
+        out["pipeline_layout"] = list_expression(row["pipeline_layout"], "pipeline_layout",
+                                                 row["run"], "layers per virtual stage")
     for key in ("sp", "distributed_optimizer", "gated_mlp", "scatter_gather"):
         out[key] = _BOOL[row[key]]
     out["recompute"] = row["recompute"]
@@ -110,8 +115,8 @@ def spec(row: dict[str, str]) -> dict:
         if row.get(key):
             out[key] = _BOOL[row[key]]
     for key in ("head_dim", "moe_ffn", "shared_ffn", "expert_tp", "window",
-                "recompute_layers", "node_limit",
-                "microbatch_group"):   # a row's own columns; else the generator's defaults
+                "recompute_layers", "node_limit", "microbatch_group",
+                "mtp_layers"):   # a row's own columns; else the generator's defaults
         if row.get(key):
             out[key] = int(row[key])
     for key in ("moe_layer_freq", "window_skip_freq"):   # Megatron-LM's list expressions

@@ -105,8 +105,8 @@ def test_a_chunk_window_attends_as_many_keys_as_the_chunks(chunk, chunks, rest):
 
 
 def test_glm_4_5_is_deepseek_s_layout_with_grouped_query_attention():
-    with pytest.warns(FlowsimWarning, match="num_nextn_predict_layers.*not priced"):
-        keys = huggingface_keys(GLM_45, "s")
+    keys = huggingface_keys(GLM_45, "s")
+    assert keys["mtp_layers"] == 1   # num_nextn_predict_layers
     assert keys["moe_layer_freq"] == [0] * 3 + [1] * 89
     assert (keys["experts"], keys["top_k"], keys["moe_ffn"], keys["shared_ffn"]) == \
         (160, 8, 1536, 1536)

@@ -10,7 +10,10 @@ FLOPs the way that publication did; :data:`CONVENTIONS` names them.
     July 2024): ``12 B s L h^2 [(1 + g/a + s/h) q/h + (f/h) k_e m_g + V / (2 L h)]`` with ``g``
     key/value heads of ``a``, ``q`` the query projection width, ``k_e`` experts per token
     (1 for a dense model), ``m_g = 3/2`` for a gated (SwiGLU) MLP, ``V`` the vocabulary (and,
-    from r0.10, ``(f_s/h) m_g`` in the brackets for shared experts of width ``f_s``): every
+    from r0.10, ``(f_s/h) m_g`` in the brackets for shared experts of width ``f_s``; with
+    ``D`` multi-token prediction depths, as later releases count them, ``L + D`` layers,
+    ``V (1 + D)`` in the logits' term and ``D (h^2 + 3h/2) / (L + D) h^2`` for their projections
+    and norms): every
     GEMM three times (forward, data and weight gradients), attention over the whole score
     matrix, the logits layer, no recomputation.
 ``narayanan_eq3``
@@ -50,6 +53,11 @@ class ModelShape:
         Inner width of the shared experts (0: none), which every token passes.
     dense_layers, dense_ffn : int
         Layers of a mixture of experts whose MLP is dense instead, and its inner width.
+    mtp_layers : int
+        Multi-token prediction depths, each a layer of the last layer's kind with a
+        ``2h x h`` projection, three norms and logits of its own.
+    mtp_dense : bool
+        The last layer (so each depth's) has a dense MLP in a mixture of experts.
     mla : tuple of int, optional
         Multi-head latent attention's ``(q_lora_rank, kv_lora_rank, qk_head_dim,
         qk_pos_emb_head_dim, v_head_dim)`` (None: standard attention).
@@ -74,7 +82,19 @@ class ModelShape:
     shared_ffn: int = 0
     dense_layers: int = 0
     dense_ffn: int = 0
+    mtp_layers: int = 0
+    mtp_dense: bool = False
     mla: tuple[int, int, int, int, int] | None = None
+
+    @property
+    def all_layers(self) -> int:
+        """The transformer layers, the multi-token prediction depths' included."""
+        return self.layers + self.mtp_layers
+
+    @property
+    def all_dense_layers(self) -> int:
+        """The dense layers of a mixture of experts, the depths' included."""
+        return self.dense_layers + (self.mtp_layers if self.mtp_dense else 0)
 
     @property
     def parameters(self) -> float:
@@ -93,11 +113,13 @@ class ModelShape:
             mlp = mlp * self.experts + h * self.experts   # experts and the router
             mlp += (3 if self.gated_mlp else 2) * h * self.shared_ffn
         embeddings = self.vocab * h * (1 if self.tied_embeddings else 2)
-        if self.dense_layers:
+        embeddings += self.mtp_layers * (2 * h * h + 3 * h)   # the depths' projections, norms
+        layers, dense_layers = self.all_layers, self.all_dense_layers
+        if dense_layers:
             dense = (3 if self.gated_mlp else 2) * h * self.dense_ffn
-            return (self.layers * (attention + 2 * h) + (self.layers - self.dense_layers) * mlp
-                    + self.dense_layers * dense + embeddings)
-        return self.layers * (attention + mlp + 2 * h) + embeddings
+            return (layers * (attention + 2 * h) + (layers - dense_layers) * mlp
+                    + dense_layers * dense + embeddings)
+        return layers * (attention + mlp + 2 * h) + embeddings
 
 
 def megatron(shape: ModelShape) -> float:
@@ -107,8 +129,9 @@ def megatron(shape: ModelShape) -> float:
     experts = shape.top_k if shape.experts else 1
     gated = 1.5 if shape.gated_mlp else 1.0
     mlp = shape.ffn / h * experts * gated + shape.shared_ffn / h * gated
-    if shape.dense_layers:   # later releases count dense and MoE layers apart
-        moe = (shape.layers - shape.dense_layers) / shape.layers
+    layers = shape.all_layers   # the depths' layers counted as layers (as from core 0.14)
+    if shape.all_dense_layers:   # later releases count dense and MoE layers apart
+        moe = (layers - shape.all_dense_layers) / layers
         mlp = moe * mlp + (1 - moe) * shape.dense_ffn / h * gated
     attention = (1 + shape.kv_heads / shape.heads + shape.sequence / h) * q / h
     if shape.mla is not None:   # Megatron-LM's MLA terms, the scores counted whole as above
@@ -117,10 +140,12 @@ def megatron(shape: ModelShape) -> float:
         projections = ((ql * (h + a * (qk + r) + 1) if ql else h * a * (qk + r))
                        + kl * (h + a * (qk + v) + 1) + h * r + a * v * h)
         attention = (projections + shape.sequence * a * (qk + r + v)) / (2 * h * h)
+    depths = shape.mtp_layers
     per = (attention
            + mlp
-           + shape.vocab / (2 * shape.layers * h))
-    return 12.0 * shape.global_batch * shape.sequence * shape.layers * h * h * per
+           + shape.vocab * (1 + depths) / (2 * layers * h)   # the logits, each depth's too
+           + depths * (h + 1.5) / (layers * h))   # the depths' projections and norms
+    return 12.0 * shape.global_batch * shape.sequence * layers * h * h * per
 
 
 def narayanan_eq3(shape: ModelShape) -> float:
@@ -133,10 +158,11 @@ def narayanan_eq3(shape: ModelShape) -> float:
 def palm(shape: ModelShape) -> float:
     """PaLM's model FLOPs: ``6 N`` per token plus attention (``12 L h s`` per token)."""
     tokens = shape.global_batch * shape.sequence
-    attention = 12.0 * shape.layers * shape.heads * shape.head_dim * shape.sequence
+    layers = shape.all_layers
+    attention = 12.0 * layers * shape.heads * shape.head_dim * shape.sequence
     if shape.mla is not None:   # query and key heads, value heads: their mean width
         _, _, qk, r, v = shape.mla
-        attention = 6.0 * shape.layers * shape.heads * (qk + r + v) * shape.sequence
+        attention = 6.0 * layers * shape.heads * (qk + r + v) * shape.sequence
     return (6.0 * shape.parameters + attention) * tokens
 
 

@@ -48,8 +48,9 @@ by ``model_type`` (the config's own key, which decides the modules the library b
   ``shared_expert_intermediate_size``, ``decoder_sparse_step`` and ``mlp_only_layers``;
   DeepSeek-V2 / V3's ``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``
   and multi-head latent attention (``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
-  ``qk_rope_head_dim``, ``v_head_dim``); its multi-token prediction layers are not priced
-  (a warning says so); DeepSeek-V3.2 (``deepseek_v32``) as V3 whose attention reads the
+  ``qk_rope_head_dim``, ``v_head_dim``) and its multi-token prediction depths
+  (``num_nextn_predict_layers``: ``mtp_layers``, which the run's keys can set to 0);
+  DeepSeek-V3.2 (``deepseek_v32``) as V3 whose attention reads the
   ``index_topk`` keys its indexer picks (priced as a window of that many keys; the indexer
   not priced, a warning says so); GLM-4.5's (``glm4_moe``) DeepSeek layout with
   grouped-query attention (``first_k_dense_replace`` 1 by default); OLMoE's

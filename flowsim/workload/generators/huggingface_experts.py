@@ -90,7 +90,8 @@ def glm_moe_keys(read: Reader) -> tuple[dict[str, Any], Rules]:
 def _first_dense(read: Reader, *, experts: str, shared: str,
                  first_default: int) -> tuple[dict[str, Any], Rules]:
     """DeepSeek's and GLM's experts: every ``moe_layer_freq``-th layer after the first
-    ``first_k_dense_replace`` a mixture; a multi-token prediction layer warned of."""
+    ``first_k_dense_replace`` a mixture; ``num_nextn_predict_layers`` multi-token
+    prediction depths."""
     width = read.take("moe_ffn", "moe_intermediate_size")
     first = read.integer("first_k_dense_replace", first_default, minimum=0)
     freq = read.integer("moe_layer_freq", 1)
@@ -99,11 +100,10 @@ def _first_dense(read: Reader, *, experts: str, shared: str,
         "experts": read.take("experts", experts, "num_local_experts"),
         "top_k": read.take("top_k", "num_experts_per_tok"),
         "moe_ffn": width,
-        "shared_ffn": read.take("shared_ffn", shared, default=0, minimum=0) * width}
-    if read.integer("num_nextn_predict_layers", 0, minimum=0):
-        warnings.warn(f"{read.where}: key 'num_nextn_predict_layers' (multi-token "
-                      "prediction) is not priced: the model's main layers only",
-                      FlowsimWarning, stacklevel=7)
+        "shared_ffn": read.take("shared_ffn", shared, default=0, minimum=0) * width,
+        # the checkpoint's multi-token prediction modules, which the model trained with
+        "mtp_layers": read.take("mtp_layers", "num_nextn_predict_layers", default=0,
+                                minimum=0)}
     return keys, {"moe_layer_freq": lambda layers: [
         int(i >= first and i % freq == 0) for i in range(layers)]}
 

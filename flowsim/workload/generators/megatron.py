@@ -58,7 +58,8 @@ VALUED = {"num-layers": "layers", "hidden-size": "hidden", "ffn-hidden-size": "f
           "moe-router-topk": "top_k", "moe-ffn-hidden-size": "moe_ffn",
           "moe-shared-expert-intermediate-size": "shared_ffn",
           "moe-expert-capacity-factor": "capacity_factor", "vocab-size": "vocab",
-          "num-virtual-stages-per-pipeline-rank": "vpp", "ddp-bucket-size": "bucket_size"}
+          "num-virtual-stages-per-pipeline-rank": "vpp", "ddp-bucket-size": "bucket_size",
+          "mtp-num-layers": "mtp_layers"}
 #: switches: flag -> (transformer key, value)
 SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
             "use-distributed-optimizer": ("distributed_optimizer", True),
@@ -104,7 +105,7 @@ NUMBER_LISTS = ("num-experts",)
 UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
               "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
               "account-for-loss-in-pipeline-split", "moe-grouped-gemm",
-              "moe-shared-expert-overlap", "mtp-num-layers",
+              "moe-shared-expert-overlap",
               "num-distributed-optimizer-instances", "disable-tp-comm-overlap-ag",
               "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by", "no-rope-fusion")
 #: ``--position-embedding-type``'s choices in Megatron-LM (and ``alibi``, BigScience's fork's:

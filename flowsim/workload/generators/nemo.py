@@ -19,10 +19,10 @@ What is read, by NeMo key (``model.`` omitted): the shape (``num_layers``, ``hid
 ``expert_model_parallel_size``, ``virtual_pipeline_model_parallel_size``,
 ``sequence_parallel``), the experts (``num_moe_experts``, ``moe_router_topk``,
 ``moe_expert_capacity_factor``, ``moe_shared_expert_intermediate_size``,
-``moe_layer_freq``), multi-latent attention (``multi_latent_attention`` with
-``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim``),
-sliding windows (``window_size``, ``window_attn_skip_freq``), recomputation
-(``activations_checkpoint_granularity``),
+``moe_layer_freq``), multi-token prediction (``mtp_num_layers``), multi-latent attention
+(``multi_latent_attention`` with ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``,
+``qk_pos_emb_head_dim``, ``v_head_dim``), sliding windows (``window_size``,
+``window_attn_skip_freq``), recomputation (``activations_checkpoint_granularity``),
 precision (``trainer.precision``, ``fp8``, ``fp8_params``), ``ub_tp_comm_overlap``
 (NeMo's userbuffers
 settings, or Transformer Engine's defaults without ``ub_tp_comm_overlap_cfg``; off without
@@ -72,7 +72,7 @@ NUMBERS = {"num_layers": "layers", "hidden_size": "hidden", "ffn_hidden_size": "
            "context_parallel_size": "cp", "expert_model_parallel_size": "ep",
            "virtual_pipeline_model_parallel_size": "vpp", "num_moe_experts": "experts",
            "moe_router_topk": "top_k", "moe_expert_capacity_factor": "capacity_factor",
-           "moe_shared_expert_intermediate_size": "shared_ffn"}
+           "moe_shared_expert_intermediate_size": "shared_ffn", "mtp_num_layers": "mtp_layers"}
 #: ``optim.name`` of NeMo's distributed optimizers (ZeRO-1: sharded states, reduce-scattered
 #: gradients, all-gathered parameters)
 DISTRIBUTED_OPTIMIZERS = ("distributed_fused_adam", "mcore_distributed_optim")

@@ -54,7 +54,7 @@ _PARALLEL = ("tensor_model_parallel_size", "pipeline_model_parallel_size",
              "expert_model_parallel_size", "sequence_parallel")
 _MODEL = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
           "num_query_groups", "kv_channels", "num_moe_experts", "moe_router_topk",
-          "window_size", "cp_comm_type")
+          "window_size", "cp_comm_type", "mtp_num_layers")
 #: NeMo 2 config paths flowsim reads, by block
 READ = {
     "trainer.strategy": (*_PARALLEL, "expert_tensor_parallel_size",

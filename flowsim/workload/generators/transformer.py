@@ -14,7 +14,9 @@ back to) on every layer or, with ``window_skip_freq``, on the layers it names; w
 embedding on the first virtual stage and the output layer with its cross entropy on the last
 (the vocabulary padded to a multiple of ``128 t`` as Megatron-LM pads it; the cross entropy's
 passes over the FP32 logits as Megatron-Core's steps make them, fewer with
-``cross_entropy_fusion``). An iteration runs
+``cross_entropy_fusion``); ``mtp_layers`` multi-token prediction depths (DeepSeek-V3's MTP
+modules: each a layer of the last layer's kind with its own embedding lookup, projection and
+logits, on the last stage; :mod:`.transformer_mtp`). An iteration runs
 ``global_batch`` sequences of ``sequence`` tokens in micro-batches of ``micro_batch``
 (``global_batch / (micro_batch dp)`` micro-batches per pipeline).
 
@@ -180,7 +182,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``vpp``,
         ``sp``; ``experts``, ``top_k``, ``moe_ffn``,
         ``shared_ffn``, ``moe_layer_freq`` (every N-th layer a mixture of experts, or a
-        list of 0 and 1 per layer), ``capacity_factor``, ``expert_tp``, ``expert_layout``
+        list of 0 and 1 per layer), ``mtp_layers`` (multi-token prediction depths),
+        ``capacity_factor``, ``expert_tp``, ``expert_layout``
         (``within_dp``, ``folded``);
         ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``), ``microbatch_group``,
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``,
@@ -206,8 +209,9 @@ def transformer(network: Any, **values: Any) -> Workload:
     Returns
     -------
     Workload
-        One program per pipeline rank; per-layer rows ``layer0 ...`` then ``embedding``,
-        ``logits`` (with a vocabulary) and ``optimizer``.
+        One program per pipeline rank; per-layer rows ``layer0 ...``, ``mtp0 ...`` (the
+        multi-token prediction depths), then ``embedding``, ``logits`` (with a vocabulary)
+        and ``optimizer``.
 
     Raises
     ------
@@ -299,5 +303,7 @@ def model_shape(spec: TransformerSpec) -> ModelShape:
                       top_k=spec.top_k or 1, tied_embeddings=spec.tied_embeddings,
                       shared_ffn=spec.shared_ffn, dense_ffn=spec.ffn,
                       mla=None if spec.mla is None else astuple(spec.mla),
+                      mtp_layers=spec.mtp_layers,
+                      mtp_dense=bool(spec.experts) and not spec.is_moe(spec.layers),
                       dense_layers=spec.layers - sum(spec.moe_layer_freq)
                       if isinstance(spec.moe_layer_freq, tuple) and spec.moe_layer_freq else 0)

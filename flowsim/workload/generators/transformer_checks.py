@@ -59,6 +59,8 @@ def check_consistent(spec: Any) -> None:
         need(spec.attention != "unfused", "attention", "flash or flash2" + why, spec.attention)
         need(not spec.tp_comm_overlap or spec.tp == 1, "tp_comm_overlap", "false" + why,
              spec.tp_comm_overlap)
+    need(not spec.mtp_layers or spec.vocab > 0, "mtp_layers", "0 without a vocabulary (a "
+         "multi-token prediction layer embeds tokens and predicts them)", spec.mtp_layers)
     need(spec.recompute_every == 1 or spec.recompute == "full", "recompute_every",
          "1 unless recompute is full (it picks the layers full recomputation re-runs)",
          spec.recompute_every)

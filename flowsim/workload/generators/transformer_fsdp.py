@@ -2,7 +2,8 @@
 parameters are all-gathered and its gradients reduce-scattered, as PyTorch FSDP2 and
 torchtitan run them (see :mod:`.transformer`, "fully sharded data parallel").
 
-A *unit* is a transformer layer (``layer<i>``), the embedding or the output layer
+A *unit* is a transformer layer (``layer<i>``; a multi-token prediction depth's is
+``layer<layers + j>``), the embedding or the output layer
 (``logits``; the embedding's unit when the two are one tied weight on one stage). The
 stage's program asks before a unit's compute (:meth:`FullySharded.unshard`) and tells after
 its forward and its backward (:meth:`~FullySharded.after_forward`,
@@ -49,9 +50,8 @@ class FullySharded:
 
     def _parameters(self, unit: str) -> tuple[float, float, float]:
         """(dense, expert, dense weights kept in FP8) parameters of a unit."""
-        if unit.startswith("layer"):
-            k = self.k.of_layer(int(unit[len("layer"):]))
-            return k.dense_parameters, k.expert_parameters, k.dense_parameters
+        if unit.startswith("layer"):   # a layer's, or a multi-token prediction depth's
+            return self.k.unit_parameters(int(unit[len("layer"):]))
         return self.k.vocab_parameters, 0.0, 0.0
 
     def unshard(self, unit: str, name: str, layer: int, pass_: str, x: Frontier) -> Frontier:

@@ -245,6 +245,44 @@ class LayerKernels(ExpertKernels):
         """Weights of the rank's share of the embedding (or of the output layer)."""
         return self.vocab_shard * self.spec.hidden
 
+    # ------------------------------------------------------------------ multi-token prediction
+    # (Megatron-Core's ``MultiTokenPredictionLayer``: the next tokens' embedding and the
+    # hidden state normed, concatenated and projected from 2h to h by a column-parallel
+    # linear layer, Transformer Engine's, so FP8 in FP8 training)
+    @cached_property
+    def mtp_inputs(self) -> tuple[Kernel, ...]:
+        """The two norms (embedding, hidden state) and their concatenation."""
+        return (*self.norm, *self.norm,
+                elementwise(4 * self.n_sp * self.spec.hidden * ACT, "mtp_concat"))
+
+    @cached_property
+    def mtp_inputs_backward(self) -> tuple[Kernel, ...]:
+        return (*self.norm_backward, *self.norm_backward,
+                elementwise(4 * self.n_sp * self.spec.hidden * ACT, "mtp_split"))
+
+    @cached_property
+    def mtp_projection(self) -> tuple[Kernel, ...]:
+        h = self.spec.hidden
+        return self._linear(h // self.spec.tp, 2 * h)
+
+    @cached_property
+    def mtp_projection_dgrad(self) -> tuple[Kernel, ...]:
+        h, t = self.spec.hidden, self.spec.tp
+        return (*self._cast(self.n * h // t), self._gemm(self.n, 2 * h, h // t))
+
+    @cached_property
+    def mtp_projection_wgrad(self) -> tuple[Kernel, ...]:
+        h = self.spec.hidden
+        return (self._gemm(h // self.spec.tp, 2 * h, self.n),)
+
+    @property
+    def mtp_weights(self) -> int:
+        """Weights of the rank's share of one depth outside its transformer layer: the
+        projection (``2 h x h``, split over TP) and three norms (embedding, hidden state,
+        output)."""
+        h = self.spec.hidden
+        return 2 * h * h // self.spec.tp + 3 * h
+
     # ------------------------------------------------------------------ parameters
     @cached_property
     def dense_parameters(self) -> int:
@@ -255,6 +293,21 @@ class LayerKernels(ExpertKernels):
         if s.shared_ffn:
             mlp += (3 if s.gated_mlp else 2) * h * (s.shared_ffn // s.tp)
         return self.attention_parameters + mlp + 2 * h
+
+    def unit_parameters(self, layer: int) -> tuple[int, int, int]:
+        """(dense, expert, dense weights FP8 training keeps in FP8) of the rank's share of
+        ``layer``; a multi-token prediction depth's (``layer >= layers``) with its projection
+        and norms, the first depth's also with its own copy of the embedding where its stage
+        has none (untied, on another stage: Megatron-Core builds one for MTP)."""
+        s, k = self.spec, self.of_layer(layer)
+        dense, expert = k.dense_parameters, k.expert_parameters
+        if layer < s.layers:
+            return dense, expert, dense
+        fp8 = dense + 2 * s.hidden * s.hidden // s.tp
+        dense += self.mtp_weights
+        if layer == s.layers and not s.tied_embeddings and s.pp * s.vpp > 1:
+            dense += self.vocab_parameters
+        return dense, expert, fp8
 
     @property
     def attention_parameters(self) -> int:

@@ -21,7 +21,8 @@ dropouts and block inputs (else they are replicated: ``n h (10 + 24 / t)``). Unf
 attention adds the score matrix's softmax, dropout mask and dropout output (``5 a s n``;
 selective recomputation drops it); full recomputation keeps only each layer's input (``2 n
 h``, split by sequence parallelism) and one layer's activations at a time. The output layer
-keeps its logits in FP32 for the cross entropy. How many micro-batches a stage holds comes
+keeps its logits in FP32 for the cross entropy, and so does each multi-token prediction
+depth, beside its layer's activations and its inputs'. How many micro-batches a stage holds comes
 from the schedule it runs (1F1B's warm-up, the interleaved schedule's extra chunks).
 
 Left out: the CUDA context and library workspaces (about 1 GB), communication buffers
@@ -83,9 +84,9 @@ def stage_memory(program: StageProgram) -> StageMemory:
     optimizer = OPTIMIZER_BYTES * shards
     if spec.fsdp:
         if spec.pp == 1:   # the largest unit gathered and the next one prefetched
-            unit = max(max(k.of_layer(i).dense_parameters + k.of_layer(i).expert_parameters
-                           for i in range(spec.layers)) if spec.moe_layer_freq else
-                       k.dense_parameters + k.expert_parameters,
+            layers = range(spec.layers + spec.mtp_layers) if spec.moe_layer_freq or \
+                spec.mtp_layers else range(1)   # all alike without either
+            unit = max(max(sum(k.unit_parameters(i)[:2]) for i in layers),
                        k.vocab_parameters if spec.vocab else 0)
             per_param = weights / params
             weights = per_param * (shards + 2 * unit)
@@ -100,10 +101,12 @@ def _activations(program: StageProgram) -> float:
     spec = program.spec
     chunk_layers, transient = _chunk_activations(program)
     logits = LOGITS_BYTES * program.k.n * program.k.vocab_shard if spec.vocab else 0
+    # the last stage's logits, and its multi-token prediction depths'
+    top = logits + spec.mtp_layers * (_depth_activations(program) + logits)
 
-    def kept(chunk: int) -> float:   # a micro-batch's, the last stage's logits included
+    def kept(chunk: int) -> float:   # a micro-batch's
         last = virtual_stage(spec, program.ctx.stage, chunk) == program.last_vs
-        return chunk_layers[chunk] + (logits if last else 0)
+        return chunk_layers[chunk] + (top if last else 0)
 
     held = dict.fromkeys(range(spec.vpp), 0)
     peak = 0.0
@@ -117,6 +120,17 @@ def _activations(program: StageProgram) -> float:
             now += chunk_layers[chunk] / max(1, len(program.layers[chunk])) - kept(chunk)
         peak = max(peak, now)
     return peak + transient
+
+
+def _depth_activations(program: StageProgram) -> float:
+    """Bytes one multi-token prediction depth keeps per micro-batch besides its logits: its
+    layer's (of the last layer's kind) and its inputs' (the two norms' inputs and their
+    concatenation, the projection's input; under full recomputation the embedding and the
+    hidden state only)."""
+    spec, k = program.spec, program.k
+    per_layer, _ = _layer_activations(program, moe=spec.is_moe(spec.layers))
+    inputs = (2 if spec.recompute == "full" else 4) * ACT * k.n * spec.hidden
+    return per_layer + inputs / (spec.tp if spec.sp else 1)
 
 
 def _chunk_activations(program: StageProgram) -> tuple[dict[int, float], float]:

@@ -1,8 +1,10 @@
 """One pipeline stage's program for one training iteration: its schedule of forward and
-backward passes over micro-batches and model chunks, the pipeline sends and receives between
-virtual stages, the data-parallel gradient collectives in buckets, the optimizer step and the
-distributed optimizer's parameter all-gathers; or, with ``fsdp``, fully sharded data
-parallelism's per-layer parameter all-gathers and gradient reduce-scatters."""
+backward passes over micro-batches and model chunks (the last virtual stage's with the
+multi-token prediction depths: :mod:`.transformer_mtp`), the pipeline sends and receives
+between virtual stages (:mod:`.transformer_p2p`), the data-parallel gradient collectives in
+buckets, the optimizer step and the distributed optimizer's parameter all-gathers; or, with
+``fsdp``, fully sharded data parallelism's per-layer parameter all-gathers and gradient
+reduce-scatters."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from .transformer_combined import beside, paired_forwards
 from .transformer_fsdp import FullySharded
 from .transformer_mapping import StageContext
 from .transformer_mla import layer_kernels
+from .transformer_mtp import MultiTokenPrediction
+from .transformer_p2p import PipelineMessages
 from .transformer_passes import Frontier, PassBuilder
 from .transformer_schedule import (
     layer_counts,
@@ -41,9 +45,11 @@ def optimizer_step(parameters: float) -> tuple[Kernel, ...]:
 
 
 def layer_names(spec: TransformerSpec) -> list[str]:
-    """The per-layer breakdown's rows: the transformer layers, then the embedding and the
-    output layer (with a vocabulary) and the optimizer step."""
-    names = [f"layer{i}" for i in range(spec.layers)]
+    """The per-layer breakdown's rows: the transformer layers, the multi-token prediction
+    depths, then the embedding and the output layer (with a vocabulary) and the optimizer
+    step."""
+    names = [f"layer{i}" for i in range(spec.layers)] + [f"mtp{j}" for j in
+                                                          range(spec.mtp_layers)]
     if spec.vocab:
         names += ["embedding", "logits"]
     return names + ["optimizer"]
@@ -56,6 +62,7 @@ class StageProgram:
         self.spec, self.ctx = spec, ctx
         self.k = layer_kernels(spec)
         self.b = PassBuilder(spec, ctx.groups, self.k)
+        self.p2p = PipelineMessages(self.b, self.k, ctx)
         counts = layer_counts(spec)
         starts = [sum(counts[:i]) for i in range(len(counts))]
         self.layers = {c: range(starts[vs], starts[vs] + counts[vs]) for c in range(spec.vpp)
@@ -78,6 +85,9 @@ class StageProgram:
         self.ready_grads: dict[int, list[tuple[tuple[float, float], Frontier]]] = {}
         #: fully sharded data parallelism's gathers and reductions (nothing without fsdp)
         self.fsdp = FullySharded(spec, ctx, self.b, self.k, self.grad_bytes, self.grad_ops)
+        #: the multi-token prediction depths, on the last virtual stage (none without them)
+        self.mtp = MultiTokenPrediction(self.b, self.k, self.gathers, self.fsdp,
+                                        self.row["logits"]) if spec.mtp_layers else None
 
     # ------------------------------------------------------------------ the whole stage
     def build(self) -> list[Op]:
@@ -153,8 +163,8 @@ class StageProgram:
         x: Frontier = ()
         first = self.layers[chunk][0] if len(self.layers[chunk]) else self.row["optimizer"]
         if before is not None:
-            x = self._receive(f"{tag}.recv_activation", before, self._tag(m, vs - 1, 0), first,
-                              "fwd")
+            x = self.p2p.receive(f"{tag}.recv_activation", before, self.p2p.tag(m, vs - 1, 0),
+                                 first, "fwd")
         carry: tuple = ()
         if vs == 0 and spec.vocab:
             row = self.row["embedding"]
@@ -175,13 +185,16 @@ class StageProgram:
             x = self.gathers.reach("logits", x)
             x = self.fsdp.unshard(self.fsdp.logits_unit(), f"{tag}.logits", row, "fwd", x)
             x = (b.compute(f"{tag}.final_norm", carry + k.norm, row, "fwd", x),)
+            if self.mtp is not None:
+                self.mtp.forward(tag, x)
             x = b.tp_block(f"{tag}.logits", k.logits, row, "fwd", x, gather=True, reduce=False)
             self.fsdp.after_forward(self.fsdp.logits_unit())
         elif carry:
             x = (b.compute(f"{tag}.residual", carry, self.layers[chunk][-1], "fwd", x),)
         if after is not None:
-            self._send(f"{tag}.send_activation", after, self._tag(m, vs, 0),
-                       self.layers[chunk][-1] if len(self.layers[chunk]) else first, "fwd", x)
+            self.p2p.send(f"{tag}.send_activation", after, self.p2p.tag(m, vs, 0),
+                          self.layers[chunk][-1] if len(self.layers[chunk]) else first, "fwd",
+                          x)
 
     def _backward(self, chunk: int, m: int, *, final: bool) -> Iterator[None]:
         """A backward pass, paused after each layer."""
@@ -194,15 +207,16 @@ class StageProgram:
         g: Frontier = ()
         buckets: list[tuple[tuple[float, float], Frontier]] = []
         if after is not None:
-            g = self._receive(f"{tag}.recv_gradient", after, self._tag(m, vs, 1), top, "ig")
+            g = self.p2p.receive(f"{tag}.recv_gradient", after, self.p2p.tag(m, vs, 1), top, "ig")
         carry: tuple = ()
         if vs == self.last_vs and spec.vocab:
             row = self.row["logits"]
             g = self.fsdp.unshard(self.fsdp.logits_unit(), f"{tag}.logits.dgrad", row, "ig", g)
+            depths = () if self.mtp is None else self.mtp.backward(tag, g, final, buckets)
             # the output layer is column-parallel: a 16-bit input gathered again (sp)
             regather = b.regather(f"{tag}.logits.dgrad", row, g, k.shard_bytes)
-            g = b.tp_block(f"{tag}.logits.dgrad", k.logits_dgrad, row, "ig", g, gather=False,
-                           reduce=True, after=regather)
+            g = (*b.tp_block(f"{tag}.logits.dgrad", k.logits_dgrad, row, "ig", g, gather=False,
+                             reduce=True, after=regather), *depths)
             b.compute(f"{tag}.logits.wgrad", k.logits_wgrad, row, "wg", regather)
             if not spec.one_tied_weight:   # else one weight, in the embedding's bucket
                 buckets.append(((k.vocab_parameters, 0), _frontier(b.last_wgrad)))
@@ -233,59 +247,33 @@ class StageProgram:
             g = (b.compute(f"{tag}.norm_backward", carry, own[0] if len(own) else top, "ig",
                            g),)
         if before is not None:
-            self._send(f"{tag}.send_gradient", before, self._tag(m, vs - 1, 1),
-                       own[0] if len(own) else top, "ig", g)
+            self.p2p.send(f"{tag}.send_gradient", before, self.p2p.tag(m, vs - 1, 1),
+                          own[0] if len(own) else top, "ig", g)
         if final and spec.overlap_grad_reduce and not spec.fsdp:
             if self.aligned_grads and (spec.vpp > 1 or self.ctx.stage > 0):
                 self.ready_grads[chunk] = buckets   # reduced at the aligned point
             else:   # as each bucket is ready
                 self._reduce_gradients(chunk, buckets)
 
-    # ------------------------------------------------------------------ pipeline messages
-    def _tag(self, m: int, boundary: int, direction: int) -> int:
-        """Tag of the message across virtual-stage boundary ``boundary`` (between virtual
-        stages ``boundary`` and ``boundary + 1``) of micro-batch ``m``."""
-        return 2 * (m * self.spec.pp * self.spec.vpp + boundary) + direction
-
-    def _message_bytes(self) -> int:
-        """An activation (or its gradient) between stages: sharded by sequence parallelism,
-        or split over the tensor-parallel ranks by Megatron's scatter/gather optimisation."""
-        s, k = self.spec, self.k
-        split = s.tp > 1 and (s.sp or s.scatter_gather)
-        return k.shard_bytes if split else k.activation_bytes
-
-    def _gathered(self) -> bool:
-        """Whether a received scatter/gather message is all-gathered over TP."""
-        s = self.spec
-        return s.tp > 1 and s.scatter_gather and not s.sp
-
-    def _receive(self, name: str, peer: tuple[int, int], tag: int, layer: int, pass_: str
-                 ) -> Frontier:
-        offset = self.ctx.stage_base[peer[0]] - self.ctx.stage_base[self.ctx.stage]
-        r = self.b.add(kind="recv", name=name, size=self._message_bytes(), peer_offset=offset,
-                       tag=tag, layer=layer, pass_=pass_)
-        if not self._gathered():
-            return (r,)
-        return (self.b.collective(f"{name}.all_gather", "all_gather", self.k.shard_bytes,
-                                  self.ctx.groups.tp, layer, pass_, (r,)),)
-
-    def _send(self, name: str, peer: tuple[int, int], tag: int, layer: int, pass_: str,
-              deps: Frontier) -> None:
-        offset = self.ctx.stage_base[peer[0]] - self.ctx.stage_base[self.ctx.stage]
-        self.b.add(kind="send", name=name, size=self._message_bytes(), peer_offset=offset,
-                   tag=tag, deps=deps, layer=layer, pass_=pass_)
-
     # ------------------------------------------------------------------ data parallelism
     def _layer_parameters(self, layer: int) -> tuple[float, float]:
-        k = self.k.of_layer(layer)
-        return (k.dense_parameters, k.expert_parameters)
+        dense, expert, _ = self.k.unit_parameters(layer)
+        return dense, expert
+
+    def _depths(self, chunk: int) -> range:
+        """The multi-token prediction depths a chunk holds (the last virtual stage's)."""
+        s = self.spec
+        last = virtual_stage(s, self.ctx.stage, chunk) == self.last_vs
+        return range(s.layers, s.layers + s.mtp_layers) if last else range(0)
 
     def dense_weights(self, chunk: int) -> float:
         """The dense weights of a chunk's layers (FP8 parameter gathers send them in one
         byte each)."""
+        depths = sum(self.k.unit_parameters(layer)[2] for layer in self._depths(chunk))
         if not self.spec.moe_layer_freq:
-            return len(self.layers[chunk]) * self.k.dense_parameters
-        return sum(self.k.of_layer(layer).dense_parameters for layer in self.layers[chunk])
+            return len(self.layers[chunk]) * self.k.dense_parameters + depths
+        return sum(self.k.of_layer(layer).dense_parameters for layer in self.layers[chunk]) \
+            + depths
 
     def chunk_parameters(self, chunk: int) -> tuple[float, float]:
         """(dense, expert) parameters of a model chunk on this rank."""
@@ -294,8 +282,11 @@ class StageProgram:
         dense: float = n * self.k.dense_parameters
         expert: float = n * self.k.expert_parameters
         if self.spec.moe_layer_freq:   # dense and MoE layers: summed layer by layer
-            dense = self.dense_weights(chunk)
+            dense = sum(self._layer_parameters(layer)[0] for layer in self.layers[chunk])
             expert = sum(self._layer_parameters(layer)[1] for layer in self.layers[chunk])
+        for layer in self._depths(chunk):
+            dense, expert = dense + self._layer_parameters(layer)[0], \
+                expert + self._layer_parameters(layer)[1]
         if self.spec.vocab:
             copies = (vs == 0) + (vs == self.last_vs) - self.spec.one_tied_weight
             dense += self.k.vocab_parameters * copies
@@ -347,7 +338,9 @@ class StageProgram:
         ready: (unit, (dense, expert) parameters, dense layer weights)."""
         spec, k = self.spec, self.k
         vs = virtual_stage(spec, self.ctx.stage, chunk)
-        units: list[tuple[ParamUnit, tuple[float, float], float]] = []
+        units: list[tuple[ParamUnit, tuple[float, float], float]] = [
+            (layer, (dense, expert), fp8) for layer in reversed(self._depths(chunk))
+            for dense, expert, fp8 in [k.unit_parameters(layer)]]
         if vs == self.last_vs and spec.vocab and not spec.one_tied_weight:
             units.append(("logits", (k.vocab_parameters, 0.0), 0.0))
         for layer in reversed(self.layers[chunk]):

@@ -105,6 +105,10 @@ class TransformerSpec:
     moe_layer_freq: tuple[int, ...] | int = ()
     #: multi-head latent attention's widths (DeepSeek-V2/V3, Kimi K2); None: standard
     mla: tv.LatentAttention | None = None
+    #: multi-token prediction depths (Megatron-Core's ``--mtp-num-layers``, DeepSeek-V3's
+    #: MTP modules): each another transformer layer, of the last layer's kind, on the last
+    #: pipeline stage, with its own embedding, projection and logits (:mod:`.transformer_mtp`)
+    mtp_layers: int = 0
     #: sliding window in keys (0: full attention); window_skip_freq: 1 window / 0 full per layer
     window: int = 0
     window_skip_freq: tuple[int, ...] | int | None = None
@@ -210,23 +214,33 @@ class TransformerSpec:
         return self.microbatch_group or self.pp
 
     def is_windowed(self, layer: int) -> bool:
-        """Whether ``layer`` attends through the sliding window (else to every key)."""
+        """Whether ``layer`` attends through the sliding window (else to every key); a
+        multi-token prediction layer (``layer >= layers``) as the last layer does."""
         pattern = self.window_skip_freq
-        return self.window > 0 and (not pattern or bool(pattern[layer]))  # type: ignore
+        return self.window > 0 and (not pattern or bool(pattern[self._kind(layer)]))  # type: ignore
 
     def is_recomputed(self, layer: int, position: int) -> bool:
         """Whether full recomputation re-runs ``layer``, the ``position``-th of its model
         chunk (Megatron-Core's block method counts the layers of each chunk from its first)."""
         if self.recompute != "full":
             return False
+        if layer >= self.layers:   # Megatron-Core's MTP layers: under any full recomputation
+            return True
         if self.recompute_layers:
             return position < self.recompute_layers
         return (layer + 1) % self.recompute_every == 0
 
     def is_moe(self, layer: int) -> bool:
-        """Whether ``layer`` is a mixture of experts (else a dense MLP of width ``ffn``)."""
+        """Whether ``layer`` is a mixture of experts (else a dense MLP of width ``ffn``); a
+        multi-token prediction layer is of the last layer's kind (Megatron-Core builds it
+        from the decoder's last layer spec)."""
         pattern = self.moe_layer_freq
-        return self.experts > 0 and (not pattern or bool(pattern[layer]))  # type: ignore
+        return self.experts > 0 and (not pattern or bool(pattern[self._kind(layer)]))  # type: ignore
+
+    def _kind(self, layer: int) -> int:
+        """The decoder layer whose kind ``layer`` has: itself, or for a multi-token
+        prediction layer the last."""
+        return min(layer, self.layers - 1)
 
     @property
     def one_tied_weight(self) -> bool:
@@ -260,7 +274,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     for key in ("micro_batches", "global_batch", "heads", "kv_heads", "head_dim", "ffn",
                 "moe_ffn", "shared_ffn", "vocab", "experts", "top_k", "bucket_size", "window",
                 "expert_tp", "node_limit", "microbatch_group",
-                "fsdp_shard"):
+                "fsdp_shard", "mtp_layers"):
         v[key] = _count(values, key, source, 0, minimum=0)
     for key in ("gated_mlp", "sp", "overlap_grad_reduce", "overlap_param_gather",
                 "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp",

@@ -30,7 +30,7 @@ MAXIMA = {"layers": MAX_INT, "micro_batches": MAX_INT, "global_batch": MAX_INT,
           "tp": MAX_NPUS, "pp": MAX_NPUS, "cp": MAX_NPUS, "ep": MAX_NPUS, "vpp": 1 << 16,
           "experts": 1 << 20, "top_k": 1 << 20, "window": 1 << 24, "bucket_size": MAX_INT,
           "fsdp_shard": MAX_INT, "expert_tp": MAX_NPUS, "node_limit": MAX_NPUS,
-          "microbatch_group": MAX_INT,
+          "microbatch_group": MAX_INT, "mtp_layers": 1 << 10,
           "recompute_every": MAX_INT, "recompute_layers": MAX_INT}
 #: The parallelisms, innermost first in Megatron-Core's default rank order ("tp-cp-ep-dp-pp").
 Parallelism = Literal["tp", "cp", "ep", "dp", "pp"]
@@ -119,7 +119,7 @@ def read_layer_pattern(values: Mapping[str, Any], key: str, source: str, what: s
     if isinstance(raw, str) and re.fullmatch(r"\s*-?[0-9]{1,18}\s*", raw):
         raw = int(raw)
     if isinstance(raw, str):
-        raw = _pattern_expression(raw, key, source, what)
+        raw = list_expression(raw, key, source, what)
     if isinstance(raw, bool):
         raise config_error(source, key, what, raw)
     if isinstance(raw, int):
@@ -131,7 +131,7 @@ def read_layer_pattern(values: Mapping[str, Any], key: str, source: str, what: s
     return tuple(int(i) for i in items)
 
 
-def _pattern_expression(text: str, key: str, source: str, what: str) -> list[int]:
+def list_expression(text: str, key: str, source: str, what: str) -> list[int]:
     """Megatron-LM's list expression (``--moe-layer-freq``): list displays of integers joined
     by ``+`` and repeated by ``*`` (evaluated without ``eval``)."""
     import ast
