@@ -56,8 +56,10 @@ def test_every_column_that_names_a_spec_key_reaches_the_spec():
                 widths = dict(item.split("=") for item in row[key].split(";"))
                 assert {k: str(v) for k, v in dataclasses.asdict(value).items()} == widths
                 continue
-            if key == "moe_layer_freq":   # Megatron-LM's expression, "[0]*3+[1]*58" only
-                runs = [part.split("]*") for part in row[key].split("+")]
+            if key in ("moe_layer_freq", "pipeline_layout"):   # list expressions only,
+                # "[0]*3+[1]*58" or "[2]*15+[1]"
+                runs = [(part if "]*" in part else part + "*1").split("]*")
+                        for part in row[key].split("+")]
                 assert value == tuple(int(v.strip("[")) for v, n in runs
                                       for _ in range(int(n))), row["run"]
                 continue
