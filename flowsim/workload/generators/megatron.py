@@ -20,7 +20,8 @@ as ``torchrun``'s world size decides it. From YAML::
 Flags that do not change an iteration's time (paths, learning rate, logging) are skipped;
 :data:`FLAGS` lists the ones read. Others that do are named in a :class:`FlowsimWarning`.
 Megatron-DeepSpeed's flags and Megatron-LM's pre-3.0 ones are read by
-:mod:`.megatron_deepspeed`.
+:mod:`.megatron_deepspeed`, the pipeline split's (a layout string, uneven first and last
+ranks, the embedding and the loss counted as layers) by :mod:`.megatron_layout`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
-from . import megatron_deepspeed
+from . import megatron_deepspeed, megatron_layout
 from .imported import (
     GPT2_VOCAB,
     ImportedSpec,
@@ -93,7 +94,8 @@ SPECIAL = ("num-layers-per-virtual-pipeline-stage", "recompute-granularity", "fp
            "use-rotary-position-embeddings", "moe-layer-freq", "multi-latent-attention",
            "window-size", "window-attn-skip-freq", "cp-comm-type", "moe-enable-deepep",
            "moe-flex-dispatcher-backend", "moe-router-group-topk", "moe-router-num-groups",
-           "microbatch-group-size-per-virtual-pipeline-stage", *MLA_FLAGS)
+           "microbatch-group-size-per-virtual-pipeline-stage", *MLA_FLAGS,
+           *megatron_layout.FLAGS)
 #: every flag this module reads (with Megatron-DeepSpeed's and Megatron-LM's older ones)
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL + megatron_deepspeed.FLAGS
 #: flags taking several values (argparse's ``nargs='+'``) -> their values (what follows them
@@ -102,9 +104,7 @@ MULTI_VALUED = {"cp-comm-type": ("p2p", "a2a", "allgather", "a2a+p2p")}
 #: flags taking several numbers (Megatron-DeepSpeed's experts per MoE layer)
 NUMBER_LISTS = ("num-experts",)
 #: flags that shape an iteration's time but have no transformer key (named in a warning)
-UNMODELLED = ("decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
-              "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
-              "account-for-loss-in-pipeline-split", "moe-grouped-gemm",
+UNMODELLED = ("moe-grouped-gemm",
               "moe-shared-expert-overlap",
               "num-distributed-optimizer-instances", "disable-tp-comm-overlap-ag",
               "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by", "no-rope-fusion")
@@ -245,6 +245,7 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
                                f"a divisor of --num-layers / pipeline size ({layers} / {pp})",
                                per_stage)
         keys["vpp"] = layers // (pp * chunk)
+    keys.update(megatron_layout.layout_keys(flags, keys, where))   # after vpp is known
     granularity = flags.get("recompute-granularity")
     if granularity is not None and "recompute-activations" not in flags:   # that one wins
         if granularity not in ("full", "selective"):
