@@ -794,7 +794,7 @@ def test_bytes_of_a_cut_dimension_are_unknown_not_zero(two_nodes):
     ({"global_batch": None}, r"either global_batch"),
     ({"tp": 8}, r"8 \* 1 \* 4 \* 1 = 32 NPUs, but the network has 16"),
     ({"vpp": 2, "schedule": "1f1b", "tp": 2, "pp": 2},
-     r"key 'schedule': expected 'interleaved' when vpp > 1"),
+     r"key 'schedule': expected 'interleaved' or 'dualpipev' when vpp > 1"),
     ({"vpp": 2}, r"key 'vpp': expected 1 without pipeline parallelism \(pp=1\), found 2"),
     ({"recompute": "some"}, r"key 'recompute'"),
     ({"device": "tpu"}, r"key 'device'"),

@@ -30,7 +30,8 @@ mixtures of experts, Llama 4's chunked-attention ``_irope`` flavors) is one erro
 it beside ``config``), ``training.seq_len``, the batch (``local_batch_size`` per data-parallel rank,
 ``global_batch_size`` for gradient accumulation), the degrees (``data_parallel_shard_degree``
 shards with FSDP2, ``data_parallel_replicate_degree`` replicates: HSDP with both, DDP alone),
-the pipeline (schedules ``1F1B``, ``GPipe``, ``Interleaved1F1B``; stages per rank from the split
+the pipeline (schedules ``1F1B``, ``GPipe``, ``Interleaved1F1B``, ``DualPipeV``, whose V
+takes two stages per rank; stages per rank from the split
 points, ``pipeline_parallel_layers_per_stage`` or torchtitan's default of two for a looped
 schedule, layers split as its ``generate_split_points`` splits them: the embedding and the
 output layer weigh one layer each), context parallelism (``context_parallel_rotate_method``:
@@ -63,7 +64,8 @@ from .torchtitan_config import SETTINGS, JobConfig, apply_cli, load_job_config
 from .torchtitan_models import COMMON, MODELS
 
 #: torchtitan's schedule names -> the transformer's ``schedule`` (looped ones interleave)
-SCHEDULES = {"1F1B": "1f1b", "GPipe": "gpipe", "Interleaved1F1B": "interleaved"}
+SCHEDULES = {"1F1B": "1f1b", "GPipe": "gpipe", "Interleaved1F1B": "interleaved",
+             "DualPipeV": "dualpipev"}
 #: ``context_parallel_rotate_method`` -> ``cp_comm_type``
 ROTATE = {"allgather": "all_gather", "alltoall": "p2p"}
 #: converters that make the linear layers FP8 (the MX ones priced as FP8, with a warning)
@@ -192,7 +194,7 @@ def _pipeline(read: JobConfig, layers: int | None) -> dict[str, Any]:
     if pp == 1:
         return {"micro_batch": local}
     schedule = read.choice("schedule", SCHEDULES)
-    looped = schedule == "interleaved"
+    looped = schedule in ("interleaved", "dualpipev")
     splits = read("split_points")
     if not isinstance(splits, list) or not all(
             isinstance(s, str) and s.startswith("layers.") and s[7:].isdigit()

@@ -125,6 +125,8 @@ def check_consistent(spec: Any) -> None:
     if spec.moe_a2a_overlap:   # Megatron-Core's conditions for its combined 1F1B
         need(spec.ep > 1, "moe_a2a_overlap", "false without expert parallelism (ep > 1)",
              spec.moe_a2a_overlap)
+        need(spec.schedule != "dualpipev", "moe_a2a_overlap", "false with schedule "
+             "dualpipev (its forwards already run beside backwards)", spec.moe_a2a_overlap)
         need(spec.pp == 1 or spec.vpp > 1, "moe_a2a_overlap",
              f"false with pp={spec.pp} unless the schedule interleaves (vpp > 1)",
              spec.moe_a2a_overlap)
@@ -150,10 +152,12 @@ def check_consistent(spec: Any) -> None:
              spec.fp8_dispatch)
     need(spec.vpp == 1 or spec.pp > 1, "vpp", "1 without pipeline parallelism (pp=1)",
          spec.vpp)
-    need(spec.vpp == 1 or spec.schedule == "interleaved", "schedule",
-         "'interleaved' when vpp > 1", spec.schedule)
+    need(spec.vpp == 1 or spec.schedule in ("interleaved", "dualpipev"), "schedule",
+         "'interleaved' or 'dualpipev' when vpp > 1", spec.schedule)
     need(spec.vpp > 1 or spec.schedule != "interleaved", "vpp",
          "> 1 with the interleaved schedule", spec.vpp)
+    need(spec.vpp == 2 or spec.schedule != "dualpipev", "vpp",
+         "2 with schedule dualpipev (its V: two chunks per pipeline rank)", spec.vpp)
     need(not spec.fp8_param_gather or spec.dtype == "fp8", "fp8_param_gather",
          "false without dtype: fp8", spec.fp8_param_gather)
     need(spec.fsdp or spec.fsdp_shard == spec.dp, "fsdp_shard",
@@ -188,6 +192,10 @@ def check_consistent(spec: Any) -> None:
              spec.global_batch or spec.micro_batches)
     else:
         need(not group, "microbatch_group", "unset without the interleaved schedule", group)
+    if spec.schedule == "dualpipev":
+        need(m >= 2 * spec.pp, batch_key, f"at least 2 pp = {2 * spec.pp} micro-batches per "
+             f"pipeline with schedule dualpipev (DualPipeV's requirement{counted})",
+             spec.global_batch or spec.micro_batches)
     per_layer = (30 if spec.recompute == "full" else 26 if spec.recompute ==
                  "every_other_matmul" else 22) + \
         (8 if spec.experts else 3) * spec.fsdp + \

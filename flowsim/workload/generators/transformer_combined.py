@@ -11,14 +11,16 @@ from collections.abc import Iterator
 
 from .transformer_checks import micro_batches
 from .transformer_passes import PassBuilder
-from .transformer_schedule import warmup_forwards
+from .transformer_schedule import dualpipev, warmup_forwards
 from .transformer_spec import TransformerSpec
 
 
 def paired_forwards(spec: TransformerSpec, stage: int) -> set[int]:
     """Positions in :func:`~.transformer_schedule.stage_schedule` of the forwards run beside
     the backward after them (with ``moe_a2a_overlap``: every forward after the warm-up
-    ones; else none)."""
+    ones; DualPipeV's pairs; else none)."""
+    if spec.schedule == "dualpipev":   # DualPipeV's own pairs, with or without it
+        return set(dualpipev(spec, stage)[1])
     if not spec.moe_a2a_overlap:
         return set()
     total = micro_batches(spec) * (spec.vpp if spec.schedule == "interleaved" else 1)

@@ -75,13 +75,13 @@ class StageProgram:
         self.grad_ops: list[int] = []
         #: the distributed optimizer's parameter all-gathers (none without it, or with fsdp)
         aligned = (spec.align_param_gather and spec.overlap_param_gather and spec.pp > 1
-                   and spec.vpp > 1)
+                   and spec.interleaved)
         self.gathers = ParameterGathers(self.b, self._gather_groups(), self.row["optimizer"],
                                         aligned=aligned)
         #: gradients reduced a chunk at a time at points aligned over the pipeline (else
         #: bucket by bucket as the last backward makes them ready)
-        self.aligned_grads = (spec.align_grad_reduce and spec.pp > 1
-                              and spec.overlap_grad_reduce and not spec.fsdp)
+        self.aligned_grads = (spec.align_grad_reduce and spec.pp > 1 and not spec.fsdp
+                              and spec.overlap_grad_reduce and spec.schedule != "dualpipev")
         self.ready_grads: dict[int, list[tuple[tuple[float, float], Frontier]]] = {}
         #: fully sharded data parallelism's gathers and reductions (nothing without fsdp)
         self.fsdp = FullySharded(spec, ctx, self.b, self.k, self.grad_bytes, self.grad_ops)
@@ -154,11 +154,18 @@ class StageProgram:
                 self.gathers.gather_chunk(chunk, _frontier(self.b.last))
 
     # ------------------------------------------------------------------ passes
+    def _peers(self, chunk: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+        """The previous and the next virtual stage's ``(rank, chunk)`` where a message
+        crosses to them: None at the ends, and on this rank (DualPipeV's turn)."""
+        before, after = neighbours(self.spec, self.ctx.stage, chunk)
+        return (None if before is None or before[0] == self.ctx.stage else before,
+                None if after is None or after[0] == self.ctx.stage else after)
+
     def _forward(self, chunk: int, m: int) -> Iterator[None]:
         """A forward pass, paused after each layer."""
         spec, b, k = self.spec, self.b, self.k
         vs = virtual_stage(spec, self.ctx.stage, chunk)
-        before, after = neighbours(spec, self.ctx.stage, chunk)
+        before, after = self._peers(chunk)
         tag = f"mb{m}" + (f".chunk{chunk}" if spec.vpp > 1 else "")
         x: Frontier = ()
         first = self.layers[chunk][0] if len(self.layers[chunk]) else self.row["optimizer"]
@@ -200,7 +207,7 @@ class StageProgram:
         """A backward pass, paused after each layer."""
         spec, b, k = self.spec, self.b, self.k
         vs = virtual_stage(spec, self.ctx.stage, chunk)
-        before, after = neighbours(spec, self.ctx.stage, chunk)
+        before, after = self._peers(chunk)
         tag = f"mb{m}" + (f".chunk{chunk}" if spec.vpp > 1 else "")
         own = self.layers[chunk]
         top = own[-1] if len(own) else self.row["optimizer"]

@@ -4,10 +4,14 @@ which a stage runs its forward and backward passes.
 Virtual stages (Narayanan et al., SC'21, section 2.2.2): with ``v = vpp`` model chunks per
 rank and ``p = pp`` ranks, the model is cut into ``p v`` consecutive virtual stages and rank
 ``r`` holds virtual stages ``r, r + p, r + 2p, ...`` (chunk ``c`` of rank ``r`` is virtual
-stage ``c p + r``).
+stage ``c p + r``). DualPipeV's V (``schedule: dualpipev``, two chunks per rank) instead
+gives rank ``r`` virtual stages ``r`` and ``2p - 1 - r``: the first rank holds the first and
+the last, the last rank the two in the middle (one after the other, no message between).
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 from ...errors import config_error
 from .transformer_checks import micro_batches
@@ -77,9 +81,11 @@ def stage_schedule(spec: TransformerSpec, stage: int) -> list[Unit]:
     ``m v`` chunk passes in groups of ``g`` micro-batches per chunk (``microbatch_group``,
     ``p`` by default; Megatron-Core's ``get_schedule_table``: the last group takes what is
     left), ``2 (p - stage - 1) + (v - 1) g`` warm-up forwards, then one forward and one
-    backward alternately.
+    backward alternately. ``dualpipev``: :func:`dualpipev`.
     """
     m = micro_batches(spec)
+    if spec.schedule == "dualpipev":
+        return list(dualpipev(spec, stage)[0])
     if spec.schedule == "gpipe":
         return [("fwd", 0, k) for k in range(m)] + [("bwd", 0, k) for k in range(m)]
     warmup = warmup_forwards(spec, stage)
@@ -117,9 +123,62 @@ def warmup_forwards(spec: TransformerSpec, stage: int) -> int:
     return min(warmup + spec.moe_a2a_overlap, total)
 
 
+@lru_cache(maxsize=256)
+def dualpipev(spec: TransformerSpec, stage: int) -> tuple[tuple[Unit, ...], frozenset[int]]:
+    """DualPipeV's passes on rank ``r = stage`` of ``p`` for ``m`` micro-batches, and the
+    positions of the forwards that run beside the backward after them (DeepSeek-AI's
+    ``dualpipe/dualpipev.py``, ``DualPipeV.step``: Sea AI Lab's "cut-in-half" of DualPipe):
+    ``2 (p - r - 1)`` forwards of chunk 0; ``r + 1`` times a forward of each chunk; ``p - r
+    - 1`` times a backward of chunk 1 and a forward of chunk 1; ``m - 2p + r + 1`` times a
+    forward of chunk 0 beside a backward of chunk 1 (on the last rank the first of them one
+    after the other), then a forward of chunk 1 beside a backward of chunk 0; ``p - r - 1``
+    times a backward of chunk 1, then a forward of chunk 1 beside a backward of chunk 0;
+    ``r + 1`` times a backward of each chunk; ``p - r - 1`` backwards of chunk 0. Each chunk
+    runs its micro-batches in order. DualPipeV defers some weight gradients (zero bubble);
+    here every backward computes its own."""
+    p, m, r = spec.pp, micro_batches(spec), stage
+    order: list[Unit] = []
+    paired: set[int] = set()
+    done = {("fwd", 0): 0, ("fwd", 1): 0, ("bwd", 0): 0, ("bwd", 1): 0}
+
+    def run(*passes: tuple[str, int], beside: bool = False) -> None:
+        if beside:
+            paired.add(len(order))
+        for kind, chunk in passes:
+            order.append((kind, chunk, done[kind, chunk]))
+            done[kind, chunk] += 1
+
+    for _ in range(2 * (p - r - 1)):
+        run(("fwd", 0))
+    for _ in range(r + 1):
+        run(("fwd", 0), ("fwd", 1))
+    for _ in range(p - r - 1):
+        run(("bwd", 1), ("fwd", 1))
+    for i in range(m - 2 * p + r + 1):
+        run(("fwd", 0), ("bwd", 1), beside=not (i == 0 and r == p - 1))
+        run(("fwd", 1), ("bwd", 0), beside=True)
+    for _ in range(p - r - 1):
+        run(("bwd", 1))
+        run(("fwd", 1), ("bwd", 0), beside=True)
+    for _ in range(r + 1):
+        run(("bwd", 1), ("bwd", 0))
+    for _ in range(p - r - 1):
+        run(("bwd", 0))
+    return tuple(order), frozenset(paired)
+
+
 def virtual_stage(spec: TransformerSpec, stage: int, chunk: int) -> int:
     """The virtual stage chunk ``chunk`` of rank ``stage`` holds."""
+    if spec.schedule == "dualpipev":
+        return stage if chunk == 0 else 2 * spec.pp - 1 - stage
     return chunk * spec.pp + stage
+
+
+def holder(spec: TransformerSpec, vs: int) -> tuple[int, int]:
+    """``(rank, chunk)`` holding virtual stage ``vs``."""
+    if spec.schedule == "dualpipev":
+        return (vs, 0) if vs < spec.pp else (2 * spec.pp - 1 - vs, 1)
+    return vs % spec.pp, vs // spec.pp
 
 
 def neighbours(spec: TransformerSpec, stage: int, chunk: int
@@ -127,6 +186,6 @@ def neighbours(spec: TransformerSpec, stage: int, chunk: int
     """``(rank, chunk)`` of the previous and the next virtual stage (``None`` at the ends)."""
     vs = virtual_stage(spec, stage, chunk)
     last = spec.pp * spec.vpp - 1
-    before = None if vs == 0 else ((vs - 1) % spec.pp, (vs - 1) // spec.pp)
-    after = None if vs == last else ((vs + 1) % spec.pp, (vs + 1) // spec.pp)
+    before = None if vs == 0 else holder(spec, vs - 1)
+    after = None if vs == last else holder(spec, vs + 1)
     return before, after

@@ -27,7 +27,7 @@ from . import transformer_values as tv
 from .transformer_checks import check_consistent
 
 #: Pipeline schedules (see :mod:`.transformer_schedule`).
-Schedule = Literal["1f1b", "gpipe", "interleaved"]
+Schedule = Literal["1f1b", "gpipe", "interleaved", "dualpipev"]
 SCHEDULES: tuple[Schedule, ...] = choices_of(Schedule)
 #: ``every_other_matmul`` is torchtitan's per-op selective recomputation (its ``"op"``
 #: policy): see :attr:`~.transformer_kernels.LayerKernels.alternate_matmuls`
@@ -206,7 +206,9 @@ class TransformerSpec:
 
     @property
     def interleaved(self) -> bool:
-        return self.vpp > 1
+        """Megatron's interleaved schedule (not DualPipeV's V, whose two chunks per rank
+        are not interleaved in Megatron's order)."""
+        return self.schedule == "interleaved"
 
     @property
     def interleave_group(self) -> int:

@@ -1,0 +1,110 @@
+"""DualPipeV (``schedule: dualpipev``): DeepSeek's V-shape schedule, rank ``r`` holding virtual
+stages ``r`` and ``2p - 1 - r``, forwards run beside backwards. Checked by its passes, by the
+bubble its README publishes, by its placement and messages, by the activations it holds, and
+by the specs it refuses."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+import flowsim
+from conftest import assert_spec_refused
+from flowsim.workload.generators import transformer
+from flowsim.workload.generators.transformer_combined import paired_forwards
+from flowsim.workload.generators.transformer_schedule import (
+    neighbours,
+    stage_schedule,
+    virtual_stage,
+)
+from flowsim.workload.generators.transformer_spec import parse_transformer
+
+P, M = 4, 32
+ROOFLINE = {"peak_tflops": 100, "memory_bandwidth_GBps": 1000, "efficiency": 1.0}
+BASE = dict(layers=16, hidden=1024, heads=8, sequence=2048, micro_batch=1, pp=P,
+            global_batch=M, gated_mlp=True, roofline=ROOFLINE)
+V = dict(BASE, vpp=2, schedule="dualpipev")
+#: four ranks on links fast enough that the pipeline's messages take no time to speak of
+FAST = {"topology": ["Switch"], "npus_count": [P], "bandwidth": [1e6], "latency": [1]}
+
+
+@pytest.mark.parametrize("m", [2 * P, 2 * P + 3, M])
+def test_every_rank_runs_each_pass_once_in_micro_batch_order(m):
+    spec = parse_transformer(dict(V, global_batch=m), "argument")
+    for rank in range(P):
+        order = stage_schedule(spec, rank)
+        assert Counter(order) == Counter((kind, c, k) for kind in ("fwd", "bwd")
+                                         for c in (0, 1) for k in range(m))
+        for kind in ("fwd", "bwd"):
+            for chunk in (0, 1):
+                seen = [k for pass_, c, k in order if (pass_, c) == (kind, chunk)]
+                assert seen == sorted(seen)
+        for c in (0, 1):   # each micro-batch's forward before its backward
+            for k in range(m):
+                assert order.index(("fwd", c, k)) < order.index(("bwd", c, k))
+        # pairs: a forward, then the backward beside it
+        for i in paired_forwards(spec, rank):
+            assert order[i][0] == "fwd" and order[i + 1][0] == "bwd"
+
+
+def _step(spec: dict) -> tuple[float, float, float]:
+    """The step's time and each rank's forward and backward compute (uniform ranks)."""
+    ds = flowsim.simulate(FAST, {"generator": "transformer", **spec}, "nccl", model="flow")
+    per_npu = ds.layer_compute_ns.sum("layer") / P
+    forward = float(per_npu.sel({"pass": "fwd"}))
+    backward = float(per_npu.sel({"pass": "ig"}) + per_npu.sel({"pass": "wg"}))
+    return float(ds.time_ns), forward, backward
+
+
+def test_the_step_takes_the_bubble_dualpipev_s_readme_gives():
+    """With 2p stages of equal work F forward and B backward per chunk and no weight
+    gradient deferred, DualPipeV's README bubble (PP/2 - 1)(F&B + B - 3W) is (p - 1)(F + 2B)
+    (F&B: a forward beside a backward, F + B on one compute stream): the step is 2m (F + B)
+    plus it; 1F1B's (p - 1)(F + B) beside it."""
+    step, forward, backward = _step(V)
+    f, b = forward / (2 * M), backward / (2 * M)
+    assert step == pytest.approx(2 * M * (f + b) + (P - 1) * (f + 2 * b), rel=1e-3)
+    step, forward, backward = _step(BASE)
+    f, b = forward / M, backward / M
+    assert step == pytest.approx((M + P - 1) * (f + b), rel=1e-2)
+
+
+def test_the_first_rank_holds_both_ends_and_the_last_turns_without_a_message():
+    spec = parse_transformer(dict(V, vocab=8192), "argument")
+    assert [virtual_stage(spec, 0, c) for c in (0, 1)] == [0, 2 * P - 1]
+    assert [virtual_stage(spec, P - 1, c) for c in (0, 1)] == [P - 1, P]
+    assert neighbours(spec, P - 1, 0)[1] == (P - 1, 1)   # the V's turn: the same rank
+    work = transformer(flowsim.load_network(FAST), **dict(V, vocab=8192))
+    names = [op.name for op in work.programs[0].ops]
+    assert any(n.endswith(".embedding") for n in names)
+    assert any(".logits" in n for n in names)
+    sends = [sum(op.kind == "send" for op in program.ops) for program in work.programs]
+    assert sends == [2 * M, 4 * M, 4 * M, 2 * M]   # the ends and the turn send half
+
+
+def test_a_rank_holds_at_most_pp_plus_one_stages_activations():
+    """DualPipeV's README: activations of PP + 1 stages per device (PP = 2p stages)."""
+    spec = parse_transformer(V, "argument")
+    for rank in range(P):
+        held, peak = 0, 0
+        for pass_, _, _ in stage_schedule(spec, rank):
+            held += 1 if pass_ == "fwd" else -1
+            peak = max(peak, held)
+        assert peak <= 2 * P + 1
+
+
+@pytest.mark.parametrize("extra, key", [
+    ({"vpp": 3}, "vpp"),
+    ({"global_batch": 2 * P - 1}, "global_batch"),
+])
+def test_bad_dualpipev_specs_are_refused_naming_the_key(extra, key):
+    assert_spec_refused(dict(V, **extra), key)
+
+
+def test_combined_1f1b_is_refused_beside_dualpipev_s_own_pairs():
+    from flowsim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="'moe_a2a_overlap': expected false with schedule "
+                                          "dualpipev"):
+        parse_transformer(dict(V, moe_a2a_overlap=True, experts=4, dp=2, ep=2), "argument")
