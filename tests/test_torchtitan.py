@@ -178,6 +178,11 @@ def test_the_2024_layout_and_its_pipeline_defaults(tmp_path):
                     "Interleaved1F1B", tmp_path)
     assert (keys["micro_batch"], keys["vpp"], keys["schedule"]) == (2, 2, "interleaved")
     assert _layers(keys) == [7] + [8] * 14 + [7]
+    keys, _ = _keys(LLAMA3_405B_2024, "--experimental.pipeline_parallel_degree 8 "
+                    "--training.batch_size 32 --experimental.pipeline_parallel_schedule "
+                    "DualPipeV", tmp_path)   # its V: two stages per rank
+    assert (keys["vpp"], keys["schedule"]) == (2, "dualpipev")
+    assert _layers(keys) == [7] + [8] * 14 + [7]
 
 
 def _layers(keys: dict) -> list[int]:
