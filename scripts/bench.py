@@ -125,8 +125,8 @@ def run():
        (_LLAMA_16K + _BUILT_ONCE).replace("MODEL", repr(model)) for model in ("analytical",
                                                                                "flow")},
     # a mixture of experts at its published scale: 120 micro-batches x 61 layers and the MTP
-    # depth, every MoE layer's DeepEP exchanges (inter- and intra-node all-to-alls) sharing
-    # the links
+    # depth under DualPipeV, every MoE layer's DeepEP exchanges (inter- and intra-node
+    # all-to-alls) sharing the links
     "DeepSeek-V3 step, 2,048 H800s (PP 16 x EP 64, DeepEP dispatch), flow": """
 net = flowsim.load_network(dict(cluster=dict(device="h800", nodes=256, gpus_per_node=8,
                                              nic_gbps=400, nics_per_node=8)))

@@ -122,6 +122,8 @@ def spec(row: dict[str, str]) -> dict:
     for key in ("moe_layer_freq", "window_skip_freq"):   # Megatron-LM's list expressions
         if row.get(key):
             out[key] = row[key]
+    if row.get("schedule"):   # a row's own column; else the generator's (1F1B, interleaved)
+        out["schedule"] = row["schedule"]
     if row.get("dispatcher"):   # a row's own column; else Megatron-Core's all-to-all
         out["dispatcher"] = row["dispatcher"]
     if row.get("mla"):   # multi-head latent attention's widths, as "key=value;..."

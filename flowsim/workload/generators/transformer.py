@@ -88,7 +88,9 @@ Communication:
   ``gpipe``, ``1f1b`` (PipeDream-Flush) or ``interleaved`` with ``vpp`` model chunks per rank
   (each chunk runs ``microbatch_group`` micro-batches in a row, ``pp`` unless given:
   Megatron-Core 0.10's ``--microbatch-group-size-per-virtual-pipeline-stage``, with which the
-  micro-batches need not be a multiple of ``pp``);
+  micro-batches need not be a multiple of ``pp``), or ``dualpipev`` (DeepSeek's DualPipeV,
+  ``vpp: 2`` in a V: rank ``r`` holds virtual stages ``r`` and ``2 pp - 1 - r``, forwards
+  beside backwards; :func:`~.transformer_schedule.dualpipev`);
   layers laid out ``even``-ly, ``first_last_fewer`` (Llama 3), ``uniform`` (DeepSpeed),
   ``embedding_weighted`` (torchtitan) or as an explicit list;
 * **data parallel** (Megatron-Core's DDP): gradients (FP32 with BF16 or FP8 training, as
@@ -185,7 +187,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         list of 0 and 1 per layer), ``mtp_layers`` (multi-token prediction depths),
         ``capacity_factor``, ``expert_tp``, ``expert_layout``
         (``within_dp``, ``folded``);
-        ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``), ``microbatch_group``,
+        ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``, ``dualpipev``),
+        ``microbatch_group``,
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``,
         ``every_other_matmul``), ``recompute_every``, ``recompute_layers``;
         ``distributed_optimizer`` (alias ``zero``), ``fsdp``, ``fsdp_shard``,
