@@ -20,7 +20,8 @@ from flowsim.workload.generators.nemo import NUMBERS, nemo_keys
 #: the read-by-hand flags that take a value
 SPECIAL_VALUED = ["num-layers-per-virtual-pipeline-stage", "recompute-granularity",
                   "attention-backend", "tokenizer-type", "data-parallel-sharding-strategy",
-                  "position-embedding-type"]
+                  "position-embedding-type", "decoder-first-pipeline-num-layers",
+                  "decoder-last-pipeline-num-layers", "pipeline-model-parallel-layout"]
 
 NET = {"cluster": {"device": "h100_sxm_80gb", "nodes": 2, "gpus_per_node": 8,
                    "nic_gbps": 400, "nics_per_node": 8}}
@@ -430,12 +431,12 @@ def test_unknown_keys_and_a_missing_configuration_name_the_key(tmp_path):
 def test_what_is_left_out_is_said():
     """No vocabulary: the embedding and output layers are left out, with a warning; flags
     that shape the time but have no key are named."""
-    args = ARGS.replace("--vocab-size 32000", "--decoder-first-pipeline-num-layers 3")
+    args = ARGS.replace("--vocab-size 32000", "--num-distributed-optimizer-instances 2")
     with pytest.warns(FlowsimWarning) as caught:
         simulate(NET, {"generator": "megatron", "device": "h100", "args": args}, "nccl")
     messages = " ".join(str(w.message) for w in caught)
     assert "no vocabulary size" in messages
-    assert "--decoder-first-pipeline-num-layers" in messages
+    assert "--num-distributed-optimizer-instances" in messages
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, database=None)

@@ -97,9 +97,14 @@ def _accounted(accounted: list[str], layers: int, pp: int, vpp: int, where: str)
 def _from_string(text: str, layers: int, pp: int, keys: Mapping[str, Any], where: str
                  ) -> dict[str, Any]:
     flag = f"--{LAYOUT}"
+    def repeat(match: re.Match[str]) -> str:   # refused before it is built when too long
+        if len(match.group(1)) * int(match.group(2)) > MAX_LAYOUT:
+            raise config_error(where, flag, f"a layout of at most {MAX_LAYOUT} layers", text)
+        return match.group(1) * int(match.group(2))
+
     unrolled = text.replace(",", "")
     for pattern in (r"\(([^()]+)\)\*(\d{1,6})", r"(.)\*(\d{1,6})"):   # Megatron's order
-        unrolled = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), unrolled)
+        unrolled = re.sub(pattern, repeat, unrolled)
         if len(unrolled) > MAX_LAYOUT:
             raise config_error(where, flag, f"a layout of at most {MAX_LAYOUT} layers", text)
     stages = unrolled.split("|")
