@@ -56,25 +56,30 @@ def test_a_depth_adds_a_layer_its_projection_and_the_logits_again_on_the_last_st
     assert first == [(op.name, op.flops, op.size) for op in mtp.programs[0].ops]
 
 
-@pytest.mark.parametrize("tied, copy", [(False, 1), (True, 0)])
-def test_a_depth_s_parameters_reach_the_last_stage_s_optimizer(tied, copy):
-    """Its layer, its projection (2h x h over TP) and three norms; untied on another stage
+@pytest.mark.parametrize("tied, extra, rank, copy", [
+    (False, {}, PP - 1, 1), (True, {}, PP - 1, 0),
+    (False, {"pp": 1, "dp": 8}, 0, 0),                            # the embedding beside it
+    (False, {"vpp": 2, "schedule": "dualpipev"}, 0, 0)])          # the V: on the first rank
+def test_a_depth_s_parameters_reach_its_rank_s_optimizer(tied, extra, rank, copy):
+    """Its layer, its projection (2h x h over TP) and three norms; untied on another rank
     than the embedding, its own copy of the embedding too (Megatron-Core builds one)."""
     def step_bytes(work):
-        ops = work.programs[PP - 1].ops
+        ops = work.programs[rank].ops
         return next(op.mem_bytes for op in ops if op.name == "optimizer")
 
-    plain, mtp = _build(tied_embeddings=tied), _build(tied_embeddings=tied, mtp_layers=1)
-    k = layer_kernels(parse_transformer(dict(DENSE, tied_embeddings=tied), "argument"))
+    keys = dict(extra, tied_embeddings=tied)
+    plain, mtp = _build(**keys), _build(**keys, mtp_layers=1)
+    k = layer_kernels(parse_transformer(dict(DENSE, **keys), "argument"))
     depth = k.dense_parameters + 2 * H * H // TP + 3 * H + copy * (V // TP) * H
     assert step_bytes(mtp) - step_bytes(plain) == pytest.approx(
-        OPTIMIZER_BYTES_PER_PARAM * depth / DP, rel=1e-12)
+        OPTIMIZER_BYTES_PER_PARAM * depth / keys.get("dp", DP), rel=1e-12)
 
 
 def test_a_depth_takes_the_last_layer_s_kind_and_lengthens_the_step():
     moe = dict(experts=8, top_k=2, moe_ffn=256, ep=4, moe_layer_freq=[1, 1, 1, 0])
     work = _build(**moe, mtp_layers=1)
     names = [op.name for op in work.programs[PP - 1].ops]
+    assert any(".mtp0." in n for n in names)
     assert not any(".mtp0." in n and "dispatch" in n for n in names)   # dense, as layer 3
     work = _build(**dict(moe, moe_layer_freq=[0, 1, 1, 1]), mtp_layers=1)
     assert any(".mtp0." in op.name and op.collective == "all_to_all"
@@ -85,13 +90,53 @@ def test_a_depth_takes_the_last_layer_s_kind_and_lengthens_the_step():
     assert times[0] < times[1] < times[2]
 
 
-def test_a_depth_keeps_its_activations_and_logits():
-    plain, mtp = _build(pp=1, dp=8), _build(pp=1, dp=8, mtp_layers=1)
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_a_depth_keeps_its_activations_and_logits(recompute):
+    """Korthikanti et al.'s terms for its layer (attention's Q, K, V and output, the gated
+    MLP's three inputs, split over TP; block inputs, norms and masks, split by sequence
+    parallelism), its two inputs and their concatenation, its FP32 logits; recomputed,
+    only its two inputs and the logits. One micro-batch in flight (no pipeline)."""
+    keys = dict(pp=1, dp=8, recompute=recompute)
+    plain, mtp = _build(**keys), _build(**keys, mtp_layers=1)
     kept = mtp.memory["activations"] - plain.memory["activations"]
-    logits = 4 * N * (V // TP)   # FP32, for the one micro-batch in flight
-    layer = 2 * N * H // TP      # more than the layer's input alone
-    assert kept > logits + layer
+    n, t, f = N, TP, 4 * H // TP
+    layer = 2 * n * (4 * H // t) + 2 * n * 3 * f + (4 * 2 + 2) * n * H / t
+    inputs = 2 * 2 * n * H / t
+    logits = 4 * n * (V // TP)
+    expected = inputs + logits + (0 if recompute == "full" else inputs + layer)
+    assert kept == pytest.approx(expected, rel=1e-12)
     assert mtp.memory["weights"] > plain.memory["weights"]
+
+
+def test_block_recomputation_skips_the_depths_as_megatron_core_does():
+    names = [op.name for op in _build(recompute="full", mtp_layers=1).programs[PP - 1].ops]
+    assert any(".mtp0.recompute." in n for n in names)
+    names = [op.name for op in _build(recompute="full", recompute_layers=1,
+                                      mtp_layers=1).programs[PP - 1].ops]
+    assert not any(".mtp0.recompute." in n for n in names)
+    assert any(".recompute." in n for n in names)   # the decoder's first layer per chunk
+
+
+def test_a_depth_s_gradient_joins_the_one_before_and_the_decoder_s():
+    """The decoder's last layer backward waits for the first depth's input gradient, the
+    first depth for the second's; with sequence parallelism the gradient of the depth's
+    sequence split is all-gathered before its projection's backward."""
+    ops = _build(mtp_layers=2).programs[PP - 1].ops
+    ids = {op.name: op.id for op in ops}
+    by_name = {op.name: op for op in ops}
+    assert ids["mb0.mtp0.inputs_backward"] in by_name["mb0.layer3.residual_backward"].deps
+    assert ids["mb0.mtp1.inputs_backward"] in \
+        by_name["mb0.mtp0.layer4.residual_backward"].deps
+    split = by_name["mb0.mtp0.projection.output.split.all_gather"]
+    assert split.size == N * H * 2 // TP
+
+
+def test_depth_j_attends_through_the_window_decoder_layer_j_does():
+    """Megatron-Core numbers the depths' layers from 1 again (their window pattern too);
+    their MLP is the last layer's kind."""
+    spec = parse_transformer(dict(DENSE, window=256, window_skip_freq=[1, 0, 1, 0],
+                                  mtp_layers=2), "argument")
+    assert [spec.is_windowed(i) for i in spec.mtp_depths] == [True, False]
 
 
 def test_fully_sharded_depths_gather_their_parameters():
@@ -110,9 +155,9 @@ def test_megatron_flops_count_depths_as_megatron_lm_does():
     ``6 h V`` per token."""
     spec = parse_transformer(dict(DENSE, mtp_layers=2), "argument")
     shape = model_shape(spec)
-    five = model_shape(parse_transformer(dict(DENSE, layers=6), "argument"))
+    six = model_shape(parse_transformer(dict(DENSE, layers=6), "argument"))
     tokens = shape.global_batch * shape.sequence
-    expected = flops.megatron(five) + 6 * tokens * 2 * (3 * H + 2 * H * H) \
+    expected = flops.megatron(six) + 6 * tokens * 2 * (3 * H + 2 * H * H) \
         + 6 * tokens * H * V * 2
     assert flops.megatron(shape) == pytest.approx(expected, rel=1e-12)
     moe = dict(DENSE, experts=8, top_k=2, moe_ffn=256, ep=4)

@@ -22,6 +22,10 @@ FLOPs the way that publication did; :data:`CONVENTIONS` names them.
 ``palm``
     Chowdhery et al. (PaLM, 2022), appendix B, the MFU convention of the Llama 3 paper:
     ``(6 N + 12 L h s) B s`` with ``N`` the parameter count.
+
+Multi-token prediction depths count in ``megatron`` as Megatron-LM counts them; ``palm``
+counts their parameters and layers (not their second pass through the shared output layer),
+``narayanan_eq3`` ignores them, as neither convention knows them.
 """
 
 from __future__ import annotations

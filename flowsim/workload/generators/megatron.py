@@ -104,7 +104,7 @@ MULTI_VALUED = {"cp-comm-type": ("p2p", "a2a", "allgather", "a2a+p2p")}
 #: flags taking several numbers (Megatron-DeepSpeed's experts per MoE layer)
 NUMBER_LISTS = ("num-experts",)
 #: flags that shape an iteration's time but have no transformer key (named in a warning)
-UNMODELLED = ("moe-grouped-gemm",
+UNMODELLED = ("moe-grouped-gemm", "mtp-use-repeated-layer",
               "moe-shared-expert-overlap",
               "num-distributed-optimizer-instances", "disable-tp-comm-overlap-ag",
               "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by", "no-rope-fusion")

@@ -134,7 +134,8 @@ Communication:
 
 Tied embeddings (``tied_embeddings``, GPT's) are one weight when one stage holds both the
 embedding and the output layer: one gradient, one optimizer shard, one parameter all-gather.
-Left out: the tied embedding's gradient all-reduce between the first and last stage, the
+Left out: the embedding's gradient all-reduce between the first stage and the last (a tied
+embedding's, or with multi-token prediction an untied one's copy there), the
 vocabulary-parallel cross entropy's small all-reduces, dropout's random number generation
 beyond its mask, kernel-level effects of communication on compute (NCCL's SM use).
 

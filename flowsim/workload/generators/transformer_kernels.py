@@ -297,15 +297,15 @@ class LayerKernels(ExpertKernels):
     def unit_parameters(self, layer: int) -> tuple[int, int, int]:
         """(dense, expert, dense weights FP8 training keeps in FP8) of the rank's share of
         ``layer``; a multi-token prediction depth's (``layer >= layers``) with its projection
-        and norms, the first depth's also with its own copy of the embedding where its stage
-        has none (untied, on another stage: Megatron-Core builds one for MTP)."""
+        and norms, the first depth's also with its own copy of the embedding where its rank
+        holds none (untied, on another rank: Megatron-Core builds one for MTP)."""
         s, k = self.spec, self.of_layer(layer)
         dense, expert = k.dense_parameters, k.expert_parameters
         if layer < s.layers:
             return dense, expert, dense
         fp8 = dense + 2 * s.hidden * s.hidden // s.tp
         dense += self.mtp_weights
-        if layer == s.layers and not s.tied_embeddings and s.pp * s.vpp > 1:
+        if layer == s.layers and not s.tied_embeddings and not s.ends_on_one_rank:
             dense += self.vocab_parameters
         return dense, expert, fp8
 

@@ -84,9 +84,8 @@ def stage_memory(program: StageProgram) -> StageMemory:
     optimizer = OPTIMIZER_BYTES * shards
     if spec.fsdp:
         if spec.pp == 1:   # the largest unit gathered and the next one prefetched
-            layers = range(spec.layers + spec.mtp_layers) if spec.moe_layer_freq or \
-                spec.mtp_layers else range(1)   # all alike without either
-            unit = max(max(sum(k.unit_parameters(i)[:2]) for i in layers),
+            unit = max(max(sum(k.unit_parameters(i)[:2])
+                           for i in range(spec.layers + spec.mtp_layers)),
                        k.vocab_parameters if spec.vocab else 0)
             per_param = weights / params
             weights = per_param * (shards + 2 * unit)
@@ -124,13 +123,14 @@ def _activations(program: StageProgram) -> float:
 
 def _depth_activations(program: StageProgram) -> float:
     """Bytes one multi-token prediction depth keeps per micro-batch besides its logits: its
-    layer's (of the last layer's kind) and its inputs' (the two norms' inputs and their
-    concatenation, the projection's input; under full recomputation the embedding and the
-    hidden state only)."""
+    embedding and the hidden state it is given, and unless it is recomputed
+    (:meth:`~.transformer_spec.TransformerSpec.is_recomputed`) their concatenation (the
+    projection's input) and its layer's whole activations (of the last layer's kind)."""
     spec, k = program.spec, program.k
-    per_layer, _ = _layer_activations(program, moe=spec.is_moe(spec.layers))
-    inputs = (2 if spec.recompute == "full" else 4) * ACT * k.n * spec.hidden
-    return per_layer + inputs / (spec.tp if spec.sp else 1)
+    inputs = 2 * ACT * k.n * spec.hidden / (spec.tp if spec.sp else 1)
+    if spec.is_recomputed(spec.layers, 0):
+        return inputs
+    return 2 * inputs + _whole_layer(program, moe=spec.is_moe(spec.layers))
 
 
 def _chunk_activations(program: StageProgram) -> tuple[dict[int, float], float]:
@@ -168,6 +168,24 @@ def _layer_activations(program: StageProgram, *, moe: bool) -> tuple[float, floa
     layer needs on top at a time (the recomputed layer under full recomputation)."""
     spec, k = program.spec, program.k
     t, n, h = spec.tp, k.n, spec.hidden
+    full = _whole_layer(program, moe=moe)
+    if spec.recompute == "full":   # the layer's input; every N-th layer's, on average
+        kept = ACT * n * h / (t if spec.sp else 1)
+        every = spec.recompute_every
+        return (kept + (every - 1) * full) / every, full
+    if spec.recompute == "every_other_matmul":
+        if moe or isinstance(k, LatentKernels):   # every other matmul's output: about half
+            kept = _split_activations(program, moe=moe) / 2 + _shared_activations(program)
+        else:   # the odd matmuls' outputs (wq, wv; w1, w2), the attention's, the input
+            kept = ACT * n * (k.q + k.kv + k.q + k.f) + ACT * n * h * (2 / t if spec.sp else 2)
+        return kept, full - kept
+    return full, 0.0
+
+
+def _split_activations(program: StageProgram, *, moe: bool) -> float:
+    """A layer's activations between its TP collectives (split by t): attention and MLP."""
+    spec, k = program.spec, program.k
+    t, n, h = spec.tp, k.n, spec.hidden
     q, kv = k.q, k.kv                    # the rank's widths (split by TP)
     if moe:
         local = spec.experts // spec.ep
@@ -178,24 +196,23 @@ def _layer_activations(program: StageProgram, *, moe: bool) -> tuple[float, floa
         mlp = ACT * n * k.f * (3 if spec.gated_mlp else 2)
     attention = k.attention_activations if isinstance(k, LatentKernels) else \
         ACT * n * (q + 2 * kv + q)
-    split = attention + mlp                           # between TP collectives: split by t
-    shared: float = (4 * ACT + 2) * n * h             # block inputs, norms, dropout masks
-    if spec.sp:
-        shared /= t
+    return attention + mlp
+
+
+def _shared_activations(program: StageProgram) -> float:
+    """A layer's block inputs, norms and dropout masks (split by sequence parallelism)."""
+    spec = program.spec
+    shared = (4 * ACT + 2) * program.k.n * spec.hidden
+    return shared / spec.tp if spec.sp else shared
+
+
+def _whole_layer(program: StageProgram, *, moe: bool) -> float:
+    """Bytes a layer keeps per micro-batch when it is not recomputed, the score matrices
+    of unfused attention included where no recomputation drops them."""
+    spec = program.spec
     scores = 0.0
-    # the score matrices, where a layer keeps its activations (not recomputed)
     if spec.attention == "unfused" and (spec.recompute == "none" or spec.recompute_layers
                                         or spec.recompute_every > 1):
-        scores = 5.0 * (spec.heads // t) * spec.micro_batch * (spec.sequence // spec.cp) ** 2
-    full = split + shared + scores
-    if spec.recompute == "full":   # the layer's input; every N-th layer's, on average
-        kept = ACT * n * h / (t if spec.sp else 1)
-        every = spec.recompute_every
-        return (kept + (every - 1) * full) / every, full
-    if spec.recompute == "every_other_matmul":
-        if moe or isinstance(k, LatentKernels):   # every other matmul's output: about half
-            kept = split / 2 + shared
-        else:   # the odd matmuls' outputs (wq, wv; w1, w2), the attention's, the input
-            kept = ACT * n * (q + kv + q + k.f) + ACT * n * h * (2 / t if spec.sp else 2)
-        return kept, full - kept
-    return full, 0.0
+        scores = 5.0 * (spec.heads // spec.tp) * spec.micro_batch * \
+            (spec.sequence // spec.cp) ** 2
+    return _split_activations(program, moe=moe) + _shared_activations(program) + scores

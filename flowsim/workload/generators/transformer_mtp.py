@@ -6,16 +6,18 @@ decoder's final norm, it embeds the input tokens shifted by ``j + 1`` (the vocab
 embedding and its tensor-parallel reduction, as on the first stage), norms that embedding and
 the hidden state it is given (the decoder's output, or the previous depth's), concatenates
 them and projects ``2 h`` back to ``h`` (a column-parallel linear layer: its input gathered
-with sequence parallelism, its output all-gathered over the TP ranks), runs one transformer
+with sequence parallelism, its output all-gathered over the TP ranks, then split over them
+again by sequence, which costs nothing forward and an all-gather backward), runs one transformer
 layer of the decoder's last layer's kind, norms its output and computes logits and a cross
 entropy with the shared output layer. Its output is the next depth's hidden state. The
 backward runs the depths last first, each one's hidden-state gradient joining the one before
-(the decoder's output for the first); under full recomputation (any method) a depth's
-projection and layer run again before its backward, as Megatron-Core checkpoints them.
+(the decoder's output for the first); under full recomputation a depth's projection and
+layer run again before its backward, as Megatron-Core checkpoints them, but for its block
+method, which skips them (:meth:`~.transformer_spec.TransformerSpec.is_recomputed`).
 
 A depth is a row of the per-layer breakdown (``mtp<j>``, after the decoder's layers: its
 index is ``layers + j``) and a unit of parameters (its layer, projection and norms; the first
-depth's also its copy of an untied embedding held on another stage); its logits count in the
+depth's also its copy of an untied embedding held on another rank); its logits count in the
 ``logits`` row. Megatron-Core's default places every depth on the last stage, outside the
 pipeline's split of the layers (``--pipeline-model-parallel-layout`` can move them: not
 modelled).
@@ -47,15 +49,13 @@ class MultiTokenPrediction:
         self.b, self.k, self.gathers, self.fsdp = b, k, gathers, fsdp
         self.spec = k.spec
         self.logits_row = logits_row
-        #: the depths' layer indices (rows and parameter units)
-        self.depths = range(self.spec.layers, self.spec.layers + self.spec.mtp_layers)
 
     def _embedding_unit(self) -> str | None:
         """The fully sharded unit of the embedding the depths look tokens up in: the
-        embedding's on a stage that has it, the output layer's when tied (one weight), else
+        embedding's on a rank that holds it, the output layer's when tied (one weight), else
         none (the first depth's own copy, in its unit)."""
         s = self.spec
-        if s.pp * s.vpp == 1:
+        if s.ends_on_one_rank:
             return "embedding"
         return self.fsdp.logits_unit() if s.tied_embeddings else None
 
@@ -73,7 +73,7 @@ class MultiTokenPrediction:
     def forward(self, tag: str, hidden: Frontier) -> None:
         """Every depth's forward, from the decoder's normed output ``hidden``."""
         b, k = self.b, self.k
-        for j, layer in enumerate(self.depths):
+        for j, layer in enumerate(self.spec.mtp_depths):
             name = f"{tag}.mtp{j}"
             x = self.gathers.reach(layer, ())
             x = self.fsdp.unshard(f"layer{layer}", name, layer, "fwd", x)
@@ -98,17 +98,16 @@ class MultiTokenPrediction:
         b, k, s = self.b, self.k, self.spec
         row = self.logits_row
         hidden: Frontier = ()
-        for j, layer in reversed(list(enumerate(self.depths))):
+        for j, layer in reversed(list(enumerate(s.mtp_depths))):
             name = f"{tag}.mtp{j}"
-            # the output layer, as the decoder's: its input gathered again (sp)
-            regather = b.regather(f"{name}.logits.dgrad", row, g, k.shard_bytes)
-            x = b.tp_block(f"{name}.logits.dgrad", k.logits_dgrad, row, "ig", g, gather=False,
-                           reduce=True, after=regather)
-            b.compute(f"{name}.logits.wgrad", k.logits_wgrad, row, "wg", regather)
+            x = b.output_backward(f"{name}.logits", row, g)
             x = self.fsdp.unshard(f"layer{layer}", name, layer, "ig", (*x, *hidden))
             if s.is_recomputed(layer, 0):
                 x = (*x, *self._body(f"{name}.recompute", layer, ()))
             x = b.backward(layer, name, x, k.norm_backward)
+            if s.tp > 1 and s.sp:   # the sequence split's backward: an all-gather
+                x = (b.collective(f"{name}.projection.output.split.all_gather", "all_gather",
+                                  k.shard_bytes, b.groups.tp, layer, "ig", x),)
             # the projection: its output's gather is a split backward; its input's gradient
             # reduced over TP, its input gathered again for the weight gradient (sp)
             regather = b.regather(f"{name}.projection.dgrad", layer, x, 2 * k.gather_bytes)
@@ -122,10 +121,7 @@ class MultiTokenPrediction:
             unit = self._embedding_unit()
             if unit is not None:
                 e = self.fsdp.unshard(unit, f"{name}.embedding", layer, "ig", e)
-            if s.tp > 1 and s.sp:
-                e = (b.collective(f"{name}.embedding.all_gather", "all_gather", k.shard_bytes,
-                                  b.groups.tp, layer, "ig", e),)
-            b.compute(f"{name}.embedding.backward", k.embedding_backward, layer, "wg", e)
+            b.embedding_backward(f"{name}.embedding", layer, e)
             dense, expert, _ = k.unit_parameters(layer)
             ready.append(((dense, expert), (b.last,) if b.last is not None else ()))
             self.fsdp.after_backward(f"layer{layer}", name, layer, b.last, final)

@@ -304,6 +304,26 @@ class PassBuilder:
         self.compute(f"{name}.wgrad", wgrad, layer, "wg", regather)
         return out
 
+    def output_backward(self, name: str, row: int, g: Frontier) -> Frontier:
+        """The output layer's data gradient, reduced over TP (the layer is column-parallel:
+        its 16-bit input gathered again with sequence parallelism), and beside it its weight
+        gradient; the frontier of the gradient of its input."""
+        k = self.k
+        regather = self.regather(f"{name}.dgrad", row, g, k.shard_bytes)
+        out = self.tp_block(f"{name}.dgrad", k.logits_dgrad, row, "ig", g, gather=False,
+                            reduce=True, after=regather)
+        self.compute(f"{name}.wgrad", k.logits_wgrad, row, "wg", regather)
+        return out
+
+    def embedding_backward(self, name: str, row: int, g: Frontier,
+                           carry: tuple[Kernel, ...] = ()) -> None:
+        """The embedding's weight gradient (after ``carry`` kernels), from the gradient of
+        its output all-gathered over TP with sequence parallelism."""
+        if self.spec.tp > 1 and self.spec.sp:
+            g = (self.collective(f"{name}.all_gather", "all_gather", self.k.shard_bytes,
+                                 self.groups.tp, row, "ig", g),)
+        self.compute(f"{name}.backward", carry + self.k.embedding_backward, row, "wg", g)
+
     def regather(self, name: str, layer: int, g: Frontier, nbytes: int = 0) -> Frontier:
         """With sequence parallelism a column-parallel layer keeps its input sharded and
         gathers it again for its weight gradient, beside its data gradient (Megatron-LM's

@@ -48,8 +48,8 @@ def layer_names(spec: TransformerSpec) -> list[str]:
     """The per-layer breakdown's rows: the transformer layers, the multi-token prediction
     depths, then the embedding and the output layer (with a vocabulary) and the optimizer
     step."""
-    names = [f"layer{i}" for i in range(spec.layers)] + [f"mtp{j}" for j in
-                                                          range(spec.mtp_layers)]
+    names = [f"layer{i}" for i in range(spec.layers)]
+    names += [f"mtp{j}" for j in range(spec.mtp_layers)]
     if spec.vocab:
         names += ["embedding", "logits"]
     return names + ["optimizer"]
@@ -220,11 +220,7 @@ class StageProgram:
             row = self.row["logits"]
             g = self.fsdp.unshard(self.fsdp.logits_unit(), f"{tag}.logits.dgrad", row, "ig", g)
             depths = () if self.mtp is None else self.mtp.backward(tag, g, final, buckets)
-            # the output layer is column-parallel: a 16-bit input gathered again (sp)
-            regather = b.regather(f"{tag}.logits.dgrad", row, g, k.shard_bytes)
-            g = (*b.tp_block(f"{tag}.logits.dgrad", k.logits_dgrad, row, "ig", g, gather=False,
-                             reduce=True, after=regather), *depths)
-            b.compute(f"{tag}.logits.wgrad", k.logits_wgrad, row, "wg", regather)
+            g = (*b.output_backward(f"{tag}.logits", row, g), *depths)
             if not spec.one_tied_weight:   # else one weight, in the embedding's bucket
                 buckets.append(((k.vocab_parameters, 0), _frontier(b.last_wgrad)))
                 self.fsdp.after_backward("logits", f"{tag}.logits", row, b.last_wgrad, final)
@@ -244,10 +240,7 @@ class StageProgram:
         if vs == 0 and spec.vocab:
             row = self.row["embedding"]
             g = self.fsdp.unshard("embedding", f"{tag}.embedding", row, "ig", g)
-            if spec.tp > 1 and spec.sp:
-                g = (b.collective(f"{tag}.embedding.all_gather", "all_gather", k.shard_bytes,
-                                  self.ctx.groups.tp, row, "ig", g),)
-            b.compute(f"{tag}.embedding.backward", carry + k.embedding_backward, row, "wg", g)
+            b.embedding_backward(f"{tag}.embedding", row, g, carry)
             buckets.append(((k.vocab_parameters, 0), _frontier(b.last)))
             self.fsdp.after_backward("embedding", f"{tag}.embedding", row, b.last, final)
         elif carry:
@@ -269,31 +262,26 @@ class StageProgram:
 
     def _depths(self, chunk: int) -> range:
         """The multi-token prediction depths a chunk holds (the last virtual stage's)."""
-        s = self.spec
-        last = virtual_stage(s, self.ctx.stage, chunk) == self.last_vs
-        return range(s.layers, s.layers + s.mtp_layers) if last else range(0)
+        last = virtual_stage(self.spec, self.ctx.stage, chunk) == self.last_vs
+        return self.spec.mtp_depths if last else range(0)
+
+    def _units(self, chunk: int) -> list[int]:
+        """A chunk's layers and multi-token prediction depths, in model order."""
+        return [*self.layers[chunk], *self._depths(chunk)]
 
     def dense_weights(self, chunk: int) -> float:
         """The dense weights of a chunk's layers (FP8 parameter gathers send them in one
         byte each)."""
-        depths = sum(self.k.unit_parameters(layer)[2] for layer in self._depths(chunk))
-        if not self.spec.moe_layer_freq:
-            return len(self.layers[chunk]) * self.k.dense_parameters + depths
-        return sum(self.k.of_layer(layer).dense_parameters for layer in self.layers[chunk]) \
-            + depths
+        return sum(self.k.unit_parameters(layer)[2] for layer in self._units(chunk))
 
     def chunk_parameters(self, chunk: int) -> tuple[float, float]:
         """(dense, expert) parameters of a model chunk on this rank."""
         vs = virtual_stage(self.spec, self.ctx.stage, chunk)
-        n = len(self.layers[chunk])
-        dense: float = n * self.k.dense_parameters
-        expert: float = n * self.k.expert_parameters
-        if self.spec.moe_layer_freq:   # dense and MoE layers: summed layer by layer
-            dense = sum(self._layer_parameters(layer)[0] for layer in self.layers[chunk])
-            expert = sum(self._layer_parameters(layer)[1] for layer in self.layers[chunk])
-        for layer in self._depths(chunk):
-            dense, expert = dense + self._layer_parameters(layer)[0], \
-                expert + self._layer_parameters(layer)[1]
+        dense: float = 0
+        expert: float = 0
+        for layer in self._units(chunk):
+            layer_dense, layer_expert, _ = self.k.unit_parameters(layer)
+            dense, expert = dense + layer_dense, expert + layer_expert
         if self.spec.vocab:
             copies = (vs == 0) + (vs == self.last_vs) - self.spec.one_tied_weight
             dense += self.k.vocab_parameters * copies
@@ -351,8 +339,8 @@ class StageProgram:
         if vs == self.last_vs and spec.vocab and not spec.one_tied_weight:
             units.append(("logits", (k.vocab_parameters, 0.0), 0.0))
         for layer in reversed(self.layers[chunk]):
-            dense, expert = self._layer_parameters(layer)
-            units.append((layer, (dense, expert), dense))
+            dense, expert, fp8 = k.unit_parameters(layer)
+            units.append((layer, (dense, expert), fp8))
         if vs == 0 and spec.vocab:   # with one tied weight, the logits' too
             units.append(("embedding", (k.vocab_parameters, 0.0), 0.0))
         return units

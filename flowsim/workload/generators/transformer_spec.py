@@ -107,7 +107,8 @@ class TransformerSpec:
     mla: tv.LatentAttention | None = None
     #: multi-token prediction depths (Megatron-Core's ``--mtp-num-layers``, DeepSeek-V3's
     #: MTP modules): each another transformer layer, of the last layer's kind, on the last
-    #: pipeline stage, with its own embedding, projection and logits (:mod:`.transformer_mtp`)
+    #: pipeline stage, with an embedding lookup, a projection and the output layer again
+    #: (:mod:`.transformer_mtp`)
     mtp_layers: int = 0
     #: sliding window in keys (0: full attention); window_skip_freq: 1 window / 0 full per layer
     window: int = 0
@@ -215,19 +216,35 @@ class TransformerSpec:
         """Micro-batches each model chunk runs in a row: ``microbatch_group``, else ``pp``."""
         return self.microbatch_group or self.pp
 
+    @property
+    def mtp_depths(self) -> range:
+        """The multi-token prediction depths' layer indices (their rows and parameter units),
+        after the decoder's layers."""
+        return range(self.layers, self.layers + self.mtp_layers)
+
+    @property
+    def ends_on_one_rank(self) -> bool:
+        """Whether one pipeline rank holds both the first and the last virtual stage (no
+        pipeline, or DualPipeV's V)."""
+        return self.pp * self.vpp == 1 or self.schedule == "dualpipev"
+
     def is_windowed(self, layer: int) -> bool:
-        """Whether ``layer`` attends through the sliding window (else to every key); a
-        multi-token prediction layer (``layer >= layers``) as the last layer does."""
+        """Whether ``layer`` attends through the sliding window (else to every key); depth
+        ``j`` of multi-token prediction as decoder layer ``j`` (Megatron-Core numbers the
+        depths' layers from 1 again)."""
         pattern = self.window_skip_freq
-        return self.window > 0 and (not pattern or bool(pattern[self._kind(layer)]))  # type: ignore
+        index = layer if layer < self.layers else min(layer - self.layers, self.layers - 1)
+        return self.window > 0 and (not pattern or bool(pattern[index]))  # type: ignore
 
     def is_recomputed(self, layer: int, position: int) -> bool:
         """Whether full recomputation re-runs ``layer``, the ``position``-th of its model
-        chunk (Megatron-Core's block method counts the layers of each chunk from its first)."""
+        chunk (Megatron-Core's block method counts the layers of each chunk from its first).
+        A multi-token prediction depth is re-run whole under the uniform method and skipped
+        under the block method (Megatron-Core's ``MultiTokenPredictionBlock``)."""
         if self.recompute != "full":
             return False
-        if layer >= self.layers:   # Megatron-Core's MTP layers: under any full recomputation
-            return True
+        if layer >= self.layers:
+            return not self.recompute_layers
         if self.recompute_layers:
             return position < self.recompute_layers
         return (layer + 1) % self.recompute_every == 0
@@ -237,19 +254,14 @@ class TransformerSpec:
         multi-token prediction layer is of the last layer's kind (Megatron-Core builds it
         from the decoder's last layer spec)."""
         pattern = self.moe_layer_freq
-        return self.experts > 0 and (not pattern or bool(pattern[self._kind(layer)]))  # type: ignore
-
-    def _kind(self, layer: int) -> int:
-        """The decoder layer whose kind ``layer`` has: itself, or for a multi-token
-        prediction layer the last."""
-        return min(layer, self.layers - 1)
+        return self.experts > 0 and (not pattern or bool(pattern[min(layer, self.layers - 1)]))  # type: ignore
 
     @property
     def one_tied_weight(self) -> bool:
         """Whether the embedding and the output layer are one tied weight: tied and on one
-        stage (one gradient, one optimizer state, one all-gather). On different stages
-        Megatron keeps a copy on each (their gradients' all-reduce between the first and last
-        stage is left out)."""
+        stage (one gradient, one optimizer state, one all-gather). On different virtual
+        stages Megatron keeps a copy on each, priced so also where one rank holds both
+        (DualPipeV's first rank); their gradients' all-reduce is left out."""
         return self.tied_embeddings and self.pp * self.vpp == 1
 
 
