@@ -43,7 +43,8 @@ def test_every_rank_runs_each_pass_once_in_micro_batch_order(m):
         for c in (0, 1):   # each micro-batch's forward before its backward
             for k in range(m):
                 assert order.index(("fwd", c, k)) < order.index(("bwd", c, k))
-        # pairs: a forward, then the backward beside it
+        # pairs: a forward, then the backward beside it (every rank has some)
+        assert paired_forwards(spec, rank)
         for i in paired_forwards(spec, rank):
             assert order[i][0] == "fwd" and order[i + 1][0] == "bwd"
 
@@ -58,10 +59,10 @@ def _step(spec: dict) -> tuple[float, float, float]:
 
 
 def test_the_step_takes_the_bubble_dualpipev_s_readme_gives():
-    """With 2p stages of equal work F forward and B backward per chunk and no weight
-    gradient deferred, DualPipeV's README bubble (PP/2 - 1)(F&B + B - 3W) is (p - 1)(F + 2B)
-    (F&B: a forward beside a backward, F + B on one compute stream): the step is 2m (F + B)
-    plus it; 1F1B's (p - 1)(F + B) beside it."""
+    """With 2p stages of equal work F forward and B backward per chunk, DualPipeV's README
+    bubble (PP/2 - 1)(F&B + B - 3W) over PP = 2p stages, with no weight gradient W deferred
+    and a forward beside a backward taking F + B on one compute stream (F&B), is
+    (p - 1)(F + 2B): the step is 2m (F + B) plus it; 1F1B's (p - 1)(F + B) beside it."""
     step, forward, backward = _step(V)
     f, b = forward / (2 * M), backward / (2 * M)
     assert step == pytest.approx(2 * M * (f + b) + (P - 1) * (f + 2 * b), rel=1e-3)
@@ -83,8 +84,9 @@ def test_the_first_rank_holds_both_ends_and_the_last_turns_without_a_message():
     assert sends == [2 * M, 4 * M, 4 * M, 2 * M]   # the ends and the turn send half
 
 
-def test_a_rank_holds_at_most_pp_plus_one_stages_activations():
-    """DualPipeV's README: activations of PP + 1 stages per device (PP = 2p stages)."""
+def test_a_rank_holds_at_most_pp_plus_one_stages_in_flight():
+    """DualPipeV's README: activations of PP + 1 stages per device (PP = 2p stages); the
+    passes in flight the memory estimate counts stay within it."""
     spec = parse_transformer(V, "argument")
     for rank in range(P):
         held, peak = 0, 0

@@ -59,6 +59,26 @@ def test_uneven_first_and_last_ranks_share_the_rest_and_split_over_chunks():
     assert keys["pipeline_layout"] == [4, 4, 4, 2] * 2   # ranks of 8, 8, 8, 4 in 2 chunks
 
 
+def test_the_first_and_last_ranks_hold_every_layer_or_leave_the_middle_a_share():
+    """Megatron-LM: middle ranks and middle layers both or neither (16 + 16 of 32 on 4
+    ranks leaves the middle two none: refused; on 2 ranks it is the whole model)."""
+    with pytest.raises(ConfigError, match="decoder-first-pipeline-num-layers"):
+        _keys("--decoder-first-pipeline-num-layers", "16",
+              "--decoder-last-pipeline-num-layers", "16", layers=32, pp=4, mtp=0)
+    keys = _keys("--decoder-first-pipeline-num-layers", "16",
+                 "--decoder-last-pipeline-num-layers", "16", layers=32, pp=2, mtp=0)
+    assert keys["pipeline_layout"] == [16, 16]
+
+
+def test_layers_per_virtual_stage_count_the_embedding_and_the_loss():
+    """Megatron-LM derives the virtual stages from the layers per rank with the accounted
+    embedding and loss: 30 + 2 over 4 ranks, 2 per stage: 4 stages a rank."""
+    keys = _keys("--num-layers-per-virtual-pipeline-stage", "2",
+                 "--account-for-embedding-in-pipeline-split",
+                 "--account-for-loss-in-pipeline-split", layers=30, pp=4, mtp=0)
+    assert keys["vpp"] == 4 and keys["pipeline_layout"] == [1] + [2] * 14 + [1]
+
+
 @pytest.mark.parametrize("flags, flag", [
     (("--pipeline-model-parallel-layout", "Ettt|(tt|)*29,m|L"),
      "pipeline-model-parallel-layout"),                     # a standalone MTP stage
@@ -73,6 +93,20 @@ def test_uneven_first_and_last_ranks_share_the_rest_and_split_over_chunks():
     (("--account-for-loss-in-pipeline-split",), "account-for-loss-in-pipeline-split"),
     (("--account-for-loss-in-pipeline-split", "--decoder-last-pipeline-num-layers", "1"),
      "account-for-loss-in-pipeline-split"),
+    (("--pipeline-model-parallel-layout", "Etttt|(tttt|)*14,tmL",
+      "--decoder-first-pipeline-num-layers", "4"), "decoder-first-pipeline-num-layers"),
+    (("--pipeline-model-parallel-layout", "Etttt|(tttt|)*14,tmL",
+      "--account-for-loss-in-pipeline-split"), "account-for-loss-in-pipeline-split"),
+    (("--pipeline-model-parallel-layout", "Etttt|(tttt|)*13,tttt|mtL"),
+     "pipeline-model-parallel-layout"),                     # a decoder layer after m
+    (("--pipeline-model-parallel-layout", "(" + "t" * 1000 + ")*999999"),
+     "pipeline-model-parallel-layout"),                     # refused before it is built
+    (("--decoder-first-pipeline-num-layers", "0", "--decoder-last-pipeline-num-layers",
+      "1"), "decoder-first-pipeline-num-layers"),           # Megatron: larger than 0
+    (("--num-layers-per-virtual-pipeline-stage", "1", "--decoder-last-pipeline-num-layers",
+      "1"), "decoder-last-pipeline-num-layers"),            # uneven with layers per stage
+    (("--num-layers-per-virtual-pipeline-stage", "1",
+      "--num-virtual-stages-per-pipeline-rank", "2"), "num-virtual-stages-per-pipeline-rank"),
 ])
 def test_layouts_megatron_lm_or_flowsim_cannot_run_are_refused_naming_the_flag(flags, flag):
     with pytest.raises(ConfigError, match=rf"'--{flag}': expected"):

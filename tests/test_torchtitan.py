@@ -183,6 +183,11 @@ def test_the_2024_layout_and_its_pipeline_defaults(tmp_path):
                     "DualPipeV", tmp_path)   # its V: two stages per rank
     assert (keys["vpp"], keys["schedule"]) == (2, "dualpipev")
     assert _layers(keys) == [7] + [8] * 14 + [7]
+    cuts = ",".join(f"layers.{4 * i}" for i in range(1, 32))   # four stages a rank: no V
+    with pytest.raises(ConfigError, match=r"split_points.*two per rank with DualPipeV"):
+        _keys(LLAMA3_405B_2024, "--experimental.pipeline_parallel_degree 8 "
+              "--training.batch_size 32 --experimental.pipeline_parallel_schedule DualPipeV "
+              f"--experimental.pipeline_parallel_split_points {cuts}", tmp_path)
 
 
 def _layers(keys: dict) -> list[int]:

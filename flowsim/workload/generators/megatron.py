@@ -86,7 +86,7 @@ MLA_FLAGS = {"q-lora-rank": ("q_lora_rank", 0), "kv-lora-rank": ("kv_lora_rank",
              "qk-pos-emb-head-dim": ("qk_pos_emb_head_dim", 64),
              "v-head-dim": ("v_head_dim", 128)}
 #: flags read by hand below (their meaning needs more than one key)
-SPECIAL = ("num-layers-per-virtual-pipeline-stage", "recompute-granularity", "fp8-format",
+SPECIAL = ("recompute-granularity", "fp8-format",
            "attention-backend", "tp-comm-overlap-cfg", "tokenizer-type", "use-legacy-models",
            "no-scatter-gather-tensors-in-pipeline", "transformer-impl",
            "moe-token-dispatcher-type", "recompute-method", "recompute-num-layers",
@@ -235,17 +235,7 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
         keys["mla"] = {key: default if flags.get(flag) is None else
                        _number(flags[flag], flag, where)
                        for flag, (key, default) in MLA_FLAGS.items()}
-    per_stage = flags.get("num-layers-per-virtual-pipeline-stage")
-    if per_stage is not None:
-        layers, pp = keys.get("layers", 0), keys.get("pp", 1)
-        chunk = _number(per_stage, "num-layers-per-virtual-pipeline-stage", where)
-        if not isinstance(layers, int) or not isinstance(pp, int) or pp < 1 or \
-                not isinstance(chunk, int) or chunk < 1 or not layers or layers % (pp * chunk):
-            raise config_error(where, "--num-layers-per-virtual-pipeline-stage",
-                               f"a divisor of --num-layers / pipeline size ({layers} / {pp})",
-                               per_stage)
-        keys["vpp"] = layers // (pp * chunk)
-    keys.update(megatron_layout.layout_keys(flags, keys, where))   # after vpp is known
+    keys.update(megatron_layout.layout_keys(flags, keys, where))
     granularity = flags.get("recompute-granularity")
     if granularity is not None and "recompute-activations" not in flags:   # that one wins
         if granularity not in ("full", "selective"):
@@ -347,7 +337,12 @@ def parse_megatron(values: Mapping[str, Any], source: str) -> ImportedSpec:
                           names={**{key: f"--{flag}" for flag, key in VALUED.items()},
                                  "moe_layer_freq": "--moe-layer-freq",
                                  "window_skip_freq": "--window-attn-skip-freq",
-                                 "mla": "--multi-latent-attention and its widths"})
+                                 "mla": "--multi-latent-attention and its widths",
+                                 "microbatch_group":
+                                     "--microbatch-group-size-per-virtual-pipeline-stage",
+                                 "node_limit": "--moe-router-group-topk",
+                                 "dispatcher": "--moe-token-dispatcher-type",
+                                 "pipeline_layout": "the pipeline split flags"})
 
 
 def _environment(env: Any, source: str) -> dict[str, str]:

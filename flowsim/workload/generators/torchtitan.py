@@ -195,6 +195,10 @@ def _pipeline(read: JobConfig, layers: int | None) -> dict[str, Any]:
         return {"micro_batch": local}
     schedule = read.choice("schedule", SCHEDULES)
     looped = schedule in ("interleaved", "dualpipev")
+    # the stages per rank the schedule takes (fewest, most), and how the errors say it
+    (fewest, most), per_rank = {"dualpipev": ((2, 2), "two"),
+                                "interleaved": ((2, 1 << 30), "two or more")}.get(
+        schedule, ((1, 1), "one"))
     splits = read("split_points")
     if not isinstance(splits, list) or not all(
             isinstance(s, str) and s.startswith("layers.") and s[7:].isdigit()
@@ -206,10 +210,10 @@ def _pipeline(read: JobConfig, layers: int | None) -> dict[str, Any]:
     if splits:
         cuts = [int(s[7:]) for s in splits]
         stages = len(cuts) + 1
-        if stages % pp or (stages // pp > 1) != looped:
+        if stages % pp or not fewest <= stages // pp <= most:
             raise config_error(read.where, read.path("split_points"), f"a multiple of pp={pp}"
-                               f" stages ({'two or more' if looped else 'one'} per rank with "
-                               f"{read('schedule')})", splits)
+                               f" stages ({per_rank} per rank with {read('schedule')})",
+                               splits)
         bounds = [0, *cuts, layers if layers is not None else cuts[-1] + 1]
         if any(b <= a for a, b in zip(bounds, bounds[1:])):
             below = f", each below the model's {layers} layers" if layers else ""
@@ -221,11 +225,11 @@ def _pipeline(read: JobConfig, layers: int | None) -> dict[str, Any]:
         per_stage = read.int("layers_per_stage")
         effective = (layers or 0) + 2
         stages = effective // per_stage
-        if layers is None or effective % (pp * per_stage) or (stages // pp > 1) != looped:
+        if layers is None or effective % (pp * per_stage) or \
+                not fewest <= stages // pp <= most:
             raise config_error(read.where, read.path("layers_per_stage"), f"a divisor of "
-                               f"(layers + 2) / pp = {effective / pp:g} giving "
-                               f"{'two or more stages' if looped else 'one stage'} per rank",
-                               per_stage)
+                               f"(layers + 2) / pp = {effective / pp:g} giving {per_rank} "
+                               f"stage{'s' if looped else ''} per rank", per_stage)
         keys["pipeline_layout"] = "embedding_weighted"
     else:   # generate_split_points: one stage a rank, two with a looped schedule
         stages = pp * (2 if looped else 1)

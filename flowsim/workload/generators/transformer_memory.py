@@ -110,13 +110,17 @@ def _activations(program: StageProgram) -> float:
     held = dict.fromkeys(range(spec.vpp), 0)
     peak = 0.0
     paired = paired_forwards(spec, program.ctx.stage)
-    for i, (pass_, chunk, _) in enumerate(stage_schedule(spec, program.ctx.stage)):
+    order = stage_schedule(spec, program.ctx.stage)
+    for i, (pass_, chunk, _) in enumerate(order):
         held[chunk] += 1 if pass_ == "fwd" else -1
         if pass_ != "fwd":
             continue
         now = sum(count * kept(c) for c, count in held.items())
-        if i in paired:   # the backward beside it frees a layer as this forward keeps one
-            now += chunk_layers[chunk] / max(1, len(program.layers[chunk])) - kept(chunk)
+        if i in paired:   # the backward beside it frees a layer as this forward keeps one:
+            # at the peak one layer of the forward, or what it keeps beyond what the
+            # backward frees (DualPipeV pairs passes of different chunks)
+            layer = chunk_layers[chunk] / max(1, len(program.layers[chunk]))
+            now += max(layer, kept(chunk) - kept(order[i + 1][1])) - kept(chunk)
         peak = max(peak, now)
     return peak + transient
 
