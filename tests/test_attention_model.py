@@ -161,8 +161,8 @@ def test_a_padded_head_dimension_pays_for_the_padding():
 @given(kernel=st.sampled_from(sorted(HEAD_DIMS)), head_dim=st.integers(8, 255))
 def test_a_wider_head_never_takes_less_time(kernel, head_dim):
     """The time of the same heads over the same tokens never falls as the head dimension
-    grows (a padded dimension costs what the padding does), and a dimension the kernel is
-    built for runs at its measured rate."""
+    grows (a padded dimension costs what the padding does), and padding lands on a
+    dimension the kernel is built for."""
     def ns(d):   # time per head-token pair, up to a constant: d / efficiency
         return d / head_dim_efficiency(kernel, d)
     assert ns(head_dim + 1) >= ns(head_dim) * (1 - 1e-12)

@@ -63,12 +63,12 @@ def test_expected_units_at_its_ends():
     assert expected_units(64, 1, 5) == pytest.approx(5.0)          # units of one: the picks
 
 
-def _exchanges(net, **keys):
+def _exchanges(net, backward=False, **keys):
     w = transformer(net, **dict(MOE, **keys))
-    # the first micro-batch's forward through layer 0
+    # the first micro-batch's forward (or backward) through layer 0
     return [(op.name.split(".", 2)[-1], op.size, op.dims) for op in w.programs[0].ops
             if op.kind == "collective" and op.collective == "all_to_all"
-            and op.name.startswith("mb0.layer0.") and "_backward" not in op.name]
+            and op.name.startswith("mb0.layer0.") and ("_backward" in op.name) == backward]
 
 
 def test_the_exchanges_cross_nodes_once_per_node_then_reach_ranks_inside():
@@ -88,8 +88,16 @@ def test_the_exchanges_cross_nodes_once_per_node_then_reach_ranks_inside():
                      round(tokens * to_ranks * hidden * FP8_VALUE_BYTES),
                      round(tokens * to_ranks * hidden * 2), round(tokens * to_nodes * hidden * 2)]
     inter, intra = deep[0][2], deep[1][2]
-    assert set(inter).isdisjoint(intra)   # the two stages split the EP group's dims
+    assert (inter, intra) == ((1,), (0,))   # across the 4 nodes, then inside one
     assert to_nodes <= 2 < to_ranks <= 8   # at most node_limit nodes, one copy per rank
+    # backward: the combine's gradient travels toward the experts (FP8, across nodes
+    # first), the dispatch's back in 16 bits (inside the node first)
+    back = _exchanges(net, backward=True, dispatcher="deepep", node_limit=2, dtype="fp8",
+                      fp8_dispatch=True)
+    assert [(name, dims) for name, _, dims in back] == [
+        ("combine_backward.inter", (1,)), ("combine_backward.intra", (0,)),
+        ("dispatch_backward.intra", (0,)), ("dispatch_backward.inter", (1,))]
+    assert [size for _, size, _ in back] == sizes
 
 
 def test_an_ep_group_inside_one_node_is_the_intra_node_exchange_alone():
@@ -194,6 +202,22 @@ def test_device_limited_routing_is_not_read_as_a_node_limit():
                              .split(), "x")
     assert keys["dispatcher"] == "deepep" and "node_limit" not in keys
     with warnings.catch_warnings(), pytest.raises(
-            ConfigError, match="'--moe-router-num-groups': expected a whole number"):
+            ConfigError, match="'--moe-router-num-groups': expected a positive whole number"):
         warnings.simplefilter("ignore")
         megatron_keys(base + ["--moe-router-group-topk", "2"], "x")
+
+
+def test_group_limited_routing_over_every_group_is_no_limit():
+    """Megatron-Core's top 2 of 2 groups lets a token reach every node; more groups than
+    there are, or a fraction, is refused naming the flag."""
+    from flowsim.workload.generators.megatron import megatron_keys
+
+    base = ("--num-layers 2 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 "
+            "--micro-batch-size 1 --global-batch-size 64 --num-experts 64 --moe-router-topk 8 "
+            "--expert-model-parallel-size 32 --bf16 --moe-token-dispatcher-type flex "
+            "--moe-router-num-groups 2").split()
+    keys = megatron_keys(base + ["--moe-router-group-topk", "2"], "x")
+    assert keys["dispatcher"] == "deepep" and "node_limit" not in keys
+    for bad, expected in (("3", "at most the 2 groups"), ("1.5", "a positive whole number")):
+        with pytest.raises(ConfigError, match=f"'--moe-router-group-topk': expected {expected}"):
+            megatron_keys(base + ["--moe-router-group-topk", bad], "x")

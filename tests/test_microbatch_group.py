@@ -27,11 +27,17 @@ def _table(m: int, v: int, group: int) -> list[tuple[int, int]]:
     return out
 
 
-def test_the_default_group_is_the_schedule_of_every_release_before():
-    plain = parse_transformer(dict(BASE, micro_batches=8), "argument")
-    grouped = parse_transformer(dict(BASE, micro_batches=8, microbatch_group=4), "argument")
-    for stage in range(4):
-        assert stage_schedule(plain, stage) == stage_schedule(grouped, stage)
+def test_megatron_cores_own_example_table():
+    """Megatron-Core's comment in ``forward_backward_pipelining_with_interleaving``: PP 2,
+    groups of 3, 5 micro-batches, VP 2: micro-batches 0 1 2 0 1 2 3 4 3 4 on chunks
+    0 0 0 1 1 1 0 0 1 1."""
+    spec = parse_transformer(dict(BASE, pp=2, micro_batches=5, microbatch_group=3),
+                             "argument")
+    for stage in range(2):
+        forwards = [(mb, chunk) for kind, chunk, mb in stage_schedule(spec, stage)
+                    if kind == "fwd"]
+        assert forwards == list(zip([0, 1, 2, 0, 1, 2, 3, 4, 3, 4],
+                                    [0, 0, 0, 1, 1, 1, 0, 0, 1, 1]))
 
 
 @pytest.mark.parametrize("m, group", [(10, 6), (12, 12), (20, 8)])

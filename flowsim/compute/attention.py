@@ -41,6 +41,7 @@ KV_OVERHEAD = 198
 #: a causal kernel's rate over its unmasked rate, at long sequences (fitted: module docstring)
 CAUSAL_EFFICIENCY = 0.975
 
+
 def attention_ns(device: Device, attention: Attention) -> float:
     """Time of ``attention`` on ``device`` (ns), plus a kernel launch."""
     if attention.implementation == "flash2" and device.flash2_forward:

@@ -68,7 +68,6 @@ from .attention_kernels import ATTENTION_KERNELS
 SUSTAINED = 0.8
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class Device:
     """One accelerator model.

@@ -239,18 +239,24 @@ def node_limit(groups: Any, group_topk: Any, keys: Mapping[str, Any], where: str
     """``node_limit`` from Megatron-Core's group-limited routing (``names``: its number of
     groups and the groups a token may use), with the groups taken to be the expert-parallel
     group's nodes, as Megatron-Core's node-limited routing sets them; 0 without a limit
-    flowsim can price (none given, or a group per rank or finer: device-limited routing, in
-    a warning)."""
+    flowsim can price (none given, every group allowed, or a group per rank or finer:
+    device-limited routing, in a warning)."""
     if group_topk is None:
         return 0
     numbers = []
     for name, value in zip(names, (groups, group_topk)):
-        try:
-            numbers.append(int(value))
-        except (TypeError, ValueError):
-            raise config_error(where, name, f"a whole number (Megatron-Core needs both "
-                               f"{names[0]} and {names[1]})", value) from None
+        whole = isinstance(value, int) and not isinstance(value, bool) or \
+            isinstance(value, str) and value.strip().isdigit()
+        if not whole or not int(value):
+            raise config_error(where, name, f"a positive whole number (Megatron-Core needs "
+                               f"both {names[0]} and {names[1]})", value)
+        numbers.append(int(value))
     groups, limit = numbers
+    if limit > groups:
+        raise config_error(where, names[1], f"at most the {groups} groups of {names[0]}",
+                           limit)
+    if limit == groups:   # every group allowed: no limit
+        return 0
     if groups >= keys.get("ep", 1):
         warnings.warn(f"{where}: {names[1]} {limit} of {groups} groups: device-limited routing "
                       "(a group per expert-parallel rank or finer) is priced without its limit",

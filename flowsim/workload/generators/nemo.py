@@ -234,4 +234,6 @@ def parse_nemo(values: Mapping[str, Any], source: str) -> ImportedSpec:
                                                "trainer.devices / (tp * cp)",
                                  "moe_layer_freq": "model.moe_layer_freq",
                                  "window_skip_freq": "model.window_attn_skip_freq",
-                                 "mla": "model.multi_latent_attention and its widths"})
+                                 "mla": "model.multi_latent_attention and its widths",
+                                 "node_limit": "model.moe_router_group_topk",
+                                 "dispatcher": "model.moe_token_dispatcher_type"})
