@@ -90,7 +90,8 @@ Communication:
   Megatron-Core 0.10's ``--microbatch-group-size-per-virtual-pipeline-stage``, with which the
   micro-batches need not be a multiple of ``pp``), or ``dualpipev`` (DeepSeek's DualPipeV,
   ``vpp: 2`` in a V: rank ``r`` holds virtual stages ``r`` and ``2 pp - 1 - r``, forwards
-  beside backwards; :func:`~.transformer_schedule.dualpipev`);
+  beside backwards, some weight gradients deferred into the bubble:
+  :func:`~.transformer_schedule.dualpipev`, :mod:`.transformer_zero_bubble`);
   layers laid out ``even``-ly, ``first_last_fewer`` (Llama 3), ``uniform`` (DeepSpeed),
   ``embedding_weighted`` (torchtitan) or as an explicit list;
 * **data parallel** (Megatron-Core's DDP): gradients (FP32 with BF16 or FP8 training, as

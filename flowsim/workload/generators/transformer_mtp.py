@@ -25,6 +25,8 @@ modelled).
 
 from __future__ import annotations
 
+from functools import partial
+
 from .transformer_buckets import ParameterGathers
 from .transformer_fsdp import FullySharded
 from .transformer_kernels import LayerKernels
@@ -122,7 +124,12 @@ class MultiTokenPrediction:
             if unit is not None:
                 e = self.fsdp.unshard(unit, f"{name}.embedding", layer, "ig", e)
             b.embedding_backward(f"{name}.embedding", layer, e)
-            dense, expert, _ = k.unit_parameters(layer)
-            ready.append(((dense, expert), (b.last,) if b.last is not None else ()))
-            self.fsdp.after_backward(f"layer{layer}", name, layer, b.last, final)
+            b.after_wgrad(partial(self._ready, ready, layer, name, final))
         return hidden
+
+    def _ready(self, ready: list, layer: int, name: str, final: bool) -> None:
+        """A depth's weight gradients are done: into the stage's buckets, and FSDP's."""
+        dense, expert, _ = self.k.unit_parameters(layer)
+        last = self.b.last_wgrad
+        ready.append(((dense, expert), (last,) if last is not None else ()))
+        self.fsdp.after_backward(f"layer{layer}", name, layer, last, final)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..graph import Op
@@ -67,6 +68,9 @@ class PassBuilder:
         self.ops: list[Op] = []
         self.last: int | None = None     # the last compute op (stream order)
         self.last_wgrad: int | None = None   # the last weight-gradient op
+        #: a zero-bubble backward's held weight gradients and what waits for them (None:
+        #: none held; :mod:`.transformer_zero_bubble`)
+        self.store: list[Callable[[], object]] | None = None
         # the helpers see the builder through a weak proxy: a cycle would keep every op it
         # built alive until the cyclic collector ran (gigabytes over a loop of large runs)
         me = weakref.proxy(self)
@@ -86,7 +90,11 @@ class PassBuilder:
 
     def compute(self, name: str, kernels: tuple[Kernel, ...], layer: int, pass_: str,
                 deps: Frontier = ()) -> int:
-        """A compute op after the previous one on the stream, needing ``deps``' data."""
+        """A compute op after the previous one on the stream, needing ``deps``' data (a
+        weight gradient of a zero-bubble backward: held for later, -1)."""
+        if pass_ == "wg" and self.store is not None:
+            self.store.append(partial(self.compute, name, kernels, layer, pass_, deps))
+            return -1
         last = self.last
         kernels, flops, mem_bytes = self._interned(kernels)
         # built here, not through add(): a 16K-GPU iteration makes 26 K of them
@@ -98,6 +106,14 @@ class PassBuilder:
         if pass_ == "wg":
             self.last_wgrad = self.last
         return self.last
+
+    def after_wgrad(self, action: Callable[[], object]) -> None:
+        """``action`` (reading :attr:`last_wgrad` or :attr:`last`) now, or after the held
+        weight gradients."""
+        if self.store is None:
+            action()
+        else:
+            self.store.append(action)
 
     def _interned(self, kernels: tuple[Kernel, ...]) -> tuple[tuple[Kernel, ...], float, float]:
         """One shared tuple per distinct kernels tuple, with its FLOPs and bytes summed once:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from functools import partial
 
 from ..graph import Op
 from ..kernels import Elementwise, Kernel
@@ -28,6 +29,7 @@ from .transformer_schedule import (
     virtual_stage,
 )
 from .transformer_spec import TransformerSpec
+from .transformer_zero_bubble import WeightPasses
 
 #: Megatron-Core's gradient bucket size: max(40 M, 1 M x data-parallel size) parameters
 BUCKET_PARAMS = 40_000_000
@@ -120,11 +122,15 @@ class StageProgram:
                     self._reduce_ready(finals[shifted])
 
         paired = paired_forwards(spec, self.ctx.stage)
+        weights = WeightPasses(spec, self.ctx.stage, b)   # zero bubble (DualPipeV)
         for i, unit in enumerate(order):
+            weights.run(i)
             if i in paired:   # the forward, then the backward beside it
                 beside(self.b, self.row["optimizer"], steps(*unit), steps(*order[i + 1]))
             elif i - 1 not in paired:
-                deque(steps(*unit), maxlen=0)
+                with weights.backward(i):
+                    deque(steps(*unit), maxlen=0)
+        weights.run(len(order))
         for c in sorted(self.ready_grads):   # the rest: after the stage's last backward
             self._reduce_ready(c)
         if ddp and not spec.overlap_grad_reduce:   # reduced after the whole backward
@@ -222,8 +228,8 @@ class StageProgram:
             depths = () if self.mtp is None else self.mtp.backward(tag, g, final, buckets)
             g = (*b.output_backward(f"{tag}.logits", row, g), *depths)
             if not spec.one_tied_weight:   # else one weight, in the embedding's bucket
-                buckets.append(((k.vocab_parameters, 0), _frontier(b.last_wgrad)))
-                self.fsdp.after_backward("logits", f"{tag}.logits", row, b.last_wgrad, final)
+                b.after_wgrad(partial(self._ready, buckets, (k.vocab_parameters, 0), "logits",
+                                      f"{tag}.logits", row, final))
             carry = k.norm_backward
         for layer in reversed(own):
             g = self.fsdp.unshard(f"layer{layer}", f"{tag}.layer{layer}", layer, "ig", g)
@@ -233,16 +239,15 @@ class StageProgram:
                 g = (*g, *b.recompute_matmuls(layer, tag))
             g = b.backward(layer, tag, g, carry)
             carry = b.norm_backward
-            buckets.append((self._layer_parameters(layer), _frontier(b.last_wgrad)))
-            self.fsdp.after_backward(f"layer{layer}", f"{tag}.layer{layer}", layer, b.last_wgrad,
-                                 final)
+            b.after_wgrad(partial(self._ready, buckets, self._layer_parameters(layer),
+                                  f"layer{layer}", f"{tag}.layer{layer}", layer, final))
             yield
         if vs == 0 and spec.vocab:
             row = self.row["embedding"]
             g = self.fsdp.unshard("embedding", f"{tag}.embedding", row, "ig", g)
             b.embedding_backward(f"{tag}.embedding", row, g, carry)
-            buckets.append(((k.vocab_parameters, 0), _frontier(b.last)))
-            self.fsdp.after_backward("embedding", f"{tag}.embedding", row, b.last, final)
+            b.after_wgrad(partial(self._ready, buckets, (k.vocab_parameters, 0), "embedding",
+                                  f"{tag}.embedding", row, final))
         elif carry:
             g = (b.compute(f"{tag}.norm_backward", carry, own[0] if len(own) else top, "ig",
                            g),)
@@ -253,7 +258,15 @@ class StageProgram:
             if self.aligned_grads and (spec.vpp > 1 or self.ctx.stage > 0):
                 self.ready_grads[chunk] = buckets   # reduced at the aligned point
             else:   # as each bucket is ready
-                self._reduce_gradients(chunk, buckets)
+                b.after_wgrad(partial(self._reduce_gradients, chunk, buckets))
+
+    def _ready(self, buckets: list[tuple[tuple[float, float], Frontier]],
+               params: tuple[float, float], unit: str, name: str, row: int,
+               final: bool) -> None:
+        """A unit's weight gradients are done: into the chunk's buckets, and FSDP's
+        reduction."""
+        buckets.append((params, _frontier(self.b.last_wgrad)))
+        self.fsdp.after_backward(unit, name, row, self.b.last_wgrad, final)
 
     # ------------------------------------------------------------------ data parallelism
     def _layer_parameters(self, layer: int) -> tuple[float, float]:

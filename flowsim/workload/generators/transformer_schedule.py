@@ -11,7 +11,9 @@ the last, the last rank the two in the middle (one after the other, no message b
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
+from types import MappingProxyType
 
 from ...errors import config_error
 from .transformer_checks import micro_batches
@@ -124,7 +126,8 @@ def warmup_forwards(spec: TransformerSpec, stage: int) -> int:
 
 
 @lru_cache(maxsize=256)
-def dualpipev(spec: TransformerSpec, stage: int) -> tuple[tuple[Unit, ...], frozenset[int]]:
+def dualpipev(spec: TransformerSpec, stage: int
+              ) -> tuple[tuple[Unit, ...], frozenset[int], frozenset[int], Mapping[int, int]]:
     """DualPipeV's passes on rank ``r = stage`` of ``p`` for ``m`` micro-batches, and the
     positions of the forwards that run beside the backward after them (DeepSeek-AI's
     ``dualpipe/dualpipev.py``, ``DualPipeV.step``: Sea AI Lab's "cut-in-half" of DualPipe):
@@ -134,16 +137,30 @@ def dualpipev(spec: TransformerSpec, stage: int) -> tuple[tuple[Unit, ...], froz
     after the other), then a forward of chunk 1 beside a backward of chunk 0; ``p - r - 1``
     times a backward of chunk 1, then a forward of chunk 1 beside a backward of chunk 0;
     ``r + 1`` times a backward of each chunk; ``p - r - 1`` backwards of chunk 0. Each chunk
-    runs its micro-batches in order. DualPipeV defers some weight gradients (zero bubble);
-    here every backward computes its own."""
+    runs its micro-batches in order.
+
+    Zero bubble (its ``WeightGradStore``): some backwards compute only their input gradients
+    and hand their weight gradients to a queue (the third item: their positions), run later
+    a chunk at a time, oldest first (the fourth: position -> weight passes run just before
+    it; ``len(order)``: at the end): each backward of the third step, its weight pass right
+    after it (before the forward); the second half of the sixth step's backwards (which half
+    of the middle pair: by the rank's parity); each backward of the seventh step, after a
+    weight pass; the rest at the end (step 8)."""
     p, m, r = spec.pp, micro_batches(spec), stage
     order: list[Unit] = []
     paired: set[int] = set()
+    deferred: set[int] = set()
+    weights: dict[int, int] = {}
     done = {("fwd", 0): 0, ("fwd", 1): 0, ("bwd", 0): 0, ("bwd", 1): 0}
 
-    def run(*passes: tuple[str, int], beside: bool = False) -> None:
+    def run(*passes: tuple[str, int], beside: bool = False, zero_bubble: bool = False,
+            weight_first: bool = False) -> None:
+        if weight_first:   # a queued weight pass before these
+            weights[len(order)] = weights.get(len(order), 0) + 1
         if beside:
             paired.add(len(order))
+        if zero_bubble:
+            deferred.add(len(order))
         for kind, chunk in passes:
             order.append((kind, chunk, done[kind, chunk]))
             done[kind, chunk] += 1
@@ -153,18 +170,22 @@ def dualpipev(spec: TransformerSpec, stage: int) -> tuple[tuple[Unit, ...], froz
     for _ in range(r + 1):
         run(("fwd", 0), ("fwd", 1))
     for _ in range(p - r - 1):
-        run(("bwd", 1), ("fwd", 1))
+        run(("bwd", 1), zero_bubble=True)
+        run(("fwd", 1), weight_first=True)
     for i in range(m - 2 * p + r + 1):
         run(("fwd", 0), ("bwd", 1), beside=not (i == 0 and r == p - 1))
         run(("fwd", 1), ("bwd", 0), beside=True)
     for _ in range(p - r - 1):
         run(("bwd", 1))
         run(("fwd", 1), ("bwd", 0), beside=True)
-    for _ in range(r + 1):
-        run(("bwd", 1), ("bwd", 0))
+    half = (r + 1) // 2
+    for i in range(r + 1):
+        run(("bwd", 1), zero_bubble=i > half or (i == half and r % 2 == 1))
+        run(("bwd", 0), zero_bubble=i >= half)
     for _ in range(p - r - 1):
-        run(("bwd", 0))
-    return tuple(order), frozenset(paired)
+        run(("bwd", 0), zero_bubble=True, weight_first=True)
+    weights[len(order)] = r + 1
+    return tuple(order), frozenset(paired), frozenset(deferred), MappingProxyType(weights)
 
 
 def virtual_stage(spec: TransformerSpec, stage: int, chunk: int) -> int:
