@@ -116,7 +116,7 @@ def spec(row: dict[str, str]) -> dict:
             out[key] = _BOOL[row[key]]
     for key in ("head_dim", "moe_ffn", "shared_ffn", "expert_tp", "window",
                 "recompute_layers", "node_limit", "microbatch_group",
-                "mtp_layers"):   # a row's own columns; else the generator's defaults
+                "mtp_layers", "metric_cross_entropies"):   # a row's own; else the defaults
         if row.get(key):
             out[key] = int(row[key])
     for key in ("moe_layer_freq", "window_skip_freq"):   # Megatron-LM's list expressions
@@ -124,6 +124,8 @@ def spec(row: dict[str, str]) -> dict:
             out[key] = row[key]
     if row.get("schedule"):   # a row's own column; else the generator's (1F1B, interleaved)
         out["schedule"] = row["schedule"]
+    if row.get("cross_entropy_fusion_impl"):   # a row's own column; else Megatron-Core's
+        out["cross_entropy_fusion_impl"] = row["cross_entropy_fusion_impl"]
     if row.get("dispatcher"):   # a row's own column; else Megatron-Core's all-to-all
         out["dispatcher"] = row["dispatcher"]
     if row.get("mla"):   # multi-head latent attention's widths, as "key=value;..."

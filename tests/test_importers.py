@@ -188,6 +188,17 @@ def test_the_fused_cross_entropy_is_read_from_both_tools():
         NEMO, model=dict(NEMO["model"], cross_entropy_loss_fusion=True))})
     assert fused * 52 == unfused * 28 and nemo == fused
     assert loss_bytes({"generator": "nemo", "device": "h100", "config": NEMO}) == unfused
+    # --cross-entropy-fusion-impl te: Transformer Engine's kernels (10 bytes per logit), only
+    # with the fusion on (Megatron-Core runs the unfused one without it)
+    te = loss_bytes({"generator": "megatron", "device": "h100", "args": ARGS
+                     + " --cross-entropy-loss-fusion --cross-entropy-fusion-impl te"})
+    alone = loss_bytes({"generator": "megatron", "device": "h100",
+                        "args": ARGS + " --cross-entropy-fusion-impl te"})
+    assert te * 28 == fused * 10 and alone == unfused
+    with pytest.raises(ConfigError, match=r"key '--cross-entropy-fusion-impl': expected "
+                                          r"native or te, found 'liger'"):
+        loss_bytes({"generator": "megatron", "device": "h100", "args": ARGS
+                    + " --cross-entropy-loss-fusion --cross-entropy-fusion-impl liger"})
 
 
 def test_fully_sharded_data_parallelism_is_read_from_both_tools(reference):

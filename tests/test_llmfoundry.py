@@ -22,7 +22,8 @@ ROWS = validate_published.rows("mosaic_mpt_")
 COMPARED = ("layers", "hidden", "heads", "ffn", "vocab", "sequence", "global_batch",
             "micro_batch", "dtype", "fsdp", "distributed_optimizer", "grad_reduce_in_bf16",
             "recompute", "attention",
-            "position_embedding", "tied_embeddings", "gated_mlp")
+            "position_embedding", "tied_embeddings", "gated_mlp", "cross_entropy_fusion",
+            "cross_entropy_fusion_impl", "metric_cross_entropies")
 NODE = {"cluster": {"device": "a100", "nodes": 1, "gpus_per_node": 8, "nic_gbps": 200,
                     "nics_per_node": 8}}
 
@@ -93,6 +94,14 @@ def test_mpt_options_become_transformer_keys():
     assert (keys["fsdp"], keys["distributed_optimizer"]) == (False, True)   # ZeRO-2
     assert (keys["dtype"], keys["grad_reduce_in_bf16"], keys["recompute"]) == ("bf16", False,
                                                                                "none")
+    # the loss: flash-attn's fused cross entropy by default (LLM Foundry's), else PyTorch's
+    assert (keys["cross_entropy_fusion"], keys["cross_entropy_fusion_impl"]) == (True,
+                                                                                 "flash_attn")
+    assert keys["metric_cross_entropies"] == 2   # LanguageCrossEntropy, LanguagePerplexity
+    config["model"].update(loss_fn="torch_crossentropy", use_train_metrics=False)
+    keys = llmfoundry_keys(config, "run.yaml")
+    assert not keys["cross_entropy_fusion"] and "cross_entropy_fusion_impl" not in keys
+    assert "metric_cross_entropies" not in keys
 
 
 @pytest.mark.parametrize("change, key, expected", [
@@ -115,6 +124,8 @@ def test_mpt_options_become_transformer_keys():
     ({"model": {"name": "mpt_causal_lm", "expansion_ratio": "4"}}, "model.expansion_ratio",
      "a number > 0, found .4."),
     ({"model": {"name": "mpt_causal_lm", "d_model": "big"}}, "model.d_model", "an integer"),
+    ({"model": {"name": "mpt_causal_lm", "loss_fn": "liger"}}, "model.loss_fn",
+     "fused_crossentropy or torch_crossentropy"),
     ({"model": {"name": "mpt_causal_lm",
                 "attn_config": {"attn_type": "grouped_query_attention"}}},
      "model.attn_config.kv_n_heads", "the key-value heads of grouped_query_attention"),

@@ -157,6 +157,16 @@ def test_overrides_as_nemo_run_takes_them():
     with pytest.warns(FlowsimWarning, match=r"not modelled, left out: "
                                             r"trainer\.strategy\.ddp\.grad_reduce_in_fp32"):
         nemo2_keys("llama3_8b", "spec.yml", "trainer.strategy.ddp.grad_reduce_in_fp32=False")
+    # Transformer Engine's cross entropy (NeMo's performance scripts from 25.07 on), only
+    # beside the fusion (on by default in NeMo 2)
+    te = _keys("llama3_8b", "model.config.cross_entropy_fusion_impl=te")
+    assert te["cross_entropy_fusion"] and te["cross_entropy_fusion_impl"] == "te"
+    off = _keys("llama3_8b", ["model.config.cross_entropy_fusion_impl=te",
+                              "model.config.cross_entropy_loss_fusion=False"])
+    assert "cross_entropy_fusion_impl" not in off
+    with pytest.raises(ConfigError, match=r"key 'model\.config\.cross_entropy_fusion_impl': "
+                                          r"expected native or te, found 'liger'"):
+        _keys("llama3_8b", "model.config.cross_entropy_fusion_impl=liger")
 
 
 def test_a_dgx_cloud_row_from_its_recipe():

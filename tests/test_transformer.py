@@ -830,22 +830,68 @@ def test_a_dtype_spelled_as_pytorch_or_transformer_engine_does_is_that_dtype(wri
         parse_transformer({**base, "dtype": "fp4"}, "spec.yml")
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_cross_entropy_moves_the_bytes_of_its_steps_per_logit(two_nodes, fused):
-    """Megatron-Core's vocabulary-parallel cross entropy over a rank's FP32 logits (tokens x
-    padded vocabulary / TP), per micro-batch: unfused, a 16-to-32-bit cast, max, subtract,
-    exp, sum and divide forward (38 bytes per logit), scale and cast back backward (14);
-    fused, three kernels forward (22) and one backward (6)."""
+@pytest.mark.parametrize("fused, impl", [(False, "native"), (True, "native"), (True, "te")])
+def test_cross_entropy_moves_the_bytes_of_its_steps_per_logit(two_nodes, fused, impl):
+    """The vocabulary-parallel cross entropy over a rank's logits (tokens x padded
+    vocabulary / TP), per micro-batch: Megatron-Core's unfused one, a 16-to-32-bit cast, max,
+    subtract, exp, sum and divide forward (38 bytes per logit), scale and cast back backward
+    (14); its fused one, three kernels forward (22) and one backward (6); Transformer
+    Engine's, two passes over the 16-bit logits forward, the second writing the gradient
+    over them (2 + 2 + 2), and that gradient scaled in place backward (2 + 2)."""
     t, micro = 2, 4
     w = transformer(two_nodes, **dict(SMALL, vocab=1000), tp=t, dp=8,
-                    global_batch=8 * 2 * micro, cross_entropy_fusion=fused)
+                    global_batch=8 * 2 * micro, cross_entropy_fusion=fused,
+                    cross_entropy_fusion_impl=impl)
     logits = 2 * 128 * 1024 // t   # tokens (2 sequences) x vocabulary padded to 128 t, / TP
     kernels = [k for op in _ops(w.programs[0], "compute") for k in op.kernels
                if isinstance(k, Elementwise) and k.name.startswith("cross_entropy")]
     forward = sum(k.bytes for k in kernels if k.name == "cross_entropy")
     backward = sum(k.bytes for k in kernels if k.name == "cross_entropy_backward")
-    per_logit = (22, 6) if fused else (2 + 4 + 4 + 8 + 8 + 4 + 8, 8 + 4 + 2)
+    per_logit = {(False, "native"): (2 + 4 + 4 + 8 + 8 + 4 + 8, 8 + 4 + 2),
+                 (True, "native"): (22, 6), (True, "te"): (2 + 2 + 2, 2 + 2)}[fused, impl]
     assert (forward, backward) == (per_logit[0] * logits * micro, per_logit[1] * logits * micro)
+
+
+def test_training_metrics_read_each_micro_batch_s_logits_after_its_backward(two_nodes):
+    """``metric_cross_entropies``: Composer's language metrics compute PyTorch's cross entropy
+    over the logits again after every micro-batch's backward: a cast to FP32 and a
+    log-softmax, 22 bytes per logit each, on the last stage, between that backward and the
+    next forward."""
+    t, micro = 2, 4
+    w = transformer(two_nodes, **dict(SMALL, vocab=1000), tp=t, dp=8,
+                    global_batch=8 * 2 * micro, metric_cross_entropies=2)
+    logits = 2 * 128 * 1024 // t
+    ops = w.programs[0].ops
+    metrics = [op for op in ops if op.name.endswith(".train_metrics")]
+    assert [op.name for op in metrics] == [f"mb{m}.train_metrics" for m in range(micro)]
+    assert all(sum(k.bytes for k in op.kernels) == 2 * 22 * logits for op in metrics)
+    for m, op in enumerate(metrics):
+        before = [o for o in ops[:op.id] if o.name.startswith(f"mb{m}.") and o.pass_ != "fwd"]
+        assert before and not any(o.name.startswith(f"mb{m}.") and o.pass_ in ("ig", "wg")
+                                  for o in ops[op.id + 1:])
+    assert not any(op.name.endswith(".train_metrics")
+                   for op in transformer(two_nodes, **dict(SMALL, vocab=1000), tp=t, dp=8,
+                                         global_batch=8 * 2 * micro).programs[0].ops)
+
+
+def test_transformer_engine_s_cross_entropy_keeps_16_bit_logits_and_needs_the_fusion():
+    """Under Transformer Engine's cross entropy the last stage keeps the 16-bit logits (their
+    gradient is written over them), half of the FP32 copy the native one keeps; naming it
+    without the fusion is refused (Megatron-Core would run the unfused one)."""
+    from flowsim.workload.generators.transformer_spec import parse_transformer
+
+    base = dict(SMALL, vocab=32000, micro_batch=2, global_batch=16, dp=8,
+                cross_entropy_fusion=True)
+    net = flowsim.load_network({"topology": ["Switch"], "npus_count": [8], "bandwidth": [100],
+                                "latency": [500]})
+    native, te = (transformer(net, **base, cross_entropy_fusion_impl=impl).memory["activations"]
+                  for impl in ("native", "te"))
+    logits = 2 * SMALL["sequence"] * 32000   # a micro-batch's tokens x the vocabulary
+    assert native - te == pytest.approx(2 * logits)
+    with pytest.raises(ConfigError, match=r"key 'cross_entropy_fusion_impl': expected 'native' "
+                                          r"without cross_entropy_fusion"):
+        parse_transformer(dict(base, cross_entropy_fusion=False,
+                               cross_entropy_fusion_impl="te"), "spec.yml")
 
 
 def test_the_run_says_its_layout(two_nodes, capsys, tmp_path):

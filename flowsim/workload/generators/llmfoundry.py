@@ -18,6 +18,9 @@ What is read, with MPT's defaults (``llmfoundry/models/mpt/configuration_mpt.py`
 ``llmfoundry/models/utils/config_defaults.py``) where a key is absent: ``d_model``,
 ``n_heads``, ``n_layers``, ``expansion_ratio`` (or ``ffn_config.ffn_hidden_size``),
 ``max_seq_len``, ``vocab_size``, ``learned_pos_emb``, ``tie_word_embeddings``,
+``loss_fn`` (``fused_crossentropy``, flash-attn's kernel, or ``torch_crossentropy``, priced
+as Megatron-Core's unfused steps), ``use_train_metrics`` (two cross entropies more per
+micro-batch, :data:`TRAIN_METRICS`),
 ``attn_config`` (``attn_type`` with ``kv_n_heads`` for grouped-query and multi-query attention,
 ``attn_impl``: ``flash`` and ``triton`` are flash kernels priced at FlashAttention-2's rate,
 ``torch`` unfused; ``alibi``, ``rope``, ``sliding_window_size``) and ``ffn_config.ffn_type``
@@ -57,6 +60,15 @@ PRECISION = {"amp_bf16": "bf16", "amp_fp16": "fp16", "amp_fp8": "fp8", "bf16": "
              "fp16": "fp16"}
 #: ``attn_config.attn_impl`` -> the transformer's ``attention``
 ATTENTION = {"flash": "flash2", "triton": "flash2", "torch": "unfused"}
+#: ``model.loss_fn`` -> the transformer's cross entropy: flash-attn's fused kernel (LLM
+#: Foundry's default), or PyTorch's, priced as Megatron-Core's unfused steps
+LOSSES: dict[str, dict[str, Any]] = {
+    "fused_crossentropy": {"cross_entropy_fusion": True, "cross_entropy_fusion_impl": "flash_attn"},
+    "torch_crossentropy": {"cross_entropy_fusion": False}}
+#: the cross entropies the MPT's training metrics compute each micro-batch (LLM Foundry
+#: v0.3's ``ComposerMPTCausalLM``: ``LanguageCrossEntropy`` and ``LanguagePerplexity``, each
+#: its own; Composer updates them after every micro-batch's backward)
+TRAIN_METRICS = 2
 _REFERENCE = re.compile(r"^\$\{([\w.]+)\}$")
 
 
@@ -114,6 +126,12 @@ def llmfoundry_keys(config: Any, source: str, overrides: Any = None, *,
         else "none")
     keys["tied_embeddings"] = flag(model, "tie_word_embeddings", "model.tie_word_embeddings",
                                    True)
+    loss = _value(config, model, "loss_fn", where, "model.loss_fn", "fused_crossentropy")
+    if not _one_of(loss, LOSSES):
+        raise config_error(where, "model.loss_fn", " or ".join(LOSSES), loss)
+    keys.update(LOSSES[loss])
+    if flag(model, "use_train_metrics", "model.use_train_metrics", True):
+        keys["metric_cross_entropies"] = TRAIN_METRICS
     if config.get("tp_config") is not None:   # newer LLM Foundry's tensor parallelism
         warnings.warn(f"{where}: tp_config (tensor parallelism) is not read: give 'tp' (and "
                       "'sp') beside 'config'", FlowsimWarning, stacklevel=4)

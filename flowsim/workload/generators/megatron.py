@@ -94,7 +94,8 @@ SPECIAL = ("recompute-granularity", "fp8-format",
            "use-rotary-position-embeddings", "moe-layer-freq", "multi-latent-attention",
            "window-size", "window-attn-skip-freq", "cp-comm-type", "moe-enable-deepep",
            "moe-flex-dispatcher-backend", "moe-router-group-topk", "moe-router-num-groups",
-           "microbatch-group-size-per-virtual-pipeline-stage", *MLA_FLAGS,
+           "microbatch-group-size-per-virtual-pipeline-stage", "cross-entropy-fusion-impl",
+           *MLA_FLAGS,
            *megatron_layout.FLAGS)
 #: every flag this module reads (with Megatron-DeepSpeed's and Megatron-LM's older ones)
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL + megatron_deepspeed.FLAGS
@@ -285,6 +286,12 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
             raise config_error(where, "--attention-backend", "one of " + ", ".join(choices),
                                backend)
         keys["attention"] = choices[backend]
+    impl = flags.get("cross-entropy-fusion-impl")
+    if impl is not None:   # which fused cross entropy; without the fusion, none is run
+        if impl not in ("native", "te"):
+            raise config_error(where, "--cross-entropy-fusion-impl", "native or te", impl)
+        if keys.get("cross_entropy_fusion"):
+            keys["cross_entropy_fusion_impl"] = impl
     if keys.get("tp_comm_overlap"):
         if not keys.get("sp"):
             raise ConfigError(f"{where}: --tp-comm-overlap needs --sequence-parallel "

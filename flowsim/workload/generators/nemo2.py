@@ -66,7 +66,8 @@ READ = {
                         "fp8_params"),
     "data": ("seq_length", "global_batch_size", "micro_batch_size"),
     "model.config": (*_MODEL, "recompute_granularity", "recompute_method",
-                     "recompute_num_layers", "cross_entropy_loss_fusion"),
+                     "recompute_num_layers", "cross_entropy_loss_fusion",
+                     "cross_entropy_fusion_impl"),
 }
 #: paths (or their first parts) that do not change an iteration's time
 SKIPPED = ("log", "resume", "optim.config.lr", "optim.config.min_lr",
@@ -179,6 +180,12 @@ def nemo2_keys(text: Any, source: str, overrides: Any = None) -> dict[str, Any]:
         raise ConfigError(message) from None
     keys["vocab"] = recipe.vocab
     keys["cross_entropy_fusion"] = bool(model.get("cross_entropy_loss_fusion", True))
+    impl = model.get("cross_entropy_fusion_impl")
+    if impl is not None and keys["cross_entropy_fusion"]:   # else no fused one runs
+        if impl not in ("native", "te"):
+            raise config_error(where, "model.config.cross_entropy_fusion_impl", "native or te",
+                               impl)
+        keys["cross_entropy_fusion_impl"] = impl
     if keys.get("experts"):   # Megatron-Core's expert ranks: folded over CP x DP
         keys["expert_layout"] = "folded"
         if strategy.get("expert_tensor_parallel_size") is not None:

@@ -122,6 +122,9 @@ def check_consistent(spec: Any) -> None:
         need(spec.dp % spec.ep == 0, "ep", f"a divisor of dp={spec.dp} (expert parallelism "
                                            f"splits the data-parallel ranks{hint})", spec.ep)
     need(spec.ep == 1 or spec.experts > 0, "ep", "1 without experts", spec.ep)
+    need(spec.cross_entropy_fusion or spec.cross_entropy_fusion_impl == "native",
+         "cross_entropy_fusion_impl", "'native' without cross_entropy_fusion (it picks the "
+         "fused cross entropy's implementation)", spec.cross_entropy_fusion_impl)
     if spec.moe_a2a_overlap:   # Megatron-Core's conditions for its combined 1F1B
         need(spec.ep > 1, "moe_a2a_overlap", "false without expert parallelism (ep > 1)",
              spec.moe_a2a_overlap)

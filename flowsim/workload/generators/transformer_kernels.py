@@ -23,7 +23,7 @@ from functools import cached_property
 from ..kernels import Attention, Kernel
 from .transformer_checks import cp_kind
 from .transformer_experts import ExpertKernels
-from .transformer_shapes import ACT, CROSS_ENTROPY_BYTES, elementwise
+from .transformer_shapes import ACT, CROSS_ENTROPY_BYTES, METRIC_BYTES, elementwise
 
 
 @dataclass(frozen=True)
@@ -226,13 +226,19 @@ class LayerKernels(ExpertKernels):
     def logits(self) -> tuple[Kernel, ...]:
         """Output layer and vocabulary-parallel cross entropy, priced by the bytes its steps
         move per logit (:data:`CROSS_ENTROPY_BYTES`)."""
-        forward, _ = CROSS_ENTROPY_BYTES[self.spec.cross_entropy_fusion]
+        forward, _ = CROSS_ENTROPY_BYTES[self.spec.cross_entropy]
         return (self._gemm16(self.n, self.vocab_shard, self.spec.hidden),
                 elementwise(forward * self.n * self.vocab_shard, "cross_entropy"))
 
     @cached_property
+    def train_metrics(self) -> tuple[Kernel, ...]:
+        """The training metrics' cross entropies over the logits (:data:`METRIC_BYTES`)."""
+        return (elementwise(METRIC_BYTES * self.spec.metric_cross_entropies * self.n
+                            * self.vocab_shard, "train_metrics"),)
+
+    @cached_property
     def logits_dgrad(self) -> tuple[Kernel, ...]:
-        _, backward = CROSS_ENTROPY_BYTES[self.spec.cross_entropy_fusion]
+        _, backward = CROSS_ENTROPY_BYTES[self.spec.cross_entropy]
         return (elementwise(backward * self.n * self.vocab_shard, "cross_entropy_backward"),
                 self._gemm16(self.n, self.spec.hidden, self.vocab_shard))
 

@@ -21,14 +21,16 @@ dropouts and block inputs (else they are replicated: ``n h (10 + 24 / t)``). Unf
 attention adds the score matrix's softmax, dropout mask and dropout output (``5 a s n``;
 selective recomputation drops it); full recomputation keeps only each layer's input (``2 n
 h``, split by sequence parallelism) and one layer's activations at a time. The output layer
-keeps its logits in FP32 for the cross entropy, and so does each multi-token prediction
-depth, beside its layer's activations and its inputs'. How many micro-batches a stage holds comes
+keeps its logits for the cross entropy, in FP32 (in 16 bits under Transformer Engine's and
+flash-attn's fused ones), and so does each multi-token prediction depth, beside its
+layer's activations and its inputs'. How many micro-batches a stage holds comes
 from the schedule it runs (1F1B's warm-up, the interleaved schedule's extra chunks).
 
 Left out: the CUDA context and library workspaces (about 1 GB), communication buffers
 (NCCL's and Transformer Engine's userbuffers), the allocator's fragmentation, temporary
-buffers inside kernels, and FP8's smaller saved inputs. Real runs need several GB more than
-the estimate.
+buffers inside kernels (and the FP32 copies of the logits the training metrics' cross
+entropies make after a backward), and FP8's smaller saved inputs. Real runs need several GB
+more than the estimate.
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ if TYPE_CHECKING:
 
 #: Adam's bytes per parameter: FP32 master weight, first and second moment
 OPTIMIZER_BYTES = 12
-#: bytes per element of the output layer's logits kept for the cross entropy (FP32)
-LOGITS_BYTES = 4
+#: bytes per element of the output layer's logits kept for the cross entropy, by
+#: :attr:`~.transformer_spec.TransformerSpec.cross_entropy` (FP32 for Megatron-Core's own)
+LOGITS_BYTES = {"unfused": 4, "native": 4, "te": 2, "flash_attn": 2}
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,8 @@ def _activations(program: StageProgram) -> float:
     """Peak bytes of the activations kept for backward passes, over the stage's schedule."""
     spec = program.spec
     chunk_layers, transient = _chunk_activations(program)
-    logits = LOGITS_BYTES * program.k.n * program.k.vocab_shard if spec.vocab else 0
+    logits = LOGITS_BYTES[spec.cross_entropy] * program.k.n * program.k.vocab_shard \
+        if spec.vocab else 0
     # the last stage's logits, and its multi-token prediction depths'
     top = logits + spec.mtp_layers * (_depth_activations(program) + logits)
 

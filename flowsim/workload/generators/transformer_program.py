@@ -254,6 +254,8 @@ class StageProgram:
         if before is not None:
             self.p2p.send(f"{tag}.send_gradient", before, self.p2p.tag(m, vs - 1, 1),
                           own[0] if len(own) else top, "ig", g)
+        if vs == self.last_vs and spec.vocab and spec.metric_cross_entropies:
+            b.compute(f"{tag}.train_metrics", k.train_metrics, self.row["logits"], "fwd")
         if final and spec.overlap_grad_reduce and not spec.fsdp:
             if self.aligned_grads and (spec.vpp > 1 or self.ctx.stage > 0):
                 self.ready_grads[chunk] = buckets   # reduced at the aligned point

@@ -19,14 +19,27 @@ ACT = 2
 #: bytes one FP8 cast-transpose moves per element: read 16-bit, write FP8 and its transpose
 FP8_CAST_BYTES = ACT + 1 + 1
 #: bytes the vocabulary-parallel cross entropy moves per logit of a shard, (forward,
-#: backward), unfused and fused (Megatron-Core's ``cross_entropy.py`` and
-#: ``fusions/fused_cross_entropy.py``, core_r0.8 / r0.9). Unfused, forward: cast the 16-bit
-#: logits to FP32 (read 2, write 4), the maximum (read 4), subtract it in place (8), exp in
-#: place (8), the sum (4), divide by it in place (8); backward: scale the softmax by the
-#: loss gradient in place (8), cast back to 16 bits (read 4, write 2). Fused, each step's
-#: elementwise work in one kernel: cast with the maximum (6), subtract, exp and sum (8),
-#: divide (8); backward: scale and cast (6).
-CROSS_ENTROPY_BYTES = {False: (38, 14), True: (22, 6)}
+#: backward), by :attr:`~.transformer_spec.TransformerSpec.cross_entropy`: unfused and
+#: Megatron-Core's fused one (``cross_entropy.py`` and ``fusions/fused_cross_entropy.py``,
+#: core_r0.8 / r0.9), and Transformer Engine's (``pytorch/triton/cross_entropy.py``, v2.8).
+#: Unfused, forward: cast the 16-bit logits to FP32 (read 2, write 4), the maximum (read
+#: 4), subtract it in place (8), exp in place (8), the sum (4), divide by it in place (8);
+#: backward: scale the softmax by the loss gradient in place (8), cast back to 16 bits
+#: (read 4, write 2). Native fused, each step's elementwise work in one kernel: cast with
+#: the maximum (6), subtract, exp and sum (8), divide (8); backward: scale and cast (6).
+#: Transformer Engine's, on the 16-bit logits themselves: an online softmax (read 2), then
+#: the loss with the gradient written over the logits (read 2, write 2); backward: that
+#: gradient scaled in place by the loss gradient (4). flash-attn's (``flash_attn/losses/
+#: cross_entropy.py``; LLM Foundry's ``fused_crossentropy``): one kernel reads a row of 16-bit
+#: logits for the loss (2; flash-attn 1.x's CUDA kernel read it twice, the second time
+#: from L2), one reads it again and writes its gradient backward (4).
+CROSS_ENTROPY_BYTES = {"unfused": (38, 14), "native": (22, 6), "te": (6, 4),
+                       "flash_attn": (2, 4)}
+#: bytes per logit of one cross entropy computed for a training metric, PyTorch's under
+#: autocast (``torch.nn.CrossEntropyLoss``, as Composer's language metrics call it): the
+#: 16-bit logits cast to FP32 (read 2, write 4), then a log-softmax over each row (its
+#: maximum, its sum of exponentials and its output: read 4 three times, write 4)
+METRIC_BYTES = 6 + 16
 
 
 def elementwise(nbytes: float, name: str) -> Elementwise:

@@ -54,6 +54,10 @@ UbConfig = Literal["nemo", "te_default"]
 UB_CONFIGS: tuple[UbConfig, ...] = choices_of(UbConfig)
 #: how a mixture of experts' tokens cross the expert-parallel ranks (:mod:`.transformer_dispatch`)
 Dispatcher = Literal["alltoall", "deepep"]
+#: the fused cross entropy's implementation (Megatron-Core's ``cross_entropy_fusion_impl``,
+#: and flash-attn's, LLM Foundry's default loss)
+CrossEntropyImpl = Literal["native", "te", "flash_attn"]
+CROSS_ENTROPY_IMPLS: tuple[CrossEntropyImpl, ...] = choices_of(CrossEntropyImpl)
 DISPATCHERS: tuple[Dispatcher, ...] = choices_of(Dispatcher)
 DTYPES: tuple[DType, ...] = choices_of(DType)
 #: The compute model when neither the spec nor the network names one, and the keys a partial
@@ -183,6 +187,15 @@ class TransformerSpec:
     #: ``cross_entropy_loss_fusion``, ``--cross-entropy-loss-fusion``; NeMo 2's default):
     #: fewer passes over the FP32 logits than the unfused steps (Megatron-LM's default)
     cross_entropy_fusion: bool = False
+    #: which fused cross entropy (``--cross-entropy-fusion-impl``): Megatron-Core's own
+    #: (``native``), Transformer Engine's Triton kernels (``te``: two passes over the 16-bit
+    #: logits, the gradient written in place; Megatron-Bridge's performance recipes) or
+    #: flash-attn's (``flash_attn``: one pass each way; LLM Foundry's ``fused_crossentropy``)
+    cross_entropy_fusion_impl: CrossEntropyImpl = "native"
+    #: cross entropies computed again over each micro-batch's logits, after its backward, for
+    #: training metrics (Composer's ``LanguageCrossEntropy`` and ``LanguagePerplexity``: two
+    #: in LLM Foundry's runs), each PyTorch's (:data:`~.transformer_shapes.METRIC_BYTES`)
+    metric_cross_entropies: int = 0
     attention: AttentionKind = "flash"
     #: rotary embeddings (``rope``: Llama, Nemotron, Grok) rotate the queries and keys of
     #: every layer, a memory-bound kernel forward and backward; GPT's learned absolute ones
@@ -198,6 +211,11 @@ class TransformerSpec:
     @property
     def dtype_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def cross_entropy(self) -> str:
+        """The cross entropy run: ``unfused``, or the fused one's implementation."""
+        return self.cross_entropy_fusion_impl if self.cross_entropy_fusion else "unfused"
 
     @property
     def padded_vocab(self) -> int:
@@ -288,7 +306,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     for key in ("micro_batches", "global_batch", "heads", "kv_heads", "head_dim", "ffn",
                 "moe_ffn", "shared_ffn", "vocab", "experts", "top_k", "bucket_size", "window",
                 "expert_tp", "node_limit", "microbatch_group",
-                "fsdp_shard", "mtp_layers"):
+                "fsdp_shard", "mtp_layers", "metric_cross_entropies"):
         v[key] = _count(values, key, source, 0, minimum=0)
     for key in ("gated_mlp", "sp", "overlap_grad_reduce", "overlap_param_gather",
                 "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp",
@@ -314,6 +332,9 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     v["recompute_layers"] = _count(values, "recompute_layers", source, default=0, minimum=0)
     v["attention"] = read_choice(values, "attention", ATTENTIONS, source=source,
                                  default="flash", case_insensitive=True)
+    v["cross_entropy_fusion_impl"] = read_choice(
+        values, "cross_entropy_fusion_impl", CROSS_ENTROPY_IMPLS, source=source,
+        default="native", case_insensitive=True)
     v["dispatcher"] = read_choice(values, "dispatcher", DISPATCHERS, source=source,
                                   default="alltoall", case_insensitive=True)
     v["cp_comm_type"] = read_choice(values, "cp_comm_type", CP_COMM_TYPES, source=source,
