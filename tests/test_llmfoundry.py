@@ -104,6 +104,18 @@ def test_mpt_options_become_transformer_keys():
     assert "metric_cross_entropies" not in keys
 
 
+def test_the_fusion_turned_off_beside_the_config_prices_the_unfused_cross_entropy(tmp_path):
+    """``cross_entropy_fusion: false`` beside an MPT config (whose loss is flash-attn's
+    fused one) is taken, with a warning that the implementation it named is not used."""
+    (tmp_path / "mpt.yaml").write_text(yaml.safe_dump(_yaml_of(ROWS[0])))
+    spec = {"generator": "llmfoundry", "config": str(tmp_path / "mpt.yaml"),
+            "cross_entropy_fusion": False}
+    with pytest.warns(FlowsimWarning, match=r"cross_entropy_fusion_impl flash_attn without "
+                                            r"cross_entropy_fusion"):
+        ds = flowsim.simulate(flowsim.load_network(NODE), spec, "nccl")
+    assert float(ds.time_ns) > 0
+
+
 @pytest.mark.parametrize("change, key, expected", [
     ({"device_train_microbatch_size": "auto"}, "device_train_microbatch_size",
      "give the one it found as 'micro_batch'"),

@@ -13,7 +13,7 @@ import pytest
 import flowsim
 from conftest import ancestors
 from flowsim import simulate
-from flowsim.errors import ConfigError
+from flowsim.errors import ConfigError, FlowsimWarning
 from flowsim.workload.generators import build_generator, transformer
 from flowsim.workload.generators.transformer_schedule import layer_counts, stage_schedule
 from flowsim.workload.generators.transformer_spec import parse_transformer
@@ -876,8 +876,9 @@ def test_training_metrics_read_each_micro_batch_s_logits_after_its_backward(two_
 
 def test_transformer_engine_s_cross_entropy_keeps_16_bit_logits_and_needs_the_fusion():
     """Under Transformer Engine's cross entropy the last stage keeps the 16-bit logits (their
-    gradient is written over them), half of the FP32 copy the native one keeps; naming it
-    without the fusion is refused (Megatron-Core would run the unfused one)."""
+    gradient is written over them), half of the FP32 copy the native one keeps; named
+    without the fusion it is warned of and the unfused one priced (as Megatron-Core runs
+    it); training metrics without a vocabulary are refused."""
     from flowsim.workload.generators.transformer_spec import parse_transformer
 
     base = dict(SMALL, vocab=32000, micro_batch=2, global_batch=16, dp=8,
@@ -888,10 +889,14 @@ def test_transformer_engine_s_cross_entropy_keeps_16_bit_logits_and_needs_the_fu
                   for impl in ("native", "te"))
     logits = 2 * SMALL["sequence"] * 32000   # a micro-batch's tokens x the vocabulary
     assert native - te == pytest.approx(2 * logits)
-    with pytest.raises(ConfigError, match=r"key 'cross_entropy_fusion_impl': expected 'native' "
-                                          r"without cross_entropy_fusion"):
-        parse_transformer(dict(base, cross_entropy_fusion=False,
-                               cross_entropy_fusion_impl="te"), "spec.yml")
+    with pytest.warns(FlowsimWarning, match=r"spec\.yml: cross_entropy_fusion_impl te "
+                                            r"without cross_entropy_fusion: the unfused"):
+        alone = parse_transformer(dict(base, cross_entropy_fusion=False,
+                                       cross_entropy_fusion_impl="te"), "spec.yml")
+    assert alone.cross_entropy == "unfused"
+    with pytest.raises(ConfigError, match=r"key 'metric_cross_entropies': expected 0 without "
+                                          r"a vocabulary"):
+        parse_transformer(dict(base, vocab=0, metric_cross_entropies=2), "spec.yml")
 
 
 def test_the_run_says_its_layout(two_nodes, capsys, tmp_path):

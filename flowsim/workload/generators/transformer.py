@@ -204,7 +204,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``moe_a2a_overlap``, ``dispatcher`` (``alltoall``, ``deepep``) with ``node_limit``
         and ``fp8_dispatch``,
         ``scatter_gather``, ``bucket_size``, ``cross_entropy_fusion`` with
-        ``cross_entropy_fusion_impl`` (``native``, ``te``, ``flash_attn``);
+        ``cross_entropy_fusion_impl`` (``native``, ``te``, ``flash_attn``),
+        ``metric_cross_entropies``;
         ``attention`` (``flash``, ``flash2``, ``unfused``), ``mla`` (``q_lora_rank``,
         ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim``),
         ``window`` (shorter than ``sequence``: with fused attention and ``cp`` 1; as long

@@ -8,9 +8,10 @@ module imports this one, and the package has no import cycles, not even for type
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
-from ...errors import ConfigError, config_error
+from ...errors import ConfigError, FlowsimWarning, config_error
 
 #: Largest graph a generator builds (ops over all programs), before anything is allocated.
 MAX_OPS = 5_000_000
@@ -61,6 +62,9 @@ def check_consistent(spec: Any) -> None:
              spec.tp_comm_overlap)
     need(not spec.mtp_layers or spec.vocab > 0, "mtp_layers", "0 without a vocabulary (a "
          "multi-token prediction layer embeds tokens and predicts them)", spec.mtp_layers)
+    need(not spec.metric_cross_entropies or spec.vocab > 0, "metric_cross_entropies",
+         "0 without a vocabulary (the metrics read the output layer's logits)",
+         spec.metric_cross_entropies)
     need(spec.recompute_every == 1 or spec.recompute == "full", "recompute_every",
          "1 unless recompute is full (it picks the layers full recomputation re-runs)",
          spec.recompute_every)
@@ -122,9 +126,11 @@ def check_consistent(spec: Any) -> None:
         need(spec.dp % spec.ep == 0, "ep", f"a divisor of dp={spec.dp} (expert parallelism "
                                            f"splits the data-parallel ranks{hint})", spec.ep)
     need(spec.ep == 1 or spec.experts > 0, "ep", "1 without experts", spec.ep)
-    need(spec.cross_entropy_fusion or spec.cross_entropy_fusion_impl == "native",
-         "cross_entropy_fusion_impl", "'native' without cross_entropy_fusion (it picks the "
-         "fused cross entropy's implementation)", spec.cross_entropy_fusion_impl)
+    if not spec.cross_entropy_fusion and spec.cross_entropy_fusion_impl != "native":
+        # as Megatron-Core does: the implementation picks a fused cross entropy, and none runs
+        warnings.warn(f"{_where(spec.source)}cross_entropy_fusion_impl "
+                      f"{spec.cross_entropy_fusion_impl} without cross_entropy_fusion: the "
+                      "unfused cross entropy is priced", FlowsimWarning, stacklevel=5)
     if spec.moe_a2a_overlap:   # Megatron-Core's conditions for its combined 1F1B
         need(spec.ep > 1, "moe_a2a_overlap", "false without expert parallelism (ep > 1)",
              spec.moe_a2a_overlap)
