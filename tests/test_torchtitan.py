@@ -256,9 +256,16 @@ def test_late_2025_compile_section_and_memory_budget(tmp_path):
         '\n[compile]\nenable = true\ncomponents = ["model", "loss"]\n'
     with warnings.catch_warnings():
         warnings.simplefilter("error", FlowsimWarning)
-        _keys(toml, tmp_path=tmp_path, quiet=False)   # compiled: no warning
+        keys, _ = _keys(toml, tmp_path=tmp_path, quiet=False)   # compiled: no warning
+    # the loss compiled too: PyTorch's cross entropy fused by torch.compile
+    assert (keys["cross_entropy_fusion"], keys["cross_entropy_fusion_impl"]) == (True,
+                                                                                 "compiled")
     with pytest.warns(FlowsimWarning, match=r"compile\.enable is off for the model"):
-        _keys(toml.replace('["model", "loss"]', '["loss"]'), tmp_path=tmp_path, quiet=False)
+        keys, _ = _keys(toml.replace('["model", "loss"]', '["loss"]'), tmp_path=tmp_path,
+                        quiet=False)
+    assert keys["cross_entropy_fusion_impl"] == "compiled"
+    keys, _ = _keys(toml.replace('["model", "loss"]', '["model"]'), tmp_path=tmp_path)
+    assert "cross_entropy_fusion" not in keys   # an eager loss: the unfused steps
     with pytest.warns(FlowsimWarning, match="memory_budget"):
         keys, _ = _keys(toml.replace('mode = "selective"', 'mode = "memory_budget"'),
                         tmp_path=tmp_path, quiet=False)

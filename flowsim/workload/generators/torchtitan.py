@@ -38,7 +38,9 @@ output layer weigh one layer each), context parallelism (``context_parallel_rota
 ``allgather``, or ``alltoall``, a ring exchange priced as ``p2p``), activation checkpointing
 (``full``; ``selective`` with option ``op``: ``recompute: every_other_matmul``, with a number N:
 every N-th layer fully), Float8 (tensorwise: ``dtype: fp8``; ``enable_fsdp_float8_all_gather``:
-weights gathered in FP8) and ``mixed_precision_reduce``.
+weights gathered in FP8), ``mixed_precision_reduce``, and whether the loss is compiled
+(``training.compile``, or ``loss`` in ``[compile]``'s ``components``: PyTorch's cross entropy
+fused by ``torch.compile``, ``cross_entropy_fusion_impl: compiled``; else its eager steps).
 
 Priced as the nearest flowsim model, each said once as a warning: the model not compiled
 (``training.compile = false``, or from August 2025 ``[compile]`` off or without ``model`` in
@@ -275,9 +277,13 @@ def _precision_and_recompute(read: JobConfig) -> dict[str, Any]:
     keys["grad_reduce_in_bf16"] = read.choice("reduce_dtype", {"float32": False,
                                                                 "bfloat16": True})
     components = read("compile_components")   # from August 2025: [compile] components
-    if not read.bool("compile") or not isinstance(components, list) or "model" not in components:
+    compiled = read.bool("compile") and isinstance(components, list)
+    if not compiled or "model" not in components:
         read.warn("compile", "is off for the model: eager PyTorch runs each elementwise step "
                   "as its own kernel; priced fused, as torch.compile runs them")
+    if compiled and "loss" in components:   # torchtitan compiles its loss too
+        keys["cross_entropy_fusion"] = True
+        keys["cross_entropy_fusion_impl"] = "compiled"
     mode = read.choice("ac_mode", {"none": "none", "full": "full", "selective": "selective",
                                    "memory_budget": "memory_budget"})
     if mode == "memory_budget":   # late 2025: the compiler picks what to save under a budget

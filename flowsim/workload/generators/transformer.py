@@ -15,7 +15,7 @@ embedding on the first virtual stage and the output layer with its cross entropy
 (the vocabulary padded to a multiple of ``128 t`` as Megatron-LM pads it; the cross entropy's
 passes over the FP32 logits as Megatron-Core's steps make them, fewer with
 ``cross_entropy_fusion``, fewer still, over the 16-bit logits, with its
-``cross_entropy_fusion_impl`` ``te`` (Transformer Engine's) or ``flash_attn``;
+``cross_entropy_fusion_impl`` ``te`` (Transformer Engine's), ``flash_attn`` or ``compiled``;
 ``metric_cross_entropies`` more after each backward); ``mtp_layers`` multi-token prediction
 depths (DeepSeek-V3's MTP
 modules: each a layer of the last layer's kind with its own embedding lookup, projection and
@@ -204,7 +204,7 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``moe_a2a_overlap``, ``dispatcher`` (``alltoall``, ``deepep``) with ``node_limit``
         and ``fp8_dispatch``,
         ``scatter_gather``, ``bucket_size``, ``cross_entropy_fusion`` with
-        ``cross_entropy_fusion_impl`` (``native``, ``te``, ``flash_attn``),
+        ``cross_entropy_fusion_impl`` (``native``, ``te``, ``flash_attn``, ``compiled``),
         ``metric_cross_entropies``;
         ``attention`` (``flash``, ``flash2``, ``unfused``), ``mla`` (``q_lora_rank``,
         ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim``),

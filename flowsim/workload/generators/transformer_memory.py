@@ -21,8 +21,8 @@ dropouts and block inputs (else they are replicated: ``n h (10 + 24 / t)``). Unf
 attention adds the score matrix's softmax, dropout mask and dropout output (``5 a s n``;
 selective recomputation drops it); full recomputation keeps only each layer's input (``2 n
 h``, split by sequence parallelism) and one layer's activations at a time. The output layer
-keeps its logits for the cross entropy, in FP32 (in 16 bits under Transformer Engine's and
-flash-attn's fused ones), and so does each multi-token prediction depth, beside its
+keeps its logits for the cross entropy, in FP32 (in 16 bits under Transformer Engine's,
+flash-attn's and compiled ones), and so does each multi-token prediction depth, beside its
 layer's activations and its inputs'. How many micro-batches a stage holds comes
 from the schedule it runs (1F1B's warm-up, the interleaved schedule's extra chunks).
 
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 OPTIMIZER_BYTES = 12
 #: bytes per element of the output layer's logits kept for the cross entropy, by
 #: :attr:`~.transformer_spec.TransformerSpec.cross_entropy` (FP32 for Megatron-Core's own)
-LOGITS_BYTES = {"unfused": 4, "native": 4, "te": 2, "flash_attn": 2}
+LOGITS_BYTES = {"unfused": 4, "native": 4, "te": 2, "flash_attn": 2, "compiled": 2}
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,12 @@ FP8_CAST_BYTES = ACT + 1 + 1
 #: gradient scaled in place by the loss gradient (4). flash-attn's (``flash_attn/losses/
 #: cross_entropy.py``; LLM Foundry's ``fused_crossentropy``): one kernel reads a row of 16-bit
 #: logits for the loss (2; flash-attn 1.x's CUDA kernel read it twice, the second time
-#: from L2), one reads it again and writes its gradient backward (4).
+#: from L2), one reads it again and writes its gradient backward (4). PyTorch's
+#: ``cross_entropy`` of the logits cast to FP32, compiled (torchtitan's loss under
+#: ``torch.compile``): the cast, the log-softmax and the loss fused into one reduction over
+#: the 16-bit logits (2), backward one pass reading them and writing the 16-bit gradient (4).
 CROSS_ENTROPY_BYTES = {"unfused": (38, 14), "native": (22, 6), "te": (6, 4),
-                       "flash_attn": (2, 4)}
+                       "flash_attn": (2, 4), "compiled": (2, 4)}
 #: bytes per logit of one cross entropy computed for a training metric, PyTorch's under
 #: autocast (``torch.nn.CrossEntropyLoss``, as Composer's language metrics call it): the
 #: 16-bit logits cast to FP32 (read 2, write 4), then a log-softmax over each row (its

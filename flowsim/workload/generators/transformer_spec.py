@@ -55,8 +55,8 @@ UB_CONFIGS: tuple[UbConfig, ...] = choices_of(UbConfig)
 #: how a mixture of experts' tokens cross the expert-parallel ranks (:mod:`.transformer_dispatch`)
 Dispatcher = Literal["alltoall", "deepep"]
 #: the fused cross entropy's implementation (Megatron-Core's ``cross_entropy_fusion_impl``,
-#: and flash-attn's, LLM Foundry's default loss)
-CrossEntropyImpl = Literal["native", "te", "flash_attn"]
+#: flash-attn's, LLM Foundry's default loss, and torch.compile's, torchtitan's compiled loss)
+CrossEntropyImpl = Literal["native", "te", "flash_attn", "compiled"]
 CROSS_ENTROPY_IMPLS: tuple[CrossEntropyImpl, ...] = choices_of(CrossEntropyImpl)
 DISPATCHERS: tuple[Dispatcher, ...] = choices_of(Dispatcher)
 DTYPES: tuple[DType, ...] = choices_of(DType)
@@ -189,8 +189,9 @@ class TransformerSpec:
     cross_entropy_fusion: bool = False
     #: which fused cross entropy (``--cross-entropy-fusion-impl``): Megatron-Core's own
     #: (``native``), Transformer Engine's Triton kernels (``te``: two passes over the 16-bit
-    #: logits, the gradient written in place; Megatron-Bridge's performance recipes) or
+    #: logits, the gradient written in place; Megatron-Bridge's performance recipes),
     #: flash-attn's (``flash_attn``: one pass each way; LLM Foundry's ``fused_crossentropy``)
+    #: or PyTorch's compiled by ``torch.compile`` (``compiled``: torchtitan's loss)
     cross_entropy_fusion_impl: CrossEntropyImpl = "native"
     #: cross entropies computed again over each micro-batch's logits, after its backward, for
     #: training metrics (Composer's ``LanguageCrossEntropy`` and ``LanguagePerplexity``: two
