@@ -855,6 +855,14 @@ def test_cross_entropy_moves_the_bytes_of_its_steps_per_logit(two_nodes, fused, 
     assert (forward, backward) == (per_logit[0] * logits * micro, per_logit[1] * logits * micro)
 
 
+def test_every_cross_entropy_a_spec_can_name_has_its_costs():
+    """The costs table covers the unfused steps and every implementation the spec accepts."""
+    from flowsim.workload.generators.transformer_shapes import CROSS_ENTROPY
+    from flowsim.workload.generators.transformer_spec import CROSS_ENTROPY_IMPLS
+
+    assert set(CROSS_ENTROPY) == {"unfused", *CROSS_ENTROPY_IMPLS}
+
+
 def test_training_metrics_read_each_micro_batch_s_logits_after_its_backward(two_nodes):
     """``metric_cross_entropies``: Composer's language metrics compute PyTorch's cross entropy
     over the logits again after every micro-batch's backward: a cast to FP32 and a

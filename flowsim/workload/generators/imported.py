@@ -76,6 +76,23 @@ def cp_comm_type(value: Any, where: str, name: str, all_gather: str) -> str:
     return CP_COMM_SPELLINGS[str(value).lower()]
 
 
+def cross_entropy_impl(impl: Any, fused: bool, where: str, name: str) -> dict[str, Any]:
+    """The transformer's ``cross_entropy_fusion_impl`` for Megatron-Core's
+    ``cross_entropy_fusion_impl`` (``native`` or ``te``) named as ``name``: none when not
+    given, or without the fusion (Megatron-Core then runs the unfused cross entropy).
+
+    Raises
+    ------
+    ConfigError
+        Another value, naming ``where`` and ``name``.
+    """
+    if impl is None:
+        return {}
+    if impl not in ("native", "te"):
+        raise config_error(where, name, "native or te", impl)
+    return {"cross_entropy_fusion_impl": impl} if fused else {}
+
+
 def spec_folder(source: str) -> Path:
     """The folder a spec's relative file names are read from: the spec file's, else the
     working directory (a spec given as a mapping)."""

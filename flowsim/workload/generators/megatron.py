@@ -39,6 +39,7 @@ from .imported import (
     ImportedSpec,
     causal_window,
     cp_comm_type,
+    cross_entropy_impl,
     deepep_keys,
     parse_imported,
     position_embedding,
@@ -286,12 +287,9 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
             raise config_error(where, "--attention-backend", "one of " + ", ".join(choices),
                                backend)
         keys["attention"] = choices[backend]
-    impl = flags.get("cross-entropy-fusion-impl")
-    if impl is not None:   # which fused cross entropy; without the fusion, none is run
-        if impl not in ("native", "te"):
-            raise config_error(where, "--cross-entropy-fusion-impl", "native or te", impl)
-        if keys.get("cross_entropy_fusion"):
-            keys["cross_entropy_fusion_impl"] = impl
+    keys.update(cross_entropy_impl(flags.get("cross-entropy-fusion-impl"),
+                                   bool(keys.get("cross_entropy_fusion")), where,
+                                   "--cross-entropy-fusion-impl"))
     if keys.get("tp_comm_overlap"):
         if not keys.get("sp"):
             raise ConfigError(f"{where}: --tp-comm-overlap needs --sequence-parallel "

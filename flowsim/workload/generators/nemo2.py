@@ -42,7 +42,7 @@ from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
 from .config_files import apply_nemo_run_items, nested_block, override_items
-from .imported import ImportedSpec, parse_imported
+from .imported import ImportedSpec, cross_entropy_impl, parse_imported
 from .nemo import NUMBERS, nemo_keys
 from .nemo2_launch import read_command, read_recipe
 from .nemo2_recipes import BUCKET_SIZE, COMMIT, PLUGINS, PRECISIONS, Recipe
@@ -180,12 +180,9 @@ def nemo2_keys(text: Any, source: str, overrides: Any = None) -> dict[str, Any]:
         raise ConfigError(message) from None
     keys["vocab"] = recipe.vocab
     keys["cross_entropy_fusion"] = bool(model.get("cross_entropy_loss_fusion", True))
-    impl = model.get("cross_entropy_fusion_impl")
-    if impl is not None and keys["cross_entropy_fusion"]:   # else no fused one runs
-        if impl not in ("native", "te"):
-            raise config_error(where, "model.config.cross_entropy_fusion_impl", "native or te",
-                               impl)
-        keys["cross_entropy_fusion_impl"] = impl
+    keys.update(cross_entropy_impl(model.get("cross_entropy_fusion_impl"),
+                                   keys["cross_entropy_fusion"], where,
+                                   "model.config.cross_entropy_fusion_impl"))
     if keys.get("experts"):   # Megatron-Core's expert ranks: folded over CP x DP
         keys["expert_layout"] = "folded"
         if strategy.get("expert_tensor_parallel_size") is not None:

@@ -23,7 +23,7 @@ from functools import cached_property
 from ..kernels import Attention, Kernel
 from .transformer_checks import cp_kind
 from .transformer_experts import ExpertKernels
-from .transformer_shapes import ACT, CROSS_ENTROPY_BYTES, METRIC_BYTES, elementwise
+from .transformer_shapes import ACT, CROSS_ENTROPY, METRIC_BYTES, elementwise
 
 
 @dataclass(frozen=True)
@@ -225,8 +225,8 @@ class LayerKernels(ExpertKernels):
     @cached_property
     def logits(self) -> tuple[Kernel, ...]:
         """Output layer and vocabulary-parallel cross entropy, priced by the bytes its steps
-        move per logit (:data:`CROSS_ENTROPY_BYTES`)."""
-        forward, _ = CROSS_ENTROPY_BYTES[self.spec.cross_entropy]
+        move per logit (:data:`CROSS_ENTROPY`)."""
+        forward = CROSS_ENTROPY[self.spec.cross_entropy].forward
         return (self._gemm16(self.n, self.vocab_shard, self.spec.hidden),
                 elementwise(forward * self.n * self.vocab_shard, "cross_entropy"))
 
@@ -238,7 +238,7 @@ class LayerKernels(ExpertKernels):
 
     @cached_property
     def logits_dgrad(self) -> tuple[Kernel, ...]:
-        _, backward = CROSS_ENTROPY_BYTES[self.spec.cross_entropy]
+        backward = CROSS_ENTROPY[self.spec.cross_entropy].backward
         return (elementwise(backward * self.n * self.vocab_shard, "cross_entropy_backward"),
                 self._gemm16(self.n, self.spec.hidden, self.vocab_shard))
 

@@ -41,16 +41,13 @@ from typing import TYPE_CHECKING
 from .transformer_combined import paired_forwards
 from .transformer_mla import LatentKernels
 from .transformer_schedule import stage_schedule, virtual_stage
-from .transformer_shapes import ACT
+from .transformer_shapes import ACT, CROSS_ENTROPY
 
 if TYPE_CHECKING:
     from .transformer_program import StageProgram
 
 #: Adam's bytes per parameter: FP32 master weight, first and second moment
 OPTIMIZER_BYTES = 12
-#: bytes per element of the output layer's logits kept for the cross entropy, by
-#: :attr:`~.transformer_spec.TransformerSpec.cross_entropy` (FP32 for Megatron-Core's own)
-LOGITS_BYTES = {"unfused": 4, "native": 4, "te": 2, "flash_attn": 2, "compiled": 2}
 
 
 @dataclass(frozen=True)
@@ -102,7 +99,7 @@ def _activations(program: StageProgram) -> float:
     """Peak bytes of the activations kept for backward passes, over the stage's schedule."""
     spec = program.spec
     chunk_layers, transient = _chunk_activations(program)
-    logits = LOGITS_BYTES[spec.cross_entropy] * program.k.n * program.k.vocab_shard \
+    logits = CROSS_ENTROPY[spec.cross_entropy].kept * program.k.n * program.k.vocab_shard \
         if spec.vocab else 0
     # the last stage's logits, and its multi-token prediction depths'
     top = logits + spec.mtp_layers * (_depth_activations(program) + logits)

@@ -10,6 +10,7 @@ GEMMs alone run in FP8; FP8's casts are described in :mod:`.transformer_kernels`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..kernels import Elementwise, Gemm, Kernel
 from .transformer_spec import TransformerSpec
@@ -18,8 +19,18 @@ from .transformer_spec import TransformerSpec
 ACT = 2
 #: bytes one FP8 cast-transpose moves per element: read 16-bit, write FP8 and its transpose
 FP8_CAST_BYTES = ACT + 1 + 1
-#: bytes the vocabulary-parallel cross entropy moves per logit of a shard, (forward,
-#: backward), by :attr:`~.transformer_spec.TransformerSpec.cross_entropy`: unfused and
+class CrossEntropyCost(NamedTuple):
+    """Bytes per logit of a rank's vocabulary shard, of one cross entropy."""
+
+    forward: int
+    backward: int
+    #: kept from the forward for the backward: the FP32 logits Megatron-Core's own steps
+    #: work on, else the 16-bit ones
+    kept: int
+
+
+#: bytes the vocabulary-parallel cross entropy moves per logit of a shard, and keeps, by
+#: :attr:`~.transformer_spec.TransformerSpec.cross_entropy`: unfused and
 #: Megatron-Core's fused one (``cross_entropy.py`` and ``fusions/fused_cross_entropy.py``,
 #: core_r0.8 / r0.9), and Transformer Engine's (``pytorch/triton/cross_entropy.py``, v2.8).
 #: Unfused, forward: cast the 16-bit logits to FP32 (read 2, write 4), the maximum (read
@@ -36,8 +47,9 @@ FP8_CAST_BYTES = ACT + 1 + 1
 #: ``cross_entropy`` of the logits cast to FP32, compiled (torchtitan's loss under
 #: ``torch.compile``): the cast, the log-softmax and the loss fused into one reduction over
 #: the 16-bit logits (2), backward one pass reading them and writing the 16-bit gradient (4).
-CROSS_ENTROPY_BYTES = {"unfused": (38, 14), "native": (22, 6), "te": (6, 4),
-                       "flash_attn": (2, 4), "compiled": (2, 4)}
+CROSS_ENTROPY = {"unfused": CrossEntropyCost(38, 14, 4), "native": CrossEntropyCost(22, 6, 4),
+                 "te": CrossEntropyCost(6, 4, 2), "flash_attn": CrossEntropyCost(2, 4, 2),
+                 "compiled": CrossEntropyCost(2, 4, 2)}
 #: bytes per logit of one cross entropy computed for a training metric, PyTorch's under
 #: autocast (``torch.nn.CrossEntropyLoss``, as Composer's language metrics call it): the
 #: 16-bit logits cast to FP32 (read 2, write 4), then a log-softmax over each row (its
