@@ -107,6 +107,10 @@ def test_layers_per_virtual_stage_count_the_embedding_and_the_loss():
       "1"), "decoder-last-pipeline-num-layers"),            # uneven with layers per stage
     (("--num-layers-per-virtual-pipeline-stage", "1",
       "--num-virtual-stages-per-pipeline-rank", "2"), "num-virtual-stages-per-pipeline-rank"),
+    # a flag without its value (Megatron-LM's parser refuses it; it was dropped)
+    (("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "4"),
+     "decoder-first-pipeline-num-layers"),
+    (("--pipeline-model-parallel-layout",), "pipeline-model-parallel-layout"),
 ])
 def test_layouts_megatron_lm_or_flowsim_cannot_run_are_refused_naming_the_flag(flags, flag):
     with pytest.raises(ConfigError, match=rf"'--{flag}': expected"):

@@ -177,3 +177,39 @@ def test_importers_read_the_depths():
 @pytest.mark.parametrize("extra", [{"mtp_layers": 1, "vocab": 0}, {"mtp_layers": -1}])
 def test_bad_depths_are_refused_naming_the_key(extra):
     assert_spec_refused(dict(DENSE, **extra), "mtp_layers")
+
+
+def test_the_graph_size_guard_counts_the_depths():
+    """A depth builds about what a layer does: a spec whose depths alone would make a graph
+    past the limit is refused naming them, not built until memory runs out."""
+    from flowsim.errors import ConfigError
+    from flowsim.workload.generators.transformer_spec import parse_transformer
+
+    spec = dict(layers=1, hidden=64, heads=4, sequence=128, vocab=256, dp=2, global_batch=1024)
+    parse_transformer(dict(spec, mtp_layers=1), "spec.yml")
+    with pytest.raises(ConfigError, match=r"spec\.yml: layers=1 and mtp_layers=1023 over 512 "
+                                          r"micro-batches make a graph of about"):
+        parse_transformer(dict(spec, mtp_layers=1023), "spec.yml")
+
+
+def test_a_depth_s_own_collectives_are_megatron_core_s():
+    """With TP and sequence parallelism a depth's own communication (beside its layer's and
+    its output layer's), in closed form from n tokens of width h over TP t, 16-bit: the
+    embedding's output reduce-scattered (n h 2); the projection's 2h-wide input gathered
+    (2 n h 2 / t per NPU), its output gathered (n h 2 / t); backward, the output split's
+    gradient gathered (n h 2 / t), the input gathered again for the weight gradient (2 n h 2
+    / t), the input gradient reduce-scattered (2 n h 2), the embedding's gradient gathered
+    (n h 2 / t)."""
+    ops = _build(mtp_layers=1).programs[PP - 1].ops
+    own = {op.name.removeprefix("mb0.mtp0."): (op.collective, op.size) for op in ops
+           if op.kind == "collective" and op.name.startswith("mb0.mtp0.")
+           and ".layer" not in op.name and ".logits" not in op.name}
+    act = N * H * 2
+    assert own == {
+        "embedding.reduce_scatter": ("reduce_scatter", act),
+        "projection.all_gather": ("all_gather", 2 * act // TP),
+        "projection.output.all_gather": ("all_gather", act // TP),
+        "projection.output.split.all_gather": ("all_gather", act // TP),
+        "projection.dgrad.input.all_gather": ("all_gather", 2 * act // TP),
+        "projection.dgrad.reduce_scatter": ("reduce_scatter", 2 * act),
+        "embedding.all_gather": ("all_gather", act // TP)}

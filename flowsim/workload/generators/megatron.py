@@ -347,7 +347,9 @@ def parse_megatron(values: Mapping[str, Any], source: str) -> ImportedSpec:
                                      "--microbatch-group-size-per-virtual-pipeline-stage",
                                  "node_limit": "--moe-router-group-topk",
                                  "dispatcher": "--moe-token-dispatcher-type",
-                                 "pipeline_layout": "the pipeline split flags"})
+                                 "pipeline_layout": "the pipeline split flags",
+                                 "vpp": "--num-virtual-stages-per-pipeline-rank or the "
+                                        "pipeline split flags"})
 
 
 def _environment(env: Any, source: str) -> dict[str, str]:

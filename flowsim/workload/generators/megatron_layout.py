@@ -51,6 +51,9 @@ def layout_keys(flags: Mapping[str, str | None], keys: Mapping[str, Any], where:
     layers, pp, vpp = keys.get("layers", 0), keys.get("pp", 1), keys.get("vpp", 1)
     if not all(isinstance(v, int) and v >= 1 for v in (layers, pp, vpp)):
         return {}   # the transformer names a bad or missing count
+    for flag in (LAYOUT, FIRST, LAST, PER_STAGE):   # Megatron-LM's parser wants their values
+        if flag in flags and flags[flag] is None:
+            raise config_error(where, f"--{flag}", "a value after it", None)
     uneven = [flag for flag in (FIRST, LAST) if flags.get(flag) is not None]
     accounted = [flag for flag in (EMBEDDING, LOSS) if flag in flags]
     virtual = [flag for flag in (PER_STAGE, STAGES, LAYOUT) if flags.get(flag) is not None]
@@ -159,8 +162,5 @@ def _from_string(text: str, layers: int, pp: int, keys: Mapping[str, Any], where
     for ok, expected in checks:
         if not ok:
             raise config_error(where, flag, expected, text)
-    vpp = len(stages) // pp
-    if keys.get("vpp", 1) not in (1, vpp):
-        raise config_error(where, flag, f"{keys['vpp']} virtual stages per rank, as given "
-                           "beside it", f"{vpp} (its {len(stages)} stages over {pp} ranks)")
-    return {"pipeline_layout": [stage.count("t") for stage in stages], "vpp": vpp}
+    return {"pipeline_layout": [stage.count("t") for stage in stages],
+            "vpp": len(stages) // pp}

@@ -209,10 +209,12 @@ def check_consistent(spec: Any) -> None:
                  "every_other_matmul" else 22) + \
         (8 if spec.experts else 3) * spec.fsdp + \
         (7 if spec.recompute == "full" else 5) * spec.cp * (cp_kind(spec) == "p2p")
-    ops = m * spec.layers * per_layer + 8 * m * spec.pp * spec.vpp
+    # a multi-token prediction depth builds about what a layer does
+    ops = m * (spec.layers + spec.mtp_layers) * per_layer + 8 * m * spec.pp * spec.vpp
     if ops > MAX_OPS:
-        raise ConfigError(f"{_where(src)}layers={spec.layers} over {m} micro-batches make a "
-                          f"graph of about {ops} ops, more than {MAX_OPS}")
+        depths = f" and mtp_layers={spec.mtp_layers}" if spec.mtp_layers else ""
+        raise ConfigError(f"{_where(src)}layers={spec.layers}{depths} over {m} micro-batches "
+                          f"make a graph of about {ops} ops, more than {MAX_OPS}")
 
 
 def cp_kind(spec: Any) -> str:
