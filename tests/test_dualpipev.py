@@ -106,6 +106,20 @@ def test_a_rank_holds_at_most_pp_plus_one_stages_in_flight():
         assert peak <= 2 * P + 1
 
 
+def test_the_fullest_rank_keeps_pp_plus_one_stages_of_activations():
+    """In bytes: a stage's activations are its two layers' (Korthikanti et al.'s terms, no
+    tensor parallelism: Q, K, V and the output, the gated MLP's three inputs, block inputs,
+    norms and masks), and the memory estimate's fullest rank keeps PP + 1 = 2p + 1 of them,
+    as DualPipeV's README gives (the interleaved schedule's first rank keeps more)."""
+    n, h = BASE["sequence"], BASE["hidden"]
+    f = 4 * h
+    stage = 2 * (2 * n * 4 * h + 2 * n * 3 * f + (4 * 2 + 2) * n * h)
+    work = transformer(flowsim.load_network(FAST), **V)
+    assert work.memory["activations"] == (2 * P + 1) * stage
+    plain = transformer(flowsim.load_network(FAST), **dict(V, schedule="interleaved"))
+    assert plain.memory["activations"] > work.memory["activations"]
+
+
 @pytest.mark.parametrize("extra, key", [
     ({"vpp": 3}, "vpp"),
     ({"global_batch": 2 * P - 1}, "global_batch"),

@@ -105,7 +105,11 @@ def test_a_depth_keeps_its_activations_and_logits(recompute):
     logits = 4 * n * (V // TP)
     expected = inputs + logits + (0 if recompute == "full" else inputs + layer)
     assert kept == pytest.approx(expected, rel=1e-12)
-    assert mtp.memory["weights"] > plain.memory["weights"]
+    # and its weights, 16-bit: its layer (attention and gated MLP over TP, two norms), its
+    # projection (2h x h over TP) and three norms; the embedding is this rank's own (pp 1)
+    h, f = H, 4 * H
+    depth = (4 * h * h + 3 * h * f) // TP + 2 * h + 2 * h * h // TP + 3 * h
+    assert mtp.memory["weights"] - plain.memory["weights"] == 2 * depth
 
 
 def test_block_recomputation_skips_the_depths_as_megatron_core_does():
@@ -163,9 +167,26 @@ def test_megatron_flops_count_depths_as_megatron_lm_does():
     moe = dict(DENSE, experts=8, top_k=2, moe_ffn=256, ep=4)
     dense_last = model_shape(parse_transformer(dict(moe, moe_layer_freq=[1, 1, 1, 0],
                                                     mtp_layers=1), "argument"))
-    assert dense_last.all_dense_layers == 2 and dense_last.parameters > \
-        model_shape(parse_transformer(dict(moe, moe_layer_freq=[1, 1, 1, 0]),
-                                      "argument")).parameters
+    no_depth = model_shape(parse_transformer(dict(moe, moe_layer_freq=[1, 1, 1, 0]),
+                                             "argument"))
+    # the depth is dense as the last layer is: attention, two norms, the dense gated MLP,
+    # its projection and three norms (no router, no experts)
+    h, f = H, 4 * H
+    depth = 4 * h * h + 2 * h + 3 * h * f + 2 * h * h + 3 * h
+    assert dense_last.all_dense_layers == 2
+    assert dense_last.parameters - no_depth.parameters == depth
+
+
+def test_palm_flops_count_a_depth_as_a_layer_and_its_projection():
+    """PaLM's ``6 N`` per token takes a depth's layer, projection and norms into N, its
+    ``12 L h s`` attention term a layer more per depth; the logits' weights are shared."""
+    h, f, s = H, 4 * H, N
+    plain = model_shape(parse_transformer(DENSE, "argument"))
+    two = model_shape(parse_transformer(dict(DENSE, mtp_layers=2), "argument"))
+    tokens = plain.global_batch * s
+    depth = 4 * h * h + 3 * h * f + 2 * h + 2 * h * h + 3 * h
+    assert flops.palm(two) - flops.palm(plain) == pytest.approx(
+        tokens * 2 * (6 * depth + 12 * h * s), rel=1e-12)
 
 
 def test_importers_read_the_depths():
