@@ -77,8 +77,9 @@ def _with_failures(args: argparse.Namespace):
     else:
         path = resolve_config_path(args.network, kind="network")
         data = dict(read_mapping(path, what="network config"))
-    if "cluster" in data:   # a cluster preset: its fabric form has links to fail
-        from .topology.clusters import cluster_mapping
+    cluster = "cluster" in data
+    if cluster:   # a cluster preset: its fabric form has links to fail
+        from .topology.clusters import as_cluster, cluster_mapping
 
         data = cluster_mapping(data, str(path))
         if "fabric" not in data:
@@ -104,7 +105,8 @@ def _with_failures(args: argparse.Namespace):
     fabric["degrade"] = degrade
     if "fabric" in data:
         data["fabric"] = fabric
-    return parse_network_mapping(data, str(path))
+    config = parse_network_mapping(data, str(path))
+    return as_cluster(config) if cluster else config
 
 
 def _run_collective(args: argparse.Namespace) -> int:

@@ -105,8 +105,8 @@ def _collective_command(commands: Any) -> None:
                            + ", ".join(bundled_names("network")) + ")")
     coll.add_argument("--system", default=None,
                       help="system json (ASTRA-sim 2.x keys) or a bundled name (default: "
-                           "ASTRA-sim's Ring_4chunks settings, ring in every dimension; "
-                           "bundled: " + ", ".join(bundled_names("system")) + ")")
+                           "nccl on a cluster: network, else ASTRA-sim's Ring_4chunks "
+                           "settings, ring in every dimension; bundled: " + ", ".join(bundled_names("system")) + ")")
     coll.add_argument("--collective", default="all-reduce",
                       help="all-reduce, reduce-scatter, all-gather, all-to-all, broadcast, "
                            "reduce or send-recv (default: all-reduce)")
@@ -147,8 +147,9 @@ def _run_command(commands: Any) -> None:
                           f"bundled name (default: {DEFAULT_NETWORK}; bundled: "
                           + ", ".join(bundled_names("network")) + ")")
     run.add_argument("--system", default=None,
-                     help="system: 2.x json, 1.0 txt or bundled name (default: ASTRA-sim's "
-                          "Ring_4chunks settings, ring in every dimension; bundled: "
+                     help="system: 2.x json, 1.0 txt or bundled name (default: nccl on a "
+                          "cluster: network, else ASTRA-sim's Ring_4chunks settings, ring in "
+                          "every dimension; bundled: "
                           + ", ".join(bundled_names("system")) + ")")
     run.add_argument("--workload", default=DEFAULT_WORKLOAD,
                      help="ASTRA-sim text workload (.txt), flowsim YAML graph or generator "

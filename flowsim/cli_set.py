@@ -62,15 +62,22 @@ def apply_set_items(args: argparse.Namespace, *, workload: bool) -> None:
         point["workload"] = args.workload
     if "network" in by_section:
         point["network"] = resolve_config(args.network, "network", folder, "--network")
-    if "system" in by_section:
-        point["system"] = dict(DEFAULT_SYSTEM) if args.system is None else \
-            resolve_config(args.system, "system", folder, "--system")
     if "workload" in by_section:
         point["workload"] = resolve_workload(args.workload, folder, "--workload")
-    for key, value in items:
+    system_items = [(key, value) for key, value in items if key.startswith("system")]
+    for key, value in items:   # the network's first: without --system it sets the system's
+        if not key.startswith("system"):
+            apply_override(point, key, value, "argument --set")
+    network_default = None
+    if system_items:
+        if args.system is None:
+            network_default = _network_default_system(point["network"])
+        point["system"] = resolve_config(args.system, "system", folder, "--system") \
+            if args.system is not None else network_default or dict(DEFAULT_SYSTEM)
+    for key, value in system_items:
         apply_override(point, key, value, "argument --set")
     _check_sections(point, by_section)
-    if "system" in by_section and args.system is None:
+    if system_items and args.system is None and network_default is None:
         point["system"] = _default_system_with(point["system"])
     args.network, args.system = point["network"], point["system"]
     if workload:
@@ -96,6 +103,19 @@ def _check_sections(point: dict, by_section: dict[str, list[str]]) -> None:
                 text = str(exc).removeprefix("<dict>: ")
                 raise ConfigError(f"argument --set {', '.join(by_section[section])}: "
                                   f"{text}") from None
+
+
+def _network_default_system(network: Any) -> dict | None:
+    """The keys of the system a run on ``network`` takes without one (a ``cluster:``
+    preset's), or ``None``: flowsim's default. A bad network is left for its own check,
+    which names the items."""
+    from .system.load import default_system_mapping
+    from .topology import load_network
+
+    try:
+        return default_system_mapping(load_network(network))
+    except ConfigError:
+        return None
 
 
 def _default_system_with(keys: dict) -> Any:

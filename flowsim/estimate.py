@@ -34,7 +34,7 @@ from .network.engine import check_model
 from .system.budget import check_max_work, check_work, collective_work
 from .system.collective import _check_dims, _check_npu
 from .system.config import SystemConfig
-from .system.load import load_system
+from .system.load import default_system_name, load_system
 from .system.phases import assign_variants, chunk_sizes, collective_phases
 from .system.scheduler import Schedule, can_replicate
 from .topology import Network, load_network
@@ -46,7 +46,10 @@ def _system_from_key(key: str) -> SystemConfig:
     return load_system(json.loads(key)) if key.startswith("{") else load_system(key)
 
 
-def _system(system: Any) -> SystemConfig:
+def _system(system: Any, network: Any) -> SystemConfig:
+    """``system`` parsed once per distinct value; ``None``: the network's default."""
+    if system is None:
+        system = default_system_name(network)
     if system is None or isinstance(system, SystemConfig):
         return load_system(system)
     if isinstance(system, Mapping):
@@ -73,7 +76,7 @@ def estimate(network: Any, collective: str, size: int | str, system: Any = None,
     :mod:`flowsim.system.budget`)."""
     budget = check_max_work(max_work)
     net = load_network(network)
-    sys_cfg = _system(system)
+    sys_cfg = _system(system, net)
     model = check_model(model)
     name = _collective(collective)
     nbytes = parse_size(size, source="argument", key="size")
@@ -139,7 +142,7 @@ def estimate_batch(network: Any, collective: str, size: Any, system: Any = None,
     if not isinstance(net, Network):
         raise ConfigError("estimate_batch: the batched model needs a multi-dimensional "
                           "network (Ring / FullyConnected / Switch); use estimate() on fabrics")
-    sys_cfg = _system(system)
+    sys_cfg = _system(system, net)
     name = _collective(collective)
     model = check_model(model)
     if sys_cfg.synchronization != "barrier" and model == "analytical":

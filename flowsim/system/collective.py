@@ -25,7 +25,7 @@ from ..topology.load import AnyNetwork
 from ..units import parse_size
 from .budget import check_max_work, check_work, collective_work
 from .config import SystemConfig
-from .load import load_system
+from .load import system_for
 from .phases import algorithm_names, assign_variants, chunk_sizes, collective_phases
 from .scheduler import Schedule, can_replicate
 from .templates import route_messages
@@ -135,7 +135,8 @@ def simulate_collective(network: NetworkLike, collective: str, size: int | str,
         Bytes, e.g. ``1 << 20`` or ``"64MiB"``. As in ASTRA-sim, for all-gather this is each
         NPU's input (the output is ``npus * size``); for the others it is each NPU's buffer.
     system : path, bundled name, mapping, SystemConfig or None
-        ASTRA-sim 2.x system json keys; ``None`` uses the defaults of :class:`SystemConfig`.
+        ASTRA-sim 2.x system json keys; ``None``: the network's own (a ``cluster:``
+        network's is the bundled ``nccl``), else the defaults of :class:`SystemConfig`.
     model : {"analytical", "flow"}
         Congestion-unaware (ASTRA-sim's analytical backend) or max-min fair flow model.
     dims : sequence of int, optional
@@ -189,7 +190,7 @@ def run_collective(network: NetworkLike, collective: str, size: int | str,
     """
     budget = check_max_work(max_work)
     net = load_network(network)
-    sys_cfg = load_system(system)
+    sys_cfg = system_for(system, net)
     model = check_model(model)
     request = _request(net, collective, size, dims=dims, group=group, root=root, src=src,
                        dst=dst)

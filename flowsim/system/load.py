@@ -1,5 +1,6 @@
 """``load_system``: a system config from any of its forms (ASTRA-sim 2.x json, 1.0 txt, a
-mapping, a bundled name), dispatched by format."""
+mapping, a bundled name), dispatched by format; ``system_for``: the one a run on a network
+takes (its own default when it is given none)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,28 @@ def load_system(source: str | os.PathLike | Mapping[str, Any] | SystemConfig | N
     if isinstance(source, Mapping):
         return parse_system_config(source)
     return read_system_config(resolve_config_path(source, kind="system"))
+
+
+def default_system_name(network: Any) -> str | None:
+    """The bundled system a run on ``network`` (a built network) takes when it is given none:
+    a ``cluster:`` preset's (``nccl``); ``None``: flowsim's default."""
+    return getattr(getattr(network, "config", None), "system", None)
+
+
+def system_for(system: Any, network: Any) -> SystemConfig:
+    """The system config of a run on ``network`` (a built network): ``system`` in any form
+    :func:`load_system` reads, or when it is ``None`` the network's own default
+    (:func:`default_system_name`), else flowsim's."""
+    if system is None:
+        system = default_system_name(network)
+    return load_system(system)
+
+
+def default_system_mapping(network: Any) -> dict[str, Any] | None:
+    """The keys of the bundled system a run on ``network`` takes when given none, as a
+    mapping that ``--set system.<key>`` items and sweep axes change; ``None``: the network
+    has no default of its own."""
+    name = default_system_name(network)
+    if name is None:
+        return None
+    return dict(read_mapping(resolve_config_path(name, kind="system"), what="system config"))

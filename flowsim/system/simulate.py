@@ -19,7 +19,7 @@ from ..workload.load import WorkloadLike, load_workload
 from ..workload.memory import load_memory
 from ..workload.validate import check_workload
 from .budget import check_max_work, check_work, workload_work
-from .load import load_system
+from .load import system_for
 from .split_dims import logical_system
 from .workload_engine import run_workload
 
@@ -45,7 +45,8 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
     workload : path, mapping, TextWorkload or Workload
         See :func:`load_workload`.
     system : path, bundled name, mapping, SystemConfig or None
-        2.x json or 1.0 txt system config.
+        2.x json or 1.0 txt system config; ``None``: the network's own (a ``cluster:``
+        network's is the bundled ``nccl``), else the defaults of :class:`SystemConfig`.
     model : {"analytical", "flow"}
     iterations : int
         Training iterations (ASTRA-sim's ``--num-passes``; for ``MICRO``, concurrent copies).
@@ -126,7 +127,7 @@ def run_training(network: Any, workload: WorkloadLike, system: Any = None,
     """
     budget = check_max_work(max_work)
     net = load_network(network)
-    sys_cfg = load_system(system)
+    sys_cfg = system_for(system, net)
     model = check_model(model)
     for key, value in (("compute_scale", compute_scale), ("comm_scale", comm_scale)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or \

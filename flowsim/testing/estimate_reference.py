@@ -32,7 +32,7 @@ def estimate_batch_reference(network: Any, collective: str, size: Any, system: A
     if not isinstance(net, Network):
         raise ConfigError("estimate_batch_reference: a multi-dimensional network, as "
                           "estimate_batch takes")
-    sys_cfg = load_system_cached(system)
+    sys_cfg = load_system_cached(system, net)
     phases = batch_structure(net, sys_cfg, check_collective(collective),
                              check_dims(net, dims))["phases"]
     bw = np.asarray(net.config.bandwidth_gbps if bandwidth is None else bandwidth, np.float64)

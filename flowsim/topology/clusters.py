@@ -41,13 +41,17 @@ slower, and shows contention.
 Presets of real machines, network files to copy and scale by ``nodes``, are in
 ``topologies/clusters/`` (a DGX A100 SuperPOD, DGX H100, H200 and B200 clusters, Meta's 24K-GPU
 RoCE cluster of Llama 3, GB200 NVL72 racks), each in both forms; their names
-are bundled names (``flowsim run --network dgx_h100 --workload llama3_70b --system nccl``).
+are bundled names (``flowsim run --network dgx_h100 --workload llama3_70b``).
 
 NCCL's own cost per collective step (kernel synchronisation, proxy threads) is not a link
 property: the bundled system config ``nccl`` (``topologies/systems/nccl.json``) sets it as
 ASTRA-sim's ``endpoint-delay``, at the value that makes a 58 MB all-reduce on 8 H100s reach
 the 150 GB/s of algorithm bandwidth the scaling book measures, and turns off ASTRA-sim's
-local-reduction cost (NCCL reduces while it copies). Simulate clusters with it.
+local-reduction cost (NCCL reduces while it copies). A run on a ``cluster:`` network takes it
+when it is given no system (:data:`CLUSTER_SYSTEM`); ASTRA-sim's network files keep ASTRA-sim's
+default (its ``Ring_4chunks`` example's settings, four chunks per collective and rings for
+all-to-alls), which on a cluster prices expert parallelism's all-to-alls far slower than NCCL
+runs them.
 
 Bandwidths in the generated config are flowsim's GB/s (2**30 B/s, ASTRA-sim's convention).
 """
@@ -114,6 +118,8 @@ INTERCONNECTS: dict[str, Interconnect] = {
     "b200_sxm": Interconnect(900.0, 400.0, "NVLink 5: 1.8 TB/s bidirectional; DGX B200: "
                                            "8 x 400 Gb/s ConnectX-7"),
 }
+#: the bundled system a run on a ``cluster:`` network takes when it is given none
+CLUSTER_SYSTEM = "nccl"
 #: keys that only the fabric form reads
 FABRIC_FORM_KEYS = ("fabric", "hosts_per_leaf", "tiers", "hosts_per_pod", "oversubscription")
 CLUSTER_KEYS = ("device", "nodes", "gpus_per_node", "nic_gbps", "nics_per_node", "fabric",
@@ -195,6 +201,14 @@ def expand_cluster(cluster: Any, source: str) -> dict[str, Any]:
             prefix="cluster.", default=[1.0, 1.0], min_length=2, max_length=2,
             what="[leaf, spine] ratios")
     return {"fabric": spec, "device": device}
+
+
+def as_cluster(config: Any) -> Any:
+    """A parsed network config (multi-dimensional or fabric) marked as a cluster's: a run on
+    it takes :data:`CLUSTER_SYSTEM` when it is given no system."""
+    from dataclasses import replace
+
+    return replace(config, system=CLUSTER_SYSTEM)
 
 
 def cluster_mapping(data: Mapping[str, Any], source: str) -> dict[str, Any]:

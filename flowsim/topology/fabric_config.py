@@ -95,6 +95,8 @@ class FabricConfig:
     routing: Routing = "ecmp"
     #: the accelerator of every NPU (a preset name of :mod:`flowsim.compute`), if known
     device: str | None = None
+    #: the bundled system a run takes when it is given none (a cluster preset's)
+    system: str | None = None
     source: str = field(default="<dict>", compare=False)
 
     # the attributes of a multi-dimensional config that the system layer reads

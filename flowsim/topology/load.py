@@ -86,10 +86,10 @@ def read_network_file(path: str | os.PathLike) -> AnyConfig:
 def parse_network_mapping(data: Mapping[str, Any], source: str = "<dict>") -> AnyConfig:
     """Validate a network mapping of any format (see the module docstring)."""
     as_config(data, source=source, what="network")
-    if "cluster" in data:
-        from .clusters import cluster_mapping
+    if "cluster" in data:   # a real machine: it runs NCCL's settings unless told otherwise
+        from .clusters import as_cluster, cluster_mapping
 
-        data = cluster_mapping(data, source)
+        return as_cluster(parse_network_mapping(cluster_mapping(data, source), source))
     if "fabric" in data:
         from .fabric_config import parse_fabric_config
 

@@ -74,6 +74,10 @@ class NetworkConfig:
         Whether each dimension's switch reduces in the network.
     device : str or None
         The NPUs' accelerator preset (``device`` key, or a ``cluster:`` block's).
+    system : str or None
+        The bundled system a run on this network takes when it is given none (a ``cluster:``
+        block's: :data:`~flowsim.topology.clusters.CLUSTER_SYSTEM`); ``None``: flowsim's
+        default, ASTRA-sim's ``Ring_4chunks`` settings.
     source : str
         Where the config came from (a path or ``"<dict>"``), for error messages.
     """
@@ -85,6 +89,8 @@ class NetworkConfig:
     in_network_reduction: tuple[bool, ...]
     #: the accelerator of every NPU (a preset name of :mod:`flowsim.compute`), if known
     device: str | None = None
+    #: the bundled system a run takes when it is given none (a cluster preset's)
+    system: str | None = None
     source: str = field(default="<dict>", compare=False)
 
     @property

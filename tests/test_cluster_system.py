@@ -1,0 +1,105 @@
+"""A ``cluster:`` network runs NCCL's settings (the bundled ``nccl`` system) when it is given
+no system, through every entry point: ``flowsim.simulate``, ``simulate_collective``,
+``estimate``, ``flowsim run`` with and without ``--set system.<key>``, ``--fail`` on its
+fabric form, and a sweep. ASTRA-sim's network files keep ASTRA-sim's default."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import flowsim
+from flowsim.cli import main
+from flowsim.sweep import sweep
+from flowsim.sweep.spec import DEFAULT_SYSTEM
+
+CLUSTER = {"cluster": {"device": "h100", "nodes": 2}}
+#: experts over both nodes: the all-to-all's algorithm (NCCL's direct exchange, ASTRA-sim's
+#: default ring) and chunking matter
+MOE = {"generator": "transformer", "layers": 2, "hidden": 1024, "heads": 8, "sequence": 2048,
+       "global_batch": 16, "micro_batch": 1, "dp": 16, "ep": 16, "experts": 16, "top_k": 2,
+       "moe_ffn": 1024, "gated_mlp": True, "vocab": 32000}
+
+
+def _time(ds) -> float:
+    return float(ds.time_ns)
+
+
+def test_a_cluster_runs_nccl_s_settings_without_a_system():
+    nccl = _time(flowsim.simulate(CLUSTER, MOE, "nccl", model="flow"))
+    assert _time(flowsim.simulate(CLUSTER, MOE, model="flow")) == nccl
+    astra = _time(flowsim.simulate(CLUSTER, MOE, flowsim.SystemConfig(), model="flow"))
+    assert astra != nccl   # four chunks, rings for all-to-alls, no endpoint cost: not it
+    fabric = {"cluster": {**CLUSTER["cluster"], "form": "fabric"}}
+    assert flowsim.load_network(fabric).config.system == "nccl"
+    assert flowsim.load_network(CLUSTER).config.system == "nccl"
+
+
+def test_astra_sim_networks_keep_astra_sim_s_default():
+    net = {"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth": [370, 46],
+           "latency": [500, 2000]}
+    assert flowsim.load_network(net).config.system is None
+    assert _time(flowsim.simulate(net, MOE)) == \
+        _time(flowsim.simulate(net, MOE, flowsim.SystemConfig()))
+
+
+def test_collectives_and_estimates_on_a_cluster_take_it_too():
+    for model in ("analytical", "flow"):
+        nccl = _time(flowsim.simulate_collective(CLUSTER, "all_to_all", "64MiB", "nccl",
+                                                 model=model))
+        assert _time(flowsim.simulate_collective(CLUSTER, "all_to_all", "64MiB",
+                                                 model=model)) == nccl
+        assert flowsim.estimate(CLUSTER, "all_to_all", "64MiB", model=model) == nccl
+    assert float(flowsim.estimate_batch(CLUSTER, "all_reduce", [2**20, 2**26])[1]) == \
+        _time(flowsim.simulate_collective(CLUSTER, "all_reduce", 2**26, "nccl"))
+
+
+def _cli(argv: list[str], capsys) -> float:
+    capsys.readouterr()
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["time_ns"]
+
+
+def test_set_items_change_the_cluster_s_own_system(tmp_path, capsys):
+    """``--set system.<key>`` without ``--system`` changes NCCL's settings on a cluster (a
+    ``--set network.cluster...`` item keeps it a cluster); on an ASTRA-sim network, flowsim's
+    default."""
+    (tmp_path / "net.yml").write_text(json.dumps(CLUSTER))
+    (tmp_path / "moe.yml").write_text(json.dumps(MOE))
+    run = ["run", "--workload", str(tmp_path / "moe.yml"), "--network",
+           str(tmp_path / "net.yml")]
+    nccl = _time(flowsim.simulate(CLUSTER, MOE, "nccl"))
+    assert _cli(run, capsys) == nccl
+    assert _cli([*run, "--set", "system.endpoint-delay=7000"], capsys) == nccl   # nccl's own
+    slower = _cli([*run, "--set", "system.endpoint-delay=20000"], capsys)
+    system = {**json.loads(flowsim.resources.resolve_config_path("nccl", kind="system")
+                           .read_text()), "endpoint-delay": 20000}
+    assert slower == _time(flowsim.simulate(CLUSTER, MOE, system)) > nccl
+    four = {"cluster": {"device": "h100", "nodes": 4}}
+    spec = {**MOE, "dp": 32, "ep": 32, "experts": 32, "global_batch": 32}
+    (tmp_path / "moe32.yml").write_text(json.dumps(spec))
+    assert _cli(["run", "--workload", str(tmp_path / "moe32.yml"), "--network",
+                 str(tmp_path / "net.yml"), "--set", "network.cluster.nodes=4",
+                 "--set", "system.endpoint-delay=20000"], capsys) == \
+        _time(flowsim.simulate(four, spec, system))
+
+
+def test_a_cluster_with_failed_links_keeps_its_system(tmp_path, capsys):
+    (tmp_path / "net.yml").write_text(json.dumps(
+        {"cluster": {"device": "h100", "nodes": 4, "form": "fabric", "hosts_per_leaf": 2}}))
+    argv = ["collective", "--network", str(tmp_path / "net.yml"), "--collective",
+            "all_to_all", "--size", "64MiB", "--fail", "leaf0->spine0"]
+    got = _cli(argv, capsys)
+    assert got == _cli([*argv, "--system", "nccl"], capsys)
+    assert got != _cli([*argv, "--system", "ring_4chunks"], capsys)
+
+
+@pytest.mark.parametrize("base_network, expected", [
+    (CLUSTER, "nccl"),
+    ({"topology": ["Switch"], "npus_count": [16], "bandwidth": [50], "latency": [500]}, None)])
+def test_a_sweep_without_a_system_takes_its_base_network_s(base_network, expected):
+    ds = sweep({"base": {"network": base_network, "workload": MOE},
+                "axes": {"model": ["analytical"]}}, jobs=1)
+    system = expected or dict(DEFAULT_SYSTEM)
+    assert float(ds.time_ns.squeeze()) == _time(flowsim.simulate(base_network, MOE, system))
