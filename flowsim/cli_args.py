@@ -106,7 +106,8 @@ def _collective_command(commands: Any) -> None:
     coll.add_argument("--system", default=None,
                       help="system json (ASTRA-sim 2.x keys) or a bundled name (default: "
                            "nccl on a cluster: network, else ASTRA-sim's Ring_4chunks "
-                           "settings, ring in every dimension; bundled: " + ", ".join(bundled_names("system")) + ")")
+                           "settings, ring in every dimension; bundled: "
+                           + ", ".join(bundled_names("system")) + ")")
     coll.add_argument("--collective", default="all-reduce",
                       help="all-reduce, reduce-scatter, all-gather, all-to-all, broadcast, "
                            "reduce or send-recv (default: all-reduce)")

@@ -45,6 +45,7 @@ def apply_set_items(args: argparse.Namespace, *, workload: bool) -> None:
         return
     from .sweep.overrides import apply_override
     from .sweep.spec import DEFAULT_SYSTEM, resolve_config, resolve_workload
+    from .system.load import default_system_mapping
 
     allowed = ("network", "system", "workload") if workload else ("network", "system")
     by_section: dict[str, list[str]] = {}
@@ -71,7 +72,7 @@ def apply_set_items(args: argparse.Namespace, *, workload: bool) -> None:
     network_default = None
     if system_items:
         if args.system is None:
-            network_default = _network_default_system(point["network"])
+            network_default = default_system_mapping(point["network"])
         point["system"] = resolve_config(args.system, "system", folder, "--system") \
             if args.system is not None else network_default or dict(DEFAULT_SYSTEM)
     for key, value in system_items:
@@ -103,19 +104,6 @@ def _check_sections(point: dict, by_section: dict[str, list[str]]) -> None:
                 text = str(exc).removeprefix("<dict>: ")
                 raise ConfigError(f"argument --set {', '.join(by_section[section])}: "
                                   f"{text}") from None
-
-
-def _network_default_system(network: Any) -> dict | None:
-    """The keys of the system a run on ``network`` takes without one (a ``cluster:``
-    preset's), or ``None``: flowsim's default. A bad network is left for its own check,
-    which names the items."""
-    from .system.load import default_system_mapping
-    from .topology import load_network
-
-    try:
-        return default_system_mapping(load_network(network))
-    except ConfigError:
-        return None
 
 
 def _default_system_with(keys: dict) -> Any:

@@ -236,20 +236,6 @@ def _check_workload(point: dict, source: str) -> None:
     GENERATORS[name].parse(params, getattr(spec, "path", f"{source}: workload"))
 
 
-def _default_system(network: Mapping) -> dict:
-    """The system of a sweep given none: its base network's own default (a ``cluster:``
-    preset's, :func:`flowsim.system.load.default_system_name`), else flowsim's."""
-    if "cluster" in network:   # only a cluster block names one: nothing else is built here
-        from ..system.load import default_system_mapping
-        from ..topology import load_network
-
-        try:
-            return default_system_mapping(load_network(network)) or dict(DEFAULT_SYSTEM)
-        except ConfigError:   # the points' runs name what is wrong with the network
-            pass
-    return dict(DEFAULT_SYSTEM)
-
-
 def _base(raw_base: Mapping, folder: Path, source: str) -> dict:
     """The resolved base point: a collective's, or with ``workload`` a training run's."""
     keys = WORKLOAD_POINT_KEYS if "workload" in raw_base else POINT_KEYS
@@ -261,8 +247,11 @@ def _base(raw_base: Mapping, folder: Path, source: str) -> dict:
     if "network" not in raw_base:
         raise ConfigError(f"{source}: missing key 'base.network': expected a network config")
     network = resolve_config(raw_base["network"], "network", folder, source)
+    from ..system.load import default_system_mapping
+
     system = resolve_config(raw_base.get("system"), "system", folder, source) \
-        if raw_base.get("system") is not None else _default_system(network)
+        if raw_base.get("system") is not None else \
+        default_system_mapping(network) or dict(DEFAULT_SYSTEM)   # a cluster's own, or ours
     if "workload" in raw_base:
         return {"network": network, "system": system,
                 "workload": resolve_workload(raw_base["workload"], folder, source),

@@ -56,10 +56,19 @@ def system_for(system: Any, network: Any) -> SystemConfig:
 
 
 def default_system_mapping(network: Any) -> dict[str, Any] | None:
-    """The keys of the bundled system a run on ``network`` takes when given none, as a
-    mapping that ``--set system.<key>`` items and sweep axes change; ``None``: the network
-    has no default of its own."""
-    name = default_system_name(network)
+    """The keys of the bundled system a run on ``network`` (a network in any form
+    :func:`flowsim.load_network` reads) takes when given none, as a mapping that ``--set
+    system.<key>`` items and sweep axes change; ``None``: it has no default of its own, or
+    it is not a valid network (the run's own read of it names the error)."""
+    if isinstance(network, Mapping) and "cluster" not in network:
+        return None   # only a cluster block names one: nothing to build
+    from ..errors import ConfigError
+    from ..topology import load_network
+
+    try:
+        name = default_system_name(load_network(network))
+    except ConfigError:
+        return None
     if name is None:
         return None
     return dict(read_mapping(resolve_config_path(name, kind="system"), what="system config"))
