@@ -103,3 +103,21 @@ def test_every_page_is_in_the_navigation():
     for page in DOCS.rglob("*.md"):
         name = page.relative_to(DOCS).as_posix()
         assert f": {name}" in nav or f"- {name}" in nav, f"{name} is not in mkdocs.yml's nav"
+
+
+def test_getting_started_s_own_run_prints_what_the_page_says(tmp_path):
+    """The Megatron-LM arguments of "Your own training run" on the DGX H100 preset (given no
+    system: NCCL's settings), and the same with Torch FSDP2: the memory and the two step
+    times the page states (it once quoted ASTRA-sim's default system's, since gone stale)."""
+    page = (DOCS / "getting-started.md").read_text()
+    section = page[page.index("## Your own training run"):page.index("## Bundled configs")]
+    spec = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "run.yml").write_text(spec)
+    (tmp_path / "fsdp.yml").write_text(spec.replace(
+        "--use-distributed-optimizer --overlap-grad-reduce", "--use-torch-fsdp2"))
+    run, fsdp = (flowsim.simulate("dgx_h100", str(tmp_path / f"{name}.yml"))
+                 for name in ("run", "fsdp"))
+    assert f"{float(fsdp.time_ns) / 1e6:.0f} ms instead of {float(run.time_ns) / 1e6:.0f}" \
+        in section
+    assert f"here\n{run.attrs['memory_gib']:.1f} of the H100's 80 GiB" in section
+    assert f"{fsdp.attrs['memory_gib']:.1f} GiB" in section
