@@ -16,6 +16,7 @@ import math
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 # Only light imports here: ``flowsim --help`` and ``--version`` must not load numpy, xarray or
 # Numba. Each subcommand imports what it needs.
@@ -133,7 +134,7 @@ def _run_collective(args: argparse.Namespace) -> int:
     if args.output:
         from .results import write_dataset
         write_dataset(record.to_dataset(), args.output, option="-o")
-    summary = {"network": args.network_name, "system": args.system_name,
+    summary = {"network": args.network_name, "system": _system_label(args, network),
                **record.summary()}
     if args.json:
         from ._io import json_text
@@ -189,6 +190,19 @@ def _check_output(option: str, path: str | None, *, folder: bool = False,
                   else None)
 
 
+def _system_label(args: argparse.Namespace, network: Any) -> str:
+    """The run's system for its summary: as given, or the default it took: a ``cluster:``
+    network's own (``nccl``), else ``default`` (flowsim's, ASTRA-sim's Ring_4chunks)."""
+    label = args.system_name
+    if label.startswith("default"):
+        from .system.load import default_system_name
+        from .topology import load_network
+
+        name = default_system_name(load_network(network))   # built already: cached
+        label = label.replace("default", name, 1) if name else label
+    return label
+
+
 def _run_workload(args: argparse.Namespace) -> int:
     # the run's record and summary; a Dataset (xarray) only when -o or --csv writes one
     from .cli_astra import apply_astra_options
@@ -220,7 +234,7 @@ def _run_workload(args: argparse.Namespace) -> int:
             written += [str(p) for p in write_csvs(ds, args.csv)]
     if args.trace:
         written.append(args.trace)
-    summary = run.summary()
+    summary = {**run.summary(), "system": _system_label(args, network)}
     if args.json:
         from ._io import json_text
         print(json_text({k: v for k, v in summary.items()
@@ -228,7 +242,8 @@ def _run_workload(args: argparse.Namespace) -> int:
         return 0
     total = summary["time_ns"]
     print(f"flowsim {__version__}: {summary['workload']} on {summary['npus']} NPUs, "
-          f"{summary['iterations']} iteration(s), {summary['model']} model")
+          f"{summary['iterations']} iteration(s), {summary['model']} model, system "
+          f"{summary['system']}")
     if "layout" in summary:
         print(f"  layout:        {summary['layout']}")
     print(f"  time:          {format_time(total)}  ({total:.1f} ns)")

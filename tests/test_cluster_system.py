@@ -103,3 +103,18 @@ def test_a_sweep_without_a_system_takes_its_base_network_s(base_network, expecte
                 "axes": {"model": ["analytical"]}}, jobs=1)
     system = expected or dict(DEFAULT_SYSTEM)
     assert float(ds.time_ns.squeeze()) == _time(flowsim.simulate(base_network, MOE, system))
+
+
+def test_the_summary_names_the_system_the_run_took(capsys):
+    def system(argv: list[str]) -> str:
+        capsys.readouterr()
+        assert main([*argv, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["system"]
+
+    collective = ["collective", "--size", "1MiB"]
+    assert system([*collective, "--network", "dgx_h100"]) == "nccl"
+    assert system([*collective, "--network", "r4_fc8_sw4"]) == "default"
+    assert system([*collective, "--network", "dgx_h100", "--system", "ring_4chunks"]) == \
+        "ring_4chunks"
+    assert system(["run", "--network", "dgx_h100", "--workload", "llama3_70b", "--set",
+                   "system.endpoint-delay=100"]) == "nccl with system.endpoint-delay=100"
