@@ -194,7 +194,7 @@ def _system_label(args: argparse.Namespace, network: Any) -> str:
     """The run's system for its summary: as given, or the default it took: a ``cluster:``
     network's own (``nccl``), else ``default`` (flowsim's, ASTRA-sim's Ring_4chunks)."""
     label = args.system_name
-    if label.startswith("default"):
+    if not args.system_given:   # "default", or "default with system.<key>=..." items
         from .system.load import default_system_name
         from .topology import load_network
 

@@ -40,6 +40,7 @@ def apply_set_items(args: argparse.Namespace, *, workload: bool) -> None:
     the others stay as given); ``args.network_name`` / ``args.system_name`` say what was
     given, for the record."""
     args.network_name, args.system_name = str(args.network), str(args.system or "default")
+    args.system_given = args.system is not None
     items = [parse_set_item(text) for text in args.set]
     if not items:
         return

@@ -95,6 +95,17 @@ def test_a_cluster_with_failed_links_keeps_its_system(tmp_path, capsys):
     assert got != _cli([*argv, "--system", "ring_4chunks"], capsys)
 
 
+def test_a_logical_view_of_a_cluster_keeps_its_system():
+    from flowsim.topology import logical_view
+
+    for groups in ((4, 2, 4), (2, 16)):   # a view that cuts dimensions, one that straddles
+        view, _ = logical_view(flowsim.load_network({"cluster": {"device": "h100",
+                                                                 "nodes": 4}}), groups)
+        assert (view.config.system, view.config.device) == ("nccl", "h100_sxm_80gb")
+    assert _time(flowsim.simulate_collective(view, "all_to_all", "64MiB")) == \
+        _time(flowsim.simulate_collective(view, "all_to_all", "64MiB", "nccl"))
+
+
 @pytest.mark.parametrize("base_network, expected", [
     (CLUSTER, "nccl"),
     ({"topology": ["Switch"], "npus_count": [16], "bandwidth": [50], "latency": [500]}, None)])
@@ -118,3 +129,30 @@ def test_the_summary_names_the_system_the_run_took(capsys):
         "ring_4chunks"
     assert system(["run", "--network", "dgx_h100", "--workload", "llama3_70b", "--set",
                    "system.endpoint-delay=100"]) == "nccl with system.endpoint-delay=100"
+
+
+def test_each_point_of_a_whole_network_axis_takes_its_own_network_s():
+    """A sweep given no system: a cluster in a network axis runs nccl, an ASTRA-sim network
+    beside it flowsim's default, whichever the base is; system keys change each one's."""
+    astra = {"topology": ["Switch"], "npus_count": [16], "bandwidth": [50], "latency": [500]}
+    cluster = {"cluster": {"device": "h100", "nodes": 2}}
+    for base in (astra, cluster):
+        ds = sweep({"base": {"network": base, "collective": "all_to_all", "size": "64MiB"},
+                    "axes": {"network": [astra, cluster],
+                             "system.endpoint-delay": [10, 7000]}}, jobs=1)
+        for i, net in enumerate((astra, cluster)):
+            own = dict(DEFAULT_SYSTEM) if net is astra else json.loads(
+                flowsim.resources.resolve_config_path("nccl", kind="system").read_text())
+            for delay in (10, 7000):
+                got = ds.time_ns.isel(network=i).sel(system_endpoint_delay=delay)
+                assert float(got) == _time(flowsim.simulate_collective(
+                    net, "all_to_all", "64MiB", {**own, "endpoint-delay": delay}))
+
+
+def test_a_system_file_named_default_keeps_its_name(tmp_path, capsys):
+    (tmp_path / "default_mine.json").write_text(json.dumps({"endpoint-delay": 100}))
+    capsys.readouterr()
+    assert main(["collective", "--network", "dgx_h100", "--size", "1MiB", "--system",
+                 str(tmp_path / "default_mine.json"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["system"] == \
+        str(tmp_path / "default_mine.json")

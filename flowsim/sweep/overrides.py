@@ -19,6 +19,14 @@ POINT_KEYS = ("network", "system", "collective", "size", "model", "dims", "root"
 WORKLOAD_POINT_KEYS = ("network", "system", "workload", "iterations", "model")
 SYSTEM_KEYS = set(_MODELLED) | set(_NOT_MODELLED) | set(_COMPUTE_KEYS) | set(
     IMPLEMENTATION_KEYS.values())
+#: flowsim's default system (:class:`~flowsim.system.config.SystemConfig`'s defaults: ASTRA-
+#: sim's Ring_4chunks example, ring in every dimension) as the keys that differ from an empty
+#: system json's, so that a sweep without a system runs what ``flowsim run`` and
+#: :func:`flowsim.simulate` run without one on a network that has no default of its own (an
+#: empty mapping would be ASTRA-sim's defaults for absent keys: one chunk, baseline, no
+#: local reduction cost)
+DEFAULT_SYSTEM = {"preferred-dataset-splits": 4, "local-mem-bw": 1600,
+                  "collective-optimization": "localBWAware"}
 _KEY = re.compile(r"^(network|system|workload)\.([A-Za-z0-9_-]+)(?:\.([A-Za-z0-9_-]+))?"
                   r"(?:\[(\d{1,9})\])?$")
 
@@ -102,10 +110,24 @@ def _cluster_block(point: dict, key: str, name: str, sub: str, source: str) -> d
     return block
 
 
-def whole_first(settings: Any) -> list[tuple[str, Any]]:
-    """A point's settings with whole configs first, so that a key of one (``network.cluster.
-    nodes``) applies to the config the point takes, whatever the order of the axes."""
-    return sorted(settings, key=lambda kv: kv[0] not in ("network", "system"))
+def apply_settings(point: dict, settings: Any, source: str,
+                   configs: Mapping[str, Any] | None = None) -> None:
+    """Apply a point's settings in place: whole configs first, so that a key of one
+    (``network.cluster.nodes``) applies to the config the point takes whatever the order of
+    the axes; then a point without a system (its base gave none) takes its network's own
+    default (a ``cluster:`` network's ``nccl``, as ``flowsim run`` does; else
+    :data:`DEFAULT_SYSTEM`), which ``system.<key>`` settings change; then the other keys."""
+    settings = list(settings)
+    for key, value in settings:
+        if key in ("network", "system"):
+            apply_override(point, key, value, source, configs)
+    if point.get("system") is None:
+        from ..system.load import default_system_mapping
+
+        point["system"] = default_system_mapping(point["network"]) or dict(DEFAULT_SYSTEM)
+    for key, value in settings:
+        if key not in ("network", "system"):
+            apply_override(point, key, value, source, configs)
 
 
 def whole_config_bases(base: dict, axes: Any, configs: Mapping[str, Any]) -> list[dict]:

@@ -62,22 +62,15 @@ import yaml
 from .._io import check_structure, read_mapping, read_text
 from ..errors import ConfigError, ConfigTypeError, describe
 from ..resources import bundled_dir, resolve_config_path
+from .overrides import DEFAULT_SYSTEM as DEFAULT_SYSTEM  # re-exported: its old home
 from .overrides import (
     POINT_KEYS,
     WORKLOAD_POINT_KEYS,
-    apply_override,
+    apply_settings,
     config_key,
     whole_config_bases,
-    whole_first,
 )
 
-#: flowsim's default system (:class:`~flowsim.system.config.SystemConfig`'s defaults: ASTRA-
-#: sim's Ring_4chunks example, ring in every dimension) as the keys that differ from an empty
-#: system json's, so that a sweep without a system runs what ``flowsim run`` and
-#: :func:`flowsim.simulate` run without one (an empty mapping would be ASTRA-sim's defaults
-#: for absent keys: one chunk, baseline, no local reduction cost)
-DEFAULT_SYSTEM = {"preferred-dataset-splits": 4, "local-mem-bw": 1600,
-                  "collective-optimization": "localBWAware"}
 #: Most points a sweep may have (the grid is the product of its axes' lengths).
 MAX_POINTS = 1 << 20
 #: Names of the result variables and dimensions a sweep Dataset holds: no axis may take them.
@@ -143,8 +136,7 @@ class SweepSpec:
         point = copy.deepcopy(self.base)
         settings = [(key, value) for axis, i in zip(self.axes, position)
                     for key, value in zip(axis.keys, axis.values[i])]
-        for key, value in whole_first(settings):
-            apply_override(point, key, value, self.source, self.configs)
+        apply_settings(point, settings, self.source, self.configs)
         return point
 
 
@@ -247,11 +239,9 @@ def _base(raw_base: Mapping, folder: Path, source: str) -> dict:
     if "network" not in raw_base:
         raise ConfigError(f"{source}: missing key 'base.network': expected a network config")
     network = resolve_config(raw_base["network"], "network", folder, source)
-    from ..system.load import default_system_mapping
-
+    # none given: each point takes its own network's (apply_settings)
     system = resolve_config(raw_base.get("system"), "system", folder, source) \
-        if raw_base.get("system") is not None else \
-        default_system_mapping(network) or dict(DEFAULT_SYSTEM)   # a cluster's own, or ours
+        if raw_base.get("system") is not None else None
     if "workload" in raw_base:
         return {"network": network, "system": system,
                 "workload": resolve_workload(raw_base["workload"], folder, source),
@@ -385,8 +375,8 @@ def load_spec(spec: str | os.PathLike | Mapping[str, Any]) -> SweepSpec:
         for axis in result.axes:
             for row in axis.values:
                 probe = copy.deepcopy(start)
-                for key, value in whole_first(zip(axis.keys, row)):
-                    apply_override(probe, key, value, source, configs)
+                apply_settings(probe, zip(axis.keys, row), source, configs)
+                for key, value in zip(axis.keys, row):
                     if key == "size":  # sizes become coordinates: they must parse up front
                         parse_size(value, source=source, key=f"axes.{key}")
                 if result.kind == "workload" and any(k.startswith("workload")

@@ -160,7 +160,8 @@ class LogicalView(LogicalGrid):
                              latency_ns=tuple(cfg.latency_ns[p] for p in pick),
                              in_network_reduction=tuple(
                                  cfg.in_network_reduction[p] and not cut
-                                 for p, cut in zip(pick, self.split)), source=cfg.source)
+                                 for p, cut in zip(pick, self.split)),
+                             device=cfg.device, system=cfg.system, source=cfg.source)
 
     # ------------------------------------------------------------------ routing (the base's)
     def routes(self, src: np.ndarray, dst: np.ndarray, *, lowest_dim_only: bool = False):
