@@ -215,7 +215,12 @@ def _run_workload(args: argparse.Namespace) -> int:
     _check_output("-o", args.output)
     _check_output("--trace", args.trace, trace=True)
     _check_output("--csv", args.csv, folder=True)
-    network = _with_failures(args) if args.fail or args.degrade else args.network
+    from .topology import load_network
+
+    # built once: the run and the summary's system label read the same network (a second
+    # read would repeat its warnings)
+    network = load_network(_with_failures(args) if args.fail or args.degrade
+                           else args.network)
     run = run_training(network, args.workload, args.system, model=args.model,
                        iterations=args.iterations, compute_scale=args.compute_scale,
                        comm_scale=args.comm_scale, memory=args.memory,
@@ -267,7 +272,7 @@ def _run_workload(args: argparse.Namespace) -> int:
         parts = summary["memory"]
         of = f" of {summary['memory_capacity_gib']:.0f}" if "memory_capacity_gib" in summary \
             else ""
-        over = summary["memory_gib"] > summary.get("memory_capacity_gib", math.inf)
+        over = not summary.get("memory_fits", True)
         print(f"  memory:        {summary['memory_gib']:.1f}{of} GiB per NPU at the peak, stage "
               f"{parts['stage']} (weights {parts['weights']:.1f}, gradients "
               f"{parts['gradients']:.1f}, optimizer {parts['optimizer']:.1f}, activations "

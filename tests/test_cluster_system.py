@@ -156,3 +156,25 @@ def test_a_system_file_named_default_keeps_its_name(tmp_path, capsys):
                  str(tmp_path / "default_mine.json"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["system"] == \
         str(tmp_path / "default_mine.json")
+
+
+def test_json_says_whether_the_memory_estimate_fits(capsys):
+    """``memory_fits`` beside the estimate and the device's capacity (Llama-3-70B-class on
+    four nodes: micro-batches of 1 fit in 80 GiB, of 4 do not)."""
+    def memory(micro_batch: int) -> dict:
+        capsys.readouterr()
+        assert main(["run", "--network", "dgx_h100", "--workload", "llama3_70b", "--set",
+                     "network.cluster.nodes=4", "--set", "workload.dp=1", "--set",
+                     f"workload.micro_batch={micro_batch}", "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    for micro_batch, fits in ((1, True), (4, False)):
+        got = memory(micro_batch)
+        assert got["memory_fits"] is fits
+        assert (got["memory_gib"] <= got["memory_capacity_gib"]) is fits
+
+
+def test_cluster_keys_without_their_block_name_it(tmp_path, capsys):
+    (tmp_path / "net.yml").write_text("device: h100\nnodes: 4\n")
+    assert main(["run", "--network", str(tmp_path / "net.yml")]) == 2
+    assert "key 'nodes': expected inside a 'cluster:' block" in capsys.readouterr().err

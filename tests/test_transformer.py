@@ -782,7 +782,10 @@ def test_bytes_of_a_cut_dimension_are_unknown_not_zero(two_nodes):
 
 
 @pytest.mark.parametrize("change, match", [
-    ({"heads": 6}, r"key 'heads': expected a multiple of tp=4"),
+    ({"heads": 2}, r"key 'heads': expected a multiple of tp=4"),
+    ({"heads": 512}, r"key 'heads': expected a divisor of hidden=256 \(or head_dim given "
+                     r"beside it\), found 512"),   # more heads than hidden: was a crash
+    ({"heads": 12}, r"key 'heads': expected a divisor of hidden=256"),
     ({"kv_heads": 3}, r"key 'kv_heads'"),
     ({"experts": 6, "ep": 4}, r"key 'experts': expected a multiple of ep=4"),
     ({"ep": 2}, r"key 'ep': expected 1 without experts"),

@@ -229,8 +229,8 @@ def memory_of(workload: Workload, capacity_gib: float | None, *, flat: bool = Fa
     """The workload's memory estimate per NPU in GiB (2^30 B, as PyTorch reports memory):
     ``memory_gib`` (the peak total) and ``memory`` (its parts and the pipeline stage, or
     with ``flat`` the parts as ``memory_<part>_gib`` keys, for Dataset attributes), and
-    ``memory_capacity_gib``, the device's, when known. Nothing for a workload without an
-    estimate."""
+    ``memory_capacity_gib``, the device's, when known (and, unless ``flat``, ``memory_fits``:
+    whether the estimate is within it). Nothing for a workload without an estimate."""
     if workload.memory is None:
         return {}
     parts = {k: (int(v) if k == "stage" else v / 2**30) for k, v in workload.memory.items()}
@@ -242,6 +242,8 @@ def memory_of(workload: Workload, capacity_gib: float | None, *, flat: bool = Fa
         out["memory"] = parts
     if capacity_gib:
         out["memory_capacity_gib"] = float(capacity_gib)
+        if not flat:   # for a script reading --json; a Dataset keeps the two numbers
+            out["memory_fits"] = bool(out["memory_gib"] <= capacity_gib)
     return out
 
 

@@ -155,6 +155,11 @@ def parse_network_config(data: Mapping[str, Any], source: str = "<dict>") -> Net
         For every key that is not part of the format (it is ignored).
     """
     as_config(data, source=source, what="network")
+    stray = [key for key in ("nodes", "gpus_per_node", "nic_gbps") if key in data]
+    if "topology" not in data and stray:   # a cluster's keys without their block
+        raise config_error(source, stray[0], "inside a 'cluster:' block (cluster: {device: "
+                           "h100, nodes: ...}) or an ASTRA-sim network's 'topology'",
+                           data[stray[0]])
     topology = _per_dimension(data, "topology", _block, source, None)
     ndims = len(topology)
     counts = _per_dimension(data, "npus_count", partial(as_int, minimum=2, maximum=MAX_NPUS),

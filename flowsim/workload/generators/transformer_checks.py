@@ -25,6 +25,15 @@ def micro_batches(spec: Any) -> int:
     return spec.global_batch // (spec.micro_batch * spec.dp)
 
 
+def check_head_width(values: dict[str, Any], source: str) -> None:
+    """Heads given without ``head_dim`` divide ``hidden`` (Megatron-LM's rule without
+    ``--kv-channels``): their width is ``hidden / heads``."""
+    hidden, heads = values["hidden"], values["heads"]
+    if heads and not values["head_dim"] and hidden % heads:
+        raise config_error(source, "heads", f"a divisor of hidden={hidden} (or head_dim "
+                           f"given beside it)", heads)
+
+
 def check_consistent(spec: Any) -> None:
     """Divisibility rules between the arguments (Megatron-LM's own requirements)."""
     src = spec.source

@@ -24,7 +24,7 @@ from ..._validate import (
 from ..kernels import DTYPE_BYTES
 from ..roofline import Roofline, parse_roofline
 from . import transformer_values as tv
-from .transformer_checks import check_consistent
+from .transformer_checks import check_consistent, check_head_width
 
 #: Pipeline schedules (see :mod:`.transformer_schedule`).
 Schedule = Literal["1f1b", "gpipe", "interleaved", "dualpipev"]
@@ -356,6 +356,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     v["roofline"] = None if values.get("roofline") is None else \
         parse_roofline(values["roofline"], source, default=A100_ROOFLINE)
     v["dims"] = tv.read_dims(values.get("dims"), source)
+    check_head_width(v, source)
     spec = TransformerSpec(**v, source=source)
     spec = _with_defaults(spec)
     check_consistent(spec)
