@@ -272,12 +272,12 @@ def _run_workload(args: argparse.Namespace) -> int:
         parts = summary["memory"]
         of = f" of {summary['memory_capacity_gib']:.0f}" if "memory_capacity_gib" in summary \
             else ""
-        over = not summary.get("memory_fits", True)
+        fits = summary.get("memory_fits", True)
         print(f"  memory:        {summary['memory_gib']:.1f}{of} GiB per NPU at the peak, stage "
               f"{parts['stage']} (weights {parts['weights']:.1f}, gradients "
               f"{parts['gradients']:.1f}, optimizer {parts['optimizer']:.1f}, activations "
               f"{parts['activations']:.1f}; an estimate)"
-              + (" -- DOES NOT FIT the device's memory" if over else ""))
+              + ("" if fits else " -- DOES NOT FIT the device's memory"))
     if summary["most_exposed"]:
         print("  most exposed:  " + ", ".join(f"{layer} {format_time(v)}"
                                              for layer, v in summary["most_exposed"])
