@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from typing import Protocol
 
+from ..errors import FlowsimWarning
 from ..workload.kernels import Attention, Elementwise, Gemm, Kernel, Work
 from .attention import attention_ns
 from .devices import SUSTAINED, Device, device
@@ -44,6 +46,7 @@ class DeviceModel:
         self.device = device(preset)
         self.sustained = sustained or self.device.sustained or SUSTAINED
         self._memo: dict[Kernel, float] = {}
+        self._warned: set[str] = set()
 
     @property
     def peak_flops(self) -> float:
@@ -68,6 +71,12 @@ class DeviceModel:
     def _price(self, kernel: Kernel) -> float:
         dev = self.device
         if isinstance(kernel, Gemm):
+            if kernel.dtype not in dict(dev.peak_tflops) and kernel.dtype not in self._warned:
+                self._warned.add(kernel.dtype)   # once per device model and type
+                warnings.warn(f"device {dev.name} has no {kernel.dtype} tensor cores: its "
+                              f"{kernel.dtype} GEMMs are priced at its bf16 peak (Transformer "
+                              f"Engine refuses FP8 below compute capability 8.9)",
+                              FlowsimWarning, stacklevel=2)
             return gemm_ns(dev, kernel)
         if isinstance(kernel, Attention):
             return attention_ns(dev, kernel)
