@@ -54,6 +54,7 @@ def _memory(attrs) -> dict:
                       for p in parts}}
     if "memory_capacity_gib" in attrs:
         out["memory_capacity_gib"] = attrs["memory_capacity_gib"]
+        out["memory_fits"] = bool(attrs["memory_gib"] <= attrs["memory_capacity_gib"])
     return out
 
 

@@ -249,8 +249,11 @@ def llama_keys(read: Reader, model_type: str) -> tuple[dict[str, Any], Rules]:
 
 
 def _head_dim(read: Reader, keys: dict[str, Any]) -> None:
-    """``head_dim`` into ``keys`` when the config gives one other than hidden / heads."""
-    head_dim = read.take("head_dim", "head_dim", default=0, minimum=0)
+    """``head_dim`` into ``keys`` when the config gives one other than hidden / heads, or
+    when it gives none and heads do not divide hidden (the library's default width is then
+    ``hidden // heads``, rounded down)."""
+    head_dim = read.take("head_dim", "head_dim", default=0, minimum=0) or \
+        keys["hidden"] // max(1, keys["heads"])
     if head_dim and head_dim * keys["heads"] != keys["hidden"]:
         keys["head_dim"] = head_dim
 
