@@ -25,7 +25,7 @@ RS_SMS = UB_SETTINGS["nemo"].rs_sms
 NET = {"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth": [300, 25],
        "latency": [500, 2000]}
 LAYER = dict(layers=2, hidden=1024, heads=8, sequence=512, micro_batch=1, vocab=0,
-             ffn=2048, tp=TP, dp=4, global_batch=4, sp=True)
+             ffn=2048, gated_mlp=False, tp=TP, dp=4, global_batch=4, sp=True)
 
 
 @pytest.fixture(scope="module")

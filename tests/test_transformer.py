@@ -790,7 +790,7 @@ def test_bytes_of_a_cut_dimension_are_unknown_not_zero(two_nodes):
     ({"experts": 6, "ep": 4}, r"key 'experts': expected a multiple of ep=4"),
     ({"ep": 2}, r"key 'ep': expected 1 without experts"),
     ({"experts": 8, "ep": 4, "expert_tp": 2}, r"key 'expert_tp': expected 1 or tp=4"),
-    ({"experts": 8, "ep": 4, "moe_ffn": 1026},
+    ({"experts": 8, "ep": 4, "moe_ffn": 1026, "gated_mlp": False},
      r"key 'moe_ffn': expected a multiple of expert_tp=4"),
     ({"expert_tp": 1}, r"key 'expert_tp': expected unset \(or tp=4\) without experts"),
     ({"global_batch": 20}, r"key 'global_batch': expected a multiple of micro_batch \* dp"),
@@ -957,3 +957,33 @@ def test_an_importer_s_layout_has_the_data_parallel_size_the_network_leaves():
                         "--vocab-size 32000 --bf16"}, "nccl")
     assert ds.attrs["layout"].startswith("TP 4 x PP 2 (1F1B) x DP 4;")
     assert "16 micro-batches of 1 x 1,024 tokens" in ds.attrs["layout"]
+
+
+def test_an_mlp_width_other_than_4_hidden_is_a_gated_mlp_unless_said():
+    """Without gated_mlp, Llama's widths (ffn 3.5 h; Mixtral's experts) price SwiGLU's three
+    matrices, with a warning naming the width; GPT's 4 h (or no width) GeLU's two; a spec or a
+    Megatron-LM command line that says so is taken as it says, without a warning."""
+    import warnings
+
+    from flowsim.errors import FlowsimWarning
+    from flowsim.workload.generators.megatron import megatron_keys
+    from flowsim.workload.generators.transformer_spec import parse_transformer
+
+    llama = dict(layers=2, hidden=4096, heads=32, kv_heads=8, sequence=1024, global_batch=8)
+    with pytest.warns(FlowsimWarning, match=r"spec\.yml: gated_mlp not given: ffn=14336 is "
+                                            r"not 4 x hidden=16384"):
+        assert parse_transformer({**llama, "ffn": 14336}, "spec.yml").gated_mlp
+    with pytest.warns(FlowsimWarning, match=r"moe_ffn=14336"):
+        assert parse_transformer({**llama, "experts": 8, "top_k": 2, "moe_ffn": 14336},
+                                 "spec.yml").gated_mlp
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for said in (True, False):
+            assert parse_transformer({**llama, "ffn": 14336, "gated_mlp": said},
+                                     "spec.yml").gated_mlp is said
+        assert not parse_transformer(llama, "spec.yml").gated_mlp
+        assert not parse_transformer({**llama, "ffn": 16384}, "spec.yml").gated_mlp
+        keys = megatron_keys(["--num-layers", "2", "--hidden-size", "4096",
+                              "--ffn-hidden-size", "14336", "--num-attention-heads", "32",
+                              "--bf16"], "train.sh")
+        assert keys["gated_mlp"] is False

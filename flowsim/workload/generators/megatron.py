@@ -159,6 +159,7 @@ def megatron_keys(args: str | Sequence[str], source: str,
     # 3.0, scatter-gather them)
     legacy = "use-legacy-models" in flags or "checkpoint-activations" in flags
     keys["scatter_gather"] = legacy and "no-scatter-gather-tensors-in-pipeline" not in flags
+    keys.setdefault("gated_mlp", False)   # without --swiglu: two matrices, whatever the width
     if "ffn" not in keys and "hidden" in keys:   # Megatron-LM's default MLP width
         h = keys["hidden"]
         keys["ffn"] = int(4 * h * 2 / 3 / 64) * 64 if keys.get("gated_mlp") else 4 * h

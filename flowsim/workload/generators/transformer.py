@@ -4,7 +4,8 @@ parallelisms: tensor (+ sequence), context, expert, data and pipeline (+ interle
 The model: ``layers`` layers of width ``h = hidden``, attention with ``heads`` query heads of
 ``head_dim`` and ``kv_heads`` key/value heads (grouped-query attention when fewer; Ainslie et
 al. 2023), an MLP of inner width ``ffn`` (two GEMMs and GeLU, or with ``gated_mlp`` three and
-SwiGLU; Shazeer 2020) or, with ``experts``, a mixture of experts (router, ``top_k`` of
+SwiGLU; Shazeer 2020; unsaid, gated when a width given is not ``4 hidden``, with a warning) or,
+with ``experts``, a mixture of experts (router, ``top_k`` of
 ``experts`` experts of width ``moe_ffn`` per token, ``capacity_factor``, and with
 ``shared_ffn`` shared experts every token passes after their combine, as Megatron-Core r0.10
 to r0.12 run them; ``moe_layer_freq`` makes some

@@ -24,7 +24,7 @@ from ..._validate import (
 from ..kernels import DTYPE_BYTES
 from ..roofline import Roofline, parse_roofline
 from . import transformer_values as tv
-from .transformer_checks import check_consistent, check_head_width
+from .transformer_checks import check_consistent, check_head_width, infer_gated_mlp
 
 #: Pipeline schedules (see :mod:`.transformer_schedule`).
 Schedule = Literal["1f1b", "gpipe", "interleaved", "dualpipev"]
@@ -309,7 +309,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                 "expert_tp", "node_limit", "microbatch_group",
                 "fsdp_shard", "mtp_layers", "metric_cross_entropies"):
         v[key] = _count(values, key, source, 0, minimum=0)
-    for key in ("gated_mlp", "sp", "overlap_grad_reduce", "overlap_param_gather",
+    v["gated_mlp"] = read_bool(values, "gated_mlp", source=source, default=None)
+    for key in ("sp", "overlap_grad_reduce", "overlap_param_gather",
                 "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp",
                 "cross_entropy_fusion", "moe_a2a_overlap", "fp8_dispatch"):
         v[key] = read_bool(values, key, source=source, default=False)
@@ -381,6 +382,7 @@ def _with_defaults(spec: TransformerSpec) -> TransformerSpec:
     head_dim = spec.head_dim or spec.hidden // heads
     ffn = spec.ffn or 4 * spec.hidden
     changes: dict[str, Any] = {
+        "gated_mlp": infer_gated_mlp(spec) if spec.gated_mlp is None else spec.gated_mlp,
         "heads": heads, "head_dim": head_dim, "kv_heads": spec.kv_heads or heads, "ffn": ffn,
         "moe_ffn": spec.moe_ffn or ffn, "top_k": spec.top_k or (1 if spec.experts else 0),
         "expert_tp": spec.expert_tp or spec.tp,
