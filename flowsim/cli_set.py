@@ -44,8 +44,8 @@ def apply_set_items(args: argparse.Namespace, *, workload: bool) -> None:
     items = [parse_set_item(text) for text in args.set]
     if not items:
         return
-    from .sweep.overrides import apply_override
-    from .sweep.spec import DEFAULT_SYSTEM, resolve_config, resolve_workload
+    from .sweep.overrides import DEFAULT_SYSTEM, apply_override
+    from .sweep.spec import resolve_config, resolve_workload
     from .system.load import default_system_mapping
 
     allowed = ("network", "system", "workload") if workload else ("network", "system")

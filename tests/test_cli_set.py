@@ -8,7 +8,7 @@ import pytest
 
 import flowsim
 from flowsim.cli import main
-from flowsim.sweep.spec import DEFAULT_SYSTEM
+from flowsim.sweep.overrides import DEFAULT_SYSTEM
 
 
 def _time(argv: list[str], capsys) -> float:

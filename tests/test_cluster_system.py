@@ -12,7 +12,7 @@ import pytest
 import flowsim
 from flowsim.cli import main
 from flowsim.sweep import sweep
-from flowsim.sweep.spec import DEFAULT_SYSTEM
+from flowsim.sweep.overrides import DEFAULT_SYSTEM
 
 CLUSTER = {"cluster": {"device": "h100", "nodes": 2}}
 #: experts over both nodes: the all-to-all's algorithm (NCCL's direct exchange, ASTRA-sim's

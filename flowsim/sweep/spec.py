@@ -62,7 +62,6 @@ import yaml
 from .._io import check_structure, read_mapping, read_text
 from ..errors import ConfigError, ConfigTypeError, describe
 from ..resources import bundled_dir, resolve_config_path
-from .overrides import DEFAULT_SYSTEM as DEFAULT_SYSTEM  # re-exported: its old home
 from .overrides import (
     POINT_KEYS,
     WORKLOAD_POINT_KEYS,

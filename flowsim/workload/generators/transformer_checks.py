@@ -34,25 +34,6 @@ def check_head_width(values: dict[str, Any], source: str) -> None:
                            f"given beside it)", heads)
 
 
-def infer_gated_mlp(spec: Any) -> bool:
-    """``gated_mlp`` when the spec does not say: a gated (SwiGLU) MLP when an MLP width it
-    gives (``ffn``, ``moe_ffn``, ``shared_ffn``) is not ``4 hidden``, the width of GPT's
-    two-matrix MLP, with a warning saying so; else the two-matrix MLP (Megatron-LM's default
-    without ``--swiglu``). Llama, Mistral, Mixtral, Qwen and DeepSeek widths are not 4 h;
-    GPT-3's, Nemotron-4's, MPT's, BLOOM's and Falcon's are."""
-    widths = {key: getattr(spec, key) for key in ("ffn", "moe_ffn", "shared_ffn")
-              if getattr(spec, key)}
-    odd = {key: width for key, width in widths.items() if width != 4 * spec.hidden}
-    if not odd:
-        return False
-    key, width = next(iter(odd.items()))
-    warnings.warn(f"{spec.source}: gated_mlp not given: {key}={width} is not 4 x "
-                  f"hidden={4 * spec.hidden}, a gated (SwiGLU) MLP's width (Llama, Mistral, "
-                  f"Qwen, DeepSeek): priced gated, three matrices; give gated_mlp: false for "
-                  f"a two-matrix MLP, true to silence this", FlowsimWarning, stacklevel=2)
-    return True
-
-
 def check_consistent(spec: Any) -> None:
     """Divisibility rules between the arguments (Megatron-LM's own requirements)."""
     src = spec.source

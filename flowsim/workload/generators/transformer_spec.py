@@ -24,7 +24,7 @@ from ..._validate import (
 from ..kernels import DTYPE_BYTES
 from ..roofline import Roofline, parse_roofline
 from . import transformer_values as tv
-from .transformer_checks import check_consistent, check_head_width, infer_gated_mlp
+from .transformer_checks import check_consistent, check_head_width
 
 #: Pipeline schedules (see :mod:`.transformer_schedule`).
 Schedule = Literal["1f1b", "gpipe", "interleaved", "dualpipev"]
@@ -382,7 +382,7 @@ def _with_defaults(spec: TransformerSpec) -> TransformerSpec:
     head_dim = spec.head_dim or spec.hidden // heads
     ffn = spec.ffn or 4 * spec.hidden
     changes: dict[str, Any] = {
-        "gated_mlp": infer_gated_mlp(spec) if spec.gated_mlp is None else spec.gated_mlp,
+        "gated_mlp": tv.gated_mlp_default(spec) if spec.gated_mlp is None else spec.gated_mlp,
         "heads": heads, "head_dim": head_dim, "kv_heads": spec.kv_heads or heads, "ffn": ffn,
         "moe_ffn": spec.moe_ffn or ffn, "top_k": spec.top_k or (1 if spec.experts else 0),
         "expert_tp": spec.expert_tp or spec.tp,

@@ -1,9 +1,11 @@
 """Readers of the transformer spec's structured values (the pipeline layout, the device
-preset, the parallelisms' network dims): each validates one key and names it in its error."""
+preset, the parallelisms' network dims): each validates one key and names it in its error;
+and the defaults that follow from other keys (per-layer patterns, the gated MLP)."""
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import partial
@@ -18,7 +20,7 @@ from ..._validate import (
     read_int,
     read_list,
 )
-from ...errors import config_error
+from ...errors import FlowsimWarning, config_error
 from ...topology.network_config import MAX_DIMS, MAX_NPUS
 
 #: Largest value of each integer key: far beyond any model, and small enough that every FLOP
@@ -263,3 +265,22 @@ def window_pattern(freq: tuple[int, ...] | int | None, layers: int, window: int,
         raise config_error(source, "window_skip_freq", "at least one 1 (a layer attending "
                            "through the window)", found)
     return () if all(pattern) else pattern
+
+
+def gated_mlp_default(spec: Any) -> bool:
+    """``gated_mlp`` when the spec does not say: a gated (SwiGLU) MLP when an MLP width it
+    gives (``ffn``, ``moe_ffn``, ``shared_ffn``) is not ``4 hidden``, the width of GPT's
+    two-matrix MLP, with a warning saying so; else the two-matrix MLP (Megatron-LM's default
+    without ``--swiglu``). Llama, Mistral, Mixtral, Qwen and DeepSeek widths are not 4 h;
+    GPT-3's, Nemotron-4's, MPT's, BLOOM's and Falcon's are."""
+    widths = {key: getattr(spec, key) for key in ("ffn", "moe_ffn", "shared_ffn")
+              if getattr(spec, key)}
+    odd = {key: width for key, width in widths.items() if width != 4 * spec.hidden}
+    if not odd:
+        return False
+    key, width = next(iter(odd.items()))
+    warnings.warn(f"{spec.source}: gated_mlp not given: {key}={width} is not 4 x "
+                  f"hidden={4 * spec.hidden}, a gated (SwiGLU) MLP's width (Llama, Mistral, "
+                  f"Qwen, DeepSeek): priced gated, three matrices; give gated_mlp: false for "
+                  f"a two-matrix MLP, true to silence this", FlowsimWarning, stacklevel=2)
+    return True
