@@ -144,7 +144,7 @@ def _run_collective(args: argparse.Namespace) -> int:
                                                  summary["npus_count"]))
     print(f"flowsim {__version__}: {summary['collective'].replace('_', '-')} of "
           f"{format_size(summary['size_bytes'])} on {summary['npus']} NPUs [{shape}], "
-          f"{summary['model']} model")
+          f"{summary['model']} model, system {summary['system']}")
     print(f"  time:       {format_time(summary['time_ns'])}  ({summary['time_ns']:.1f} ns)")
     print(f"  algorithms: {', '.join(summary['algorithm'])}")
     for d, (carried, busy) in enumerate(zip(summary["dim_bytes"], summary["dim_busy_ns"])):

@@ -129,6 +129,10 @@ def test_the_summary_names_the_system_the_run_took(capsys):
         "ring_4chunks"
     assert system(["run", "--network", "dgx_h100", "--workload", "llama3_70b", "--set",
                    "system.endpoint-delay=100"]) == "nccl with system.endpoint-delay=100"
+    for command in ("collective", "run"):   # the text summary's first line too
+        capsys.readouterr()
+        assert main([command, "--network", "dgx_h100"]) == 0
+        assert capsys.readouterr().out.splitlines()[0].endswith(", system nccl")
 
 
 def test_each_point_of_a_whole_network_axis_takes_its_own_network_s():
