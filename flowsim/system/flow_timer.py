@@ -29,7 +29,7 @@ from .replay import (
     remainder,
     solve_alone,
 )
-from .templates import StepTemplate
+from .templates import StepTemplate, flow_counts
 
 
 class FlowTimer:
@@ -55,9 +55,8 @@ class FlowTimer:
         self.network = network
         self.engine = FlowEngine(network.engine_capacity, network.link_latency, "flow",
                                  retire=not keep_flows)
-        self.steps = 0
-        self.flows = 0
-        self.reused_steps = 0
+        #: steps, flows timed, flows they stand for (a quotient's orbits), replayed steps
+        self.steps = self.flows = self.represented_flows = self.reused_steps = 0
         #: virtual steps put back into the engine: [before they started, while sending]
         self.materialised = [0, 0]
         #: replayed phases handed back to the scheduler
@@ -85,7 +84,7 @@ class FlowTimer:
         self._extra_events = self._extra_rates = 0
         self._alone: dict[tuple[int, float], Alone] = {}
         #: per phase plan (by id): its steps' solutions alone, and its flows
-        self._phase_alone: dict[int, tuple[list[Alone], int]] = {}
+        self._phase_alone: dict[int, tuple[list[Alone], tuple[int, int]]] = {}
         self._arrived: dict[tuple[int, float], list] = {}
 
     @property
@@ -141,7 +140,7 @@ class FlowTimer:
         if solved is None:
             solved = self._phase_alone[id(plan)] = (
                 [self._solve(tp, size) for tp, size in zip(plan.templates, plan.sizes)],
-                sum(tp.src.size for tp in plan.templates))
+                flow_counts(plan.templates))
         steps, end = [], at
         for template, size, delay, alone in zip(plan.templates, plan.sizes, plan.delays,
                                                 solved[0]):
@@ -172,8 +171,7 @@ class FlowTimer:
                 self._materialise(token)
         exits, starts, flows = add_dag_flows(self.engine, self.network.npus, dag, nbytes,
                                              delays, posts, before, at)
-        self.steps += len(dag.templates)
-        self.flows += flows
+        self._count_steps(dag.templates, 0, (flows, flows))
         return exits, starts
 
     def no_handles(self, n: int) -> np.ndarray:
@@ -268,8 +266,8 @@ class FlowTimer:
                 engine.flow_arrays("finish")[ids])
 
     def stats(self) -> SimulationStats:
-        return SimulationStats(flows=self.flows, simulated_flows=self.flows, steps=self.steps,
-                               events=self.engine.events + self._extra_events,
+        return SimulationStats(flows=self.represented_flows, simulated_flows=self.flows,
+                               steps=self.steps, events=self.engine.events + self._extra_events,
                                rate_computations=self.engine.rate_computations +
                                self._extra_rates, reused_steps=self.reused_steps)
 
@@ -328,9 +326,12 @@ class FlowTimer:
             self._extra_busy[virtual.alone.busy_links] += virtual.alone.busy_ns * count
         self._arrived.clear()
 
-    def _count_steps(self, templates, reused: int, flows: int | None = None) -> None:
-        self.steps += len(templates)
-        self.flows += sum(tp.src.size for tp in templates) if flows is None else flows
+    def _count_steps(self, templates, reused: int, counts: tuple[int, int] | None = None,
+                     sign: int = 1) -> None:
+        flows, represented = flow_counts(templates) if counts is None else counts
+        self.steps += sign * len(templates)
+        self.flows += sign * flows
+        self.represented_flows += sign * represented
         self.reused_steps += reused
 
     def _materialise_overlapping(self, links: np.ndarray, start: float) -> None:
@@ -368,9 +369,7 @@ class FlowTimer:
             index, release = index + 1, step.end
         rest = [step.template for step in replayed.steps[index:]]
         # the unfinished steps are counted again when the scheduler re-issues them
-        self.steps -= len(rest)
-        self.flows -= sum(tp.src.size for tp in rest)
-        self.reused_steps -= len(rest)
+        self._count_steps(rest, -len(rest), sign=-1)
         replayed.resume(index, release)
 
     def _materialise(self, token: int) -> None:

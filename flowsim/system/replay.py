@@ -73,29 +73,32 @@ class VirtualPhase:
 
 
 def run_alone(network, template: StepTemplate, nbytes: float,
-              until: float | None = None) -> FlowEngine:
+              until: float | None = None) -> tuple[FlowEngine, np.ndarray]:
     """A fresh engine holding only this step, started at 0 and run to the end (or until
-    ``until``, when it stops with the step's state at that time)."""
-    engine = FlowEngine(network.engine_capacity, network.link_latency, "flow")
+    ``until``, when it stops with the step's state at that time), and the network's ids of
+    its links: the engine holds the links the step uses only (a step of a large network's
+    quotient touches a few of its million links), in their order."""
+    used, local = np.unique(template.links, return_inverse=True)
+    engine = FlowEngine(network.engine_capacity[used], network.link_latency[used], "flow")
     latency, bottleneck = template.engine_paths()
-    engine.add(template.indptr, template.links, template.flow_bytes(nbytes), release=0.0,
-               path_latency=latency, path_bottleneck=bottleneck,
+    engine.add(template.indptr, local.astype(np.int32), template.flow_bytes(nbytes),
+               release=0.0, path_latency=latency, path_bottleneck=bottleneck,
                multiplicity=template.multiplicity)
     if until is not None:
         group = engine.new_group()
         engine.add(MARKER_PTR, NO_LINKS, 0.0, release=until, group=group)
     engine.run()
-    return engine
+    return engine, used
 
 
 def solve_alone(network, template: StepTemplate, nbytes: float) -> Alone:
     """The step's solution alone on the network."""
-    engine = run_alone(network, template, nbytes)
+    engine, used = run_alone(network, template, nbytes)
     finish = engine.flow_arrays("finish")
-    busy = engine.link_busy[: network.num_links]
-    ids = np.nonzero(busy > 0)[0]
-    return Alone(float(finish.max()) if finish.size else 0.0, ids, busy[ids], engine.events,
-                 engine.rate_computations)
+    busy = engine.link_busy[: used.size]
+    carrying = np.nonzero(busy > 0)[0]
+    return Alone(float(finish.max()) if finish.size else 0.0, used[carrying], busy[carrying],
+                 engine.events, engine.rate_computations)
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,7 @@ class Remainder:
 def remainder(network, virtual: VirtualStep, now: float) -> Remainder:
     """Re-run a virtual step alone up to ``now`` and report what is left of it."""
     template = virtual.template
-    alone = run_alone(network, template, virtual.nbytes, until=now - virtual.start)
+    alone, used = run_alone(network, template, virtual.nbytes, until=now - virtual.start)
     n = template.src.size
     state = alone.flow_arrays("state")[:n]
     remaining = alone.flow_arrays("remaining")[:n]
@@ -128,8 +131,9 @@ def remainder(network, virtual: VirtualStep, now: float) -> Remainder:
         sent = sent * template.multiplicity
     carried = np.bincount(template.links, weights=np.repeat(sent, np.diff(template.indptr)),
                           minlength=network.num_links)
-    return Remainder(sending, remaining[sending], arrival, carried,
-                     alone.link_busy[: network.num_links].copy(), alone.events,
+    busy = np.zeros(network.num_links)
+    busy[used] = alone.link_busy[: used.size]
+    return Remainder(sending, remaining[sending], arrival, carried, busy, alone.events,
                      alone.rate_computations)
 
 

@@ -38,6 +38,7 @@ from .dag_phases import DagPhases
 from .ledger import Ledger
 from .phase_plan import PhasePlan
 from .phases import Phase
+from .quotient import Quotient
 from .shapes import phase_shapes, replicable_phase
 from .templates import StepTemplate
 from .timer import Timer, make_timer
@@ -69,17 +70,22 @@ class Schedule:
     npu_finish : bool
         Keep when each NPU last left a phase (``ledger.npu_finish``: a collective's record;
         a training loop keeps its own).
+    quotient : Quotient, optional
+        Time one message per orbit of these symmetries (:mod:`.quotient`; not with
+        ``replicate``).
     """
 
     def __init__(self, network, system: SystemConfig, model: str, trace: bool = False,
-                 replicate: bool = False, replay: bool = True, npu_finish: bool = True) -> None:
+                 replicate: bool = False, replay: bool = True, npu_finish: bool = True,
+                 quotient: Quotient | None = None) -> None:
         self.network = network
         self.system = system
         self.model = model
         self.replicate = replicate
+        self.quotient = quotient
         self.npu_finish = npu_finish
         self.timer: Timer = make_timer(model, network, replay=replay, keep_flows=trace)
-        self.shapes = phase_shapes(network, system, replicate=replicate,
+        self.shapes = phase_shapes(network, system, replicate=replicate, quotient=quotient,
                                    lowest_dim_for_flat=self.timer.prices_flat_by_lowest_dim)
         self.ledger = Ledger(network.npus, network.ndims)
         self.dags = DagPhases(self.shapes, self.timer, self.ledger, self.when)
@@ -194,7 +200,10 @@ class Schedule:
 
     def expand_replicated(self, per_link: np.ndarray) -> np.ndarray:
         """Copy the first instance's per-link values of every dimension to all its instances
-        (the identity unless this schedule replicates)."""
+        (the identity unless this schedule replicates), or every orbit's representative's to
+        its links."""
+        if self.quotient is not None:
+            return self.quotient.expand_links(per_link)
         if not self.replicate:
             return per_link
         return self.network.tile_first_instance(per_link)

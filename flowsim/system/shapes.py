@@ -18,6 +18,7 @@ from .config import SystemConfig
 from .dag import PhaseDag
 from .phase_plan import PhasePlan
 from .phases import Phase
+from .quotient import Quotient, SymmetryBroken
 from .templates import StepTemplate, incoming, make_template, route_messages
 
 #: the collectives whose groups of one dimension are exact replicas (see can_replicate)
@@ -39,22 +40,23 @@ _kept: OrderedDict[tuple, tuple[object, PhaseShapes]] = OrderedDict()
 
 
 def phase_shapes(network, system: SystemConfig, *, lowest_dim_for_flat: bool,
-                 replicate: bool) -> PhaseShapes:
+                 replicate: bool, quotient: Quotient | None = None) -> PhaseShapes:
     """The :class:`PhaseShapes` of ``network`` under ``system``, kept for the
     :data:`KEPT_SHAPES` most recently used: nothing in them depends on time, and a loaded
     network is cached by config, so runs on one network (a sweep of workloads, an
     optimizer's loop, a spec run again) build each phase's steps, routes and plan once."""
-    key = (id(network), system, lowest_dim_for_flat, replicate)
+    key = (id(network), system, lowest_dim_for_flat, replicate,
+           None if quotient is None else quotient.dims)
     try:
         kept = _kept.get(key)
     except TypeError:   # a config built by hand with a list in it: not kept
         return PhaseShapes(network, system, replicate=replicate,
-                           lowest_dim_for_flat=lowest_dim_for_flat)
+                           lowest_dim_for_flat=lowest_dim_for_flat, quotient=quotient)
     if kept is not None and kept[0] is network:   # (the entry keeps its network alive)
         _kept.move_to_end(key)
         return kept[1]
     shapes = PhaseShapes(network, system, replicate=replicate,
-                         lowest_dim_for_flat=lowest_dim_for_flat)
+                         lowest_dim_for_flat=lowest_dim_for_flat, quotient=quotient)
     _kept[key] = (network, shapes)
     while len(_kept) > KEPT_SHAPES:
         _kept.popitem(last=False)
@@ -73,14 +75,19 @@ class PhaseShapes:
         as ASTRA-sim's analytical backend charges them (a property of the network model).
     replicate : bool
         Route only the first group of every replicable phase; its templates stand for all.
+    quotient : Quotient, optional
+        Keep one message per orbit of these symmetries, on representative links (see
+        :mod:`.quotient`; raises :class:`~.quotient.SymmetryBroken` on a step they do not
+        map onto itself, and for per-NPU synchronisation, which needs every message).
     """
 
     def __init__(self, network, system: SystemConfig, *, lowest_dim_for_flat: bool,
-                 replicate: bool) -> None:
+                 replicate: bool, quotient: Quotient | None = None) -> None:
         self.network = network
         self.system = system
         self.lowest_dim_for_flat = lowest_dim_for_flat
         self.replicate = replicate
+        self.quotient = quotient
         self._steps: dict[tuple, list[Step]] = {}
         self._groups: dict[tuple, np.ndarray] = {}
         self._templates: dict[tuple, list[StepTemplate]] = {}
@@ -165,6 +172,8 @@ class PhaseShapes:
         cached = self._templates.get(key)
         if cached is not None:
             return cached
+        if with_dependencies and self.quotient is not None:
+            raise SymmetryBroken(None)
         groups = self.groups(phase)
         copies = 1
         if self.replicate and replicable_phase(phase) and not with_dependencies:
@@ -184,7 +193,7 @@ class PhaseShapes:
                     template.dep_indptr, template.dep_local = incoming(previous_dst,
                                                                        template.src)
                 same[shape] = template
-            template.copies = copies
+            template.copies = copies * (self.quotient.size if self.quotient else 1)
             previous = shape[:2]
             previous_dst = template.dst
             out.append(template)
@@ -200,9 +209,13 @@ class PhaseShapes:
             links = np.stack([up[rows].ravel(), down[rows].ravel()],
                              axis=1).ravel().astype(np.int32)
             indptr = np.arange(0, links.size + 1, 2, dtype=np.int64)
-            return make_template(self.network, src, dst, indptr, links)
-        return route_messages(self.network, groups[:, step.src].ravel(),
-                              groups[:, step.dst].ravel(), lowest_dim_only=lowest)
+            return self._reduced(make_template(self.network, src, dst, indptr, links))
+        return self._reduced(route_messages(self.network, groups[:, step.src].ravel(),
+                                            groups[:, step.dst].ravel(), lowest_dim_only=lowest))
+
+    def _reduced(self, template: StepTemplate) -> StepTemplate:
+        """The template on the quotient, if there is one."""
+        return template if self.quotient is None else self.quotient.reduce(template)
 
     def delays(self, phase: Phase) -> list[float]:
         """The waits around a phase's steps (:func:`.cost.step_delays`)."""
@@ -216,7 +229,8 @@ class PhaseShapes:
         key = (src.tobytes(), dst.tobytes())
         template = self._messages.get(key)
         if template is None:
-            template = self._messages[key] = route_messages(self.network, src, dst)
+            template = self._messages[key] = self._reduced(
+                route_messages(self.network, src, dst))
         return template
 
     def plan(self, phase: Phase) -> PhasePlan:

@@ -35,7 +35,7 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
              collective_streams: int | None = None, comm_groups: Any = None,
              trace: str | os.PathLike | None = None, replay: bool = True,
              device: Any = None, max_work: float | None = None, spmd: bool = False,
-             element_bytes: int | None = None) -> xr.Dataset:
+             element_bytes: int | None = None, symmetry: bool = True) -> xr.Dataset:
     """Simulate a training workload and return its timing as an :class:`xarray.Dataset`.
 
     Parameters
@@ -83,6 +83,10 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
     replay : bool
         Flow model: replay steps and phases whose links carry nothing else from their solution
         alone (exact, and the default); ``False`` puts every flow into the engine, for checks.
+    symmetry : bool
+        Flow model: time one flow per orbit of the run's symmetries (the data-, tensor- and
+        context-parallel replicas of a pipeline stage; exact, and the default, see
+        :mod:`flowsim.system.quotient`); ``False`` times every flow, for checks.
     max_work : float, optional
         Work budget (default :data:`~flowsim.system.budget.DEFAULT_MAX_WORK`); a run estimated
         above it is refused before it starts (see :mod:`flowsim.system.budget`).
@@ -105,7 +109,8 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
                         roofline=roofline, memory=memory,
                         collective_streams=collective_streams, comm_groups=comm_groups,
                         trace=trace, replay=replay, device=device, max_work=max_work,
-                        spmd=spmd, element_bytes=element_bytes).to_dataset()
+                        spmd=spmd, element_bytes=element_bytes,
+                        symmetry=symmetry).to_dataset()
 
 
 @public_api
@@ -117,7 +122,7 @@ def run_training(network: Any, workload: WorkloadLike, system: Any = None,
                  collective_streams: int | None = None, comm_groups: Any = None,
                  trace: str | os.PathLike | None = None, replay: bool = True,
                  device: Any = None, max_work: float | None = None, spmd: bool = False,
-                 element_bytes: int | None = None) -> WorkloadRun:
+                 element_bytes: int | None = None, symmetry: bool = True) -> WorkloadRun:
     """Simulate a training workload and return the run (:class:`~flowsim.results.
     WorkloadRun`): its record as plain arrays, without building a Dataset or importing
     xarray; ``.to_dataset()`` is what :func:`simulate` returns, ``.summary()`` the headline
@@ -149,7 +154,8 @@ def run_training(network: Any, workload: WorkloadLike, system: Any = None,
     speeds = _speeds(speed, net.npus)
     record = run_workload(net, work, sys_cfg, model, speed=speeds, compute=compute,
                           memory=load_memory(memory), collective_streams=_streams(
-                              collective_streams), timeline=trace is not None, replay=replay)
+                              collective_streams), timeline=trace is not None, replay=replay,
+                          symmetric=symmetry)
     if trace is not None:
         from ..results.trace import workload_trace, write_trace
 

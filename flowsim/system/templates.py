@@ -131,6 +131,12 @@ class StepTemplate:
         return dims  # type: ignore[return-value]
 
 
+def flow_counts(templates) -> tuple[int, int]:
+    """Flows of some templates: those timed, and those they stand for (copies counted)."""
+    return (sum(tp.src.size for tp in templates),
+            sum(tp.src.size * tp.copies for tp in templates))
+
+
 def make_template(network, src: np.ndarray, dst: np.ndarray, indptr: np.ndarray,
                   links: np.ndarray, message: np.ndarray | None = None,
                   weight: np.ndarray | None = None,

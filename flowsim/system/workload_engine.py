@@ -37,6 +37,7 @@ from .op_prices import compute_op_ns
 from .phases import collective_chunks
 from .point_to_point import PointToPoint, peers
 from .program_state import ProgramState, program_state, uniform_program
+from .quotient import Quotient, SymmetryBroken, find_quotient
 from .rendezvous import CollectiveRendezvous
 from .scheduler import Schedule
 
@@ -69,12 +70,16 @@ class WorkloadEngine:
         Keep op start and end times for a Chrome trace.
     replay : bool
         Flow model: replay steps whose links are free from their solution alone (exact).
+    quotient : Quotient, optional
+        Flow model: time one message per orbit of these symmetries (:mod:`.quotient`);
+        raises :class:`~.quotient.SymmetryBroken` where the run turns out not to have them.
     """
 
     def __init__(self, network, workload: Workload, system: SystemConfig,
                  model: str, *, speed: np.ndarray, compute: ComputeModel | None = None,
                  memory: MemoryConfig | None = None, collective_streams: int | None = None,
-                 timeline: bool = False, replay: bool = True) -> None:
+                 timeline: bool = False, replay: bool = True,
+                 quotient: Quotient | None = None) -> None:
         self.net = network
         self.workload = workload
         self.system = system
@@ -83,9 +88,13 @@ class WorkloadEngine:
         self._priced: dict[int, tuple[tuple, float]] = {}
         self.streams = collective_streams
         self.keep_timeline = timeline
-        replicable = network.replicable and system.synchronization == "barrier"
+        # one group standing for its replicas is exact only where nothing else is in flight:
+        # under the flow model a training loop's other traffic meets some groups and not
+        # others, so there the quotient (:mod:`.quotient`) or every group is simulated
+        replicable = network.replicable and system.synchronization == "barrier" and \
+            model == "analytical"
         self.schedule = Schedule(network, system, model, replicate=replicable, replay=replay,
-                                 npu_finish=False)
+                                 npu_finish=False, quotient=quotient)
         self.memory = MemoryServers(memory or MemoryConfig(), network.npus,
                                     system.local_mem_bw_gbps or math.inf)
         self.compute_free = np.zeros(network.npus)
@@ -115,6 +124,8 @@ class WorkloadEngine:
                     on_finish: Callable[[float], None]) -> ProgramState:
         """Run another program (a rank of a custom collective) whose ops start no earlier
         than ``origin``; ``on_finish(t)`` when its last op has finished."""
+        if self.schedule.quotient is not None:   # one rank's program: not symmetric
+            raise SymmetryBroken(None)
         st = self._state(len(self.states), program)
         st.origin, st.on_finish = origin, on_finish
         self.states.append(st)
@@ -305,15 +316,31 @@ class WorkloadEngine:
 
 
 def run_workload(network, workload: Workload, system: SystemConfig, model: str, *,
-                 compiled: bool = True, **options) -> RunRecord:
+                 compiled: bool = True, symmetric: bool = True, **options) -> RunRecord:
     """Run ``workload`` to completion (see :class:`WorkloadEngine`); the analytical model
-    runs in the compiled loop of :mod:`.analytical_loop` where it can."""
+    runs in the compiled loop of :mod:`.analytical_loop` where it can, the flow model on the
+    quotient of the run's symmetries (:mod:`.quotient`) where it has some (``symmetric``;
+    results equal to the last rounding; off: every flow, for checks)."""
     if model == "analytical" and compiled:
         from .analytical_loop import run_compiled
 
         record = run_compiled(network, workload, system, **options)
         if record is not None:
             return record
+    symmetric = symmetric and model == "flow" and options.get("replay", True) and \
+        not options.get("timeline", False) and system.synchronization == "barrier"
+    exclude: set[int] = set()
+    while symmetric:
+        quotient = find_quotient(network, workload, options["speed"], frozenset(exclude))
+        if quotient is None:
+            break
+        try:
+            return WorkloadEngine(network, workload, system, model, quotient=quotient,
+                                  **options).run()
+        except SymmetryBroken as broken:   # start again without that symmetry
+            if broken.dim is None:
+                break
+            exclude.add(broken.dim)
     return WorkloadEngine(network, workload, system, model, **options).run()
 
 
