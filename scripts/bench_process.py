@@ -89,16 +89,19 @@ class FabricCollective:
 
 @dataclass
 class Training:
-    """One Llama-3-405B-class iteration (TP 8 x PP 16 x DP ``dp``, interleaved 1F1B, 16
-    micro-batches per DP group) on a multi-dimensional cluster of ``dp * 128`` GPUs."""
+    """One Llama-3-405B-class iteration (TP 8 x CP ``cp`` x PP 16 x DP ``dp``, interleaved
+    1F1B of ``vpp`` virtual stages, 16 micro-batches per DP group) on a multi-dimensional
+    cluster of ``dp * cp * 128`` GPUs."""
 
     dp: int
     targets_s: dict[str, float] = field(default_factory=dict)
     rss_gb: float | None = None
     models: tuple[str, ...] = ("analytical", "flow")
-    #: a cluster preset of ``topologies/clusters/`` scaled to ``dp * 16`` nodes (default: the
-    #: multi-dimensional DGX H100-style cluster block)
+    #: a cluster preset of ``topologies/clusters/`` scaled to ``dp * cp * 16`` nodes
+    #: (default: the multi-dimensional DGX H100-style cluster block)
     preset: str = ""
+    cp: int = 1
+    vpp: int = 4
 
 
 @dataclass
@@ -134,6 +137,12 @@ CASES: dict[str, Collective | FabricCollective | Training | Published] = {
         RAIL_8192_HASH, "all_to_all", 256 << 20, {"flow": 60.0}, models=("flow",)),
     "Llama-3-405B iteration, 16,384 GPUs": Training(128, {"flow": 5.0}, 2.0),
     "Llama-3-405B iteration, 131,072 GPUs": Training(1024, {"flow": 60.0}, 8.0),
+    # context parallelism's ring exchanges cross nodes beside the pipeline's and data
+    # parallelism's traffic: congested phases, timed on the run's quotient
+    "Llama-3-405B iteration, CP 2, 16,384 GPUs": Training(64, {"flow": 10.0}, 2.0,
+                                                         models=("flow",), cp=2, vpp=8),
+    "Llama-3-405B iteration, CP 2, 131,072 GPUs": Training(512, {"flow": 60.0}, 8.0,
+                                                          models=("flow",), cp=2, vpp=8),
     # Llama 3's published cluster as a routed three-tier RoCE Clos (routing included)
     "Llama-3-405B iteration, 24,576 GPUs, RoCE Clos fabric": Training(
         192, models=("flow",), preset="roce_clos_h100_fabric"),
@@ -158,16 +167,16 @@ warnings.simplefilter("ignore")
 dp = {dp}
 spec = dict(generator="transformer", layers=126, hidden=16384, ffn=53248, heads=128,
             kv_heads=8, vocab=128256, sequence=8192, global_batch=16 * dp, micro_batch=1,
-            tp=8, pp=16, dp=dp, vpp=4, pipeline_layout="first_last_fewer", sp=True,
+            tp=8, cp={cp}, pp=16, dp=dp, vpp={vpp}, pipeline_layout="first_last_fewer", sp=True,
             distributed_optimizer=True, gated_mlp=True, attention="flash", dtype="bf16",
             overlap_grad_reduce=True, overlap_param_gather=True)
-cluster = dict(device="h100_sxm_80gb", nodes=16 * dp, gpus_per_node=8, nic_gbps=400,
+cluster = dict(device="h100_sxm_80gb", nodes=16 * dp * {cp}, gpus_per_node=8, nic_gbps=400,
                nics_per_node=8)
 if "{preset}":
     import yaml
     from pathlib import Path
     cluster = yaml.safe_load(Path(r"{clusters}", "{preset}.yml").read_text())["cluster"]
-    cluster["nodes"] = 16 * dp
+    cluster["nodes"] = 16 * dp * {cp}
 net = flowsim.load_network(dict(cluster=cluster))
 print(float(flowsim.simulate(net, spec, "nccl", model="{model}").time_ns))
 """
@@ -217,7 +226,8 @@ def commands(case: Collective | FabricCollective | Training | Published, folder:
     if isinstance(case, Training):
         clusters = Path(__file__).resolve().parent.parent / "topologies" / "clusters"
         return {f"flowsim {m}": [sys.executable, "-c", _TRAINING.format(
-            dp=case.dp, model=m, preset=case.preset, clusters=clusters)] for m in case.models}
+            dp=case.dp, cp=case.cp, vpp=case.vpp, model=m, preset=case.preset,
+            clusters=clusters)] for m in case.models}
     if isinstance(case, Published):
         scripts = str(Path(__file__).resolve().parent)
         return {f"flowsim {m}": [sys.executable, "-c", _PUBLISHED.format(
