@@ -140,3 +140,13 @@ def test_random_layouts_equal_every_flow(monkeypatch, degrees, kind, vpp):
             np.testing.assert_allclose(getattr(reduced, field.name), b, rtol=1e-9, atol=1e-6,
                                        err_msg=field.name)
     assert reduced.stats.flows == every.stats.flows
+
+
+def test_both_models_count_the_flows_a_run_stands_for():
+    """``stats.flows``: every group's flows, under either model, however many are timed."""
+    spec = _spec(tp=2, cp=2, pp=2, dp=2)
+    stats = [flowsim.run_training(CLUSTER, spec, model=model, symmetry=symmetry).record.stats
+             for model, symmetry in (("analytical", True), ("flow", True), ("flow", False))]
+    assert stats[0].flows == stats[1].flows == stats[2].flows == stats[2].simulated_flows
+    assert stats[0].simulated_flows < stats[0].flows   # one group per dimension timed
+    assert stats[1].simulated_flows < stats[1].flows   # one flow per orbit timed

@@ -98,10 +98,11 @@ def _record(network, workload: Workload, programs: list[np.ndarray], packed: Pac
     accounts.layer_compute, accounts.layer_exposed, accounts.layer_comm = layers
     accounts.layer_programs = _layer_programs(si, ist, len(workload.layers) + 1)
     collectives, sends = packed.collectives, packed.sends
-    stats = np.array(packer.shape_stats, np.int64).reshape(-1, 3)[collectives].sum(axis=0) \
-        if collectives.size else np.zeros(3, np.int64)
-    flows = int(stats[0]) + sum(int(t.src.size) for _, t in sends)
-    steps = int(stats[1]) + len(sends)
+    stats = np.array(packer.shape_stats, np.int64).reshape(-1, 4)[collectives].sum(axis=0) \
+        if collectives.size else np.zeros(4, np.int64)
+    sent = sum(int(t.src.size) for _, t in sends)
+    flows, represented = int(stats[0]) + sent, int(stats[1]) + sent
+    steps = int(stats[2]) + len(sends)
     time_ns = max(float(accounts.npu_finish.max(initial=0.0)), float(coll_end))
     return accounts.record(
         time_ns=time_ns, dim_bytes=dim_bytes, layer_npus=layer_npus(
@@ -110,7 +111,7 @@ def _record(network, workload: Workload, programs: list[np.ndarray], packed: Pac
         collectives=int(collectives.size),
         messages=int(sum(programs[p].size
                          for p in si[code.PROGRAM][si[code.KIND] == code.SEND])),
-        stats=SimulationStats(flows=flows, simulated_flows=flows, steps=steps, events=steps,
+        stats=SimulationStats(flows=represented, simulated_flows=flows, steps=steps, events=steps,
                               rate_computations=0, reused_steps=0), timeline=[])
 
 

@@ -40,7 +40,8 @@ class AnalyticalTimer:
         self._usage: dict[int, list] = {}
         self._steps_by_token: dict[int, tuple[StepTemplate, float, float]] | None = \
             {} if keep_flows else None
-        self.flows = 0
+        #: flows timed, and flows they stand for (each group a replicated one stands for)
+        self.flows = self.represented_flows = 0
         self.steps = 0
 
     # ------------------------------------------------------------------ requests
@@ -137,8 +138,9 @@ class AnalyticalTimer:
         return start, start + transfer, start + transfer + template.latency
 
     def stats(self) -> SimulationStats:
-        return SimulationStats(flows=self.flows, simulated_flows=self.flows, steps=self.steps,
-                               events=self.steps, rate_computations=0, reused_steps=0)
+        return SimulationStats(flows=self.represented_flows, simulated_flows=self.flows,
+                               steps=self.steps, events=self.steps, rate_computations=0,
+                               reused_steps=0)
 
     # ------------------------------------------------------------------ internals
     def _push(self, t: float) -> int:
@@ -156,6 +158,7 @@ class AnalyticalTimer:
         else:
             entry[1] += nbytes
         self.flows += template.src.size * steps
+        self.represented_flows += template.src.size * template.copies * steps
         self.steps += steps
 
     def _spread_usage(self) -> None:

@@ -49,7 +49,8 @@ class Packer:
         self.phase_cache: dict[tuple, list] = {}
         self.shape_of: dict[int, int] = {}     # id(chunks) -> shape
         self.shape_chunks: list[list[list[int]]] = []
-        self.shape_stats: list[tuple[int, int, int]] = []   # flows, steps, phases
+        #: flows timed, flows they stand for, steps, phases
+        self.shape_stats: list[tuple[int, int, int, int]] = []
         self.phase_of: dict[tuple, int] = {}   # (id(plan), queue, dims, members) -> phase
         self.phase_queue: list[int] = []
         self.phase_steps: list[list[float]] = []
@@ -71,18 +72,19 @@ class Packer:
             return s
         if any(base_algorithm(ph.algorithm).per_npu_only for c in chunks for ph in c):
             return None
-        lists, flows, steps, phases = [], 0, 0, 0
+        lists, flows, represented, steps, phases = [], 0, 0, 0, 0
         if any(chunks):   # else the collective is done when issued
             for phases_of_chunk in chunks:
                 lists.append([self._phase(ph) for ph in phases_of_chunk])
                 for ph in phases_of_chunk:
                     for template, _, count in self.schedule.shapes.plan(ph).usage:
                         flows += template.src.size * count
+                        represented += template.src.size * template.copies * count
                         steps += count
                 phases += len(phases_of_chunk)
         s = self.shape_of[id(chunks)] = len(self.shape_chunks)
         self.shape_chunks.append(lists)
-        self.shape_stats.append((flows, steps, phases))
+        self.shape_stats.append((flows, represented, steps, phases))
         return s
 
     def _phase(self, phase) -> int:
@@ -319,11 +321,11 @@ def _arrays(packer: Packer, si, sf, graph, programs, message_dim_bytes, collecti
     queue_ptr[1:] = np.cumsum(packer.queue_uses)
     mail_ptr = np.zeros(len(packer.box_sends) + 1, np.int64)
     mail_ptr[1:] = np.cumsum(np.maximum(packer.box_sends, packer.box_recvs))
-    stats = np.array(packer.shape_stats, np.int64).reshape(-1, 3)
+    stats = np.array(packer.shape_stats, np.int64).reshape(-1, 4)
     nonempty = np.array([sum(1 for c in lists if c) for lists in packer.shape_chunks],
                         np.int64)
     n_chunk_instances = int(nonempty[collectives].sum()) if collectives.size else 0
-    n_events = int(stats[collectives, 2].sum() if collectives.size else 0) + n_sends
+    n_events = int(stats[collectives, 3].sum() if collectives.size else 0) + n_sends
     prog_npu = np.array([int(npus[0]) for npus in programs], np.int64)
     prog_size = np.array([npus.size for npus in programs], np.int64)
     arrays = (np.ascontiguousarray(si.T), np.ascontiguousarray(sf.T), *graph, prog_npu,
