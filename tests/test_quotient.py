@@ -76,6 +76,57 @@ def test_experts_over_ring_and_fully_connected_dimensions(monkeypatch):
         assert found[-1] is not None
 
 
+@pytest.mark.parametrize("net, spec", [
+    # switches reducing in the network (SHARP-like): a step's messages go up and come back
+    ({"topology": ["Switch", "Switch"], "npus_count": [4, 8], "bandwidth": [100, 25],
+      "latency": [500, 2000], "in_network_reduction": [True, True]}, _spec(tp=4, dp=4, pp=2)),
+    # groups that straddle a dimension (data parallelism of 6 over 8 x 3)
+    ({"topology": ["Switch", "Switch"], "npus_count": [8, 3], "bandwidth": [100, 25],
+      "latency": [500, 2000]}, _spec(tp=2, dp=6, pp=2)),
+    # a ring of two, and a ring cut into pieces
+    ({"topology": ["Ring", "Switch"], "npus_count": [2, 8], "bandwidth": [100, 25],
+      "latency": [500, 2000]}, _spec(tp=2, dp=4, pp=2)),
+    ({"topology": ["Ring", "Switch"], "npus_count": [8, 2], "bandwidth": [100, 25],
+      "latency": [500, 2000]}, _spec(tp=2, dp=4, pp=2)),
+], ids=["in-network", "straddling", "ring-of-2", "ring-pieces"])
+def test_other_networks_on_their_quotient(monkeypatch, net, spec):
+    reduced, every, found = _runs(monkeypatch, net, spec)
+    _assert_same(reduced, every)
+    assert found[-1] is not None
+
+
+def test_per_npu_speeds_keep_the_shifts_they_allow(monkeypatch):
+    """Every odd tensor-parallel rank slower: the tensor-parallel shift is not a symmetry,
+    the context- and data-parallel ones are."""
+    net = {"topology": ["Switch", "Switch"], "npus_count": [4, 8], "bandwidth": [100, 25],
+           "latency": [500, 2000]}
+    speed = np.where(np.arange(32) % 2 == 1, 0.8, 1.0)
+    spec = _spec(tp=2, cp=2, dp=4, pp=2)
+    found = []
+    monkeypatch.setattr(workload_engine, "find_quotient", lambda *a, **k: found.append(
+        quotient_module.find_quotient(*a, **k)) or found[-1])
+    reduced = flowsim.run_training(net, spec, "nccl", model="flow", speed=speed).record
+    every = flowsim.run_training(net, spec, "nccl", model="flow", speed=speed,
+                                 symmetry=False).record
+    assert found[-1] is not None and 0 not in found[-1].dims
+    _assert_same(reduced, every)
+
+
+def test_systems_that_need_every_flow_skip_the_quotient(monkeypatch):
+    """Trees without a phase barrier run as per-NPU DAGs: no quotient is looked for."""
+    calls = []
+    monkeypatch.setattr(workload_engine, "find_quotient",
+                        lambda *a, **k: calls.append(a) or None)
+    tree = {"all-reduce-implementation": ["doubleBinaryTree"] * 2,
+            "reduce-scatter-implementation": ["ring"] * 2,
+            "all-gather-implementation": ["ring"] * 2,
+            "all-to-all-implementation": ["direct"] * 2, "endpoint-delay": 7000}
+    flowsim.run_training(CLUSTER, _spec(tp=2, dp=8), tree, model="flow")
+    assert calls == []
+    flowsim.run_training(CLUSTER, _spec(tp=2, dp=8), "nccl", model="flow")
+    assert len(calls) == 1
+
+
 def test_a_step_no_shift_maps_onto_itself_starts_the_run_again(monkeypatch):
     system = {"all-reduce-implementation": "halvingDoubling",
               "reduce-scatter-implementation": "halvingDoubling",
@@ -84,7 +135,9 @@ def test_a_step_no_shift_maps_onto_itself_starts_the_run_again(monkeypatch):
     net = {"topology": ["Switch", "Switch"], "npus_count": [4, 8], "bandwidth": [100, 25],
            "latency": [500, 2000]}
     reduced, every, found = _runs(monkeypatch, net, _spec(tp=4, pp=2, dp=4), system)
-    assert len(found) > 1   # at least one shift dropped on the way
+    # every shift a step breaks is dropped at once (here the data-parallel step breaks the
+    # data-parallel shift, a later tensor-parallel step the tensor-parallel one)
+    assert found == [(0, 1), (0,), None]
     for field in dataclasses.fields(every):
         b = getattr(every, field.name)
         if isinstance(b, np.ndarray) and b.dtype.kind == "f":

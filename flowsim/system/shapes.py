@@ -193,7 +193,8 @@ class PhaseShapes:
                     template.dep_indptr, template.dep_local = incoming(previous_dst,
                                                                        template.src)
                 same[shape] = template
-            template.copies = copies * (self.quotient.size if self.quotient else 1)
+            if self.quotient is None:   # a reduced template carries its orbits' size
+                template.copies = copies
             previous = shape[:2]
             previous_dst = template.dst
             out.append(template)

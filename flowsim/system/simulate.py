@@ -86,7 +86,9 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
     symmetry : bool
         Flow model: time one flow per orbit of the run's symmetries (the data-, tensor- and
         context-parallel replicas of a pipeline stage; exact, and the default, see
-        :mod:`flowsim.system.quotient`); ``False`` times every flow, for checks.
+        :mod:`flowsim.system.quotient`); ``False`` times every flow, for checks. Every flow
+        is timed anyway with ``replay=False``, with ``trace``, under per-NPU
+        synchronisation and with custom collective algorithms.
     max_work : float, optional
         Work budget (default :data:`~flowsim.system.budget.DEFAULT_MAX_WORK`); a run estimated
         above it is refused before it starts (see :mod:`flowsim.system.budget`).
@@ -149,7 +151,10 @@ def run_training(network: Any, workload: WorkloadLike, system: Any = None,
         sys_cfg = logical_system(sys_cfg, physical, net.config.npus_count,
                                  getattr(net, "parents", None))
     check_workload(work, net, roofline=compute is not None)
-    replicable = net.replicable and sys_cfg.synchronization == "barrier"
+    # the flow model times a quotient of the run, at least as small as one group per
+    # dimension, unless told to time every flow
+    replicable = net.replicable and sys_cfg.synchronization == "barrier" and \
+        (model == "analytical" or symmetry)
     check_work(workload_work(net, sys_cfg, work, replicable), budget, "run")
     speeds = _speeds(speed, net.npus)
     record = run_workload(net, work, sys_cfg, model, speed=speeds, compute=compute,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..collectives import base_algorithm
 from ..results.workload import RunRecord
 from ..workload.graph import Op, Program, Workload
 from ..workload.memory import MemoryConfig
@@ -328,19 +329,30 @@ def run_workload(network, workload: Workload, system: SystemConfig, model: str, 
         if record is not None:
             return record
     symmetric = symmetric and model == "flow" and options.get("replay", True) and \
-        not options.get("timeline", False) and system.synchronization == "barrier"
-    exclude: set[int] = set()
+        not options.get("timeline", False) and _symmetric_system(system)
+    exclude: frozenset[int] = frozenset()
     while symmetric:
-        quotient = find_quotient(network, workload, options["speed"], frozenset(exclude))
+        quotient = find_quotient(network, workload, options["speed"], exclude)
         if quotient is None:
             break
         try:
             return WorkloadEngine(network, workload, system, model, quotient=quotient,
                                   **options).run()
-        except SymmetryBroken as broken:   # start again without that symmetry
-            if broken.dim is None:
+        except SymmetryBroken as broken:   # start again without those symmetries
+            if broken.dims is None:
                 break
-            exclude.add(broken.dim)
+            exclude |= broken.dims
     return WorkloadEngine(network, workload, system, model, **options).run()
+
+
+def _symmetric_system(system: SystemConfig) -> bool:
+    """Whether a system's collectives can run on a quotient: barrier steps (no per-NPU DAG,
+    which needs every flow: per-NPU synchronisation, or trees without a phase barrier) and no
+    custom algorithm (a rank's own program)."""
+    if system.synchronization != "barrier" or system.custom:
+        return False
+    return system.phase_barrier or not any(
+        base_algorithm(name).per_npu_only
+        for _, names in system.implementations for name in names)
 
 
