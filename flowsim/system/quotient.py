@@ -15,8 +15,9 @@ that map the network onto itself and every program's NPUs onto themselves (a pip
 program: its data-, tensor- and context-parallel coordinates; never the pipeline's). Their
 group acts freely on the NPUs, so every orbit has ``size`` members and the representatives are
 the NPUs whose shifted coordinates are all 0. Each routed step is checked as it is made; one
-that a shift does not map onto itself raises :class:`SymmetryBroken` naming the dimension, and
-the run starts again without it (:func:`flowsim.system.workload_engine.run_workload`).
+that some shifts do not map onto itself raises :class:`SymmetryBroken` naming their
+dimensions, and the run starts again without them
+(:func:`flowsim.system.workload_engine.run_workload`).
 """
 
 from __future__ import annotations
