@@ -232,4 +232,6 @@ def test_scale_study_core_on_a_tiny_model(tmp_path):
         assert float(row.time_s) == pytest.approx(
             float(row.compute_s + row.exposed_s + row.waiting_s))
         assert 0 < float(row.mfu) < 1
+        # the flow model's step, congestion-aware, is no shorter than the analytical one's
+        assert float(row.flow_time_s) >= float(row.time_s) * (1 - 1e-9)
     assert "fastest layout per cluster size" in scale.summary(results)

@@ -124,15 +124,33 @@ def best(ds: xr.Dataset, model_flops: float) -> xr.Dataset:
                      "compute_s": float(pick.compute_ns) / 1e9,
                      "exposed_s": float(pick.exposed_comm_ns) / 1e9,
                      "layout": f"PP {int(pick.pp)} x CP {int(pick.cp)} x DP {int(pick.dp)}",
+                     "pp": int(pick.pp), "cp": int(pick.cp), "vpp": int(pick.vpp),
                      "micro_batches": int(pick.micro_batches),
                      "mfu": model_flops / (time / 1e9 * int(gpus) * PEAK_TFLOPS * 1e12)})
     table = xr.Dataset({key: ("gpus", [r[key] for r in rows])
-                        for key in ("time_s", "compute_s", "exposed_s", "layout",
-                                    "micro_batches", "mfu")},
+                        for key in ("time_s", "compute_s", "exposed_s", "layout", "pp",
+                                    "cp", "vpp", "micro_batches", "mfu")},
                        coords={"gpus": [r["gpus"] for r in rows]})
     table["waiting_s"] = table.time_s - table.compute_s - table.exposed_s
     table.attrs["model_flops_per_step"] = model_flops
     return table
+
+
+def flow_check(table: xr.Dataset, grid: Grid) -> xr.Dataset:
+    """Each size's fastest layout again under the flow model (``flow_time_s``): the same
+    network with the traffic of context, pipeline and data parallelism sharing links max-min
+    fairly (timed on the run's quotient, one flow per orbit of its replicas)."""
+    import flowsim
+
+    times = []
+    for i in range(table.sizes["gpus"]):
+        row = table.isel(gpus=i)
+        spec = {**grid.workload, "tp": grid.tp, "pp": int(row.pp), "cp": int(row.cp),
+                "vpp": int(row.vpp)}
+        net = {"cluster": {"device": "h100", "nodes": int(row.gpus) // grid.gpus_per_node,
+                           "gpus_per_node": grid.gpus_per_node}}
+        times.append(float(flowsim.simulate(net, spec, "nccl", model="flow").time_ns) / 1e9)
+    return table.assign(flow_time_s=("gpus", times))
 
 
 def model_flops(grid: Grid) -> float:
@@ -152,7 +170,7 @@ def run_study(out: Path, grid: Grid = FULL, *, jobs: int | None = None,
     """Run the sweep, write ``llm_scale_layouts.nc`` and ``llm_scale_best.nc`` and the figure."""
     results = run_sweeps(out, "llm_scale", [scale_sweep], grid, tidy, jobs=jobs,
                          progress=progress)
-    results["best"] = best(results["layouts"], model_flops(grid))
+    results["best"] = flow_check(best(results["layouts"], model_flops(grid)), grid)
     write_dataset(results["best"], out / "llm_scale_best.nc")
     if figures:
         plot_all(results, out)
@@ -169,6 +187,9 @@ def plot_all(results: dict[str, xr.Dataset], out: Path) -> list[Path]:
     gpus = table.gpus.values
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
     ax.loglog(gpus, table.time_s.values, "o-", color="tab:blue", label="fastest layout")
+    if "flow_time_s" in table:
+        ax.loglog(gpus, table.flow_time_s.values, "x", color="tab:red", markersize=7,
+                  label="same layout, flow model")
     ax.loglog(gpus, table.time_s.values[0] * gpus[0] / gpus, "--", color="gray",
               label="perfect scaling")
     for g, t, label in zip(gpus, table.time_s.values, table.layout.values):
@@ -210,7 +231,7 @@ def summary(results: dict[str, xr.Dataset]) -> str:
                      f"{int(row.micro_batches):3d} micro-batches  {float(row.time_s):6.2f} s  "
                      f"MFU {100 * float(row.mfu):4.1f}%  compute {float(row.compute_s):5.2f} s"
                      f"  exposed {float(row.exposed_s):5.2f} s  waiting "
-                     f"{float(row.waiting_s):5.2f} s")
+                     f"{float(row.waiting_s):5.2f} s  flow model {float(row.flow_time_s):6.2f} s")
     return "\n".join(lines)
 
 
