@@ -203,3 +203,15 @@ def test_both_models_count_the_flows_a_run_stands_for():
     assert stats[0].flows == stats[1].flows == stats[2].flows == stats[2].simulated_flows
     assert stats[0].simulated_flows < stats[0].flows   # one group per dimension timed
     assert stats[1].simulated_flows < stats[1].flows   # one flow per orbit timed
+
+
+def test_a_traced_run_takes_the_quotient_too(monkeypatch, tmp_path):
+    """A timeline keeps op times per program: tracing changes nothing the quotient does."""
+    found = []
+    monkeypatch.setattr(workload_engine, "find_quotient", lambda *a, **k: found.append(
+        quotient_module.find_quotient(*a, **k)) or found[-1])
+    spec = _spec(tp=2, cp=2, pp=2, dp=2)
+    traced = flowsim.run_training(CLUSTER, spec, model="flow", trace=tmp_path / "t.json").record
+    assert found and found[-1] is not None and (tmp_path / "t.json").stat().st_size > 0
+    every = flowsim.run_training(CLUSTER, spec, model="flow", symmetry=False).record
+    _assert_same(traced, every)

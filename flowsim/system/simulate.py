@@ -87,8 +87,8 @@ def simulate(network: Any, workload: WorkloadLike, system: Any = None,
         Flow model: time one flow per orbit of the run's symmetries (the data-, tensor- and
         context-parallel replicas of a pipeline stage; exact, and the default, see
         :mod:`flowsim.system.quotient`); ``False`` times every flow, for checks. Every flow
-        is timed anyway with ``replay=False``, with ``trace``, under per-NPU
-        synchronisation and with custom collective algorithms.
+        is timed anyway with ``replay=False``, under per-NPU synchronisation and with
+        custom collective algorithms.
     max_work : float, optional
         Work budget (default :data:`~flowsim.system.budget.DEFAULT_MAX_WORK`); a run estimated
         above it is refused before it starts (see :mod:`flowsim.system.budget`).

@@ -328,8 +328,9 @@ def run_workload(network, workload: Workload, system: SystemConfig, model: str, 
         record = run_compiled(network, workload, system, **options)
         if record is not None:
             return record
+    # (a timeline keeps op times per program, which the quotient leaves as they are)
     symmetric = symmetric and model == "flow" and options.get("replay", True) and \
-        not options.get("timeline", False) and _symmetric_system(system)
+        _symmetric_system(system)
     exclude: frozenset[int] = frozenset()
     while symmetric:
         quotient = find_quotient(network, workload, options["speed"], exclude)
