@@ -46,12 +46,12 @@ _python_ops = 0
 def run_compiled(network, workload: Workload, system: SystemConfig, *, speed: np.ndarray,
                  compute=None, memory=None, collective_streams: int | None = None,
                  timeline: bool = False, replay: bool = True,
-                 symmetric: bool = True) -> RunRecord | None:
+                 symmetry: bool = True) -> RunRecord | None:
     """Run ``workload`` under the analytical model in the compiled loop; ``None`` when the
     run is not one it takes (see the module docstring), or when the loop reports a problem:
     the caller then runs the Python engine. Takes :class:`WorkloadEngine`'s options."""
     # only memory ops use the memory servers; replay and the quotient are the flow model's
-    del memory, replay, symmetric
+    del memory, replay, symmetry
     if timeline or collective_streams is not None or system.custom \
             or system.synchronization != "barrier":
         return None

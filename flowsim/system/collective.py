@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 
 from .._gc_pause import gc_paused
-from .._validate import as_int
+from .._validate import as_bool, as_int
 from ..collectives import COLLECTIVES, canonical_collective
 from ..errors import ConfigError, ConfigTypeError, FlowsimWarning, config_error, public_api
 from ..network.models import check_model
@@ -189,6 +189,8 @@ def run_collective(network: NetworkLike, collective: str, size: int | str,
     its Dataset.
     """
     budget = check_max_work(max_work)
+    symmetry = as_bool(symmetry, source="argument", key="symmetry")
+    replay = as_bool(replay, source="argument", key="replay")
     net = load_network(network)
     sys_cfg = system_for(system, net)
     model = check_model(model)

@@ -28,8 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._arrays import gather_segments
+from ..collectives import base_algorithm
 from ..topology.network import Network
 from ..workload.graph import Workload
+from .config import SystemConfig
 from .templates import StepTemplate, make_template
 
 
@@ -78,11 +80,14 @@ class Quotient:
                 template.dep_indptr is not None:
             raise SymmetryBroken(None)
         pairs = template.src.astype(np.int64) * self.representative.size + template.dst
-        if np.unique(pairs).size < pairs.size:
+        order = np.argsort(pairs, kind="stable")
+        ordered = pairs[order]
+        if np.any(ordered[1:] == ordered[:-1]):
             raise SymmetryBroken(None)   # two messages between one pair: whose image is which
         broken = frozenset(dim for dim, npu_map, link_map in
                            zip(self.dims, self.npu_shift, self.link_shift)
-                           if not _maps_onto_itself(template, npu_map, link_map))
+                           if not _maps_onto_itself(template, order, ordered, npu_map,
+                                                    link_map))
         if broken:
             raise SymmetryBroken(broken)   # every shift that fails, dropped at once
         keep = self.representative[template.src]
@@ -100,16 +105,13 @@ class Quotient:
         return np.asarray(per_link)[self.link_rep]
 
 
-def _maps_onto_itself(template: StepTemplate, npu_map: np.ndarray,
-                      link_map: np.ndarray) -> bool:
+def _maps_onto_itself(template: StepTemplate, order: np.ndarray, ordered: np.ndarray,
+                      npu_map: np.ndarray, link_map: np.ndarray) -> bool:
     """Whether shifting every message (its ends by ``npu_map``, its path by ``link_map``)
-    gives the step's messages again, path for path."""
+    gives the step's messages again, path for path; ``ordered`` holds the messages' distinct
+    ``src * npus + dst`` sorted, ``order`` the messages in that order."""
     src, dst = template.src, template.dst
-    n = int(npu_map.size)
-    key = src.astype(np.int64) * n + dst
-    order = np.argsort(key, kind="stable")   # the pairs are distinct (checked by the caller)
-    ordered = key[order]
-    image = npu_map[src].astype(np.int64) * n + npu_map[dst]
+    image = npu_map[src].astype(np.int64) * npu_map.size + npu_map[dst]
     where = np.searchsorted(ordered, image)
     where[where >= ordered.size] = 0
     if not np.array_equal(ordered[where], image):
@@ -164,6 +166,17 @@ def find_quotient(network, workload: Workload, speed: np.ndarray,
                     size=math.prod(dims[d] for d in chosen), representative=representative,
                     link_rep=_link_representatives(links, npus, strides, dims, chosen),
                     npu_shift=npu_shift, link_shift=link_shift)
+
+
+def symmetric_system(system: SystemConfig) -> bool:
+    """Whether a system's collectives can run on a quotient: barrier steps (no per-NPU DAG,
+    which needs every flow: per-NPU synchronisation, or trees without a phase barrier) and no
+    custom algorithm (a rank's own program)."""
+    if system.synchronization != "barrier" or system.custom:
+        return False
+    return system.phase_barrier or not any(
+        base_algorithm(name).per_npu_only
+        for _, names in system.implementations for name in names)
 
 
 def _programs_kept(workload: Workload, image: np.ndarray) -> bool:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._gc_pause import gc_paused
+from .._validate import as_bool
 from ..compute import ComputeModel, DeviceModel
 from ..errors import ConfigError, config_error, public_api
 from ..network.models import check_model
@@ -133,6 +134,8 @@ def run_training(network: Any, workload: WorkloadLike, system: Any = None,
     Takes the parameters of :func:`simulate`.
     """
     budget = check_max_work(max_work)
+    symmetry = as_bool(symmetry, source="argument", key="symmetry")
+    replay = as_bool(replay, source="argument", key="replay")
     net = load_network(network)
     sys_cfg = system_for(system, net)
     model = check_model(model)
@@ -160,7 +163,7 @@ def run_training(network: Any, workload: WorkloadLike, system: Any = None,
     record = run_workload(net, work, sys_cfg, model, speed=speeds, compute=compute,
                           memory=load_memory(memory), collective_streams=_streams(
                               collective_streams), timeline=trace is not None, replay=replay,
-                          symmetric=symmetry)
+                          symmetry=symmetry)
     if trace is not None:
         from ..results.trace import workload_trace, write_trace
 

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..collectives import base_algorithm
 from ..results.workload import RunRecord
 from ..workload.graph import Op, Program, Workload
 from ..workload.memory import MemoryConfig
@@ -38,7 +37,7 @@ from .op_prices import compute_op_ns
 from .phases import collective_chunks
 from .point_to_point import PointToPoint, peers
 from .program_state import ProgramState, program_state, uniform_program
-from .quotient import Quotient, SymmetryBroken, find_quotient
+from .quotient import Quotient, SymmetryBroken, find_quotient, symmetric_system
 from .rendezvous import CollectiveRendezvous
 from .scheduler import Schedule
 
@@ -125,8 +124,6 @@ class WorkloadEngine:
                     on_finish: Callable[[float], None]) -> ProgramState:
         """Run another program (a rank of a custom collective) whose ops start no earlier
         than ``origin``; ``on_finish(t)`` when its last op has finished."""
-        if self.schedule.quotient is not None:   # one rank's program: not symmetric
-            raise SymmetryBroken(None)
         st = self._state(len(self.states), program)
         st.origin, st.on_finish = origin, on_finish
         self.states.append(st)
@@ -317,10 +314,10 @@ class WorkloadEngine:
 
 
 def run_workload(network, workload: Workload, system: SystemConfig, model: str, *,
-                 compiled: bool = True, symmetric: bool = True, **options) -> RunRecord:
+                 compiled: bool = True, symmetry: bool = True, **options) -> RunRecord:
     """Run ``workload`` to completion (see :class:`WorkloadEngine`); the analytical model
     runs in the compiled loop of :mod:`.analytical_loop` where it can, the flow model on the
-    quotient of the run's symmetries (:mod:`.quotient`) where it has some (``symmetric``;
+    quotient of the run's symmetries (:mod:`.quotient`) where it has some (``symmetry``;
     results equal to the last rounding; off: every flow, for checks)."""
     if model == "analytical" and compiled:
         from .analytical_loop import run_compiled
@@ -329,8 +326,8 @@ def run_workload(network, workload: Workload, system: SystemConfig, model: str, 
         if record is not None:
             return record
     # (a timeline keeps op times per program, which the quotient leaves as they are)
-    symmetric = symmetric and model == "flow" and options.get("replay", True) and \
-        _symmetric_system(system)
+    symmetric = symmetry and model == "flow" and options.get("replay", True) and \
+        symmetric_system(system)
     exclude: frozenset[int] = frozenset()
     while symmetric:
         quotient = find_quotient(network, workload, options["speed"], exclude)
@@ -344,16 +341,4 @@ def run_workload(network, workload: Workload, system: SystemConfig, model: str, 
                 break
             exclude |= broken.dims
     return WorkloadEngine(network, workload, system, model, **options).run()
-
-
-def _symmetric_system(system: SystemConfig) -> bool:
-    """Whether a system's collectives can run on a quotient: barrier steps (no per-NPU DAG,
-    which needs every flow: per-NPU synchronisation, or trees without a phase barrier) and no
-    custom algorithm (a rank's own program)."""
-    if system.synchronization != "barrier" or system.custom:
-        return False
-    return system.phase_barrier or not any(
-        base_algorithm(name).per_npu_only
-        for _, names in system.implementations for name in names)
-
 
