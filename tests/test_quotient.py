@@ -88,7 +88,11 @@ def test_experts_over_ring_and_fully_connected_dimensions(monkeypatch):
       "latency": [500, 2000]}, _spec(tp=2, dp=4, pp=2)),
     ({"topology": ["Ring", "Switch"], "npus_count": [8, 2], "bandwidth": [100, 25],
       "latency": [500, 2000]}, _spec(tp=2, dp=4, pp=2)),
-], ids=["in-network", "straddling", "ring-of-2", "ring-pieces"])
+    # a ring whose context-parallel exchanges a shift maps onto the right pairs but other
+    # paths (ties go one way round): only the paths' check refuses that shift
+    ({"topology": ["Ring", "Switch"], "npus_count": [4, 4], "bandwidth": [150, 25],
+      "latency": [500, 3000]}, _spec(cp=2, dp=8)),
+], ids=["in-network", "straddling", "ring-of-2", "ring-pieces", "ring-paths"])
 def test_other_networks_on_their_quotient(monkeypatch, net, spec):
     reduced, every, found = _runs(monkeypatch, net, spec)
     _assert_same(reduced, every)
