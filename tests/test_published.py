@@ -189,3 +189,25 @@ def test_the_bundled_deepseek_v3_workload_is_its_published_row():
     assert differ <= {"device"}, differ
     from flowsim.workload.generators.transformer_schedule import layer_counts
     assert layer_counts(bundled) == layer_counts(row)
+
+
+def test_the_nemotron4_reports_times_give_their_own_mfu():
+    """The Nemotron-4 reports' Table 2 gives each stage's iteration time and MFU (of 989
+    TFLOP/s, BF16 dense): each transcribed time, counted with Megatron's FLOPs of the row's
+    model, gives the MFU its note quotes within half a unit of the time's last digit (a
+    mistyped time or batch would not)."""
+    import re
+
+    from flowsim.workload.flops import CONVENTIONS
+    from flowsim.workload.generators.transformer import model_shape
+
+    rows = [r for r in ROWS if r["file"] == "nemotron4_reports.csv"]
+    assert len(rows) == 6
+    for row in rows:
+        quoted = float(re.search(r"the table's MFU, ([\d.]+)%", row["notes"]).group(1))
+        seconds = float(row["published"])
+        flops = CONVENTIONS["megatron"](model_shape(vp.parsed_spec(row)))
+        mfu = 100 * flops / (seconds * int(row["gpus"]) * 989e12)
+        decimals = len(row["published"].partition(".")[2])
+        rounding = 0.5 * 10.0 ** -decimals / seconds + 0.05 / quoted   # the time's, the MFU's
+        assert mfu == pytest.approx(quoted, rel=rounding), row["run"]
