@@ -211,3 +211,24 @@ def test_the_nemotron4_reports_times_give_their_own_mfu():
         decimals = len(row["published"].partition(".")[2])
         rounding = 0.5 * 10.0 ** -decimals / seconds + 0.05 / quoted   # the time's, the MFU's
         assert mfu == pytest.approx(quoted, rel=rounding), row["run"]
+
+
+def test_the_weak_scaling_pairs_are_the_record_s():
+    """validation/published/scaling.md (included by the accuracy page) is what
+    scripts/published_scaling.py makes of today's record; its pairs really differ only in
+    size and have the same sequences per data-parallel replica."""
+    import published_scaling
+
+    found = published_scaling.pairs()
+    assert len(found) >= 30
+    for small, large, _, _ in found:
+        assert int(small["gpus"]) < int(large["gpus"])
+        assert int(small["global_batch"]) // int(small["dp"]) == \
+            int(large["global_batch"]) // int(large["dp"])
+        for key in ("file", "device", "layers", "hidden", "tp", "pp", "cp", "micro_batch",
+                    "sequence", "dtype", "recompute"):
+            assert small[key] == large[key], (large["run"], key)
+    page = (ROOT / "validation" / "published" / "scaling.md").read_text()
+    assert page == published_scaling.markdown(found)
+    assert '--8<-- "validation/published/scaling.md"' in \
+        (ROOT / "docs" / "accuracy" / "published.md").read_text()

@@ -1,0 +1,90 @@
+"""The same run on more GPUs: how the published step grows with the GPU count, and flowsim's.
+
+    python scripts/published_scaling.py [--markdown validation/published/scaling.md]
+
+Pairs of published rows that differ only in their data-parallel size (same source, GPU,
+model, layout, precision and settings, and the same sequences per data-parallel replica, so
+the same work per GPU) are weak-scaling measurements: a perfectly scaling run takes the same
+step at both sizes. For each such group this script takes its smallest and its largest run
+and compares the growth of the published step with the growth of flowsim's recorded
+prediction (``validation/published/results.csv``). It reads the record; it sets nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+from collections import defaultdict
+
+import validate_published as vp
+
+#: the columns a weak-scaling pair may differ in (the rest must be equal, but the node count
+#: among a row's ``cluster_overrides``)
+SIZE_COLUMNS = ("run", "gpus", "dp", "global_batch", "published", "citation", "notes")
+
+
+def pairs() -> list[tuple[dict[str, str], dict[str, str], float, float]]:
+    """``(smallest, largest, published growth, predicted growth)`` per group of rows with the
+    same work per GPU at two sizes or more; growths as fractions of the smaller step."""
+    recorded = {r["run"]: r for r in csv.DictReader(vp.RECORD.open())}
+    groups: dict[tuple, list[dict[str, str]]] = defaultdict(list)
+    for row in vp.rows():
+        per_replica = int(row["global_batch"]) // int(row["dp"])
+        same = {k: v for k, v in row.items() if k not in SIZE_COLUMNS}
+        if same.get("cluster_overrides"):   # its node count is the size; the rest must agree
+            same["cluster_overrides"] = ";".join(
+                item for item in same["cluster_overrides"].split(";")
+                if not item.startswith("nodes="))
+        key = tuple(sorted(same.items()))
+        groups[key, per_replica].append(row)
+    out = []
+    for rows in groups.values():
+        rows.sort(key=lambda r: int(r["gpus"]))
+        small, large = rows[0], rows[-1]
+        if small["gpus"] == large["gpus"]:
+            continue
+        growth = [float(recorded[large["run"]][c]) / float(recorded[small["run"]][c]) - 1
+                  for c in ("published_s", "predicted_s")]
+        out.append((small, large, *growth))
+    return sorted(out, key=lambda p: (p[1]["file"], p[1]["run"]))
+
+
+def markdown(found: list[tuple[dict[str, str], dict[str, str], float, float]]) -> str:
+    """The pairs as a Markdown table, and a line of medians."""
+    lines = ["| larger run | GPUs | published step grows | flowsim's grows | source |",
+             "|---|---|---:|---:|---|"]
+    for small, large, published, predicted in found:
+        lines.append(f"| {large['run']} | {int(small['gpus']):,} → {int(large['gpus']):,} | "
+                     f"{_percent(published)} | {_percent(predicted)} | `{large['file']}` |")
+    grew = sum(p > q for _, _, p, q in found)
+    lines.append("")
+    lines.append(f"{len(found)} pairs: the published step grows by "
+                 f"{_percent(statistics.median(p for _, _, p, _ in found))} at the median, "
+                 f"flowsim's by {_percent(statistics.median(q for *_, q in found))}; "
+                 f"the published growth is the larger in {grew} of {len(found)}.")
+    return "\n".join(lines) + "\n"
+
+
+def _percent(growth: float) -> str:
+    """A signed percentage with one decimal (no "-0.0%")."""
+    text = f"{100 * growth:+.1f}%"
+    return "0.0%" if text in ("+0.0%", "-0.0%") else text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--markdown", help="write the table here instead of printing it")
+    args = parser.parse_args(argv)
+    table = markdown(pairs())
+    if args.markdown:
+        from flowsim._atomic import write_text_atomic
+
+        write_text_atomic(args.markdown, table)
+    else:
+        print(table, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
