@@ -1,6 +1,7 @@
 """The same run on more GPUs: how the published step grows with the GPU count, and flowsim's.
 
     python scripts/published_scaling.py [--markdown validation/published/scaling.md]
+    python scripts/published_scaling.py --spread 0.01
 
 Pairs of published rows that differ only in their data-parallel size (same source, GPU,
 model, layout, precision and settings, and the same sequences per data-parallel replica, so
@@ -8,6 +9,8 @@ the same work per GPU) are weak-scaling measurements: a perfectly scaling run ta
 step at both sizes. For each such group this script takes its smallest and its largest run
 and compares the growth of the published step with the growth of flowsim's recorded
 prediction (``validation/published/results.csv``). It reads the record; it sets nothing.
+``--spread S`` is a what-if: the pairs simulated again with per-GPU speeds of standard
+deviation ``S`` (flowsim's ``speed=``), the slowest GPU of each run setting its pace.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import csv
 import statistics
 from collections import defaultdict
 
+import numpy as np
 import validate_published as vp
 
 #: the columns a weak-scaling pair may differ in (the rest must be equal, but the node count
@@ -72,10 +76,59 @@ def _percent(growth: float) -> str:
     return "0.0%" if text in ("+0.0%", "-0.0%") else text
 
 
+def spread_speeds(npus: int, spread: float, seed: int = 0) -> np.ndarray:
+    """Per-GPU compute speeds ``1 + spread z``, ``z`` the standard normal quantiles at
+    ``(i + 0.5) / npus`` in a seeded random order: a spread of ``spread`` (standard
+    deviation) with its slowest GPU where the expected slowest of ``npus`` would be."""
+    from scipy.stats import norm
+
+    order = np.random.default_rng(seed).permutation(npus)
+    return 1.0 + spread * norm.ppf((order + 0.5) / npus)
+
+
+def spread_growths(spread: float) -> list[tuple[str, float, float, float]]:
+    """``(larger run, published, recorded, with the spread)`` growth of every pair the
+    analytical model predicts, each run simulated again with :func:`spread_speeds`."""
+    import warnings
+
+    import flowsim
+
+    out = []
+    for small, large, published, predicted in pairs():
+        if vp.model_for(large) != "analytical":
+            continue
+        times = []
+        for row in (small, large):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", flowsim.FlowsimWarning)
+                ds = flowsim.simulate(vp.network(row), vp.spec(row), "nccl",
+                                      model="analytical",
+                                      speed=spread_speeds(int(row["gpus"]), spread))
+            times.append(float(ds.time_ns))
+        out.append((large["run"], published, predicted, times[1] / times[0] - 1))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", help="write the table here instead of printing it")
+    parser.add_argument("--spread", type=float,
+                        help="what-if: simulate the analytical model's pairs again with this "
+                             "standard deviation of per-GPU speed (0.01: 1%%) and print "
+                             "their growths beside the published ones")
     args = parser.parse_args(argv)
+    if args.spread is not None:
+        found = spread_growths(args.spread)
+        for run, published, predicted, spread in found:
+            print(f"{run:45} published {_percent(published):>7} flowsim "
+                  f"{_percent(predicted):>7} with the spread {_percent(spread):>7}")
+        columns = list(zip(*[g[1:] for g in found]))
+        medians = [_percent(statistics.median(c)) for c in columns]
+        gaps = [statistics.median(p - q for p, q in zip(columns[0], c)) for c in columns[1:]]
+        print(f"{len(found)} pairs, medians: published {medians[0]}, flowsim {medians[1]}, "
+              f"with the spread {medians[2]}; median gap {100 * gaps[0]:.1f} -> "
+              f"{100 * gaps[1]:.1f} points")
+        return 0
     table = markdown(pairs())
     if args.markdown:
         from flowsim._atomic import write_text_atomic

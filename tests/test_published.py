@@ -232,3 +232,23 @@ def test_the_weak_scaling_pairs_are_the_record_s():
     assert page == published_scaling.markdown(found)
     assert '--8<-- "validation/published/scaling.md"' in \
         (ROOT / "docs" / "accuracy" / "published.md").read_text()
+
+
+def test_a_speed_spread_is_a_seeded_normal_spread_that_slows_a_run():
+    """published_scaling's what-if: speeds with the asked standard deviation, the slowest
+    where the expected slowest of n normals is, the same for the same seed; and a run given
+    them is slower than without (its slowest GPU sets the pace)."""
+    import published_scaling
+    from scipy.stats import norm
+
+    speeds = published_scaling.spread_speeds(2048, 0.01)
+    assert speeds.mean() == pytest.approx(1.0, abs=1e-12)
+    assert speeds.std() == pytest.approx(0.01, rel=0.02)
+    assert speeds.min() == pytest.approx(1 + 0.01 * norm.ppf(0.5 / 2048))
+    assert (speeds == published_scaling.spread_speeds(2048, 0.01)).all()
+    assert not (speeds == published_scaling.spread_speeds(2048, 0.01, seed=1)).all()
+    (row,) = [r for r in ROWS if r["run"] == "dgxc_llama31_8b_bf16_8gpu"]
+    plain = float(flowsim.simulate(vp.network(row), vp.spec(row), "nccl").time_ns)
+    spread = float(flowsim.simulate(vp.network(row), vp.spec(row), "nccl",
+                                    speed=published_scaling.spread_speeds(8, 0.01)).time_ns)
+    assert plain < spread < plain / (1 + 0.01 * norm.ppf(0.5 / 8)) * 1.001
