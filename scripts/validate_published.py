@@ -190,9 +190,11 @@ def model_for(row: dict[str, str], model: str = "auto") -> str:
     return "flow" if int(row["ep"] or 1) > 1 or ring else "analytical"
 
 
-def predict(row: dict[str, str], model: str, sustained: float | None = None) -> float:
+def predict(row: dict[str, str], model: str, sustained: float | None = None,
+            speed=None) -> float:
     """Simulated iteration time (s); ``sustained`` overrides the compute model's calibrated
-    constant (to re-derive it: see :data:`flowsim.compute.devices.SUSTAINED`)."""
+    constant (to re-derive it: see :data:`flowsim.compute.devices.SUSTAINED`), ``speed``
+    gives per-GPU compute speeds (a what-if: see ``published_scaling.py --spread``)."""
     import warnings
 
     import flowsim
@@ -201,7 +203,8 @@ def predict(row: dict[str, str], model: str, sustained: float | None = None) -> 
     device = DeviceModel(row["device"], sustained=sustained) if sustained else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", flowsim.FlowsimWarning)
-        ds = flowsim.simulate(network(row), spec(row), "nccl", model=model, device=device)
+        ds = flowsim.simulate(network(row), spec(row), "nccl", model=model, device=device,
+                              speed=speed)
     return float(ds.time_ns) / 1e9
 
 

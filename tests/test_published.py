@@ -252,3 +252,16 @@ def test_a_speed_spread_is_a_seeded_normal_spread_that_slows_a_run():
     spread = float(flowsim.simulate(vp.network(row), vp.spec(row), "nccl",
                                     speed=published_scaling.spread_speeds(8, 0.01)).time_ns)
     assert plain < spread < plain / (1 + 0.01 * norm.ppf(0.5 / 8)) * 1.001
+
+
+@pytest.mark.parametrize("value", ["-0.01", "0.5", "nan"])
+def test_the_spread_what_if_refuses_a_spread_it_cannot_run(value, capsys):
+    """``published_scaling.py --spread`` takes a standard deviation from 0 to its maximum
+    (every speed then positive) and names the option and value otherwise."""
+    import published_scaling
+
+    with pytest.raises(SystemExit) as exit_:
+        published_scaling.main(["--spread", value])
+    assert exit_.value.code == 2
+    assert f"argument --spread: expected a standard deviation from 0 to " \
+           f"{published_scaling.MAX_SPREAD}" in capsys.readouterr().err
