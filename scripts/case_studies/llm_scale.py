@@ -83,11 +83,16 @@ def layouts(grid: Grid = FULL) -> list[dict[str, int]]:
     return out
 
 
+def network(grid: Grid, gpus: int) -> dict[str, Any]:
+    """The DGX H100 cluster of ``gpus`` GPUs (the ``cluster:`` block every point runs on)."""
+    return {"cluster": {"device": "h100", "nodes": gpus // grid.gpus_per_node,
+                        "gpus_per_node": grid.gpus_per_node}}
+
+
 def scale_sweep(grid: Grid = FULL) -> Sweep:
     rows = layouts(grid)
     spec = {
-        "base": {"network": {"cluster": {"device": "h100", "nodes": 1,
-                                         "gpus_per_node": grid.gpus_per_node}},
+        "base": {"network": network(grid, grid.gpus_per_node),
                  "system": "nccl", "model": "analytical",
                  "workload": {**grid.workload, "tp": grid.tp}},
         "zip": {"layout": {
@@ -147,9 +152,8 @@ def flow_check(table: xr.Dataset, grid: Grid) -> xr.Dataset:
         row = table.isel(gpus=i)
         spec = {**grid.workload, "tp": grid.tp, "pp": int(row.pp), "cp": int(row.cp),
                 "vpp": int(row.vpp)}
-        net = {"cluster": {"device": "h100", "nodes": int(row.gpus) // grid.gpus_per_node,
-                           "gpus_per_node": grid.gpus_per_node}}
-        times.append(float(flowsim.simulate(net, spec, "nccl", model="flow").time_ns) / 1e9)
+        times.append(float(flowsim.simulate(network(grid, int(row.gpus)), spec, "nccl",
+                                            model="flow").time_ns) / 1e9)
     return table.assign(flow_time_s=("gpus", times))
 
 
