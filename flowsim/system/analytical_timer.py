@@ -12,7 +12,7 @@ import numpy as np
 from ..results.stats import SimulationStats
 from .dag import PhaseDag
 from .phase_plan import PhasePlan
-from .templates import StepTemplate
+from .templates import StepTemplate, flow_counts
 
 
 class AnalyticalTimer:
@@ -157,8 +157,9 @@ class AnalyticalTimer:
             self._usage[id(template)] = [template, nbytes]
         else:
             entry[1] += nbytes
-        self.flows += template.src.size * steps
-        self.represented_flows += template.src.size * template.copies * steps
+        flows, represented = flow_counts((template,))
+        self.flows += flows * steps
+        self.represented_flows += represented * steps
         self.steps += steps
 
     def _spread_usage(self) -> None:
