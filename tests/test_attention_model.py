@@ -176,3 +176,45 @@ def test_a_device_names_only_a_kernel_with_head_dimension_rates():
     with pytest.raises(flowsim.ConfigError, match="attention_kernel.*flash2, cudnn.*fa3"):
         dataclasses.replace(h100, attention_kernel="fa3")
     assert isinstance(dataclasses.replace(h100, attention_kernel="flash2"), Device)
+
+
+def _fit_attention():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import fit_attention
+
+    return fit_attention
+
+
+def test_blackwell_presets_carry_the_fit_of_cudnn_s_b200_curve():
+    """B200's and GB200's attention constants are what ``scripts/fit_attention.py`` fits to
+    cuDNN's published B200 curve, to the presets' rounding (a constant edited by hand, or a
+    model change that moves the fit, fails here)."""
+    fit = _fit_attention().fit()
+    for name in ("b200", "gb200"):
+        device = flowsim.compute.device(name)
+        assert device.attention_kernel == "cudnn"
+        assert device.attention_forward == round(fit.forward, 3)
+        assert device.attention_backward == round(fit.backward, 3)
+        assert device.attention_block_keys == round(fit.block_keys)
+    assert flowsim.compute.device("h100").attention_block_keys == 198   # the H100 fit's
+
+
+def test_blackwell_attention_follows_cudnn_s_b200_curve():
+    """With the benchmark's host overhead per call (fitted beside the constants), the model
+    is within 1.5% of every forward and 3.5% of every backward rate from 2K to 32K tokens
+    (16K is the last length fitted: 32K is a check), and the rate it gives grows with the
+    length where the measured one does (to 32K)."""
+    fa = _fit_attention()
+    fit, b200 = fa.fit(), flowsim.compute.device("b200")
+    modelled = []
+    for seq, forward, backward in fa.B200_CUDNN:
+        f = fa.modelled_tflops(b200, seq, False, fit.forward_host_us)
+        b = fa.modelled_tflops(b200, seq, True, fit.backward_host_us)
+        if 2048 <= seq <= 32768:
+            assert f == pytest.approx(forward, rel=0.015), seq
+            assert b == pytest.approx(backward, rel=0.035), seq
+            modelled.append(f)
+    assert modelled == sorted(modelled)

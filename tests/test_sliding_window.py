@@ -13,7 +13,7 @@ import pytest
 import flowsim
 from conftest import iteration_times
 from flowsim import FlowsimWarning
-from flowsim.compute.attention import KV_OVERHEAD, attention_ns
+from flowsim.compute.attention import attention_ns
 from flowsim.compute.devices import DEVICES
 from flowsim.errors import ConfigError
 from flowsim.workload.generators import transformer
@@ -48,9 +48,9 @@ def test_the_kernel_time_visits_the_window_s_keys():
     s, w = 8192, 512
     full, windowed = Attention(1, 32, s, s, 128), Attention(1, 32, s, s, 128, window=w)
     launch = device.launch_us * 1e3
-    keys_w = w - w * w / (2 * s)
-    expected = windowed.flops / full.flops * ((keys_w + KV_OVERHEAD) / keys_w) / (
-        (s / 2 + KV_OVERHEAD) / (s / 2))
+    keys_w, fixed = w - w * w / (2 * s), device.attention_block_keys
+    expected = windowed.flops / full.flops * ((keys_w + fixed) / keys_w) / (
+        (s / 2 + fixed) / (s / 2))
     assert (attention_ns(device, windowed) - launch) / (attention_ns(device, full) - launch) \
         == pytest.approx(expected, rel=1e-12)
 

@@ -33,11 +33,15 @@ adjusted to a training run (sources beside each preset):
   every LLM) and 16K tokens: 595 TFLOP/s forward (0.601 of the BF16 peak), 516 backward
   (0.522), and, for FlashAttention-2 (``attention: flash2``), 370 and 322 (0.374, 0.325);
   FlashAttention-3 itself reaches 648 and 561 there (not a preset: Transformer Engine does
-  not pick it); on Blackwell, cuDNN's from the FlashAttention-4 paper
-  (2026): FlashAttention-4 reaches "71% utilization" in BF16 on B200, "up to 1.3x" cuDNN
-  9.13's, so cuDNN's forward is taken at 0.71 / 1.3 = 0.55 of peak and its
-  backward at 516 / 595 of that, the ratio cuDNN's rates have on H100 above (an
-  assumption: the paper's backward numbers are not in its abstract);
+  not pick it); on Blackwell, cuDNN's own speed curve on B200, forward and backward from
+  512 to 128K tokens (NVIDIA's cuDNN frontend repository, ``benchmark/
+  sdpa_benchmark_bf16_training``, cuDNN 9.10.2 in NGC PyTorch 25.05, of the same spring as
+  the NeMo 25.02-25.04 Blackwell runs validated), to which ``scripts/fit_attention.py``
+  fits the attention model: 0.692 of the BF16 peak forward, 0.552 backward, and 757 keys
+  of fixed work per thread block (:attr:`Device.attention_block_keys`; 198 on Hopper and
+  Ampere, from the FlashAttention-3 paper's H100 curves). GB200 runs the same kernel at
+  the same fractions of its own peak (an assumption: its published curve, from cuDNN 9.17
+  in December 2025, is 8% faster at 16K tokens, newer software);
 * memory-bound kernels reach about 90% of the HBM bandwidth (a device-to-device copy: e.g.
   3.57 of 3.94 TB/s measured on an H100 NVL, ml-engineering's benchmark notes); kernel
   launch and tail costs of a few microseconds per kernel.
@@ -48,6 +52,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import Any
 
 from ..device_names import ALIASES, preset_name
 from ..errors import config_error
@@ -101,6 +106,10 @@ class Device:
     flash2_forward, flash2_backward : float
         The same for FlashAttention-2 on a device whose best kernel is newer (0: the device's
         best kernel is FlashAttention-2).
+    attention_block_keys : float
+        Fixed work of one thread block of the fused attention kernel (loading its queries,
+        the final rescaling and write-out), in keys of its loop (:mod:`.attention`; the
+        default, 198, is fitted to the FlashAttention-3 paper's H100 curves).
     memory_efficiency : float
         Fraction of ``memory_gbps`` memory-bound kernels reach.
     launch_us : float
@@ -125,6 +134,7 @@ class Device:
     attention_kernel: str = "flash2"
     flash2_forward: float = 0.0
     flash2_backward: float = 0.0
+    attention_block_keys: float = 198.0
     memory_efficiency: float = 0.9
     launch_us: float = 4.0
     sustained: float = field(default=0.0, compare=False)
@@ -195,50 +205,51 @@ H800_SXM_80GB = replace(
     source="H100 SXM's compute and memory (NVIDIA's H800 differs in NVLink, 400 GB/s "
            "bidirectional, and FP64); sustained fraction H100's")
 
-#: cuDNN's backward attention on Blackwell: its forward's 0.55 at the backward-to-forward
-#: ratio cuDNN has on H100. NeMo's B200 long-sequence table ran attention about 1.5 times as
-#: fast as these rates times GB200's constant (docs: accuracy, "Long sequences"); left as
-#: it is, since no per-length rate of the kernel is published to set it from
-BLACKWELL_BACKWARD = round(0.55 * 516 / 595, 3)
+#: cuDNN's fused attention on Blackwell, fitted to its published B200 curve
+#: (``scripts/fit_attention.py``; the module docstring): forward and backward rates, fixed
+#: work per block
+BLACKWELL_ATTENTION: dict[str, Any] = dict(attention_forward=0.692, attention_backward=0.552,
+                                           attention_block_keys=757.0,
+                                           attention_kernel="cudnn")
 
 #: GB200's own sustained fraction, from one source: the one bubble-free, compute-bound run of
 #: NVIDIA's DGX Cloud recipes v25.05 on GB200 (Nemotron-4 340B, BF16, 128 GPUs, global batch
-#: 512: 32.66 s per step, NeMo 25.04), which 0.58 predicts within 0.8%
+#: 512: 32.66 s per step, NeMo 25.04), which 0.59 predicts within 0.6%
 #: (``validate_published.py --only dgxc_gb200_nemotron4_340b_bf16_128gpu_strong --sustained
 #: X``; it was 0.56, then 0.59 once the run's TP communication overlap was priced, then 0.58
-#: once cuDNN's backward attention took H100's backward-to-forward ratio, each re-derived the
-#: same way); every other GB200 run is validated with it unchanged. It is far below A100's
+#: once cuDNN's backward attention took H100's backward-to-forward ratio, then 0.59 again
+#: once Blackwell's attention took cuDNN's published B200 curve, each re-derived the same
+#: way); every other GB200 run is validated with it unchanged. It is far below A100's
 #: 0.8 and H100's 0.74: that software (April 2025) ran GB200 at about 50% MFU, against its
 #: measured best GEMM of 73% of peak. Newer software is faster; the constant says what was
 #: measured.
-GB200_SUSTAINED = 0.58
+GB200_SUSTAINED = 0.59
 GB200 = Device(
     name="gb200", sms=148,
     peak_tflops=(("bf16", 2500.0), ("fp16", 2500.0), ("fp8", 5000.0), ("tf32", 1250.0),
                  ("fp32", 80.0)),
     memory_gbps=8000.0, memory_gb=186.0, mamf_tflops=1822.0, mamf_shape=(4096, 9728, 2048),
     fp8_gemm_ratio=round(3615.6 / 5000.0 / (1822.0 / 2500.0), 3),
-    attention_forward=0.55, attention_backward=BLACKWELL_BACKWARD, attention_kernel="cudnn",
-    sustained=GB200_SUSTAINED,
+    **BLACKWELL_ATTENTION, sustained=GB200_SUSTAINED,
     source="one B200 of a GB200 superchip; ml-engineering accelerator tables (peaks, memory, "
-           "MAMF with CUDA 13.0); attention: FlashAttention-4 paper's cuDNN 9.13 comparison")
+           "MAMF with CUDA 13.0); attention: cuDNN's B200 curve (cudnn-frontend benchmark, "
+           "cuDNN 9.10.2) at GB200's peak")
 
 #: B200 (HGX / DGX B200, air-cooled, 1,000 W) takes GB200's constant, the same Blackwell GPU
 #: on the same software of 2025: an assumption, not a measurement (set ``sustained`` on a
 #: :class:`~flowsim.compute.DeviceModel` to study another). NeMo 25.02's B200 table
 #: (``validation/published/nemo_b200_2502.csv``) checks it rather than sets it: with it,
-#: those runs come out 4-21% slow (the accuracy page says why it stays).
+#: those eight runs come out within 10% (-9.7% to +9.3%; ``results.md`` has each).
 B200_SXM = Device(
     name="b200_sxm", sms=148,
     peak_tflops=(("bf16", 2250.0), ("fp16", 2250.0), ("fp8", 4500.0), ("tf32", 1125.0),
                  ("fp32", 80.0)),
     memory_gbps=8000.0, memory_gb=180.0, mamf_tflops=1745.0, mamf_shape=(1792, 16128, 3072),
     fp8_gemm_ratio=round(3432.5 / 4500.0 / (1745.0 / 2250.0), 3),
-    attention_forward=0.55, attention_backward=BLACKWELL_BACKWARD, attention_kernel="cudnn",
-    sustained=GB200_SUSTAINED,
+    **BLACKWELL_ATTENTION, sustained=GB200_SUSTAINED,
     source="B200 SXM; ml-engineering accelerator tables (peaks, memory, MAMF with torch "
-           "2.7.1+cu128); attention: the FlashAttention-4 paper's cuDNN 9.13 comparison on "
-           "B200; sustained fraction borrowed from GB200")
+           "2.7.1+cu128); attention: cuDNN's B200 curve (cudnn-frontend benchmark, cuDNN "
+           "9.10.2); sustained fraction borrowed from GB200")
 
 #: presets by name (also reachable by the short names ``a100``, ``h100``, ``h200``, ``h800``,
 #: ``b200``)

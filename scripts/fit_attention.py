@@ -1,0 +1,111 @@
+"""Blackwell's fused-attention constants, fitted to cuDNN's published B200 speed curve.
+
+    python scripts/fit_attention.py
+
+NVIDIA's cuDNN frontend repository publishes the speed of cuDNN's fused attention on a B200
+at every sequence length from 512 to 128K (``benchmark/sdpa_benchmark_bf16_training``,
+results in ``artifacts/sdpa_benchmark_results_NVIDIA_B200.csv``, commit f937055,
+2025-06-12): PyTorch's cuDNN SDPA backend, BF16, Llama 3.1 405B's attention (128 query
+heads, 8 key-value heads, head dimension 128, the causal mask, one sequence per batch),
+NGC PyTorch 25.05 with cuDNN 9.10.2, of the same spring as the NeMo 25.02-25.04 Blackwell
+runs of the validation; FLOPs counted as flowsim counts them (the causal mask halves them, the
+backward is 2.5 forwards).
+
+This script fits flowsim's own attention model (:func:`flowsim.compute.attention.attention_ns`,
+the same function the simulator prices with) to that curve, as the H100 constants were
+fitted to the FlashAttention-3 paper's curves: over 512 to 16K tokens, least squares on
+the log of the rate, the forward's rate and its per-block fixed work
+(:attr:`~flowsim.compute.devices.Device.attention_block_keys`) together, then the
+backward's rate with the same fixed work. Each pass of the benchmark is timed from its
+Python call, so a fixed host overhead per call is fitted beside them (about 0.1 ms forward,
+0.4 ms backward: the short sequences, 0.13 ms at 512 tokens, are nearly all overhead); a
+training step launches its kernels ahead of the GPU and pays none of it. It prints the
+constants the B200 and GB200 presets carry and how the model then follows the curve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from flowsim.compute.attention import attention_ns
+from flowsim.compute.devices import B200_SXM, Device
+from flowsim.workload.kernels import Attention
+
+#: sequence length, forward and backward TFLOP/s of cuDNN (``pyt_cudnn`` rows) on B200
+B200_CUDNN = (
+    (512, 66.280, 43.512), (1024, 216.110, 178.132), (2048, 525.475, 383.705),
+    (4096, 897.309, 709.138), (8192, 1211.140, 945.440), (16384, 1358.566, 1074.499),
+    (32768, 1435.072, 1132.387), (65536, 1428.973, 1074.456),
+    (131072, 1348.674, 1037.897))
+#: the lengths fitted (those of the H100 fit: 512 to 16K)
+FITTED = (512, 16384)
+#: the benchmark's attention: Llama 3.1 405B's heads and head dimension
+HEADS, KV_HEADS, HEAD_DIM = 128, 8, 128
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """The fitted constants: the forward's and backward's rates (fractions of the BF16 peak,
+    as :attr:`~flowsim.compute.devices.Device.attention_forward` and ``_backward``), the
+    per-block fixed work in keys, and the benchmark's host overhead per call (µs)."""
+
+    forward: float
+    backward: float
+    block_keys: float
+    forward_host_us: float
+    backward_host_us: float
+
+
+def modelled_tflops(device: Device, seq: int, backward: bool, host_us: float) -> float:
+    """The rate the benchmark would report for flowsim's kernel time plus ``host_us``."""
+    kernel = Attention(1, HEADS, seq, seq, HEAD_DIM, kv_heads=KV_HEADS, causal=True,
+                       backward=backward)
+    ns = attention_ns(device, kernel) - device.launch_us * 1e3 + host_us * 1e3
+    return kernel.flops / ns / 1e3
+
+
+def _residuals(device: Device, backward: bool, host_us: float) -> np.ndarray:
+    lo, hi = FITTED
+    return np.array([np.log(modelled_tflops(device, seq, backward, host_us))
+                     - np.log(bwd if backward else fwd)
+                     for seq, fwd, bwd in B200_CUDNN if lo <= seq <= hi])
+
+
+def fit() -> Fit:
+    """Least squares on the log of the rate: the forward first, then the backward."""
+    base = B200_SXM
+
+    def forward(p: np.ndarray) -> np.ndarray:
+        trial = dataclasses.replace(base, attention_forward=p[0], attention_block_keys=p[1])
+        return _residuals(trial, False, p[2])
+
+    f = least_squares(forward, [0.6, 200.0, 50.0], bounds=([0.1, 0.0, 0.0], [1.0, 1e4, 1e3]))
+    keys = float(f.x[1])
+
+    def backward(p: np.ndarray) -> np.ndarray:
+        trial = dataclasses.replace(base, attention_backward=p[0], attention_block_keys=keys)
+        return _residuals(trial, True, p[1])
+
+    b = least_squares(backward, [0.5, 50.0], bounds=([0.1, 0.0], [1.0, 1e3]))
+    return Fit(float(f.x[0]), float(b.x[0]), keys, float(f.x[2]), float(b.x[1]))
+
+
+def main() -> None:
+    result = fit()
+    print(f"attention_forward={result.forward:.3f}, attention_backward={result.backward:.3f}, "
+          f"attention_block_keys={result.block_keys:.0f} "
+          f"(benchmark host overhead {result.forward_host_us:.0f} us forward, "
+          f"{result.backward_host_us:.0f} us backward)")
+    print(f"{'tokens':>7} {'forward':>8} {'model':>7} {'backward':>9} {'model':>7}")
+    for seq, fwd, bwd in B200_CUDNN:
+        f = modelled_tflops(B200_SXM, seq, False, result.forward_host_us)
+        b = modelled_tflops(B200_SXM, seq, True, result.backward_host_us)
+        print(f"{seq:>7} {fwd:8.0f} {100 * (f / fwd - 1):+6.1f}% {bwd:9.0f} "
+              f"{100 * (b / bwd - 1):+6.1f}%")
+
+
+if __name__ == "__main__":
+    main()
