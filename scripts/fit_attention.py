@@ -25,6 +25,7 @@ constants the B200 and GB200 presets carry and how the model then follows the cu
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 
 import numpy as np
@@ -94,6 +95,7 @@ def fit() -> Fit:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     result = fit()
     print(f"attention_forward={result.forward:.3f}, attention_backward={result.backward:.3f}, "
           f"attention_block_keys={result.block_keys:.0f} "
