@@ -176,6 +176,9 @@ def test_a_device_names_only_a_kernel_with_head_dimension_rates():
     with pytest.raises(flowsim.ConfigError, match="attention_kernel.*flash2, cudnn.*fa3"):
         dataclasses.replace(h100, attention_kernel="fa3")
     assert isinstance(dataclasses.replace(h100, attention_kernel="flash2"), Device)
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(flowsim.ConfigError, match="attention_block_keys.*>= 0"):
+            dataclasses.replace(h100, attention_block_keys=bad)
 
 
 def _fit_attention():

@@ -144,6 +144,9 @@ class Device:
         if self.attention_kernel not in ATTENTION_KERNELS:
             raise config_error(f"Device {self.name!r}", "attention_kernel",
                                "one of " + ", ".join(ATTENTION_KERNELS), self.attention_kernel)
+        if not self.attention_block_keys >= 0:   # NaN too: a block's time must stay positive
+            raise config_error(f"Device {self.name!r}", "attention_block_keys",
+                               "a number of keys >= 0", self.attention_block_keys)
 
     def peak(self, dtype: str) -> float:
         """Dense peak for ``dtype`` in FLOP/ns (16-bit peak for types the device lacks)."""
