@@ -1,6 +1,6 @@
 """Blackwell's fused-attention constants, fitted to cuDNN's published B200 speed curve.
 
-    python scripts/fit_attention.py
+    python scripts/fit_attention.py [--plot docs/accuracy/attention_b200.png]
 
 NVIDIA's cuDNN frontend repository publishes the speed of cuDNN's fused attention on a B200
 at every sequence length from 512 to 128K (``benchmark/sdpa_benchmark_bf16_training``,
@@ -20,7 +20,9 @@ backward's rate with the same fixed work. Each pass of the benchmark is timed fr
 Python call, so a fixed host overhead per call is fitted beside them (about 0.1 ms forward,
 0.4 ms backward: the short sequences, 0.13 ms at 512 tokens, are nearly all overhead); a
 training step launches its kernels ahead of the GPU and pays none of it. It prints the
-constants the B200 and GB200 presets carry and how the model then follows the curve.
+constants the B200 and GB200 presets carry and how the model then follows the curve;
+``--plot`` draws the curve beside the model (the kernel alone, as a training step runs it,
+and with the benchmark's overhead) and beside the one rate the presets took before.
 """
 
 from __future__ import annotations
@@ -94,8 +96,50 @@ def fit() -> Fit:
     return Fit(float(f.x[0]), float(b.x[0]), keys, float(f.x[2]), float(b.x[1]))
 
 
+#: the presets' attention before the fit: one rate at every length from the FlashAttention-4
+#: paper's headline (0.71 / 1.3 forward; the backward at cuDNN's H100 ratio, 516 / 595) and
+#: H100's fixed work: forward, backward, keys
+HEADLINE = (0.55, round(0.55 * 516 / 595, 3), 198.0)
+
+
+def plot(result: Fit, path: str) -> None:
+    """The published curve, the fitted model and the headline rate, forward and backward."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    forward, backward_rate, keys = HEADLINE
+    before = dataclasses.replace(B200_SXM, attention_forward=forward,
+                                 attention_backward=backward_rate, attention_block_keys=keys)
+    seqs = [seq for seq, *_ in B200_CUDNN]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, backward, host in ((axes[0], False, result.forward_host_us),
+                               (axes[1], True, result.backward_host_us)):
+        ax.plot(seqs, [row[2 if backward else 1] for row in B200_CUDNN], "ko",
+                label="cuDNN 9.10.2 on B200 (published)", zorder=3)
+        ax.plot(seqs, [modelled_tflops(B200_SXM, s, backward, host) for s in seqs], "C0-",
+                label="model + the benchmark's overhead per call (fitted)")
+        ax.plot(seqs, [modelled_tflops(B200_SXM, s, backward, 0.0) for s in seqs], "C0--",
+                label="model: the kernel alone (as a training step runs it)")
+        ax.plot(seqs, [modelled_tflops(before, s, backward, 0.0) for s in seqs], "C3:",
+                label="before: one rate from the FlashAttention-4 paper")
+        ax.axvspan(FITTED[0], FITTED[1], color="0.92", zorder=0)
+        ax.set(xscale="log", xlabel="tokens per sequence (causal, 128 heads, dim 128)",
+               title=f"{'backward' if backward else 'forward'} (overhead per call {host:.0f} µs)")
+        ax.set_xticks(seqs[::2], [f"{s // 1024}K" if s >= 1024 else str(s) for s in seqs[::2]])
+    axes[0].set_ylabel("TFLOP/s (BF16)")
+    axes[1].legend(fontsize=8, loc="lower right", frameon=False)
+    fig.suptitle("Fused attention on B200: cuDNN's published curve and flowsim's fit "
+                 "(shaded: the lengths fitted)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plot", metavar="PNG", help="draw the curve and the model here")
+    args = parser.parse_args()
     result = fit()
     print(f"attention_forward={result.forward:.3f}, attention_backward={result.backward:.3f}, "
           f"attention_block_keys={result.block_keys:.0f} "
@@ -107,6 +151,8 @@ def main() -> None:
         b = modelled_tflops(B200_SXM, seq, True, result.backward_host_us)
         print(f"{seq:>7} {fwd:8.0f} {100 * (f / fwd - 1):+6.1f}% {bwd:9.0f} "
               f"{100 * (b / bwd - 1):+6.1f}%")
+    if args.plot:
+        plot(result, args.plot)
 
 
 if __name__ == "__main__":
