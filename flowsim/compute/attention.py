@@ -26,7 +26,7 @@ tokens (NVIDIA's cuDNN frontend benchmark on B200, cuDNN 9.10.2): ``scripts/fit_
 fits this same function to it over 512 to 16K, the rates and the fixed work together
 (757 keys where H100's curves give 198: a Blackwell SM streams keys 2.3 times as fast as
 a Hopper one, and its fixed work takes 1.6 times as long besides), and the model then
-follows it within 1.4% forward and 3% backward from 2K to 32K tokens; beyond, the measured
+follows it within 1.4% forward and 3.1% backward from 2K to 32K tokens; beyond, the measured
 kernel slows (64K: 4% and 10% below the model; 128K: 11% and 15%).
 
 The device presets' rates are measured at head dimension 128. Other head dimensions run at

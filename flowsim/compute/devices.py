@@ -49,10 +49,10 @@ adjusted to a training run (sources beside each preset):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
 
 from ..device_names import ALIASES, preset_name
 from ..errors import config_error
@@ -144,9 +144,10 @@ class Device:
         if self.attention_kernel not in ATTENTION_KERNELS:
             raise config_error(f"Device {self.name!r}", "attention_kernel",
                                "one of " + ", ".join(ATTENTION_KERNELS), self.attention_kernel)
-        if not self.attention_block_keys >= 0:   # NaN too: a block's time must stay positive
+        keys = self.attention_block_keys
+        if not (math.isfinite(keys) and keys >= 0):   # a block's time stays positive, finite
             raise config_error(f"Device {self.name!r}", "attention_block_keys",
-                               "a number of keys >= 0", self.attention_block_keys)
+                               "a finite number of keys >= 0", keys)
 
     def peak(self, dtype: str) -> float:
         """Dense peak for ``dtype`` in FLOP/ns (16-bit peak for types the device lacks)."""
@@ -209,11 +210,11 @@ H800_SXM_80GB = replace(
            "bidirectional, and FP64); sustained fraction H100's")
 
 #: cuDNN's fused attention on Blackwell, fitted to its published B200 curve
-#: (``scripts/fit_attention.py``; the module docstring): forward and backward rates, fixed
-#: work per block
-BLACKWELL_ATTENTION: dict[str, Any] = dict(attention_forward=0.692, attention_backward=0.552,
-                                           attention_block_keys=757.0,
-                                           attention_kernel="cudnn")
+#: (``scripts/fit_attention.py``; the module docstring): forward and backward rates (fractions
+#: of the BF16 peak) and fixed work per block (keys)
+BLACKWELL_ATTENTION_FORWARD = 0.692
+BLACKWELL_ATTENTION_BACKWARD = 0.552
+BLACKWELL_BLOCK_KEYS = 757.0
 
 #: GB200's own sustained fraction, from one source: the one bubble-free, compute-bound run of
 #: NVIDIA's DGX Cloud recipes v25.05 on GB200 (Nemotron-4 340B, BF16, 128 GPUs, global batch
@@ -233,7 +234,10 @@ GB200 = Device(
                  ("fp32", 80.0)),
     memory_gbps=8000.0, memory_gb=186.0, mamf_tflops=1822.0, mamf_shape=(4096, 9728, 2048),
     fp8_gemm_ratio=round(3615.6 / 5000.0 / (1822.0 / 2500.0), 3),
-    **BLACKWELL_ATTENTION, sustained=GB200_SUSTAINED,
+    attention_forward=BLACKWELL_ATTENTION_FORWARD,
+    attention_backward=BLACKWELL_ATTENTION_BACKWARD,
+    attention_block_keys=BLACKWELL_BLOCK_KEYS, attention_kernel="cudnn",
+    sustained=GB200_SUSTAINED,
     source="one B200 of a GB200 superchip; ml-engineering accelerator tables (peaks, memory, "
            "MAMF with CUDA 13.0); attention: cuDNN's B200 curve (cudnn-frontend benchmark, "
            "cuDNN 9.10.2) at GB200's peak")
@@ -249,7 +253,10 @@ B200_SXM = Device(
                  ("fp32", 80.0)),
     memory_gbps=8000.0, memory_gb=180.0, mamf_tflops=1745.0, mamf_shape=(1792, 16128, 3072),
     fp8_gemm_ratio=round(3432.5 / 4500.0 / (1745.0 / 2250.0), 3),
-    **BLACKWELL_ATTENTION, sustained=GB200_SUSTAINED,
+    attention_forward=BLACKWELL_ATTENTION_FORWARD,
+    attention_backward=BLACKWELL_ATTENTION_BACKWARD,
+    attention_block_keys=BLACKWELL_BLOCK_KEYS, attention_kernel="cudnn",
+    sustained=GB200_SUSTAINED,
     source="B200 SXM; ml-engineering accelerator tables (peaks, memory, MAMF with torch "
            "2.7.1+cu128); attention: cuDNN's B200 curve (cudnn-frontend benchmark, cuDNN "
            "9.10.2); sustained fraction borrowed from GB200")
