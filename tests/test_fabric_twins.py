@@ -123,3 +123,19 @@ def test_random_sprayed_fabrics_time_alike_merged_or_not(config, collective, mod
         assert_same_run(config, collective, model)
     except (ConfigError, RoutingError):    # the failure cut NPUs off: not this test's case
         reject()
+
+
+@pytest.mark.parametrize("model", ["flow", "analytical"])
+def test_a_training_run_counts_the_paths_flows_merged_or_not(model):
+    """A training run (the timers of workloads, not of single collectives) on a fabric with
+    twins merged takes the same time as on every path, and counts the flows the paths carry
+    as the collectives do: the merged flows' copies (their multiplicity) included."""
+    spec = {"generator": "transformer", "layers": 2, "hidden": 1024, "ffn": 4096, "heads": 8,
+            "vocab": 32000, "sequence": 1024, "global_batch": 16, "micro_batch": 1, "tp": 4,
+            "pp": 1, "dp": 8}
+    merged, every_path = both(SMALL_POD)
+    a = flowsim.simulate(merged, spec, "nccl", model=model)
+    b = flowsim.simulate(every_path, spec, "nccl", model=model)
+    assert float(a.time_ns) == pytest.approx(float(b.time_ns), rel=RTOL)
+    assert a.attrs["stats_flows"] == b.attrs["stats_flows"] == b.attrs["stats_simulated_flows"]
+    assert a.attrs["stats_simulated_flows"] < b.attrs["stats_simulated_flows"]

@@ -12,7 +12,7 @@ import numpy as np
 from ..results.stats import SimulationStats
 from .dag import PhaseDag
 from .phase_plan import PhasePlan
-from .templates import StepTemplate, flow_counts
+from .templates import StepTemplate
 
 
 class AnalyticalTimer:
@@ -157,9 +157,8 @@ class AnalyticalTimer:
             self._usage[id(template)] = [template, nbytes]
         else:
             entry[1] += nbytes
-        flows, represented = flow_counts((template,))
-        self.flows += flows * steps
-        self.represented_flows += represented * steps
+        self.flows += template.flows * steps
+        self.represented_flows += template.represented_flows * steps
         self.steps += steps
 
     def _spread_usage(self) -> None:

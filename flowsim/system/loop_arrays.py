@@ -25,7 +25,7 @@ from .op_prices import compute_op_ns
 from .phases import NpuSet, collective_chunks
 from .point_to_point import PointToPoint, mailbox_key
 from .scheduler import Schedule
-from .templates import StepTemplate, flow_counts
+from .templates import StepTemplate
 
 _KINDS = {"compute": code.COMPUTE, "collective": code.COLLECTIVE, "send": code.SEND,
           "recv": code.RECV}
@@ -78,9 +78,8 @@ class Packer:
                 lists.append([self._phase(ph) for ph in phases_of_chunk])
                 for ph in phases_of_chunk:
                     for template, _, count in self.schedule.shapes.plan(ph).usage:
-                        timed, stood_for = flow_counts((template,))
-                        flows += timed * count
-                        represented += stood_for * count
+                        flows += template.flows * count
+                        represented += template.represented_flows * count
                         steps += count
                 phases += len(phases_of_chunk)
         s = self.shape_of[id(chunks)] = len(self.shape_chunks)

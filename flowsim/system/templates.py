@@ -7,6 +7,7 @@ and every collective of that shape; both timers consume it (the analytical one p
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -131,10 +132,14 @@ class StepTemplate:
         return dims  # type: ignore[return-value]
 
 
-def flow_counts(templates) -> tuple[int, int]:
-    """Flows of some templates: those timed, and those they stand for (copies counted)."""
-    return (sum(tp.src.size for tp in templates),
-            sum(tp.src.size * tp.copies for tp in templates))
+def flow_counts(templates: Iterable[StepTemplate]) -> tuple[int, int]:
+    """Flows of some templates: those timed, and those they stand for (their
+    :attr:`~StepTemplate.flows` and :attr:`~StepTemplate.represented_flows` summed)."""
+    timed = represented = 0
+    for template in templates:
+        timed += template.flows
+        represented += template.represented_flows
+    return timed, represented
 
 
 def make_template(network, src: np.ndarray, dst: np.ndarray, indptr: np.ndarray,
