@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from numpy.typing import ArrayLike
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "validation" / "published"
 #: the cluster preset (topologies/clusters/) of each machine the rows name
@@ -191,7 +193,7 @@ def model_for(row: dict[str, str], model: str = "auto") -> str:
 
 
 def predict(row: dict[str, str], model: str, sustained: float | None = None,
-            speed=None) -> float:
+            speed: ArrayLike | None = None) -> float:
     """Simulated iteration time (s); ``sustained`` overrides the compute model's calibrated
     constant (to re-derive it: see :data:`flowsim.compute.devices.SUSTAINED`), ``speed``
     gives per-GPU compute speeds (a what-if: see ``published_scaling.py --spread``)."""
