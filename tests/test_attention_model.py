@@ -253,3 +253,15 @@ def test_h100_attention_follows_cudnn_s_own_h200_curve():
             ns = attention_ns(h200, kernel) - h200.launch_us * 1e3
             assert kernel.flops / ns / 1e3 == pytest.approx(measured, rel=0.07), (seq,
                                                                                  is_backward)
+
+
+def test_the_fit_script_refuses_a_plot_in_a_missing_folder_before_fitting(tmp_path, capsys):
+    """``fit_attention.py --plot`` names the option and the folder, in one line, and writes
+    nothing; into a folder that exists it writes the figure."""
+    fa = _fit_attention()
+    with pytest.raises(SystemExit) as exit_:
+        fa.main(["--plot", str(tmp_path / "missing" / "b200.png")])
+    assert exit_.value.code == 2
+    assert "argument --plot: folder" in capsys.readouterr().err
+    fa.main(["--plot", str(tmp_path / "b200.png")])   # matplotlib: a test dependency
+    assert (tmp_path / "b200.png").stat().st_size > 10_000
