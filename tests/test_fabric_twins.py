@@ -132,7 +132,7 @@ def test_a_training_run_counts_the_paths_flows_merged_or_not(model):
     as the collectives do: the merged flows' copies (their multiplicity) included."""
     spec = {"generator": "transformer", "layers": 2, "hidden": 1024, "ffn": 4096, "heads": 8,
             "vocab": 32000, "sequence": 1024, "global_batch": 16, "micro_batch": 1, "tp": 4,
-            "pp": 1, "dp": 8}
+            "pp": 2, "dp": 4}   # pipeline sends cross the fabric too
     merged, every_path = both(SMALL_POD)
     a = flowsim.simulate(merged, spec, "nccl", model=model)
     b = flowsim.simulate(every_path, spec, "nccl", model=model)

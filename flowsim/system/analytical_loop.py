@@ -34,6 +34,7 @@ from . import loop_codes as code
 from .accounting import TimeAccounts, layer_npus
 from .config import SystemConfig
 from .loop_arrays import Packed, Packer, pack
+from .templates import flow_counts
 
 #: the ops a process runs in the Python engine before the loop loads Numba (~0.55 s) when
 #: nothing else has: the engine takes about 15 us per op, the compiled loop under 1 us, so a
@@ -100,8 +101,8 @@ def _record(network, workload: Workload, programs: list[np.ndarray], packed: Pac
     collectives, sends = packed.collectives, packed.sends
     stats = np.array(packer.shape_stats, np.int64).reshape(-1, 4)[collectives].sum(axis=0) \
         if collectives.size else np.zeros(4, np.int64)
-    sent = sum(int(t.src.size) for _, t in sends)
-    flows, represented = int(stats[0]) + sent, int(stats[1]) + sent
+    sent, sent_represented = flow_counts(t for _, t in sends)
+    flows, represented = int(stats[0]) + sent, int(stats[1]) + sent_represented
     steps = int(stats[2]) + len(sends)
     time_ns = max(float(accounts.npu_finish.max(initial=0.0)), float(coll_end))
     return accounts.record(
