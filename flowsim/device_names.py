@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 #: short name -> preset name (``a100``, ``h100`` and ``h800`` are the SXM 80 GB parts,
-#: ``h200`` the SXM 141 GB part, ``b200`` the SXM part)
+#: ``h200`` the SXM 141 GB part, ``b200`` and ``b300`` the SXM parts)
 ALIASES: Mapping[str, str] = MappingProxyType({
     "a100": "a100_sxm_80gb", "h100": "h100_sxm_80gb", "h200": "h200_sxm_141gb",
-    "h800": "h800_sxm_80gb", "b200": "b200_sxm"})
+    "h800": "h800_sxm_80gb", "b200": "b200_sxm", "b300": "b300_sxm"})
 
 #: chip -> {memory in GB the vendor names it with: preset}; a name without its memory is the
 #: short name's part
@@ -30,6 +30,8 @@ _MEMORY: Mapping[str, Mapping[int, str]] = MappingProxyType({
     "h800": {80: "h800_sxm_80gb"},
     "b200": {180: "b200_sxm", 192: "b200_sxm"},
     "gb200": {186: "gb200", 192: "gb200"},
+    "b300": {288: "b300_sxm"},
+    "gb300": {288: "gb300"},
 })
 #: words of a vendor's name that say nothing about which part it is
 _NOISE = frozenset({"nvidia", "tesla", "gpu", "sxm", "tensor", "core", "hgx"})
@@ -43,6 +45,9 @@ _OWN_WORDS: Mapping[str, frozenset[str]] = MappingProxyType({
     "h800": frozenset({"sxm5", "hbm3"}),
     "b200": frozenset({"sxm6", "hbm3e", "dgx"}),
     "gb200": frozenset({"hbm3e", "nvl72", "nvl36", "superchip", "dgx"}),
+    # nvidia-smi names the air-cooled HGX part "NVIDIA B300 SXM6 AC"
+    "b300": frozenset({"sxm6", "ac", "hbm3e", "dgx"}),
+    "gb300": frozenset({"hbm3e", "nvl72", "superchip", "dgx"}),
 })
 #: words naming another form factor than the presets' (an add-in card of lower power)
 _OTHER_FORMS = frozenset({"pcie", "nvl"})

@@ -23,9 +23,11 @@ training step launches its kernels ahead of the GPU and pays none of it. That ov
 the fixed work per block both weigh most at short sequences, so the short lengths are fitted
 least well (backward: +9% at 512 tokens, -12% at 1K; within 1.4% forward and 3.1% backward
 from 2K to 32K). It prints the constants the B200 and GB200 presets carry and how the model
-then follows the curve; ``--plot`` draws the curve beside the model (the kernel alone, as a
-training step runs it, and with the benchmark's overhead) and beside the one rate the
-presets took before.
+then follows the curve, and Blackwell Ultra's (GB300, B300): those rates times GB300's
+speed-up over GB200 in cuDNN's curves of both measured the same day (April 2026, cuDNN
+9.22; the same BF16 peak, so the ratio is the hardware's: its faster exponentials).
+``--plot`` draws the curve beside the model (the kernel alone, as a training step runs it,
+and with the benchmark's overhead) and beside the one rate the presets took before.
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ B200_CUDNN = (
     (4096, 897.309, 709.138), (8192, 1211.140, 945.440), (16384, 1358.566, 1074.499),
     (32768, 1435.072, 1132.387), (65536, 1428.973, 1074.456),
     (131072, 1348.674, 1037.897))
+#: cuDNN's fused attention on a GB200 and on a GB300 measured the same day with the same
+#: cuDNN (9.22; cudnn-frontend ``benchmark/sdpa_benchmark_training/results/llama3.1/gb200``
+#: and ``gb300``, 2026-04-24, added in fb682ce): BF16, causal, batch 2, 64 query heads, 8
+#: key-value heads, dimension 128, the non-deterministic backward; sequence length, GB200
+#: forward and backward, GB300 forward and backward TFLOP/s
+BLACKWELL_ULTRA_CUDNN = (
+    (2048, 1097.0, 885.0, 1373.0, 967.0), (4096, 1408.0, 1148.0, 1703.0, 1248.0),
+    (8192, 1574.0, 1332.0, 1856.0, 1435.0), (16384, 1708.0, 1328.0, 1915.0, 1507.0),
+    (32768, 1622.0, 1226.0, 1953.0, 1490.0))
 #: the lengths fitted (those of the H100 fit: 512 to 16K)
 FITTED = (512, 16384)
 #: the benchmark's attention: Llama 3.1 405B's heads and head dimension
@@ -119,6 +130,15 @@ def fit() -> Fit:
     return Fit(float(f.x[0]), float(b.x[0]), keys, float(f.x[2]), float(b.x[1]))
 
 
+def blackwell_ultra_speedup() -> tuple[float, float]:
+    """GB300's attention rate over GB200's (the same BF16 peak), forward and backward: the
+    geometric mean over :data:`BLACKWELL_ULTRA_CUDNN`'s lengths."""
+    table = np.array(BLACKWELL_ULTRA_CUDNN)
+    forward = np.exp(np.mean(np.log(table[:, 3] / table[:, 1])))
+    backward = np.exp(np.mean(np.log(table[:, 4] / table[:, 2])))
+    return float(forward), float(backward)
+
+
 #: the presets' attention before the fit: one rate at every length from the FlashAttention-4
 #: paper's headline (0.71 / 1.3 forward; the backward at cuDNN's H100 ratio, 516 / 595) and
 #: H100's fixed work: forward, backward, keys
@@ -174,6 +194,10 @@ def main(argv: list[str] | None = None) -> None:
           f"attention_block_keys={result.block_keys:.0f} "
           f"(benchmark host overhead {result.forward_host_us:.0f} us forward, "
           f"{result.backward_host_us:.0f} us backward)")
+    forward, backward = blackwell_ultra_speedup()
+    print(f"Blackwell Ultra (GB300, B300): cuDNN {forward:.3f} x forward, {backward:.3f} x "
+          f"backward of GB200's the same day: attention_forward="
+          f"{result.forward * forward:.3f}, attention_backward={result.backward * backward:.3f}")
     print(f"{'tokens':>7} {'forward':>8} {'model':>7} {'backward':>9} {'model':>7}")
     for seq, fwd, bwd in B200_CUDNN:
         f = modelled_tflops(B200_SXM, seq, False, result.forward_host_us)

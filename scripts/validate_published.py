@@ -34,7 +34,8 @@ DATA = ROOT / "validation" / "published"
 #: the cluster preset (topologies/clusters/) of each machine the rows name
 CLUSTERS = {"dgx_a100": "dgx_a100_superpod", "dgx_h100": "dgx_h100",
             "meta_h100_roce": "roce_clos_h100", "gb200_nvl72": "gb200_nvl72",
-            "dgx_b200": "dgx_b200", "dgx_h200": "dgx_h200"}
+            "dgx_b200": "dgx_b200", "dgx_h200": "dgx_h200", "gb300_nvl72": "gb300_nvl72",
+            "dgx_b300": "dgx_b300"}
 _BOOL = {"true": True, "false": False}
 #: the recorded predictions (``--csv`` of a full run), beside the publications' rows
 RECORD = DATA / "results.csv"

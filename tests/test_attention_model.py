@@ -211,6 +211,28 @@ def test_blackwell_presets_carry_the_fit_of_cudnn_s_b200_curve():
     assert flowsim.compute.device("h100").attention_block_keys == 198   # the H100 fit's
 
 
+def test_blackwell_ultra_presets_carry_cudnn_s_same_day_speed_up_over_gb200():
+    """GB300's and B300's attention is Blackwell's fit times GB300's speed-up over GB200 in
+    cuDNN's curves of both measured the same day (1.19 forward, 1.12 backward: the same BF16
+    peak, so the hardware's faster exponentials), to the presets' rounding; the fixed work
+    per block is Blackwell's. At 16K tokens the GB300 model runs faster than the GB200 one
+    by that speed-up, within a percent (the fixed work weighs the same on both)."""
+    fa = _fit_attention()
+    fit = fa.fit()
+    forward, backward = fa.blackwell_ultra_speedup()
+    assert 1.15 < forward < 1.25 and 1.08 < backward < 1.16
+    for name in ("b300", "gb300"):
+        device = flowsim.compute.device(name)
+        assert device.attention_forward == round(fit.forward * forward, 3)
+        assert device.attention_backward == round(fit.backward * backward, 3)
+        assert device.attention_block_keys == round(fit.block_keys)
+    gb200, gb300 = flowsim.compute.device("gb200"), flowsim.compute.device("gb300")
+    for is_backward, speedup in ((False, forward), (True, backward)):
+        kernel = Attention(2, 64, 16384, 16384, 128, kv_heads=8, backward=is_backward)
+        assert attention_ns(gb200, kernel) / attention_ns(gb300, kernel) == pytest.approx(
+            speedup, rel=0.01)
+
+
 def test_blackwell_attention_follows_cudnn_s_b200_curve():
     """With the benchmark's host overhead per call (fitted beside the constants), the model
     is within 1.5% of every forward and 3.5% of every backward rate from 2K to 32K tokens

@@ -88,6 +88,33 @@ def test_a_gb200_rack_is_one_nvlink_domain_of_72_gpus():
     assert achieved == pytest.approx(1822.0, rel=1e-9)
 
 
+@pytest.mark.parametrize("preset, device, gpus, nic_gbps, mamf, shape", [
+    ("gb300_nvl72", "gb300", 72, 800, 1822.0, (4096, 9728, 2048)),
+    ("dgx_b300", "b300_sxm", 8, 800, 1769.0, (12288, 18432, 1024)),
+])
+def test_blackwell_ultra_clusters_have_800_gb_s_nics_and_their_measured_gemms(
+        preset, device, gpus, nic_gbps, mamf, shape):
+    """GB300 NVL72 racks and DGX B300 servers: NVLink 5 as Blackwell's, one 800 Gb/s
+    ConnectX-8 per GPU; a GB300 prices a GEMM from GB200's MAMF (none is published for it:
+    the same BF16 peak and clocks), a B300 from its own (1,769 TFLOP/s at 12288x18432x1024).
+    Both forms of each preset load, with the same GPUs."""
+    from flowsim.compute import DeviceModel
+    from flowsim.workload.kernels import Gemm
+
+    net = flowsim.load_network(_cluster(PRESETS / f"{preset}.yml", nodes=2))
+    assert net.dims == (gpus, 2) and net.config.device == device
+    bandwidth = net.config.bandwidth_gbps
+    assert bandwidth[0] == pytest.approx(900 * NVLINK_EFFICIENCY * _GB)
+    assert bandwidth[1] == pytest.approx(nic_gbps / 8 * NIC_EFFICIENCY * _GB)
+    fabric = flowsim.load_network(_cluster(PRESETS / f"{preset}_fabric.yml", nodes=2,
+                                           hosts_per_leaf=2))
+    assert fabric.npus == net.npus == 2 * gpus
+    model = DeviceModel(device, sustained=1.0)
+    m, n, k = shape
+    achieved = 2 * m * n * k / model.kernel_ns(Gemm(m, n, k)) / 1e3   # TFLOP/s
+    assert achieved == pytest.approx(mamf, rel=1e-9)
+
+
 @pytest.mark.parametrize("collective", ["all_reduce", "all_to_all"])
 def test_a_non_blocking_fabric_agrees_with_the_multidimensional_form(collective):
     """Rail-optimized and non-blocking, the fabric form has no contention the two Switch

@@ -28,6 +28,10 @@ from flowsim.topology.clusters import expand_cluster
     ("NVIDIA B200", "b200_sxm"),
     ("NVIDIA GB200", "gb200"),
     ("GB200 NVL72", "gb200"),
+    ("NVIDIA B300 SXM6 AC", "b300_sxm"),     # nvidia-smi on an HGX B300
+    ("B300 288GB", "b300_sxm"),
+    ("NVIDIA GB300", "gb300"),
+    ("GB300 NVL72", "gb300"),
 ])
 def test_a_vendor_s_name_of_a_preset_s_part_is_that_preset(name, preset):
     assert device(name).name == preset
@@ -44,6 +48,7 @@ def test_every_preset_and_short_name_still_reads_as_itself(name):
     "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "A100-PCIE-40GB", "NVIDIA A100 80GB PCIe",
     "H200 NVL", "GH200", "H100 94GB", "A100 64GB", "H100 A100", "tpu v5p", "MI300X",
     "A100 SXM5", "H100 SXM6", "B200 HBM2", "DGX A100",   # another part's words; which A100
+    "B300 180GB", "GB300 NVL36",   # memory or a rack B300 and GB300 never shipped as
 ])
 def test_another_part_is_refused_naming_the_key_and_the_value(name):
     with pytest.raises(ConfigError, match=r"cluster\.device.*h100_sxm_80gb") as refused:

@@ -71,6 +71,8 @@ def test_context_parallel_qkv_gradient_casts_after_the_key_value_reduction(net):
 @pytest.mark.parametrize("preset, ratio", [("h100", (1402.6 / 1978.9) / (794.5 / 989.4)),
                                            ("h200", (1453.4 / 1978.9) / (794.5 / 989.4)),
                                            ("gb200", (3615.6 / 5000.0) / (1822.0 / 2500.0)),
+                                           ("gb300", (3615.6 / 5000.0) / (1822.0 / 2500.0)),
+                                           ("b300", (3353.3 / 4500.0) / (1769.0 / 2250.0)),
                                            ("a100", 1.0)])
 def test_fp8_gemms_reach_the_published_fraction_of_their_peak(preset, ratio):
     """A compute-bound FP8 GEMM runs at its peak times the BF16 GEMM's fraction times the

@@ -9,20 +9,23 @@ adjusted to a training run (sources beside each preset):
   a GB200 superchip, the dense peaks and memory of ml-engineering's "TFLOPS comparison
   table" and memory table (2,500 TFLOP/s BF16, 5,000 FP8, 186 GB at 8 TB/s) and B200's 148
   SMs; for the B200 SXM of an HGX or DGX B200, the same tables (2,250 TFLOP/s BF16, 4,500
-  FP8, 180 GB at 8 TB/s, 148 SMs); H200 SXM and H800 SXM are H100 SXM's die at its clocks
+  FP8, 180 GB at 8 TB/s, 148 SMs); Blackwell Ultra's GB300 and B300 SXM are GB200's and
+  B200's peaks and SMs with 288 GB (:data:`GB300`, :data:`B300_SXM`); H200 SXM and H800 SXM
+  are H100 SXM's die at its clocks
   (H200: 141 GB of HBM3e at 4.8 TB/s; H800: NVLink and FP64 cut, neither a compute fact here);
-* the *maximum achievable matmul FLOPS* (MAMF), the best BF16 GEMM throughput found by a
-  brute-force shape search, and that shape: S. Bekman, *Machine Learning Engineering*,
-  "Maximum Achievable Matmul FLOPS comparison table" (github.com/stas00/ml-engineering,
-  ``compute/accelerator/README.md``): A100 SXM 267.9 TFLOP/s at 6912x16384x2048 (CUDA 12.1),
-  H100 SXM 792.1 TFLOP/s at 6144x17920x2816 (CUDA 12.1); GB200 1,822.0 at 4096x9728x2048
-  (CUDA 13.0); B200 SXM 1,745.0 at 1792x16128x3072 (torch 2.7.1+cu128). The GEMM model's asymptotic
-  efficiency is derived from it (:func:`flowsim.compute.gemm.asymptotic_efficiency`). FP8
-  GEMMs reach a smaller fraction of their peak: the same table's best FP8 (``float8_e4m3fn``)
-  GEMM against its best BF16 GEMM, both measured with the same software, gives the ratio of
-  the two fractions (H100 SXM: 70.9% / 80.3% = 0.883 with torch 2.7.0+cu126; GB200: 72.3% /
-  72.9% = 0.992 with torch 2.10.0+cu130; B200: 76.3% / 77.6% = 0.984 with torch
-  2.7.1+cu128), :attr:`Device.fp8_gemm_ratio`;
+* the *maximum achievable matmul FLOPS* (MAMF), the best BF16 GEMM throughput found by a brute-force
+  shape search, and that shape: S. Bekman, *Machine Learning Engineering*, "Maximum Achievable
+  Matmul FLOPS comparison table" (github.com/stas00/ml-engineering,
+  ``compute/accelerator/README.md``): A100 SXM 267.9 TFLOP/s at 6912x16384x2048 (CUDA 12.1), H100
+  SXM 792.1 TFLOP/s at 6144x17920x2816 (CUDA 12.1); GB200 1,822.0 at 4096x9728x2048 (CUDA 13.0);
+  B200 SXM 1,745.0 at 1792x16128x3072 (torch 2.7.1+cu128); B300 SXM 1,769.0 at 12288x18432x1024
+  (torch 2.9.1+cu130). The GEMM model's asymptotic efficiency is derived from it
+  (:func:`flowsim.compute.gemm.asymptotic_efficiency`). FP8 GEMMs reach a smaller fraction of their
+  peak: the same table's best FP8 (``float8_e4m3fn``) GEMM against its best BF16 GEMM, both measured
+  with the same software, gives the ratio of the two fractions (H100 SXM: 70.9% / 80.3% = 0.883 with
+  torch 2.7.0+cu126; GB200: 72.3% / 72.9% = 0.992 with torch 2.10.0+cu130; B200: 76.3% / 77.6% =
+  0.984 with torch 2.7.1+cu128; B300: 74.5% / 78.6% = 0.948 with torch 2.9.1+cu130),
+  :attr:`Device.fp8_gemm_ratio`;
 * fused attention throughput, of the kernel Transformer Engine runs (its
   ``DotProductAttention`` picks cuDNN's fused attention over FlashAttention on Hopper and
   newer "for performance reasons", from TE 1.4 on, and FlashAttention on Ampere): on A100,
@@ -41,7 +44,9 @@ adjusted to a training run (sources beside each preset):
   of fixed work per thread block (:attr:`Device.attention_block_keys`; 198 on Hopper and
   Ampere, from the FlashAttention-3 paper's H100 curves). GB200 runs the same kernel at
   the same fractions of its own peak (an assumption: its published curve, from cuDNN 9.17
-  in December 2025, is 8% faster at 16K tokens, newer software);
+  in December 2025, is 8% faster at 16K tokens, newer software); Blackwell Ultra (GB300,
+  B300) at those rates times its speed-up over GB200 in cuDNN's same-day curves of both
+  (April 2026): 0.826 forward, 0.618 backward;
 * memory-bound kernels reach about 90% of the HBM bandwidth (a device-to-device copy: e.g.
   3.57 of 3.94 TB/s measured on an H100 NVL, ml-engineering's benchmark notes); kernel
   launch and tail costs of a few microseconds per kernel.
@@ -261,11 +266,51 @@ B200_SXM = Device(
            "2.7.1+cu128); attention: cuDNN's B200 curve (cudnn-frontend benchmark, cuDNN "
            "9.10.2); sustained fraction borrowed from GB200")
 
+#: Blackwell Ultra (B300, GB300) runs cuDNN's attention faster than Blackwell at the same
+#: peak: its special-function units compute exponentials twice as fast, and the softmax's
+#: are what bound the kernel. NVIDIA measured both the same day with the same cuDNN (9.22,
+#: April 2026) on a GB200 and a GB300 (the same BF16 peak); the GB300's rate over the
+#: GB200's, the geometric mean over 2K to 32K tokens, causal (1.19 forward, 1.12 backward;
+#: ``scripts/fit_attention.py`` derives it), scales Blackwell's fitted rates: the software
+#: stays that of the Blackwell fit, so the borrowed sustained fraction means the same on both.
+BLACKWELL_ULTRA_ATTENTION_FORWARD = 0.826
+BLACKWELL_ULTRA_ATTENTION_BACKWARD = 0.618
+
+#: GB300 (Blackwell Ultra of a GB300 NVL72 rack): GB200's BF16 and FP8 peaks and clocks,
+#: 148 SMs enabled (of the full die's 160 in NVIDIA's "Inside NVIDIA Blackwell Ultra"; as on
+#: B200, programs on GB300 and B300 report 148), 288 GB of HBM3e at 8 TB/s (NVIDIA's GB300
+#: NVL72 specifications; ml-engineering's tables: "the same but faster fp4 and more memory").
+#: No MAMF is published for it; a Blackwell Ultra die computes BF16 and FP8 GEMMs as a
+#: Blackwell one at the same peak (ml-engineering's B300 MAMF, 78.6% of its peak, "same as
+#: B200"), so it takes GB200's measured GEMMs. Its attention is Blackwell Ultra's; its
+#: sustained fraction is GB200's (an assumption; Megatron-Bridge's published GB300 rows
+#: check it: ``validation/published/megatron_bridge_blackwell.csv``).
+GB300 = replace(
+    GB200, name="gb300", memory_gb=288.0,
+    attention_forward=BLACKWELL_ULTRA_ATTENTION_FORWARD,
+    attention_backward=BLACKWELL_ULTRA_ATTENTION_BACKWARD,
+    source="Blackwell Ultra of a GB300 NVL72 rack; GB200's peaks, SMs and GEMMs, 288 GB at "
+           "8 TB/s; attention: Blackwell's fit times cuDNN's GB300 / GB200 same-day speed-up; "
+           "sustained fraction borrowed from GB200")
+#: B300 SXM (HGX / DGX B300): B200's peaks (2,250 TFLOP/s BF16, 4,500 FP8) and 148 SMs with
+#: 288 GB of HBM3e at 8 TB/s, and its own MAMF (ml-engineering's tables: BF16 1,769.0 at
+#: 12288x18432x1024, FP8 3,353.3, torch 2.9.1+cu130); attention Blackwell Ultra's; sustained
+#: fraction GB200's, as B200's.
+B300_SXM = replace(
+    B200_SXM, name="b300_sxm", memory_gb=288.0, mamf_tflops=1769.0,
+    mamf_shape=(12288, 18432, 1024),
+    fp8_gemm_ratio=round(3353.3 / 4500.0 / (1769.0 / 2250.0), 3),
+    attention_forward=BLACKWELL_ULTRA_ATTENTION_FORWARD,
+    attention_backward=BLACKWELL_ULTRA_ATTENTION_BACKWARD,
+    source="B300 SXM; ml-engineering accelerator tables (peaks, memory, MAMF with torch "
+           "2.9.1+cu130); attention: Blackwell's fit times cuDNN's GB300 / GB200 same-day "
+           "speed-up; sustained fraction borrowed from GB200")
+
 #: presets by name (also reachable by the short names ``a100``, ``h100``, ``h200``, ``h800``,
-#: ``b200``)
+#: ``b200``, ``b300``)
 DEVICES: Mapping[str, Device] = MappingProxyType({
     d.name: d for d in (A100_SXM_80GB, A100_SXM_40GB, H100_SXM_80GB, H200_SXM_141GB,
-                        H800_SXM_80GB, GB200, B200_SXM)})
+                        H800_SXM_80GB, GB200, B200_SXM, GB300, B300_SXM)})
 
 
 def device(name: object, *, source: str = "argument", key: str = "device") -> Device:

@@ -8,7 +8,8 @@
                               # it; PCIe / NVL cards are other parts); sets the defaults below
       nodes: 128              # servers
       gpus_per_node: 8        # default 8
-      nic_gbps: 400           # line rate of one NIC, Gb/s (default by device: 200 A100, 400 later)
+      nic_gbps: 400           # line rate of one NIC, Gb/s (default by device: 200 A100,
+                              # 400 H100 to GB200, 800 B300 and GB300)
       nics_per_node: 8        # default one per GPU
       fabric: rail_optimized  # or clos: how NICs reach the leaf switches (this and the keys
                               # below: fabric form only; the multidim form warns of them)
@@ -22,12 +23,12 @@
 
 Every other number comes from public specifications, set once per device and technology:
 
-* **scale-up** (NVLink through NVSwitch): the device's per-direction NVLink bandwidth (A100:
-  300 GB/s; H100 and H200: 450 GB/s; H800: 200 GB/s; B200: 900 GB/s; GB200: 900 GB/s, a node
-  of GB200 being its NVL72 rack's NVLink domain) at :data:`NVLINK_EFFICIENCY`, the bus
-  bandwidth NCCL measures on 8 H100s (about 370 of 450 GB/s: the JAX scaling book's GPU
-  chapter and the ASTRA-sim documentation's HGX-H100 validation both show it),
-  :data:`NVLINK_LATENCY_NS` per link;
+* **scale-up** (NVLink through NVSwitch): the device's per-direction NVLink bandwidth (A100: 300
+  GB/s; H100 and H200: 450 GB/s; H800: 200 GB/s; B200 and B300: 900 GB/s; GB200 and GB300: 900 GB/s,
+  a node of either being its NVL72 rack's NVLink domain) at :data:`NVLINK_EFFICIENCY`, the bus
+  bandwidth NCCL measures on 8 H100s (about 370 of 450 GB/s: the JAX scaling book's GPU chapter and
+  the ASTRA-sim documentation's HGX-H100 validation both show it), :data:`NVLINK_LATENCY_NS` per
+  link;
 * **scale-out** (InfiniBand or RoCE): ``nic_gbps`` per NIC, shared by the GPUs of a node,
   at :data:`NIC_EFFICIENCY` (headers and protocol overhead of 4 KiB payloads), with
   :data:`NIC_LATENCY_NS` per link (NIC, cable and switch traversal).
@@ -39,8 +40,8 @@ rail-optimized or not, oversubscribed or not, in two or three tiers, routed with
 slower, and shows contention.
 
 Presets of real machines, network files to copy and scale by ``nodes``, are in
-``topologies/clusters/`` (a DGX A100 SuperPOD, DGX H100, H200 and B200 clusters, Meta's 24K-GPU
-RoCE cluster of Llama 3, GB200 NVL72 racks), each in both forms; their names
+``topologies/clusters/`` (a DGX A100 SuperPOD, DGX H100, H200, B200 and B300 clusters, Meta's
+24K-GPU RoCE cluster of Llama 3, GB200 and GB300 NVL72 racks), each in both forms; their names
 are bundled names (``flowsim run --network dgx_h100 --workload llama3_70b``).
 
 NCCL's own cost per collective step (kernel synchronisation, proxy threads) is not a link
@@ -117,6 +118,11 @@ INTERCONNECTS: dict[str, Interconnect] = {
                                         "ConnectX-7 per GPU"),
     "b200_sxm": Interconnect(900.0, 400.0, "NVLink 5: 1.8 TB/s bidirectional; DGX B200: "
                                            "8 x 400 Gb/s ConnectX-7"),
+    "gb300": Interconnect(900.0, 800.0, "NVLink 5: 1.8 TB/s bidirectional across the 72 GPUs "
+                                        "of a GB300 NVL72 rack; one 800 Gb/s ConnectX-8 per "
+                                        "GPU (four per compute tray of four GPUs)"),
+    "b300_sxm": Interconnect(900.0, 800.0, "NVLink 5: 1.8 TB/s bidirectional; DGX B300: "
+                                           "8 x 800 Gb/s ConnectX-8"),
 }
 #: the bundled system a run on a ``cluster:`` network takes when it is given none
 CLUSTER_SYSTEM = "nccl"
