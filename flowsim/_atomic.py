@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from .errors import ConfigError, ConfigTypeError, describe
 
@@ -112,6 +113,26 @@ def write_text_atomic(path: str | os.PathLike, text: str, *,
                       option: str | None = None) -> None:
     """Write ``text`` (UTF-8) to ``path`` through :func:`atomic_output`."""
     write_bytes_atomic(path, text.encode("utf-8"), option=option)
+
+
+def refuse_missing_folder(parser: Any, path: str | os.PathLike | None, option: str) -> None:
+    """Stop a script at once, through its ``argparse`` parser's one-line error naming
+    ``option``, when ``path`` (an output it will write after its work) could not be written
+    there; no path, no check."""
+    if path is None:
+        return
+    try:
+        check_target(path, option=option)
+    except ConfigError as error:
+        parser.error(str(error))
+
+
+def save_figure(figure: Any, path: str | os.PathLike, *, option: str | None = None,
+                dpi: int = 110) -> None:
+    """Save a matplotlib figure to ``path`` through :func:`atomic_output` (the format from
+    the target's extension)."""
+    with atomic_output(path, option=option) as tmp:
+        figure.savefig(tmp, dpi=dpi)
 
 
 @functools.cache

@@ -16,6 +16,7 @@ import sys
 import time
 
 import flowsim
+from flowsim._atomic import refuse_missing_folder, save_figure
 from flowsim.results import from_attrs
 
 #: (label, model, replay isolated steps)
@@ -41,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="simulate every group (the flow model's raw cost)")
     parser.add_argument("-o", "--output", default="scaling.png")
     args = parser.parse_args(argv)
+    refuse_missing_folder(parser, args.output, "--output")
     flowsim.warmup()
     rows = []
     print(f"{'NPUs':>6} {'model':>16} {'flows':>10} {'simulated':>10} {'rate comp.':>10} "
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         ax.grid(alpha=0.3, which="both")
         ax.legend()
     fig.tight_layout()
-    fig.savefig(args.output, dpi=110)
+    save_figure(fig, args.output, option="--output")
     print(f"wrote {args.output}")
     return 0
 

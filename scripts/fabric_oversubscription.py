@@ -18,6 +18,7 @@ import numpy as np
 import xarray as xr
 
 import flowsim
+from flowsim._atomic import refuse_missing_folder, save_figure
 
 RATIOS = [1, 2, 4, 8]
 SYSTEM = {"preferred-dataset-splits": 4, "endpoint-delay": 10, "local-mem-bw": 1600,
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="256MiB")
     parser.add_argument("-o", "--output", default="fabric_oversubscription.png")
     args = parser.parse_args(argv)
+    refuse_missing_folder(parser, args.output, "--output")
     times = np.zeros((2, 2, len(RATIOS)))
     collectives = ["all_reduce", "all_to_all"]
     models = ["analytical", "flow"]
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(args.output, dpi=110)
+    save_figure(fig, args.output, option="--output")
     print(f"wrote {args.output}")
     return 0
 

@@ -38,10 +38,9 @@ import dataclasses
 import numpy as np
 from scipy.optimize import least_squares
 
-from flowsim._atomic import atomic_output, check_target
+from flowsim._atomic import refuse_missing_folder, save_figure
 from flowsim.compute.attention import attention_ns
 from flowsim.compute.devices import B200_SXM, Device
-from flowsim.errors import ConfigError
 from flowsim.workload.kernels import Attention
 
 #: sequence length, forward and backward TFLOP/s of cuDNN (``pyt_cudnn`` rows) on B200
@@ -176,19 +175,14 @@ def plot(result: Fit, path: str) -> None:
     fig.suptitle("Fused attention on B200: cuDNN's published curve and flowsim's fit "
                  "(shaded: the lengths fitted)", fontsize=10)
     fig.tight_layout()
-    with atomic_output(path, option="--plot") as tmp:
-        fig.savefig(tmp, dpi=120)
+    save_figure(fig, path, option="--plot", dpi=120)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plot", metavar="PNG", help="draw the curve and the model here")
     args = parser.parse_args(argv)
-    if args.plot:   # refuse a folder that is not there before fitting, not after
-        try:
-            check_target(args.plot, option="--plot")
-        except ConfigError as error:
-            parser.error(str(error))
+    refuse_missing_folder(parser, args.plot, "--plot")   # before fitting, not after
     result = fit()
     print(f"attention_forward={result.forward:.3f}, attention_backward={result.backward:.3f}, "
           f"attention_block_keys={result.block_keys:.0f} "

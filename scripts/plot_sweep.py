@@ -14,6 +14,8 @@ import sys
 
 import xarray as xr
 
+from flowsim._atomic import refuse_missing_folder, save_figure
+
 
 def _same(stored: object, text: str) -> bool:
     if str(stored) == text:
@@ -36,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logy", action="store_true")
     parser.add_argument("-o", "--output", default=None, help="PNG file (default: RESULT.png)")
     args = parser.parse_args(argv)
+    refuse_missing_folder(parser, args.output, "--output")
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -80,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     output = args.output or args.result.rsplit(".", 1)[0] + ".png"
-    fig.savefig(output, dpi=120)
+    save_figure(fig, output, option="--output", dpi=120)
     print(f"wrote {output}")
     return 0
 

@@ -29,6 +29,8 @@ from pathlib import Path
 
 from numpy.typing import ArrayLike
 
+from flowsim._atomic import atomic_output, refuse_missing_folder, save_figure, write_text_atomic
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "validation" / "published"
 #: the cluster preset (topologies/clusters/) of each machine the rows name
@@ -227,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="override the compute model's calibrated sustained fraction "
                              "(to re-derive it on its calibration rows)")
     args = parser.parse_args(argv)
+    for option in ("csv", "plot", "markdown"):   # refuse a missing folder before the runs
+        refuse_missing_folder(parser, getattr(args, option), f"--{option}")
     results = []
     done = _read_predictions(args.from_csv) if args.from_csv else {}
     print(f"{'run':36} {'GPUs':>6} {'published s':>12} {'predicted s':>12} {'error':>8} "
@@ -248,8 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(errors)} runs: median |error| {100 * statistics.median(errors):.1f}%, "
               f"max {100 * max(errors):.1f}%, within 10%: "
               f"{sum(e <= 0.10 for e in errors)}/{len(errors)}")
-    if args.csv:
-        with open(args.csv, "w", newline="") as handle:
+    if args.csv:   # every output whole or not at all: a crash leaves the last one be
+        with atomic_output(args.csv, option="--csv") as tmp, \
+                open(tmp, "w", newline="") as handle:
             out = csv.writer(handle)
             out.writerow(["run", "file", "gpus", "model", "published_s", "predicted_s",
                           "error"])
@@ -260,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         _plot(results, args.plot)
     if args.markdown:
-        Path(args.markdown).write_text(_markdown(results))
+        write_text_atomic(args.markdown, _markdown(results), option="--markdown")
     return 0
 
 
@@ -310,7 +315,7 @@ def _plot(results: list, path: str) -> None:
            ylabel="flowsim predicted (s)", title="flowsim against published training runs")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, option="--plot", dpi=120)
 
 
 if __name__ == "__main__":

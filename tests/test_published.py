@@ -113,6 +113,25 @@ def test_the_documentation_table_is_generated_from_the_record():
     assert page == vp._markdown(results)
 
 
+def test_outputs_in_a_missing_folder_are_refused_before_any_run(tmp_path, capsys):
+    """``--csv``, ``--plot`` and ``--markdown`` name their option and the folder in one line
+    before a row is predicted (a full run takes minutes); redrawn from the record, the CSV
+    and the table are written whole, the CSV with every recorded row."""
+    for option in ("--csv", "--plot", "--markdown"):
+        with pytest.raises(SystemExit) as exit_:
+            vp.main([option, str(tmp_path / "missing" / "out"), "--only", "korthikanti22_"])
+        assert exit_.value.code == 2
+        err = capsys.readouterr()
+        assert f"argument {option}: folder" in err.err and "korthikanti22" not in err.out
+    out = tmp_path / "again.csv"
+    vp.main(["--from-csv", str(RECORD), "--csv", str(out),
+             "--markdown", str(tmp_path / "again.md")])
+    assert out.read_text().splitlines()[1:] == RECORD.read_text().splitlines()[1:]
+    assert (tmp_path / "again.md").read_text() == \
+        (ROOT / "validation" / "published" / "results.md").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["again.csv", "again.md"]
+
+
 @pytest.mark.parametrize("device, constant, run", [
     ("gb200", "GB200_SUSTAINED", "dgxc_gb200_nemotron4_340b_bf16_128gpu_strong"),
     ("h100", "H100_SUSTAINED", "dgxc2505_nemotron4_340b_bf16_256gpu")])

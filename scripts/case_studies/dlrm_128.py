@@ -44,6 +44,7 @@ import numpy as np
 import xarray as xr
 
 import flowsim
+from flowsim._atomic import save_figure
 from flowsim.results import write_dataset
 from flowsim.workload.generators import DLRMSpec, parse_dlrm
 
@@ -490,7 +491,7 @@ def plot_layers(ds: xr.Dataset, out: Path) -> Path:
 def _save(fig: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
     return path
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from flowsim._atomic import save_figure
 from flowsim.results import write_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -221,7 +222,7 @@ def plot_all(results: dict[str, xr.Dataset], out: Path) -> list[Path]:
     bx.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     path = out / "llm_scale.png"
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
     return [path]
 

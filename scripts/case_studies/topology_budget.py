@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from flowsim._atomic import save_figure
 from flowsim.results import write_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -434,7 +435,7 @@ def _describe(tr: xr.Dataset) -> str:
 def _save(fig: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
     return path
 
