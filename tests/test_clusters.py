@@ -80,8 +80,10 @@ def test_a_gb200_rack_is_one_nvlink_domain_of_72_gpus():
     bandwidth = net.config.bandwidth_gbps
     assert bandwidth[0] == pytest.approx(900 * NVLINK_EFFICIENCY * _GB)
     assert bandwidth[1] == pytest.approx(400 / 8 * NIC_EFFICIENCY * _GB)
-    assert flowsim.load_network(_cluster(PRESETS / "gb200_nvl72.yml", nodes=2,
-                                         gpus_per_node=64)).npus == 128
+    used = flowsim.load_network(_cluster(PRESETS / "gb200_nvl72.yml", nodes=2,
+                                         gpus_per_node=64))
+    assert used.npus == 128   # 64 GPUs of each rack, each with its own NIC (not 72 shared)
+    assert used.config.bandwidth_gbps[1] == pytest.approx(bandwidth[1])
     model = DeviceModel("gb200", sustained=1.0)
     m, n, k = 4096, 9728, 2048
     achieved = 2 * m * n * k / model.kernel_ns(Gemm(m, n, k)) / 1e3   # TFLOP/s

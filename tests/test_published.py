@@ -147,6 +147,27 @@ def test_a_device_s_own_constant_reproduces_its_one_source_row(device, constant,
     assert vp.predict(row, vp.model_for(row)) == pytest.approx(published, rel=0.01)
 
 
+def test_gb300_s_constant_gives_its_source_pair_s_published_speed_up_over_gb200():
+    """GB300's sustained fraction is read from the one pair of runs of one model published
+    for GB300 and GB200 in one release (Megatron-Bridge 26.04, Llama 3.1 405B in FP8): with
+    it, flowsim's GB300-over-GB200 speed-up is the published one within 1% (the GB200 row at
+    GB200's own constant); B300, the same GPU, borrows it."""
+    from flowsim.compute import DeviceModel, devices
+
+    assert DeviceModel("gb300").sustained == devices.GB300_SUSTAINED != devices.GB200_SUSTAINED
+    assert DeviceModel("b300").sustained == devices.GB300_SUSTAINED
+    record = _record()
+    (ultra, _), (blackwell, _) = [
+        (float(record[r["run"]]["predicted_s"]), vp.published_seconds(r)) for r in ROWS
+        if r["run"] in ("mbridge2604_gb300_llama31_405b_fp8_256gpu",
+                        "mbridge2604_gb200_llama31_405b_fp8_256gpu")]
+    published = {r["run"]: vp.published_seconds(r) for r in ROWS}
+    speedup = (published["mbridge2604_gb200_llama31_405b_fp8_256gpu"]
+               / published["mbridge2604_gb300_llama31_405b_fp8_256gpu"])
+    assert 1.2 < speedup < 1.25
+    assert blackwell / ultra == pytest.approx(speedup, rel=0.01)
+
+
 def test_nemo_s_tflops_count_attention_as_megatron_does():
     """The long-sequence rows read NeMo's TFLOP/s with Megatron's FLOP count (whole score
     matrix): NeMo 24.07's pre-training table gives Llama 2 7B both ways, 16,847 tokens/s and
