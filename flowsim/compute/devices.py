@@ -63,18 +63,17 @@ from ..device_names import ALIASES, preset_name
 from ..errors import config_error
 from .attention_kernels import ATTENTION_KERNELS
 
-#: The calibrated constant of the compute model: kernels in a training job run at this
-#: fraction of what the kernel model (MAMF-derived GEMM tiles, published attention and
-#: memory rates, measured in isolation) predicts — clocks held lower under the job's power
-#: and heat, communication kernels sharing the SMs, launch gaps between kernels. It is set
-#: once, for every device without a constant of its own (GB200 has one, :data:`GB200_SUSTAINED`),
-#: from one source: the four iteration times of Korthikanti et al.,
-#: "Reducing Activation Recomputation in Large Transformer Models" (MLSys 2023), Tables 3
-#: and 5 (22B and 175B, selective and full recomputation; 8 and 64 A100s, no data
-#: parallelism), rounded: 0.8 leaves their median error at +0.9% (errors -3.6%, -0.2%, +2.0%,
-#: +4.1%; ``scripts/validate_published.py --only korthikanti22_ --sustained X`` re-derives
-#: it) with every other number public. Every other published run is validated with it
-#: unchanged.
+#: The calibrated constant of the compute model: kernels in a training job run at this fraction of
+#: what the kernel model (MAMF-derived GEMM tiles, published attention and memory rates, measured in
+#: isolation) predicts — clocks held lower under the job's power and heat, communication kernels
+#: sharing the SMs, launch gaps between kernels. It is set once, for every device without a constant
+#: of its own (H100, GB200 and GB300 have theirs: :data:`H100_SUSTAINED`, :data:`GB200_SUSTAINED`,
+#: :data:`GB300_SUSTAINED`), from one source: the four iteration times of Korthikanti et al.,
+#: "Reducing Activation Recomputation in Large Transformer Models" (MLSys 2023), Tables 3 and 5 (22B
+#: and 175B, selective and full recomputation; 8 and 64 A100s, no data parallelism), rounded: 0.8
+#: leaves their median error at +0.9% (errors -3.6%, -0.2%, +2.0%, +4.1%;
+#: ``scripts/validate_published.py --only korthikanti22_ --sustained X`` re-derives it) with every
+#: other number public. Every other published run is validated with it unchanged.
 SUSTAINED = 0.8
 
 
@@ -272,7 +271,7 @@ B200_SXM = Device(
 #: April 2026) on a GB200 and a GB300 (the same BF16 peak); the GB300's rate over the
 #: GB200's, the geometric mean over 2K to 32K tokens, causal (1.19 forward, 1.12 backward;
 #: ``scripts/fit_attention.py`` derives it), scales Blackwell's fitted rates: the software
-#: stays that of the Blackwell fit, so the borrowed sustained fraction means the same on both.
+#: stays that of the Blackwell fit, the software of the runs GB200's constant was set on.
 BLACKWELL_ULTRA_ATTENTION_FORWARD = 0.826
 BLACKWELL_ULTRA_ATTENTION_BACKWARD = 0.618
 
@@ -325,8 +324,8 @@ DEVICES: Mapping[str, Device] = MappingProxyType({
 
 def device(name: object, *, source: str = "argument", key: str = "device") -> Device:
     """A preset by name (case-insensitive; ``a100``, ``h100`` and ``h800`` are the SXM 80 GB
-    parts, ``h200`` the SXM 141 GB part, ``b200`` the SXM part; a vendor's name of a preset's
-    part, such as nvidia-smi's ``NVIDIA A100-SXM4-40GB``, is that preset: see
+    parts, ``h200`` the SXM 141 GB part, ``b200`` and ``b300`` the SXM parts; a vendor's name
+    of a preset's part, such as nvidia-smi's ``NVIDIA A100-SXM4-40GB``, is that preset: see
     :mod:`flowsim.device_names`)."""
     if isinstance(name, Device):
         return name
