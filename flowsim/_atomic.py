@@ -10,6 +10,7 @@ user interrupts it, the temporary file is removed and the target is left as it w
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import shutil
@@ -115,7 +116,8 @@ def write_text_atomic(path: str | os.PathLike, text: str, *,
     write_bytes_atomic(path, text.encode("utf-8"), option=option)
 
 
-def refuse_missing_folder(parser: Any, path: str | os.PathLike | None, option: str) -> None:
+def refuse_missing_folder(parser: argparse.ArgumentParser, path: str | os.PathLike | None,
+                          option: str) -> None:
     """Stop a script at once, through its ``argparse`` parser's one-line error naming
     ``option``, when ``path`` (an output it will write after its work) could not be written
     there; no path, no check."""

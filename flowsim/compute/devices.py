@@ -280,10 +280,12 @@ BLACKWELL_ULTRA_ATTENTION_BACKWARD = 0.618
 #: in FP8 on 256 GPUs (GB300: 1,036 tokens/s per GPU, TP 4 x PP 8; GB200: 842, TP 4 x PP
 #: 16). GB300 ran it 1.23 times as fast; at GB200's constant flowsim gives 1.02 (the same
 #: peaks and GEMMs: what differs, a 1.4 kW budget against 1.2 kW, is in no kernel
-#: measurement). 0.71 makes flowsim's ratio the published one (``validate_published.py
-#: --only mbridge2604_gb --sustained X`` on the GB300 row; the GB200 row at its own
-#: constant), so GB300 keeps GB200's software of 2025 and only the hardware's gain is read
-#: from the pair. The GB300 row is the constant's source, not a check of it.
+#: measurement). 0.71 makes flowsim's ratio the published one: the X at which
+#: ``validate_published.py --only mbridge2604_gb300 --sustained X`` gives the GB300 row the
+#: error ``--only mbridge2604_gb200`` gives the GB200 row at GB200's constant (+11.4% and
+#: +10.7%; 0.72 gives +9.9%), so GB300 keeps GB200's software of 2025 and only the
+#: hardware's gain is read from the pair. The GB300 row is the constant's source, not a
+#: check of it.
 GB300_SUSTAINED = 0.71
 
 #: GB300 (Blackwell Ultra of a GB300 NVL72 rack): GB200's BF16 and FP8 peaks and clocks,
