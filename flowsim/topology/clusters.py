@@ -23,12 +23,12 @@
 
 Every other number comes from public specifications, set once per device and technology:
 
-* **scale-up** (NVLink through NVSwitch): the device's per-direction NVLink bandwidth (A100: 300
-  GB/s; H100 and H200: 450 GB/s; H800: 200 GB/s; B200 and B300: 900 GB/s; GB200 and GB300: 900 GB/s,
-  a node of either being its NVL72 rack's NVLink domain) at :data:`NVLINK_EFFICIENCY`, the bus
-  bandwidth NCCL measures on 8 H100s (about 370 of 450 GB/s: the JAX scaling book's GPU chapter and
-  the ASTRA-sim documentation's HGX-H100 validation both show it), :data:`NVLINK_LATENCY_NS` per
-  link;
+* **scale-up** (NVLink through NVSwitch): the device's per-direction NVLink bandwidth (A100:
+  300 GB/s; H100 and H200: 450 GB/s; H800: 200 GB/s; B200, B300, GB200 and GB300: 900 GB/s, a
+  node of GB200 or GB300 being its NVL72 rack's NVLink domain) at :data:`NVLINK_EFFICIENCY`,
+  the bus bandwidth NCCL measures on 8 H100s (about 370 of 450 GB/s: the JAX scaling book's
+  GPU chapter and the ASTRA-sim documentation's HGX-H100 validation both show it),
+  :data:`NVLINK_LATENCY_NS` per link;
 * **scale-out** (InfiniBand or RoCE): ``nic_gbps`` per NIC, shared by the GPUs of a node,
   at :data:`NIC_EFFICIENCY` (headers and protocol overhead of 4 KiB payloads), with
   :data:`NIC_LATENCY_NS` per link (NIC, cable and switch traversal).
