@@ -108,6 +108,8 @@ def spec(row: dict[str, str]) -> dict:
     if row.get("cp_comm_type"):   # a row's own column; else Megatron-Core's default (p2p)
         out["cp_comm_type"] = row["cp_comm_type"]
     out["dtype"] = row["dtype"]
+    if row.get("fp8_recipe"):   # a row's own column; else delayed scaling
+        out["fp8_recipe"] = row["fp8_recipe"]
     overlap = set(filter(None, row["overlap"].split(",")))
     out["overlap_grad_reduce"] = "grad_reduce" in overlap
     out["overlap_param_gather"] = "param_gather" in overlap and out["distributed_optimizer"]

@@ -170,6 +170,24 @@ def test_gradients_reduced_in_bf16_halve_the_data_parallel_bytes():
     assert bf16 * 2 == fp32 and nemo == bf16
 
 
+@pytest.mark.parametrize("flags, recipe", [("", "delayed"), (" --fp8-recipe tensorwise", "tensorwise"),
+                                           (" --fp8-recipe mxfp8", "mxfp8")])
+def test_megatron_s_fp8_recipe_is_the_casts_it_prices(flags, recipe):
+    """``--fp8-format`` with ``--fp8-recipe``: FP8 GEMMs and casts under that recipe (MXFP8
+    needs Blackwell: on H100 it is one line naming the key)."""
+    from flowsim.workload.kernels import Quantize
+
+    spec = {"generator": "megatron", "args": ARGS + " --fp8-format hybrid" + flags}
+    device = "b200" if recipe == "mxfp8" else "h100"
+    work = flowsim.load_workload(dict(spec, device=device), flowsim.load_network(NET))
+    casts = {k.recipe for p in work.programs for op in p.ops for k in op.kernels
+             if isinstance(k, Quantize)}
+    assert casts == {recipe}
+    if recipe == "mxfp8":
+        with pytest.raises(ConfigError, match="fp8_recipe.*Blackwell"):
+            simulate(NET, dict(spec, device="h100"), "nccl")
+
+
 def test_the_fused_cross_entropy_is_read_from_both_tools():
     """``--cross-entropy-loss-fusion`` / ``model.cross_entropy_loss_fusion``: the fused
     cross entropy (off by default in both: Megatron-LM's default, and NeMo 1's, which copies

@@ -276,6 +276,14 @@ def test_nemo_run_syntax_and_nemo_s_own_corrections():
     # a precision factory in place of the plugin, and its fields; fp8=False is BF16
     assert _keys("llama3_8b", "trainer.plugins=bf16_with_fp8_mixed")["dtype"] == "fp8"
     assert _keys("llama3_8b", "trainer.plugins=bf16_with_fp8_mixed")["fp8_param_gather"]
+    # the factories' scaling recipes: delayed, current scaling, MXFP8 blocks
+    for plugin, recipe in (("bf16_with_fp8_mixed", "delayed"),
+                           ("bf16_with_fp8_current_scaling_mixed", "tensorwise"),
+                           ("bf16_with_mxfp8_mixed", "mxfp8")):
+        keys = _keys("llama3_8b", f"trainer.plugins={plugin}")
+        assert (keys["dtype"], keys.get("fp8_recipe", "delayed")) == ("fp8", recipe)
+    assert _keys("llama3_8b", "trainer.plugins.fp8=hybrid "
+                 "trainer.plugins.fp8_recipe=cs")["fp8_recipe"] == "tensorwise"
     assert _keys("llama3_8b", "trainer.plugins.fp8=False")["dtype"] == "bf16"
     assert _keys("llama3_8b", "trainer.plugins=fp16_mixed")["dtype"] == "fp16"
     assert _keys("llama3_8b", "trainer.plugins.fp8=hybrid trainer.plugins.fp8_params=True"

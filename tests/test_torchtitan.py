@@ -150,6 +150,15 @@ def test_the_h200_command_line_sets_what_it_says(tmp_path):
         (True, 64, None)
 
 
+def test_float8_is_current_scaling_and_the_mx_converter_mxfp8(tmp_path):
+    """torchao's Float8Linear scales each tensor from its own amax (``tensorwise``); the MX
+    converter is MXFP8, priced as such rather than warned of."""
+    keys, _ = _keys(LLAMA3_8B, H200_COMMAND, tmp_path)
+    assert keys["fp8_recipe"] == "tensorwise"
+    mx, _ = _keys(LLAMA3_8B, H200_COMMAND.replace('"float8"', '"mx"'), tmp_path, quiet=False)
+    assert (mx["dtype"], mx["fp8_recipe"]) == ("fp8", "mxfp8")
+
+
 def test_command_line_forms(tmp_path):
     config = {"training": {"compile": True, "seq_len": 2048}}
     out = apply_cli(config, "--training.seq-len 4096 --training.no-compile --model.converters "

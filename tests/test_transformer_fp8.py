@@ -1,6 +1,6 @@
 """FP8 training as Transformer Engine and Megatron-LM run it: the layers' linear GEMMs in FP8
-with a cast-transpose of each operand, the output layer and the router in 16 bits; checked
-by closed forms on the generated kernels."""
+with a cast of each operand under the scaling recipe, the output layer and the router in 16
+bits; checked by closed forms on the generated kernels and their prices."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 import flowsim
 from flowsim.workload.generators import transformer
-from flowsim.workload.kernels import Elementwise, Gemm
+from flowsim.workload.kernels import Gemm, Quantize, quantize_bytes
 
 NET = {"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth": [300, 25],
        "latency": [500, 2000]}
@@ -20,11 +20,10 @@ def net():
     return flowsim.load_network(NET)
 
 
-def _kernels(workload, *, name: str | None = None, op_name: str = ""):
-    """Kernels of the compute ops whose name holds ``op_name`` (and named ``name``)."""
+def _kernels(workload, *, kind: type | None = None, op_name: str = ""):
+    """Kernels of the compute ops whose name holds ``op_name`` (and of type ``kind``)."""
     return [k for op in workload.programs[0].ops if op.kind == "compute"
-            and op_name in op.name for k in op.kernels
-            if name is None or getattr(k, "name", None) == name]
+            and op_name in op.name for k in op.kernels if kind is None or isinstance(k, kind)]
 
 
 def _spec(**extra):
@@ -33,26 +32,70 @@ def _spec(**extra):
 
 
 @pytest.mark.parametrize("gated", [False, True])
-def test_every_fp8_gemm_operand_is_cast_and_transposed_once(net, gated):
-    """Per layer and micro-batch, 4 bytes per element (read 16-bit, write FP8 and its
-    transpose) of each forward input (QKV, projection, FC1, FC2) and each incoming gradient
-    (their outputs' gradients)."""
-    w = transformer(net, **_spec(dtype="fp8", gated_mlp=gated))
+@pytest.mark.parametrize("recipe", ["delayed", "tensorwise", "mxfp8"])
+def test_every_fp8_gemm_operand_is_cast_once_under_the_recipe(net, gated, recipe):
+    """Per layer and micro-batch, one cast of each forward input (QKV, projection, FC1, FC2)
+    and each incoming gradient (their outputs' gradients), under the run's recipe."""
+    w = transformer(net, **_spec(dtype="fp8", fp8_recipe=recipe, gated_mlp=gated))
     n, q, f = SEQ, H // 2, F // 2
     keys_values = 2 * (H // HEADS) * (HEADS // 2)   # K and V of the rank's 4 heads
     fc1 = (2 if gated else 1) * f
     forward = n * (H + q + H + f)
     backward = n * ((q + keys_values) + H + fc1 + H)
-    cast = sum(k.bytes for k in _kernels(w, name="fp8_cast_transpose"))
-    assert cast == 4 * (forward + backward) * LAYERS * MICRO
-    assert not _kernels(transformer(net, **_spec(gated_mlp=gated)), name="fp8_cast_transpose")
+    casts = _kernels(w, kind=Quantize)
+    assert sum(k.elements for k in casts) == (forward + backward) * LAYERS * MICRO
+    assert {k.recipe for k in casts} == {recipe}
+    assert not _kernels(transformer(net, **_spec(gated_mlp=gated)), kind=Quantize)
+
+
+@pytest.mark.parametrize("recipe, hopper, blackwell", [
+    ("delayed", 2 + 1 + 1, 2 + 1),            # read; FP8 copy (+ its transpose on Hopper)
+    ("tensorwise", 2 + 1 + 1, 2 + 1),         # the amax found by the operand's producer
+    ("mxfp8", None, 2 + 2 * (1 + 1 / 32))])   # both layouts, one E8M0 scale per 32
+def test_casts_move_the_bytes_of_their_recipe_on_each_device(recipe, hopper, blackwell):
+    """A cast is memory-bound: its bytes per element at the device's memory rate and a
+    launch; Blackwell writes no transpose; MXFP8 needs Blackwell."""
+    from flowsim.compute.quantize import quantize_ns
+    from flowsim.errors import ConfigError
+
+    elements = 1 << 24
+    cast = Quantize(elements, recipe)
+    for preset, per_element in (("h100", hopper), ("b200", blackwell), ("gb300", blackwell)):
+        dev = flowsim.compute.device(preset)
+        if per_element is None:
+            with pytest.raises(ConfigError, match="fp8_recipe.*Blackwell"):
+                quantize_ns(dev, cast)
+            continue
+        expected = per_element * elements / (dev.memory_gbps * dev.memory_efficiency) \
+            + dev.launch_us * 1e3
+        assert quantize_ns(dev, cast) == pytest.approx(expected, rel=1e-12)
+    assert cast.bytes == quantize_bytes(cast, any_layout=recipe == "mxfp8")
+
+
+def test_mxfp8_is_fp8_with_its_recipe_and_gathers_parameters_in_16_bits(net):
+    """``dtype: mxfp8`` is FP8 under the MXFP8 recipe; with ``fp8_param_gather`` its
+    parameters are gathered in 16 bits (Megatron-Core casts them after), tensor-scaled FP8's
+    layers' weights in one byte."""
+    def gathered(**extra):
+        w = transformer(net, **_spec(**{"distributed_optimizer": True,
+                                        "fp8_param_gather": True, **extra}))
+        return sum(op.size for op in w.programs[0].ops
+                   if op.kind == "collective" and op.collective == "all_gather"
+                   and "params" in op.name)
+
+    mx = transformer(net, **_spec(dtype="mxfp8"))
+    assert {k.recipe for k in _kernels(mx, kind=Quantize)} == {"mxfp8"}
+    assert {k.dtype for k in _kernels(mx, op_name="attention", kind=Gemm)} == {"fp8"}
+    sixteen = gathered(dtype="fp8", fp8_recipe="mxfp8")
+    assert sixteen > gathered(dtype="fp8") > 0
+    assert sixteen == gathered(dtype="bf16", fp8_param_gather=False)
 
 
 def test_output_layer_and_router_stay_16_bit(net):
     w = transformer(net, **_spec(dtype="fp8", experts=4, top_k=2, ep=2))
-    logits = [k for k in _kernels(w, op_name="logits") if isinstance(k, Gemm)]
-    router = [k for k in _kernels(w, op_name="router") if isinstance(k, Gemm)]
-    layer = [k for k in _kernels(w, op_name="attention") if isinstance(k, Gemm)]
+    logits = _kernels(w, op_name="logits", kind=Gemm)
+    router = _kernels(w, op_name="router", kind=Gemm)
+    layer = _kernels(w, op_name="attention", kind=Gemm)
     assert len(logits) == 3 * MICRO and {k.dtype for k in logits} == {"bf16"}
     assert router and {k.dtype for k in router} == {"bf16"}
     assert layer and {k.dtype for k in layer} == {"fp8"}
@@ -63,8 +106,8 @@ def test_context_parallel_qkv_gradient_casts_after_the_key_value_reduction(net):
     gradients; in FP8 its cast-transpose goes with it."""
     w = transformer(net, **dict(_spec(dtype="fp8"), cp=2, dp=4, global_batch=4 * MICRO))
     (op, *_) = [op for op in w.programs[0].ops if op.name.endswith("layer0.attention.dgrad.qkv")]
-    assert [type(k) for k in op.kernels] == [Elementwise, Gemm]
-    assert op.kernels[0].name == "fp8_cast_transpose" and op.kernels[1].dtype == "fp8"
+    assert [type(k) for k in op.kernels] == [Quantize, Gemm]
+    assert op.kernels[1].dtype == "fp8"
 
 
 

@@ -121,6 +121,9 @@ class Device:
     sustained : float
         Fraction of the kernel model's speed a GPU sustains inside a training job (see
         :data:`SUSTAINED`).
+    compute_capability : tuple of int
+        CUDA's ``(major, minor)``: 9.0 Hopper, 10.x Blackwell, whose FP8 GEMMs take any
+        operand layout and MXFP8's block scales (:mod:`.quantize`).
     source : str
         Where the numbers come from.
     """
@@ -142,6 +145,7 @@ class Device:
     memory_efficiency: float = 0.9
     launch_us: float = 4.0
     sustained: float = field(default=0.0, compare=False)
+    compute_capability: tuple[int, int] = (8, 0)
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -193,7 +197,7 @@ H100_SXM_80GB = Device(
     attention_forward=round(595 / 989.4, 3), attention_backward=round(516 / 989.4, 3),
     attention_kernel="cudnn",
     flash2_forward=round(370 / 989.4, 3), flash2_backward=round(322 / 989.4, 3),
-    sustained=H100_SUSTAINED,
+    sustained=H100_SUSTAINED, compute_capability=(9, 0),
     source="NVIDIA H100 datasheet; MAMF: ml-engineering accelerator table (CUDA 12.1); "
            "attention: cuDNN's and FlashAttention-2's in the FlashAttention-3 paper's figures")
 
@@ -241,7 +245,7 @@ GB200 = Device(
     attention_forward=BLACKWELL_ATTENTION_FORWARD,
     attention_backward=BLACKWELL_ATTENTION_BACKWARD,
     attention_block_keys=BLACKWELL_BLOCK_KEYS, attention_kernel="cudnn",
-    sustained=GB200_SUSTAINED,
+    sustained=GB200_SUSTAINED, compute_capability=(10, 0),
     source="one B200 of a GB200 superchip; ml-engineering accelerator tables (peaks, memory, "
            "MAMF with CUDA 13.0); attention: cuDNN's B200 curve (cudnn-frontend benchmark, "
            "cuDNN 9.10.2) at GB200's peak")
@@ -260,7 +264,7 @@ B200_SXM = Device(
     attention_forward=BLACKWELL_ATTENTION_FORWARD,
     attention_backward=BLACKWELL_ATTENTION_BACKWARD,
     attention_block_keys=BLACKWELL_BLOCK_KEYS, attention_kernel="cudnn",
-    sustained=GB200_SUSTAINED,
+    sustained=GB200_SUSTAINED, compute_capability=(10, 0),
     source="B200 SXM; ml-engineering accelerator tables (peaks, memory, MAMF with torch "
            "2.7.1+cu128); attention: cuDNN's B200 curve (cudnn-frontend benchmark, cuDNN "
            "9.10.2); sustained fraction borrowed from GB200")
@@ -282,8 +286,8 @@ BLACKWELL_ULTRA_ATTENTION_BACKWARD = 0.618
 #: peaks and GEMMs: what differs, a 1.4 kW budget against 1.2 kW, is in no kernel
 #: measurement). 0.71 makes flowsim's ratio the published one: the X at which
 #: ``validate_published.py --only mbridge2604_gb300 --sustained X`` gives the GB300 row the
-#: error ``--only mbridge2604_gb200`` gives the GB200 row at GB200's constant (+11.4% and
-#: +10.7%; 0.72 gives +9.9%), so GB300 keeps GB200's software of 2025 and only the
+#: error ``--only mbridge2604_gb200`` gives the GB200 row at GB200's constant (+10.3% and
+#: +9.7%; 0.72 gives +8.8%), so GB300 keeps GB200's software of 2025 and only the
 #: hardware's gain is read from the pair. The GB300 row is the constant's source, not a
 #: check of it.
 GB300_SUSTAINED = 0.71
@@ -297,7 +301,7 @@ GB300_SUSTAINED = 0.71
 #: B200"), so it takes GB200's measured GEMMs. Its attention is Blackwell Ultra's; its
 #: sustained fraction its own (:data:`GB300_SUSTAINED`).
 GB300 = replace(
-    GB200, name="gb300", memory_gb=288.0,
+    GB200, name="gb300", memory_gb=288.0, compute_capability=(10, 3),
     attention_forward=BLACKWELL_ULTRA_ATTENTION_FORWARD,
     attention_backward=BLACKWELL_ULTRA_ATTENTION_BACKWARD, sustained=GB300_SUSTAINED,
     source="Blackwell Ultra of a GB300 NVL72 rack; GB200's peaks, SMs and GEMMs, 288 GB at "
@@ -309,6 +313,7 @@ GB300 = replace(
 #: fraction GB300's, the same GPU (as B200 takes GB200's; no published B300 run checks it).
 B300_SXM = replace(
     B200_SXM, name="b300_sxm", memory_gb=288.0, mamf_tflops=1769.0,
+    compute_capability=(10, 3),
     mamf_shape=(12288, 18432, 1024),
     fp8_gemm_ratio=round(3353.3 / 4500.0 / (1769.0 / 2250.0), 3),
     attention_forward=BLACKWELL_ULTRA_ATTENTION_FORWARD,

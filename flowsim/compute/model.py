@@ -7,10 +7,11 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from ..errors import FlowsimWarning
-from ..workload.kernels import Attention, Elementwise, Gemm, Kernel, Work
+from ..workload.kernels import Attention, Elementwise, Gemm, Kernel, Quantize, Work
 from .attention import attention_ns
 from .devices import SUSTAINED, Device, device
 from .gemm import gemm_ns
+from .quantize import quantize_ns
 
 
 class ComputeModel(Protocol):
@@ -80,6 +81,8 @@ class DeviceModel:
             return gemm_ns(dev, kernel)
         if isinstance(kernel, Attention):
             return attention_ns(dev, kernel)
+        if isinstance(kernel, Quantize):
+            return quantize_ns(dev, kernel)
         memory = kernel.bytes / (dev.memory_gbps * dev.memory_efficiency)
         if isinstance(kernel, Elementwise):
             return memory + dev.launch_us * 1e3

@@ -12,6 +12,9 @@ device (:mod:`flowsim.compute`). The descriptions are plain, hashable data:
 :class:`Elementwise`
     A memory-bound kernel: ``bytes`` read and written (norms, activations, dropout, residual
     adds, softmax, optimizer updates).
+:class:`Quantize`
+    Transformer Engine's cast of one 16-bit GEMM operand to FP8 under one scaling recipe
+    (its bytes depend on the device: :mod:`flowsim.compute.quantize`).
 :class:`Work`
     Anything else: FLOPs and bytes, priced on a roofline.
 
@@ -27,6 +30,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 DType = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
+#: how FP8 training scales its tensors (Megatron-LM's ``--fp8-recipe``; Transformer Engine's
+#: ``DelayedScaling``, ``Float8CurrentScaling`` and ``MXFP8BlockScaling`` recipes)
+Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8"]
+FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "mxfp8")
 #: bytes per element of each data type
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
@@ -118,6 +125,47 @@ class Elementwise:
 
 
 @dataclass(frozen=True)
+class Quantize:
+    """One 16-bit GEMM operand of ``elements`` cast to FP8 under ``recipe``, in both the
+    layouts its GEMMs read (the forward's or data gradient's, and the weight gradient's).
+
+    ``bytes`` is the traffic where the second layout is a written transpose (Hopper); a
+    compute model prices its device's own (:func:`quantize_bytes`)."""
+
+    elements: int
+    recipe: Fp8Recipe = "delayed"
+    flops: float = 0.0
+
+    @property
+    def bytes(self) -> float:
+        return quantize_bytes(self, any_layout=False)
+
+
+#: bytes of one MXFP8 scale (E8M0) per block of this many elements
+MXFP8_BLOCK = 32
+
+
+def quantize_bytes(quantize: Quantize, *, any_layout: bool) -> float:
+    """Device-memory traffic of ``quantize`` (Transformer Engine 2.x).
+
+    Every recipe reads the 16-bit operand once to cast it. Tensor scaling (``delayed``,
+    ``tensorwise``) writes one FP8 copy, plus its transpose where the device's FP8 GEMMs take
+    ``TN`` operands only (Hopper); where they take any layout (``any_layout``: Blackwell,
+    Transformer Engine's ``nvte_is_non_tn_fp8_gemm_supported``) the weight gradient reads the
+    same copy and no transpose is made. Current scaling (``tensorwise``) moves the same bytes:
+    the kernel that produces an operand (norm, activation, attention, GEMM epilogue) finds
+    its absolute maximum on the way (``quantize_with_amax``); the few separate amax passes
+    are left out. ``mxfp8`` scales each block of :data:`MXFP8_BLOCK` elements along the
+    reduction dimension, which differs between the two layouts, so it always writes both
+    copies, each with one E8M0 byte per block, in the one pass that finds the scales.
+    """
+    n = quantize.elements
+    if quantize.recipe == "mxfp8":
+        return 2.0 * n + 2.0 * (n + n / MXFP8_BLOCK)
+    return 2.0 * n + (n if any_layout else 2.0 * n)
+
+
+@dataclass(frozen=True)
 class Work:
     """Work known only by its FLOPs and bytes (a Chakra or symbolic-tensor-graph node)."""
 
@@ -125,4 +173,4 @@ class Work:
     bytes: float = 0.0
 
 
-Kernel = Gemm | Attention | Elementwise | Work
+Kernel = Gemm | Attention | Elementwise | Quantize | Work

@@ -23,7 +23,7 @@ What is read, by NeMo key (``model.`` omitted): the shape (``num_layers``, ``hid
 (``multi_latent_attention`` with ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``,
 ``qk_pos_emb_head_dim``, ``v_head_dim``), sliding windows (``window_size``,
 ``window_attn_skip_freq``), recomputation (``activations_checkpoint_granularity``),
-precision (``trainer.precision``, ``fp8``, ``fp8_params``), ``ub_tp_comm_overlap``
+precision (``trainer.precision``, ``fp8``, ``fp8_recipe``, ``fp8_params``), ``ub_tp_comm_overlap``
 (NeMo's userbuffers
 settings, or Transformer Engine's defaults without ``ub_tp_comm_overlap_cfg``; off without
 sequence parallelism, as NeMo turns it off), ``transformer_engine`` (false: unfused
@@ -85,6 +85,10 @@ MLA_DEFAULTS = {"q_lora_rank": 512, "kv_lora_rank": 512, "qk_head_dim": 128,
                 "qk_pos_emb_head_dim": 64, "v_head_dim": 128}
 #: model keys that shape an iteration's time but have no transformer key (named in a warning)
 UNMODELLED = ("num_micro_batches_with_partial_activation_checkpoints", "moe_grouped_gemm")
+
+#: NeMo's short names of the FP8 recipes (its performance scripts' ``--fp8_recipe``: current
+#: scaling ``cs``, ``mxfp8`` blocks); the transformer spec checks the result
+FP8_RECIPE_NAMES = {"cs": "tensorwise", "ds": "delayed", "mx": "mxfp8"}
 
 
 def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]:
@@ -150,6 +154,9 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
                       "modelled; priced as BF16", FlowsimWarning, stacklevel=4)
     keys["dtype"] = "fp8" if switch("fp8", False) else "fp16" if precision.startswith("16") \
         else "bf16"
+    if keys["dtype"] == "fp8" and model.get("fp8_recipe") is not None:
+        keys["fp8_recipe"] = FP8_RECIPE_NAMES.get(str(model["fp8_recipe"]).lower(),
+                                                  model["fp8_recipe"])
     fp8_params = switch("fp8_params", False)   # read (and checked) with or without FP8
     keys["fp8_param_gather"] = keys["dtype"] == "fp8" and fp8_params
     # Megatron-Core's TransformerConfig field, which NeMo 1 copies from the model config

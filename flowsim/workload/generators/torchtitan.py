@@ -37,7 +37,8 @@ schedule, layers split as its ``generate_split_points`` splits them: the embeddi
 output layer weigh one layer each), context parallelism (``context_parallel_rotate_method``:
 ``allgather``, or ``alltoall``, a ring exchange priced as ``p2p``), activation checkpointing
 (``full``; ``selective`` with option ``op``: ``recompute: every_other_matmul``, with a number N:
-every N-th layer fully), Float8 (tensorwise: ``dtype: fp8``; ``enable_fsdp_float8_all_gather``:
+every N-th layer fully), Float8 (tensorwise: ``dtype: fp8``, ``fp8_recipe: tensorwise``; the MX
+converter: ``fp8_recipe: mxfp8``, Blackwell only; ``enable_fsdp_float8_all_gather``:
 weights gathered in FP8), ``mixed_precision_reduce``, and whether the loss is compiled
 (``training.compile``, or ``loss`` in ``[compile]``'s ``components``: PyTorch's cross entropy
 fused by ``torch.compile``, ``cross_entropy_fusion_impl: compiled``; else its eager steps).
@@ -49,7 +50,7 @@ flowsim prices them fused, as ``torch.compile`` runs them: torchtitan's own Llam
 table shows eager 14% slower), late 2025's ``memory_budget`` checkpointing (as the per-op
 policy),
 asynchronous TP (priced as Transformer Engine's overlap with its default settings), a rowwise
-or MX Float8 recipe (as tensorwise FP8). FSDP shards over ``data_parallel_shard_degree``
+Float8 recipe (as tensorwise FP8). FSDP shards over ``data_parallel_shard_degree``
 alone (torchtitan folds context parallelism into it) and gathers again for the backward as
 its ``"default"`` does.
 """
@@ -266,9 +267,9 @@ def _precision_and_recompute(read: JobConfig) -> dict[str, Any]:
     fp8 = [c for c in converters if c in FP8_CONVERTERS]
     if fp8 or read.bool("float8_linear"):
         keys["dtype"] = "fp8"
-        if any(FP8_CONVERTERS[c] for c in fp8):
-            read.warn("converters", f"{fp8}: MXFP8 is priced as tensorwise FP8")
-        if read("recipe") not in (None, "tensorwise"):
+        # torchao's Float8Linear scales each tensor from its own amax (current scaling)
+        keys["fp8_recipe"] = "mxfp8" if any(FP8_CONVERTERS[c] for c in fp8) else "tensorwise"
+        if keys["fp8_recipe"] == "tensorwise" and read("recipe") not in (None, "tensorwise"):
             read.warn("recipe", f"= {read('recipe')!r} is priced as tensorwise FP8")
         keys["fp8_param_gather"] = read.bool("fp8_gather")
     if read("param_dtype") != "bfloat16":

@@ -46,9 +46,15 @@ re-runs every N-th layer only, ``recompute_layers: N`` the first N layers of eac
 (Megatron-Core's ``--recompute-method block --recompute-num-layers N``; the uniform method
 re-runs every layer). ``dtype: fp8`` is
 Transformer Engine's FP8 training: the layers' linear GEMMs in FP8, each with a memory-bound
-cast-transpose of its input forward and of its output's gradient backward; attention, the
+cast of its input forward and of its output's gradient backward; attention, the
 output layer and the MoE router stay 16-bit (Megatron-LM's output layer and router are not
-Transformer Engine modules).
+Transformer Engine modules). ``fp8_recipe`` says how it scales: ``delayed`` (the default) and
+``tensorwise`` (current scaling) scale whole tensors and cost the same (the cast writes a
+transpose on Hopper, none on Blackwell); ``mxfp8`` (``dtype: mxfp8`` for short; Blackwell
+only) scales blocks of 32 elements, writes both layouts with their scales, and gathers
+parameters in 16 bits. Its GEMMs are priced at FP8's rate (no block-scaled GEMM measurement
+is published); NVIDIA's Megatron-Bridge 25.11 tables ran MXFP8 3.6-5.6% slower than current
+scaling on the same layouts, flowsim 1.6-2.7% (``docs/accuracy/published.md``).
 
 Communication:
 
@@ -199,7 +205,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``every_other_matmul``), ``recompute_every``, ``recompute_layers``;
         ``distributed_optimizer`` (alias ``zero``), ``fsdp``, ``fsdp_shard``,
         ``grad_reduce_in_bf16``,
-        ``fp8_param_gather``, ``overlap_grad_reduce``, ``overlap_param_gather``,
+        ``fp8_param_gather``, ``fp8_recipe`` (``delayed``, ``tensorwise``, ``mxfp8``),
+        ``overlap_grad_reduce``, ``overlap_param_gather``,
         ``align_param_gather``, ``align_grad_reduce``,
         ``tp_comm_overlap`` with ``tp_comm_overlap_cfg`` (``nemo``, ``te_default``),
         ``moe_a2a_overlap``, ``dispatcher`` (``alltoall``, ``deepep``) with ``node_limit``
@@ -214,7 +221,7 @@ def transformer(network: Any, **values: Any) -> Workload:
         full attention, or a list of 1 (window) and 0 per layer), ``position_embedding``
         (``learned_absolute``, ``rope``, ``alibi``, ``none``), ``dtype`` (``bf16``, ``fp16``,
         ``fp8``, or PyTorch's and Transformer Engine's names of them: ``bfloat16``,
-        ``float16``, ``e4m3``, ``hybrid``);
+        ``float16``, ``e4m3``, ``hybrid``; ``mxfp8``: ``fp8`` with ``fp8_recipe: mxfp8``);
         ``device`` (a compute preset) or ``roofline`` (a mapping); ``dims``.
 
     Returns

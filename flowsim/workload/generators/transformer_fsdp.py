@@ -65,7 +65,7 @@ class FullySharded:
             return x
         self.unsharded.add(unit)
         dense, expert, fp8 = self._parameters(unit)
-        if self.spec.fp8_param_gather:
+        if self.spec.fp8_param_gather and self.spec.fp8_recipe != "mxfp8":
             dense -= fp8 / 2       # the layers' weights in one byte, the rest in two
         gathers = []
         for params, (dims, size) in zip((dense, expert), self.ctx.shard_groups()):

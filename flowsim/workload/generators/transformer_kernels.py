@@ -4,12 +4,12 @@ shapes are :mod:`.transformer_shapes`'s, a mixture of experts' kernels
 :mod:`.transformer_experts`'s.
 
 FP8 training is Transformer Engine's (NVIDIA, "Using FP8 with Transformer Engine"): only the
-linear layers of the transformer layers run in FP8. Each casts its 16-bit input to FP8 and
-keeps an FP8 transpose of it for the weight gradient (Hopper's FP8 GEMMs take ``TN`` operands
-only), and casts the incoming gradient the same way in the backward pass: one fused
-cast-transpose per operand, reading 2 bytes and writing 2 x 1 byte per element
-(:data:`~.transformer_shapes.FP8_CAST_BYTES`). Weights are cast once per iteration, not per
-micro-batch (left out).
+linear layers of the transformer layers run in FP8. Each casts its 16-bit input to FP8 in
+the layouts its forward and weight-gradient GEMMs read, and casts the incoming gradient the
+same way in the backward pass: one :class:`~flowsim.workload.kernels.Quantize` per operand,
+whose traffic depends on the scaling recipe (``fp8_recipe``) and the device
+(:func:`~flowsim.workload.kernels.quantize_bytes`). Weights are cast once per iteration, not
+per micro-batch (left out).
 Megatron-LM's output layer and MoE router are plain PyTorch linear layers
 (``tensor_parallel.ColumnParallelLinear``, ``torch.nn.functional.linear`` in
 ``megatron/core``), so they stay 16-bit.

@@ -365,11 +365,13 @@ class StageProgram:
         gradient buckets (see :mod:`.transformer_buckets`): the dense ones over the
         data-parallel group, the experts' over the expert-data-parallel group their optimizer
         state is sharded over; with ``fp8_param_gather`` the layers' weights (experts
-        included) in one byte each, the vocabulary's in two."""
+        included) in one byte each, the vocabulary's in two (MXFP8's all in two: Megatron-Core
+        gathers them in 16 bits into the gradient buffer and casts them after,
+        ``reuse_grad_buf_for_mxfp8_param_ag``)."""
         spec, ctx = self.spec, self.ctx
         if not spec.distributed_optimizer or spec.fsdp:
             return []
-        fp8 = spec.fp8_param_gather
+        fp8 = spec.fp8_param_gather and spec.fp8_recipe != "mxfp8"
         # Megatron-Core buckets only to overlap the gradients' reduction: else one bucket
         limit = self._bucket_limit() if spec.overlap_grad_reduce else float("inf")
         out = []

@@ -12,13 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..kernels import Elementwise, Gemm, Kernel
+from ..kernels import Elementwise, Gemm, Kernel, Quantize
 from .transformer_spec import TransformerSpec
 
 #: bytes of an activation element (16-bit)
 ACT = 2
-#: bytes one FP8 cast-transpose moves per element: read 16-bit, write FP8 and its transpose
-FP8_CAST_BYTES = ACT + 1 + 1
 class CrossEntropyCost(NamedTuple):
     """Bytes per logit of a rank's vocabulary shard, of one cross entropy."""
 
@@ -109,11 +107,11 @@ class LayerShapes:
         return Gemm(int(m), int(n), int(k), int(batch), "bf16")
 
     def _cast(self, elements: int) -> tuple[Kernel, ...]:
-        """FP8 training's cast-transpose of one GEMM operand of ``elements`` (none
-        otherwise)."""
+        """FP8 training's cast of one GEMM operand of ``elements`` under the run's recipe
+        (none otherwise)."""
         if self.spec.dtype != "fp8":
             return ()
-        return (elementwise(FP8_CAST_BYTES * elements, "fp8_cast_transpose"),)
+        return (Quantize(elements, self.spec.fp8_recipe),)
 
     # ------------------------------------------------------------------ communication
     @property

@@ -21,7 +21,7 @@ from ..._validate import (
     read_int,
     read_number,
 )
-from ..kernels import DTYPE_BYTES
+from ..kernels import DTYPE_BYTES, Fp8Recipe
 from ..roofline import Roofline, parse_roofline
 from . import transformer_values as tv
 from .transformer_checks import check_consistent, check_head_width
@@ -141,8 +141,11 @@ class TransformerSpec:
     #: ``grad_sync_dtype: bf16``) instead of FP32 in BF16 and FP8 training
     grad_reduce_in_bf16: bool = False
     #: FP8 training keeps the layers' weights in FP8, so the distributed optimizer gathers
-    #: them in one byte each (Megatron-LM's ``--fp8-param-gather``, NeMo's ``fp8_params``)
+    #: them in one byte each (Megatron-LM's ``--fp8-param-gather``, NeMo's ``fp8_params``;
+    #: MXFP8's are gathered in 16 bits and cast after, as Megatron-Core does)
     fp8_param_gather: bool = False
+    #: FP8 scaling (``FP8_RECIPES``, Megatron's ``--fp8-recipe``; :mod:`flowsim.compute.quantize`)
+    fp8_recipe: Fp8Recipe = "delayed"
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     #: with the interleaved schedule, the overlapped parameter gathers of a model chunk all
@@ -284,7 +287,7 @@ class TransformerSpec:
         return self.tied_embeddings and self.pp * self.vpp == 1
 
 
-#: Keys accepted for compatibility, and what they mean now.
+#: Keys accepted for compatibility, and what they mean now
 LEGACY = {"zero": "distributed_optimizer", "dtype_bytes": "dtype"}
 KEYS = tuple(f.name for f in fields(TransformerSpec) if f.name != "source") + tuple(LEGACY)
 
@@ -347,7 +350,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     v["tp_comm_overlap_cfg"] = read_choice(values, "tp_comm_overlap_cfg", UB_CONFIGS,
                                            source=source, default="nemo",
                                            case_insensitive=True)
-    v["dtype"] = tv.read_dtype(values, source, DTYPES)
+    v["dtype"], v["fp8_recipe"] = tv.read_precision(values, source, DTYPES)
     v["mla"] = tv.read_mla(values, source)
     v["pipeline_layout"] = tv.read_layout(values, source)
     v["moe_layer_freq"] = tv.read_moe_layers(values, source)
@@ -366,8 +369,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
 
 def _count(values: Mapping[str, Any], key: str, source: str, default: Any = ...,
            minimum: int = 1) -> int:
-    """An integer key, at least ``minimum`` and at most its
-    :data:`~.transformer_values.MAXIMA` entry."""
+    """An integer key, at least ``minimum``, at most its :data:`~.transformer_values.MAXIMA`."""
     from ..._validate import REQUIRED
 
     return read_int(values, key, source=source, minimum=minimum, maximum=tv.MAXIMA[key],

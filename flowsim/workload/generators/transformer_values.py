@@ -22,6 +22,7 @@ from ..._validate import (
 )
 from ...errors import FlowsimWarning, config_error
 from ...topology.network_config import MAX_DIMS, MAX_NPUS
+from ..kernels import FP8_RECIPES
 
 #: Largest value of each integer key: far beyond any model, and small enough that every FLOP
 #: and byte count stays finite.
@@ -227,6 +228,23 @@ def read_mla(values: Mapping[str, Any], source: str) -> LatentAttention | None:
 #: gradients), all priced as FP8 GEMMs
 DTYPE_SYNONYMS = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "e4m3": "fp8",
                   "fp8_e4m3": "fp8", "float8_e4m3fn": "fp8", "hybrid": "fp8"}
+
+
+def read_precision(values: Mapping[str, Any], source: str,
+                   dtypes: tuple[str, ...]) -> tuple[str, str]:
+    """``dtype`` and ``fp8_recipe`` (:data:`~flowsim.workload.kernels.FP8_RECIPES`, default
+    ``delayed``); ``dtype: mxfp8`` (NVIDIA's tables' name) is FP8 with the ``mxfp8`` recipe.
+    A recipe other than ``delayed`` needs FP8."""
+    found = values.get("dtype")
+    mx = isinstance(found, str) and found.strip().lower() == "mxfp8"
+    dtype = "fp8" if mx else read_dtype(values, source, dtypes)
+    recipe = read_choice(values, "fp8_recipe", FP8_RECIPES, source=source,
+                         default="mxfp8" if mx else "delayed", case_insensitive=True)
+    if mx and recipe != "mxfp8":
+        raise config_error(source, "fp8_recipe", "mxfp8 or unset with dtype: mxfp8", recipe)
+    if dtype != "fp8" and recipe != "delayed":
+        raise config_error(source, "fp8_recipe", "unset unless dtype is fp8 or mxfp8", recipe)
+    return dtype, recipe
 
 
 def read_dtype(values: Mapping[str, Any], source: str, dtypes: tuple[str, ...]) -> str:
