@@ -170,7 +170,8 @@ def test_gradients_reduced_in_bf16_halve_the_data_parallel_bytes():
     assert bf16 * 2 == fp32 and nemo == bf16
 
 
-@pytest.mark.parametrize("flags, recipe", [("", "delayed"), (" --fp8-recipe tensorwise", "tensorwise"),
+@pytest.mark.parametrize("flags, recipe", [("", "delayed"),
+                                           (" --fp8-recipe tensorwise", "tensorwise"),
                                            (" --fp8-recipe mxfp8", "mxfp8")])
 def test_megatron_s_fp8_recipe_is_the_casts_it_prices(flags, recipe):
     """``--fp8-format`` with ``--fp8-recipe``: FP8 GEMMs and casts under that recipe (MXFP8
