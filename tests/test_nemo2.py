@@ -284,6 +284,11 @@ def test_nemo_run_syntax_and_nemo_s_own_corrections():
         assert (keys["dtype"], keys.get("fp8_recipe", "delayed")) == ("fp8", recipe)
     assert _keys("llama3_8b", "trainer.plugins.fp8=hybrid "
                  "trainer.plugins.fp8_recipe=cs")["fp8_recipe"] == "tensorwise"
+    # Megatron-Bridge's sub-channel (blockwise) factory is priced as current scaling, said once
+    with pytest.warns(FlowsimWarning, match="fp8_recipe blockwise: priced as tensorwise"):
+        keys = nemo2_keys("llama3_8b", "spec.yml",
+                          "trainer.plugins=bf16_with_fp8_subchannel_scaling_mixed")
+    assert (keys["dtype"], keys["fp8_recipe"]) == ("fp8", "tensorwise")
     assert _keys("llama3_8b", "trainer.plugins.fp8=False")["dtype"] == "bf16"
     assert _keys("llama3_8b", "trainer.plugins=fp16_mixed")["dtype"] == "fp16"
     assert _keys("llama3_8b", "trainer.plugins.fp8=hybrid trainer.plugins.fp8_params=True"

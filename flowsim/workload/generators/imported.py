@@ -20,6 +20,7 @@ from typing import Any
 from ..._validate import read_int
 from ...errors import ConfigError, FlowsimWarning, config_error
 from ..graph import Workload
+from ..kernels import FP8_RECIPES
 from .shell_vars import joined_lines
 from .transformer import build_transformer, parse_transformer
 from .transformer_spec import KEYS
@@ -33,6 +34,9 @@ GPT2_VOCAB = 50257
 POSITION_EMBEDDING = {"learned_absolute": "learned_absolute", "rope": "rope", "mrope": "rope",
                       "yarn": "rope", "xpos": "rope", "alibi": "alibi", "kerple": "alibi",
                       "sandwich": "alibi", "relative": "alibi", "none": "none"}
+
+#: NeMo's short names of the FP8 recipes (its performance scripts' ``--fp8_recipe``)
+FP8_RECIPE_NAMES = {"cs": "tensorwise", "ds": "delayed", "mx": "mxfp8", "ss": "blockwise"}
 
 
 def position_embedding(value: Any, where: str, name: str,
@@ -235,6 +239,21 @@ def recompute_method_keys(method: Any, count: Any, where: str,
     warnings.warn(f"{where}: {names[0]} {method} {names[1]} {count}: priced as every layer "
                   "recomputed", FlowsimWarning, stacklevel=5)
     return {}
+
+
+def fp8_recipe(recipe: object, where: str, name: str) -> str:
+    """A framework's FP8 recipe (``name``: its flag or key) as a transformer ``fp8_recipe``:
+    NeMo's short names (``cs``, ``ds``, ``mx``) read as theirs, ``blockwise`` (DeepSeek-V3's
+    1 x 128 and 128 x 128 blocks, Hopper; NeMo's ``ss``) priced as ``tensorwise`` with a
+    warning."""
+    recipe = FP8_RECIPE_NAMES.get(str(recipe).lower(), recipe)
+    if recipe == "blockwise":
+        warnings.warn(f"{where}: {name} blockwise: priced as tensorwise (its casts and GEMMs "
+                      "at tensor-scaled FP8's cost)", FlowsimWarning, stacklevel=4)
+        return "tensorwise"
+    if recipe not in FP8_RECIPES:
+        raise config_error(where, name, "delayed, tensorwise, mxfp8 or blockwise", recipe)
+    return str(recipe)
 
 
 def deepep_keys(dispatcher: Any, backend: Any, groups: Any, group_topk: Any,

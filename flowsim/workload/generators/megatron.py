@@ -33,7 +33,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
-from ..kernels import FP8_RECIPES
 from . import megatron_deepspeed, megatron_layout
 from .imported import (
     GPT2_VOCAB,
@@ -42,6 +41,7 @@ from .imported import (
     cp_comm_type,
     cross_entropy_impl,
     deepep_keys,
+    fp8_recipe,
     parse_imported,
     position_embedding,
     read_beside,
@@ -118,19 +118,6 @@ POSITION_TYPES = ("learned_absolute", "rope", "yarn", "mrope", "relative", "none
 _FLAG_INSIDE = re.compile(r"(?:^|\s)--[A-Za-z]")
 #: vocabulary sizes of tokenizers named by type alone
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": GPT2_VOCAB}
-
-
-def fp8_recipe(recipe: object, where: str) -> str:
-    """``--fp8-recipe`` as a transformer ``fp8_recipe``: ``blockwise`` (DeepSeek-V3's 1 x 128
-    and 128 x 128 blocks, Hopper) is priced as ``tensorwise`` with a warning."""
-    if recipe == "blockwise":
-        warnings.warn(f"{where}: --fp8-recipe blockwise: priced as tensorwise (its casts "
-                      "and GEMMs at tensor-scaled FP8's cost)", FlowsimWarning, stacklevel=4)
-        return "tensorwise"
-    if recipe not in FP8_RECIPES:
-        raise config_error(where, "--fp8-recipe", "delayed, tensorwise, mxfp8 or blockwise",
-                           recipe)
-    return str(recipe)
 
 
 def megatron_keys(args: str | Sequence[str], source: str,
@@ -285,7 +272,8 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
                       "all-to-all dispatcher", FlowsimWarning, stacklevel=4)
     if "fp8-format" in flags:
         keys["dtype"] = "fp8"
-        keys["fp8_recipe"] = fp8_recipe(flags.get("fp8-recipe") or "delayed", where)
+        keys["fp8_recipe"] = fp8_recipe(flags.get("fp8-recipe") or "delayed", where,
+                                        "--fp8-recipe")
     if flags.get("position-embedding-type") is not None:   # else learned_absolute, its default
         keys["position_embedding"] = position_embedding(
             flags["position-embedding-type"], where, "--position-embedding-type",

@@ -58,6 +58,7 @@ from .imported import (
     causal_window,
     cp_comm_type,
     deepep_keys,
+    fp8_recipe,
     parse_imported,
     position_embedding,
     recompute_method_keys,
@@ -85,10 +86,6 @@ MLA_DEFAULTS = {"q_lora_rank": 512, "kv_lora_rank": 512, "qk_head_dim": 128,
                 "qk_pos_emb_head_dim": 64, "v_head_dim": 128}
 #: model keys that shape an iteration's time but have no transformer key (named in a warning)
 UNMODELLED = ("num_micro_batches_with_partial_activation_checkpoints", "moe_grouped_gemm")
-
-#: NeMo's short names of the FP8 recipes (its performance scripts' ``--fp8_recipe``: current
-#: scaling ``cs``, ``mxfp8`` blocks); the transformer spec checks the result
-FP8_RECIPE_NAMES = {"cs": "tensorwise", "ds": "delayed", "mx": "mxfp8"}
 
 
 def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]:
@@ -155,8 +152,7 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
     keys["dtype"] = "fp8" if switch("fp8", False) else "fp16" if precision.startswith("16") \
         else "bf16"
     if keys["dtype"] == "fp8" and model.get("fp8_recipe") is not None:
-        keys["fp8_recipe"] = FP8_RECIPE_NAMES.get(str(model["fp8_recipe"]).lower(),
-                                                  model["fp8_recipe"])
+        keys["fp8_recipe"] = fp8_recipe(model["fp8_recipe"], where, "model.fp8_recipe")
     fp8_params = switch("fp8_params", False)   # read (and checked) with or without FP8
     keys["fp8_param_gather"] = keys["dtype"] == "fp8" and fp8_params
     # Megatron-Core's TransformerConfig field, which NeMo 1 copies from the model config

@@ -42,7 +42,7 @@ from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
 from .config_files import apply_nemo_run_items, nested_block, override_items
-from .imported import ImportedSpec, cross_entropy_impl, parse_imported
+from .imported import ImportedSpec, cross_entropy_impl, fp8_recipe, parse_imported
 from .nemo import NUMBERS, nemo_keys
 from .nemo2_launch import read_command, read_recipe
 from .nemo2_recipes import BUCKET_SIZE, COMMIT, PLUGINS, PRECISIONS, Recipe
@@ -166,6 +166,8 @@ def nemo2_keys(text: Any, source: str, overrides: Any = None) -> dict[str, Any]:
     if precision.startswith("32"):
         warnings.warn(f"{where}: trainer.plugins.precision {precision}: FP32 training is not "
                       "modelled; priced as BF16", FlowsimWarning, stacklevel=4)
+    if nemo1.get("fp8") and "fp8_recipe" in nemo1:   # said here: NeMo 1's notes are muted
+        nemo1["fp8_recipe"] = fp8_recipe(nemo1["fp8_recipe"], where, "trainer.plugins.fp8_recipe")
     granularity = nemo1.get("activations_checkpoint_granularity")
     if granularity not in (None, "selective", "full"):
         raise config_error(where, "model.config.recompute_granularity",

@@ -203,6 +203,8 @@ PLUGINS: dict[str, dict[str, Any]] = {
     "bf16_with_mxfp8_mixed": {"precision": "bf16-mixed", **_FP8, "fp8_recipe": "mxfp8"},
     "fp16_with_mxfp8_mixed": {"precision": "16-mixed", **_FP8, "fp8_recipe": "mxfp8"},
     "bf16_with_fp8_current_scaling_mixed": {"precision": "bf16-mixed", **_FP8,
-                                            "fp8_recipe": "tensorwise"}}
+                                            "fp8_recipe": "tensorwise"},
+    "bf16_with_fp8_subchannel_scaling_mixed": {"precision": "bf16-mixed", **_FP8,
+                                               "fp8_recipe": "blockwise"}}
 #: ``trainer.plugins.precision`` values Lightning takes for Megatron's mixed precision
 PRECISIONS = ("bf16-mixed", "bf16", "16-mixed", "16", "32", "32-true")
