@@ -172,7 +172,7 @@ def test_gradients_reduced_in_bf16_halve_the_data_parallel_bytes():
 
 @pytest.mark.parametrize("flags, recipe", [("", "delayed"),
                                            (" --fp8-recipe tensorwise", "tensorwise"),
-                                           (" --fp8-recipe mxfp8", "mxfp8")])
+                                           (" --fp8-recipe MXFP8", "mxfp8")])
 def test_megatron_s_fp8_recipe_is_the_casts_it_prices(flags, recipe):
     """``--fp8-format`` with ``--fp8-recipe``: FP8 GEMMs and casts under that recipe (MXFP8
     needs Blackwell: on H100 it is one line naming the key)."""
@@ -187,6 +187,14 @@ def test_megatron_s_fp8_recipe_is_the_casts_it_prices(flags, recipe):
     if recipe == "mxfp8":
         with pytest.raises(ConfigError, match="fp8_recipe.*Blackwell"):
             simulate(NET, dict(spec, device="h100"), "nccl")
+
+
+def test_megatron_s_blockwise_recipe_is_said_and_an_unknown_one_named():
+    spec = ARGS + " --fp8-format hybrid --fp8-recipe "
+    with pytest.warns(FlowsimWarning, match="--fp8-recipe blockwise: priced as tensorwise"):
+        assert megatron_keys(spec + "blockwise", "run.sh")["fp8_recipe"] == "tensorwise"
+    with pytest.raises(ConfigError, match="'--fp8-recipe'.*delayed, tensorwise, mxfp8"):
+        megatron_keys(spec + "custom", "run.sh")
 
 
 def test_the_fused_cross_entropy_is_read_from_both_tools():

@@ -155,3 +155,40 @@ def test_fp8_layers_gather_one_byte_per_element_and_reduce_in_16_bits(net, tp_co
         ("logits.all_gather", "logits.dgrad.input.all_gather"))]
     assert {op.pass_ for op in logits} == {"fwd", "ig"}
     assert all(op.size == SEQ * H * 2 // 2 for op in logits)
+
+
+def test_mxfp8_weights_are_kept_and_fsdp_gathered_at_16_bit_size(net):
+    """MXFP8 keeps its weights in both layouts and gathers them in 16 bits: the memory
+    estimate and FSDP's gathers match BF16's, where tensor-scaled FP8 with
+    ``fp8_param_gather`` saves a byte per layer weight in both."""
+    def build(**extra):
+        return transformer(net, **_spec(**{"distributed_optimizer": True,
+                                           "fp8_param_gather": True, **extra}))
+
+    def fsdp_gathered(**extra):
+        w = transformer(net, **_spec(**{"fsdp": True, "fp8_param_gather": True, **extra}))
+        return sum(op.size for op in w.programs[0].ops
+                   if op.kind == "collective" and op.collective == "all_gather"
+                   and "params" in op.name)
+
+    weights = {recipe: build(dtype="fp8", fp8_recipe=recipe).memory["weights"]
+               for recipe in ("delayed", "mxfp8")}
+    sixteen = build(dtype="bf16", fp8_param_gather=False).memory["weights"]
+    assert weights["mxfp8"] == sixteen > weights["delayed"]
+    assert fsdp_gathered(dtype="fp8", fp8_recipe="mxfp8") \
+        == fsdp_gathered(dtype="bf16", fp8_param_gather=False) \
+        > fsdp_gathered(dtype="fp8")
+
+
+def test_a_device_model_prices_a_cast_by_its_generation():
+    """Through :class:`DeviceModel`: a B200 cast costs its 3 bytes per element, an H100
+    one 4, each at its memory rate and the device's sustained fraction."""
+    from flowsim.compute import DeviceModel
+
+    cast = Quantize(1 << 24, "delayed")
+    for preset, per_element in (("h100", 4), ("b200", 3)):
+        model = DeviceModel(preset)
+        dev = model.device
+        expected = (per_element * cast.elements / (dev.memory_gbps * dev.memory_efficiency)
+                    + dev.launch_us * 1e3) / model.sustained
+        assert model.kernel_ns(cast) == pytest.approx(expected, rel=1e-12)

@@ -13,6 +13,7 @@ the collectives. Without ``fsdp`` it does nothing.
 
 from __future__ import annotations
 
+from . import transformer_values as tv
 from .transformer_kernels import LayerKernels
 from .transformer_mapping import StageContext
 from .transformer_overlap import Frontier
@@ -65,7 +66,7 @@ class FullySharded:
             return x
         self.unsharded.add(unit)
         dense, expert, fp8 = self._parameters(unit)
-        if self.spec.fp8_param_gather and self.spec.fp8_recipe != "mxfp8":
+        if tv.fp8_weights(self.spec):
             dense -= fp8 / 2       # the layers' weights in one byte, the rest in two
         gathers = []
         for params, (dims, size) in zip((dense, expert), self.ctx.shard_groups()):

@@ -3,7 +3,7 @@ the activations its schedule keeps in flight, the estimate a cluster planner che
 layout against before simulating it.
 
 Per parameter (Megatron-LM's mixed-precision training with Adam): 16-bit weights (the
-layers' in FP8 with ``fp8_param_gather``), FP32 gradient buffers (16-bit with
+layers' in FP8 with ``fp8_param_gather`` and tensor scaling), FP32 gradient buffers (16-bit with
 ``grad_reduce_in_bf16``) and 12 bytes of optimizer state (FP32 master weights, Adam's two
 moments), the states sharded over the data-parallel ranks by the distributed optimizer and
 everything by ``fsdp`` over its sharding group (which keeps the largest unit gathered and
@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from . import transformer_values as tv
 from .transformer_combined import paired_forwards
 from .transformer_mla import LatentKernels
 from .transformer_schedule import stage_schedule, virtual_stage
@@ -78,7 +79,7 @@ def stage_memory(program: StageProgram) -> StageMemory:
     expert = sum(program.chunk_parameters(c)[1] for c in chunks)
     params = dense + expert
     fp8_weights = sum(program.dense_weights(c) for c in chunks)   # kept in FP8
-    weights = ACT * params - (fp8_weights if spec.fp8_param_gather else 0)
+    weights = ACT * params - (fp8_weights if tv.fp8_weights(spec) else 0)
     gradients = program.grad_bytes * params
     shards = program.local_parameters()   # the optimizer's: its shard, sharded or not
     optimizer = OPTIMIZER_BYTES * shards

@@ -14,6 +14,7 @@ from functools import partial
 
 from ..graph import Op
 from ..kernels import Elementwise, Kernel
+from . import transformer_values as tv
 from .transformer_buckets import GatherBucket, GatherGroup, ParameterGathers, ParamUnit, partition
 from .transformer_combined import beside, paired_forwards
 from .transformer_fsdp import FullySharded
@@ -371,7 +372,7 @@ class StageProgram:
         spec, ctx = self.spec, self.ctx
         if not spec.distributed_optimizer or spec.fsdp:
             return []
-        fp8 = spec.fp8_param_gather and spec.fp8_recipe != "mxfp8"
+        fp8 = tv.fp8_weights(spec)
         # Megatron-Core buckets only to overlap the gradients' reduction: else one bucket
         limit = self._bucket_limit() if spec.overlap_grad_reduce else float("inf")
         out = []

@@ -247,6 +247,13 @@ def read_precision(values: Mapping[str, Any], source: str,
     return dtype, recipe
 
 
+def fp8_weights(spec: Any) -> bool:
+    """Whether the layers' weights are kept and gathered in one byte (``fp8_param_gather``
+    with tensor scaling); MXFP8's are gathered in 16 bits and kept in both layouts, about as
+    many bytes (Megatron-Core's ``reuse_grad_buf_for_mxfp8_param_ag``)."""
+    return bool(spec.fp8_param_gather) and spec.fp8_recipe != "mxfp8"
+
+
 def read_dtype(values: Mapping[str, Any], source: str, dtypes: tuple[str, ...]) -> str:
     """``dtype`` (one of ``dtypes`` or a synonym of one), or the legacy ``dtype_bytes`` (2 or
     1)."""
