@@ -69,7 +69,7 @@ def test_casts_move_the_bytes_of_their_recipe_on_each_device(recipe, hopper, bla
         expected = per_element * elements / (dev.memory_gbps * dev.memory_efficiency) \
             + dev.launch_us * 1e3
         assert quantize_ns(dev, cast) == pytest.approx(expected, rel=1e-12)
-    assert cast.bytes == quantize_bytes(cast, any_layout=recipe == "mxfp8")
+    assert cast.bytes == quantize_bytes(cast, any_layout=False)   # the nominal, Hopper's
 
 
 def test_mxfp8_is_fp8_with_its_recipe_and_gathers_parameters_in_16_bits(net):
@@ -192,3 +192,22 @@ def test_a_device_model_prices_a_cast_by_its_generation():
         expected = (per_element * cast.elements / (dev.memory_gbps * dev.memory_efficiency)
                     + dev.launch_us * 1e3) / model.sustained
         assert model.kernel_ns(cast) == pytest.approx(expected, rel=1e-12)
+
+
+def test_mxfp8_on_hopper_is_one_error_naming_the_workload_file(tmp_path):
+    """The device comes from the network at run time; the refusal names the workload's
+    file, the key, what it needs and the value, under either network model (the analytical
+    one prices ops in its compiled loop's packer, the flow one in its engine)."""
+    import yaml
+
+    from flowsim.errors import ConfigError
+
+    path = tmp_path / "spec.yml"
+    path.write_text(yaml.safe_dump({"generator": "transformer", **_spec(dtype="mxfp8")}))
+    for device, model in (("h100", "analytical"), ("a100", "flow")):
+        network = {"cluster": {"device": device, "nodes": 2, "gpus_per_node": 8}}
+        with pytest.raises(ConfigError) as err:
+            flowsim.simulate(network, str(path), "nccl", model=model)
+        message = str(err.value)
+        assert message.startswith(str(path)) and "fp8_recipe" in message
+        assert "Blackwell" in message and "'mxfp8'" in message

@@ -202,7 +202,8 @@ def _pack_program(packer: Packer, p: int, program, npus: np.ndarray, offset: int
     sf[code.UPDATE_DELAY] = np.fromiter(map(attrgetter("update_delay_ns"), order), np.float64, n)
     computes = np.flatnonzero(kinds == code.COMPUTE)
     sf[code.DURATION, computes] = np.array(
-        _compute_ns([order[k] for k in computes.tolist()], compute), np.float64) / npu_speed
+        _compute_ns([order[k] for k in computes.tolist()], compute, program.source),
+        np.float64) / npu_speed
     collectives = np.flatnonzero(kinds == code.COLLECTIVE) if not meeting \
         else np.zeros(0, np.int64)
     keys = [(op.collective, op.size, op.dims, op.group)
@@ -265,13 +266,14 @@ def _earlier(lengths: np.ndarray, flat: np.ndarray) -> bool:
     return bool(np.all(flat < np.repeat(np.arange(lengths.size), lengths)))
 
 
-def _compute_ns(ops: list, compute) -> list[float]:
-    """Compute ops' times at speed 1: traced, else priced once per kernels tuple."""
+def _compute_ns(ops: list, compute, where: str) -> list[float]:
+    """Compute ops' times at speed 1: traced, else priced once per kernels tuple (errors
+    name ``where``, the program)."""
     durations = [op.duration_ns for op in ops]
     if compute is None:
         return durations
     priced: dict[int, tuple[tuple, float]] = {}
-    return [d if d != 0.0 else compute_op_ns(op, compute, priced)
+    return [d if d != 0.0 else compute_op_ns(op, compute, priced, where)
             for d, op in zip(durations, ops)]
 
 

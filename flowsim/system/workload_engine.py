@@ -229,7 +229,7 @@ class WorkloadEngine:
             return
         duration = op.duration_ns
         if duration == 0.0 and self.compute is not None:
-            duration = compute_op_ns(op, self.compute, self._priced)
+            duration = compute_op_ns(op, self.compute, self._priced, st.program.source)
         tv = st.times
         durations = duration / st.speed
         free = tv.read(self.compute_free)

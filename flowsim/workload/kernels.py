@@ -29,11 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from .._validate import choices_of
+
 DType = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 #: how FP8 training scales its tensors (Megatron-LM's ``--fp8-recipe``; Transformer Engine's
 #: ``DelayedScaling``, ``Float8CurrentScaling`` and ``MXFP8BlockScaling`` recipes)
 Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8"]
-FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "mxfp8")
+FP8_RECIPES: tuple[Fp8Recipe, ...] = choices_of(Fp8Recipe)
 #: bytes per element of each data type
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
@@ -134,7 +136,11 @@ class Quantize:
 
     elements: int
     recipe: Fp8Recipe = "delayed"
-    flops: float = 0.0
+
+    @property
+    def flops(self) -> float:
+        """None that bound it (a scale and a rounding per element)."""
+        return 0.0
 
     @property
     def bytes(self) -> float:

@@ -246,8 +246,8 @@ def fp8_recipe(recipe: object, where: str, name: str) -> str:
     NeMo's short names (``cs``, ``ds``, ``mx``) read as theirs, ``blockwise`` (DeepSeek-V3's
     1 x 128 and 128 x 128 blocks, Hopper; NeMo's ``ss``) priced as ``tensorwise`` with a
     warning."""
-    name_ = str(recipe).strip().lower()
-    recipe = FP8_RECIPE_NAMES.get(name_, name_)
+    spelled = str(recipe).strip().lower()
+    recipe = FP8_RECIPE_NAMES.get(spelled, spelled)
     if recipe == "blockwise":
         warnings.warn(f"{where}: {name} blockwise: priced as tensorwise (its casts and GEMMs "
                       "at tensor-scaled FP8's cost)", FlowsimWarning, stacklevel=4)

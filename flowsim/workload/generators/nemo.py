@@ -23,8 +23,8 @@ What is read, by NeMo key (``model.`` omitted): the shape (``num_layers``, ``hid
 (``multi_latent_attention`` with ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``,
 ``qk_pos_emb_head_dim``, ``v_head_dim``), sliding windows (``window_size``,
 ``window_attn_skip_freq``), recomputation (``activations_checkpoint_granularity``),
-precision (``trainer.precision``, ``fp8``, ``fp8_recipe``, ``fp8_params``), ``ub_tp_comm_overlap``
-(NeMo's userbuffers
+precision (``trainer.precision``, ``fp8``, ``fp8_recipe``, ``fp8_params``),
+``ub_tp_comm_overlap`` (NeMo's userbuffers
 settings, or Transformer Engine's defaults without ``ub_tp_comm_overlap_cfg``; off without
 sequence parallelism, as NeMo turns it off), ``transformer_engine`` (false: unfused
 attention), ``position_embedding_type`` (``rope`` prices the rotary kernels), ``mcore_gpt``

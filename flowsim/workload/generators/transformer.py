@@ -53,8 +53,7 @@ Transformer Engine modules). ``fp8_recipe`` says how it scales: ``delayed`` (the
 transpose on Hopper, none on Blackwell); ``mxfp8`` (``dtype: mxfp8`` for short; Blackwell
 only) scales blocks of 32 elements, writes both layouts with their scales, and gathers
 parameters in 16 bits. Its GEMMs are priced at FP8's rate (no block-scaled GEMM measurement
-is published); NVIDIA's Megatron-Bridge 25.11 tables ran MXFP8 3.6-5.6% slower than current
-scaling on the same layouts, flowsim 1.6-2.7% (``docs/accuracy/published.md``).
+is published; ``docs/accuracy/published.md`` compares it with NVIDIA's published pairs).
 
 Communication:
 
