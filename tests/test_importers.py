@@ -189,6 +189,25 @@ def test_megatron_s_fp8_recipe_is_the_casts_it_prices(flags, recipe):
             simulate(NET, dict(spec, device="h100"), "nccl")
 
 
+def test_megatron_s_fp4_format_is_nvfp4_training():
+    """``--fp4-format e2m1`` (``--fp4-recipe nvfp4``, its default): the layers' GEMMs in FP4
+    with NVFP4 casts, and ``--fp4-param-gather`` their weights gathered in NVFP4; a custom
+    recipe is one line naming the flag."""
+    from flowsim.workload.kernels import Gemm, Quantize
+
+    keys = megatron_keys(ARGS + " --fp4-format e2m1 --fp4-param-gather", "run.sh")
+    assert (keys["dtype"], keys["fp8_recipe"], keys["fp8_param_gather"]) == \
+        ("fp8", "nvfp4", True)
+    work = flowsim.load_workload({"generator": "megatron", "device": "b200",
+                                  "args": ARGS + " --fp4-format e2m1"},
+                                 flowsim.load_network(NET))
+    kernels = [k for p in work.programs for op in p.ops for k in op.kernels]
+    assert {k.recipe for k in kernels if isinstance(k, Quantize)} == {"nvfp4"}
+    assert {k.dtype for k in kernels if isinstance(k, Gemm)} == {"fp4", "bf16"}
+    with pytest.raises(ConfigError, match="'--fp4-recipe'.*nvfp4"):
+        megatron_keys(ARGS + " --fp4-format e2m1 --fp4-recipe custom", "run.sh")
+
+
 def test_megatron_s_blockwise_recipe_is_said_and_an_unknown_one_named():
     spec = ARGS + " --fp8-format hybrid --fp8-recipe "
     with pytest.warns(FlowsimWarning, match="--fp8-recipe blockwise: priced as tensorwise"):

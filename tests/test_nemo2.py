@@ -279,7 +279,8 @@ def test_nemo_run_syntax_and_nemo_s_own_corrections():
     # the factories' scaling recipes: delayed, current scaling, MXFP8 blocks
     for plugin, recipe in (("bf16_with_fp8_mixed", "delayed"),
                            ("bf16_with_fp8_current_scaling_mixed", "tensorwise"),
-                           ("bf16_with_mxfp8_mixed", "mxfp8")):
+                           ("bf16_with_mxfp8_mixed", "mxfp8"),
+                           ("bf16_with_nvfp4_mixed", "nvfp4")):
         keys = _keys("llama3_8b", f"trainer.plugins={plugin}")
         assert (keys["dtype"], keys.get("fp8_recipe", "delayed")) == ("fp8", recipe)
     assert _keys("llama3_8b", "trainer.plugins.fp8=hybrid "

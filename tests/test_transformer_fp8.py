@@ -32,7 +32,7 @@ def _spec(**extra):
 
 
 @pytest.mark.parametrize("gated", [False, True])
-@pytest.mark.parametrize("recipe", ["delayed", "tensorwise", "mxfp8"])
+@pytest.mark.parametrize("recipe", ["delayed", "tensorwise", "mxfp8", "nvfp4"])
 def test_every_fp8_gemm_operand_is_cast_once_under_the_recipe(net, gated, recipe):
     """Per layer and micro-batch, one cast of each forward input (QKV, projection, FC1, FC2)
     and each incoming gradient (their outputs' gradients), under the run's recipe."""
@@ -51,10 +51,11 @@ def test_every_fp8_gemm_operand_is_cast_once_under_the_recipe(net, gated, recipe
 @pytest.mark.parametrize("recipe, hopper, blackwell", [
     ("delayed", 2 + 1 + 1, 2 + 1),            # read; FP8 copy (+ its transpose on Hopper)
     ("tensorwise", 2 + 1 + 1, 2 + 1),         # the amax found by the operand's producer
-    ("mxfp8", None, 2 + 2 * (1 + 1 / 32))])   # both layouts, one E8M0 scale per 32
+    ("mxfp8", None, 2 + 2 * (1 + 1 / 32)),    # both layouts, one E8M0 scale per 32
+    ("nvfp4", None, 2 + 2 + 2 * (0.5 + 1 / 16))])   # an amax pass; both layouts, E4M3 per 16
 def test_casts_move_the_bytes_of_their_recipe_on_each_device(recipe, hopper, blackwell):
     """A cast is memory-bound: its bytes per element at the device's memory rate and a
-    launch; Blackwell writes no transpose; MXFP8 needs Blackwell."""
+    launch; Blackwell writes no transpose; MXFP8 and NVFP4 need Blackwell."""
     from flowsim.compute.quantize import quantize_ns
     from flowsim.errors import ConfigError
 
@@ -211,3 +212,54 @@ def test_mxfp8_on_hopper_is_one_error_naming_the_workload_file(tmp_path):
         message = str(err.value)
         assert message.startswith(str(path)) and "fp8_recipe" in message
         assert "Blackwell" in message and "'mxfp8'" in message
+
+
+def test_nvfp4_runs_the_layers_gemms_in_fp4_at_fp8_s_fraction_of_the_fp4_peak(net):
+    """``dtype: nvfp4``: the layers' GEMMs in FP4 (the output layer and the router in 16
+    bits), each at the device's FP4 peak times FP8's fraction of its peak (no FP4 GEMM
+    measurement is published); a GPU without FP4 tensor cores refuses it in one line."""
+    from flowsim.compute.gemm import gemm_ns
+    from flowsim.errors import ConfigError
+
+    w = transformer(net, **_spec(dtype="nvfp4", experts=4, top_k=2, ep=2))
+    assert {k.dtype for k in _kernels(w, op_name="attention", kind=Gemm)} == {"fp4"}
+    assert {k.dtype for k in _kernels(w, op_name="logits", kind=Gemm)} == {"bf16"}
+    assert {k.dtype for k in _kernels(w, op_name="router", kind=Gemm)} == {"bf16"}
+    assert {k.recipe for k in _kernels(w, kind=Quantize)} == {"nvfp4"}
+    for preset, fp4 in (("gb200", 10000.0), ("b200", 9000.0), ("gb300", 15000.0),
+                        ("b300", 12600.0)):
+        dev = flowsim.compute.device(preset)
+        launch = dev.launch_us * 1e3
+        fp8, fp4_ns = (gemm_ns(dev, Gemm(16384, 16384, 16384, 1, dtype)) - launch
+                       for dtype in ("fp8", "fp4"))
+        assert fp8 / fp4_ns == pytest.approx(fp4 / dict(dev.peak_tflops)["fp8"], rel=1e-9)
+    with pytest.raises(ConfigError, match="'dtype'.*FP4 needs Blackwell"):
+        gemm_ns(flowsim.compute.device("h100"), Gemm(1024, 1024, 1024, 1, "fp4"))
+
+
+def test_nvfp4_gathers_half_a_byte_and_a_scale_per_element(net):
+    """Sequence parallelism's all-gathers move NVFP4's packed data and its E4M3 block scales
+    (half of FP8's bytes and one per 16 elements); ``fp8_param_gather`` (Megatron-LM's
+    ``--fp4-param-gather``) gathers the layers' weights the same way."""
+    def gathers(**extra):
+        w = transformer(net, **_spec(**extra))
+        return {op.name: op.size for op in w.programs[0].ops
+                if op.kind == "collective" and op.collective == "all_gather"
+                and ".layer" in op.name}
+
+    fp8, fp4 = gathers(dtype="fp8"), gathers(dtype="nvfp4")
+    assert fp8.keys() == fp4.keys() and fp8
+    for name, size in fp8.items():
+        assert fp4[name] == int(size * (0.5 + 1 / 16))
+
+    def params(**extra):
+        w = transformer(net, **_spec(distributed_optimizer=True, **extra))
+        return sum(op.size for op in w.programs[0].ops if op.kind == "collective"
+                   and op.collective == "all_gather" and "params" in op.name), w
+    sixteen, _ = params(dtype="nvfp4")
+    one_byte, _ = params(dtype="fp8", fp8_param_gather=True)
+    packed, w = params(dtype="nvfp4", fp8_param_gather=True)
+    layer_weights = sixteen - one_byte   # a byte saved per layer weight in FP8
+    assert packed == pytest.approx(sixteen - (2 - 0.5625) * layer_weights, abs=4)
+    assert w.memory["weights"] < transformer(net, **_spec(
+        distributed_optimizer=True, dtype="nvfp4")).memory["weights"]

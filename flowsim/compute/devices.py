@@ -13,6 +13,9 @@ adjusted to a training run (sources beside each preset):
   B200's peaks and SMs with 288 GB (:data:`GB300`, :data:`B300_SXM`); H200 SXM and H800 SXM
   are H100 SXM's die at its clocks
   (H200: 141 GB of HBM3e at 4.8 TB/s; H800: NVLink and FP64 cut, neither a compute fact here);
+  Blackwell's dense FP4 peaks (NVFP4's GEMMs), the same table's ``fp4`` column: GB200 10,000
+  TFLOP/s, B200 9,000, and Blackwell Ultra's, faster at the same BF16 and FP8 peaks: GB300
+  15,000, B300 12,600;
 * the *maximum achievable matmul FLOPS* (MAMF), the best BF16 GEMM throughput found by a brute-force
   shape search, and that shape: S. Bekman, *Machine Learning Engineering*, "Maximum Achievable
   Matmul FLOPS comparison table" (github.com/stas00/ml-engineering,
@@ -238,8 +241,8 @@ BLACKWELL_BLOCK_KEYS = 757.0
 GB200_SUSTAINED = 0.59
 GB200 = Device(
     name="gb200", sms=148,
-    peak_tflops=(("bf16", 2500.0), ("fp16", 2500.0), ("fp8", 5000.0), ("tf32", 1250.0),
-                 ("fp32", 80.0)),
+    peak_tflops=(("bf16", 2500.0), ("fp16", 2500.0), ("fp8", 5000.0), ("fp4", 10000.0),
+                 ("tf32", 1250.0), ("fp32", 80.0)),
     memory_gbps=8000.0, memory_gb=186.0, mamf_tflops=1822.0, mamf_shape=(4096, 9728, 2048),
     fp8_gemm_ratio=round(3615.6 / 5000.0 / (1822.0 / 2500.0), 3),
     attention_forward=BLACKWELL_ATTENTION_FORWARD,
@@ -257,8 +260,8 @@ GB200 = Device(
 #: those eight runs come out within 10% (-9.7% to +9.3%; ``results.md`` has each).
 B200_SXM = Device(
     name="b200_sxm", sms=148,
-    peak_tflops=(("bf16", 2250.0), ("fp16", 2250.0), ("fp8", 4500.0), ("tf32", 1125.0),
-                 ("fp32", 80.0)),
+    peak_tflops=(("bf16", 2250.0), ("fp16", 2250.0), ("fp8", 4500.0), ("fp4", 9000.0),
+                 ("tf32", 1125.0), ("fp32", 80.0)),
     memory_gbps=8000.0, memory_gb=180.0, mamf_tflops=1745.0, mamf_shape=(1792, 16128, 3072),
     fp8_gemm_ratio=round(3432.5 / 4500.0 / (1745.0 / 2250.0), 3),
     attention_forward=BLACKWELL_ATTENTION_FORWARD,
@@ -268,6 +271,12 @@ B200_SXM = Device(
     source="B200 SXM; ml-engineering accelerator tables (peaks, memory, MAMF with torch "
            "2.7.1+cu128); attention: cuDNN's B200 curve (cudnn-frontend benchmark, cuDNN "
            "9.10.2); sustained fraction borrowed from GB200")
+
+def _with_fp4(peaks: tuple[tuple[str, float], ...],
+              fp4: float) -> tuple[tuple[str, float], ...]:
+    """``peaks`` with the dense FP4 peak ``fp4`` (Blackwell Ultra's, over Blackwell's)."""
+    return tuple((dtype, fp4 if dtype == "fp4" else peak) for dtype, peak in peaks)
+
 
 #: Blackwell Ultra (B300, GB300) runs cuDNN's attention faster than Blackwell at the same
 #: peak: its special-function units compute exponentials twice as fast, and the softmax's
@@ -296,24 +305,27 @@ GB300_SUSTAINED = 0.71
 #: 148 SMs enabled (of the full die's 160 in NVIDIA's "Inside NVIDIA Blackwell Ultra"; as on
 #: B200, programs on GB300 and B300 report 148), 288 GB of HBM3e at 8 TB/s (NVIDIA's GB300
 #: NVL72 specifications; ml-engineering's tables: "the same but faster fp4 and more memory").
+#: Its dense FP4 peak is 15,000 TFLOP/s (the same tables), 1.5 times GB200's.
 #: No MAMF is published for it; a Blackwell Ultra die computes BF16 and FP8 GEMMs as a
 #: Blackwell one at the same peak (ml-engineering's B300 MAMF, 78.6% of its peak, "same as
 #: B200"), so it takes GB200's measured GEMMs. Its attention is Blackwell Ultra's; its
 #: sustained fraction its own (:data:`GB300_SUSTAINED`).
 GB300 = replace(
     GB200, name="gb300", memory_gb=288.0, compute_capability=(10, 3),
+    peak_tflops=_with_fp4(GB200.peak_tflops, 15000.0),
     attention_forward=BLACKWELL_ULTRA_ATTENTION_FORWARD,
     attention_backward=BLACKWELL_ULTRA_ATTENTION_BACKWARD, sustained=GB300_SUSTAINED,
     source="Blackwell Ultra of a GB300 NVL72 rack; GB200's peaks, SMs and GEMMs, 288 GB at "
            "8 TB/s; attention: Blackwell's fit times cuDNN's GB300 / GB200 same-day speed-up; "
            "sustained fraction from the Megatron-Bridge 26.04 GB300 / GB200 pair")
-#: B300 SXM (HGX / DGX B300): B200's peaks (2,250 TFLOP/s BF16, 4,500 FP8) and 148 SMs with
+#: B300 SXM (HGX / DGX B300): B200's peaks (2,250 TFLOP/s BF16, 4,500 FP8; FP4 12,600 against
+#: B200's 9,000) and 148 SMs with
 #: 288 GB of HBM3e at 8 TB/s, and its own MAMF (ml-engineering's tables: BF16 1,769.0 at
 #: 12288x18432x1024, FP8 3,353.3, torch 2.9.1+cu130); attention Blackwell Ultra's; sustained
 #: fraction GB300's, the same GPU (as B200 takes GB200's; no published B300 run checks it).
 B300_SXM = replace(
     B200_SXM, name="b300_sxm", memory_gb=288.0, mamf_tflops=1769.0,
-    compute_capability=(10, 3),
+    compute_capability=(10, 3), peak_tflops=_with_fp4(B200_SXM.peak_tflops, 12600.0),
     mamf_shape=(12288, 18432, 1024),
     fp8_gemm_ratio=round(3353.3 / 4500.0 / (1769.0 / 2250.0), 3),
     attention_forward=BLACKWELL_ULTRA_ATTENTION_FORWARD,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from functools import cache
 
+from ..errors import config_error
 from ..workload.kernels import DTYPE_BYTES, Gemm
 from .devices import Device
 
@@ -37,6 +38,12 @@ TILES: tuple[tuple[int, int, float], ...] = (
 K_OVERHEAD = 128
 #: smallest slice of k one block of a split-K GEMM works on
 MIN_SPLIT_K = 256
+#: data types whose GEMMs reach :attr:`~.devices.Device.fp8_gemm_ratio` of the BF16 GEMM's
+#: fraction of their peak: FP8's measured ratio, and FP4 at FP8's (an assumption: no FP4 GEMM
+#: measurement is published; NVIDIA's cuBLAS 12.9 notes put block-scaled FP4 matmuls on
+#: Blackwell at up to 2.3 times FP8's, above the 2x of their peaks, so FP4 reaches at least
+#: FP8's fraction at the best shapes)
+LOW_PRECISION = ("fp8", "fp4")
 
 
 def _tile_ns(device: Device, tm: int, tn: int, k: int, rate: float, relative: float) -> float:
@@ -80,8 +87,11 @@ def gemm_ns(device: Device, gemm: Gemm) -> float:
 
     A GEMM beside a communication kernel that holds ``sm_margin`` SMs runs its tiles on the
     others (at least one), each at the same per-SM rate."""
+    if gemm.dtype == "fp4" and "fp4" not in dict(device.peak_tflops):
+        raise config_error(f"device {device.name!r}", "dtype",
+                           "a data type its tensor cores have (FP4 needs Blackwell)", "fp4")
     rate = device.peak(gemm.dtype) * _asymptotic(device)
-    if gemm.dtype == "fp8":
+    if gemm.dtype in LOW_PRECISION:
         rate *= device.fp8_gemm_ratio
     sms = max(1, device.sms - gemm.sm_margin) if gemm.sm_margin else 0
     compute = _compute_ns(device, gemm.m, gemm.n, gemm.k, gemm.batch, rate, sms)

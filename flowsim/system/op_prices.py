@@ -15,7 +15,7 @@ def compute_op_ns(op: Op, compute: ComputeModel, memo: dict[int, tuple[tuple, fl
                   where: str = "") -> float:
     """A compute op's time from its kernels (memoised in ``memo`` per kernels tuple:
     generators share one tuple between the ops of every micro-batch), or from its FLOPs and
-    bytes. A kernel the device cannot run (MXFP8 before Blackwell) is one error naming
+    bytes. A kernel the device cannot run (MXFP8 or NVFP4 before Blackwell) is one error naming
     ``where``, the op's program (its workload file)."""
     if not op.kernels:
         return compute.work_ns(op.flops, op.mem_bytes) if (op.flops or op.mem_bytes) else 0.0

@@ -31,13 +31,15 @@ from typing import Literal
 
 from .._validate import choices_of
 
-DType = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
-#: how FP8 training scales its tensors (Megatron-LM's ``--fp8-recipe``; Transformer Engine's
-#: ``DelayedScaling``, ``Float8CurrentScaling`` and ``MXFP8BlockScaling`` recipes)
-Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8"]
+DType = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
+#: how low-precision training scales its tensors: FP8 (Megatron-LM's ``--fp8-recipe``;
+#: Transformer Engine's ``DelayedScaling``, ``Float8CurrentScaling`` and ``MXFP8BlockScaling``
+#: recipes) or NVFP4, whose GEMMs are FP4 (``--fp4-recipe nvfp4``; ``NVFP4BlockScaling``)
+Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "nvfp4"]
 FP8_RECIPES: tuple[Fp8Recipe, ...] = choices_of(Fp8Recipe)
-#: bytes per element of each data type
-DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+#: bytes per element of each data type (FP4's E2M1: two elements a byte)
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1,
+                                 "fp4": 0.5}
 
 
 @dataclass(frozen=True)
@@ -128,8 +130,9 @@ class Elementwise:
 
 @dataclass(frozen=True)
 class Quantize:
-    """One 16-bit GEMM operand of ``elements`` cast to FP8 under ``recipe``, in both the
-    layouts its GEMMs read (the forward's or data gradient's, and the weight gradient's).
+    """One 16-bit GEMM operand of ``elements`` cast to FP8 (NVFP4 under ``nvfp4``) under
+    ``recipe``, in both the layouts its GEMMs read (the forward's or data gradient's, and the
+    weight gradient's).
 
     ``bytes`` is the traffic where the second layout is a written transpose (Hopper); a
     compute model prices its device's own (:func:`quantize_bytes`)."""
@@ -149,6 +152,9 @@ class Quantize:
 
 #: bytes of one MXFP8 scale (E8M0) per block of this many elements
 MXFP8_BLOCK = 32
+#: bytes of one NVFP4 scale (E4M3) per block of this many elements (besides one FP32 scale
+#: per tensor, which no traffic counts)
+NVFP4_BLOCK = 16
 
 
 def quantize_bytes(quantize: Quantize, *, any_layout: bool) -> float:
@@ -164,10 +170,19 @@ def quantize_bytes(quantize: Quantize, *, any_layout: bool) -> float:
     are left out. ``mxfp8`` scales each block of :data:`MXFP8_BLOCK` elements along the
     reduction dimension, which differs between the two layouts, so it always writes both
     copies, each with one E8M0 byte per block, in the one pass that finds the scales.
+    ``nvfp4`` (Transformer Engine's ``NVFP4BlockScaling``) likewise writes both layouts, each
+    computed from the 16-bit input, half a byte per element and one E4M3 byte per block of
+    :data:`NVFP4_BLOCK`, with the random Hadamard transform of the weight gradient's operands
+    fused into that pass; its second-level (per-tensor) scale needs the tensor's absolute
+    maximum before any block is cast, which its quantizer finds in a pass of its own that
+    reads the operand once more (``NVFP4Quantizer::quantize_impl``: ``compute_amax``, after
+    the Hadamard transform where one applies).
     """
     n = quantize.elements
     if quantize.recipe == "mxfp8":
         return 2.0 * n + 2.0 * (n + n / MXFP8_BLOCK)
+    if quantize.recipe == "nvfp4":
+        return 4.0 * n + 2.0 * (DTYPE_BYTES["fp4"] * n + n / NVFP4_BLOCK)
     return 2.0 * n + (n if any_layout else 2.0 * n)
 
 

@@ -253,7 +253,8 @@ def fp8_recipe(recipe: object, where: str, name: str) -> str:
                       "at tensor-scaled FP8's cost)", FlowsimWarning, stacklevel=4)
         return "tensorwise"
     if recipe not in FP8_RECIPES:
-        raise config_error(where, name, "delayed, tensorwise, mxfp8 or blockwise", recipe)
+        raise config_error(where, name, "delayed, tensorwise, mxfp8, nvfp4 or blockwise",
+                           recipe)
     return str(recipe)
 
 

@@ -76,6 +76,7 @@ SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
             "overlap-moe-expert-parallel-comm": ("moe_a2a_overlap", True),
             "grad-reduce-in-bf16": ("grad_reduce_in_bf16", True),
             "fp8-param-gather": ("fp8_param_gather", True),
+            "fp4-param-gather": ("fp8_param_gather", True),
             "cross-entropy-loss-fusion": ("cross_entropy_fusion", True),
             "use-torch-fsdp2": ("fsdp", True),
             "untie-embeddings-and-output-weights": ("tied_embeddings", False),
@@ -88,7 +89,7 @@ MLA_FLAGS = {"q-lora-rank": ("q_lora_rank", 0), "kv-lora-rank": ("kv_lora_rank",
              "qk-pos-emb-head-dim": ("qk_pos_emb_head_dim", 64),
              "v-head-dim": ("v_head_dim", 128)}
 #: flags read by hand below (their meaning needs more than one key)
-SPECIAL = ("recompute-granularity", "fp8-format", "fp8-recipe",
+SPECIAL = ("recompute-granularity", "fp8-format", "fp8-recipe", "fp4-format", "fp4-recipe",
            "attention-backend", "tp-comm-overlap-cfg", "tokenizer-type", "use-legacy-models",
            "no-scatter-gather-tensors-in-pipeline", "transformer-impl",
            "moe-token-dispatcher-type", "recompute-method", "recompute-num-layers",
@@ -151,7 +152,7 @@ def megatron_keys(args: str | Sequence[str], source: str,
     if keys.get("experts"):
         keys.setdefault("top_k", 2)               # --moe-router-topk's default
         keys["expert_layout"] = "folded"          # Megatron-Core 0.10 on: MoE parallel folding
-    if not {"bf16", "fp16", "fp8-format"} & set(flags):
+    if not {"bf16", "fp16", "fp8-format", "fp4-format"} & set(flags):
         warnings.warn(f"{source}: neither --bf16 nor --fp16: Megatron-LM trains in FP32, "
                       "which flowsim does not model; priced as BF16", FlowsimWarning,
                       stacklevel=3)
@@ -274,6 +275,12 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
         keys["dtype"] = "fp8"
         keys["fp8_recipe"] = fp8_recipe(flags.get("fp8-recipe") or "delayed", where,
                                         "--fp8-recipe")
+    if "fp4-format" in flags:   # NVFP4: Transformer Engine's NVFP4BlockScaling
+        recipe = str(flags.get("fp4-recipe") or "nvfp4").strip().lower()
+        if recipe != "nvfp4":
+            raise config_error(where, "--fp4-recipe", "nvfp4 (a custom quantizer factory "
+                               "is not priced)", recipe)
+        keys["dtype"], keys["fp8_recipe"] = "fp8", "nvfp4"
     if flags.get("position-embedding-type") is not None:   # else learned_absolute, its default
         keys["position_embedding"] = position_embedding(
             flags["position-embedding-type"], where, "--position-embedding-type",

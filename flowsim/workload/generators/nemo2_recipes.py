@@ -205,6 +205,9 @@ PLUGINS: dict[str, dict[str, Any]] = {
     "bf16_with_fp8_current_scaling_mixed": {"precision": "bf16-mixed", **_FP8,
                                             "fp8_recipe": "tensorwise"},
     "bf16_with_fp8_subchannel_scaling_mixed": {"precision": "bf16-mixed", **_FP8,
-                                               "fp8_recipe": "blockwise"}}
+                                               "fp8_recipe": "blockwise"},
+    # Megatron-Bridge's NVFP4 factory: fp4 e2m1 under NVFP4BlockScaling, no FP4 gathers
+    "bf16_with_nvfp4_mixed": {"precision": "bf16-mixed", "fp8": "hybrid",
+                              "fp8_param_gather": False, "fp8_recipe": "nvfp4"}}
 #: ``trainer.plugins.precision`` values Lightning takes for Megatron's mixed precision
 PRECISIONS = ("bf16-mixed", "bf16", "16-mixed", "16", "32", "32-true")

@@ -54,6 +54,12 @@ transpose on Hopper, none on Blackwell); ``mxfp8`` (``dtype: mxfp8`` for short; 
 only) scales blocks of 32 elements, writes both layouts with their scales, and gathers
 parameters in 16 bits. Its GEMMs are priced at FP8's rate (no block-scaled GEMM measurement
 is published; ``docs/accuracy/published.md`` compares it with NVIDIA's published pairs).
+``nvfp4`` (``dtype: nvfp4``; Transformer Engine's ``NVFP4BlockScaling``, Megatron-LM's
+``--fp4-format e2m1``; Blackwell only) runs the same GEMMs in FP4 at the device's FP4 peak
+times FP8's fraction of its peak (an assumption: no FP4 GEMM measurement is published); its
+casts find each tensor's amax in a pass of their own, then write both layouts in half a byte
+per element with an E4M3 scale per 16; its parameters are gathered in 16 bits, or with
+``fp8_param_gather`` (``--fp4-param-gather``) in NVFP4.
 
 Communication:
 
@@ -204,7 +210,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``every_other_matmul``), ``recompute_every``, ``recompute_layers``;
         ``distributed_optimizer`` (alias ``zero``), ``fsdp``, ``fsdp_shard``,
         ``grad_reduce_in_bf16``,
-        ``fp8_param_gather``, ``fp8_recipe`` (``delayed``, ``tensorwise``, ``mxfp8``),
+        ``fp8_param_gather``, ``fp8_recipe`` (``delayed``, ``tensorwise``, ``mxfp8``,
+        ``nvfp4``),
         ``overlap_grad_reduce``, ``overlap_param_gather``,
         ``align_param_gather``, ``align_grad_reduce``,
         ``tp_comm_overlap`` with ``tp_comm_overlap_cfg`` (``nemo``, ``te_default``),
@@ -220,7 +227,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         full attention, or a list of 1 (window) and 0 per layer), ``position_embedding``
         (``learned_absolute``, ``rope``, ``alibi``, ``none``), ``dtype`` (``bf16``, ``fp16``,
         ``fp8``, or PyTorch's and Transformer Engine's names of them: ``bfloat16``,
-        ``float16``, ``e4m3``, ``hybrid``; ``mxfp8``: ``fp8`` with ``fp8_recipe: mxfp8``);
+        ``float16``, ``e4m3``, ``hybrid``; ``mxfp8`` and ``nvfp4``: ``fp8`` with that
+        ``fp8_recipe``);
         ``device`` (a compute preset) or ``roofline`` (a mapping); ``dims``.
 
     Returns

@@ -50,7 +50,7 @@ class FullySharded:
         return "embedding" if self.spec.one_tied_weight else "logits"
 
     def _parameters(self, unit: str) -> tuple[float, float, float]:
-        """(dense, expert, dense weights kept in FP8) parameters of a unit."""
+        """(dense, expert, the layers' dense weights) parameters of a unit."""
         if unit.startswith("layer"):   # a layer's, or a multi-token prediction depth's
             return self.k.unit_parameters(int(unit[len("layer"):]))
         return self.k.vocab_parameters, 0.0, 0.0
@@ -65,9 +65,9 @@ class FullySharded:
             self.prefetch_after = x
             return x
         self.unsharded.add(unit)
-        dense, expert, fp8 = self._parameters(unit)
-        if tv.fp8_weights(self.spec):
-            dense -= fp8 / 2       # the layers' weights in one byte, the rest in two
+        dense, expert, weights = self._parameters(unit)
+        # the layers' weights in their kept bytes (one in FP8), the rest in two
+        dense -= weights * (2 - tv.weight_bytes(self.spec)) / 2
         gathers = []
         for params, (dims, size) in zip((dense, expert), self.ctx.shard_groups()):
             if params and dims:

@@ -78,8 +78,8 @@ def stage_memory(program: StageProgram) -> StageMemory:
     dense = sum(program.chunk_parameters(c)[0] for c in chunks)
     expert = sum(program.chunk_parameters(c)[1] for c in chunks)
     params = dense + expert
-    fp8_weights = sum(program.dense_weights(c) for c in chunks)   # kept in FP8
-    weights = ACT * params - (fp8_weights if tv.fp8_weights(spec) else 0)
+    layer_weights = sum(program.dense_weights(c) for c in chunks)   # kept in low precision
+    weights = ACT * params - (ACT - tv.weight_bytes(spec)) * layer_weights
     gradients = program.grad_bytes * params
     shards = program.local_parameters()   # the optimizer's: its shard, sharded or not
     optimizer = OPTIMIZER_BYTES * shards

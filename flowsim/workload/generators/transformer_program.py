@@ -366,13 +366,12 @@ class StageProgram:
         gradient buckets (see :mod:`.transformer_buckets`): the dense ones over the
         data-parallel group, the experts' over the expert-data-parallel group their optimizer
         state is sharded over; with ``fp8_param_gather`` the layers' weights (experts
-        included) in one byte each, the vocabulary's in two (MXFP8's all in two: Megatron-Core
-        gathers them in 16 bits into the gradient buffer and casts them after,
-        ``reuse_grad_buf_for_mxfp8_param_ag``)."""
+        included) in their kept bytes (:func:`.transformer_values.weight_bytes`: one in FP8,
+        MXFP8's two), the vocabulary's in two."""
         spec, ctx = self.spec, self.ctx
         if not spec.distributed_optimizer or spec.fsdp:
             return []
-        fp8 = tv.fp8_weights(spec)
+        weight_bytes = tv.weight_bytes(spec)
         # Megatron-Core buckets only to overlap the gradients' reduction: else one bucket
         limit = self._bucket_limit() if spec.overlap_grad_reduce else float("inf")
         out = []
@@ -385,7 +384,7 @@ class StageProgram:
                 for bucket in reversed(partition((u[1][index] for u in units), limit)):
                     params = sum(units[i][1][index] for i in bucket)
                     weights = sum(units[i][2] for i in bucket) if index == 0 else params
-                    nbytes = 2 * params - weights if fp8 else 2 * params
+                    nbytes = round(2 * params - (2 - weight_bytes) * weights)
                     buckets.append(GatherBucket(units[bucket[-1]][0], nbytes, chunk))
             if dims and buckets:
                 out.append(GatherGroup(name, dims, ranks, tuple(buckets)))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..kernels import Elementwise, Gemm, Kernel, Quantize
+from ..kernels import DTYPE_BYTES, NVFP4_BLOCK, Elementwise, Gemm, Kernel, Quantize
 from .transformer_spec import TransformerSpec
 
 #: bytes of an activation element (16-bit)
@@ -98,8 +98,10 @@ class LayerShapes:
         return (2 if self.spec.gated_mlp else 1) * self.f
 
     def _gemm(self, m: int, n: int, k: int, batch: int = 1) -> Gemm:
-        """A GEMM of a transformer layer's linear layers (FP8 in FP8 training)."""
-        dtype = "bf16" if self.spec.dtype == "fp16" else self.spec.dtype
+        """A GEMM of a transformer layer's linear layers (FP8 in FP8 training, FP4 in NVFP4)."""
+        dtype: str = "bf16" if self.spec.dtype == "fp16" else self.spec.dtype
+        if dtype == "fp8" and self.spec.fp8_recipe == "nvfp4":
+            dtype = "fp4"
         return Gemm(int(m), int(n), int(k), int(batch), dtype)
 
     def _gemm16(self, m: int, n: int, k: int, batch: int = 1) -> Gemm:
@@ -130,8 +132,14 @@ class LayerShapes:
         """Each NPU's input of a transformer layer's all-gathers (sequence parallelism): its
         shard, in FP8 training one byte per element (Transformer Engine casts before it
         gathers: the layer norm's output forward, the output gradient backward; v1.11
-        ``layernorm_linear.py``, ``base.py`` ``grad_output_preprocess``)."""
-        return self.shard_bytes // ACT if self.spec.dtype == "fp8" else self.shard_bytes
+        ``layernorm_linear.py``, ``base.py`` ``grad_output_preprocess``); in NVFP4 training
+        half a byte and its block's share of an E4M3 scale (``distributed.py``,
+        ``_all_gather_nvfp4``)."""
+        if self.spec.dtype != "fp8":
+            return self.shard_bytes
+        if self.spec.fp8_recipe == "nvfp4":
+            return int(self.shard_bytes // ACT * (DTYPE_BYTES["fp4"] + 1 / NVFP4_BLOCK))
+        return self.shard_bytes // ACT
 
     @property
     def kv_bytes(self) -> int:

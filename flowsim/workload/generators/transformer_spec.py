@@ -144,7 +144,7 @@ class TransformerSpec:
     #: them in one byte each (Megatron-LM's ``--fp8-param-gather``, NeMo's ``fp8_params``;
     #: MXFP8's are gathered in 16 bits and cast after, as Megatron-Core does)
     fp8_param_gather: bool = False
-    #: FP8 scaling (``FP8_RECIPES``, Megatron's ``--fp8-recipe``; :mod:`flowsim.compute.quantize`)
+    #: FP8 scaling or NVFP4 (``FP8_RECIPES``: ``--fp8-recipe``; :mod:`flowsim.compute.quantize`)
     fp8_recipe: Fp8Recipe = "delayed"
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
@@ -214,7 +214,7 @@ class TransformerSpec:
 
     @property
     def dtype_bytes(self) -> int:
-        return DTYPE_BYTES[self.dtype]
+        return int(DTYPE_BYTES[self.dtype])
 
     @property
     def cross_entropy(self) -> str:

@@ -22,7 +22,7 @@ from ..._validate import (
 )
 from ...errors import FlowsimWarning, config_error
 from ...topology.network_config import MAX_DIMS, MAX_NPUS
-from ..kernels import FP8_RECIPES
+from ..kernels import DTYPE_BYTES, FP8_RECIPES, NVFP4_BLOCK
 
 #: Largest value of each integer key: far beyond any model, and small enough that every FLOP
 #: and byte count stays finite.
@@ -230,28 +230,44 @@ DTYPE_SYNONYMS = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "e4m3":
                   "fp8_e4m3": "fp8", "float8_e4m3fn": "fp8", "hybrid": "fp8"}
 
 
+#: ``dtype`` values that name a block-scaled recipe (NVIDIA's tables' names): FP8 training
+#: under that ``fp8_recipe``
+BLOCK_SCALED_DTYPES = ("mxfp8", "nvfp4")
+
+
 def read_precision(values: Mapping[str, Any], source: str,
                    dtypes: tuple[str, ...]) -> tuple[str, str]:
     """``dtype`` and ``fp8_recipe`` (:data:`~flowsim.workload.kernels.FP8_RECIPES`, default
-    ``delayed``); ``dtype: mxfp8`` (NVIDIA's tables' name) is FP8 with the ``mxfp8`` recipe.
-    A recipe other than ``delayed`` needs FP8."""
+    ``delayed``); ``dtype: mxfp8`` or ``dtype: nvfp4`` (NVIDIA's tables' names) is
+    low-precision training under that recipe (``nvfp4``: the layers' GEMMs in FP4). A recipe
+    other than ``delayed`` needs FP8."""
     found = values.get("dtype")
-    mx = isinstance(found, str) and found.strip().lower() == "mxfp8"
-    dtype = "fp8" if mx else read_dtype(values, source, dtypes)
+    named = found.strip().lower() if isinstance(found, str) else None
+    block = named if named in BLOCK_SCALED_DTYPES else None
+    dtype = "fp8" if block else read_dtype(values, source, dtypes)
     recipe = read_choice(values, "fp8_recipe", FP8_RECIPES, source=source,
-                         default="mxfp8" if mx else "delayed", case_insensitive=True)
-    if mx and recipe != "mxfp8":
-        raise config_error(source, "fp8_recipe", "mxfp8 or unset with dtype: mxfp8", recipe)
+                         default=block or "delayed", case_insensitive=True)
+    if block and recipe != block:
+        raise config_error(source, "fp8_recipe", f"{block} or unset with dtype: {block}",
+                           recipe)
     if dtype != "fp8" and recipe != "delayed":
-        raise config_error(source, "fp8_recipe", "unset unless dtype is fp8 or mxfp8", recipe)
+        raise config_error(source, "fp8_recipe", "unset unless dtype is fp8, mxfp8 or nvfp4",
+                           recipe)
     return dtype, recipe
 
 
-def fp8_weights(spec: Any) -> bool:
-    """Whether the layers' weights are kept and gathered in one byte (``fp8_param_gather``
-    with tensor scaling); MXFP8's are gathered in 16 bits and kept in both layouts, about as
-    many bytes (Megatron-Core's ``reuse_grad_buf_for_mxfp8_param_ag``)."""
-    return bool(spec.fp8_param_gather) and spec.fp8_recipe != "mxfp8"
+def weight_bytes(spec: Any) -> float:
+    """Bytes per element the layers' weights are kept and gathered in: one with
+    ``fp8_param_gather`` under tensor scaling (Megatron-LM's ``--fp8-param-gather``); NVFP4's
+    half a byte and its block's share of an E4M3 scale (``--fp4-param-gather``); else two,
+    MXFP8's too (Megatron-Core gathers them in 16 bits into the gradient buffer and casts
+    them after, ``reuse_grad_buf_for_mxfp8_param_ag``, keeping both layouts, about as many
+    bytes)."""
+    if not spec.fp8_param_gather or spec.fp8_recipe == "mxfp8":
+        return 2.0
+    if spec.fp8_recipe == "nvfp4":
+        return DTYPE_BYTES["fp4"] + 1 / NVFP4_BLOCK
+    return 1.0
 
 
 def read_dtype(values: Mapping[str, Any], source: str, dtypes: tuple[str, ...]) -> str:
