@@ -44,6 +44,7 @@ def test_every_column_that_names_a_spec_key_reaches_the_spec():
     """A row's column with a transformer key's name is the spec's value (a column the script
     forgot to read would silently take the default); ``device`` goes to the cluster, whose
     device the generator takes."""
+    from flowsim.workload.generators import transformer_values as tv
     from flowsim.workload.generators.transformer_spec import KEYS
 
     for row in ROWS:
@@ -55,6 +56,11 @@ def test_every_column_that_names_a_spec_key_reaches_the_spec():
             if key == "mla":   # "name=width;..." -> multi-head latent attention's widths
                 widths = dict(item.split("=") for item in row[key].split(";"))
                 assert {k: str(v) for k, v in dataclasses.asdict(value).items()} == widths
+                continue
+            if key == "window_skip_freq":   # every N-th layer full: the spec's per-layer 1/0
+                assert value == tv.window_pattern(int(row[key]), spec.layers, spec.window,
+                                                  row["run"]), row["run"]
+                assert value[:2] == (1, 0)   # counted from 1: the first layer windowed
                 continue
             if key in ("moe_layer_freq", "pipeline_layout"):   # list expressions only,
                 # "[0]*3+[1]*58" or "[2]*15+[1]"
@@ -151,11 +157,10 @@ def test_gb300_s_constant_gives_its_source_pair_s_published_speed_up_over_gb200(
     """GB300's sustained fraction is read from the one pair of runs of one model published
     for GB300 and GB200 in one release (Megatron-Bridge 26.04, Llama 3.1 405B in FP8): with
     it, flowsim's GB300-over-GB200 speed-up is the published one within 1% (the GB200 row at
-    GB200's own constant); B300, the same GPU, borrows it."""
+    GB200's own constant)."""
     from flowsim.compute import DeviceModel, devices
 
     assert DeviceModel("gb300").sustained == devices.GB300_SUSTAINED != devices.GB200_SUSTAINED
-    assert DeviceModel("b300").sustained == devices.GB300_SUSTAINED
     record = _record()
     (ultra, _), (blackwell, _) = [
         (float(record[r["run"]]["predicted_s"]), vp.published_seconds(r)) for r in ROWS
@@ -166,6 +171,20 @@ def test_gb300_s_constant_gives_its_source_pair_s_published_speed_up_over_gb200(
                / published["mbridge2604_gb300_llama31_405b_fp8_256gpu"])
     assert 1.2 < speedup < 1.25
     assert blackwell / ultra == pytest.approx(speedup, rel=0.01)
+
+
+def test_b300_s_constant_gives_its_source_pair_the_b200_row_s_error():
+    """B300's sustained fraction is read from the one pair of runs of one model published for
+    B300 and B200 in one layout and release (Megatron-Bridge 26.04, DeepSeek-V3 in MXFP8): with
+    it, the B300 row's error is the B200 row's within half a point, at B200's constant."""
+    from flowsim.compute import DeviceModel, devices
+
+    assert DeviceModel("b300").sustained == devices.B300_SUSTAINED != devices.GB300_SUSTAINED
+    assert DeviceModel("b200").sustained == devices.GB200_SUSTAINED
+    record = _record()
+    ultra, blackwell = (float(record[f"mbridge2604_{d}_deepseek_v3_mxfp8_256gpu"]["error"])
+                        for d in ("b300", "b200"))
+    assert ultra == pytest.approx(blackwell, abs=0.005)
 
 
 def test_nemo_s_tflops_count_attention_as_megatron_does():
@@ -350,3 +369,23 @@ def test_the_fp8_speed_ups_the_accuracy_page_quotes_are_the_record_s():
     assert "1.44 to 1.52 published, 1.60 to 1.69 in flowsim, 8–11% more" in page
     assert "a median of −0.2% at each model's smallest\nsize (ten pairs, −1.8% to +6.4%)" in page
     assert "larger (−1.6% to +8.2%)" in page
+
+
+def test_the_nvfp4_table_on_the_accuracy_page_is_the_record_s():
+    """The accuracy page's NVFP4 table: each row's published and predicted speed-up over its
+    sibling on the same layout (MXFP8 or FP8), and its error, as the record has them."""
+    record = _record()
+    page = (ROOT / "docs" / "accuracy" / "published.md").read_text()
+    start = page.index("## NVFP4: the GEMMs in FP4")
+    section = page[start: page.index("\n## ", start)]
+    pairs = {"gb300_llama3_70b": "mxfp8_64gpu", "gb200_llama3_70b": "mxfp8_64gpu",
+             "gb300_llama31_405b": "fp8_256gpu", "gb200_llama31_405b": "mxfp8_256gpu"}
+    lines = [line for line in section.splitlines() if line.startswith("| Llama")]
+    assert len(lines) == len(pairs)
+    for line, (run, sibling) in zip(lines, pairs.items()):
+        nvfp4 = record[f"mbridge2604_{run}_nvfp4_{sibling.split('_')[-1]}"]
+        other = record[f"mbridge2604_{run}_{sibling}"]
+        published, predicted = (float(other[c]) / float(nvfp4[c])
+                                for c in ("published_s", "predicted_s"))
+        error = f"{100 * float(nvfp4['error']):+.1f}%".replace("-", "−")
+        assert line.endswith(f"| {published:.2f} | {predicted:.2f} | {error} |"), line

@@ -263,3 +263,34 @@ def test_nvfp4_gathers_half_a_byte_and_a_scale_per_element(net):
     assert packed == pytest.approx(sixteen - (2 - 0.5625) * layer_weights, abs=4)
     assert w.memory["weights"] < transformer(net, **_spec(
         distributed_optimizer=True, dtype="nvfp4")).memory["weights"]
+
+
+def test_the_workloads_page_precision_example_prints_what_it_says():
+    """The Training workloads page runs the bundled Llama 3 70B step on a GB300 rack in each
+    precision and quotes the step times and the NVFP4 MFU: they are flowsim's."""
+    import json
+    import re
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    page = (REPO / "docs" / "guide" / "workloads.md").read_text()
+    start = page.index("for d in bf16 fp8 mxfp8 nvfp4; do")
+    command = page[page.index("flowsim run", start): page.index("done", start)]
+    args = command.replace("\\\n", " ").split()[2:]
+    times = re.search(r"prints ([\d.]+) s \(BF16\), ([\d.]+) s \(FP8\), ([\d.]+) s \(MXFP8",
+                      page[start:])
+    nvfp4 = re.search(r"and ([\d.]+) s \(NVFP4\)", page[start:])
+    mfu = re.search(r"NVFP4's here: ([\d.]+)%", page[start:])
+    quoted = [*times.groups(), nvfp4.group(1)]
+    for dtype, expected in zip(("bf16", "fp8", "mxfp8", "nvfp4"), quoted):
+        out = subprocess.run(
+            [sys.executable, "-m", "flowsim", "run", "--json",
+             *[a.replace("$d", dtype) for a in args]],
+            capture_output=True, text=True, check=True, cwd=REPO).stdout
+        summary = json.loads(out)
+        assert f"{summary['time_ns'] / 1e9:.2f}" == expected
+        assert f"{summary['memory_gib']:.1f} GiB per GPU" in page[start:]
+        if dtype == "nvfp4":
+            assert f"{100 * summary['mfu']:.1f}" == mfu.group(1)

@@ -70,8 +70,9 @@ from .attention_kernels import ATTENTION_KERNELS
 #: what the kernel model (MAMF-derived GEMM tiles, published attention and memory rates, measured in
 #: isolation) predicts — clocks held lower under the job's power and heat, communication kernels
 #: sharing the SMs, launch gaps between kernels. It is set once, for every device without a constant
-#: of its own (H100, GB200 and GB300 have theirs: :data:`H100_SUSTAINED`, :data:`GB200_SUSTAINED`,
-#: :data:`GB300_SUSTAINED`), from one source: the four iteration times of Korthikanti et al.,
+#: of its own (H100, GB200, GB300 and B300 have theirs: :data:`H100_SUSTAINED`,
+#: :data:`GB200_SUSTAINED`, :data:`GB300_SUSTAINED`, :data:`B300_SUSTAINED`), from one source:
+#: the four iteration times of Korthikanti et al.,
 #: "Reducing Activation Recomputation in Large Transformer Models" (MLSys 2023), Tables 3 and 5 (22B
 #: and 175B, selective and full recomputation; 8 and 64 A100s, no data parallelism), rounded: 0.8
 #: leaves their median error at +0.9% (errors -3.6%, -0.2%, +2.0%, +4.1%;
@@ -318,21 +319,33 @@ GB300 = replace(
     source="Blackwell Ultra of a GB300 NVL72 rack; GB200's peaks, SMs and GEMMs, 288 GB at "
            "8 TB/s; attention: Blackwell's fit times cuDNN's GB300 / GB200 same-day speed-up; "
            "sustained fraction from the Megatron-Bridge 26.04 GB300 / GB200 pair")
+#: B300's own sustained fraction, set the way GB300's is (:data:`GB300_SUSTAINED`), from the
+#: one pair of runs NVIDIA published of one model on B300 and B200 in one layout and release
+#: and a precision flowsim prices: Megatron-Bridge 26.04, DeepSeek-V3 in MXFP8 on 256 GPUs
+#: (PP 16, EP 8 in each node on HybridEP, micro-batch 1, on both; B300 3,131 tokens/s per
+#: GPU, B200 2,815: 1.11 times as fast). 0.60 is the X at which ``validate_published.py
+#: --only mbridge2604_b300_deepseek --sustained X`` gives the B300 row the error
+#: ``--only mbridge2604_b200_deepseek`` gives the B200 row at B200's constant (+0.3% and
+#: +0.1%; 0.61 gives -1.2%). It was GB300's until B300 rows were published: at 0.71 all three
+#: came out fast (-7% to -18%). An air-cooled B300 (about 1.1 kW) keeps little more of its
+#: kernels' speed than a B200 (1 kW), where GB300 (1.4 kW) keeps more than GB200 (1.2 kW).
+B300_SUSTAINED = 0.60
+
 #: B300 SXM (HGX / DGX B300): B200's peaks (2,250 TFLOP/s BF16, 4,500 FP8; FP4 12,600 against
 #: B200's 9,000) and 148 SMs with
 #: 288 GB of HBM3e at 8 TB/s, and its own MAMF (ml-engineering's tables: BF16 1,769.0 at
-#: 12288x18432x1024, FP8 3,353.3, torch 2.9.1+cu130); attention Blackwell Ultra's; sustained
-#: fraction GB300's, the same GPU (as B200 takes GB200's; no published B300 run checks it).
+#: 12288x18432x1024, FP8 3,353.3, torch 2.9.1+cu130); attention Blackwell Ultra's; its own
+#: sustained fraction (:data:`B300_SUSTAINED`).
 B300_SXM = replace(
     B200_SXM, name="b300_sxm", memory_gb=288.0, mamf_tflops=1769.0,
     compute_capability=(10, 3), peak_tflops=_with_fp4(B200_SXM.peak_tflops, 12600.0),
     mamf_shape=(12288, 18432, 1024),
     fp8_gemm_ratio=round(3353.3 / 4500.0 / (1769.0 / 2250.0), 3),
     attention_forward=BLACKWELL_ULTRA_ATTENTION_FORWARD,
-    attention_backward=BLACKWELL_ULTRA_ATTENTION_BACKWARD, sustained=GB300_SUSTAINED,
+    attention_backward=BLACKWELL_ULTRA_ATTENTION_BACKWARD, sustained=B300_SUSTAINED,
     source="B300 SXM; ml-engineering accelerator tables (peaks, memory, MAMF with torch "
            "2.9.1+cu130); attention: Blackwell's fit times cuDNN's GB300 / GB200 same-day "
-           "speed-up; sustained fraction borrowed from GB300")
+           "speed-up; sustained fraction from the Megatron-Bridge 26.04 B300 / B200 pair")
 
 #: presets by name (also reachable by the short names ``a100``, ``h100``, ``h200``, ``h800``,
 #: ``b200``, ``b300``)
