@@ -198,14 +198,23 @@ def test_megatron_s_fp4_format_is_nvfp4_training():
     keys = megatron_keys(ARGS + " --fp4-format e2m1 --fp4-param-gather", "run.sh")
     assert (keys["dtype"], keys["fp8_recipe"], keys["fp8_param_gather"]) == \
         ("fp8", "nvfp4", True)
-    work = flowsim.load_workload({"generator": "megatron", "device": "b200",
-                                  "args": ARGS + " --fp4-format e2m1"},
+    nvfp4 = ARGS.replace("--tp-comm-overlap", "") + " --fp4-format e2m1"
+    with pytest.raises(ConfigError, match="'tp_comm_overlap'.*NVFP4"):   # no userbuffers
+        flowsim.load_workload({"generator": "megatron", "device": "b200",
+                               "args": nvfp4 + " --tp-comm-overlap"}, flowsim.load_network(NET))
+    work = flowsim.load_workload({"generator": "megatron", "device": "b200", "args": nvfp4},
                                  flowsim.load_network(NET))
     kernels = [k for p in work.programs for op in p.ops for k in op.kernels]
     assert {k.recipe for k in kernels if isinstance(k, Quantize)} == {"nvfp4"}
     assert {k.dtype for k in kernels if isinstance(k, Gemm)} == {"fp4", "bf16"}
     with pytest.raises(ConfigError, match="'--fp4-recipe'.*nvfp4"):
         megatron_keys(ARGS + " --fp4-format e2m1 --fp4-recipe custom", "run.sh")
+    # what Megatron-LM refuses: an FP4 recipe as the FP8 one, FP4 gathers without FP4, both
+    for flags, key in ((" --fp8-format hybrid --fp8-recipe nvfp4", "--fp8-recipe"),
+                       (" --fp4-param-gather", "--fp4-param-gather"),
+                       (" --fp8-format hybrid --fp4-format e2m1", "--fp4-format")):
+        with pytest.raises(ConfigError, match=f"'{key}'"):
+            megatron_keys(ARGS + flags, "run.sh")
 
 
 def test_megatron_s_blockwise_recipe_is_said_and_an_unknown_one_named():

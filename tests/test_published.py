@@ -60,7 +60,8 @@ def test_every_column_that_names_a_spec_key_reaches_the_spec():
             if key == "window_skip_freq":   # every N-th layer full: the spec's per-layer 1/0
                 assert value == tv.window_pattern(int(row[key]), spec.layers, spec.window,
                                                   row["run"]), row["run"]
-                assert value[:2] == (1, 0)   # counted from 1: the first layer windowed
+                if row[key] == "2":   # counted from 1: the first layer windowed
+                    assert value[:2] == (1, 0)
                 continue
             if key in ("moe_layer_freq", "pipeline_layout"):   # list expressions only,
                 # "[0]*3+[1]*58" or "[2]*15+[1]"
@@ -181,10 +182,12 @@ def test_b300_s_constant_gives_its_source_pair_the_b200_row_s_error():
 
     assert DeviceModel("b300").sustained == devices.B300_SUSTAINED != devices.GB300_SUSTAINED
     assert DeviceModel("b200").sustained == devices.GB200_SUSTAINED
-    record = _record()
-    ultra, blackwell = (float(record[f"mbridge2604_{d}_deepseek_v3_mxfp8_256gpu"]["error"])
-                        for d in ("b300", "b200"))
-    assert ultra == pytest.approx(blackwell, abs=0.005)
+    errors = []
+    for d in ("b300", "b200"):
+        (row,) = [r for r in ROWS if r["run"] == f"mbridge2604_{d}_deepseek_v3_mxfp8_256gpu"]
+        published = vp.published_seconds(row)
+        errors.append(vp.predict(row, vp.model_for(row)) / published - 1)
+    assert errors[0] == pytest.approx(errors[1], abs=0.005)
 
 
 def test_nemo_s_tflops_count_attention_as_megatron_does():

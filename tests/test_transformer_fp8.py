@@ -291,6 +291,42 @@ def test_the_workloads_page_precision_example_prints_what_it_says():
             capture_output=True, text=True, check=True, cwd=REPO).stdout
         summary = json.loads(out)
         assert f"{summary['time_ns'] / 1e9:.2f}" == expected
-        assert f"{summary['memory_gib']:.1f} GiB per GPU" in page[start:]
+        paragraph = page[start: page.index("\n\n", page.index("prints", start))]
+        assert f"{summary['memory_gib']:.1f} GiB per GPU" in paragraph
         if dtype == "nvfp4":
             assert f"{100 * summary['mfu']:.1f}" == mfu.group(1)
+
+
+def test_nvfp4_refusals_and_the_bytes_of_its_weights_and_latents(net):
+    """NVFP4 without userbuffers (Transformer Engine has no NVFP4 path for them), one recipe
+    per ``dtype`` shorthand; packed NVFP4 weights are kept in both layouts (1.125 bytes per
+    element) and gathered in one (0.5625); multi-head latent attention's latents are
+    gathered in NVFP4 too."""
+    from flowsim.errors import ConfigError
+    from flowsim.workload.generators import transformer_values as tv
+    from flowsim.workload.generators.transformer_spec import parse_transformer
+
+    with pytest.raises(ConfigError, match="'tp_comm_overlap'.*NVFP4"):
+        transformer(net, **_spec(dtype="nvfp4", tp_comm_overlap=True))
+    with pytest.raises(ConfigError, match="'fp8_recipe'.*nvfp4 or unset with dtype: nvfp4"):
+        transformer(net, **_spec(dtype="nvfp4", fp8_recipe="mxfp8"))
+    spec = parse_transformer(_spec(dtype="nvfp4", fp8_param_gather=True,
+                                   distributed_optimizer=True), "test")
+    assert tv.weight_bytes(spec) == 0.5625 and tv.weight_bytes(spec, kept=True) == 1.125
+    assert tv.gathered_bytes(spec) == 0.5625
+
+    def memory(**extra):
+        return transformer(net, **_spec(distributed_optimizer=True, **extra)).memory["weights"]
+    sixteen, one_byte = memory(dtype="nvfp4"), memory(dtype="fp8", fp8_param_gather=True)
+    packed = memory(dtype="nvfp4", fp8_param_gather=True)
+    assert packed == pytest.approx(sixteen - (2 - 1.125) * (sixteen - one_byte), rel=1e-9)
+
+    mla = dict(mla={"kv_lora_rank": 64, "q_lora_rank": 96, "qk_head_dim": 32,
+                    "qk_pos_emb_head_dim": 16, "v_head_dim": 32})
+
+    def latents(dtype):
+        w = transformer(net, **_spec(dtype=dtype, **mla))
+        return sum(op.size for op in w.programs[0].ops if op.kind == "collective"
+                   and op.name.endswith("attention.all_gather"))   # the latents
+    assert latents("fp8") > 0
+    assert latents("nvfp4") == pytest.approx(latents("fp8") * 0.5625, rel=1e-3)

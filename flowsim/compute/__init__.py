@@ -2,7 +2,7 @@
 
 :class:`DeviceModel` prices kernels from their shapes on a :class:`Device` preset (GEMM tiles
 and waves, fused attention by its mask, sequence and head dimension
-(:mod:`~flowsim.compute.attention`), FP8 casts by recipe and GPU generation
+(:mod:`~flowsim.compute.attention`), FP8 and NVFP4 casts by recipe and GPU generation
 (:mod:`~flowsim.compute.quantize`), memory-bound kernels); the workload layer's
 :class:`~flowsim.workload.roofline.Roofline` is the simpler alternative.
 """

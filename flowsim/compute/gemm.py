@@ -27,7 +27,7 @@ import math
 from functools import cache
 
 from ..errors import config_error
-from ..workload.kernels import DTYPE_BYTES, Gemm
+from ..workload.kernels import DTYPE_BYTES, NVFP4_BLOCK, Gemm
 from .devices import Device
 
 #: (tile m, tile n, mainloop efficiency relative to the largest tiles)
@@ -42,7 +42,8 @@ MIN_SPLIT_K = 256
 #: fraction of their peak: FP8's measured ratio, and FP4 at FP8's (an assumption: no FP4 GEMM
 #: measurement is published; NVIDIA's cuBLAS 12.9 notes put block-scaled FP4 matmuls on
 #: Blackwell at up to 2.3 times FP8's, above the 2x of their peaks, so FP4 reaches at least
-#: FP8's fraction at the best shapes)
+#: FP8's fraction at the best shapes; nothing published says so of Blackwell Ultra, whose
+#: FP4 peak is 3x its FP8 one, and the one GB300 NVFP4 row at 405B's sizes comes out fast)
 LOW_PRECISION = ("fp8", "fp4")
 
 
@@ -82,6 +83,16 @@ def _asymptotic(device: Device) -> float:
     return at_peak / measured
 
 
+def gemm_traffic(gemm: Gemm) -> float:
+    """Bytes a GEMM moves at least: its operands read once in its data type (FP4's with one
+    E4M3 scale per 16 elements) and its result written once, in 16 bits for an FP8 or FP4
+    GEMM (Transformer Engine's outputs are BF16)."""
+    operand = DTYPE_BYTES[gemm.dtype] + (1 / NVFP4_BLOCK if gemm.dtype == "fp4" else 0.0)
+    result = 2.0 if gemm.dtype in LOW_PRECISION else DTYPE_BYTES[gemm.dtype]
+    return gemm.batch * (operand * (gemm.m * gemm.k + gemm.k * gemm.n)
+                         + result * gemm.m * gemm.n)
+
+
 def gemm_ns(device: Device, gemm: Gemm) -> float:
     """Time of ``gemm`` on ``device`` (ns): compute- or memory-bound, plus a kernel launch.
 
@@ -95,7 +106,6 @@ def gemm_ns(device: Device, gemm: Gemm) -> float:
         rate *= device.fp8_gemm_ratio
     sms = max(1, device.sms - gemm.sm_margin) if gemm.sm_margin else 0
     compute = _compute_ns(device, gemm.m, gemm.n, gemm.k, gemm.batch, rate, sms)
-    traffic = DTYPE_BYTES[gemm.dtype] * gemm.batch * (
-        gemm.m * gemm.k + gemm.k * gemm.n + gemm.m * gemm.n)
+    traffic = gemm_traffic(gemm)
     memory = traffic / (device.memory_gbps * device.memory_efficiency)
     return max(compute, memory) + device.launch_us * 1e3

@@ -72,7 +72,9 @@ class DeviceModel:
     def _price(self, kernel: Kernel) -> float:
         dev = self.device
         if isinstance(kernel, Gemm):
-            if kernel.dtype not in dict(dev.peak_tflops) and kernel.dtype not in self._warned:
+            # FP4 without FP4 tensor cores is refused by gemm_ns, not priced
+            if kernel.dtype not in dict(dev.peak_tflops) and kernel.dtype != "fp4" \
+                    and kernel.dtype not in self._warned:
                 self._warned.add(kernel.dtype)   # once per device model and type
                 warnings.warn(f"device {dev.name} has no {kernel.dtype} tensor cores: its "
                               f"{kernel.dtype} GEMMs are priced at its bf16 peak (Transformer "

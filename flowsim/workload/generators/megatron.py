@@ -275,7 +275,16 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
         keys["dtype"] = "fp8"
         keys["fp8_recipe"] = fp8_recipe(flags.get("fp8-recipe") or "delayed", where,
                                         "--fp8-recipe")
+        if keys["fp8_recipe"] == "nvfp4":   # an FP4 recipe: Megatron-LM's --fp4-recipe
+            raise config_error(where, "--fp8-recipe", "delayed, tensorwise, mxfp8 or "
+                               "blockwise (NVFP4 is --fp4-format e2m1)", "nvfp4")
+    if "fp4-param-gather" in flags and "fp4-format" not in flags:
+        raise config_error(where, "--fp4-param-gather", "set only with --fp4-format "
+                           "(as Megatron-LM requires)", True)
     if "fp4-format" in flags:   # NVFP4: Transformer Engine's NVFP4BlockScaling
+        if "fp8-format" in flags:
+            raise config_error(where, "--fp4-format", "not with --fp8-format (Megatron-LM "
+                               "takes one of them)", flags["fp4-format"])
         recipe = str(flags.get("fp4-recipe") or "nvfp4").strip().lower()
         if recipe != "nvfp4":
             raise config_error(where, "--fp4-recipe", "nvfp4 (a custom quantizer factory "

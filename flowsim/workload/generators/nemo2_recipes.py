@@ -206,7 +206,8 @@ PLUGINS: dict[str, dict[str, Any]] = {
                                             "fp8_recipe": "tensorwise"},
     "bf16_with_fp8_subchannel_scaling_mixed": {"precision": "bf16-mixed", **_FP8,
                                                "fp8_recipe": "blockwise"},
-    # Megatron-Bridge's NVFP4 factory: fp4 e2m1 under NVFP4BlockScaling, no FP4 gathers
+    # Megatron-Bridge's NVFP4 factory as of its 26.04 table (74695a06d: fp4 e2m1 under
+    # NVFP4BlockScaling, fp8_param_gather False; ecbd4ead5, days later, gathers in FP4)
     "bf16_with_nvfp4_mixed": {"precision": "bf16-mixed", "fp8": "hybrid",
                               "fp8_param_gather": False, "fp8_recipe": "nvfp4"}}
 #: ``trainer.plugins.precision`` values Lightning takes for Megatron's mixed precision

@@ -178,6 +178,9 @@ def check_consistent(spec: Any) -> None:
          "2 with schedule dualpipev (its V: two chunks per pipeline rank)", spec.vpp)
     need(not spec.fp8_param_gather or spec.dtype == "fp8", "fp8_param_gather",
          "false without dtype: fp8", spec.fp8_param_gather)
+    need(not (spec.tp_comm_overlap and spec.fp8_recipe == "nvfp4"), "tp_comm_overlap",
+         "false with NVFP4 (Transformer Engine's userbuffers take no NVFP4 quantizer; "
+         "Megatron-Bridge's recipes turn the overlap off for it)", spec.tp_comm_overlap)
     need(spec.fsdp or spec.fsdp_shard == spec.dp, "fsdp_shard",
          "unset without fsdp (it shards FSDP's units)", spec.fsdp_shard)
     need(spec.dp % spec.fsdp_shard == 0 and (spec.fsdp_shard % spec.ep == 0 or

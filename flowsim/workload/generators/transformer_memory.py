@@ -3,7 +3,8 @@ the activations its schedule keeps in flight, the estimate a cluster planner che
 layout against before simulating it.
 
 Per parameter (Megatron-LM's mixed-precision training with Adam): 16-bit weights (the
-layers' in FP8 with ``fp8_param_gather`` and tensor scaling), FP32 gradient buffers (16-bit with
+layers' in FP8 with ``fp8_param_gather`` and tensor scaling, in NVFP4's two layouts under
+``nvfp4``: :func:`.transformer_values.weight_bytes`), FP32 gradient buffers (16-bit with
 ``grad_reduce_in_bf16``) and 12 bytes of optimizer state (FP32 master weights, Adam's two
 moments), the states sharded over the data-parallel ranks by the distributed optimizer and
 everything by ``fsdp`` over its sharding group (which keeps the largest unit gathered and
@@ -79,7 +80,7 @@ def stage_memory(program: StageProgram) -> StageMemory:
     expert = sum(program.chunk_parameters(c)[1] for c in chunks)
     params = dense + expert
     layer_weights = sum(program.dense_weights(c) for c in chunks)   # kept in low precision
-    weights = ACT * params - (ACT - tv.weight_bytes(spec)) * layer_weights
+    weights = ACT * params - (ACT - tv.weight_bytes(spec, kept=True)) * layer_weights
     gradients = program.grad_bytes * params
     shards = program.local_parameters()   # the optimizer's: its shard, sharded or not
     optimizer = OPTIMIZER_BYTES * shards

@@ -33,7 +33,7 @@ from ..kernels import Attention, Elementwise, Kernel
 from .transformer_kernels import LayerKernels
 from .transformer_shapes import ACT
 from .transformer_spec import TransformerSpec
-from .transformer_values import LatentAttention
+from .transformer_values import LatentAttention, gathered_bytes
 
 
 def layer_kernels(spec: TransformerSpec) -> LayerKernels:
@@ -77,7 +77,7 @@ class LatentKernels(LayerKernels):
     @property
     def latent_gather_bytes(self) -> int:
         """Each rank's input of the latents' all-gather (one byte an element in FP8)."""
-        return self.n_sp * self.latent * (1 if self.spec.dtype == "fp8" else ACT)
+        return int(self.n_sp * self.latent * gathered_bytes(self.spec))
 
     @property
     def latent_bytes(self) -> int:

@@ -156,8 +156,7 @@ class Userbuffers:
         chunk's reduce-scatter beside the next chunk."""
         b, splits = self.b, RS_SPLITS
         casts, chunk, others = _split(tail, cols=splits, margin=sms)
-        # FP8 buffers (``fp8_buf``); NVFP4's layers reduce-scatter in 16 bits
-        fp8 = b.spec.dtype == "fp8" and b.spec.fp8_recipe != "nvfp4" and self.settings.rs_fp8
+        fp8 = b.spec.dtype == "fp8" and self.settings.rs_fp8   # FP8 buffers (``fp8_buf``)
         nbytes = b.k.activation_bytes // (2 if fp8 else 1)
         first = b.compute(f"{name}.chunk", casts + (chunk,), layer, "fwd", x)
         early = b.collective(f"{name}.reduce_scatter", "reduce_scatter",

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..kernels import DTYPE_BYTES, NVFP4_BLOCK, Elementwise, Gemm, Kernel, Quantize
+from ..kernels import Elementwise, Gemm, Kernel, Quantize
 from .transformer_spec import TransformerSpec
+from .transformer_values import gathered_bytes
 
 #: bytes of an activation element (16-bit)
 ACT = 2
@@ -137,9 +138,7 @@ class LayerShapes:
         ``_all_gather_nvfp4``)."""
         if self.spec.dtype != "fp8":
             return self.shard_bytes
-        if self.spec.fp8_recipe == "nvfp4":
-            return int(self.shard_bytes // ACT * (DTYPE_BYTES["fp4"] + 1 / NVFP4_BLOCK))
-        return self.shard_bytes // ACT
+        return int(self.shard_bytes // ACT * gathered_bytes(self.spec))
 
     @property
     def kv_bytes(self) -> int:

@@ -140,9 +140,9 @@ class TransformerSpec:
     #: gradients reduced in 16 bits (Megatron-LM's ``--grad-reduce-in-bf16``, NeMo's
     #: ``grad_sync_dtype: bf16``) instead of FP32 in BF16 and FP8 training
     grad_reduce_in_bf16: bool = False
-    #: FP8 training keeps the layers' weights in FP8, so the distributed optimizer gathers
-    #: them in one byte each (Megatron-LM's ``--fp8-param-gather``, NeMo's ``fp8_params``;
-    #: MXFP8's are gathered in 16 bits and cast after, as Megatron-Core does)
+    #: low-precision training keeps the layers' weights in FP8 (NVFP4), so the optimizer gathers
+    #: them so (``--fp8-param-gather``, ``--fp4-param-gather``, NeMo's ``fp8_params``; MXFP8's
+    #: are gathered in 16 bits and cast after: :func:`.transformer_values.weight_bytes`)
     fp8_param_gather: bool = False
     #: FP8 scaling or NVFP4 (``FP8_RECIPES``: ``--fp8-recipe``; :mod:`flowsim.compute.quantize`)
     fp8_recipe: Fp8Recipe = "delayed"

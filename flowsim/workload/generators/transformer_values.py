@@ -256,17 +256,28 @@ def read_precision(values: Mapping[str, Any], source: str,
     return dtype, recipe
 
 
-def weight_bytes(spec: Any) -> float:
-    """Bytes per element the layers' weights are kept and gathered in: one with
-    ``fp8_param_gather`` under tensor scaling (Megatron-LM's ``--fp8-param-gather``); NVFP4's
-    half a byte and its block's share of an E4M3 scale (``--fp4-param-gather``); else two,
-    MXFP8's too (Megatron-Core gathers them in 16 bits into the gradient buffer and casts
-    them after, ``reuse_grad_buf_for_mxfp8_param_ag``, keeping both layouts, about as many
-    bytes)."""
+def gathered_bytes(spec: Any) -> float:
+    """Bytes per element of a layer's activation all-gathered in low precision: two in 16-bit
+    training; one in FP8 (Transformer Engine casts before it gathers); NVFP4's half a byte and
+    its block's share of an E4M3 scale (``_all_gather_nvfp4``). The one rule for every
+    ``spec.dtype == "fp8"`` gather, NVFP4 included (its recipe is an ``fp8_recipe``)."""
+    if spec.dtype != "fp8":
+        return 2.0
+    return DTYPE_BYTES["fp4"] + 1 / NVFP4_BLOCK if spec.fp8_recipe == "nvfp4" else 1.0
+
+
+def weight_bytes(spec: Any, *, kept: bool = False) -> float:
+    """Bytes per element the layers' weights are gathered in (``kept``: kept in memory): one
+    with ``fp8_param_gather`` under tensor scaling (Megatron-LM's ``--fp8-param-gather``);
+    NVFP4's half a byte and its block's share of an E4M3 scale (``--fp4-param-gather``),
+    kept in both layouts (Transformer Engine's weight quantizer writes the row- and
+    column-wise copies: twice that); else two, MXFP8's too (Megatron-Core gathers them in
+    16 bits into the gradient buffer and casts them after,
+    ``reuse_grad_buf_for_mxfp8_param_ag``, keeping both layouts, about as many bytes)."""
     if not spec.fp8_param_gather or spec.fp8_recipe == "mxfp8":
         return 2.0
     if spec.fp8_recipe == "nvfp4":
-        return DTYPE_BYTES["fp4"] + 1 / NVFP4_BLOCK
+        return gathered_bytes(spec) * (2 if kept else 1)
     return 1.0
 
 
