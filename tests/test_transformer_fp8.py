@@ -239,18 +239,25 @@ def test_nvfp4_runs_the_layers_gemms_in_fp4_at_fp8_s_fraction_of_the_fp4_peak(ne
 
 def test_nvfp4_gathers_half_a_byte_and_a_scale_per_element(net):
     """Sequence parallelism's all-gathers move NVFP4's packed data and its E4M3 block scales
-    (half of FP8's bytes and one per 16 elements); ``fp8_param_gather`` (Megatron-LM's
-    ``--fp4-param-gather``) gathers the layers' weights the same way."""
+    (half of FP8's bytes and one per 16 elements), in both layouts where Transformer Engine
+    needs both (the forward's input, the output gradient; the weight gradient's re-gathered
+    input in one), as MXFP8's, where tensor-scaled FP8 gathers one and transposes after;
+    ``fp8_param_gather`` (Megatron-LM's ``--fp4-param-gather``) gathers the layers' weights
+    packed too."""
     def gathers(**extra):
         w = transformer(net, **_spec(**extra))
         return {op.name: op.size for op in w.programs[0].ops
                 if op.kind == "collective" and op.collective == "all_gather"
                 and ".layer" in op.name}
 
-    fp8, fp4 = gathers(dtype="fp8"), gathers(dtype="nvfp4")
-    assert fp8.keys() == fp4.keys() and fp8
+    fp8, fp4, mx = gathers(dtype="fp8"), gathers(dtype="nvfp4"), gathers(dtype="mxfp8")
+    assert fp8.keys() == fp4.keys() == mx.keys() and fp8
     for name, size in fp8.items():
-        assert fp4[name] == int(size * (0.5 + 1 / 16))
+        layouts = 1 if name.endswith("input.all_gather") else 2
+        assert fp4[name] == layouts * int(size * (0.5 + 1 / 16))
+        assert mx[name] == layouts * size
+    assert {n for n in fp8 if n.endswith("input.all_gather")} and \
+        {n for n in fp8 if not n.endswith("input.all_gather")}
 
     def params(**extra):
         w = transformer(net, **_spec(distributed_optimizer=True, **extra))
@@ -279,10 +286,10 @@ def test_the_workloads_page_precision_example_prints_what_it_says():
     start = page.index("for d in bf16 fp8 mxfp8 nvfp4; do")
     command = page[page.index("flowsim run", start): page.index("done", start)]
     args = command.replace("\\\n", " ").split()[2:]
-    times = re.search(r"prints ([\d.]+) s \(BF16\), ([\d.]+) s \(FP8\), ([\d.]+) s \(MXFP8",
+    times = re.search(r"prints ([\d.]+) s \(BF16\),\s+([\d.]+) s \(FP8\),\s+([\d.]+) s \(MXFP8",
                       page[start:])
-    nvfp4 = re.search(r"and ([\d.]+) s \(NVFP4\)", page[start:])
-    mfu = re.search(r"NVFP4's here: ([\d.]+)%", page[start:])
+    nvfp4 = re.search(r"and ([\d.]+) s\s+\(NVFP4\)", page[start:])
+    mfu = re.search(r"NVFP4's here:\s+([\d.]+)%", page[start:])
     quoted = [*times.groups(), nvfp4.group(1)]
     for dtype, expected in zip(("bf16", "fp8", "mxfp8", "nvfp4"), quoted):
         out = subprocess.run(

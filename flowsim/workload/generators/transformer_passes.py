@@ -163,7 +163,7 @@ class PassBuilder:
         if self.ub is not None:
             return self.ub.forward(name, block, layer, x, gather=gather, reduce=reduce)
         return self.tp_block(name, block.kernels, layer, "fwd", x, gather=gather,
-                             reduce=reduce, gathered=gathered or self.k.gather_bytes)
+                             reduce=reduce, gathered=gathered or self.k.gather_both_bytes)
 
     # ------------------------------------------------------------------ forward
     def forward(self, layer: int, tag: str, x: Frontier, carry: tuple[Kernel, ...] = ()
@@ -308,7 +308,7 @@ class PassBuilder:
             x = ub.head_backward(f"{name}.dgrad", dgrad, wgrad[:1], layer, g)
         else:
             x = self.tp_block(f"{name}.dgrad", dgrad.kernels[:-len(dgrad.tail)], layer, "ig",
-                              g, gather=True, reduce=False, gathered=self.k.gather_bytes)
+                              g, gather=True, reduce=False, gathered=self.k.gather_both_bytes)
         if between is not None:
             x = (*x, *between(x))
         tail = f"{name}.dgrad.{dgrad.tail_name}"

@@ -141,6 +141,18 @@ class LayerShapes:
         return int(self.shard_bytes // ACT * gathered_bytes(self.spec))
 
     @property
+    def gather_both_bytes(self) -> int:
+        """The same shard where Transformer Engine gathers both of its layouts: a
+        block-scaled recipe (MXFP8, NVFP4) casts each layout from the 16-bit input, so a
+        tensor two GEMMs read (the forward's input, for its GEMM and the weight gradient's
+        saved copy; the output gradient, for the data and weight gradients) is gathered in
+        both (``linear.py``: ``set_usage(rowwise=True, columnwise=...)``, which tensor
+        scaling turns off: ``supports_only_rowwise_all_gather``); userbuffers gather one."""
+        if self.spec.dtype == "fp8" and self.spec.fp8_recipe in ("mxfp8", "nvfp4"):
+            return 2 * self.gather_bytes
+        return self.gather_bytes
+
+    @property
     def kv_bytes(self) -> int:
         """The rank's keys and values (context parallelism exchanges them)."""
         return 2 * self.n * self.kv * ACT
