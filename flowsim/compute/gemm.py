@@ -27,7 +27,7 @@ import math
 from functools import cache
 
 from ..errors import config_error
-from ..workload.kernels import DTYPE_BYTES, NVFP4_BLOCK, Gemm
+from ..workload.kernels import DTYPE_BYTES, NVFP4_BYTES, Gemm
 from .devices import Device
 
 #: (tile m, tile n, mainloop efficiency relative to the largest tiles)
@@ -87,7 +87,7 @@ def gemm_traffic(gemm: Gemm) -> float:
     """Bytes a GEMM moves at least: its operands read once in its data type (FP4's with one
     E4M3 scale per 16 elements) and its result written once, in 16 bits for an FP8 or FP4
     GEMM (Transformer Engine's outputs are BF16)."""
-    operand = DTYPE_BYTES[gemm.dtype] + (1 / NVFP4_BLOCK if gemm.dtype == "fp4" else 0.0)
+    operand = NVFP4_BYTES if gemm.dtype == "fp4" else DTYPE_BYTES[gemm.dtype]
     result = 2.0 if gemm.dtype in LOW_PRECISION else DTYPE_BYTES[gemm.dtype]
     return gemm.batch * (operand * (gemm.m * gemm.k + gemm.k * gemm.n)
                          + result * gemm.m * gemm.n)

@@ -11,14 +11,12 @@ MXFP8's and NVFP4's block scales (Transformer Engine refuses both recipes below 
 from __future__ import annotations
 
 from ..errors import config_error
-from ..workload.kernels import Quantize, quantize_bytes
+from ..workload.kernels import BLOCK_SCALED_RECIPES, Quantize, quantize_bytes
 from .devices import Device
 
 #: the first compute capability with FP8 GEMMs on operands in any layout and MXFP8 and NVFP4
 #: block scaling in the tensor cores (Blackwell, sm_100)
 BLACKWELL = (10, 0)
-#: the recipes whose block scales only Blackwell's tensor cores apply
-BLOCK_SCALED = ("mxfp8", "nvfp4")
 
 
 def quantize_ns(device: Device, quantize: Quantize) -> float:
@@ -30,7 +28,7 @@ def quantize_ns(device: Device, quantize: Quantize) -> float:
         For the ``mxfp8`` and ``nvfp4`` recipes on a device older than Blackwell.
     """
     blackwell = device.compute_capability >= BLACKWELL
-    if quantize.recipe in BLOCK_SCALED and not blackwell:
+    if quantize.recipe in BLOCK_SCALED_RECIPES and not blackwell:
         raise config_error(f"device {device.name!r}", "fp8_recipe",
                            f"delayed or tensorwise ({quantize.recipe.upper()} needs Blackwell "
                            "tensor cores, compute capability 10.0 or later)", quantize.recipe)

@@ -37,6 +37,9 @@ DType = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 #: recipes) or NVFP4, whose GEMMs are FP4 (``--fp4-recipe nvfp4``; ``NVFP4BlockScaling``)
 Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8", "nvfp4"]
 FP8_RECIPES: tuple[Fp8Recipe, ...] = choices_of(Fp8Recipe)
+#: the recipes that scale blocks, each layout cast from the 16-bit input (only Blackwell's
+#: tensor cores apply their scales; ``dtype: mxfp8`` and ``dtype: nvfp4`` name them)
+BLOCK_SCALED_RECIPES: tuple[Fp8Recipe, ...] = ("mxfp8", "nvfp4")
 #: bytes per element of each data type (FP4's E2M1: two elements a byte)
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1,
                                  "fp4": 0.5}
@@ -155,6 +158,8 @@ MXFP8_BLOCK = 32
 #: bytes of one NVFP4 scale (E4M3) per block of this many elements (besides one FP32 scale
 #: per tensor, which no traffic counts)
 NVFP4_BLOCK = 16
+#: bytes of one NVFP4 element with its block's share of the E4M3 scale
+NVFP4_BYTES = DTYPE_BYTES["fp4"] + 1 / NVFP4_BLOCK
 
 
 def quantize_bytes(quantize: Quantize, *, any_layout: bool) -> float:
@@ -182,7 +187,7 @@ def quantize_bytes(quantize: Quantize, *, any_layout: bool) -> float:
     if quantize.recipe == "mxfp8":
         return 2.0 * n + 2.0 * (n + n / MXFP8_BLOCK)
     if quantize.recipe == "nvfp4":
-        return 4.0 * n + 2.0 * (DTYPE_BYTES["fp4"] * n + n / NVFP4_BLOCK)
+        return 4.0 * n + 2.0 * NVFP4_BYTES * n
     return 2.0 * n + (n if any_layout else 2.0 * n)
 
 

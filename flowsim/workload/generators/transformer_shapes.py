@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..kernels import Elementwise, Gemm, Kernel, Quantize
+from ..kernels import BLOCK_SCALED_RECIPES, Elementwise, Gemm, Kernel, Quantize
 from .transformer_spec import TransformerSpec
 from .transformer_values import gathered_bytes
 
@@ -148,7 +148,7 @@ class LayerShapes:
         saved copy; the output gradient, for the data and weight gradients) is gathered in
         both (``linear.py``: ``set_usage(rowwise=True, columnwise=...)``, which tensor
         scaling turns off: ``supports_only_rowwise_all_gather``); userbuffers gather one."""
-        if self.spec.dtype == "fp8" and self.spec.fp8_recipe in ("mxfp8", "nvfp4"):
+        if self.spec.dtype == "fp8" and self.spec.fp8_recipe in BLOCK_SCALED_RECIPES:
             return 2 * self.gather_bytes
         return self.gather_bytes
 

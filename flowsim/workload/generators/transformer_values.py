@@ -22,7 +22,7 @@ from ..._validate import (
 )
 from ...errors import FlowsimWarning, config_error
 from ...topology.network_config import MAX_DIMS, MAX_NPUS
-from ..kernels import DTYPE_BYTES, FP8_RECIPES, NVFP4_BLOCK
+from ..kernels import BLOCK_SCALED_RECIPES, FP8_RECIPES, NVFP4_BYTES
 
 #: Largest value of each integer key: far beyond any model, and small enough that every FLOP
 #: and byte count stays finite.
@@ -230,11 +230,6 @@ DTYPE_SYNONYMS = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "e4m3":
                   "fp8_e4m3": "fp8", "float8_e4m3fn": "fp8", "hybrid": "fp8"}
 
 
-#: ``dtype`` values that name a block-scaled recipe (NVIDIA's tables' names): FP8 training
-#: under that ``fp8_recipe``
-BLOCK_SCALED_DTYPES = ("mxfp8", "nvfp4")
-
-
 def read_precision(values: Mapping[str, Any], source: str,
                    dtypes: tuple[str, ...]) -> tuple[str, str]:
     """``dtype`` and ``fp8_recipe`` (:data:`~flowsim.workload.kernels.FP8_RECIPES`, default
@@ -243,7 +238,7 @@ def read_precision(values: Mapping[str, Any], source: str,
     other than ``delayed`` needs FP8."""
     found = values.get("dtype")
     named = found.strip().lower() if isinstance(found, str) else None
-    block = named if named in BLOCK_SCALED_DTYPES else None
+    block = named if named in BLOCK_SCALED_RECIPES else None
     dtype = "fp8" if block else read_dtype(values, source, dtypes)
     recipe = read_choice(values, "fp8_recipe", FP8_RECIPES, source=source,
                          default=block or "delayed", case_insensitive=True)
@@ -263,7 +258,7 @@ def gathered_bytes(spec: Any) -> float:
     ``spec.dtype == "fp8"`` gather, NVFP4 included (its recipe is an ``fp8_recipe``)."""
     if spec.dtype != "fp8":
         return 2.0
-    return DTYPE_BYTES["fp4"] + 1 / NVFP4_BLOCK if spec.fp8_recipe == "nvfp4" else 1.0
+    return NVFP4_BYTES if spec.fp8_recipe == "nvfp4" else 1.0
 
 
 def weight_bytes(spec: Any, *, kept: bool = False) -> float:
