@@ -337,3 +337,20 @@ def test_nvfp4_refusals_and_the_bytes_of_its_weights_and_latents(net):
                    and op.name.endswith("attention.all_gather"))   # the latents
     assert latents("fp8") > 0
     assert latents("nvfp4") == pytest.approx(latents("fp8") * 0.5625, rel=1e-3)
+
+
+@pytest.mark.parametrize("dtype, operand, result", [("bf16", 2, 2), ("fp8", 1, 2),
+                                                    ("fp4", 0.5 + 1 / 16, 2)])
+def test_a_gemm_moves_its_operands_in_its_type_and_a_low_precision_result_in_16_bits(
+        dtype, operand, result):
+    """A GEMM's least traffic: operands in its data type (FP4's with an E4M3 scale per 16),
+    the result of an FP8 or FP4 GEMM in BF16 as Transformer Engine writes it; a thin,
+    memory-bound GEMM on a device takes that traffic at the device's memory rate."""
+    from flowsim.compute.gemm import gemm_ns
+
+    m, n, k = 65536, 64, 64
+    gemm = Gemm(m, n, k, 2, dtype)
+    assert gemm.bytes == 2 * (operand * (m * k + k * n) + result * m * n)
+    dev = flowsim.compute.device("b200")
+    memory = gemm.bytes / (dev.memory_gbps * dev.memory_efficiency) + dev.launch_us * 1e3
+    assert gemm_ns(dev, gemm) == pytest.approx(memory, rel=1e-12)

@@ -27,7 +27,7 @@ import math
 from functools import cache
 
 from ..errors import config_error
-from ..workload.kernels import DTYPE_BYTES, NVFP4_BYTES, Gemm
+from ..workload.kernels import LOW_PRECISION_GEMMS, Gemm
 from .devices import Device
 
 #: (tile m, tile n, mainloop efficiency relative to the largest tiles)
@@ -38,13 +38,6 @@ TILES: tuple[tuple[int, int, float], ...] = (
 K_OVERHEAD = 128
 #: smallest slice of k one block of a split-K GEMM works on
 MIN_SPLIT_K = 256
-#: data types whose GEMMs reach :attr:`~.devices.Device.fp8_gemm_ratio` of the BF16 GEMM's
-#: fraction of their peak: FP8's measured ratio, and FP4 at FP8's (an assumption: no FP4 GEMM
-#: measurement is published; NVIDIA's cuBLAS 12.9 notes put block-scaled FP4 matmuls on
-#: Blackwell at up to 2.3 times FP8's, above the 2x of their peaks, so FP4 reaches at least
-#: FP8's fraction at the best shapes; nothing published says so of Blackwell Ultra, whose
-#: FP4 peak is 3x its FP8 one, and the one GB300 NVFP4 row at 405B's sizes comes out fast)
-LOW_PRECISION = ("fp8", "fp4")
 
 
 def _tile_ns(device: Device, tm: int, tn: int, k: int, rate: float, relative: float) -> float:
@@ -83,16 +76,6 @@ def _asymptotic(device: Device) -> float:
     return at_peak / measured
 
 
-def gemm_traffic(gemm: Gemm) -> float:
-    """Bytes a GEMM moves at least: its operands read once in its data type (FP4's with one
-    E4M3 scale per 16 elements) and its result written once, in 16 bits for an FP8 or FP4
-    GEMM (Transformer Engine's outputs are BF16)."""
-    operand = NVFP4_BYTES if gemm.dtype == "fp4" else DTYPE_BYTES[gemm.dtype]
-    result = 2.0 if gemm.dtype in LOW_PRECISION else DTYPE_BYTES[gemm.dtype]
-    return gemm.batch * (operand * (gemm.m * gemm.k + gemm.k * gemm.n)
-                         + result * gemm.m * gemm.n)
-
-
 def gemm_ns(device: Device, gemm: Gemm) -> float:
     """Time of ``gemm`` on ``device`` (ns): compute- or memory-bound, plus a kernel launch.
 
@@ -102,10 +85,14 @@ def gemm_ns(device: Device, gemm: Gemm) -> float:
         raise config_error(f"device {device.name!r}", "dtype",
                            "a data type its tensor cores have (FP4 needs Blackwell)", "fp4")
     rate = device.peak(gemm.dtype) * _asymptotic(device)
-    if gemm.dtype in LOW_PRECISION:
+    # FP8's GEMMs reach fp8_gemm_ratio of the BF16 GEMM's fraction of their peak (measured),
+    # FP4's the same (an assumption: no FP4 GEMM measurement is published; NVIDIA's cuBLAS
+    # 12.9 notes put block-scaled FP4 matmuls on Blackwell at up to 2.3 times FP8's, above the
+    # 2x of their peaks; nothing published says so of Blackwell Ultra, whose FP4 peak is 3x its
+    # FP8 one, and the one GB300 NVFP4 row at 405B's sizes comes out fast)
+    if gemm.dtype in LOW_PRECISION_GEMMS:
         rate *= device.fp8_gemm_ratio
     sms = max(1, device.sms - gemm.sm_margin) if gemm.sm_margin else 0
     compute = _compute_ns(device, gemm.m, gemm.n, gemm.k, gemm.batch, rate, sms)
-    traffic = gemm_traffic(gemm)
-    memory = traffic / (device.memory_gbps * device.memory_efficiency)
+    memory = gemm.bytes / (device.memory_gbps * device.memory_efficiency)
     return max(compute, memory) + device.launch_us * 1e3

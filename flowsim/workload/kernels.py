@@ -43,6 +43,13 @@ BLOCK_SCALED_RECIPES: tuple[Fp8Recipe, ...] = ("mxfp8", "nvfp4")
 #: bytes per element of each data type (FP4's E2M1: two elements a byte)
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1,
                                  "fp4": 0.5}
+#: bytes of one NVFP4 scale (E4M3) per block of this many elements (besides one FP32 scale
+#: per tensor, which no traffic counts)
+NVFP4_BLOCK = 16
+#: bytes of one NVFP4 element with its block's share of the E4M3 scale
+NVFP4_BYTES = DTYPE_BYTES["fp4"] + 1 / NVFP4_BLOCK
+#: GEMM data types whose result Transformer Engine writes in 16 bits
+LOW_PRECISION_GEMMS = ("fp8", "fp4")
 
 
 @dataclass(frozen=True)
@@ -63,9 +70,13 @@ class Gemm:
 
     @property
     def bytes(self) -> float:
-        """Operands read and the result written once (the least traffic possible)."""
-        return float(DTYPE_BYTES[self.dtype]) * self.batch * (
-            self.m * self.k + self.k * self.n + self.m * self.n)
+        """Operands read and the result written once (the least traffic possible): the
+        operands in the GEMM's data type (FP4's with its block scales), an FP8 or FP4 GEMM's
+        result in 16 bits (Transformer Engine writes BF16)."""
+        operand = NVFP4_BYTES if self.dtype == "fp4" else DTYPE_BYTES[self.dtype]
+        result = 2.0 if self.dtype in LOW_PRECISION_GEMMS else DTYPE_BYTES[self.dtype]
+        return self.batch * (operand * (self.m * self.k + self.k * self.n)
+                             + result * self.m * self.n)
 
 
 @dataclass(frozen=True)
@@ -155,11 +166,6 @@ class Quantize:
 
 #: bytes of one MXFP8 scale (E8M0) per block of this many elements
 MXFP8_BLOCK = 32
-#: bytes of one NVFP4 scale (E4M3) per block of this many elements (besides one FP32 scale
-#: per tensor, which no traffic counts)
-NVFP4_BLOCK = 16
-#: bytes of one NVFP4 element with its block's share of the E4M3 scale
-NVFP4_BYTES = DTYPE_BYTES["fp4"] + 1 / NVFP4_BLOCK
 
 
 def quantize_bytes(quantize: Quantize, *, any_layout: bool) -> float:
