@@ -147,7 +147,7 @@ def spec(row: dict[str, str]) -> dict:
 
 def parsed_spec(row: dict[str, str]):
     """The row's workload as a validated :class:`TransformerSpec` (errors name the file)."""
-    from flowsim.workload.generators.transformer_spec import parse_transformer
+    from flowsim.workload.generators.transformer_parse import parse_transformer
 
     values = {k: v for k, v in spec(row).items() if k != "generator"}
     return parse_transformer(values, f"{row['file']}, run {row['run']}")

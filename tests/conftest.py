@@ -88,7 +88,7 @@ def ancestors(program, op) -> set[int]:
 def assert_spec_refused(spec: dict, key: str) -> None:
     """A transformer spec is refused in one line naming ``key`` and what it expects."""
     from flowsim.errors import ConfigError
-    from flowsim.workload.generators.transformer_spec import parse_transformer
+    from flowsim.workload.generators.transformer_parse import parse_transformer
 
     with pytest.raises(ConfigError, match=rf"'{key}': expected"):
         parse_transformer(spec, "argument")

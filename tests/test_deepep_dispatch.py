@@ -20,7 +20,7 @@ from flowsim.workload.generators.transformer_dispatch import (
     deepep_copies,
     expected_units,
 )
-from flowsim.workload.generators.transformer_spec import parse_transformer
+from flowsim.workload.generators.transformer_parse import parse_transformer
 
 #: 32 NPUs: four nodes of 8 on a slower second dimension
 NET = {"topology": ["Switch", "Switch"], "npus_count": [8, 4], "bandwidth": [150, 25],

@@ -13,13 +13,13 @@ import flowsim
 from conftest import assert_spec_refused
 from flowsim.workload.generators import transformer
 from flowsim.workload.generators.transformer_combined import paired_forwards
+from flowsim.workload.generators.transformer_parse import parse_transformer
 from flowsim.workload.generators.transformer_schedule import (
     dualpipev,
     neighbours,
     stage_schedule,
     virtual_stage,
 )
-from flowsim.workload.generators.transformer_spec import parse_transformer
 
 P, M = 4, 32
 ROOFLINE = {"peak_tflops": 100, "memory_bandwidth_GBps": 1000, "efficiency": 1.0}

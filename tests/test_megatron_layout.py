@@ -11,8 +11,8 @@ import pytest
 
 from flowsim.errors import ConfigError, FlowsimWarning
 from flowsim.workload.generators.megatron import megatron_keys
+from flowsim.workload.generators.transformer_parse import parse_transformer
 from flowsim.workload.generators.transformer_schedule import layer_counts
-from flowsim.workload.generators.transformer_spec import parse_transformer
 
 
 def _keys(*flags: str, layers: int = 61, pp: int = 16, mtp: int = 1) -> dict:

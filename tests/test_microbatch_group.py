@@ -11,8 +11,8 @@ import pytest
 import flowsim
 from conftest import assert_spec_refused
 from flowsim.workload.generators.megatron import megatron_keys
+from flowsim.workload.generators.transformer_parse import parse_transformer
 from flowsim.workload.generators.transformer_schedule import stage_schedule
-from flowsim.workload.generators.transformer_spec import parse_transformer
 
 BASE = dict(layers=8, hidden=256, heads=4, sequence=512, vocab=0, pp=4, vpp=2, dp=1)
 

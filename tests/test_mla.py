@@ -16,7 +16,7 @@ from flowsim.workload.flops import megatron
 from flowsim.workload.generators import transformer
 from flowsim.workload.generators.nemo import nemo_keys
 from flowsim.workload.generators.transformer import model_shape
-from flowsim.workload.generators.transformer_spec import parse_transformer
+from flowsim.workload.generators.transformer_parse import parse_transformer
 from flowsim.workload.kernels import Gemm
 
 NET = {"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth": [300, 25],

@@ -14,8 +14,8 @@ from flowsim.errors import ConfigError
 from flowsim.workload.generators import transformer
 from flowsim.workload.generators.megatron import megatron_keys
 from flowsim.workload.generators.transformer_combined import paired_forwards
+from flowsim.workload.generators.transformer_parse import parse_transformer
 from flowsim.workload.generators.transformer_schedule import stage_schedule
-from flowsim.workload.generators.transformer_spec import parse_transformer
 
 #: 16 NPUs: two nodes of 8 on a slower second dimension
 NET = {"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth": [300, 25],

@@ -14,7 +14,7 @@ from conftest import assert_spec_refused
 from flowsim.errors import ConfigError
 from flowsim.workload.generators import transformer
 from flowsim.workload.generators.transformer_mapping import map_groups
-from flowsim.workload.generators.transformer_spec import parse_transformer
+from flowsim.workload.generators.transformer_parse import parse_transformer
 
 #: 64 NPUs: 8 per node (TP 2 x CP 4 inside), 8 nodes
 NET = {"topology": ["Switch", "Switch"], "npus_count": [8, 8], "bandwidth": [300, 50],

@@ -16,8 +16,8 @@ from flowsim.workload.generators.megatron import megatron_keys
 from flowsim.workload.generators.nemo import nemo_keys
 from flowsim.workload.generators.transformer import model_shape
 from flowsim.workload.generators.transformer_mla import layer_kernels
+from flowsim.workload.generators.transformer_parse import parse_transformer
 from flowsim.workload.generators.transformer_program import OPTIMIZER_BYTES_PER_PARAM
-from flowsim.workload.generators.transformer_spec import parse_transformer
 
 #: 16 NPUs: two nodes of 8
 NET = {"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth": [150, 25],
@@ -204,7 +204,7 @@ def test_the_graph_size_guard_counts_the_depths():
     """A depth builds about what a layer does: a spec whose depths alone would make a graph
     past the limit is refused naming them, not built until memory runs out."""
     from flowsim.errors import ConfigError
-    from flowsim.workload.generators.transformer_spec import parse_transformer
+    from flowsim.workload.generators.transformer_parse import parse_transformer
 
     spec = dict(layers=1, hidden=64, heads=4, sequence=128, vocab=256, dp=2, global_batch=1024)
     parse_transformer(dict(spec, mtp_layers=1), "spec.yml")

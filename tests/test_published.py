@@ -237,7 +237,7 @@ def test_the_bundled_deepseek_v3_workload_is_its_published_row():
     import yaml
 
     from flowsim.workload.generators.huggingface import huggingface_keys
-    from flowsim.workload.generators.transformer_spec import parse_transformer
+    from flowsim.workload.generators.transformer_parse import parse_transformer
 
     path = ROOT / "workloads" / "deepseek_v3.yml"
     values = yaml.safe_load(path.read_text())

@@ -15,8 +15,8 @@ import flowsim
 from flowsim import ConfigError, FlowsimWarning
 from flowsim.workload.generators.torchtitan import torchtitan_keys
 from flowsim.workload.generators.torchtitan_config import apply_cli
+from flowsim.workload.generators.transformer_parse import parse_transformer
 from flowsim.workload.generators.transformer_schedule import layer_counts
-from flowsim.workload.generators.transformer_spec import parse_transformer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import validate_published  # noqa: E402

@@ -15,8 +15,8 @@ from conftest import ancestors
 from flowsim import simulate
 from flowsim.errors import ConfigError, FlowsimWarning
 from flowsim.workload.generators import build_generator, transformer
+from flowsim.workload.generators.transformer_parse import parse_transformer
 from flowsim.workload.generators.transformer_schedule import layer_counts, stage_schedule
-from flowsim.workload.generators.transformer_spec import parse_transformer
 from flowsim.workload.graph import topological_order
 from flowsim.workload.kernels import Attention, Elementwise, Gemm
 
@@ -467,8 +467,8 @@ def test_interleaved_gathers_start_a_chunk_at_a_time_aligned_over_the_pipeline(a
     gathers all start together, chunks 0 and 1 with the iteration and chunk j when the
     forward whose virtual micro-batch, shifted by the pipeline rank, is chunk j - 1's first
     begins; none waits for another. Not aligned: one chain over the chunks."""
+    from flowsim.workload.generators.transformer_parse import parse_transformer
     from flowsim.workload.generators.transformer_schedule import stage_schedule
-    from flowsim.workload.generators.transformer_spec import parse_transformer
 
     net = flowsim.load_network({"topology": ["Switch", "Switch"], "npus_count": [2, 4],
                                 "bandwidth": [300, 25], "latency": [0, 0]})
@@ -509,8 +509,8 @@ def test_pipelined_gradients_are_reduced_a_chunk_at_a_time_aligned_over_stages(v
     (interleaved), or, without interleaving, the first stage's bucket by bucket during its
     last backward and the other stages' after theirs. Not aligned: bucket by bucket as each
     is ready, on every stage."""
+    from flowsim.workload.generators.transformer_parse import parse_transformer
     from flowsim.workload.generators.transformer_schedule import stage_schedule
-    from flowsim.workload.generators.transformer_spec import parse_transformer
 
     net = flowsim.load_network({"topology": ["Switch", "Switch"], "npus_count": [2, 4],
                                 "bandwidth": [300, 25], "latency": [0, 0]})
@@ -824,7 +824,7 @@ def test_bad_specs_are_one_line_naming_the_key(two_nodes, change, match):
     ("hybrid", "fp8"), ("float8_e4m3fn", "fp8")])
 def test_a_dtype_spelled_as_pytorch_or_transformer_engine_does_is_that_dtype(written, dtype):
     """A Hugging Face config's ``torch_dtype: bfloat16``, Transformer Engine's FP8 formats."""
-    from flowsim.workload.generators.transformer_spec import parse_transformer
+    from flowsim.workload.generators.transformer_parse import parse_transformer
 
     base = {**SMALL, "tp": 4, "dp": 4, "global_batch": 16}
     assert parse_transformer({**base, "dtype": written}, "spec.yml").dtype == dtype
@@ -893,7 +893,7 @@ def test_transformer_engine_s_cross_entropy_keeps_16_bit_logits_and_needs_the_fu
     gradient is written over them), half of the FP32 copy the native one keeps; named
     without the fusion it is warned of and the unfused one priced (as Megatron-Core runs
     it); training metrics without a vocabulary are refused."""
-    from flowsim.workload.generators.transformer_spec import parse_transformer
+    from flowsim.workload.generators.transformer_parse import parse_transformer
 
     base = dict(SMALL, vocab=32000, micro_batch=2, global_batch=16, dp=8,
                 cross_entropy_fusion=True)
@@ -967,7 +967,7 @@ def test_an_mlp_width_other_than_4_hidden_is_a_gated_mlp_unless_said():
 
     from flowsim.errors import FlowsimWarning
     from flowsim.workload.generators.megatron import megatron_keys
-    from flowsim.workload.generators.transformer_spec import parse_transformer
+    from flowsim.workload.generators.transformer_parse import parse_transformer
 
     llama = dict(layers=2, hidden=4096, heads=32, kv_heads=8, sequence=1024, global_batch=8)
     with pytest.warns(FlowsimWarning, match=r"spec\.yml: gated_mlp not given: ffn=14336 is "

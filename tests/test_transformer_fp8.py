@@ -311,7 +311,7 @@ def test_nvfp4_refusals_and_the_bytes_of_its_weights_and_latents(net):
     gathered in NVFP4 too."""
     from flowsim.errors import ConfigError
     from flowsim.workload.generators import transformer_values as tv
-    from flowsim.workload.generators.transformer_spec import parse_transformer
+    from flowsim.workload.generators.transformer_parse import parse_transformer
 
     with pytest.raises(ConfigError, match="'tp_comm_overlap'.*NVFP4"):
         transformer(net, **_spec(dtype="nvfp4", tp_comm_overlap=True))

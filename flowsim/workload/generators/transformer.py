@@ -180,9 +180,10 @@ from ..graph import Program, Workload
 from .transformer_checks import _where, micro_batches
 from .transformer_mapping import StageContext, map_groups, stages
 from .transformer_memory import stage_memory
+from .transformer_parse import parse_transformer
 from .transformer_program import StageProgram, layer_names
 from .transformer_schedule import layer_counts, stage_schedule
-from .transformer_spec import A100_ROOFLINE, KEYS, TransformerSpec, parse_transformer
+from .transformer_spec import A100_ROOFLINE, KEYS, TransformerSpec
 
 
 def transformer(network: Any, **values: Any) -> Workload:

@@ -1,6 +1,6 @@
 """Consistency rules between the transformer generator's keys (Megatron-LM's own
 requirements and flowsim's limits), checked once every key has been read and defaulted
-(:func:`.transformer_spec.parse_transformer`), and the small derived facts they use.
+(:func:`.transformer_parse.parse_transformer`), and the small derived facts they use.
 
 Every ``spec`` here is a :class:`~.transformer_spec.TransformerSpec` (typed ``Any``: that
 module imports this one, and the package has no import cycles, not even for types).

@@ -1,30 +1,16 @@
-"""The validated arguments of the transformer generator (:mod:`.transformer`).
-
-Every key and its range are checked here, and the divisibility rules Megatron-LM imposes
-between them in :mod:`.transformer_checks`, before any graph is built; the checks that need
-the network (degrees multiplying to its NPU count) are in :mod:`.transformer_mapping`.
+"""The validated arguments of the transformer generator (:mod:`.transformer`): what each key
+means, its choices and defaults. :mod:`.transformer_parse` reads and checks them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Literal
 
-from ..._validate import (
-    Quantity,
-    as_config,
-    check_unknown_keys,
-    choices_of,
-    read_bool,
-    read_choice,
-    read_int,
-    read_number,
-)
+from ..._validate import choices_of
 from ..kernels import DTYPE_BYTES, Fp8Recipe
-from ..roofline import Roofline, parse_roofline
+from ..roofline import Roofline
 from . import transformer_values as tv
-from .transformer_checks import check_consistent, check_head_width
 
 #: Pipeline schedules (see :mod:`.transformer_schedule`).
 Schedule = Literal["1f1b", "gpipe", "interleaved", "dualpipev"]
@@ -290,111 +276,3 @@ class TransformerSpec:
 #: Keys accepted for compatibility, and what they mean now
 LEGACY = {"zero": "distributed_optimizer", "dtype_bytes": "dtype"}
 KEYS = tuple(f.name for f in fields(TransformerSpec) if f.name != "source") + tuple(LEGACY)
-
-
-def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec:
-    """Validate transformer arguments (keys :data:`KEYS`) from ``source``.
-
-    Raises
-    ------
-    ConfigError
-        Naming ``source``, the key, what was expected and what was found.
-    """
-    as_config(values, source=source, what="transformer")
-    check_unknown_keys(values, KEYS, source=source)
-    v: dict[str, Any] = {key: _count(values, key, source) for key in ("layers", "hidden",
-                                                                       "sequence")}
-    for key, default in (("micro_batch", 1), ("tp", 1), ("pp", 1), ("dp", 1), ("cp", 1),
-                         ("ep", 1), ("vpp", 1)):
-        v[key] = _count(values, key, source, default)
-    for key in ("micro_batches", "global_batch", "heads", "kv_heads", "head_dim", "ffn",
-                "moe_ffn", "shared_ffn", "vocab", "experts", "top_k", "bucket_size", "window",
-                "expert_tp", "node_limit", "microbatch_group",
-                "fsdp_shard", "mtp_layers", "metric_cross_entropies"):
-        v[key] = _count(values, key, source, 0, minimum=0)
-    v["gated_mlp"] = read_bool(values, "gated_mlp", source=source, default=None)
-    for key in ("sp", "overlap_grad_reduce", "overlap_param_gather",
-                "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp",
-                "cross_entropy_fusion", "moe_a2a_overlap", "fp8_dispatch"):
-        v[key] = read_bool(values, key, source=source, default=False)
-    v["tied_embeddings"] = read_bool(values, "tied_embeddings", source=source, default=True)
-    for key in ("align_param_gather", "align_grad_reduce"):
-        v[key] = read_bool(values, key, source=source, default=True)
-    v["scatter_gather"] = read_bool(values, "scatter_gather", source=source, default=True)
-    v["distributed_optimizer"] = read_bool(values, "distributed_optimizer", source=source,
-                                           default=read_bool(values, "zero", source=source,
-                                                             default=False))
-    v["capacity_factor"] = read_number(values, "capacity_factor", source=source, default=1.0,
-                                       quantity=Quantity("", 1e-3, 1e3, positive=True))
-    v["expert_layout"] = read_choice(values, "expert_layout", EXPERT_LAYOUTS, source=source,
-                                     default="within_dp", case_insensitive=True)
-    v["schedule"] = read_choice(values, "schedule", SCHEDULES, source=source,
-                                default="interleaved" if v["vpp"] > 1 else "1f1b",
-                                case_insensitive=True)
-    v["recompute"] = read_choice(values, "recompute", RECOMPUTES, source=source,
-                                 default="none", case_insensitive=True)
-    v["recompute_every"] = _count(values, "recompute_every", source, default=1)
-    v["recompute_layers"] = _count(values, "recompute_layers", source, default=0, minimum=0)
-    v["attention"] = read_choice(values, "attention", ATTENTIONS, source=source,
-                                 default="flash", case_insensitive=True)
-    v["cross_entropy_fusion_impl"] = read_choice(
-        values, "cross_entropy_fusion_impl", CROSS_ENTROPY_IMPLS, source=source,
-        default="native", case_insensitive=True)
-    v["dispatcher"] = read_choice(values, "dispatcher", DISPATCHERS, source=source,
-                                  default="alltoall", case_insensitive=True)
-    v["cp_comm_type"] = read_choice(values, "cp_comm_type", CP_COMM_TYPES, source=source,
-                                    default="p2p", case_insensitive=True)
-    v["position_embedding"] = read_choice(values, "position_embedding", POSITION_EMBEDDINGS,
-                                          source=source, default="learned_absolute",
-                                          case_insensitive=True)
-    v["tp_comm_overlap_cfg"] = read_choice(values, "tp_comm_overlap_cfg", UB_CONFIGS,
-                                           source=source, default="nemo",
-                                           case_insensitive=True)
-    v["dtype"], v["fp8_recipe"] = tv.read_precision(values, source, DTYPES)
-    v["mla"] = tv.read_mla(values, source)
-    v["pipeline_layout"] = tv.read_layout(values, source)
-    v["moe_layer_freq"] = tv.read_moe_layers(values, source)
-    v["window_skip_freq"] = tv.read_layer_pattern(values, "window_skip_freq", source,
-                                                  "a full-attention one")
-    v["device"] = tv.read_device(values, source)
-    v["roofline"] = None if values.get("roofline") is None else \
-        parse_roofline(values["roofline"], source, default=A100_ROOFLINE)
-    v["dims"] = tv.read_dims(values.get("dims"), source)
-    check_head_width(v, source)
-    spec = TransformerSpec(**v, source=source)
-    spec = _with_defaults(spec)
-    check_consistent(spec)
-    return spec
-
-
-def _count(values: Mapping[str, Any], key: str, source: str, default: Any = ...,
-           minimum: int = 1) -> int:
-    """An integer key, at least ``minimum``, at most its :data:`~.transformer_values.MAXIMA`."""
-    from ..._validate import REQUIRED
-
-    return read_int(values, key, source=source, minimum=minimum, maximum=tv.MAXIMA[key],
-                    default=REQUIRED if default is ... else default)
-
-
-def _with_defaults(spec: TransformerSpec) -> TransformerSpec:
-    """Fill the keys whose defaults depend on others (Megatron-LM's defaults)."""
-    from dataclasses import replace
-
-    heads = spec.heads or max(1, spec.hidden // (spec.head_dim or HEAD_DIM))
-    head_dim = spec.head_dim or spec.hidden // heads
-    ffn = spec.ffn or 4 * spec.hidden
-    changes: dict[str, Any] = {
-        "gated_mlp": tv.gated_mlp_default(spec) if spec.gated_mlp is None else spec.gated_mlp,
-        "heads": heads, "head_dim": head_dim, "kv_heads": spec.kv_heads or heads, "ffn": ffn,
-        "moe_ffn": spec.moe_ffn or ffn, "top_k": spec.top_k or (1 if spec.experts else 0),
-        "expert_tp": spec.expert_tp or spec.tp,
-        "fsdp_shard": spec.fsdp_shard or spec.dp,
-        # communication overlap of tensor parallelism, and experts with tensor parallelism,
-        # need sequence parallelism (Megatron-LM; Megatron-Core's MoELayer refuses to train
-        # without it)
-        "sp": spec.sp or (spec.tp > 1 and (spec.tp_comm_overlap or spec.experts > 0)),
-        "window_skip_freq": tv.window_pattern(spec.window_skip_freq, spec.layers, spec.window,
-                                              spec.source),
-        "moe_layer_freq": tv.moe_pattern(spec.moe_layer_freq, spec.layers, spec.experts,
-                                      spec.source)}
-    return replace(spec, **changes)
