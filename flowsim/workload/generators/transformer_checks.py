@@ -12,6 +12,7 @@ import warnings
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
+from ..kernels import BLOCK_SCALED_RECIPES
 
 #: Largest graph a generator builds (ops over all programs), before anything is allocated.
 MAX_OPS = 5_000_000
@@ -168,6 +169,12 @@ def check_consistent(spec: Any) -> None:
              spec.fp8_dispatch)
         need(spec.dtype == "fp8", "fp8_dispatch", "false unless dtype is fp8",
              spec.fp8_dispatch)
+    if spec.fused_grouped_mlp:
+        need(spec.experts > 0, "fused_grouped_mlp", "false without experts",
+             spec.fused_grouped_mlp)
+        need(spec.dtype == "fp8" and spec.fp8_recipe in BLOCK_SCALED_RECIPES,
+             "fused_grouped_mlp", "false unless the recipe is block-scaled (mxfp8 or nvfp4: "
+             "Transformer Engine fuses the grouped MLP for those only)", spec.fused_grouped_mlp)
     need(spec.vpp == 1 or spec.pp > 1, "vpp", "1 without pipeline parallelism (pp=1)",
          spec.vpp)
     need(spec.vpp == 1 or spec.schedule in ("interleaved", "dualpipev"), "schedule",

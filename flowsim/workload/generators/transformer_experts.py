@@ -7,7 +7,15 @@ The dispatcher moves the routed tokens four times around the all-to-alls
 to, ``sort_chunks_by_idxs`` groups the received copies by local expert and back, and
 ``unpermute`` sums each token's copies, weighted by the router's probabilities); each is a
 memory-bound gather or scatter that reads and writes its rows once (the sum writes one row
-per token), and its backward moves as many bytes."""
+per token), and its backward moves as many bytes.
+
+With ``fused_grouped_mlp`` (Transformer Engine's fused grouped MLP,
+``transformer_engine/pytorch/ops/fused/grouped_mlp.py``: cuDNN's CuTe DSL grouped GEMMs) the
+activation, its scaling by the router's probabilities and the cast of its output run in the
+epilogue of the first grouped GEMM, and their backward in that of the second's data
+gradient: the separate elementwise kernels and casts between the two GEMMs are gone. The
+epilogue's own traffic (the saved pre-activation read again in the backward) is taken as
+hidden under the GEMM's math, an assumption: no timing of the fused kernel is published."""
 
 from __future__ import annotations
 
@@ -85,21 +93,23 @@ class ExpertKernels(LayerShapes):
     def experts(self) -> tuple[Kernel, ...]:
         s = self.spec
         local, m, f = s.experts // s.ep, self.expert_rows, self.expert_width
-        act = (3 if s.gated_mlp else 2) * m * f * ACT * local
-        return (*self._cast(m * s.hidden * local),
-                self._gemm(m, (2 if s.gated_mlp else 1) * f, s.hidden, local),
-                elementwise(act, "expert_activation"), *self._cast(m * f * local),
+        fc1 = self._gemm(m, (2 if s.gated_mlp else 1) * f, s.hidden, local)
+        between: tuple[Kernel, ...] = () if s.fused_grouped_mlp else (
+            elementwise((3 if s.gated_mlp else 2) * m * f * ACT * local, "expert_activation"),
+            *self._cast(m * f * local))
+        return (*self._cast(m * s.hidden * local), fc1, *between,
                 self._gemm(m, s.hidden, f, local))
 
     @cached_property
     def experts_dgrad(self) -> tuple[Kernel, ...]:
         s = self.spec
         local, m, f = s.experts // s.ep, self.expert_rows, self.expert_width
-        act = (5 if s.gated_mlp else 3) * m * f * ACT * local
         fc1 = (2 if s.gated_mlp else 1) * f
+        between: tuple[Kernel, ...] = () if s.fused_grouped_mlp else (
+            elementwise((5 if s.gated_mlp else 3) * m * f * ACT * local,
+                        "expert_activation_backward"), *self._cast(m * fc1 * local))
         return (*self._cast(m * s.hidden * local), self._gemm(m, f, s.hidden, local),
-                elementwise(act, "expert_activation_backward"), *self._cast(m * fc1 * local),
-                self._gemm(m, s.hidden, fc1, local),
+                *between, self._gemm(m, s.hidden, fc1, local),
                 self._gemm16(self.moe_tokens, s.hidden, s.experts))
 
     @cached_property

@@ -168,6 +168,12 @@ class TransformerSpec:
     #: the all-to-alls toward the experts in FP8 (DeepSeek-V3, DeepEP's FP8 dispatch): the
     #: forward dispatch and the backward's gradient of the combine; the others in 16 bits
     fp8_dispatch: bool = False
+    #: the experts' MLP as Transformer Engine's fused grouped MLP
+    #: (``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1`` with Megatron-Core's
+    #: ``use_transformer_engine_op_fuser``; Megatron-Bridge's ``cutedsl_fused_grouped_mlp``):
+    #: activation and casts in the grouped GEMMs' epilogues (:mod:`.transformer_experts`);
+    #: block-scaled recipes only
+    fused_grouped_mlp: bool = False
     #: whose userbuffers settings: NeMo's H100 configs or Transformer Engine's defaults
     tp_comm_overlap_cfg: UbConfig = "nemo"
     scatter_gather: bool = True
