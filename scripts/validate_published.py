@@ -118,7 +118,8 @@ def spec(row: dict[str, str]) -> dict:
         out["tp_comm_overlap_cfg"] = row["tp_comm_overlap_cfg"]
     for key in ("grad_reduce_in_bf16", "fp8_param_gather", "fsdp", "align_param_gather",
                 "align_grad_reduce", "cross_entropy_fusion",
-                "moe_a2a_overlap", "fp8_dispatch", "fused_grouped_mlp"):   # a row's own
+                "moe_a2a_overlap", "fp8_dispatch", "fused_grouped_mlp",
+                "fp8_attention"):   # a row's own columns
         if row.get(key):
             out[key] = _BOOL[row[key]]
     for key in ("head_dim", "moe_ffn", "shared_ffn", "expert_tp", "window",

@@ -29,6 +29,9 @@ a Hopper one, and its fixed work takes 1.6 times as long besides), and the model
 follows it within 1.4% forward and 3.1% backward from 2K to 32K tokens; beyond, the measured
 kernel slows (64K: 4% and 10% below the model; 128K: 11% and 15%).
 
+FP8 attention (``dtype`` fp8) runs at this 16-bit rate times the speed-up cuDNN measured for
+its shape (:mod:`.attention_fp8`).
+
 The device presets' rates are measured at head dimension 128. Other head dimensions run at
 another rate (:mod:`.attention_kernels`: smaller ones do less matmul work per score against
 the same softmax work, larger ones fit smaller blocks on chip), and a kernel is compiled for
@@ -40,6 +43,7 @@ from __future__ import annotations
 import math
 
 from ..workload.kernels import Attention
+from .attention_fp8 import fp8_speedup
 from .attention_kernels import head_dim_efficiency
 from .devices import Device
 
@@ -61,7 +65,9 @@ def attention_ns(device: Device, attention: Attention) -> float:
     efficiency *= head_dim_efficiency(kernel, attention.head_dim)
     if attention.causal:
         efficiency *= CAUSAL_EFFICIENCY
-    rate = device.peak(attention.dtype) * efficiency
+    rate = device.peak("bf16" if attention.dtype == "fp8" else attention.dtype) * efficiency
+    if attention.dtype == "fp8":   # the 16-bit kernel's rate times cuDNN's measured speed-up
+        rate *= fp8_speedup(device.name, device.fp8_attention, attention)
     blocks = attention.batch * attention.heads * math.ceil(attention.seq_q / BLOCK_Q)
     waves = math.ceil(blocks / device.sms)
     fill = blocks / (waves * device.sms)

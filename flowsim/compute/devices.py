@@ -114,6 +114,9 @@ class Device:
     flash2_forward, flash2_backward : float
         The same for FlashAttention-2 on a device whose best kernel is newer (0: the device's
         best kernel is FlashAttention-2).
+    fp8_attention : str
+        Whose measurement of FP8 attention's speed-up over BF16 the device takes
+        (:data:`flowsim.compute.attention_fp8.TABLES`; empty: none, FP8 attention refused).
     attention_block_keys : float
         Fixed work of one thread block of the fused attention kernel (loading its queries,
         the final rescaling and write-out), in keys of its loop (:mod:`.attention`; the
@@ -146,6 +149,7 @@ class Device:
     flash2_forward: float = 0.0
     flash2_backward: float = 0.0
     attention_block_keys: float = 198.0
+    fp8_attention: str = ""
     memory_efficiency: float = 0.9
     launch_us: float = 4.0
     sustained: float = field(default=0.0, compare=False)
@@ -255,7 +259,7 @@ GB200 = Device(
     fp8_gemm_ratio=round(3615.6 / 5000.0 / (1822.0 / 2500.0), 3),
     attention_forward=BLACKWELL_ATTENTION_FORWARD,
     attention_backward=BLACKWELL_ATTENTION_BACKWARD,
-    attention_block_keys=BLACKWELL_BLOCK_KEYS, attention_kernel="cudnn",
+    attention_block_keys=BLACKWELL_BLOCK_KEYS, attention_kernel="cudnn", fp8_attention="gb200",
     sustained=GB200_SUSTAINED, compute_capability=(10, 0),
     source="one B200 of a GB200 superchip; ml-engineering accelerator tables (peaks, memory, "
            "MAMF with CUDA 13.0); attention: cuDNN's B200 curve (cudnn-frontend benchmark, "
@@ -274,7 +278,7 @@ B200_SXM = Device(
     fp8_gemm_ratio=round(3432.5 / 4500.0 / (1745.0 / 2250.0), 3),
     attention_forward=BLACKWELL_ATTENTION_FORWARD,
     attention_backward=BLACKWELL_ATTENTION_BACKWARD,
-    attention_block_keys=BLACKWELL_BLOCK_KEYS, attention_kernel="cudnn",
+    attention_block_keys=BLACKWELL_BLOCK_KEYS, attention_kernel="cudnn", fp8_attention="gb200",
     sustained=GB200_SUSTAINED, compute_capability=(10, 0),
     source="B200 SXM; ml-engineering accelerator tables (peaks, memory, MAMF with torch "
            "2.7.1+cu128); attention: cuDNN's B200 curve (cudnn-frontend benchmark, cuDNN "
@@ -317,6 +321,7 @@ GB300 = replace(
     peak_tflops=_with_fp4(GB200.peak_tflops, 15000.0),
     attention_forward=BLACKWELL_ULTRA_ATTENTION_FORWARD,
     attention_backward=BLACKWELL_ULTRA_ATTENTION_BACKWARD, sustained=GB300_SUSTAINED,
+    fp8_attention="gb300",
     source="Blackwell Ultra of a GB300 NVL72 rack; GB200's peaks but FP4, SMs and GEMMs, "
            "288 GB at 8 TB/s; attention: Blackwell's fit times cuDNN's GB300 / GB200 "
            "same-day speed-up; sustained fraction from the Megatron-Bridge 26.04 GB300 / "
@@ -348,6 +353,7 @@ B300_SXM = replace(
     fp8_gemm_ratio=round(3353.3 / 4500.0 / (1769.0 / 2250.0), 3),
     attention_forward=BLACKWELL_ULTRA_ATTENTION_FORWARD,
     attention_backward=BLACKWELL_ULTRA_ATTENTION_BACKWARD, sustained=B300_SUSTAINED,
+    fp8_attention="gb300",
     source="B300 SXM; ml-engineering accelerator tables (peaks, memory, MAMF with torch "
            "2.9.1+cu130); attention: Blackwell's fit times cuDNN's GB300 / GB200 same-day "
            "speed-up; sustained fraction from the Megatron-Bridge 26.04 B300 / B200 pair")

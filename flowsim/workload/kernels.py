@@ -100,6 +100,9 @@ class Attention:
     implementation: str = "flash"
     #: a causal sliding window: the keys each query attends back to (0: all of them)
     window: int = 0
+    #: FP8 attention's scaling recipe (``dtype`` fp8: Transformer Engine's
+    #: ``fp8_dot_product_attention``; :mod:`flowsim.compute.attention_fp8`)
+    recipe: str = ""
 
     @property
     def windowed(self) -> bool:

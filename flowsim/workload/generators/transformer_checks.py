@@ -175,6 +175,12 @@ def check_consistent(spec: Any) -> None:
         need(spec.dtype == "fp8" and spec.fp8_recipe in BLOCK_SCALED_RECIPES,
              "fused_grouped_mlp", "false unless the recipe is block-scaled (mxfp8 or nvfp4: "
              "Transformer Engine fuses the grouped MLP for those only)", spec.fused_grouped_mlp)
+    if spec.fp8_attention:
+        need(spec.dtype == "fp8" and spec.fp8_recipe != "nvfp4", "fp8_attention",
+             "false unless dtype is fp8 under a per-tensor or MXFP8 recipe (FP8 attention "
+             "is priced from cuDNN's measurements of those)", spec.fp8_attention)
+        need(spec.attention == "flash", "attention", "flash with fp8_attention (only "
+             "cuDNN's fused attention runs in FP8)", spec.attention)
     need(spec.vpp == 1 or spec.pp > 1, "vpp", "1 without pipeline parallelism (pp=1)",
          spec.vpp)
     need(spec.vpp == 1 or spec.schedule in ("interleaved", "dualpipev"), "schedule",

@@ -56,7 +56,8 @@ class LayerKernels(ExpertKernels):
     @cached_property
     def qkv(self) -> tuple[Kernel, ...]:
         return (*self._cast(self.n * self.spec.hidden),
-                self._gemm(self.n, self.q + 2 * self.kv, self.spec.hidden))
+                self._gemm(self.n, self.q + 2 * self.kv, self.spec.hidden),
+                *self._attention_casts(backward=False))
 
     @cached_property
     def core_attention(self) -> tuple[Kernel, ...]:
@@ -64,7 +65,7 @@ class LayerKernels(ExpertKernels):
         local, causal step first), or Megatron's unfused batched GEMMs and softmax."""
         s = self.spec
         if s.attention != "unfused":
-            return self._flash(backward=False)
+            return self._in_precision(self._flash(backward=False))
         scores = s.micro_batch * (s.heads // s.tp) * s.sequence * s.sequence
         batch = s.micro_batch * (s.heads // s.tp)
         return (self._gemm(s.sequence, s.sequence, s.head_dim, batch),
@@ -72,7 +73,7 @@ class LayerKernels(ExpertKernels):
                 elementwise(scores * (2 * ACT + 1), "dropout"),
                 self._gemm(s.sequence, s.head_dim, s.sequence, batch))
 
-    def _flash(self, *, backward: bool) -> tuple[Kernel, ...]:
+    def _flash(self, *, backward: bool) -> tuple[Attention, ...]:
         s = self.spec
         heads, local = s.heads // s.tp, s.sequence // s.cp
         kv_heads = max(1, s.kv_heads // s.tp)
@@ -183,13 +184,14 @@ class LayerKernels(ExpertKernels):
     @cached_property
     def projection_dgrad(self) -> tuple[Kernel, ...]:
         s = self.spec
-        return (*self._cast(self.n * s.hidden), self._gemm(self.n, self.q, s.hidden))
+        return (*self._cast(self.n * s.hidden), self._gemm(self.n, self.q, s.hidden),
+                *self._attention_casts(backward=True))
 
     @cached_property
     def core_attention_backward(self) -> tuple[Kernel, ...]:
         s = self.spec
         if s.attention != "unfused":
-            return self._flash(backward=True)
+            return self._in_precision(self._flash(backward=True))
         scores = s.micro_batch * (s.heads // s.tp) * s.sequence * s.sequence
         batch = s.micro_batch * (s.heads // s.tp)
         gemm = self._gemm(s.sequence, s.head_dim, s.sequence, batch)

@@ -75,6 +75,12 @@ class LatentKernels(LayerKernels):
         return self.heads * (self.m.qk_head_dim + self.m.v_head_dim)
 
     @property
+    def attention_io(self) -> tuple[int, int]:
+        """Elements of the rank's attention inputs (queries, keys, values) and output."""
+        v = self.heads * self.m.v_head_dim
+        return self.n * (2 * self.heads * self.head_qk + v), self.n * v
+
+    @property
     def latent_gather_bytes(self) -> int:
         """Each rank's input of the latents' all-gather (one byte an element in FP8)."""
         return int(self.n_sp * self.latent * gathered_bytes(self.spec))
@@ -99,7 +105,7 @@ class LatentKernels(LayerKernels):
                             name="latent_layernorm")
         return (norms, *self._cast(n * (self.q_in + m.kv_lora_rank)),
                 self._gemm(n, self.heads * self.head_qk, self.q_in),
-                self._gemm(n, self.kv_up, m.kv_lora_rank))
+                self._gemm(n, self.kv_up, m.kv_lora_rank), *self._attention_casts(backward=False))
 
     @cached_property
     def rope(self) -> tuple[Kernel, ...]:
@@ -107,7 +113,7 @@ class LatentKernels(LayerKernels):
         r = self.m.qk_pos_emb_head_dim
         return (Elementwise(2.0 * self.n * (self.heads * r + r) * ACT, name="rope"),) if r else ()
 
-    def _flash(self, *, backward: bool) -> tuple[Kernel, ...]:
+    def _flash(self, *, backward: bool) -> tuple[Attention, ...]:
         s = self.spec
         width = (self.head_qk + self.m.v_head_dim) // 2   # the mean of the two: same FLOPs
         return (Attention(s.micro_batch, self.heads, s.sequence, s.sequence, width,
@@ -136,7 +142,8 @@ class LatentKernels(LayerKernels):
     def projection_dgrad(self) -> tuple[Kernel, ...]:
         h = self.spec.hidden
         return (*self._cast(self.n * h),
-                self._gemm(self.n, self.heads * self.m.v_head_dim, h))
+                self._gemm(self.n, self.heads * self.m.v_head_dim, h),
+                *self._attention_casts(backward=True))
 
     @cached_property
     def qkv_dgrad(self) -> tuple[Kernel, ...]:

@@ -9,10 +9,10 @@ GEMMs alone run in FP8; FP8's casts are described in :mod:`.transformer_kernels`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from ..kernels import BLOCK_SCALED_RECIPES, Elementwise, Gemm, Kernel, Quantize
+from ..kernels import BLOCK_SCALED_RECIPES, Attention, Elementwise, Gemm, Kernel, Quantize
 from .transformer_spec import TransformerSpec
 from .transformer_values import gathered_bytes
 
@@ -115,6 +115,25 @@ class LayerShapes:
         if self.spec.dtype != "fp8":
             return ()
         return (Quantize(elements, self.spec.fp8_recipe),)
+
+    @property
+    def attention_io(self) -> tuple[int, int]:
+        """Elements of the rank's attention inputs (queries, keys, values) and output."""
+        return self.n * (self.q + 2 * self.kv), self.n * self.q
+
+    def _attention_casts(self, *, backward: bool) -> tuple[Kernel, ...]:
+        """FP8 attention's casts: of its inputs after the QKV projection, of its output's
+        gradient after the projection's data gradient (none without ``fp8_attention``)."""
+        if not self.spec.fp8_attention:
+            return ()
+        inputs, output = self.attention_io
+        return self._cast(output if backward else inputs)
+
+    def _in_precision(self, kernels: tuple[Attention, ...]) -> tuple[Attention, ...]:
+        """The attention kernels in FP8 under the run's recipe with ``fp8_attention``."""
+        if not self.spec.fp8_attention:
+            return kernels
+        return tuple(replace(a, dtype="fp8", recipe=self.spec.fp8_recipe) for a in kernels)
 
     # ------------------------------------------------------------------ communication
     @property

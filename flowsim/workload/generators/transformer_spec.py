@@ -174,6 +174,11 @@ class TransformerSpec:
     #: activation and casts in the grouped GEMMs' epilogues (:mod:`.transformer_experts`);
     #: block-scaled recipes only
     fused_grouped_mlp: bool = False
+    #: the fused attention in FP8 (Transformer Engine's ``fp8_dot_product_attention``,
+    #: Megatron-LM's ``--fp8-dot-product-attention``): its inputs and output gradient cast
+    #: under the recipe, the kernel at cuDNN's measured FP8 speed
+    #: (:mod:`flowsim.compute.attention_fp8`)
+    fp8_attention: bool = False
     #: whose userbuffers settings: NeMo's H100 configs or Transformer Engine's defaults
     tp_comm_overlap_cfg: UbConfig = "nemo"
     scatter_gather: bool = True
