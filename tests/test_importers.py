@@ -610,7 +610,7 @@ def test_nemo_s_model_switches_are_true_or_false(tmp_path):
     naming ``model.fp8`` (it would have priced the run in FP8), an interpolation is NeMo's
     default with a warning, and a boolean sets the key."""
     for key, value in (("fp8", "false"), ("sequence_parallel", "True"), ("mcore_gpt", 1),
-                       ("fp8_params", "no")):
+                       ("fp8_params", "no"), ("fp8_dot_product_attention", "yes")):
         config = {**NEMO, "model": {**NEMO["model"], key: value}}
         with pytest.raises(ConfigError, match=rf"run\.yaml.*: key 'model\.{key}': "
                                               rf"expected true or false, found '?{value}"):
@@ -621,6 +621,9 @@ def test_nemo_s_model_switches_are_true_or_false(tmp_path):
     assert keys["dtype"] != "fp8" and keys["scatter_gather"] is False
     keys = nemo_keys({**NEMO, "model": {**NEMO["model"], "fp8": True}}, "run.yaml")
     assert keys["dtype"] == "fp8"
+    keys = nemo_keys({**NEMO, "model": {**NEMO["model"], "fp8": True,
+                                        "fp8_dot_product_attention": True}}, "run.yaml")
+    assert keys["fp8_attention"] is True
 
 
 @pytest.mark.parametrize("method, count, expected", [

@@ -294,6 +294,11 @@ def test_nemo_run_syntax_and_nemo_s_own_corrections():
     assert _keys("llama3_8b", "trainer.plugins=fp16_mixed")["dtype"] == "fp16"
     assert _keys("llama3_8b", "trainer.plugins.fp8=hybrid trainer.plugins.fp8_params=True"
                  )["fp8_param_gather"]
+    # FP8 attention only in FP8 training, as Transformer Engine runs it
+    assert _keys("llama3_8b", "trainer.plugins.fp8=hybrid "
+                 "trainer.plugins.fp8_dot_product_attention=True")["fp8_attention"]
+    assert not _keys("llama3_8b", "trainer.plugins.fp8_dot_product_attention=True"
+                     )["fp8_attention"]
     # recomputation as Megatron-Core takes it: granularity, method and layers
     full = _keys("llama3_8b", "model.config.recompute_granularity=full "
                  "model.config.recompute_method=uniform model.config.recompute_num_layers=1")

@@ -23,7 +23,8 @@ What is read, by NeMo key (``model.`` omitted): the shape (``num_layers``, ``hid
 (``multi_latent_attention`` with ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``,
 ``qk_pos_emb_head_dim``, ``v_head_dim``), sliding windows (``window_size``,
 ``window_attn_skip_freq``), recomputation (``activations_checkpoint_granularity``),
-precision (``trainer.precision``, ``fp8``, ``fp8_recipe``, ``fp8_params``),
+precision (``trainer.precision``, ``fp8``, ``fp8_recipe``, ``fp8_params``,
+``fp8_dot_product_attention``),
 ``ub_tp_comm_overlap`` (NeMo's userbuffers
 settings, or Transformer Engine's defaults without ``ub_tp_comm_overlap_cfg``; off without
 sequence parallelism, as NeMo turns it off), ``transformer_engine`` (false: unfused
@@ -155,6 +156,9 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
         keys["fp8_recipe"] = fp8_recipe(model["fp8_recipe"], where, "model.fp8_recipe")
     fp8_params = switch("fp8_params", False)   # read (and checked) with or without FP8
     keys["fp8_param_gather"] = keys["dtype"] == "fp8" and fp8_params
+    # Transformer Engine runs the attention in FP8 only in FP8 training
+    fp8_attention = switch("fp8_dot_product_attention", False)
+    keys["fp8_attention"] = keys["dtype"] == "fp8" and fp8_attention
     # Megatron-Core's TransformerConfig field, which NeMo 1 copies from the model config
     keys["cross_entropy_fusion"] = switch("cross_entropy_loss_fusion", False)
     # Megatron-Core's pipeline sends whole tensors (the legacy models scatter-gather them)

@@ -63,7 +63,7 @@ READ = {
     "trainer.strategy.ddp": ("overlap_grad_reduce", "overlap_param_gather", "bucket_size",
                              "align_param_gather"),
     "trainer.plugins": ("precision", "grad_reduce_in_fp32", "fp8", "fp8_param_gather",
-                        "fp8_params", "fp8_recipe"),
+                        "fp8_params", "fp8_recipe", "fp8_dot_product_attention"),
     "data": ("seq_length", "global_batch_size", "micro_batch_size"),
     "model.config": (*_MODEL, "recompute_granularity", "recompute_method",
                      "recompute_num_layers", "cross_entropy_loss_fusion",
@@ -145,6 +145,7 @@ def nemo2_keys(text: Any, source: str, overrides: Any = None) -> dict[str, Any]:
              "mcore_gpt": True, "fp8": bool(plugins.get("fp8")),
              "fp8_recipe": plugins.get("fp8_recipe"),
              "fp8_params": bool(plugins.get("fp8_param_gather") or plugins.get("fp8_params")),
+             "fp8_dot_product_attention": bool(plugins.get("fp8_dot_product_attention")),
              # performance mode's communication-overlap callback (NeMo's userbuffers
              # settings when the recipe names them, else Transformer Engine's)
              "ub_tp_comm_overlap": bool(tuned and tuned["tp_comm_overlap"]),
