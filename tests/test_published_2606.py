@@ -1,0 +1,49 @@
+"""The accuracy page's table of Megatron-Bridge 26.06 rows: each row's published step and
+flowsim's error as the record (``validation/published/results.csv``) has them, and the keys
+the page says each row sets."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import validate_published as vp  # noqa: E402
+
+#: the page's rows, in its order
+RUNS = ("gb300_qwen3_30b_a3b_mxfp8_8gpu", "gb200_qwen3_30b_a3b_mxfp8_8gpu",
+        "b300_qwen3_30b_a3b_mxfp8_8gpu", "gb300_qwen3_235b_a22b_mxfp8_256gpu",
+        "gb200_qwen3_235b_a22b_mxfp8_256gpu", "gb300_deepseek_v3_mxfp8_256gpu",
+        "gb300_deepseek_v3_mxfp8_256gpu_gbs15360", "gb200_deepseek_v3_mxfp8_256gpu",
+        "gb300_gpt_oss_120b_mxfp8_64gpu", "gb200_gpt_oss_120b_mxfp8_64gpu",
+        "b300_deepseek_v3_mxfp8_256gpu", "b300_gpt_oss_120b_mxfp8_64gpu",
+        "h100_qwen3_30b_a3b_fp8_16gpu")
+KEYS = ("moe_a2a_overlap", "fused_grouped_mlp", "fp8_attention")
+
+
+def test_the_26_06_table_on_the_accuracy_page_is_the_record_s():
+    with vp.RECORD.open(newline="") as handle:
+        record = {r["run"]: r for r in csv.DictReader(handle)}
+    rows = {r["run"]: r for r in vp.rows()}
+    page = (ROOT / "docs" / "accuracy" / "published.md").read_text()
+    start = page.index("## Megatron-Bridge 26.06")
+    section = page[start: page.index("\n## ", start)]
+    lines = [line for line in section.splitlines()
+             if line.startswith("| ") and not line.startswith("| 26.06")]
+    assert len(lines) == len(RUNS) == sum(r.startswith("mbridge2606") for r in record)
+    for line, run in zip(lines, RUNS):
+        recorded = record[f"mbridge2606_{run}"]
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        error = f"{100 * float(recorded['error']):+.1f}%".replace("-", "−")
+        assert cells[1:3] == [f"{float(recorded['published_s']):.3f}", error], line
+        keys = {k for k in KEYS if rows[f"mbridge2606_{run}"].get(k) == "true"}
+        # the B300 rows set none of the three keys, the GB200 DeepSeek-V3 row no FP8
+        # attention, every other row all three
+        if "none of the keys" in cells[0]:
+            assert not keys, run
+        elif "(not set)" in line:
+            assert keys == {"moe_a2a_overlap", "fused_grouped_mlp"}
+        else:
+            assert keys == set(KEYS), run
