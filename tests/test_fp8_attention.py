@@ -52,10 +52,11 @@ def test_at_a_measured_length_the_kernel_runs_at_cudnn_s_measured_speed_up(
 
 def test_between_lengths_the_speed_up_is_linear_in_the_log_and_held_at_the_ends():
     a = Attention(2, 64, 4096, 4096, 128, 8, dtype="fp8", recipe="mxfp8")
-    at = {seq: fp8_speedup("gb300", "gb300", replace(a, seq_q=seq, seq_kv=seq))
+    gb300 = flowsim.compute.device("gb300")
+    at = {seq: fp8_speedup(gb300, replace(a, seq_q=seq, seq_kv=seq))
           for seq in (1024, 2048, 4096, 8192, 32768, 131072)}
-    middle = fp8_speedup("gb300", "gb300", replace(a, seq_q=int(4096 * math.sqrt(2)),
-                                                   seq_kv=int(4096 * math.sqrt(2))))
+    middle = fp8_speedup(gb300, replace(a, seq_q=int(4096 * math.sqrt(2)),
+                                        seq_kv=int(4096 * math.sqrt(2))))
     assert middle == pytest.approx((at[4096] + at[8192]) / 2, rel=1e-3)
     assert at[1024] == at[2048] and at[131072] == at[32768]
 

@@ -65,9 +65,10 @@ def attention_ns(device: Device, attention: Attention) -> float:
     efficiency *= head_dim_efficiency(kernel, attention.head_dim)
     if attention.causal:
         efficiency *= CAUSAL_EFFICIENCY
-    rate = device.peak("bf16" if attention.dtype == "fp8" else attention.dtype) * efficiency
     if attention.dtype == "fp8":   # the 16-bit kernel's rate times cuDNN's measured speed-up
-        rate *= fp8_speedup(device.name, device.fp8_attention, attention)
+        rate = device.peak("bf16") * efficiency * fp8_speedup(device, attention)
+    else:
+        rate = device.peak(attention.dtype) * efficiency
     blocks = attention.batch * attention.heads * math.ceil(attention.seq_q / BLOCK_Q)
     waves = math.ceil(blocks / device.sms)
     fill = blocks / (waves * device.sms)

@@ -27,6 +27,7 @@ import math
 
 from ..errors import config_error
 from ..workload.kernels import Attention
+from .devices import Device
 
 #: sequence lengths of the measurements
 SEQUENCES = (2048, 4096, 8192, 16384, 32768)
@@ -72,17 +73,19 @@ def shape_class(attention: Attention) -> str:
     return "mla192" if attention.head_dim > 128 else "gqa128"
 
 
-def fp8_speedup(device: str, table: str, attention: Attention) -> float:
+def fp8_speedup(device: Device, attention: Attention) -> float:
     """FP8 attention's rate over BF16's for ``attention`` (its ``recipe``: ``mxfp8``, or
-    one scale per tensor otherwise) on ``device``, whose measurements are ``table``.
+    one scale per tensor otherwise) on ``device``, from the measurements it names
+    (:attr:`~.devices.Device.fp8_attention`).
 
     Raises
     ------
     ConfigError
-        When ``table`` is empty (no measurement for the device).
+        When the device names no measurement.
     """
+    table = device.fp8_attention
     if table not in TABLES:
-        raise config_error(f"device {device!r}", "fp8_attention",
+        raise config_error(f"device {device.name!r}", "fp8_attention",
                            "false: FP8 attention is priced from cuDNN's measurements on "
                            "GB200 and GB300 (and B200, B300) only", True)
     measured = MEASURED[(table, shape_class(attention))]
