@@ -124,7 +124,8 @@ def spec(row: dict[str, str]) -> dict:
             out[key] = _BOOL[row[key]]
     for key in ("head_dim", "moe_ffn", "shared_ffn", "expert_tp", "window",
                 "recompute_layers", "node_limit", "microbatch_group",
-                "mtp_layers", "metric_cross_entropies"):   # a row's own; else the defaults
+                "mtp_layers", "metric_cross_entropies", "lora_rank",
+                "document_tokens"):   # a row's own; else the defaults
         if row.get(key):
             out[key] = int(row[key])
     for key in ("moe_layer_freq", "window_skip_freq"):   # Megatron-LM's list expressions
@@ -136,6 +137,8 @@ def spec(row: dict[str, str]) -> dict:
         out["cross_entropy_fusion_impl"] = row["cross_entropy_fusion_impl"]
     if row.get("dispatcher"):   # a row's own column; else Megatron-Core's all-to-all
         out["dispatcher"] = row["dispatcher"]
+    if row.get("lora_targets"):   # LoRA's adapted layers, ";"-separated; else all four
+        out["lora_targets"] = row["lora_targets"].split(";")
     if row.get("mla"):   # multi-head latent attention's widths, as "key=value;..."
         out["mla"] = {k: int(v) for k, v in (item.split("=") for item in row["mla"].split(";"))}
     if row.get("bucket_size"):   # a row's own column; else Megatron-Core's default

@@ -276,7 +276,8 @@ def build_transformer(network: Any, spec: TransformerSpec) -> Workload:
     work.memory = max(memory, key=lambda m: m.total).as_dict()
     if view is not network:
         work.network = view
-    work.model_flops = megatron(model_shape(spec))
+    # LoRA trains no base weight: the forward and the input gradients, two thirds of it
+    work.model_flops = megatron(model_shape(spec)) * (2 / 3 if spec.lora_rank else 1)
     work.layout = layout_text(spec)
     # the spec's compute model; else the network it runs on names one (at run time, so that
     # a workload built once prices its kernels on every network's device), else the default
@@ -309,8 +310,11 @@ def layout_text(spec: TransformerSpec) -> str:
     text = " x ".join(parts)
     if spec.experts:
         text += f"; EP {spec.ep} of {spec.experts} experts, top {spec.top_k}"
+    if spec.lora_rank:
+        text += f"; LoRA rank {spec.lora_rank} on {', '.join(spec.lora_targets)}"
+    packed = f" (documents of {spec.document_tokens:,})" if spec.document_tokens else ""
     return (text + f"; {micro} micro-batch{'es' if micro != 1 else ''} of "
-            f"{spec.micro_batch} x {spec.sequence:,} tokens per pipeline")
+            f"{spec.micro_batch} x {spec.sequence:,} tokens{packed} per pipeline")
 
 
 __all__ = ["A100_ROOFLINE", "TransformerSpec", "build_transformer", "layer_counts",

@@ -206,6 +206,21 @@ def check_consistent(spec: Any) -> None:
          "overlap_param_gather",
          "false without distributed_optimizer (parameters are gathered only when the "
          "optimizer is sharded)", spec.overlap_param_gather)
+    if spec.document_tokens:   # packed documents: Transformer Engine's THD attention
+        need(spec.document_tokens <= spec.sequence, "document_tokens",
+             f"at most sequence={spec.sequence}", spec.document_tokens)
+        need(spec.cp == 1 and spec.attention != "unfused" and not spec.window,
+             "document_tokens", "unset with context parallelism, unfused attention or a "
+             "sliding window (not modelled)", spec.document_tokens)
+    if spec.lora_rank:   # adapters on the dense layers of one tensor-parallel rank
+        for key, ok, expected in (
+                ("tp", spec.tp == 1, "1 with lora_rank (the adapters' tensor-parallel "
+                 "communication is not modelled)"),
+                ("experts", not spec.experts, "0 with lora_rank (adapters on dense layers)"),
+                ("mla", spec.mla is None, "unset with lora_rank"),
+                ("mtp_layers", not spec.mtp_layers, "0 with lora_rank"),
+                ("fsdp", not spec.fsdp, "false with lora_rank")):
+            need(ok, key, expected, getattr(spec, key))
     m = micro_batches(spec)
     group = spec.microbatch_group
     batch_key = "global_batch" if spec.global_batch else "micro_batches"

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..kernels import Kernel
-from .transformer_shapes import ACT, LayerShapes, elementwise
+from .transformer_lora import LoraShapes
+from .transformer_shapes import ACT, elementwise
 
 
 @dataclass(frozen=True)
-class ExpertKernels(LayerShapes):
+class ExpertKernels(LoraShapes):
     """The experts' kernel tuples and sizes (none used by a dense model)."""
 
     # ------------------------------------------------------------------ mixture of experts

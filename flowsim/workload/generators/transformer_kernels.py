@@ -55,8 +55,9 @@ class LayerKernels(ExpertKernels):
 
     @cached_property
     def qkv(self) -> tuple[Kernel, ...]:
-        return (*self._cast(self.n * self.spec.hidden),
-                self._gemm(self.n, self.q + 2 * self.kv, self.spec.hidden),
+        h = self.spec.hidden
+        return (*self._cast(self.n * h), self._gemm(self.n, self.q + 2 * self.kv, h),
+                *self.lora_forward("linear_qkv", h, self.q + 2 * self.kv),
                 *self._attention_casts(backward=False))
 
     @cached_property
@@ -80,6 +81,12 @@ class LayerKernels(ExpertKernels):
         if cp_kind(s) == "a2a":   # Ulysses: 1 / cp of the heads over every token
             return (Attention(s.micro_batch, heads // s.cp, s.sequence, s.sequence, s.head_dim,
                               kv_heads // s.cp, backward=backward, implementation=s.attention),)
+        if s.document_tokens:   # packed documents, each attending to itself
+            docs, rest = divmod(s.sequence, s.document_tokens)
+            return tuple(Attention(s.micro_batch * count, heads, length, length, s.head_dim,
+                                   kv_heads, causal=True, backward=backward,
+                                   implementation=s.attention)
+                         for count, length in ((docs, s.document_tokens), (1, rest)) if length)
         out = [Attention(s.micro_batch, heads, local, local, s.head_dim, kv_heads, causal=True,
                          backward=backward, implementation=s.attention, window=s.window)]
         return tuple(out + [Attention(   # the other steps: half another rank's keys each
@@ -88,12 +95,14 @@ class LayerKernels(ExpertKernels):
 
     @cached_property
     def projection(self) -> tuple[Kernel, ...]:
-        return (*self._cast(self.n * self.q), self._gemm(self.n, self.spec.hidden, self.q))
+        return (*self._cast(self.n * self.q), self._gemm(self.n, self.spec.hidden, self.q),
+                *self.lora_forward("linear_proj", self.q, self.spec.hidden))
 
     @cached_property
     def fc1(self) -> tuple[Kernel, ...]:
         h = self.spec.hidden
-        return (*self._cast(self.n * h), self._gemm(self.n, self.fc1_out, h))
+        return (*self._cast(self.n * h), self._gemm(self.n, self.fc1_out, h),
+                *self.lora_forward("linear_fc1", h, self.fc1_out))
 
     @cached_property
     def activation(self) -> tuple[Kernel, ...]:
@@ -103,7 +112,8 @@ class LayerKernels(ExpertKernels):
 
     @cached_property
     def fc2(self) -> tuple[Kernel, ...]:
-        return (*self._cast(self.n * self.f), self._gemm(self.n, self.spec.hidden, self.f))
+        return (*self._cast(self.n * self.f), self._gemm(self.n, self.spec.hidden, self.f),
+                *self.lora_forward("linear_fc2", self.f, self.spec.hidden))
 
     def _linear(self, width: int, k: int) -> tuple[Kernel, ...]:
         """A linear layer's forward on the rank's tokens: ``k`` in, ``width`` out."""
@@ -157,7 +167,8 @@ class LayerKernels(ExpertKernels):
     @cached_property
     def fc2_dgrad(self) -> tuple[Kernel, ...]:
         h = self.spec.hidden
-        return (*self._cast(self.n * h), self._gemm(self.n, self.f, h))
+        return (*self._cast(self.n * h), self._gemm(self.n, self.f, h),
+                *self.lora_dgrad("linear_fc2", self.f, h))
 
     @cached_property
     def activation_backward(self) -> tuple[Kernel, ...]:
@@ -167,11 +178,15 @@ class LayerKernels(ExpertKernels):
     @cached_property
     def fc1_dgrad(self) -> tuple[Kernel, ...]:
         return (*self._cast(self.n * self.fc1_out),
-                self._gemm(self.n, self.spec.hidden, self.fc1_out))
+                self._gemm(self.n, self.spec.hidden, self.fc1_out),
+                *self.lora_dgrad("linear_fc1", self.spec.hidden, self.fc1_out))
 
     @cached_property
     def mlp_wgrad(self) -> tuple[Kernel, ...]:
         h = self.spec.hidden
+        if self.spec.lora_rank:   # the base weights frozen: the adapters' alone
+            return (*self.lora_wgrad("linear_fc2", self.f, h),
+                    *self.lora_wgrad("linear_fc1", h, self.fc1_out))
         return (self._gemm(self.f, h, self.n), self._gemm(h, self.fc1_out, self.n))
 
     @cached_property
@@ -185,6 +200,7 @@ class LayerKernels(ExpertKernels):
     def projection_dgrad(self) -> tuple[Kernel, ...]:
         s = self.spec
         return (*self._cast(self.n * s.hidden), self._gemm(self.n, self.q, s.hidden),
+                *self.lora_dgrad("linear_proj", self.q, s.hidden),
                 *self._attention_casts(backward=True))
 
     @cached_property
@@ -203,11 +219,15 @@ class LayerKernels(ExpertKernels):
         """The QKV data gradient: the tail of :attr:`attention_dgrad` (context parallelism
         runs it after the key and value gradients are reduced)."""
         width = self.q + 2 * self.kv
-        return (*self._cast(self.n * width), self._gemm(self.n, self.spec.hidden, width))
+        return (*self._cast(self.n * width), self._gemm(self.n, self.spec.hidden, width),
+                *self.lora_dgrad("linear_qkv", self.spec.hidden, width))
 
     @cached_property
     def attention_wgrad(self) -> tuple[Kernel, ...]:
         h = self.spec.hidden
+        if self.spec.lora_rank:   # the base weights frozen: the adapters' alone
+            return (*self.lora_wgrad("linear_proj", self.q, h),
+                    *self.lora_wgrad("linear_qkv", h, self.q + 2 * self.kv))
         return (self._gemm(self.q, h, self.n), self._gemm(h, self.q + 2 * self.kv, self.n))
 
     # ------------------------------------------------------------------ embedding, logits
@@ -218,6 +238,8 @@ class LayerKernels(ExpertKernels):
 
     @cached_property
     def embedding_backward(self) -> tuple[Kernel, ...]:
+        if self.spec.lora_rank:   # frozen, and no input needs a gradient
+            return ()
         return (elementwise(3 * self.n * self.spec.hidden * ACT, "embedding_backward"),)
 
     @property
@@ -246,12 +268,15 @@ class LayerKernels(ExpertKernels):
 
     @cached_property
     def logits_wgrad(self) -> tuple[Kernel, ...]:
+        if self.spec.lora_rank:   # frozen
+            return ()
         return (self._gemm16(self.spec.hidden, self.vocab_shard, self.n),)
 
     @property
     def vocab_parameters(self) -> int:
-        """Weights of the rank's share of the embedding (or of the output layer)."""
-        return self.vocab_shard * self.spec.hidden
+        """Trained weights of the rank's share of the embedding (or of the output layer):
+        none under LoRA."""
+        return 0 if self.spec.lora_rank else self.vocab_shard * self.spec.hidden
 
     # ------------------------------------------------------------------ multi-token prediction
     # (Megatron-Core's ``MultiTokenPredictionLayer``: the next tokens' embedding and the
@@ -308,6 +333,8 @@ class LayerKernels(ExpertKernels):
         and norms, the first depth's also with its own copy of the embedding where its rank
         holds none (untied, on another rank: Megatron-Core builds one for MTP)."""
         s, k = self.spec, self.of_layer(layer)
+        if s.lora_rank:   # the trained ones: the adapters (base weights frozen)
+            return k.lora_parameters, 0, 0
         dense, expert = k.dense_parameters, k.expert_parameters
         if layer < s.layers:
             return dense, expert, dense

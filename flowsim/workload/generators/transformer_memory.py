@@ -36,7 +36,7 @@ more than the estimate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from . import transformer_values as tv
@@ -82,6 +82,10 @@ def stage_memory(program: StageProgram) -> StageMemory:
     layer_weights = sum(program.dense_weights(c) for c in chunks)   # kept in low precision
     weights = ACT * params - (ACT - tv.weight_bytes(spec, kept=True)) * layer_weights
     gradients = program.grad_bytes * params
+    if spec.lora_rank:   # the frozen base weights beside the adapters: no gradients, no state
+        base = type(program)(replace(spec, lora_rank=0), ctx)
+        weights += sum(ACT * sum(base.chunk_parameters(c)) - (ACT - tv.weight_bytes(
+            spec, kept=True)) * base.dense_weights(c) for c in chunks)
     shards = program.local_parameters()   # the optimizer's: its shard, sharded or not
     optimizer = OPTIMIZER_BYTES * shards
     if spec.fsdp:

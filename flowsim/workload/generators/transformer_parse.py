@@ -9,16 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from ..._validate import (
     REQUIRED,
     Quantity,
+    as_choice,
     as_config,
     check_unknown_keys,
     read_bool,
     read_choice,
     read_int,
+    read_list,
     read_number,
 )
 from ..roofline import parse_roofline
@@ -34,6 +37,7 @@ from .transformer_spec import (
     EXPERT_LAYOUTS,
     HEAD_DIM,
     KEYS,
+    LORA_TARGETS,
     POSITION_EMBEDDINGS,
     RECOMPUTES,
     SCHEDULES,
@@ -60,7 +64,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     for key in ("micro_batches", "global_batch", "heads", "kv_heads", "head_dim", "ffn",
                 "moe_ffn", "shared_ffn", "vocab", "experts", "top_k", "bucket_size", "window",
                 "expert_tp", "node_limit", "microbatch_group",
-                "fsdp_shard", "mtp_layers", "metric_cross_entropies"):
+                "fsdp_shard", "mtp_layers", "metric_cross_entropies", "lora_rank",
+                "document_tokens"):
         v[key] = _count(values, key, source, 0, minimum=0)
     v["gated_mlp"] = read_bool(values, "gated_mlp", source=source, default=None)
     for key in ("sp", "overlap_grad_reduce", "overlap_param_gather",
@@ -95,6 +100,10 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                                   default="alltoall", case_insensitive=True)
     v["cp_comm_type"] = read_choice(values, "cp_comm_type", CP_COMM_TYPES, source=source,
                                     default="p2p", case_insensitive=True)
+    v["lora_targets"] = tuple(read_list(
+        values, "lora_targets", partial(as_choice, choices=LORA_TARGETS), source=source,
+        default=LORA_TARGETS, min_length=1, max_length=len(LORA_TARGETS), scalar=True,
+        what="a list of " + ", ".join(LORA_TARGETS)))
     v["position_embedding"] = read_choice(values, "position_embedding", POSITION_EMBEDDINGS,
                                           source=source, default="learned_absolute",
                                           case_insensitive=True)

@@ -35,6 +35,9 @@ EXPERT_LAYOUTS: tuple[ExpertLayout, ...] = choices_of(ExpertLayout)
 #: that trade the sequence shards for shards of the heads (``a2a``: DeepSpeed-Ulysses)
 CpCommType = Literal["p2p", "all_gather", "a2a"]
 CP_COMM_TYPES: tuple[CpCommType, ...] = choices_of(CpCommType)
+#: the linear layers LoRA can adapt (Megatron-Core's module names; :mod:`.transformer_lora`)
+LoraTarget = Literal["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
+LORA_TARGETS: tuple[LoraTarget, ...] = choices_of(LoraTarget)
 #: userbuffers settings of ``tp_comm_overlap`` (:mod:`.transformer_overlap`)
 UbConfig = Literal["nemo", "te_default"]
 UB_CONFIGS: tuple[UbConfig, ...] = choices_of(UbConfig)
@@ -100,6 +103,16 @@ class TransformerSpec:
     #: pipeline stage, with an embedding lookup, a projection and the output layer again
     #: (:mod:`.transformer_mtp`)
     mtp_layers: int = 0
+    #: LoRA fine-tuning (:mod:`.transformer_lora`): the adapters' rank (Megatron-Bridge's
+    #: ``LoRA.dim``) on every layer's QKV, projection, FC1 and FC2; every base weight frozen.
+    #: 0: no adapters, every weight trained
+    lora_rank: int = 0
+    #: the layers with adapters (Megatron-Bridge's ``LoRA.target_modules``; its default: all)
+    lora_targets: tuple[LoraTarget, ...] = LORA_TARGETS
+    #: packed sequences (Megatron's THD format, fine-tuning's packed datasets): each sequence
+    #: holds documents of this many tokens (the last one shorter), each attending only to
+    #: itself (Transformer Engine's ``cu_seqlens``); 0: one document per sequence
+    document_tokens: int = 0
     #: sliding window in keys (0: full attention); window_skip_freq: 1 window / 0 full per layer
     window: int = 0
     window_skip_freq: tuple[int, ...] | int | None = None

@@ -1,0 +1,126 @@
+"""LoRA fine-tuning (``lora_rank``, ``lora_targets``) and packed sequences
+(``document_tokens``). Checked by closed forms on the generated kernels and collectives (the
+adapters' GEMMs and parameters, no base weight gradient, per-document attention), by the
+memory estimate, and by their bad specs."""
+
+from __future__ import annotations
+
+import pytest
+
+import flowsim
+from conftest import assert_spec_refused
+from flowsim.workload.generators import transformer
+from flowsim.workload.kernels import Attention, Elementwise, Gemm
+
+#: 8 NPUs of one node
+NET = {"topology": ["Switch"], "npus_count": [8], "bandwidth": [300], "latency": [500]}
+H, FFN, HEADS, KV, SEQ, LAYERS, VOCAB, RANK = 256, 512, 8, 2, 256, 2, 1024, 16
+DENSE = dict(layers=LAYERS, hidden=H, ffn=FFN, heads=HEADS, kv_heads=KV, sequence=SEQ,
+             vocab=VOCAB, micro_batch=1, dp=8, global_batch=16, gated_mlp=True,
+             tied_embeddings=False, distributed_optimizer=True, overlap_grad_reduce=True)
+HEAD_DIM = H // HEADS
+QKV = H + 2 * KV * HEAD_DIM   # the QKV layer's output width
+#: (in, out) of each layer LoRA can adapt
+WIDTHS = {"linear_qkv": (H, QKV), "linear_proj": (H, H), "linear_fc1": (H, 2 * FFN),
+          "linear_fc2": (FFN, H)}
+
+
+@pytest.fixture(scope="module")
+def net():
+    return flowsim.load_network(NET)
+
+
+def _gemms(workload) -> list[Gemm]:
+    return [k for op in workload.programs[0].ops if op.kind == "compute"
+            for k in op.kernels if isinstance(k, Gemm)]
+
+
+def _grad_bytes(workload) -> int:
+    return sum(op.size for op in workload.programs[0].ops
+               if op.kind == "collective" and "grads" in op.name)
+
+
+@pytest.mark.parametrize("targets", [list(WIDTHS), ["linear_qkv"], ["linear_fc1", "linear_fc2"]])
+def test_adapters_replace_the_weight_gradients(net, targets):
+    """Per layer and micro-batch the base GEMMs' forward and data gradient stay; the base
+    weight gradients (and the output layer's) go; each adapter of rank r on a k-in,
+    width-out layer adds 2 forward, 2 data-gradient and 2 weight-gradient GEMMs whose FLOPs
+    are 2 n r (k + width) each pair."""
+    full = transformer(net, **DENSE)
+    lora = transformer(net, **DENSE, lora_rank=RANK, lora_targets=targets)
+    micro = DENSE["global_batch"] // DENSE["dp"]
+    n = SEQ   # tokens of a micro-batch
+    base_fwd_dgrad = 2 * 2 * n * sum(k * w for k, w in WIDTHS.values())
+    output_layer = 2 * n * H * VOCAB   # its forward, data and weight gradient each
+    adapters = 3 * sum(2 * n * RANK * (k + w) for t, (k, w) in WIDTHS.items() if t in targets)
+    flops = [sum(g.flops for g in _gemms(w)) for w in (full, lora)]
+    assert flops[0] == pytest.approx(micro * LAYERS * 1.5 * base_fwd_dgrad + micro * 3
+                                     * output_layer)
+    assert flops[1] == pytest.approx(micro * (LAYERS * (base_fwd_dgrad + adapters)
+                                              + 2 * output_layer))
+    # every adapter's GEMMs are rank-wide on one side
+    extra = [g for g in _gemms(lora) if RANK in (g.m, g.n, g.k)]
+    assert len(extra) == micro * LAYERS * 6 * len(targets)
+
+
+def test_only_the_adapters_are_reduced_and_stepped(net):
+    """The data-parallel gradient reduction moves the adapters' gradients (FP32: 4 bytes
+    each), the frozen weights none; the optimizer steps the adapters' shard."""
+    lora = transformer(net, **DENSE, lora_rank=RANK)
+    adapters = LAYERS * sum(RANK * (k + w) for k, w in WIDTHS.values())
+    assert _grad_bytes(lora) == pytest.approx(4 * adapters, abs=4 * LAYERS)
+    steps = [k for op in lora.programs[0].ops if op.kind == "compute"
+             for k in op.kernels if isinstance(k, Elementwise) and k.name == "optimizer"]
+    assert sum(k.bytes for k in steps) == pytest.approx(30 * adapters / DENSE["dp"], rel=1e-6)
+
+
+def test_lora_memory_keeps_the_frozen_weights(net):
+    """Weights: the whole model's plus the adapters; gradients and optimizer states: the
+    adapters' alone."""
+    spec = {"generator": "transformer", **DENSE}
+    full = flowsim.simulate(net, spec, "nccl").attrs
+    lora = flowsim.simulate(net, {**spec, "lora_rank": RANK}, "nccl").attrs
+    adapters = LAYERS * sum(RANK * (k + w) for k, w in WIDTHS.values())
+    gib = 2 ** 30
+    assert lora["memory_weights_gib"] == pytest.approx(full["memory_weights_gib"]
+                                                       + 2 * adapters / gib)
+    assert lora["memory_gradients_gib"] == pytest.approx(4 * adapters / gib)
+    assert lora["memory_optimizer_gib"] == pytest.approx(12 * adapters / DENSE["dp"] / gib)
+
+
+def test_a_qkv_adapter_shortens_the_step(net):
+    """Without the base weight gradients the step is shorter than full training's, with
+    the QKV adapter alone (its kernels are small beside the saved GEMMs)."""
+    spec = {"generator": "transformer", **DENSE, "hidden": 1024, "ffn": 4096}
+    times = [float(flowsim.simulate(net, {**spec, **extra}, "nccl").time_ns)
+             for extra in ({}, {"lora_rank": RANK, "lora_targets": ["linear_qkv"]})]
+    assert times[1] < times[0]
+
+
+@pytest.mark.parametrize("doc", [SEQ, 64, 100])
+def test_packed_documents_attend_to_themselves(net, doc):
+    """Attention over packed documents does the FLOPs of each document's own causal
+    attention: ``s // d`` documents of ``d`` tokens and one of the rest."""
+    plain = transformer(net, **DENSE)
+    packed = transformer(net, **DENSE, document_tokens=doc)
+
+    def attention(w):
+        return sum(k.flops for op in w.programs[0].ops if op.kind == "compute"
+                   for k in op.kernels if isinstance(k, Attention))
+    docs, rest = divmod(SEQ, doc)
+    share = (docs * doc ** 2 + rest ** 2) / SEQ ** 2
+    assert attention(packed) == pytest.approx(attention(plain) * share)
+
+
+@pytest.mark.parametrize("extra, key", [
+    (dict(lora_rank=RANK, tp=2, dp=4, sp=True), "tp"),
+    (dict(lora_rank=RANK, experts=8, top_k=2), "experts"),
+    (dict(lora_rank=RANK, lora_targets=["linear_qkv", "router"]), r"lora_targets\[1\]"),
+    (dict(lora_rank=RANK, lora_targets=[]), "lora_targets"),
+    (dict(lora_rank=RANK, fsdp=True, distributed_optimizer=False), "fsdp"),
+    (dict(document_tokens=SEQ + 1), "document_tokens"),
+    (dict(document_tokens=64, cp=2, dp=4), "document_tokens"),
+    (dict(document_tokens=64, attention="unfused"), "document_tokens"),
+])
+def test_what_is_not_modelled_is_refused(extra, key):
+    assert_spec_refused({**DENSE, **extra}, key)
