@@ -124,3 +124,35 @@ def test_packed_documents_attend_to_themselves(net, doc):
 ])
 def test_what_is_not_modelled_is_refused(extra, key):
     assert_spec_refused({**DENSE, **extra}, key)
+
+
+def test_the_training_workloads_page_prints_what_it_says():
+    """The LoRA command of the Training workloads page prints the time it quotes, and full
+    fine-tuning and the unpacked step the times it compares them with."""
+    import json
+    import re
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    page = (REPO / "docs" / "guide" / "workloads.md").read_text()
+    start = page.index("### Fine-tuning: LoRA and packed sequences")
+    block = page[page.index("flowsim run", start): page.index("```", page.index("flowsim run",
+                                                                                 start))]
+    args = block.replace("\\\n", " ").split()[2:]
+    said = re.search(r"prints ([\d.]+) s \(([\d,]+) tokens per second per GPU\); full "
+                     r"fine-tuning of the same packed\s+batch takes ([\d.]+) s, and the same "
+                     r"step over unpacked sequences ([\d.]+) s", page[start:])
+    pairs = [args[i:i + 2] for i in range(0, len(args), 2)]   # --workload x, --set k=v, ...
+    lora_only = ("workload.lora_rank=16", "workload.lora_targets=[linear_qkv]")
+    full = [p for p in pairs if p[1] not in lora_only]
+    variants = (pairs, full, [p for p in full if "document_tokens" not in p[1]])
+    times = []
+    for variant in variants:
+        out = subprocess.run([sys.executable, "-m", "flowsim", "run", "--json",
+                              *sum(variant, [])],
+                             capture_output=True, text=True, check=True, cwd=REPO).stdout
+        times.append(json.loads(out)["time_ns"] / 1e9)
+    assert [f"{t:.3f}" for t in times] == [said.group(1), said.group(3), said.group(4)]
+    assert f"{32 * 4096 / 8 / times[0]:,.0f}" == said.group(2)
