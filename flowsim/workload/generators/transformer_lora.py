@@ -17,7 +17,8 @@ Every base weight is frozen; each linear layer of ``lora_targets`` (Megatron-Bri
   skipped altogether, as no input needs a gradient there);
 * the data-parallel gradient reduction, the distributed optimizer's shards and gathers and
   the optimizer step cover the adapters alone (frozen weights have no gradient buffer and
-  no optimizer state).
+  no optimizer state). The memory estimate keeps full training's activations, an upper
+  bound: a frozen layer without an adapter need not keep its input.
 
 Scope: one tensor-parallel rank (Megatron-Bridge's adapters add their own tensor-parallel
 all-gathers and all-reduces, not modelled), dense layers (no experts, no latent attention,
