@@ -63,6 +63,9 @@ def test_every_column_that_names_a_spec_key_reaches_the_spec():
                 if row[key] == "2":   # counted from 1: the first layer windowed
                     assert value[:2] == (1, 0)
                 continue
+            if key == "lora_targets":   # ";"-separated module names
+                assert value == tuple(row[key].split(";")), row["run"]
+                continue
             if key in ("moe_layer_freq", "pipeline_layout"):   # list expressions only,
                 # "[0]*3+[1]*58" or "[2]*15+[1]"
                 runs = [(part if "]*" in part else part + "*1").split("]*")

@@ -32,7 +32,8 @@ def test_the_26_06_table_on_the_accuracy_page_is_the_record_s():
     section = page[start: page.index("\n## ", start)]
     lines = [line for line in section.splitlines()
              if line.startswith("| ") and not line.startswith("| 26.06")]
-    assert len(lines) == len(RUNS) == sum(r.startswith("mbridge2606") for r in record)
+    assert len(lines) == len(RUNS) == sum(r.startswith("mbridge2606") and "llama" not in r
+                                          for r in record)
     for line, run in zip(lines, RUNS):
         recorded = record[f"mbridge2606_{run}"]
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -47,3 +48,34 @@ def test_the_26_06_table_on_the_accuracy_page_is_the_record_s():
             assert keys == {"moe_a2a_overlap", "fused_grouped_mlp"}
         else:
             assert keys == set(KEYS), run
+
+
+#: the fine-tuning table's rows, in the page's order
+FINETUNE = ("gb300_llama3_70b_sft_fp8_32gpu", "gb300_llama3_70b_sft_mxfp8_32gpu",
+            "gb200_llama3_70b_sft_fp8_32gpu", "gb200_llama3_70b_sft_mxfp8_32gpu",
+            "h100_llama3_70b_sft_fp8_32gpu", "gb300_llama3_70b_lora_fp8_8gpu",
+            "gb300_llama3_70b_lora_mxfp8_8gpu", "gb200_llama3_70b_lora_fp8_8gpu",
+            "gb200_llama3_70b_lora_mxfp8_8gpu")
+
+
+def test_the_26_06_fine_tuning_table_is_the_record_s():
+    """Each row's published step and error as recorded, every row of the file on the page;
+    the LoRA rows adapt QKV alone at rank 16, the SFT rows train every weight."""
+    with vp.RECORD.open(newline="") as handle:
+        record = {r["run"]: r for r in csv.DictReader(handle)}
+    rows = {r["run"]: r for r in vp.rows() if r["file"] == "megatron_bridge_finetune.csv"}
+    page = (ROOT / "docs" / "accuracy" / "published.md").read_text()
+    start = page.index("## Megatron-Bridge 26.06: fine-tuning")
+    section = page[start: page.index("\n## ", start)]
+    lines = [line for line in section.splitlines()
+             if line.startswith("| ") and not line.startswith("| 26.06")]
+    assert len(lines) == len(FINETUNE) == len(rows)
+    for line, run in zip(lines, FINETUNE):
+        recorded, row = record[f"mbridge2606_{run}"], rows[f"mbridge2606_{run}"]
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        error = f"{100 * float(recorded['error']):+.1f}%".replace("-", "−")
+        assert cells[1:] == [f"{float(recorded['published_s']):.3f}", error], line
+        lora = "_lora_" in run
+        assert cells[0].startswith("LoRA" if lora else "SFT")
+        assert (row["lora_rank"], row["lora_targets"]) == (("16", "linear_qkv") if lora
+                                                          else ("", ""))
