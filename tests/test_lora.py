@@ -118,6 +118,7 @@ def test_packed_documents_attend_to_themselves(net, doc):
     (dict(lora_rank=RANK, lora_targets=["linear_qkv", "router"]), r"lora_targets\[1\]"),
     (dict(lora_rank=RANK, lora_targets=[]), "lora_targets"),
     (dict(lora_rank=RANK, fsdp=True, distributed_optimizer=False), "fsdp"),
+    (dict(lora_targets=["linear_qkv"]), "lora_targets"),   # without lora_rank
     (dict(document_tokens=SEQ + 1), "document_tokens"),
     (dict(document_tokens=64, cp=2, dp=4), "document_tokens"),
     (dict(document_tokens=64, attention="unfused"), "document_tokens"),

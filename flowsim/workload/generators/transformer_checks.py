@@ -13,6 +13,7 @@ from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
 from ..kernels import BLOCK_SCALED_RECIPES
+from .transformer_spec import LORA_TARGETS
 
 #: Largest graph a generator builds (ops over all programs), before anything is allocated.
 MAX_OPS = 5_000_000
@@ -212,6 +213,8 @@ def check_consistent(spec: Any) -> None:
         need(spec.cp == 1 and spec.attention != "unfused" and not spec.window,
              "document_tokens", "unset with context parallelism, unfused attention or a "
              "sliding window (not modelled)", spec.document_tokens)
+    need(spec.lora_rank or set(spec.lora_targets) == set(LORA_TARGETS), "lora_targets",
+         "unset without lora_rank (the layers LoRA adapts)", list(spec.lora_targets))
     if spec.lora_rank:   # adapters on the dense layers of one tensor-parallel rank
         for key, ok, expected in (
                 ("tp", spec.tp == 1, "1 with lora_rank (the adapters' tensor-parallel "
