@@ -157,3 +157,20 @@ def test_the_training_workloads_page_prints_what_it_says():
         times.append(json.loads(out)["time_ns"] / 1e9)
     assert [f"{t:.3f}" for t in times] == [said.group(1), said.group(3), said.group(4)]
     assert f"{32 * 4096 / 8 / times[0]:,.0f}" == said.group(2)
+
+
+def test_pipelined_lora_gathers_the_adapters_alone(net):
+    """Under pipeline parallelism with interleaving and the distributed optimizer's
+    overlapped gathers, each stage's parameter all-gathers move its own layers' adapters in
+    16 bits (each rank its shard of them), and nothing of the frozen embedding or output
+    layer."""
+    spec = dict(DENSE, layers=4, pp=2, vpp=2, dp=4, global_batch=16,
+                overlap_param_gather=True, lora_rank=RANK)
+    lora = transformer(net, **spec)
+    per_layer = sum(RANK * (k + w) for k, w in WIDTHS.values())
+    for program in lora.programs:
+        gathered = sum(op.size for op in program.ops
+                       if op.kind == "collective" and op.collective == "all_gather"
+                       and "params" in op.name)
+        assert gathered == pytest.approx(2 * per_layer * spec["layers"] / spec["pp"]
+                                         / spec["dp"], abs=2 * spec["layers"])
