@@ -174,3 +174,24 @@ def test_pipelined_lora_gathers_the_adapters_alone(net):
                        and "params" in op.name)
         assert gathered == pytest.approx(2 * per_layer * spec["layers"] / spec["pp"]
                                          / spec["dp"], abs=2 * spec["layers"])
+
+
+@pytest.mark.parametrize("recipe, per_element", [
+    ("mxfp8", 2 + 1 + 1 / 32),       # read 16 bits, write one MXFP8 copy and its scales
+    ("tensorwise", 2 + 1),           # read 16 bits, write one FP8 copy, no transpose
+])
+def test_frozen_layers_cast_one_layout(net, recipe, per_element):
+    """Under LoRA a linear layer's FP8 casts write the one layout its data GEMM reads;
+    without LoRA, both (MXFP8's two copies, Hopper's transpose)."""
+    from flowsim.workload.kernels import Quantize, quantize_bytes
+
+    def casts(workload):
+        return [k for op in workload.programs[0].ops if op.kind == "compute"
+                for k in op.kernels if isinstance(k, Quantize)]
+    spec = dict(DENSE, dtype="fp8", fp8_recipe=recipe)
+    frozen = casts(transformer(net, **spec, lora_rank=RANK))
+    trained = casts(transformer(net, **spec))
+    assert frozen and {k.layouts for k in frozen} == {1}
+    assert {k.layouts for k in trained} == {2}
+    for k in frozen:
+        assert quantize_bytes(k, any_layout=False) == pytest.approx(per_element * k.elements)

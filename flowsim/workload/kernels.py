@@ -149,13 +149,16 @@ class Elementwise:
 class Quantize:
     """One 16-bit GEMM operand of ``elements`` cast to FP8 (NVFP4 under ``nvfp4``) under
     ``recipe``, in both the layouts its GEMMs read (the forward's or data gradient's, and the
-    weight gradient's).
+    weight gradient's), or in the first alone (``layouts`` 1: a frozen layer's, which has no
+    weight gradient: Transformer Engine asks its quantizers for the column-wise copy only
+    when the weight requires a gradient).
 
     ``bytes`` is the traffic where the second layout is a written transpose (Hopper); a
     compute model prices its device's own (:func:`quantize_bytes`)."""
 
     elements: int
     recipe: Fp8Recipe = "delayed"
+    layouts: int = 2
 
     @property
     def flops(self) -> float:
@@ -192,12 +195,12 @@ def quantize_bytes(quantize: Quantize, *, any_layout: bool) -> float:
     reads the operand once more (``NVFP4Quantizer::quantize_impl``: ``compute_amax``, after
     the Hadamard transform where one applies).
     """
-    n = quantize.elements
+    n, copies = quantize.elements, quantize.layouts
     if quantize.recipe == "mxfp8":
-        return 2.0 * n + 2.0 * (n + n / MXFP8_BLOCK)
+        return 2.0 * n + copies * (n + n / MXFP8_BLOCK)
     if quantize.recipe == "nvfp4":
-        return 4.0 * n + 2.0 * NVFP4_BYTES * n
-    return 2.0 * n + (n if any_layout else 2.0 * n)
+        return 4.0 * n + copies * NVFP4_BYTES * n
+    return 2.0 * n + (n if any_layout or copies == 1 else 2.0 * n)
 
 
 @dataclass(frozen=True)

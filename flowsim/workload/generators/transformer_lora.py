@@ -15,6 +15,10 @@ Every base weight is frozen; each linear layer of ``lora_targets`` (Megatron-Bri
   addition of the adapter's input gradient to the base one; no weight gradient of any base
   weight, none of the embedding or the output layer (frozen: the embedding's backward is
   skipped altogether, as no input needs a gradient there);
+* in FP8 training a frozen layer's casts write the one layout its data GEMMs read
+  (Transformer Engine asks for the weight gradient's column-wise copy only when the weight
+  requires a gradient): MXFP8 and NVFP4 write half their copies, Hopper's per-tensor casts
+  no transpose;
 * the data-parallel gradient reduction, the distributed optimizer's shards and gathers and
   the optimizer step cover the adapters alone (frozen weights have no gradient buffer and
   no optimizer state). The memory estimate keeps full training's activations, an upper

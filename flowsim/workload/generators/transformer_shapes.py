@@ -109,12 +109,14 @@ class LayerShapes:
         """A GEMM that stays 16-bit in FP8 training (output layer, router)."""
         return Gemm(int(m), int(n), int(k), int(batch), "bf16")
 
-    def _cast(self, elements: int) -> tuple[Kernel, ...]:
+    def _cast(self, elements: int, layouts: int = 0) -> tuple[Kernel, ...]:
         """FP8 training's cast of one GEMM operand of ``elements`` under the run's recipe
-        (none otherwise)."""
+        (none otherwise); a linear layer's in the one layout its data GEMM reads under LoRA
+        (frozen: no weight gradient), else both (``layouts``: say)."""
         if self.spec.dtype != "fp8":
             return ()
-        return (Quantize(elements, self.spec.fp8_recipe),)
+        layouts = layouts or (1 if self.spec.lora_rank else 2)
+        return (Quantize(elements, self.spec.fp8_recipe, layouts),)
 
     @property
     def attention_io(self) -> tuple[int, int]:
@@ -127,7 +129,7 @@ class LayerShapes:
         if not self.spec.fp8_attention:
             return ()
         inputs, output = self.attention_io
-        return self._cast(output if backward else inputs)
+        return self._cast(output if backward else inputs, layouts=2)
 
     def _in_precision(self, kernels: tuple[Attention, ...]) -> tuple[Attention, ...]:
         """The attention kernels in FP8 under the run's recipe with ``fp8_attention``."""
