@@ -195,3 +195,18 @@ def test_frozen_layers_cast_one_layout(net, recipe, per_element):
     assert {k.layouts for k in trained} == {2}
     for k in frozen:
         assert quantize_bytes(k, any_layout=False) == pytest.approx(per_element * k.elements)
+
+
+@pytest.mark.parametrize("targets", [list(WIDTHS), ["linear_qkv"], ["linear_proj"]])
+def test_frozen_layers_keep_no_input_for_a_weight_gradient(net, targets):
+    """Per layer and micro-batch, LoRA's activations are full training's less the inputs
+    kept only for a frozen layer's weight gradient: QKV's and FC1's (h wide) and FC2's
+    (ffn wide), each unless the layer has an adapter."""
+    spec = {"generator": "transformer", **DENSE}
+    full = flowsim.simulate(net, spec, "nccl").attrs["memory_activations_gib"]
+    lora = flowsim.simulate(net, {**spec, "lora_rank": RANK, "lora_targets": targets},
+                            "nccl").attrs["memory_activations_gib"]
+    dropped = sum(w for t, w in (("linear_qkv", H), ("linear_fc1", H), ("linear_fc2", FFN))
+                  if t not in targets)
+    # one micro-batch in flight (no pipeline): every layer's activations once
+    assert (full - lora) * 2 ** 30 == pytest.approx(2 * SEQ * dropped * LAYERS)

@@ -21,8 +21,8 @@ Every base weight is frozen; each linear layer of ``lora_targets`` (Megatron-Bri
   no transpose;
 * the data-parallel gradient reduction, the distributed optimizer's shards and gathers and
   the optimizer step cover the adapters alone (frozen weights have no gradient buffer and
-  no optimizer state). The memory estimate keeps full training's activations, an upper
-  bound: a frozen layer without an adapter need not keep its input.
+  no optimizer state); a frozen layer without an adapter keeps no input for a weight
+  gradient (QKV's and FC1's, their norms' outputs, and FC2's).
 
 Scope: one tensor-parallel rank (Megatron-Bridge's adapters add their own tensor-parallel
 all-gathers and all-reduces, not modelled), dense layers (no experts, no latent attention,

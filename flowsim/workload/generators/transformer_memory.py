@@ -226,4 +226,18 @@ def _whole_layer(program: StageProgram, *, moe: bool) -> float:
                                         or spec.recompute_every > 1):
         scores = 5.0 * (spec.heads // spec.tp) * spec.micro_batch * \
             (spec.sequence // spec.cp) ** 2
-    return _split_activations(program, moe=moe) + _shared_activations(program) + scores
+    return _split_activations(program, moe=moe) + _shared_activations(program) + scores \
+        - _frozen_inputs(program)
+
+
+def _frozen_inputs(program: StageProgram) -> float:
+    """Under LoRA, the inputs kept only for a frozen layer's weight gradient, which is never
+    computed: the QKV and FC1 layers' (their norms' outputs) and FC2's, each unless an
+    adapter on the layer keeps it for its own weight gradient (the projection's input is
+    the attention's output, kept for the attention's backward)."""
+    spec, k = program.spec, program.k
+    if not spec.lora_rank:
+        return 0.0
+    inputs = {"linear_qkv": spec.hidden, "linear_fc1": spec.hidden, "linear_fc2": k.f}
+    return ACT * k.n * sum(width for target, width in inputs.items()
+                           if target not in spec.lora_targets)
