@@ -210,3 +210,26 @@ def test_frozen_layers_keep_no_input_for_a_weight_gradient(net, targets):
                   if t not in targets)
     # one micro-batch in flight (no pipeline): every layer's activations once
     assert (full - lora) * 2 ** 30 == pytest.approx(2 * SEQ * dropped * LAYERS)
+
+
+def test_lora_model_flops_count_what_still_runs(net):
+    """Megatron-LM's count with the weights frozen: every weight GEMM twice (forward and data
+    gradient) instead of three times, the attention's score matmuls three times as before,
+    whatever the adapters' targets."""
+    full = transformer(net, **DENSE).model_flops
+    tokens = DENSE["global_batch"] * SEQ
+    score_flops = 12 * tokens * LAYERS * SEQ * H   # 12 B s L h^2 (s/h)(q/h), q = h
+    for targets in (list(WIDTHS), ["linear_qkv"]):
+        lora = transformer(net, **DENSE, lora_rank=RANK, lora_targets=targets).model_flops
+        assert lora == pytest.approx((full - score_flops) * 2 / 3 + score_flops)
+
+
+def test_a_target_named_twice_is_one_adapter():
+    """``lora_targets`` lists layers: naming one twice adapts it once (and says so once)."""
+    from flowsim.workload.generators.transformer import layout_text
+    from flowsim.workload.generators.transformer_parse import parse_transformer
+
+    spec = parse_transformer({**DENSE, "lora_rank": RANK,
+                              "lora_targets": ["linear_fc2", "linear_qkv", "linear_fc2"]}, "t")
+    assert spec.lora_targets == ("linear_fc2", "linear_qkv")
+    assert "LoRA rank 16 on linear_fc2, linear_qkv;" in layout_text(spec)

@@ -23,6 +23,10 @@ FLOPs the way that publication did; :data:`CONVENTIONS` names them.
     Chowdhery et al. (PaLM, 2022), appendix B, the MFU convention of the Llama 3 paper:
     ``(6 N + 12 L h s) B s`` with ``N`` the parameter count.
 
+With frozen base weights (``frozen``: LoRA fine-tuning) ``megatron`` counts what still
+runs: each weight's GEMM twice (forward and data gradient, no weight gradient), the
+attention's score matmuls three times as before (their backward is all data gradients).
+
 Multi-token prediction depths count in ``megatron`` as Megatron-LM counts them; ``palm``
 counts their parameters and layers (not their second pass through the shared output layer),
 ``narayanan_eq3`` ignores them, as neither convention knows them.
@@ -65,6 +69,8 @@ class ModelShape:
     mla : tuple of int, optional
         Multi-head latent attention's ``(q_lora_rank, kv_lora_rank, qk_head_dim,
         qk_pos_emb_head_dim, v_head_dim)`` (None: standard attention).
+    frozen : bool
+        Every weight frozen (LoRA fine-tuning: no weight gradient; ``megatron`` only).
     tied_embeddings : bool
         The logits layer reuses the embedding's weights (GPT); ``False``: a separate output
         matrix (Llama).
@@ -89,6 +95,7 @@ class ModelShape:
     mtp_layers: int = 0
     mtp_dense: bool = False
     mla: tuple[int, int, int, int, int] | None = None
+    frozen: bool = False
 
     @property
     def all_layers(self) -> int:
@@ -137,18 +144,22 @@ def megatron(shape: ModelShape) -> float:
     if shape.all_dense_layers:   # later releases count dense and MoE layers apart
         moe = (layers - shape.all_dense_layers) / layers
         mlp = moe * mlp + (1 - moe) * shape.dense_ffn / h * gated
-    attention = (1 + shape.kv_heads / shape.heads + shape.sequence / h) * q / h
+    scores = shape.sequence / h * q / h   # the score matmuls, over the whole matrix
+    attention = (1 + shape.kv_heads / shape.heads) * q / h + scores
     if shape.mla is not None:   # Megatron-LM's MLA terms, the scores counted whole as above
         ql, kl, qk, r, v = shape.mla
         a = shape.heads
         projections = ((ql * (h + a * (qk + r) + 1) if ql else h * a * (qk + r))
                        + kl * (h + a * (qk + v) + 1) + h * r + a * v * h)
-        attention = (projections + shape.sequence * a * (qk + r + v)) / (2 * h * h)
+        scores = shape.sequence * a * (qk + r + v) / (2 * h * h)
+        attention = projections / (2 * h * h) + scores
     depths = shape.mtp_layers
     per = (attention
            + mlp
            + shape.vocab * (1 + depths) / (2 * layers * h)   # the logits, each depth's too
            + depths * (h + 1.5) / (layers * h))   # the depths' projections and norms
+    if shape.frozen:   # no weight gradients: the weights' GEMMs two of three times
+        per = (per - scores) * 2 / 3 + scores
     return 12.0 * shape.global_batch * shape.sequence * layers * h * h * per
 
 

@@ -276,8 +276,7 @@ def build_transformer(network: Any, spec: TransformerSpec) -> Workload:
     work.memory = max(memory, key=lambda m: m.total).as_dict()
     if view is not network:
         work.network = view
-    # LoRA trains no base weight: the forward and the input gradients, two thirds of it
-    work.model_flops = megatron(model_shape(spec)) * (2 / 3 if spec.lora_rank else 1)
+    work.model_flops = megatron(model_shape(spec))
     work.layout = layout_text(spec)
     # the spec's compute model; else the network it runs on names one (at run time, so that
     # a workload built once prices its kernels on every network's device), else the default
@@ -333,7 +332,7 @@ def model_shape(spec: TransformerSpec) -> ModelShape:
                       top_k=spec.top_k or 1, tied_embeddings=spec.tied_embeddings,
                       shared_ffn=spec.shared_ffn, dense_ffn=spec.ffn,
                       mla=None if spec.mla is None else astuple(spec.mla),
-                      mtp_layers=spec.mtp_layers,
+                      mtp_layers=spec.mtp_layers, frozen=bool(spec.lora_rank),
                       mtp_dense=bool(spec.experts) and not spec.is_moe(spec.layers),
                       dense_layers=spec.layers - sum(spec.moe_layer_freq)
                       if isinstance(spec.moe_layer_freq, tuple) and spec.moe_layer_freq else 0)

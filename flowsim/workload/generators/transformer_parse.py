@@ -100,10 +100,10 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                                   default="alltoall", case_insensitive=True)
     v["cp_comm_type"] = read_choice(values, "cp_comm_type", CP_COMM_TYPES, source=source,
                                     default="p2p", case_insensitive=True)
-    v["lora_targets"] = tuple(read_list(
+    v["lora_targets"] = tuple(dict.fromkeys(read_list(   # each once, in the order given
         values, "lora_targets", partial(as_choice, choices=LORA_TARGETS), source=source,
         default=LORA_TARGETS, min_length=1, max_length=len(LORA_TARGETS), scalar=True,
-        what="a list of " + ", ".join(LORA_TARGETS)))
+        what="a list of " + ", ".join(LORA_TARGETS))))
     v["position_embedding"] = read_choice(values, "position_embedding", POSITION_EMBEDDINGS,
                                           source=source, default="learned_absolute",
                                           case_insensitive=True)

@@ -109,13 +109,14 @@ class LayerShapes:
         """A GEMM that stays 16-bit in FP8 training (output layer, router)."""
         return Gemm(int(m), int(n), int(k), int(batch), "bf16")
 
-    def _cast(self, elements: int, layouts: int = 0) -> tuple[Kernel, ...]:
+    def _cast(self, elements: int, layouts: int | None = None) -> tuple[Kernel, ...]:
         """FP8 training's cast of one GEMM operand of ``elements`` under the run's recipe
-        (none otherwise); a linear layer's in the one layout its data GEMM reads under LoRA
-        (frozen: no weight gradient), else both (``layouts``: say)."""
+        (none otherwise), in ``layouts`` layouts; by default a linear layer's: both, or
+        under LoRA (frozen: no weight gradient) the one its data GEMM reads."""
         if self.spec.dtype != "fp8":
             return ()
-        layouts = layouts or (1 if self.spec.lora_rank else 2)
+        if layouts is None:
+            layouts = 1 if self.spec.lora_rank else 2
         return (Quantize(elements, self.spec.fp8_recipe, layouts),)
 
     @property
