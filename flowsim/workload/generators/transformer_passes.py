@@ -29,10 +29,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
-from typing import Any
 
-from ..graph import Op
 from ..kernels import Kernel
 from .transformer_cp import ContextParallel
 from .transformer_dispatch import exchange
@@ -40,6 +37,7 @@ from .transformer_kernels import LayerKernels
 from .transformer_mla import LatentKernels
 from .transformer_overlap import Block, Frontier, Userbuffers
 from .transformer_spec import TransformerSpec
+from .transformer_stream import OpStream
 
 
 @dataclass(frozen=True)
@@ -58,19 +56,14 @@ class Groups:
     ep_nodes: int = 1
 
 
-class PassBuilder:
+class PassBuilder(OpStream):
     """Appends the ops of layer passes to one stage's op list."""
 
     def __init__(self, spec: TransformerSpec, groups: Groups, kernels: LayerKernels) -> None:
+        super().__init__(groups.tp)
         self.spec = spec
         self.groups = groups
         self.k = kernels
-        self.ops: list[Op] = []
-        self.last: int | None = None     # the last compute op (stream order)
-        self.last_wgrad: int | None = None   # the last weight-gradient op
-        #: a zero-bubble backward's held weight gradients and what waits for them (None:
-        #: none held; :mod:`.transformer_zero_bubble`)
-        self.store: list[Callable[[], object]] | None = None
         # the helpers see the builder through a weak proxy: a cycle would keep every op it
         # built alive until the cyclic collector ran (gigabytes over a loop of large runs)
         me = weakref.proxy(self)
@@ -78,61 +71,6 @@ class PassBuilder:
         self.ub = Userbuffers(me) if spec.tp_comm_overlap and spec.tp > 1 else None
         #: context parallelism's communication around each layer's attention
         self.cp = ContextParallel(me)
-        #: kernels tuple -> (its shared copy, FLOPs, bytes); and by id of the shared copy
-        self._by_value: dict[tuple[Kernel, ...], tuple[tuple[Kernel, ...], float, float]] = {}
-        self._by_id: dict[int, tuple[tuple[Kernel, ...], float, float]] = {}
-
-    # ------------------------------------------------------------------ primitives
-    def add(self, **fields: Any) -> int:
-        op_id = len(self.ops)
-        self.ops.append(Op(id=op_id, **fields))
-        return op_id
-
-    def compute(self, name: str, kernels: tuple[Kernel, ...], layer: int, pass_: str,
-                deps: Frontier = ()) -> int:
-        """A compute op after the previous one on the stream, needing ``deps``' data (a
-        weight gradient of a zero-bubble backward: held for later, -1)."""
-        if pass_ == "wg" and self.store is not None:
-            self.store.append(partial(self.compute, name, kernels, layer, pass_, deps))
-            return -1
-        last = self.last
-        kernels, flops, mem_bytes = self._interned(kernels)
-        # built here, not through add(): a 16K-GPU iteration makes 26 K of them
-        self.last = op_id = len(self.ops)
-        self.ops.append(Op(op_id, "compute", name, kernels=kernels, flops=flops,
-                           mem_bytes=mem_bytes, deps=tuple(d for d in deps if d != last),
-                           ctrl_deps=() if last is None else (last,), layer=layer,
-                           pass_=pass_))
-        if pass_ == "wg":
-            self.last_wgrad = self.last
-        return self.last
-
-    def after_wgrad(self, action: Callable[[], object]) -> None:
-        """``action`` (reading :attr:`last_wgrad` or :attr:`last`) now, or after the held
-        weight gradients."""
-        if self.store is None:
-            action()
-        else:
-            self.store.append(action)
-
-    def _interned(self, kernels: tuple[Kernel, ...]) -> tuple[tuple[Kernel, ...], float, float]:
-        """One shared tuple per distinct kernels tuple, with its FLOPs and bytes summed once:
-        the ops of every micro-batch then share it (and compute models price it once)."""
-        hit = self._by_id.get(id(kernels))   # a shared tuple (kept alive, so its id is its)
-        if hit is None:
-            hit = self._by_value.get(kernels)   # a fresh concatenation: hashed
-            if hit is None:
-                hit = self._by_value[kernels] = (kernels, sum(k.flops for k in kernels),
-                                                 sum(k.bytes for k in kernels))
-                self._by_id[id(kernels)] = hit
-        return hit
-
-    def collective(self, name: str, collective: str, size: int, dims: tuple[int, ...],
-                   layer: int, pass_: str, deps: Frontier) -> int:
-        op_id = len(self.ops)
-        self.ops.append(Op(op_id, "collective", name, collective=collective, size=int(size),
-                           dims=dims, deps=deps, layer=layer, pass_=pass_))
-        return op_id
 
     def tp_block(self, name: str, kernels: tuple[Kernel, ...], layer: int, pass_: str,
                  x: Frontier, *, gather: bool, reduce: bool, after: Frontier = (),

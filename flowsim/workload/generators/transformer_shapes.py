@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from ..kernels import BLOCK_SCALED_RECIPES, Attention, Elementwise, Gemm, Kernel, Quantize
+from ..kernels import BLOCK_SCALED_RECIPES, Attention, Elementwise, Gemm, Kernel, Quantize, Work
 from .transformer_spec import TransformerSpec
 from .transformer_values import gathered_bytes
 
@@ -59,6 +59,24 @@ METRIC_BYTES = 6 + 16
 def elementwise(nbytes: float, name: str) -> Elementwise:
     """A memory-bound kernel moving ``nbytes``."""
     return Elementwise(float(nbytes), name=name)
+
+
+@dataclass(frozen=True)
+class Exchange(Work):
+    """A tensor-parallel collective inside a kernel sequence (a LoRA adapter's): the
+    kernels after it wait for it. ``size``: each NPU's bytes, as
+    :meth:`~.transformer_stream.OpStream.collective` takes them. No kernel: the op stream
+    splits a sequence at its exchanges (:mod:`.transformer_stream`), so no compute model
+    prices one."""
+
+    collective: str = "all_reduce"
+    size: int = 0
+    name: str = "exchange"
+
+
+def tp_exchange(collective: str, nbytes: float, name: str) -> Exchange:
+    """A ``collective`` of ``nbytes`` per NPU over the tensor-parallel group."""
+    return Exchange(0.0, 0.0, collective, int(nbytes), name)
 
 
 @dataclass(frozen=True)
