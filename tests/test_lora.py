@@ -5,6 +5,8 @@ memory estimate, and by their bad specs."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 import flowsim
@@ -74,18 +76,19 @@ def test_only_the_adapters_are_reduced_and_stepped(net):
     assert sum(k.bytes for k in steps) == pytest.approx(30 * adapters / DENSE["dp"], rel=1e-6)
 
 
-def test_lora_memory_keeps_the_frozen_weights(net):
-    """Weights: the whole model's plus the adapters; gradients and optimizer states: the
-    adapters' alone."""
-    spec = {"generator": "transformer", **DENSE}
+@pytest.mark.parametrize("tp", [1, 2])
+def test_lora_memory_keeps_the_frozen_weights(net, tp):
+    """Weights: the rank's share of the whole model plus its share of the adapters (a t-th
+    over TP); gradients and optimizer states: the adapters' alone."""
+    spec = {"generator": "transformer", **DENSE, "tp": tp, "dp": DENSE["dp"] // tp}
     full = flowsim.simulate(net, spec, "nccl").attrs
     lora = flowsim.simulate(net, {**spec, "lora_rank": RANK}, "nccl").attrs
-    adapters = LAYERS * sum(RANK * (k + w) for k, w in WIDTHS.values())
+    adapters = LAYERS * sum(RANK * (k + w) for k, w in WIDTHS.values()) / tp
     gib = 2 ** 30
     assert lora["memory_weights_gib"] == pytest.approx(full["memory_weights_gib"]
                                                        + 2 * adapters / gib)
     assert lora["memory_gradients_gib"] == pytest.approx(4 * adapters / gib)
-    assert lora["memory_optimizer_gib"] == pytest.approx(12 * adapters / DENSE["dp"] / gib)
+    assert lora["memory_optimizer_gib"] == pytest.approx(12 * adapters / spec["dp"] / gib)
 
 
 def test_a_qkv_adapter_shortens_the_step(net):
@@ -112,8 +115,69 @@ def test_packed_documents_attend_to_themselves(net, doc):
     assert attention(packed) == pytest.approx(attention(plain) * share)
 
 
+#: the row-parallel layers (input split over TP); the others are column-parallel
+ROW = ("linear_proj", "linear_fc2")
+TP = 2
+TP_DENSE = {**DENSE, "tp": TP, "dp": DENSE["dp"] // TP}
+
+
+def _adapter_gemms(workload) -> list[Gemm]:
+    """The adapters' GEMMs: rank-wide (``r`` or ``r / t``) on one side."""
+    return [g for g in _gemms(workload) if {RANK, RANK // TP} & {g.m, g.n, g.k}]
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_tp_splits_the_adapters(net, sp):
+    """Over TP each rank runs a t-th of every adapter's FLOPs (A split by its rank or its
+    input, B by its output), and reduces a t-th of the adapters' gradients."""
+    lora = transformer(net, **TP_DENSE, sp=sp, lora_rank=RANK)
+    micro = DENSE["global_batch"] // TP_DENSE["dp"]
+    flops = 3 * sum(2 * SEQ * RANK * (k + w) for k, w in WIDTHS.values()) / TP
+    assert sum(g.flops for g in _adapter_gemms(lora)) == pytest.approx(micro * LAYERS * flops)
+    adapters = LAYERS * sum(RANK * (k + w) for k, w in WIDTHS.values()) / TP
+    assert _grad_bytes(lora) == pytest.approx(4 * adapters, abs=4 * LAYERS)
+
+
+def _expected_exchanges(targets: list[str], sp: bool) -> Counter:
+    """Per layer and micro-batch, the adapters' own TP collectives: (kind, bytes per NPU)."""
+    n, out = SEQ, Counter()
+    for target in targets:
+        k = WIDTHS[target][0]
+        if target in ROW:   # A's output all-reduced, B's gathered; backward: B's input
+            out.update([("all_reduce", 2 * n * RANK), ("all_gather", 2 * n * H // TP),
+                        ("all_reduce", 2 * n * RANK)])
+            if sp:   # the sequence shard's output gradient gathered
+                out[("all_gather", 2 * n // TP * H)] += 1
+        else:   # A's output gathered; backward: B's input, and A's without SP
+            out.update([("all_gather", 2 * n * RANK // TP), ("all_reduce", 2 * n * RANK)])
+            if not sp:
+                out[("all_reduce", 2 * n * k)] += 1
+    return out
+
+
+@pytest.mark.parametrize("sp", [False, True])
+@pytest.mark.parametrize("targets", [list(WIDTHS), ["linear_qkv"], ["linear_proj"]])
+def test_tp_adapters_exchange_what_their_layers_split(net, sp, targets):
+    """The adapters' collectives are ParallelLinearAdapter's, in kind and size; each sits
+    between two compute ops of its layer: it waits for the one before it, and the one
+    after it waits for it."""
+    lora = transformer(net, **TP_DENSE, sp=sp, lora_rank=RANK, lora_targets=targets)
+    ops = lora.programs[0].ops
+    mine = [op for op in ops if op.kind == "collective" and ".lora_" in op.name]
+    micro = DENSE["global_batch"] // TP_DENSE["dp"]
+    expected = _expected_exchanges(targets, sp)
+    assert Counter((op.collective, op.size) for op in mine) == Counter(
+        {key: micro * LAYERS * count for key, count in expected.items()})
+    readers = Counter(d for op in ops if op.kind == "compute" for d in op.deps)
+    for op in mine:
+        (before,) = op.deps
+        assert ops[before].kind == "compute" and ops[before].layer == op.layer
+        assert readers[op.id] == 1
+
+
 @pytest.mark.parametrize("extra, key", [
-    (dict(lora_rank=RANK, tp=2, dp=4, sp=True), "tp"),
+    (dict(lora_rank=RANK + 1, tp=2, dp=4, sp=True), "lora_rank"),
+    (dict(lora_rank=RANK, tp=2, dp=4, sp=True, tp_comm_overlap=True), "tp_comm_overlap"),
     (dict(lora_rank=RANK, experts=8, top_k=2), "experts"),
     (dict(lora_rank=RANK, lora_targets=["linear_qkv", "router"]), r"lora_targets\[1\]"),
     (dict(lora_rank=RANK, lora_targets=[]), "lora_targets"),

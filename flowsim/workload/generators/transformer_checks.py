@@ -215,10 +215,13 @@ def check_consistent(spec: Any) -> None:
              "sliding window (not modelled)", spec.document_tokens)
     need(spec.lora_rank or set(spec.lora_targets) == set(LORA_TARGETS), "lora_targets",
          "unset without lora_rank (the layers LoRA adapts)", list(spec.lora_targets))
-    if spec.lora_rank:   # adapters on the dense layers of one tensor-parallel rank
+    if spec.lora_rank:   # adapters on the dense layers
         for key, ok, expected in (
-                ("tp", spec.tp == 1, "1 with lora_rank (the adapters' tensor-parallel "
-                 "communication is not modelled)"),
+                ("lora_rank", spec.lora_rank % spec.tp == 0, f"a multiple of tp={spec.tp} "
+                 "(a column-parallel layer's adapter splits its rank over TP)"),
+                ("tp_comm_overlap", spec.tp == 1 or not spec.tp_comm_overlap,
+                 "false with lora_rank and tp > 1 (the adapters under userbuffers are not "
+                 "modelled)"),
                 ("experts", not spec.experts, "0 with lora_rank (adapters on dense layers)"),
                 ("mla", spec.mla is None, "unset with lora_rank"),
                 ("mtp_layers", not spec.mtp_layers, "0 with lora_rank"),

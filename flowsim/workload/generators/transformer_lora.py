@@ -24,15 +24,34 @@ Every base weight is frozen; each linear layer of ``lora_targets`` (Megatron-Bri
   no optimizer state); a frozen layer without an adapter keeps no input for a weight
   gradient (QKV's and FC1's, their norms' outputs, and FC2's).
 
-Scope: one tensor-parallel rank (Megatron-Bridge's adapters add their own tensor-parallel
-all-gathers and all-reduces, not modelled), dense layers (no experts, no latent attention,
-no multi-token prediction), no FSDP.
+* over tensor parallelism, the adapters' own collectives, as Megatron-Bridge's
+  ``ParallelLinearAdapter`` (``src/megatron/bridge/peft/utils.py``; NeMo 1's of the same
+  name, ``nemo/collections/nlp/modules/common/megatron/adapters/parallel_adapters.py``)
+  makes them: a column-parallel target's ``A`` is split by its output and the output
+  all-gathered, ``B`` split like the base layer, and in the backward ``B``'s input
+  gradient is all-reduced and, without sequence parallelism, ``A``'s too (with it the
+  adapter reads the norm output Transformer Engine gathers for the base layer,
+  ``return_layernorm_output_gathered``, and its gradient joins the base layer's
+  reduce-scatter); a row-parallel target's ``A`` reads the rank's input slice and its
+  output is all-reduced, ``B``'s output is split and all-gathered (then scattered to the
+  sequence shard with sequence parallelism), and in the backward ``B``'s input gradient is
+  all-reduced, after the output gradient is all-gathered with sequence parallelism.
+  These are latency-bound except the whole-activation ones (a column target's ``A`` input
+  gradient without SP, a row target's gathered output).
+
+Scope: dense layers (no experts, no latent attention, no multi-token prediction), no FSDP,
+no TP communication overlap with TP > 1 (userbuffers change how the adapters gather their
+input).
 """
 
 from __future__ import annotations
 
 from ..kernels import Kernel
-from .transformer_shapes import ACT, LayerShapes, elementwise
+from .transformer_shapes import ACT, LayerShapes, elementwise, tp_exchange
+
+#: the row-parallel layers an adapter can target (their input split over TP); the others
+#: are column-parallel (their output split)
+ROW_PARALLEL = ("linear_proj", "linear_fc2")
 
 
 class LoraShapes(LayerShapes):
@@ -43,38 +62,82 @@ class LoraShapes(LayerShapes):
         """The adapter rank of ``target`` (0: no adapter there)."""
         return self.spec.lora_rank if target in self.spec.lora_targets else 0
 
+    def _split(self, target: str, k: int, width: int) -> tuple[int, int, int, bool]:
+        """The rank's adapter of ``target`` (a ``k``-in, ``width``-out layer on the rank):
+        ``A``'s output and ``B``'s output widths, the tokens its output is added on, and
+        whether ``target`` is row-parallel. A column-parallel layer's ``A`` is split over TP
+        by its output (``r / t``, gathered after it), ``B`` like the base layer; a
+        row-parallel layer's ``A`` reads the rank's input slice (its output all-reduced),
+        ``B``'s output is split (``width / t``, gathered after it), and with sequence
+        parallelism the sum is the sequence shard's (scattered, as the base output is)."""
+        r, t = self._rank(target), self.spec.tp
+        if target in ROW_PARALLEL:
+            return r, width // t, self.n_sp, True
+        return r // t, width, self.n, False
+
     def lora_forward(self, target: str, k: int, width: int) -> tuple[Kernel, ...]:
-        """The adapter of ``target``, a ``k``-in, ``width``-out layer, in the forward: ``A``,
-        ``B``, then the scaling and the addition to the base output."""
+        """The adapter of ``target`` in the forward: ``A``, ``B``, then the scaling and the
+        addition to the base output; over TP with the adapter's own collectives between
+        them (a column-parallel layer's ``A`` output gathered; a row-parallel one's ``A``
+        output all-reduced and ``B`` output gathered)."""
         r = self._rank(target)
         if not r:
             return ()
-        return (self._gemm16(self.n, r, k), self._gemm16(self.n, width, r),
-                elementwise(5 * self.n * width * ACT, "lora_scale_add"))
+        a, b, out, row = self._split(target, k, width)
+        n, t = self.n, self.spec.tp
+        mid = tp_exchange("all_reduce" if row else "all_gather",
+                          n * (r if row else a) * ACT, "lora_in")
+        end = (tp_exchange("all_gather", n * b * ACT, "lora_out"),) if row else ()
+        return (self._gemm16(n, a, k), *((mid,) if t > 1 else ()), self._gemm16(n, b, r),
+                *(end if t > 1 else ()), elementwise(5 * out * width * ACT, "lora_scale_add"))
 
     def lora_dgrad(self, target: str, k: int, width: int) -> tuple[Kernel, ...]:
         """Its data gradient: the scaling's backward, through ``B`` and ``A``, added to the
-        base layer's input gradient."""
+        base layer's input gradient; over TP with the gradients of the forward's
+        collectives: ``B``'s input gradient all-reduced, a column-parallel ``A``'s too
+        without sequence parallelism (with it the base layer's reduce-scatter carries it:
+        Transformer Engine returns the gathered norm output the adapter reads), and with
+        it a row-parallel adapter's output gradient gathered first."""
         r = self._rank(target)
         if not r:
             return ()
-        return (elementwise(2 * self.n * width * ACT, "lora_scale_backward"),
-                self._gemm16(self.n, r, width), self._gemm16(self.n, k, r),
-                elementwise(3 * self.n * k * ACT, "lora_add_backward"))
+        a, b, out, row = self._split(target, k, width)
+        n, s = self.n, self.spec
+        first: tuple[Kernel, ...] = ()
+        mid: tuple[Kernel, ...] = ()
+        last: tuple[Kernel, ...] = ()
+        if s.tp > 1:
+            if row and s.sp:   # the sequence shard's gradient gathered (the scatter's)
+                first = (tp_exchange("all_gather", out * width * ACT, "lora_out"),)
+            mid = (tp_exchange("all_reduce", n * r * ACT, "lora_mid"),)   # B's input
+            if not row and not s.sp:   # A's input: the full activation, all-reduced
+                last = (tp_exchange("all_reduce", n * k * ACT, "lora_in"),)
+        return (elementwise(2 * out * width * ACT, "lora_scale_backward"), *first,
+                self._gemm16(n, r, b), *mid, self._gemm16(n, k, a), *last,
+                elementwise(3 * n * k * ACT, "lora_add_backward"))
 
     def lora_wgrad(self, target: str, k: int, width: int) -> tuple[Kernel, ...]:
         """Its weight gradients: ``B``'s and ``A``'s."""
         r = self._rank(target)
-        return (self._gemm16(r, width, self.n), self._gemm16(k, r, self.n)) if r else ()
+        if not r:
+            return ()
+        a, b, _, _ = self._split(target, k, width)
+        return (self._gemm16(r, b, self.n), self._gemm16(k, a, self.n))
 
     @property
     def lora_widths(self) -> dict[str, tuple[int, int]]:
-        """(in, out) widths of the layers an adapter can target."""
+        """(in, out) widths of the layers an adapter can target, on the rank."""
         h = self.spec.hidden
         return {"linear_qkv": (h, self.q + 2 * self.kv), "linear_proj": (self.q, h),
                 "linear_fc1": (h, self.fc1_out), "linear_fc2": (self.f, h)}
 
     @property
     def lora_parameters(self) -> int:
-        """Weights of one layer's adapters on the rank (``r (k + width)`` each)."""
-        return sum(self._rank(t) * (k + width) for t, (k, width) in self.lora_widths.items())
+        """Weights of one layer's adapters on the rank (``A``'s ``k a`` and ``B``'s
+        ``r b`` each)."""
+        total = 0
+        for target, (k, width) in self.lora_widths.items():
+            if self._rank(target):
+                a, b, _, _ = self._split(target, k, width)
+                total += k * a + self._rank(target) * b
+        return total
