@@ -138,7 +138,7 @@ def test_tp_splits_the_adapters(net, sp):
     assert _grad_bytes(lora) == pytest.approx(4 * adapters, abs=4 * LAYERS)
 
 
-def _expected_exchanges(targets: list[str], sp: bool) -> Counter:
+def _expected_exchanges(targets: list[str], sp: bool, ub: bool) -> Counter:
     """Per layer and micro-batch, the adapters' own TP collectives: (kind, bytes per NPU)."""
     n, out = SEQ, Counter()
     for target in targets:
@@ -152,20 +152,24 @@ def _expected_exchanges(targets: list[str], sp: bool) -> Counter:
             out.update([("all_gather", 2 * n * RANK // TP), ("all_reduce", 2 * n * RANK)])
             if not sp:
                 out[("all_reduce", 2 * n * k)] += 1
+            if ub:   # its input gathered by itself, and its gradient scattered back
+                out.update([("all_gather", 2 * n // TP * k), ("reduce_scatter", 2 * n * k)])
     return out
 
 
-@pytest.mark.parametrize("sp", [False, True])
+@pytest.mark.parametrize("sp, ub", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("targets", [list(WIDTHS), ["linear_qkv"], ["linear_proj"]])
-def test_tp_adapters_exchange_what_their_layers_split(net, sp, targets):
-    """The adapters' collectives are ParallelLinearAdapter's, in kind and size; each sits
-    between two compute ops of its layer: it waits for the one before it, and the one
-    after it waits for it."""
-    lora = transformer(net, **TP_DENSE, sp=sp, lora_rank=RANK, lora_targets=targets)
+def test_tp_adapters_exchange_what_their_layers_split(net, sp, ub, targets):
+    """The adapters' collectives are ParallelLinearAdapter's, in kind and size (under
+    userbuffers a column-parallel adapter gathers its input itself); each sits between two
+    compute ops of its layer: it waits for the one before it, and the one after it waits
+    for it."""
+    lora = transformer(net, **TP_DENSE, sp=sp, tp_comm_overlap=ub, lora_rank=RANK,
+                       lora_targets=targets)
     ops = lora.programs[0].ops
     mine = [op for op in ops if op.kind == "collective" and ".lora_" in op.name]
     micro = DENSE["global_batch"] // TP_DENSE["dp"]
-    expected = _expected_exchanges(targets, sp)
+    expected = _expected_exchanges(targets, sp, ub)
     assert Counter((op.collective, op.size) for op in mine) == Counter(
         {key: micro * LAYERS * count for key, count in expected.items()})
     readers = Counter(d for op in ops if op.kind == "compute" for d in op.deps)
@@ -175,9 +179,31 @@ def test_tp_adapters_exchange_what_their_layers_split(net, sp, targets):
         assert readers[op.id] == 1
 
 
+def test_frozen_layers_gather_no_input_for_a_weight_gradient(net):
+    """With sequence parallelism a trained column-parallel layer gathers its input again in
+    the backward for its weight gradient; a frozen one does not (Transformer Engine's
+    ``ln_out_needs_gather`` asks for a weight that requires a gradient)."""
+    def regathers(**extra):
+        ops = transformer(net, **TP_DENSE, sp=True, **extra).programs[0].ops
+        return sum(op.kind == "collective" and op.name.endswith(".input.all_gather")
+                   for op in ops)
+    assert regathers() > 0 and regathers(tp_comm_overlap=True) > 0
+    assert regathers(lora_rank=RANK) == regathers(lora_rank=RANK, tp_comm_overlap=True) == 0
+
+
+def test_userbuffers_leave_an_adapted_layer_s_gather_to_nccl(net):
+    """Under userbuffers an adapted QKV layer returns its norm output, and Transformer
+    Engine then gathers its input with NCCL instead of the ring exchange; FC1, not adapted,
+    keeps its ring exchange (a chunked GEMM beside the all-gather)."""
+    ops = transformer(net, **TP_DENSE, sp=True, tp_comm_overlap=True, lora_rank=RANK,
+                      lora_targets=["linear_qkv"]).programs[0].ops
+    rings = {op.name.split(".")[-2] for op in ops if op.name.endswith(".last_chunk")
+             and op.pass_ == "fwd"}
+    assert rings == {"fc1"}
+
+
 @pytest.mark.parametrize("extra, key", [
     (dict(lora_rank=RANK + 1, tp=2, dp=4, sp=True), "lora_rank"),
-    (dict(lora_rank=RANK, tp=2, dp=4, sp=True, tp_comm_overlap=True), "tp_comm_overlap"),
     (dict(lora_rank=RANK, experts=8, top_k=2), "experts"),
     (dict(lora_rank=RANK, lora_targets=["linear_qkv", "router"]), r"lora_targets\[1\]"),
     (dict(lora_rank=RANK, lora_targets=[]), "lora_targets"),

@@ -219,9 +219,6 @@ def check_consistent(spec: Any) -> None:
         for key, ok, expected in (
                 ("lora_rank", spec.lora_rank % spec.tp == 0, f"a multiple of tp={spec.tp} "
                  "(a column-parallel layer's adapter splits its rank over TP)"),
-                ("tp_comm_overlap", spec.tp == 1 or not spec.tp_comm_overlap,
-                 "false with lora_rank and tp > 1 (the adapters under userbuffers are not "
-                 "modelled)"),
                 ("experts", not spec.experts, "0 with lora_rank (adapters on dense layers)"),
                 ("mla", spec.mla is None, "unset with lora_rank"),
                 ("mtp_layers", not spec.mtp_layers, "0 with lora_rank"),

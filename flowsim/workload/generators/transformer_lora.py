@@ -37,11 +37,18 @@ Every base weight is frozen; each linear layer of ``lora_targets`` (Megatron-Bri
   sequence shard with sequence parallelism), and in the backward ``B``'s input gradient is
   all-reduced, after the output gradient is all-gathered with sequence parallelism.
   These are latency-bound except the whole-activation ones (a column target's ``A`` input
-  gradient without SP, a row target's gathered output).
+  gradient without SP, a row target's gathered output);
+* under userbuffers (``tp_comm_overlap``) a column-parallel target returns its norm output,
+  which turns Transformer Engine's overlapped all-gather off for it (``ub_overlap_ag_fprop``
+  requires ``not return_layernorm_output``, ``module/layernorm_linear.py``): the layer's
+  input is gathered by NCCL, not overlapped, and the adapter gathers it again itself and
+  reduce-scatters its gradient (Megatron-Bridge leaves the adapter's sequence-parallel
+  communication on when the layer overlaps its gather);
+* a frozen column-parallel layer gathers no input again in the backward
+  (``ln_out_needs_gather`` asks for a weight that requires a gradient), with or without
+  userbuffers.
 
-Scope: dense layers (no experts, no latent attention, no multi-token prediction), no FSDP,
-no TP communication overlap with TP > 1 (userbuffers change how the adapters gather their
-input).
+Scope: dense layers (no experts, no latent attention, no multi-token prediction), no FSDP.
 """
 
 from __future__ import annotations
@@ -88,8 +95,21 @@ class LoraShapes(LayerShapes):
         mid = tp_exchange("all_reduce" if row else "all_gather",
                           n * (r if row else a) * ACT, "lora_in")
         end = (tp_exchange("all_gather", n * b * ACT, "lora_out"),) if row else ()
-        return (self._gemm16(n, a, k), *((mid,) if t > 1 else ()), self._gemm16(n, b, r),
-                *(end if t > 1 else ()), elementwise(5 * out * width * ACT, "lora_scale_add"))
+        start = () if row or not self._gathers_input else \
+            (tp_exchange("all_gather", self.n_sp * k * ACT, "lora_input"),)
+        return (*start, self._gemm16(n, a, k), *((mid,) if t > 1 else ()),
+                self._gemm16(n, b, r), *(end if t > 1 else ()),
+                elementwise(5 * out * width * ACT, "lora_scale_add"))
+
+    @property
+    def _gathers_input(self) -> bool:
+        """Whether a column-parallel adapter gathers its sequence-parallel input itself:
+        under userbuffers (Transformer Engine's overlapped all-gather keeps the gathered
+        norm output to itself, so Megatron-Bridge's ``get_adapter_attributes_from_linear``
+        leaves the adapter's ``gather_from_sequence_parallel_region`` on), and then
+        reduce-scatters its input gradient."""
+        s = self.spec
+        return s.tp > 1 and s.sp and s.tp_comm_overlap
 
     def lora_dgrad(self, target: str, k: int, width: int) -> tuple[Kernel, ...]:
         """Its data gradient: the scaling's backward, through ``B`` and ``A``, added to the
@@ -112,6 +132,8 @@ class LoraShapes(LayerShapes):
             mid = (tp_exchange("all_reduce", n * r * ACT, "lora_mid"),)   # B's input
             if not row and not s.sp:   # A's input: the full activation, all-reduced
                 last = (tp_exchange("all_reduce", n * k * ACT, "lora_in"),)
+            elif not row and self._gathers_input:   # the gather's gradient: scattered
+                last = (tp_exchange("reduce_scatter", n * k * ACT, "lora_input"),)
         return (elementwise(2 * out * width * ACT, "lora_scale_backward"), *first,
                 self._gemm16(n, r, b), *mid, self._gemm16(n, k, a), *last,
                 elementwise(3 * n * k * ACT, "lora_add_backward"))
@@ -123,6 +145,14 @@ class LoraShapes(LayerShapes):
             return ()
         a, b, _, _ = self._split(target, k, width)
         return (self._gemm16(r, b, self.n), self._gemm16(k, a, self.n))
+
+    def head_wgrads(self, target: str) -> int:
+        """How many weight-gradient kernels of a block belong to its head, the row-parallel
+        ``target`` (the rest are the column-parallel tail's): its GEMM's, or under LoRA its
+        adapter's two (none without one)."""
+        if not self.spec.lora_rank:
+            return 1
+        return len(self.lora_wgrad(target, *self.lora_widths[target]))
 
     @property
     def lora_widths(self) -> dict[str, tuple[int, int]]:

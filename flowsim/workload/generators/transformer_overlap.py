@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 from ..kernels import Gemm, Kernel
 from .transformer_kernels import LayerKernels
+from .transformer_shapes import Exchange
 from .transformer_spec import TransformerSpec
 
 #: the ops whose data the next op needs
@@ -114,22 +115,26 @@ class Block:
 
 
 def _split(kernels: tuple[Kernel, ...], *, rows: int = 1, cols: int = 1, margin: int = 0
-           ) -> tuple[tuple[Kernel, ...], Gemm, Gemm]:
+           ) -> tuple[tuple[Kernel, ...], Gemm, Gemm, tuple[Kernel, ...]]:
     """The other kernels of a linear layer (its FP8 casts), one chunk of its GEMM (``rows``
-    chunks of tokens or ``cols`` chunks of output features) and the other chunks as one GEMM,
-    ``margin`` SMs held. The other chunks run on Transformer Engine's several GEMM streams,
-    so their tiles fill each other's waves: one GEMM of their rows (or columns) prices that;
-    the lone chunk pays its own wave quantization."""
+    chunks of tokens or ``cols`` chunks of output features), the other chunks as one GEMM,
+    ``margin`` SMs held, and what follows the layer outside the overlap (a LoRA adapter:
+    from its first GEMM or exchange on). The other chunks run on Transformer Engine's
+    several GEMM streams, so their tiles fill each other's waves: one GEMM of their rows (or
+    columns) prices that; the lone chunk pays its own wave quantization."""
     assert rows > 1 or cols > 1, "a split into one chunk"
-    gemms = [k for k in kernels if isinstance(k, Gemm)]
-    if len(gemms) != 1:
-        raise ValueError(f"a linear layer has one GEMM, got {kernels!r}")
-    g = gemms[0]
+    first = next((i for i, k in enumerate(kernels) if isinstance(k, Gemm)), None)
+    if first is None:
+        raise ValueError(f"a linear layer has a GEMM, got {kernels!r}")
+    end = next((i for i in range(first + 1, len(kernels))
+                if isinstance(kernels[i], Gemm | Exchange)), len(kernels))
+    g = kernels[first]
+    assert isinstance(g, Gemm)
     m, n = max(1, g.m // rows), max(1, g.n // cols)
     one = replace(g, m=m, n=n, sm_margin=margin)
     others = replace(g, m=max(1, g.m - m) if rows > 1 else g.m,
                      n=max(1, g.n - n) if cols > 1 else g.n, sm_margin=margin)
-    return tuple(k for k in kernels if not isinstance(k, Gemm)), one, others
+    return kernels[:first] + kernels[first + 1:end], one, others, kernels[end:]
 
 
 class Userbuffers:
@@ -146,16 +151,16 @@ class Userbuffers:
         b, tp = self.b, self.b.spec.tp
         ag = b.collective(f"{name}.all_gather", "all_gather", b.k.gather_bytes, b.groups.tp,
                           layer, pass_, x)
-        casts, last, others = _split(head, rows=tp)
+        casts, last, others, after = _split(head, rows=tp)
         b.compute(f"{name}.chunks", casts + (others,), layer, pass_, x)
-        return (b.compute(f"{name}.last_chunk", (last,), layer, pass_, (ag,)),)
+        return (b.compute(f"{name}.last_chunk", (last, *after), layer, pass_, (ag,)),)
 
     def scatter(self, name: str, tail: tuple[Kernel, ...], sms: int, layer: int,
                 x: Frontier) -> Frontier:
         """Pipeline: ``tail``'s GEMM in :data:`RS_SPLITS` chunks on the SMs left, each
         chunk's reduce-scatter beside the next chunk."""
         b, splits = self.b, RS_SPLITS
-        casts, chunk, others = _split(tail, cols=splits, margin=sms)
+        casts, chunk, others, after = _split(tail, cols=splits, margin=sms)
         fp8 = b.spec.dtype == "fp8" and self.settings.rs_fp8   # FP8 buffers (``fp8_buf``)
         nbytes = b.k.activation_bytes // (2 if fp8 else 1)
         first = b.compute(f"{name}.chunk", casts + (chunk,), layer, "fwd", x)
@@ -163,16 +168,25 @@ class Userbuffers:
                              nbytes * (splits - 1) // splits, b.groups.tp, layer, "fwd",
                              (first,))
         rest = b.compute(f"{name}.chunks", (others,), layer, "fwd")
-        return (b.collective(f"{name}.reduce_scatter_last", "reduce_scatter",
-                             nbytes // splits, b.groups.tp, layer, "fwd", (rest, early)),)
+        out = b.collective(f"{name}.reduce_scatter_last", "reduce_scatter", nbytes // splits,
+                           b.groups.tp, layer, "fwd", (rest, early))
+        if not after:
+            return (out,)
+        # an adapter's output is added to the layer's, once it is reduce-scattered
+        return (b.compute(f"{name}.adapter", after, layer, "fwd", (out,)),)
 
     def forward(self, name: str, block: Block, layer: int, x: Frontier, *, gather: bool,
                 reduce: bool) -> Frontier:
         """A forward block: ring exchange into its head, pipeline out of its tail."""
         b = self.b
         body = block.body
-        if gather:
+        if gather and not any(isinstance(k, Exchange) for k in block.head):
             x = self.gather(f"{name}.{block.head_name}", block.head, layer, "fwd", x)
+        elif gather:   # an adapted layer returns its norm output: Transformer Engine then
+            # gathers the input with NCCL, not overlapped (``ub_overlap_ag_fprop`` off)
+            x = (b.collective(f"{name}.{block.head_name}.all_gather", "all_gather",
+                              b.k.gather_bytes, b.groups.tp, layer, "fwd", x),)
+            body = block.head + body
         else:
             body = block.head + body
         if not reduce:
@@ -192,7 +206,8 @@ class Userbuffers:
         follows with :meth:`bulk`."""
         b = self.b
         g = self.gather(f"{name}.{block.head_name}", block.head, layer, "ig", g)
-        b.compute(f"{name}.{block.head_name}.wgrad", wgrad, layer, "wg")
+        if wgrad:   # none for a frozen layer without an adapter
+            b.compute(f"{name}.{block.head_name}.wgrad", wgrad, layer, "wg")
         if block.body:
             g = (b.compute(name, block.body, layer, "ig", g),)
         return g
@@ -203,11 +218,13 @@ class Userbuffers:
         all-gathered again beside its data-gradient GEMM, which is reduce-scattered beside
         its weight gradient."""
         b, tp, k = self.b, self.b.groups.tp, self.b.k
-        regather = b.collective(f"{name}.input.all_gather", "all_gather",
-                                k.gather_bytes, tp, layer, "ig", g)
+        # a frozen layer (LoRA) gathers no input: it has no weight gradient
+        regather = () if b.spec.lora_rank else (b.collective(
+            f"{name}.input.all_gather", "all_gather", k.gather_bytes, tp, layer, "ig", g),)
         dgrad = b.compute(name, tail, layer, "ig", g)
         # TE waits for the bulk all-gather after the GEMM, then launches the reduce-scatter
         rs = b.collective(f"{name}.reduce_scatter", "reduce_scatter", k.activation_bytes, tp,
-                          layer, "ig", (dgrad, regather))
-        b.compute(f"{name}.wgrad", wgrad, layer, "wg", (regather,))
+                          layer, "ig", (dgrad, *regather))
+        if wgrad:   # none for a frozen layer without an adapter
+            b.compute(f"{name}.wgrad", wgrad, layer, "wg", regather)
         return (rs,)

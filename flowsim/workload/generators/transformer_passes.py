@@ -188,7 +188,7 @@ class PassBuilder(OpStream):
             m = k.of_layer(layer)
             g = self._dgrad_wgrad(f"{name}.mlp", Block(
                 m.fc2_dgrad, m.activation_backward, m.fc1_dgrad, "fc2", "fc1"), m.mlp_wgrad,
-                layer, g)
+                layer, g, head_wgrads=m.head_wgrads("linear_fc2"))
         g = (self.compute(f"{name}.norm2_backward", k.norm_backward + k.residual_backward,
                           layer, "ig", g),)
         # the rotary backward ends the body, before the QKV layer's backward (and its input
@@ -213,7 +213,7 @@ class PassBuilder(OpStream):
                                      (*x, reduced)),)
         if not isinstance(k, LatentKernels):
             return self._dgrad_wgrad(f"{name}.attention", dgrad, k.attention_wgrad, layer, g,
-                                     between)
+                                     between, head_wgrads=k.head_wgrads("linear_proj"))
         # latent attention: the latents' gradients reduced, then the down projections'
         g = self._dgrad_wgrad(f"{name}.attention", dgrad, k.attention_wgrad, layer, g,
                               reduced=k.latent_bytes, regathered=k.latent_gather_bytes)
@@ -228,13 +228,14 @@ class PassBuilder(OpStream):
     def _dgrad_wgrad(self, name: str, dgrad: Block, wgrad: tuple[Kernel, ...],
                      layer: int, g: Frontier,
                      between: Callable[[Frontier], Frontier] | None = None, *,
-                     reduced: int = 0, regathered: int = 0) -> Frontier:
+                     reduced: int = 0, regathered: int = 0, head_wgrads: int = 1) -> Frontier:
         """A block's data gradient between tensor-parallel collectives, then its weight
         gradients, which run while the data gradient's collective does. ``between`` adds
         what the tail (the column-parallel layer) also waits for, given the frontier before
         it. The tail's backward starts with its input gathered again (sequence
         parallelism), beside its data gradient; under ``tp_comm_overlap`` the head's weight
-        gradient runs right after the head, and the tail's collectives are overlapped."""
+        gradient (the first ``head_wgrads`` kernels of ``wgrad``) runs right after the head,
+        and the tail's collectives are overlapped."""
         ub, s = self.ub, self.spec
         if ub is None and between is None and not (s.sp and s.tp > 1):
             # nothing starts inside the block: one op
@@ -243,7 +244,7 @@ class PassBuilder(OpStream):
             self.compute(f"{name}.wgrad", wgrad, layer, "wg")
             return out
         if ub is not None:
-            x = ub.head_backward(f"{name}.dgrad", dgrad, wgrad[:1], layer, g)
+            x = ub.head_backward(f"{name}.dgrad", dgrad, wgrad[:head_wgrads], layer, g)
         else:
             x = self.tp_block(f"{name}.dgrad", dgrad.kernels[:-len(dgrad.tail)], layer, "ig",
                               g, gather=True, reduce=False, gathered=self.k.gather_both_bytes)
@@ -251,7 +252,7 @@ class PassBuilder(OpStream):
             x = (*x, *between(x))
         tail = f"{name}.dgrad.{dgrad.tail_name}"
         if ub is not None:
-            return ub.bulk(tail, dgrad.tail, wgrad[1:], layer, x)
+            return ub.bulk(tail, dgrad.tail, wgrad[head_wgrads:], layer, x)
         regather = self.regather(tail, layer, x, regathered)
         out = self.tp_block(tail, dgrad.tail, layer, "ig", x, gather=False, reduce=True,
                             after=regather, reduced=reduced)
@@ -284,8 +285,8 @@ class PassBuilder(OpStream):
         ``LinearWithGradAccumulationAndAsyncCommunication``; the data gradient's
         reduce-scatter waits for it). ``nbytes``: each NPU's shard (default a transformer
         layer's, FP8 in FP8 training)."""
-        if self.spec.tp == 1 or not self.spec.sp:
-            return ()
+        if self.spec.tp == 1 or not self.spec.sp or self.spec.lora_rank:
+            return ()   # (a frozen layer, LoRA's, has no weight gradient to gather it for)
         return (self.collective(f"{name}.input.all_gather", "all_gather",
                                 nbytes or self.k.gather_bytes, self.groups.tp, layer, "ig", g),)
 
