@@ -55,7 +55,7 @@ FINETUNE = ("gb300_llama3_70b_sft_fp8_32gpu", "gb300_llama3_70b_sft_mxfp8_32gpu"
             "gb200_llama3_70b_sft_fp8_32gpu", "gb200_llama3_70b_sft_mxfp8_32gpu",
             "h100_llama3_70b_sft_fp8_32gpu", "gb300_llama3_70b_lora_fp8_8gpu",
             "gb300_llama3_70b_lora_mxfp8_8gpu", "gb200_llama3_70b_lora_fp8_8gpu",
-            "gb200_llama3_70b_lora_mxfp8_8gpu")
+            "gb200_llama3_70b_lora_mxfp8_8gpu", "h100_llama3_70b_lora_fp8_8gpu")
 
 
 def test_the_26_06_fine_tuning_table_is_the_record_s():
