@@ -30,13 +30,17 @@ settings, or Transformer Engine's defaults without ``ub_tp_comm_overlap_cfg``; o
 sequence parallelism, as NeMo turns it off), ``transformer_engine`` (false: unfused
 attention), ``position_embedding_type`` (``rope`` prices the rotary kernels), ``mcore_gpt``
 (absent or false: the legacy model, which scatter-gathers pipeline messages),
-``cross_entropy_loss_fusion`` and the optimizer
+``cross_entropy_loss_fusion``, fine-tuning (``peft.peft_scheme: lora`` with
+``peft.lora_tuning``'s ``adapter_dim`` and ``target_modules``; :mod:`.nemo_peft`) and the
+optimizer
 (``optim.name``: :data:`DISTRIBUTED_OPTIMIZERS`, with ``overlap_grad_sync``,
 ``overlap_param_sync``, ``align_param_gather``, ``align_grad_reduce``, ``grad_sync_dtype``
 and ``ddp_bucket_size``; Apex's
 ``distributed_fused_adam`` overlaps the gradient reduction by default). Keys that shape the time
 but have no transformer key (:data:`UNMODELLED`) are named in a warning, and
-so is an interpolation (``${...}``), taken as NeMo's default. A switch (``fp8``,
+so is an interpolation (``${...}``) that names no key of the config, taken as NeMo's default
+(one that does, such as the launcher's ``${peft.model.data.train_ds.max_seq_length}``, is
+read from it). A switch (``fp8``,
 ``sequence_parallel``, ``mcore_gpt``, ``optim.overlap_grad_sync``, ...) is true or false,
 else one error naming it: a quoted ``"false"`` must not price a run in FP8. The vocabulary
 comes from ``tokenizer.type`` when it names a known model family (:data:`TOKENIZER_VOCAB`),
@@ -64,6 +68,7 @@ from .imported import (
     position_embedding,
     recompute_method_keys,
 )
+from .nemo_peft import packed, peft_keys, resolve
 
 #: NeMo model key -> transformer key (numbers)
 NUMBERS = {"num_layers": "layers", "hidden_size": "hidden", "ffn_hidden_size": "ffn",
@@ -89,9 +94,11 @@ MLA_DEFAULTS = {"q_lora_rank": 512, "kv_lora_rank": 512, "qk_head_dim": 128,
 UNMODELLED = ("num_micro_batches_with_partial_activation_checkpoints", "moe_grouped_gemm")
 
 
-def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]:
+def nemo_keys(config: Any, source: str, overrides: Any = None, *, documents: bool = False
+              ) -> dict[str, Any]:
     """The transformer keys a NeMo config (a mapping, or a path relative to ``source``'s
-    folder) sets, after Hydra's command-line ``overrides`` (``model.x=y`` items)."""
+    folder) sets, after Hydra's command-line ``overrides`` (``model.x=y`` items);
+    ``documents``: the packed documents' length is given beside it."""
     where, config = load_config(config, source, what="a NeMo config: a YAML path or a mapping",
                                 expected="NeMo's trainer and model blocks")
     config = apply_overrides(config, overrides, source, example="model.x=y")
@@ -101,13 +108,19 @@ def nemo_keys(config: Any, source: str, overrides: Any = None) -> dict[str, Any]
     keys: dict[str, Any] = {}
     switch = partial(_flag, model, where, "model")
     for nemo, key in NUMBERS.items():
-        value = model.get(nemo)
-        if isinstance(value, str) and "${" in value:   # an interpolation: NeMo's default
-            warnings.warn(f"{where}: key 'model.{nemo}' is an interpolation ({value}); "
+        raw = model.get(nemo)
+        value = resolve(config, raw)   # an interpolation: the key it names
+        if value is None and isinstance(raw, str):   # naming none: NeMo's default
+            warnings.warn(f"{where}: key 'model.{nemo}' is an interpolation ({raw}); "
                           f"taken as NeMo's default (give '{key}' beside 'config')",
                           FlowsimWarning, stacklevel=4)
         elif value is not None:   # null: NeMo's default, which the generator's is
             keys[key] = value
+    keys.update(peft_keys(model, where))   # fine-tuning: LoRA's rank and targets
+    if packed(model) and not documents:
+        warnings.warn(f"{where}: model.data.train_ds.packed_sequence: the documents' length "
+                      "is the data's; priced as whole sequences (give 'document_tokens' "
+                      "beside 'config')", FlowsimWarning, stacklevel=4)
     if keys.get("experts"):
         keys.setdefault("top_k", 2)   # Megatron-Core's default
         if model.get("moe_layer_freq") is not None:   # an integer or a list of 0 and 1
@@ -234,8 +247,10 @@ def parse_nemo(values: Mapping[str, Any], source: str) -> ImportedSpec:
     command-line items, as a launch script passes them), transformer keys."""
     values = dict(values)
     overrides = values.pop("overrides", None)
+    documents = "document_tokens" in values
     return parse_imported(values, source, read="config",
-                          translate=lambda config, src: nemo_keys(config, src, overrides),
+                          translate=lambda config, src: nemo_keys(config, src, overrides,
+                                                                  documents=documents),
                           names={**{key: f"model.{name}" for name, key in NUMBERS.items()},
                                  "fsdp_shard": "model.fsdp_sharding_strategy hybrid: "
                                                "trainer.devices / (tp * cp)",
