@@ -143,3 +143,28 @@ def _compare_event_loops(monkeypatch):
 
     monkeypatch.setattr(module, "run_workload", both)
     yield
+
+
+def page_table(heading: str, header: str) -> list[list[str]]:
+    """The cells of the table in the accuracy page's section ``heading`` (its own header row
+    starts with ``| header``), each row's cells stripped."""
+    page = (REPO / "docs" / "accuracy" / "published.md").read_text()
+    start = page.index(f"## {heading}")
+    section = page[start: page.index("\n## ", start)]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| ") and not line.startswith(f"| {header}")]
+
+
+def recorded_cells(recorded: dict[str, str]) -> list[str]:
+    """A record row's published step and error as the accuracy page's tables print them."""
+    error = f"{100 * float(recorded['error']):+.1f}%".replace("-", "\u2212")
+    return [f"{float(recorded['published_s']):.3f}", error]
+
+
+def published_record() -> dict[str, dict[str, str]]:
+    """The published-run record (``validation/published/results.csv``) by run."""
+    import csv
+
+    with (REPO / "validation" / "published" / "results.csv").open(newline="") as handle:
+        return {r["run"]: r for r in csv.DictReader(handle)}
+

@@ -4,13 +4,14 @@ the page says each row sets."""
 
 from __future__ import annotations
 
-import csv
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import validate_published as vp  # noqa: E402
+
+from conftest import page_table, published_record, recorded_cells  # noqa: E402
 
 #: the page's rows, in its order
 RUNS = ("gb300_qwen3_30b_a3b_mxfp8_8gpu", "gb200_qwen3_30b_a3b_mxfp8_8gpu",
@@ -24,27 +25,19 @@ KEYS = ("moe_a2a_overlap", "fused_grouped_mlp", "fp8_attention")
 
 
 def test_the_26_06_table_on_the_accuracy_page_is_the_record_s():
-    with vp.RECORD.open(newline="") as handle:
-        record = {r["run"]: r for r in csv.DictReader(handle)}
+    record = published_record()
     rows = {r["run"]: r for r in vp.rows()}
-    page = (ROOT / "docs" / "accuracy" / "published.md").read_text()
-    start = page.index("## Megatron-Bridge 26.06")
-    section = page[start: page.index("\n## ", start)]
-    lines = [line for line in section.splitlines()
-             if line.startswith("| ") and not line.startswith("| 26.06")]
-    assert len(lines) == len(RUNS) == sum(r.startswith("mbridge2606") and "llama" not in r
+    table = page_table("Megatron-Bridge 26.06", "26.06")
+    assert len(table) == len(RUNS) == sum(r.startswith("mbridge2606") and "llama" not in r
                                           for r in record)
-    for line, run in zip(lines, RUNS):
-        recorded = record[f"mbridge2606_{run}"]
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        error = f"{100 * float(recorded['error']):+.1f}%".replace("-", "−")
-        assert cells[1:3] == [f"{float(recorded['published_s']):.3f}", error], line
+    for cells, run in zip(table, RUNS):
+        assert cells[1:3] == recorded_cells(record[f"mbridge2606_{run}"]), cells
         keys = {k for k in KEYS if rows[f"mbridge2606_{run}"].get(k) == "true"}
         # the B300 rows set none of the three keys, the GB200 DeepSeek-V3 row no FP8
         # attention, every other row all three
         if "none of the keys" in cells[0]:
             assert not keys, run
-        elif "(not set)" in line:
+        elif any("(not set)" in cell for cell in cells):
             assert keys == {"moe_a2a_overlap", "fused_grouped_mlp"}
         else:
             assert keys == set(KEYS), run
@@ -61,20 +54,13 @@ FINETUNE = ("gb300_llama3_70b_sft_fp8_32gpu", "gb300_llama3_70b_sft_mxfp8_32gpu"
 def test_the_26_06_fine_tuning_table_is_the_record_s():
     """Each row's published step and error as recorded, every row of the file on the page;
     the LoRA rows adapt QKV alone at rank 16, the SFT rows train every weight."""
-    with vp.RECORD.open(newline="") as handle:
-        record = {r["run"]: r for r in csv.DictReader(handle)}
+    record = published_record()
     rows = {r["run"]: r for r in vp.rows() if r["file"] == "megatron_bridge_finetune.csv"}
-    page = (ROOT / "docs" / "accuracy" / "published.md").read_text()
-    start = page.index("## Megatron-Bridge 26.06: fine-tuning")
-    section = page[start: page.index("\n## ", start)]
-    lines = [line for line in section.splitlines()
-             if line.startswith("| ") and not line.startswith("| 26.06")]
-    assert len(lines) == len(FINETUNE) == len(rows)
-    for line, run in zip(lines, FINETUNE):
+    table = page_table("Megatron-Bridge 26.06: fine-tuning", "26.06")
+    assert len(table) == len(FINETUNE) == len(rows)
+    for cells, run in zip(table, FINETUNE):
         recorded, row = record[f"mbridge2606_{run}"], rows[f"mbridge2606_{run}"]
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        error = f"{100 * float(recorded['error']):+.1f}%".replace("-", "−")
-        assert cells[1:] == [f"{float(recorded['published_s']):.3f}", error], line
+        assert cells[1:] == recorded_cells(recorded), cells
         lora = "_lora_" in run
         assert cells[0].startswith("LoRA" if lora else "SFT")
         assert (row["lora_rank"], row["lora_targets"]) == (("16", "linear_qkv") if lora

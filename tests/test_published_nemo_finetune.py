@@ -4,7 +4,6 @@ the settings the page says the rows take (LoRA rank 32 on QKV alone, packed docu
 
 from __future__ import annotations
 
-import csv
 import sys
 from pathlib import Path
 
@@ -12,27 +11,22 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import validate_published as vp  # noqa: E402
 
+from conftest import page_table, published_record, recorded_cells  # noqa: E402
+
 #: the page's rows, in its order
 RUNS = ("7b_sft_8gpu", "13b_sft_8gpu", "70b_sft_16gpu", "7b_lora_8gpu", "13b_lora_8gpu",
         "70b_lora_8gpu")
 
 
 def test_the_24_07_fine_tuning_table_is_the_record_s():
-    with vp.RECORD.open(newline="") as handle:
-        record = {r["run"]: r for r in csv.DictReader(handle)}
+    record = published_record()
     rows = {r["run"]: r for r in vp.rows() if r["file"] == "nemo_finetune_2407.csv"}
-    page = (ROOT / "docs" / "accuracy" / "published.md").read_text()
-    start = page.index("## NeMo 24.07: Llama 2 fine-tuning")
-    section = page[start: page.index("\n## ", start)]
-    lines = [line for line in section.splitlines()
-             if line.startswith("| ") and not line.startswith("| 24.07")]
-    assert len(lines) == len(RUNS) == len(rows)
-    for line, run in zip(lines, RUNS):
+    table = page_table("NeMo 24.07: Llama 2 fine-tuning", "24.07")
+    assert len(table) == len(RUNS) == len(rows)
+    for cells, run in zip(table, RUNS):
         name = f"nemo2407_h100_llama2_{run}"
         recorded, row = record[name], rows[name]
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        error = f"{100 * float(recorded['error']):+.1f}%".replace("-", "−")
-        assert cells[1:] == [f"{float(recorded['published_s']):.3f}", error], line
+        assert cells[1:] == recorded_cells(recorded), cells
         lora = "_lora_" in run
         assert cells[0].startswith("LoRA" if lora else "SFT")
         assert (row["lora_rank"], row["lora_targets"]) == (("32", "linear_qkv") if lora
