@@ -1,6 +1,7 @@
-"""The importers (Megatron-LM arguments, NeMo 1 configs, NeMo 2 recipes, LLM Foundry YAMLs,
-torchtitan job configs) under random command-line items: a workload, or one line naming what
-is wrong — never a crash that surfaces as "an argument flowsim cannot use"."""
+"""The importers (Megatron-LM arguments, NeMo 1 configs, NeMo 2 recipes, Megatron-Bridge run
+configs, LLM Foundry YAMLs, torchtitan job configs) under random command-line items: a
+workload, or one line naming what is wrong — never a crash that surfaces as "an argument
+flowsim cannot use"."""
 
 from __future__ import annotations
 
@@ -28,6 +29,16 @@ NEMO = {"trainer": {"precision": "bf16", "devices": 8},
                   "encoder_seq_length": 2048, "micro_batch_size": 1, "global_batch_size": 16,
                   "tensor_model_parallel_size": 2, "mcore_gpt": True,
                   "optim": {"name": "mcore_distributed_optim"}, "tokenizer": {"type": "gpt2"}}}
+BRIDGE = {"model": {"_target_": "megatron.bridge.models.gpt_provider.GPTModelProvider",
+                    "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16,
+                    "seq_length": 2048, "vocab_size": 32000, "tensor_model_parallel_size": 2,
+                    "sequence_parallel": True, "gated_linear_unit": True, "bf16": True,
+                    "activation_func": {"_target_": "torch.nn.functional.silu",
+                                        "_call_": False}},
+          "train": {"global_batch_size": 16, "micro_batch_size": 1},
+          "ddp": {"use_distributed_optimizer": True, "overlap_grad_reduce": True},
+          "peft": {"_target_": "megatron.bridge.peft.lora.LoRA", "dim": 16,
+                   "target_modules": ["linear_qkv"]}}
 TITAN = {"model": {"name": "llama3", "flavor": "8B"},
          "training": {"local_batch_size": 2, "seq_len": 2048, "compile": True},
          "parallelism": {"data_parallel_shard_degree": -1, "tensor_parallel_degree": 2},
@@ -59,7 +70,18 @@ PATHS = {
              "model.optim.name", "model.optim.overlap_grad_sync", "model.fp8",
              "model.activation", "model.activations_checkpoint_granularity", "model.fsdp",
              "model.fsdp_sharding_strategy", "trainer.precision", "model.optim", "model",
-             "model.window_size", "model.num_moe_experts", "model.cp_comm_type"],
+             "model.window_size", "model.num_moe_experts", "model.cp_comm_type",
+             "model.peft.peft_scheme", "model.peft.lora_tuning.adapter_dim",
+             "model.peft.lora_tuning.target_modules", "model.peft",
+             "model.data.train_ds.packed_sequence", "model.encoder_seq_length"],
+    "megatron_bridge": ["model.num_layers", "model.tensor_model_parallel_size",
+                        "model.sequence_parallel", "model.fp8", "model.fp8_recipe",
+                        "model.fp4", "model.num_moe_experts", "model.moe_ffn_hidden_size",
+                        "model.expert_tensor_parallel_size", "model.recompute_granularity",
+                        "model.vocab_size", "model.tp_comm_overlap", "ddp.bucket_size",
+                        "ddp.use_distributed_optimizer", "ddp", "train.micro_batch_size",
+                        "peft", "peft.dim", "peft.target_modules", "dataset",
+                        "comm_overlap.tp_comm_overlap_cfg", "model"],
     "nemo2": ["trainer.strategy.tensor_model_parallel_size",
               "trainer.strategy.pipeline_model_parallel_size",
               "trainer.strategy.virtual_pipeline_model_parallel_size",
@@ -78,6 +100,8 @@ def _spec(kind: str, items: list[str]) -> dict:
         return {"generator": kind, "config": MPT, "overrides": items}
     if kind == "nemo":
         return {"generator": kind, "config": NEMO, "overrides": items}
+    if kind == "megatron_bridge":
+        return {"generator": kind, "config": BRIDGE, "overrides": items}
     return {"generator": kind, "recipe": "nemotron4_15b(performance_mode=True)",
             "overrides": [*items, "data.global_batch_size=16"]}
 

@@ -22,9 +22,11 @@ From YAML::
 The keys are the keyword arguments of :func:`transformer` or :func:`dlrm`.
 ``generator: megatron`` (:mod:`.megatron`) reads a Megatron-LM command line and
 ``generator: nemo`` (:mod:`.nemo`) a NeMo 1 training config, ``generator: nemo2``
-(:mod:`.nemo2`) a NeMo 2 pre-training recipe, ``generator: llmfoundry``
-(:mod:`.llmfoundry`) an LLM Foundry training YAML and ``generator: torchtitan``
-(:mod:`.torchtitan`) a torchtitan job config into the transformer's keys;
+(:mod:`.nemo2`) a NeMo 2 pre-training recipe, ``generator: megatron_bridge``
+(:mod:`.megatron_bridge`) a Megatron-Bridge run's saved ``run_config.yaml``,
+``generator: llmfoundry`` (:mod:`.llmfoundry`) an LLM Foundry training YAML and
+``generator: torchtitan`` (:mod:`.torchtitan`) a torchtitan job config into the transformer's
+keys;
 ``generator: huggingface`` (:mod:`.huggingface`) takes a model's shape from its Hugging Face
 ``config.json``.
 """
@@ -42,6 +44,7 @@ from .huggingface import parse_huggingface
 from .imported import build_imported
 from .llmfoundry import parse_llmfoundry
 from .megatron import parse_megatron
+from .megatron_bridge import parse_megatron_bridge
 from .nemo import parse_nemo
 from .nemo2 import parse_nemo2
 from .torchtitan import parse_torchtitan
@@ -70,6 +73,7 @@ GENERATORS: dict[str, Generator] = {
     "nemo": Generator(parse_nemo, build_imported),
     "llmfoundry": Generator(parse_llmfoundry, build_imported),
     "nemo2": Generator(parse_nemo2, build_imported),
+    "megatron_bridge": Generator(parse_megatron_bridge, build_imported),
     "torchtitan": Generator(parse_torchtitan, build_imported),
     "huggingface": Generator(parse_huggingface, build_imported),
 }

@@ -1,0 +1,226 @@
+"""A Megatron-Bridge run's saved configuration as a transformer spec:
+``generator: megatron_bridge``.
+
+Megatron-Bridge writes a run's whole ``ConfigContainer`` into every checkpoint it saves
+(``run_config.yaml``: ``save_checkpoint`` calls ``cfg.to_yaml``,
+``src/megatron/bridge/training/checkpointing.py`` at 8f341b04f), and at setup where
+``logger.save_config_filepath`` says. The file is ``yaml.safe_dump`` of the container's
+``to_dict`` (Megatron-LM ``megatron/training/config/container.py``): one block per section
+(``model``, ``train``, ``ddp``, ``optimizer``, ``comm_overlap``, ``peft``, ``dataset``, ...),
+each dataclass a mapping with its class as ``_target_``, functions and dtypes as
+``{_target_: ..., _call_: false}``. The ``model`` block is the model provider, Megatron-Core's
+``TransformerConfig`` fields as the run set them up (the precision and overlap settings
+already applied). This generator reads the file (key ``config``: a path, relative to the spec
+file, or the mapping itself), optionally with ``overrides`` (``section.key=value`` items, as
+Megatron-Bridge's scripts take them), and builds the :mod:`transformer <.transformer>`
+workload; the data-parallel size is what the network's NPUs leave::
+
+    generator: megatron_bridge
+    config: checkpoints/iter_0001000/run_config.yaml
+    overrides: train.global_batch_size=256
+
+What is read, by Megatron-Bridge path: ``model.`` the shape (``num_layers``, ``hidden_size``,
+``ffn_hidden_size``, ``num_attention_heads``, ``num_query_groups``, ``kv_channels``,
+``seq_length``, ``vocab_size`` padded as ``should_pad_vocab`` says, ``gated_linear_unit``,
+``position_embedding_type``, ``share_embeddings_and_output_weights``), the parallel sizes and
+``sequence_parallel``, the experts (``num_moe_experts``, ``moe_router_topk``,
+``moe_ffn_hidden_size``, ``moe_shared_expert_intermediate_size``, ``moe_layer_freq``,
+``moe_token_dispatcher_type``, ``expert_tensor_parallel_size``,
+``overlap_moe_expert_parallel_comm``), the pipeline split
+(``account_for_embedding_in_pipeline_split`` with ``..._loss_...``), latent attention and its
+widths, ``mtp_num_layers``, sliding windows, recomputation (``recompute_granularity``,
+``recompute_method``, ``recompute_num_layers``), precision (``bf16``, ``fp8``, ``fp8_recipe``,
+``fp8_param``, ``fp4``, ``fp8_dot_product_attention``), ``tp_comm_overlap``, the cross
+entropy's fusion; ``train.global_batch_size`` and ``micro_batch_size``; ``ddp.`` the overlaps,
+``bucket_size``, ``grad_reduce_in_fp32``, ``align_param_gather``,
+``use_distributed_optimizer``; ``dist.align_grad_reduce``;
+``comm_overlap.tp_comm_overlap_cfg`` (userbuffers settings of their own: NeMo's; none:
+Transformer Engine's defaults); ``peft`` (LoRA: ``dim``, ``target_modules``; any other method
+is refused); ``dataset.packed_sequence_specs`` (packed documents: named in a warning unless
+``document_tokens`` is given beside ``config``). The rest goes through the NeMo importer's
+reading of the same Megatron-Core settings (:func:`.nemo.nemo_keys`), so the two agree on what
+a setting costs.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from ...errors import ConfigError, FlowsimWarning, config_error
+from .config_files import apply_overrides, config_block, load_config
+from .imported import ImportedSpec, cross_entropy_impl, parse_imported
+from .nemo import NUMBERS, nemo_keys
+from .transformer_spec import LORA_TARGETS
+
+#: ``model.`` settings Megatron-Bridge and NeMo 1 name alike (NeMo 1's ``encoder_seq_length``
+#: is Megatron-Core's ``seq_length``)
+_SAME = tuple(k for k in NUMBERS if k not in ("encoder_seq_length", "micro_batch_size",
+                                              "global_batch_size"))
+_ALSO = ("sequence_parallel", "position_embedding_type", "share_embeddings_and_output_weights",
+         "moe_layer_freq", "cp_comm_type", "window_size", "window_attn_skip_freq",
+         "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
+         "qk_pos_emb_head_dim", "v_head_dim", "fp8_recipe", "fp8_dot_product_attention",
+         "cross_entropy_loss_fusion", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
+         "moe_router_num_groups", "moe_router_group_topk", "apply_rope_fusion")
+#: the PEFT methods priced (``peft._target_``'s class name)
+LORA = "LoRA"
+
+
+def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: bool = False
+                ) -> dict[str, Any]:
+    """The transformer keys a Megatron-Bridge ``run_config.yaml`` (a mapping, or a path
+    relative to ``source``'s folder) sets, after ``overrides``; ``documents``: the packed
+    documents' length is given beside it."""
+    where, config = load_config(config, source, what="a Megatron-Bridge run_config.yaml: "
+                                "a YAML path or a mapping", expected="Megatron-Bridge's "
+                                "ConfigContainer (model:, train:, ddp:, ... blocks)")
+    config = apply_overrides(config, overrides, source, example="train.global_batch_size=256")
+    block = lambda name, parent=config: config_block(  # noqa: E731
+        parent, name, where, what="a Megatron-Bridge config block")
+    model, train, ddp = block("model"), block("train"), block("ddp")
+    if not model:
+        raise config_error(where, "model", "the model provider's block", None)
+    if not train:   # a checkpoint conversion's file (save_megatron_model): no training run
+        raise config_error(where, "train", "a training run's block (a converted "
+                           "checkpoint's run_config.yaml describes no run)", None)
+    nemo1: dict[str, Any] = {k: model.get(k) for k in (*_SAME, *_ALSO)}
+    nemo1.update(
+        encoder_seq_length=model.get("seq_length"),
+        micro_batch_size=train.get("micro_batch_size"),
+        global_batch_size=train.get("global_batch_size"),
+        moe_shared_expert_intermediate_size=model.get("moe_shared_expert_intermediate_size"),
+        activation="swiglu" if model.get("gated_linear_unit") else "gelu",
+        mcore_gpt=True, transformer_engine=model.get("transformer_impl", "transformer_engine")
+        == "transformer_engine",
+        fp8=bool(model.get("fp8")), fp8_params=bool(model.get("fp8_param")),
+        ub_tp_comm_overlap=bool(model.get("tp_comm_overlap")),
+        ub_tp_comm_overlap_cfg=(block("comm_overlap").get("tp_comm_overlap_cfg") or None),
+        activations_checkpoint_granularity=model.get("recompute_granularity"),
+        activations_checkpoint_method=model.get("recompute_method"),
+        activations_checkpoint_num_layers=model.get("recompute_num_layers"),
+        optim={"name": "mcore_distributed_optim" if ddp.get("use_distributed_optimizer")
+               else "fused_adam",
+               "overlap_grad_sync": ddp.get("overlap_grad_reduce"),
+               "overlap_param_sync": ddp.get("overlap_param_gather"),
+               "align_param_gather": ddp.get("align_param_gather"),
+               "align_grad_reduce": block("dist").get("align_grad_reduce", True),
+               "grad_sync_dtype": "fp32" if ddp.get("grad_reduce_in_fp32") else "bf16",
+               "ddp_bucket_size": ddp.get("bucket_size")})
+    nemo1 = {k: v for k, v in nemo1.items() if v is not None}
+    precision = "bf16" if model.get("bf16", True) else "16" if model.get("fp16") else "32"
+    try:
+        with warnings.catch_warnings(record=True) as notes:
+            warnings.simplefilter("always", FlowsimWarning)
+            keys = nemo_keys({"trainer": {"precision": precision}, "model": nemo1}, where)
+    except ConfigError as exc:   # name the setting by its Megatron-Bridge path
+        raise ConfigError(_bridge_names(str(exc))) from None
+    for note in notes:   # the NeMo importer's notes, in Megatron-Bridge's names
+        warnings.warn(_bridge_names(str(note.message)), note.category, stacklevel=4)
+    if keys.get("experts"):   # Megatron-Core's expert ranks: folded over CP x DP
+        keys["expert_layout"] = "folded"
+        if model.get("moe_ffn_hidden_size"):   # the experts' width (ffn: the dense layers')
+            keys["moe_ffn"] = model["moe_ffn_hidden_size"]
+        if model.get("expert_tensor_parallel_size") is not None:
+            keys["expert_tp"] = model["expert_tensor_parallel_size"]
+        keys["moe_a2a_overlap"] = bool(model.get("overlap_moe_expert_parallel_comm"))
+    if model.get("account_for_embedding_in_pipeline_split") and \
+            model.get("account_for_loss_in_pipeline_split"):
+        keys["pipeline_layout"] = "first_last_fewer"   # the embedding and loss count as layers
+    if model.get("vocab_size"):
+        keys["vocab"] = _vocabulary(model)
+    if model.get("fp4"):   # NVFP4's GEMMs (Megatron-Bridge's bf16_with_nvfp4_mixed)
+        keys["dtype"], keys["fp8_recipe"] = "fp8", "nvfp4"
+    keys.update(cross_entropy_impl(model.get("cross_entropy_fusion_impl"),
+                                   keys.get("cross_entropy_fusion", False), where,
+                                   "model.cross_entropy_fusion_impl"))
+    keys.update(_lora(config.get("peft"), where))
+    packed = block("packed_sequence_specs", block("dataset")).get("packed_sequence_size")
+    if isinstance(packed, int) and packed > 0 and not documents:   # -1: not packed
+        warnings.warn(f"{where}: dataset.packed_sequence_specs: the documents' length is the "
+                      "data's; priced as whole sequences (give 'document_tokens' beside "
+                      "'config')", FlowsimWarning, stacklevel=4)
+    return keys
+
+
+#: NeMo 1's paths in the NeMo importer's messages -> Megatron-Bridge's
+_PATHS = {"model.encoder_seq_length": "model.seq_length",
+          "model.micro_batch_size": "train.micro_batch_size",
+          "model.global_batch_size": "train.global_batch_size",
+          "model.optim.overlap_grad_sync": "ddp.overlap_grad_reduce",
+          "model.optim.overlap_param_sync": "ddp.overlap_param_gather",
+          "model.optim.align_param_gather": "ddp.align_param_gather",
+          "model.optim.align_grad_reduce": "dist.align_grad_reduce",
+          "model.optim.ddp_bucket_size": "ddp.bucket_size",
+          "model.activations_checkpoint_granularity": "model.recompute_granularity",
+          "model.activations_checkpoint_method": "model.recompute_method",
+          "model.activations_checkpoint_num_layers": "model.recompute_num_layers",
+          "model.ub_tp_comm_overlap": "model.tp_comm_overlap",
+          "model.fp8_params": "model.fp8_param"}
+
+
+def _bridge_names(message: str) -> str:
+    """``message`` with NeMo 1's paths written as Megatron-Bridge's."""
+    for old, new in sorted(_PATHS.items(), key=lambda item: -len(item[0])):
+        message = re.sub(rf"(?<![\w.]){re.escape(old)}(?!\w)", new, message)
+    return message
+
+
+def _vocabulary(model: Mapping[str, Any]) -> Any:
+    """The model's vocabulary as Megatron-LM pads it: the saved ``vocab_size`` is the
+    unpadded one, rounded up to ``make_vocab_size_divisible_by`` x TP when
+    ``should_pad_vocab`` (``megatron/training/vocab_utils.py``); a bad value is left for the
+    transformer to name."""
+    vocab, step = model["vocab_size"], model.get("make_vocab_size_divisible_by", 128)
+    tp = model.get("tensor_model_parallel_size", 1)
+    if not model.get("should_pad_vocab") or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (vocab, step, tp)):
+        return vocab
+    multiple = step * tp
+    return -(-vocab // multiple) * multiple
+
+
+def _lora(peft: Any, where: str) -> dict[str, Any]:
+    """LoRA's keys from the ``peft`` block (none without one).
+
+    Raises
+    ------
+    ConfigError
+        A PEFT method other than LoRA, a bad ``dim`` or an unknown target.
+    """
+    if not peft:
+        return {}
+    target = str(peft.get("_target_", "")) if isinstance(peft, Mapping) else str(peft)
+    if target.rsplit(".", 1)[-1] != LORA:
+        raise config_error(where, "peft._target_", "megatron.bridge.peft.lora.LoRA (DoRA, "
+                           "canonical LoRA and other methods are not modelled)", target)
+    rank = peft.get("dim", 32)
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise config_error(where, "peft.dim", "a positive integer", rank)
+    targets = peft.get("target_modules", list(LORA_TARGETS))
+    if not isinstance(targets, list) or not targets:
+        raise config_error(where, "peft.target_modules", f"a list of {', '.join(LORA_TARGETS)}",
+                           targets)
+    for i, name in enumerate(targets):
+        if name not in LORA_TARGETS:
+            raise config_error(where, f"peft.target_modules[{i}]",
+                               f"one of {', '.join(LORA_TARGETS)}", name)
+    return {"lora_rank": rank, "lora_targets": list(dict.fromkeys(targets))}
+
+
+def parse_megatron_bridge(values: Mapping[str, Any], source: str) -> ImportedSpec:
+    """``generator: megatron_bridge``: key ``config`` (a ``run_config.yaml``), optionally
+    ``overrides``, transformer keys."""
+    values = dict(values)
+    overrides = values.pop("overrides", None)
+    documents = "document_tokens" in values
+    names = {key: f"model.{name}" for name, key in NUMBERS.items()}
+    names.update(sequence="model.seq_length", micro_batch="train.micro_batch_size",
+                 global_batch="train.global_batch_size", vocab="model.vocab_size",
+                 lora_rank="peft.dim", lora_targets="peft.target_modules")
+    return parse_imported(values, source, read="config",
+                          translate=lambda config, src: bridge_keys(config, src, overrides,
+                                                                    documents=documents),
+                          names=names)
