@@ -124,7 +124,7 @@ def test_yaml_spec_builds_the_same_workload(tmp_path, cube):
 @pytest.mark.parametrize("change, match", [
     ({"generator": "gpt"},
      r"spec.yml: key 'generator': expected one of dlrm, huggingface, llmfoundry, megatron, "
-     r"nemo, nemo2, torchtitan, transformer"),
+     r"megatron_bridge, nemo, nemo2, torchtitan, transformer"),
     ({"generator": None}, r"key 'generator'"),
     ({"hiden": 3}, r"spec.yml: unknown key 'hiden'"),
     ({"layers": 0}, r"spec.yml: key 'layers': expected an integer >= 1, found 0"),
