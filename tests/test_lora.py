@@ -191,6 +191,23 @@ def test_frozen_layers_gather_no_input_for_a_weight_gradient(net):
     assert regathers(lora_rank=RANK) == regathers(lora_rank=RANK, tp_comm_overlap=True) == 0
 
 
+def test_the_frozen_embedding_gathers_no_gradient(net):
+    """With SP the embedding's weight gradient needs its output gradient gathered; frozen
+    (LoRA), it has none to compute."""
+    def gathers(**extra):
+        ops = transformer(net, **TP_DENSE, sp=True, **extra).programs[0].ops
+        return sum(op.name.endswith("embedding.all_gather") for op in ops)
+    assert gathers() > 0 and gathers(lora_rank=RANK) == 0
+
+
+def test_row_parallel_adapters_take_any_rank(net):
+    """Only a column-parallel layer's adapter splits its rank over TP: an odd rank on the
+    projection alone is a layout Megatron-Bridge runs."""
+    lora = transformer(net, **TP_DENSE, sp=True, lora_rank=RANK + 1,
+                       lora_targets=["linear_proj"])
+    assert any(RANK + 1 in (g.m, g.n, g.k) for g in _gemms(lora))
+
+
 def test_userbuffers_leave_an_adapted_layer_s_gather_to_nccl(net):
     """Under userbuffers an adapted QKV layer returns its norm output, and Transformer
     Engine then gathers its input with NCCL instead of the ring exchange; FC1, not adapted,
@@ -287,19 +304,24 @@ def test_frozen_layers_cast_one_layout(net, recipe, per_element):
         assert quantize_bytes(k, any_layout=False) == pytest.approx(per_element * k.elements)
 
 
+@pytest.mark.parametrize("tp", [1, TP])
 @pytest.mark.parametrize("targets", [list(WIDTHS), ["linear_qkv"], ["linear_proj"]])
-def test_frozen_layers_keep_no_input_for_a_weight_gradient(net, targets):
+def test_frozen_layers_keep_no_input_for_a_weight_gradient(net, targets, tp):
     """Per layer and micro-batch, LoRA's activations are full training's less the inputs
-    kept only for a frozen layer's weight gradient: QKV's and FC1's (h wide) and FC2's
-    (ffn wide), each unless the layer has an adapter."""
-    spec = {"generator": "transformer", **DENSE}
+    kept only for a frozen layer's weight gradient: QKV's and FC1's (h wide, a sequence
+    shard with SP) and FC2's (ffn / t wide), each unless the layer has an adapter; with SP
+    an adapter on QKV or FC1 keeps that input whole (the gathered norm output it reads)."""
+    spec = {"generator": "transformer", **DENSE, "tp": tp, "dp": DENSE["dp"] // tp,
+            "sp": tp > 1}
     full = flowsim.simulate(net, spec, "nccl").attrs["memory_activations_gib"]
     lora = flowsim.simulate(net, {**spec, "lora_rank": RANK, "lora_targets": targets},
                             "nccl").attrs["memory_activations_gib"]
-    dropped = sum(w for t, w in (("linear_qkv", H), ("linear_fc1", H), ("linear_fc2", FFN))
-                  if t not in targets)
+    shard = SEQ // tp
+    change = -SEQ * FFN // tp if "linear_fc2" not in targets else 0
+    for target in ("linear_qkv", "linear_fc1"):
+        change += (SEQ - shard) * H if target in targets else -shard * H
     # one micro-batch in flight (no pipeline): every layer's activations once
-    assert (full - lora) * 2 ** 30 == pytest.approx(2 * SEQ * dropped * LAYERS)
+    assert (lora - full) * 2 ** 30 == pytest.approx(2 * change * LAYERS)
 
 
 def test_lora_model_flops_count_what_still_runs(net):

@@ -140,6 +140,17 @@ def test_the_settings_it_reads():
     assert both["pipeline_layout"] == "first_last_fewer"
 
 
+def test_ddp_settings_hold_without_the_distributed_optimizer():
+    """Megatron-Bridge's LoRA recipes run Megatron-Core's DDP without the distributed
+    optimizer: its overlap, buckets and reduction precision still hold."""
+    config = _run()
+    config["ddp"] = dict(config["ddp"], use_distributed_optimizer=False)
+    keys = bridge_keys(config, "<test>")
+    assert not keys.get("distributed_optimizer")
+    assert keys["overlap_grad_reduce"] and keys["grad_reduce_in_bf16"]
+    assert keys["bucket_size"] == 134217728
+
+
 def test_overrides_and_lora_targets():
     config = _run()
     config["peft"] = dict(PEFT, target_modules=["linear_fc1", "linear_qkv", "linear_fc1"])
@@ -155,6 +166,7 @@ def test_overrides_and_lora_targets():
      r"peft\.target_modules\[1\]"),
     ({"model": None}, "model"),
     ({"train": None}, "train"),   # a checkpoint conversion's file
+    ({"peft": "megatron.bridge.peft.lora.LoRA"}, r"key 'peft'"),
     ({"ddp": dict(RUN["ddp"], overlap_grad_reduce="yes")}, r"key 'ddp\.overlap_grad_reduce'"),
 ])
 def test_what_cannot_be_priced_is_refused(change, key):

@@ -63,6 +63,15 @@ def test_the_sequence_is_read_through_the_launcher_s_interpolation():
     assert "lora_rank" not in _keys()   # no PEFT scheme: every weight trained
 
 
+def test_an_interpolation_naming_no_key_is_nemo_s_default():
+    """``${seq_len}`` (one part, no such key) names nothing: NeMo's default, with a
+    warning, as before."""
+    config = copy.deepcopy(SFT)
+    config["model"]["encoder_seq_length"] = "${seq_len}"
+    with pytest.warns(flowsim.FlowsimWarning, match="interpolation"):
+        assert "sequence" not in nemo_keys(config, "<test>")
+
+
 @pytest.mark.parametrize("tuning, rank, targets", [
     ({}, 32, ["linear_qkv"]),   # NeMo's defaults
     ({"adapter_dim": 8, "target_modules": ["attention_dense", "mlp_fc2"]}, 8,
@@ -85,6 +94,10 @@ def test_lora_reads_nemo_s_rank_and_targets(tuning, rank, targets):
     (_lora(target_modules="attention_qkv"), r"model\.peft\.lora_tuning\.target_modules"),
     (_lora(target_modules=["attention_qkv", "router"]),
      r"model\.peft\.lora_tuning\.target_modules\[1\]"),
+    (_lora(target_modules=[["attention_qkv"]]),
+     r"model\.peft\.lora_tuning\.target_modules\[0\]"),
+    ({"peft": {"peft_scheme": "lora", "lora_tuning": 32}}, r"model\.peft\.lora_tuning'"),
+    ({"peft": "lora"}, r"key 'model\.peft'"),   # not priced as full training
 ])
 def test_what_nemo_s_peft_cannot_be_priced_as_is_refused(model, key):
     with pytest.raises(ConfigError, match=key):

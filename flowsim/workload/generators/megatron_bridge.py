@@ -47,12 +47,13 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
 from .config_files import apply_overrides, config_block, load_config
 from .imported import ImportedSpec, cross_entropy_impl, parse_imported
-from .nemo import NUMBERS, nemo_keys
+from .nemo import NUMBERS, config_switch, nemo_keys
 from .transformer_spec import LORA_TARGETS
 
 #: ``model.`` settings Megatron-Bridge and NeMo 1 name alike (NeMo 1's ``encoder_seq_length``
@@ -129,6 +130,14 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
     if model.get("account_for_embedding_in_pipeline_split") and \
             model.get("account_for_loss_in_pipeline_split"):
         keys["pipeline_layout"] = "first_last_fewer"   # the embedding and loss count as layers
+    if not ddp.get("use_distributed_optimizer"):   # Megatron-Core's DDP settings still hold
+        flag = partial(config_switch, ddp, where, "ddp")
+        keys["overlap_grad_reduce"] = flag("overlap_grad_reduce", False)
+        keys["align_grad_reduce"] = config_switch(block("dist"), where, "dist", "align_grad_reduce",
+                                          True)
+        keys["grad_reduce_in_bf16"] = not flag("grad_reduce_in_fp32", False)
+        if ddp.get("bucket_size"):
+            keys["bucket_size"] = ddp["bucket_size"]
     if model.get("vocab_size"):
         keys["vocab"] = _vocabulary(model)
     if model.get("fp4"):   # NVFP4's GEMMs (Megatron-Bridge's bf16_with_nvfp4_mixed)
@@ -192,7 +201,10 @@ def _lora(peft: Any, where: str) -> dict[str, Any]:
     """
     if not peft:
         return {}
-    target = str(peft.get("_target_", "")) if isinstance(peft, Mapping) else str(peft)
+    if not isinstance(peft, Mapping):
+        raise config_error(where, "peft", "the PEFT method's block (_target_, dim, "
+                           "target_modules)", peft)
+    target = str(peft.get("_target_", ""))
     if target.rsplit(".", 1)[-1] != LORA:
         raise config_error(where, "peft._target_", "megatron.bridge.peft.lora.LoRA (DoRA, "
                            "canonical LoRA and other methods are not modelled)", target)
@@ -204,7 +216,7 @@ def _lora(peft: Any, where: str) -> dict[str, Any]:
         raise config_error(where, "peft.target_modules", f"a list of {', '.join(LORA_TARGETS)}",
                            targets)
     for i, name in enumerate(targets):
-        if name not in LORA_TARGETS:
+        if not isinstance(name, str) or name not in LORA_TARGETS:
             raise config_error(where, f"peft.target_modules[{i}]",
                                f"one of {', '.join(LORA_TARGETS)}", name)
     return {"lora_rank": rank, "lora_targets": list(dict.fromkeys(targets))}

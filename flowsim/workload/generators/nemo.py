@@ -106,7 +106,7 @@ def nemo_keys(config: Any, source: str, overrides: Any = None, *, documents: boo
     model, trainer = block(config, "model"), block(config, "trainer")
     optim = block(model, "optim")
     keys: dict[str, Any] = {}
-    switch = partial(_flag, model, where, "model")
+    switch = partial(config_switch, model, where, "model")
     for nemo, key in NUMBERS.items():
         raw = model.get(nemo)
         value = resolve(config, raw)   # an interpolation: the key it names
@@ -179,7 +179,7 @@ def nemo_keys(config: Any, source: str, overrides: Any = None, *, documents: boo
     if optim.get("name") in DISTRIBUTED_OPTIMIZERS:
         apex = optim["name"] == "distributed_fused_adam"   # Apex overlaps grads by default
         keys["distributed_optimizer"] = True
-        flag = partial(_flag, optim, where, "model.optim")
+        flag = partial(config_switch, optim, where, "model.optim")
         keys["overlap_grad_reduce"] = flag("overlap_grad_sync", apex)
         keys["overlap_param_gather"] = flag("overlap_param_sync", False)
         # NeMo 1 hands the pipeline schedule Apex's sync functions, Megatron-Core's only
@@ -229,7 +229,7 @@ def nemo_keys(config: Any, source: str, overrides: Any = None, *, documents: boo
     return keys
 
 
-def _flag(block: Mapping[str, Any], where: str, path: str, key: str, default: bool) -> bool:
+def config_switch(block: Mapping[str, Any], where: str, path: str, key: str, default: bool) -> bool:
     """A true/false setting of the config's ``path`` block (absent, null or an
     interpolation: NeMo's ``default``, the interpolation named in a warning); anything but
     a boolean is one error naming it (a quoted ``"false"`` would otherwise read as true)."""
@@ -258,4 +258,6 @@ def parse_nemo(values: Mapping[str, Any], source: str) -> ImportedSpec:
                                  "window_skip_freq": "model.window_attn_skip_freq",
                                  "mla": "model.multi_latent_attention and its widths",
                                  "node_limit": "model.moe_router_group_topk",
-                                 "dispatcher": "model.moe_token_dispatcher_type"})
+                                 "dispatcher": "model.moe_token_dispatcher_type",
+                                 "lora_rank": "model.peft.lora_tuning.adapter_dim",
+                                 "lora_targets": "model.peft.lora_tuning.target_modules"})

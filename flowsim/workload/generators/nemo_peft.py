@@ -53,7 +53,7 @@ def resolve(config: Mapping[str, Any], value: Any) -> Any:
     if match is None:
         return None
     parts = match.group(1).split(".")
-    if parts[0] not in config:   # the launcher's stage (``peft.model...``)
+    if parts[0] not in config and len(parts) > 1:   # the launcher's stage (``peft.model...``)
         parts = parts[1:]
     node: Any = config
     for part in parts:
@@ -74,14 +74,18 @@ def peft_keys(model: Mapping[str, Any], where: str) -> dict[str, Any]:
         target NeMo does not name.
     """
     peft = model.get("peft") or {}
+    if not isinstance(peft, Mapping):
+        raise config_error(where, "model.peft", "a mapping (peft_scheme, lora_tuning)", peft)
     keys: dict[str, Any] = {}
-    scheme = str(peft.get("peft_scheme") or "none").lower() if isinstance(peft, Mapping) \
-        else "none"
+    scheme = str(peft.get("peft_scheme") or "none").lower()
     if scheme not in ("none", "lora"):
         raise config_error(where, "model.peft.peft_scheme",
                            "lora or none (other PEFT schemes are not modelled)", scheme)
     if scheme == "lora":
         tuning = peft.get("lora_tuning") or {}
+        if not isinstance(tuning, Mapping):
+            raise config_error(where, "model.peft.lora_tuning",
+                               "a mapping (adapter_dim, target_modules)", tuning)
         rank = tuning.get("adapter_dim", DEFAULT_RANK)
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
             raise config_error(where, "model.peft.lora_tuning.adapter_dim",
@@ -92,7 +96,7 @@ def peft_keys(model: Mapping[str, Any], where: str) -> dict[str, Any]:
                                f"a list of {', '.join(TARGETS)}", names)
         targets: list[str] = []
         for i, name in enumerate(names):
-            if name not in TARGETS:
+            if not isinstance(name, str) or name not in TARGETS:
                 raise config_error(where, f"model.peft.lora_tuning.target_modules[{i}]",
                                    f"one of {', '.join(TARGETS)}", name)
             targets += [t for t in TARGETS[name] if t not in targets]

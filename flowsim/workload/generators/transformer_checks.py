@@ -217,8 +217,10 @@ def check_consistent(spec: Any) -> None:
          "unset without lora_rank (the layers LoRA adapts)", list(spec.lora_targets))
     if spec.lora_rank:   # adapters on the dense layers
         for key, ok, expected in (
-                ("lora_rank", spec.lora_rank % spec.tp == 0, f"a multiple of tp={spec.tp} "
-                 "(a column-parallel layer's adapter splits its rank over TP)"),
+                ("lora_rank", spec.lora_rank % spec.tp == 0 or set(spec.lora_targets) <= {
+                    "linear_proj", "linear_fc2"}, f"a multiple of tp={spec.tp} with "
+                 "linear_qkv or linear_fc1 adapted (a column-parallel layer's adapter splits "
+                 "its rank over TP)"),
                 ("experts", not spec.experts, "0 with lora_rank (adapters on dense layers)"),
                 ("mla", spec.mla is None, "unset with lora_rank"),
                 ("mtp_layers", not spec.mtp_layers, "0 with lora_rank"),

@@ -227,17 +227,23 @@ def _whole_layer(program: StageProgram, *, moe: bool) -> float:
         scores = 5.0 * (spec.heads // spec.tp) * spec.micro_batch * \
             (spec.sequence // spec.cp) ** 2
     return _split_activations(program, moe=moe) + _shared_activations(program) + scores \
-        - _frozen_inputs(program)
+        + _lora_inputs(program)
 
 
-def _frozen_inputs(program: StageProgram) -> float:
-    """Under LoRA, the inputs kept only for a frozen layer's weight gradient, which is never
-    computed: the QKV and FC1 layers' (their norms' outputs) and FC2's, each unless an
-    adapter on the layer keeps it for its own weight gradient (the projection's input is
+def _lora_inputs(program: StageProgram) -> float:
+    """Under LoRA, what the kept inputs change by: a frozen layer keeps no input for its
+    weight gradient, which is never computed (QKV's and FC1's, their norms' outputs, sharded
+    with sequence parallelism, and FC2's), unless an adapter on it keeps that input for its
+    own; with sequence parallelism an adapter on QKV or FC1 keeps its input whole (the
+    gathered norm output it reads) where the layer kept a shard (the projection's input is
     the attention's output, kept for the attention's backward)."""
     spec, k = program.spec, program.k
     if not spec.lora_rank:
         return 0.0
-    inputs = {"linear_qkv": spec.hidden, "linear_fc1": spec.hidden, "linear_fc2": k.f}
-    return ACT * k.n * sum(width for target, width in inputs.items()
-                           if target not in spec.lora_targets)
+    change = -ACT * k.n * k.f if "linear_fc2" not in spec.lora_targets else 0.0
+    for target in ("linear_qkv", "linear_fc1"):
+        if target not in spec.lora_targets:
+            change -= ACT * k.n_sp * spec.hidden
+        else:
+            change += ACT * (k.n - k.n_sp) * spec.hidden
+    return change

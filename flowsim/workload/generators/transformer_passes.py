@@ -274,7 +274,7 @@ class PassBuilder(OpStream):
                            carry: tuple[Kernel, ...] = ()) -> None:
         """The embedding's weight gradient (after ``carry`` kernels), from the gradient of
         its output all-gathered over TP with sequence parallelism."""
-        if self.spec.tp > 1 and self.spec.sp:
+        if self.spec.tp > 1 and self.spec.sp and not self.spec.lora_rank:   # (LoRA: frozen)
             g = (self.collective(f"{name}.all_gather", "all_gather", self.k.shard_bytes,
                                  self.groups.tp, row, "ig", g),)
         self.compute(f"{name}.backward", carry + self.k.embedding_backward, row, "wg", g)
