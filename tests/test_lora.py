@@ -200,6 +200,19 @@ def test_the_frozen_embedding_gathers_no_gradient(net):
     assert gathers() > 0 and gathers(lora_rank=RANK) == 0
 
 
+def test_an_adapted_layer_gathers_its_input_in_16_bits(net):
+    """In FP8 training with SP, Transformer Engine gathers a layer's input cast to FP8, but
+    an adapted layer returns its norm output to the adapter: gathered in 16 bits, then
+    cast. QKV adapted, FC1 not: their forward all-gathers move 2 and 1 bytes an element."""
+    ops = transformer(net, **TP_DENSE, sp=True, dtype="fp8", lora_rank=RANK,
+                      lora_targets=["linear_qkv"]).programs[0].ops
+    sizes = {op.name.split(".")[-2]: op.size for op in ops
+             if op.kind == "collective" and op.pass_ == "fwd" and op.name.startswith("mb0.")
+             and op.name.endswith(("attention.all_gather", "mlp.all_gather"))}
+    shard = SEQ // TP * H
+    assert sizes == {"attention": 2 * shard, "mlp": shard}
+
+
 def test_row_parallel_adapters_take_any_rank(net):
     """Only a column-parallel layer's adapter splits its rank over TP: an odd rank on the
     projection alone is a layout Megatron-Bridge runs."""

@@ -49,11 +49,11 @@ Every base weight is frozen; each linear layer of ``lora_targets`` (Megatron-Bri
   userbuffers.
 
 Scope: dense layers (no experts, no latent attention, no multi-token prediction), no FSDP.
-Not modelled: an adapted layer's input gathered in 16 bits in FP8 training (its norm output
-is returned unquantized; the gather is priced as the layer's own, in FP8), the adapters'
-collectives run beside their weight gradients (Megatron's asynchronous all-reduce: here in
-the stream's order), and under userbuffers the base layer's reduce-scatter waits for the
-row-parallel adapter chain.
+With sequence parallelism and no userbuffers, an adapted layer's input is gathered in 16 bits
+(the norm output it returns is gathered unquantized, then cast), a frozen layer's in the one
+layout its data gradient reads. Not modelled: the adapters' collectives run beside their
+weight gradients (Megatron's asynchronous all-reduce: here in the stream's order), and under
+userbuffers the base layer's reduce-scatter waits for the row-parallel adapter chain.
 """
 
 from __future__ import annotations
