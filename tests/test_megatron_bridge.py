@@ -187,3 +187,13 @@ def test_packed_sequences_without_a_length_are_named():
         bridge_keys(config, "<test>", documents=True)
         config["dataset"]["packed_sequence_specs"]["packed_sequence_size"] = -1   # off
         bridge_keys(config, "<test>")
+
+
+def test_the_file_itself_is_a_workload(tmp_path):
+    """A checkpoint's run_config.yaml given as the workload, as saved (no spec around it),
+    is read by the importer; the device comes from the cluster preset."""
+    row = vp.rows("mbridge2606_h100_llama3_70b_sft_fp8_32gpu")[0]
+    path = tmp_path / "run_config.yaml"
+    path.write_text(yaml.safe_dump(RUN))
+    net = vp.network(row)
+    assert _time(net, str(path)) == _time(net, vp.spec(row))

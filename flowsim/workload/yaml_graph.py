@@ -103,7 +103,9 @@ def parse_workload_mapping(mapping: Mapping, source: str, network: Any) -> Workl
     Parameters
     ----------
     mapping : Mapping
-        A graph (``programs`` or ``ops``) or a generator spec (``generator``).
+        A graph (``programs`` or ``ops``), a generator spec (``generator``), or a
+        Megatron-Bridge ``run_config.yaml`` as saved (its ``ConfigContainer`` ``_target_``:
+        read by ``generator: megatron_bridge``).
     source : str
         Where the mapping came from (a file path, ``"<dict>"``), for error messages.
     network : Network or None
@@ -122,6 +124,12 @@ def parse_workload_mapping(mapping: Mapping, source: str, network: Any) -> Workl
         from .generators import build_generator
 
         return build_generator(mapping, source, network)
+    if str(mapping.get("_target_", "")).endswith(".ConfigContainer"):
+        # Megatron-Bridge's run_config.yaml, given as it is
+        from .generators import build_generator
+
+        return build_generator({"generator": "megatron_bridge", "config": mapping}, source,
+                               network)
     check_unknown_keys(mapping, TOP_KEYS + ("generator",), source=source)
     name = mapping.get("name", Path(source).stem if source != "<dict>" else "workload")
     if not isinstance(name, str) or not name:
