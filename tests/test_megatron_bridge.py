@@ -135,9 +135,31 @@ def test_the_settings_it_reads():
     padded = bridge_keys(_run(vocab_size=32001, should_pad_vocab=True), "<test>")
     assert padded["vocab"] == 32256   # rounded up to a multiple of 128 x TP 4
     assert bridge_keys(_run(vocab_size=32001), "<test>")["vocab"] == 32001
-    both = bridge_keys(_run(account_for_embedding_in_pipeline_split=True,
-                            account_for_loss_in_pipeline_split=True), "<test>")
-    assert both["pipeline_layout"] == "first_last_fewer"
+
+
+
+def test_the_pipeline_split_reads_as_megatron_lm_s_flags():
+    """Megatron-Core's split settings give the layers per stage Megatron-LM's flags give:
+    the embedding and the loss counted as layers, uneven first and last stages, a layout
+    string; a bad count is named by its Megatron-Bridge path; a layout saved as an object
+    (26.06 writes it without its stages) is named in a warning."""
+    flat = {"virtual_pipeline_model_parallel_size": None}
+    both = bridge_keys(_run(num_layers=78, account_for_embedding_in_pipeline_split=True,
+                            account_for_loss_in_pipeline_split=True, **flat), "<test>")
+    assert both["pipeline_layout"] == [19, 20, 20, 19]
+    uneven = bridge_keys(_run(num_layers_in_first_pipeline_stage=18,
+                              num_layers_in_last_pipeline_stage=18, **flat), "<test>")
+    assert uneven["pipeline_layout"] == [18, 22, 22, 18]
+    text = bridge_keys(_run(pipeline_model_parallel_layout="Et*19|t*20|t*20|t*21L", **flat),
+                       "<test>")
+    assert text["pipeline_layout"] == [19, 20, 20, 21]
+    with pytest.raises(ConfigError, match=r"model\.num_layers_in_first_pipeline_stage"):
+        bridge_keys(_run(num_layers_in_first_pipeline_stage=100, **flat), "<test>")
+    saved = {"_target_": "megatron.core.transformer.pipeline_parallel_layer_layout."
+                         "PipelineParallelLayerLayout", "_call_": True}
+    with pytest.warns(flowsim.FlowsimWarning, match="pipeline_model_parallel_layout"):
+        assert "pipeline_layout" not in bridge_keys(
+            _run(pipeline_model_parallel_layout=saved), "<test>")
 
 
 def test_ddp_settings_hold_without_the_distributed_optimizer():

@@ -27,7 +27,9 @@ What is read, by Megatron-Bridge path: ``model.`` the shape (``num_layers``, ``h
 ``moe_ffn_hidden_size``, ``moe_shared_expert_intermediate_size``, ``moe_layer_freq``,
 ``moe_token_dispatcher_type``, ``expert_tensor_parallel_size``,
 ``overlap_moe_expert_parallel_comm``), the pipeline split
-(``account_for_embedding_in_pipeline_split`` with ``..._loss_...``), latent attention and its
+(``num_layers_in_first_pipeline_stage``, ``..._last_...``,
+``account_for_embedding_in_pipeline_split``, ``..._loss_...``,
+``pipeline_model_parallel_layout``, read as Megatron-LM's flags are), latent attention and its
 widths, ``mtp_num_layers``, sliding windows, recomputation (``recompute_granularity``,
 ``recompute_method``, ``recompute_num_layers``), precision (``bf16``, ``fp8``, ``fp8_recipe``,
 ``fp8_param``, ``fp4``, ``fp8_dot_product_attention``), ``tp_comm_overlap``, the cross
@@ -53,6 +55,7 @@ from typing import Any
 from ...errors import ConfigError, FlowsimWarning, config_error
 from .config_files import apply_overrides, config_block, load_config
 from .imported import ImportedSpec, cross_entropy_impl, parse_imported
+from .megatron_layout import EMBEDDING, FIRST, LAST, LAYOUT, LOSS, layout_keys
 from .nemo import NUMBERS, config_switch, nemo_keys
 from .transformer_spec import LORA_TARGETS
 
@@ -127,9 +130,7 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
         if model.get("expert_tensor_parallel_size") is not None:
             keys["expert_tp"] = model["expert_tensor_parallel_size"]
         keys["moe_a2a_overlap"] = bool(model.get("overlap_moe_expert_parallel_comm"))
-    if model.get("account_for_embedding_in_pipeline_split") and \
-            model.get("account_for_loss_in_pipeline_split"):
-        keys["pipeline_layout"] = "first_last_fewer"   # the embedding and loss count as layers
+    keys.update(_pipeline_split(model, keys, where))
     if not ddp.get("use_distributed_optimizer"):   # Megatron-Core's DDP settings still hold
         flag = partial(config_switch, ddp, where, "ddp")
         keys["overlap_grad_reduce"] = flag("overlap_grad_reduce", False)
@@ -152,6 +153,43 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
                       "data's; priced as whole sequences (give 'document_tokens' beside "
                       "'config')", FlowsimWarning, stacklevel=4)
     return keys
+
+
+#: Megatron-Core's pipeline split settings (``model.``) -> Megatron-LM's flags, whose reading
+#: (:mod:`.megatron_layout`) they share
+_SPLIT = {"pipeline_model_parallel_layout": LAYOUT,
+          "num_layers_in_first_pipeline_stage": FIRST,
+          "num_layers_in_last_pipeline_stage": LAST,
+          "account_for_embedding_in_pipeline_split": EMBEDDING,
+          "account_for_loss_in_pipeline_split": LOSS}
+
+
+def _pipeline_split(model: Mapping[str, Any], keys: Mapping[str, Any], where: str
+                    ) -> dict[str, Any]:
+    """The ``pipeline_layout`` Megatron-Core's split settings give, read as Megatron-LM's
+    flags are (uneven first and last stages, the embedding and the loss counted as layers, a
+    layout string), errors naming the Megatron-Bridge path. A layout saved as an object
+    (Megatron-Bridge 26.06 writes ``PipelineParallelLayerLayout`` without its stages) is
+    named in a warning and left out."""
+    flags: dict[str, str | None] = {}
+    for field, flag in _SPLIT.items():
+        value = model.get(field)
+        if isinstance(value, Mapping):
+            warnings.warn(f"{where}: model.{field} was saved without its stages: left out "
+                          "(give 'pipeline_layout' beside 'config')", FlowsimWarning,
+                          stacklevel=5)
+        elif flag in (EMBEDDING, LOSS):
+            if value is True:
+                flags[flag] = None
+        elif value is not None:
+            flags[flag] = str(value)
+    try:
+        return layout_keys(flags, keys, where)
+    except ConfigError as exc:
+        message = str(exc)
+        for field, flag in _SPLIT.items():
+            message = message.replace(f"--{flag}", f"model.{field}")
+        raise ConfigError(message.replace("--num-layers", "model.num_layers")) from None
 
 
 #: NeMo 1's paths in the NeMo importer's messages -> Megatron-Bridge's
