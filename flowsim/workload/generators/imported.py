@@ -301,3 +301,36 @@ def node_limit(groups: Any, group_topk: Any, keys: Mapping[str, Any], where: str
                       FlowsimWarning, stacklevel=6)
         return 0
     return limit
+
+
+
+def lora_keys(rank: Any, names: Any, where: str, *, rank_key: str, names_key: str,
+              layers: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
+    """LoRA's ``lora_rank`` and ``lora_targets`` from a tool's adapter rank and target
+    names (``rank_key``, ``names_key``: the tool's keys, for errors; ``layers``: the layers
+    each name adapts), each layer once, in the order named.
+
+    Raises
+    ------
+    ConfigError
+        A rank that is not a positive integer, no list of names, or a name ``layers`` does
+        not hold, naming the key.
+    """
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise config_error(where, rank_key, "a positive integer", rank)
+    if isinstance(names, str) or not isinstance(names, list | tuple) or not names:
+        raise config_error(where, names_key, f"a list of {', '.join(layers)}", names)
+    targets: list[str] = []
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or name not in layers:
+            raise config_error(where, f"{names_key}[{i}]", f"one of {', '.join(layers)}", name)
+        targets += [t for t in layers[name] if t not in targets]
+    return {"lora_rank": rank, "lora_targets": targets}
+
+
+def packed_warning(where: str, key: str) -> None:
+    """Warn that packed sequences (``key`` says so) are priced whole: the documents' length
+    is the data's, which no config holds."""
+    warnings.warn(f"{where}: {key}: the documents' length is the data's; priced as whole "
+                  "sequences (give 'document_tokens' beside 'config')", FlowsimWarning,
+                  stacklevel=5)

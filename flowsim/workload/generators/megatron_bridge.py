@@ -54,7 +54,7 @@ from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
 from .config_files import apply_overrides, config_block, load_config
-from .imported import ImportedSpec, cross_entropy_impl, parse_imported
+from .imported import ImportedSpec, cross_entropy_impl, lora_keys, packed_warning, parse_imported
 from .megatron_layout import EMBEDDING, FIRST, LAST, LAYOUT, LOSS, layout_keys
 from .nemo import NUMBERS, config_switch, nemo_keys
 from .transformer_spec import LORA_TARGETS
@@ -82,9 +82,9 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
                                 "a YAML path or a mapping", expected="Megatron-Bridge's "
                                 "ConfigContainer (model:, train:, ddp:, ... blocks)")
     config = apply_overrides(config, overrides, source, example="train.global_batch_size=256")
-    block = lambda name, parent=config: config_block(  # noqa: E731
-        parent, name, where, what="a Megatron-Bridge config block")
-    model, train, ddp = block("model"), block("train"), block("ddp")
+    block = partial(config_block, where=where, what="a Megatron-Bridge config block")
+    model, train, ddp = block(config, "model"), block(config, "train"), block(config, "ddp")
+    dist = block(config, "dist")
     if not model:
         raise config_error(where, "model", "the model provider's block", None)
     if not train:   # a checkpoint conversion's file (save_megatron_model): no training run
@@ -101,18 +101,15 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
         == "transformer_engine",
         fp8=bool(model.get("fp8")), fp8_params=bool(model.get("fp8_param")),
         ub_tp_comm_overlap=bool(model.get("tp_comm_overlap")),
-        ub_tp_comm_overlap_cfg=(block("comm_overlap").get("tp_comm_overlap_cfg") or None),
+        ub_tp_comm_overlap_cfg=(block(config, "comm_overlap").get("tp_comm_overlap_cfg")
+                                or None),
         activations_checkpoint_granularity=model.get("recompute_granularity"),
         activations_checkpoint_method=model.get("recompute_method"),
         activations_checkpoint_num_layers=model.get("recompute_num_layers"),
         optim={"name": "mcore_distributed_optim" if ddp.get("use_distributed_optimizer")
-               else "fused_adam",
-               "overlap_grad_sync": ddp.get("overlap_grad_reduce"),
+               else "fused_adam",   # the gradients' settings: below, with or without it
                "overlap_param_sync": ddp.get("overlap_param_gather"),
-               "align_param_gather": ddp.get("align_param_gather"),
-               "align_grad_reduce": block("dist").get("align_grad_reduce", True),
-               "grad_sync_dtype": "fp32" if ddp.get("grad_reduce_in_fp32") else "bf16",
-               "ddp_bucket_size": ddp.get("bucket_size")})
+               "align_param_gather": ddp.get("align_param_gather")})
     nemo1 = {k: v for k, v in nemo1.items() if v is not None}
     precision = "bf16" if model.get("bf16", True) else "16" if model.get("fp16") else "32"
     try:
@@ -131,14 +128,13 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
             keys["expert_tp"] = model["expert_tensor_parallel_size"]
         keys["moe_a2a_overlap"] = bool(model.get("overlap_moe_expert_parallel_comm"))
     keys.update(_pipeline_split(model, keys, where))
-    if not ddp.get("use_distributed_optimizer"):   # Megatron-Core's DDP settings still hold
-        flag = partial(config_switch, ddp, where, "ddp")
-        keys["overlap_grad_reduce"] = flag("overlap_grad_reduce", False)
-        keys["align_grad_reduce"] = config_switch(block("dist"), where, "dist", "align_grad_reduce",
-                                          True)
-        keys["grad_reduce_in_bf16"] = not flag("grad_reduce_in_fp32", False)
-        if ddp.get("bucket_size"):
-            keys["bucket_size"] = ddp["bucket_size"]
+    # Megatron-Core's DDP reduces the gradients as these say, distributed optimizer or not
+    keys["overlap_grad_reduce"] = config_switch(ddp, where, "ddp", "overlap_grad_reduce", False)
+    keys["grad_reduce_in_bf16"] = not config_switch(ddp, where, "ddp", "grad_reduce_in_fp32",
+                                                    False)
+    keys["align_grad_reduce"] = config_switch(dist, where, "dist", "align_grad_reduce", True)
+    if ddp.get("bucket_size") is not None:
+        keys["bucket_size"] = ddp["bucket_size"]
     if model.get("vocab_size"):
         keys["vocab"] = _vocabulary(model)
     if model.get("fp4"):   # NVFP4's GEMMs (Megatron-Bridge's bf16_with_nvfp4_mixed)
@@ -147,11 +143,10 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
                                    keys.get("cross_entropy_fusion", False), where,
                                    "model.cross_entropy_fusion_impl"))
     keys.update(_lora(config.get("peft"), where))
-    packed = block("packed_sequence_specs", block("dataset")).get("packed_sequence_size")
+    packed = block(block(config, "dataset"), "packed_sequence_specs").get(
+        "packed_sequence_size")
     if isinstance(packed, int) and packed > 0 and not documents:   # -1: not packed
-        warnings.warn(f"{where}: dataset.packed_sequence_specs: the documents' length is the "
-                      "data's; priced as whole sequences (give 'document_tokens' beside "
-                      "'config')", FlowsimWarning, stacklevel=4)
+        packed_warning(where, "dataset.packed_sequence_specs")
     return keys
 
 
@@ -196,11 +191,8 @@ def _pipeline_split(model: Mapping[str, Any], keys: Mapping[str, Any], where: st
 _PATHS = {"model.encoder_seq_length": "model.seq_length",
           "model.micro_batch_size": "train.micro_batch_size",
           "model.global_batch_size": "train.global_batch_size",
-          "model.optim.overlap_grad_sync": "ddp.overlap_grad_reduce",
           "model.optim.overlap_param_sync": "ddp.overlap_param_gather",
           "model.optim.align_param_gather": "ddp.align_param_gather",
-          "model.optim.align_grad_reduce": "dist.align_grad_reduce",
-          "model.optim.ddp_bucket_size": "ddp.bucket_size",
           "model.activations_checkpoint_granularity": "model.recompute_granularity",
           "model.activations_checkpoint_method": "model.recompute_method",
           "model.activations_checkpoint_num_layers": "model.recompute_num_layers",
@@ -246,18 +238,9 @@ def _lora(peft: Any, where: str) -> dict[str, Any]:
     if target.rsplit(".", 1)[-1] != LORA:
         raise config_error(where, "peft._target_", "megatron.bridge.peft.lora.LoRA (DoRA, "
                            "canonical LoRA and other methods are not modelled)", target)
-    rank = peft.get("dim", 32)
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise config_error(where, "peft.dim", "a positive integer", rank)
-    targets = peft.get("target_modules", list(LORA_TARGETS))
-    if not isinstance(targets, list) or not targets:
-        raise config_error(where, "peft.target_modules", f"a list of {', '.join(LORA_TARGETS)}",
-                           targets)
-    for i, name in enumerate(targets):
-        if not isinstance(name, str) or name not in LORA_TARGETS:
-            raise config_error(where, f"peft.target_modules[{i}]",
-                               f"one of {', '.join(LORA_TARGETS)}", name)
-    return {"lora_rank": rank, "lora_targets": list(dict.fromkeys(targets))}
+    return lora_keys(peft.get("dim", 32), peft.get("target_modules", list(LORA_TARGETS)),
+                     where, rank_key="peft.dim", names_key="peft.target_modules",
+                     layers={t: (t,) for t in LORA_TARGETS})
 
 
 def parse_megatron_bridge(values: Mapping[str, Any], source: str) -> ImportedSpec:
@@ -269,6 +252,9 @@ def parse_megatron_bridge(values: Mapping[str, Any], source: str) -> ImportedSpe
     names = {key: f"model.{name}" for name, key in NUMBERS.items()}
     names.update(sequence="model.seq_length", micro_batch="train.micro_batch_size",
                  global_batch="train.global_batch_size", vocab="model.vocab_size",
+                 bucket_size="ddp.bucket_size", moe_ffn="model.moe_ffn_hidden_size",
+                 expert_tp="model.expert_tensor_parallel_size",
+                 pipeline_layout="model's pipeline split settings",
                  lora_rank="peft.dim", lora_targets="peft.target_modules")
     return parse_imported(values, source, read="config",
                           translate=lambda config, src: bridge_keys(config, src, overrides,

@@ -64,6 +64,7 @@ from .imported import (
     cp_comm_type,
     deepep_keys,
     fp8_recipe,
+    packed_warning,
     parse_imported,
     position_embedding,
     recompute_method_keys,
@@ -118,9 +119,7 @@ def nemo_keys(config: Any, source: str, overrides: Any = None, *, documents: boo
             keys[key] = value
     keys.update(peft_keys(model, where))   # fine-tuning: LoRA's rank and targets
     if packed(model) and not documents:
-        warnings.warn(f"{where}: model.data.train_ds.packed_sequence: the documents' length "
-                      "is the data's; priced as whole sequences (give 'document_tokens' "
-                      "beside 'config')", FlowsimWarning, stacklevel=4)
+        packed_warning(where, "model.data.train_ds.packed_sequence")
     if keys.get("experts"):
         keys.setdefault("top_k", 2)   # Megatron-Core's default
         if model.get("moe_layer_freq") is not None:   # an integer or a list of 0 and 1

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import FlowsimWarning, config_error
+from .imported import lora_keys
 from .transformer_spec import LORA_TARGETS
 
 #: NeMo 1's LoRA target names -> the layers they adapt (``LORA_CONFIG_TO_MCORE_MAP`` and
@@ -64,8 +65,8 @@ def resolve(config: Mapping[str, Any], value: Any) -> Any:
 
 
 def peft_keys(model: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The LoRA keys ``model.peft`` sets (none without a PEFT scheme), and a warning for
-    packed sequences.
+    """The LoRA keys ``model.peft`` sets (none without a PEFT scheme); adapters on some
+    layers only, or NeMo's canonical variant, named in a warning.
 
     Raises
     ------
@@ -86,21 +87,10 @@ def peft_keys(model: Mapping[str, Any], where: str) -> dict[str, Any]:
         if not isinstance(tuning, Mapping):
             raise config_error(where, "model.peft.lora_tuning",
                                "a mapping (adapter_dim, target_modules)", tuning)
-        rank = tuning.get("adapter_dim", DEFAULT_RANK)
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-            raise config_error(where, "model.peft.lora_tuning.adapter_dim",
-                               "a positive integer", rank)
-        names = tuning.get("target_modules", DEFAULT_TARGETS)
-        if isinstance(names, str) or not isinstance(names, list | tuple) or not names:
-            raise config_error(where, "model.peft.lora_tuning.target_modules",
-                               f"a list of {', '.join(TARGETS)}", names)
-        targets: list[str] = []
-        for i, name in enumerate(names):
-            if not isinstance(name, str) or name not in TARGETS:
-                raise config_error(where, f"model.peft.lora_tuning.target_modules[{i}]",
-                                   f"one of {', '.join(TARGETS)}", name)
-            targets += [t for t in TARGETS[name] if t not in targets]
-        keys["lora_rank"], keys["lora_targets"] = rank, targets
+        keys = lora_keys(tuning.get("adapter_dim", DEFAULT_RANK),
+                         tuning.get("target_modules", DEFAULT_TARGETS), where,
+                         rank_key="model.peft.lora_tuning.adapter_dim",
+                         names_key="model.peft.lora_tuning.target_modules", layers=TARGETS)
         left = [f"model.peft.lora_tuning.{key} {tuning[key]}" for key in ("layer_selection",)
                 if tuning.get(key)]
         if str(tuning.get("variant", "nemo")) != "nemo":
