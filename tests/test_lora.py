@@ -213,6 +213,16 @@ def test_an_adapted_layer_gathers_its_input_in_16_bits(net):
     assert sizes == {"attention": 2 * shard, "mlp": shard}
 
 
+def test_a_frozen_layer_gathers_one_layout(net):
+    """Under MXFP8 with SP Transformer Engine gathers both layouts of a trained layer's
+    input (its weight gradient reads the column-wise one); a frozen layer's, one."""
+    def mlp_gather(**extra):
+        ops = transformer(net, **TP_DENSE, sp=True, dtype="fp8", fp8_recipe="mxfp8",
+                          **extra).programs[0].ops
+        return next(op.size for op in ops if op.name == "mb0.layer0.mlp.all_gather")
+    assert mlp_gather() == 2 * mlp_gather(lora_rank=RANK, lora_targets=["linear_qkv"])
+
+
 def test_row_parallel_adapters_take_any_rank(net):
     """Only a column-parallel layer's adapter splits its rank over TP: an odd rank on the
     projection alone is a layout Megatron-Bridge runs."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
 from ..kernels import BLOCK_SCALED_RECIPES
-from .transformer_spec import LORA_TARGETS
+from .transformer_spec import LORA_TARGETS, ROW_PARALLEL
 
 #: Largest graph a generator builds (ops over all programs), before anything is allocated.
 MAX_OPS = 5_000_000
@@ -217,8 +217,8 @@ def check_consistent(spec: Any) -> None:
          "unset without lora_rank (the layers LoRA adapts)", list(spec.lora_targets))
     if spec.lora_rank:   # adapters on the dense layers
         for key, ok, expected in (
-                ("lora_rank", spec.lora_rank % spec.tp == 0 or set(spec.lora_targets) <= {
-                    "linear_proj", "linear_fc2"}, f"a multiple of tp={spec.tp} with "
+                ("lora_rank", spec.lora_rank % spec.tp == 0 or set(spec.lora_targets) <= set(
+                    ROW_PARALLEL), f"a multiple of tp={spec.tp} with "
                  "linear_qkv or linear_fc1 adapted (a column-parallel layer's adapter splits "
                  "its rank over TP)"),
                 ("experts", not spec.experts, "0 with lora_rank (adapters on dense layers)"),

@@ -60,10 +60,7 @@ from __future__ import annotations
 
 from ..kernels import Kernel
 from .transformer_shapes import ACT, LayerShapes, elementwise, tp_exchange
-
-#: the row-parallel layers an adapter can target (their input split over TP); the others
-#: are column-parallel (their output split)
-ROW_PARALLEL = ("linear_proj", "linear_fc2")
+from .transformer_spec import ROW_PARALLEL
 
 
 class LoraShapes(LayerShapes):

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 from ..kernels import Gemm, Kernel
 from .transformer_kernels import LayerKernels
-from .transformer_shapes import Exchange
+from .transformer_shapes import Exchange, has_exchange
 from .transformer_spec import TransformerSpec
 
 #: the ops whose data the next op needs
@@ -180,7 +180,7 @@ class Userbuffers:
         """A forward block: ring exchange into its head, pipeline out of its tail."""
         b = self.b
         body = block.body
-        if gather and not any(isinstance(k, Exchange) for k in block.head):
+        if gather and not has_exchange(block.head):
             x = self.gather(f"{name}.{block.head_name}", block.head, layer, "fwd", x)
         elif gather:   # an adapted layer returns its norm output: Transformer Engine then
             # gathers the input with NCCL, not overlapped (``ub_overlap_ag_fprop`` off)

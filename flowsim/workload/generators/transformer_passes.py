@@ -36,7 +36,7 @@ from .transformer_dispatch import exchange
 from .transformer_kernels import LayerKernels
 from .transformer_mla import LatentKernels
 from .transformer_overlap import Block, Frontier, Userbuffers
-from .transformer_shapes import Exchange
+from .transformer_shapes import has_exchange
 from .transformer_spec import TransformerSpec
 from .transformer_stream import OpStream
 
@@ -105,14 +105,10 @@ class PassBuilder(OpStream):
                              reduce=reduce, gathered=gathered or self._gathered(block.head))
 
     def _gathered(self, head: tuple[Kernel, ...]) -> int:
-        """Each NPU's bytes in the all-gather into a block's ``head``: both layouts where
-        Transformer Engine gathers both; under LoRA one (a frozen layer's weight gradient
-        reads none), or 16 bits where an adapter reads the norm output the layer returns
-        (gathered unquantized, then cast: ``return_layernorm_output_gathered``)."""
-        if not self.spec.lora_rank:
-            return self.k.gather_both_bytes
-        adapted = any(isinstance(k, Exchange) for k in head)
-        return self.k.shard_bytes if adapted else self.k.gather_bytes
+        """Each NPU's bytes in the all-gather into a block's ``head``: its layouts, or 16
+        bits where an adapter reads the norm output the layer returns (gathered unquantized,
+        then cast: ``return_layernorm_output_gathered``)."""
+        return self.k.shard_bytes if has_exchange(head) else self.k.gather_both_bytes
 
     # ------------------------------------------------------------------ forward
     def forward(self, layer: int, tag: str, x: Frontier, carry: tuple[Kernel, ...] = ()
@@ -258,9 +254,7 @@ class PassBuilder(OpStream):
             x = ub.head_backward(f"{name}.dgrad", dgrad, wgrad[:head_wgrads], layer, g)
         else:
             x = self.tp_block(f"{name}.dgrad", dgrad.kernels[:-len(dgrad.tail)], layer, "ig",
-                              g, gather=True, reduce=False,
-                              gathered=self.k.gather_bytes if s.lora_rank else
-                              self.k.gather_both_bytes)   # (LoRA: no weight gradient reads it)
+                              g, gather=True, reduce=False, gathered=self.k.gather_both_bytes)
         if between is not None:
             x = (*x, *between(x))
         tail = f"{name}.dgrad.{dgrad.tail_name}"

@@ -74,6 +74,12 @@ class Exchange(Work):
     name: str = "exchange"
 
 
+def has_exchange(kernels: tuple[Kernel, ...]) -> bool:
+    """Whether a kernel sequence holds an :class:`Exchange` (an adapted layer's, under
+    LoRA with TP)."""
+    return any(isinstance(k, Exchange) for k in kernels)
+
+
 def tp_exchange(collective: str, nbytes: float, name: str) -> Exchange:
     """A ``collective`` of ``nbytes`` per NPU over the tensor-parallel group."""
     return Exchange(0.0, 0.0, collective, int(nbytes), name)
@@ -187,8 +193,10 @@ class LayerShapes:
         tensor two GEMMs read (the forward's input, for its GEMM and the weight gradient's
         saved copy; the output gradient, for the data and weight gradients) is gathered in
         both (``linear.py``: ``set_usage(rowwise=True, columnwise=...)``, which tensor
-        scaling turns off: ``supports_only_rowwise_all_gather``); userbuffers gather one."""
-        if self.spec.dtype == "fp8" and self.spec.fp8_recipe in BLOCK_SCALED_RECIPES:
+        scaling turns off: ``supports_only_rowwise_all_gather``); userbuffers gather one,
+        and so does a frozen layer (LoRA), whose weight gradient, never computed, reads none."""
+        if self.spec.dtype == "fp8" and self.spec.fp8_recipe in BLOCK_SCALED_RECIPES \
+                and not self.spec.lora_rank:
             return 2 * self.gather_bytes
         return self.gather_bytes
 

@@ -38,6 +38,8 @@ CP_COMM_TYPES: tuple[CpCommType, ...] = choices_of(CpCommType)
 #: the linear layers LoRA can adapt (Megatron-Core's module names; :mod:`.transformer_lora`)
 LoraTarget = Literal["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
 LORA_TARGETS: tuple[LoraTarget, ...] = choices_of(LoraTarget)
+#: those whose input is split over TP (row-parallel); the others split their output
+ROW_PARALLEL: tuple[LoraTarget, ...] = ("linear_proj", "linear_fc2")
 #: userbuffers settings of ``tp_comm_overlap`` (:mod:`.transformer_overlap`)
 UbConfig = Literal["nemo", "te_default"]
 UB_CONFIGS: tuple[UbConfig, ...] = choices_of(UbConfig)

@@ -17,7 +17,7 @@ from typing import Any
 from ..graph import Op
 from ..kernels import Kernel
 from .transformer_overlap import Frontier
-from .transformer_shapes import Exchange
+from .transformer_shapes import Exchange, has_exchange
 
 #: a kernels tuple's shared copy, its FLOPs and bytes, and its pieces between exchanges
 #: (None: no exchange inside)
@@ -113,7 +113,7 @@ class OpStream:
 def _pieces(kernels: tuple[Kernel, ...]) -> tuple[tuple[Kernel, ...] | Exchange, ...] | None:
     """``kernels`` cut at its exchanges (None: it has none). A sequence starts and ends with
     kernels: an exchange's result is what the kernels after it read."""
-    if not any(isinstance(k, Exchange) for k in kernels):
+    if not has_exchange(kernels):
         return None
     pieces: list[tuple[Kernel, ...] | Exchange] = []
     run: list[Kernel] = []
