@@ -190,6 +190,8 @@ def test_overrides_and_lora_targets():
     ({"train": None}, "train"),   # a checkpoint conversion's file
     ({"peft": "megatron.bridge.peft.lora.LoRA"}, r"key 'peft'"),
     ({"ddp": dict(RUN["ddp"], overlap_grad_reduce="yes")}, r"key 'ddp\.overlap_grad_reduce'"),
+    # read through the NeMo importer, named by the Megatron-Bridge path
+    ({"ddp": dict(RUN["ddp"], overlap_param_gather="yes")}, r"key 'ddp\.overlap_param_gather'"),
 ])
 def test_what_cannot_be_priced_is_refused(change, key):
     config = {**copy.deepcopy(RUN), **change}

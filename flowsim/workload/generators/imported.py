@@ -334,3 +334,11 @@ def packed_warning(where: str, key: str) -> None:
     warnings.warn(f"{where}: {key}: the documents' length is the data's; priced as whole "
                   "sequences (give 'document_tokens' beside 'config')", FlowsimWarning,
                   stacklevel=5)
+
+
+def renamed(message: str, paths: Mapping[str, str]) -> str:
+    """``message`` with each of ``paths``' keys (another importer's setting paths, whole
+    words) written as its value: an importer that reads through another names its own."""
+    for old, new in sorted(paths.items(), key=lambda item: -len(item[0])):
+        message = re.sub(rf"(?<![\w.]){re.escape(old)}(?!\w)", new, message)
+    return message

@@ -46,7 +46,6 @@ a setting costs.
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections.abc import Mapping
 from functools import partial
@@ -54,7 +53,14 @@ from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
 from .config_files import apply_overrides, config_block, load_config
-from .imported import ImportedSpec, cross_entropy_impl, lora_keys, packed_warning, parse_imported
+from .imported import (
+    ImportedSpec,
+    cross_entropy_impl,
+    lora_keys,
+    packed_warning,
+    parse_imported,
+    renamed,
+)
 from .megatron_layout import EMBEDDING, FIRST, LAST, LAYOUT, LOSS, layout_keys
 from .nemo import NUMBERS, config_switch, nemo_keys
 from .transformer_spec import LORA_TARGETS
@@ -117,9 +123,9 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
             warnings.simplefilter("always", FlowsimWarning)
             keys = nemo_keys({"trainer": {"precision": precision}, "model": nemo1}, where)
     except ConfigError as exc:   # name the setting by its Megatron-Bridge path
-        raise ConfigError(_bridge_names(str(exc))) from None
+        raise ConfigError(renamed(str(exc), _PATHS)) from None
     for note in notes:   # the NeMo importer's notes, in Megatron-Bridge's names
-        warnings.warn(_bridge_names(str(note.message)), note.category, stacklevel=4)
+        warnings.warn(renamed(str(note.message), _PATHS), note.category, stacklevel=4)
     if keys.get("experts"):   # Megatron-Core's expert ranks: folded over CP x DP
         keys["expert_layout"] = "folded"
         if model.get("moe_ffn_hidden_size"):   # the experts' width (ffn: the dense layers')
@@ -198,13 +204,6 @@ _PATHS = {"model.encoder_seq_length": "model.seq_length",
           "model.activations_checkpoint_num_layers": "model.recompute_num_layers",
           "model.ub_tp_comm_overlap": "model.tp_comm_overlap",
           "model.fp8_params": "model.fp8_param"}
-
-
-def _bridge_names(message: str) -> str:
-    """``message`` with NeMo 1's paths written as Megatron-Bridge's."""
-    for old, new in sorted(_PATHS.items(), key=lambda item: -len(item[0])):
-        message = re.sub(rf"(?<![\w.]){re.escape(old)}(?!\w)", new, message)
-    return message
 
 
 def _vocabulary(model: Mapping[str, Any]) -> Any:

@@ -35,14 +35,13 @@ buckets, gathers aligned with interleaving), over what the overrides say.
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
 from .config_files import apply_nemo_run_items, nested_block, override_items
-from .imported import ImportedSpec, cross_entropy_impl, fp8_recipe, parse_imported
+from .imported import ImportedSpec, cross_entropy_impl, fp8_recipe, parse_imported, renamed
 from .nemo import NUMBERS, nemo_keys
 from .nemo2_launch import read_command, read_recipe
 from .nemo2_recipes import BUCKET_SIZE, COMMIT, PLUGINS, PRECISIONS, Recipe
@@ -178,10 +177,7 @@ def nemo2_keys(text: Any, source: str, overrides: Any = None) -> dict[str, Any]:
             warnings.simplefilter("ignore", FlowsimWarning)   # NeMo 1's notes do not apply
             keys = nemo_keys({"trainer": {"precision": precision}, "model": nemo1}, where)
     except ConfigError as exc:   # name the setting by its NeMo 2 path
-        message = str(exc)
-        for old, new in sorted(_PATHS.items(), key=lambda item: -len(item[0])):
-            message = re.sub(rf"(?<![\w.]){re.escape(old)}(?!\w)", new, message)
-        raise ConfigError(message) from None
+        raise ConfigError(renamed(str(exc), _PATHS)) from None
     keys["vocab"] = recipe.vocab
     keys["cross_entropy_fusion"] = bool(model.get("cross_entropy_loss_fusion", True))
     keys.update(cross_entropy_impl(model.get("cross_entropy_fusion_impl"),
