@@ -82,7 +82,7 @@ def stage_memory(program: StageProgram) -> StageMemory:
     layer_weights = sum(program.dense_weights(c) for c in chunks)   # kept in low precision
     weights = ACT * params - (ACT - tv.weight_bytes(spec, kept=True)) * layer_weights
     gradients = program.grad_bytes * params
-    if spec.lora_rank:   # the frozen base weights beside the adapters: no gradients, no state
+    if spec.frozen:   # the base weights beside the adapters: no gradients, no state
         base = type(program)(replace(spec, lora_rank=0), ctx)
         weights += sum(ACT * sum(base.chunk_parameters(c)) - (ACT - tv.weight_bytes(
             spec, kept=True)) * base.dense_weights(c) for c in chunks)

@@ -219,7 +219,7 @@ class Userbuffers:
         its weight gradient."""
         b, tp, k = self.b, self.b.groups.tp, self.b.k
         # a frozen layer (LoRA) gathers no input: it has no weight gradient
-        regather = () if b.spec.lora_rank else (b.collective(
+        regather = () if b.spec.frozen else (b.collective(
             f"{name}.input.all_gather", "all_gather", k.gather_bytes, tp, layer, "ig", g),)
         dgrad = b.compute(name, tail, layer, "ig", g)
         # TE waits for the bulk all-gather after the GEMM, then launches the reduce-scatter

@@ -281,7 +281,7 @@ class PassBuilder(OpStream):
                            carry: tuple[Kernel, ...] = ()) -> None:
         """The embedding's weight gradient (after ``carry`` kernels), from the gradient of
         its output all-gathered over TP with sequence parallelism."""
-        if self.spec.tp > 1 and self.spec.sp and not self.spec.lora_rank:   # (LoRA: frozen)
+        if self.spec.tp > 1 and self.spec.sp and not self.spec.frozen:
             g = (self.collective(f"{name}.all_gather", "all_gather", self.k.shard_bytes,
                                  self.groups.tp, row, "ig", g),)
         self.compute(f"{name}.backward", carry + self.k.embedding_backward, row, "wg", g)
@@ -292,8 +292,8 @@ class PassBuilder(OpStream):
         ``LinearWithGradAccumulationAndAsyncCommunication``; the data gradient's
         reduce-scatter waits for it). ``nbytes``: each NPU's shard (default a transformer
         layer's, FP8 in FP8 training)."""
-        if self.spec.tp == 1 or not self.spec.sp or self.spec.lora_rank:
-            return ()   # (a frozen layer, LoRA's, has no weight gradient to gather it for)
+        if self.spec.tp == 1 or not self.spec.sp or self.spec.frozen:
+            return ()   # (a frozen layer has no weight gradient to gather it for)
         return (self.collective(f"{name}.input.all_gather", "all_gather",
                                 nbytes or self.k.gather_bytes, self.groups.tp, layer, "ig", g),)
 

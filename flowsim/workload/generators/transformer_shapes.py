@@ -140,7 +140,7 @@ class LayerShapes:
         if self.spec.dtype != "fp8":
             return ()
         if layouts is None:
-            layouts = 1 if self.spec.lora_rank else 2
+            layouts = 1 if self.spec.frozen else 2
         return (Quantize(elements, self.spec.fp8_recipe, layouts),)
 
     @property
@@ -196,7 +196,7 @@ class LayerShapes:
         scaling turns off: ``supports_only_rowwise_all_gather``); userbuffers gather one,
         and so does a frozen layer (LoRA), whose weight gradient, never computed, reads none."""
         if self.spec.dtype == "fp8" and self.spec.fp8_recipe in BLOCK_SCALED_RECIPES \
-                and not self.spec.lora_rank:
+                and not self.spec.frozen:
             return 2 * self.gather_bytes
         return self.gather_bytes
 

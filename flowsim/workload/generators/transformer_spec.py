@@ -257,6 +257,12 @@ class TransformerSpec:
         return range(self.layers, self.layers + self.mtp_layers)
 
     @property
+    def frozen(self) -> bool:
+        """Whether the base weights are frozen (LoRA: only the adapters train), so no layer
+        computes a weight gradient of its own or gathers an input for one."""
+        return self.lora_rank > 0
+
+    @property
     def ends_on_one_rank(self) -> bool:
         """Whether one pipeline rank holds both the first and the last virtual stage (no
         pipeline, or DualPipeV's V)."""
