@@ -303,7 +303,6 @@ def node_limit(groups: Any, group_topk: Any, keys: Mapping[str, Any], where: str
     return limit
 
 
-
 def lora_keys(rank: Any, names: Any, where: str, *, rank_key: str, names_key: str,
               layers: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
     """LoRA's ``lora_rank`` and ``lora_targets`` from a tool's adapter rank and target

@@ -332,7 +332,7 @@ def model_shape(spec: TransformerSpec) -> ModelShape:
                       top_k=spec.top_k or 1, tied_embeddings=spec.tied_embeddings,
                       shared_ffn=spec.shared_ffn, dense_ffn=spec.ffn,
                       mla=None if spec.mla is None else astuple(spec.mla),
-                      mtp_layers=spec.mtp_layers, frozen=bool(spec.lora_rank),
+                      mtp_layers=spec.mtp_layers, frozen=spec.frozen,
                       mtp_dense=bool(spec.experts) and not spec.is_moe(spec.layers),
                       dense_layers=spec.layers - sum(spec.moe_layer_freq)
                       if isinstance(spec.moe_layer_freq, tuple) and spec.moe_layer_freq else 0)

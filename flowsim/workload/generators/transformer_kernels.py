@@ -184,7 +184,7 @@ class LayerKernels(ExpertKernels):
     @cached_property
     def mlp_wgrad(self) -> tuple[Kernel, ...]:
         h = self.spec.hidden
-        if self.spec.lora_rank:   # the base weights frozen: the adapters' alone
+        if self.spec.frozen:   # the adapters' alone
             return (*self.lora_wgrad("linear_fc2", self.f, h),
                     *self.lora_wgrad("linear_fc1", h, self.fc1_out))
         return (self._gemm(self.f, h, self.n), self._gemm(h, self.fc1_out, self.n))
@@ -225,7 +225,7 @@ class LayerKernels(ExpertKernels):
     @cached_property
     def attention_wgrad(self) -> tuple[Kernel, ...]:
         h = self.spec.hidden
-        if self.spec.lora_rank:   # the base weights frozen: the adapters' alone
+        if self.spec.frozen:   # the adapters' alone
             return (*self.lora_wgrad("linear_proj", self.q, h),
                     *self.lora_wgrad("linear_qkv", h, self.q + 2 * self.kv))
         return (self._gemm(self.q, h, self.n), self._gemm(h, self.q + 2 * self.kv, self.n))
@@ -238,7 +238,7 @@ class LayerKernels(ExpertKernels):
 
     @cached_property
     def embedding_backward(self) -> tuple[Kernel, ...]:
-        if self.spec.lora_rank:   # frozen, and no input needs a gradient
+        if self.spec.frozen:   # and no input needs a gradient
             return ()
         return (elementwise(3 * self.n * self.spec.hidden * ACT, "embedding_backward"),)
 
@@ -268,7 +268,7 @@ class LayerKernels(ExpertKernels):
 
     @cached_property
     def logits_wgrad(self) -> tuple[Kernel, ...]:
-        if self.spec.lora_rank:   # frozen
+        if self.spec.frozen:
             return ()
         return (self._gemm16(self.spec.hidden, self.vocab_shard, self.n),)
 
@@ -276,7 +276,7 @@ class LayerKernels(ExpertKernels):
     def vocab_parameters(self) -> int:
         """Trained weights of the rank's share of the embedding (or of the output layer):
         none under LoRA."""
-        return 0 if self.spec.lora_rank else self.vocab_shard * self.spec.hidden
+        return 0 if self.spec.frozen else self.vocab_shard * self.spec.hidden
 
     # ------------------------------------------------------------------ multi-token prediction
     # (Megatron-Core's ``MultiTokenPredictionLayer``: the next tokens' embedding and the
@@ -333,7 +333,7 @@ class LayerKernels(ExpertKernels):
         and norms, the first depth's also with its own copy of the embedding where its rank
         holds none (untied, on another rank: Megatron-Core builds one for MTP)."""
         s, k = self.spec, self.of_layer(layer)
-        if s.lora_rank:   # the trained ones: the adapters (base weights frozen)
+        if s.frozen:   # the trained ones: the adapters
             return k.lora_parameters, 0, 0
         dense, expert = k.dense_parameters, k.expert_parameters
         if layer < s.layers:

@@ -152,7 +152,7 @@ class LoraShapes(LayerShapes):
         """How many weight-gradient kernels of a block belong to its head, the row-parallel
         ``target`` (the rest are the column-parallel tail's): its GEMM's, or under LoRA its
         adapter's two (none without one)."""
-        if not self.spec.lora_rank:
+        if not self.spec.frozen:
             return 1
         return len(self.lora_wgrad(target, *self.lora_widths[target]))
 

@@ -238,7 +238,7 @@ def _lora_inputs(program: StageProgram) -> float:
     gathered norm output it reads) where the layer kept a shard (the projection's input is
     the attention's output, kept for the attention's backward)."""
     spec, k = program.spec, program.k
-    if not spec.lora_rank:
+    if not spec.frozen:
         return 0.0
     change = -ACT * k.n * k.f if "linear_fc2" not in spec.lora_targets else 0.0
     for target in ("linear_qkv", "linear_fc1"):
