@@ -262,6 +262,7 @@ def test_the_training_workloads_page_prints_what_it_says():
     fine-tuning and the unpacked step the times it compares them with."""
     import json
     import re
+    import shlex
     import subprocess
     import sys
 
@@ -271,7 +272,7 @@ def test_the_training_workloads_page_prints_what_it_says():
     start = page.index("### Fine-tuning: LoRA and packed sequences")
     block = page[page.index("flowsim run", start): page.index("```", page.index("flowsim run",
                                                                                  start))]
-    args = block.replace("\\\n", " ").split()[2:]
+    args = shlex.split(block.replace("\\\n", " "))[2:]   # as the shell reads it
     said = re.search(r"prints ([\d.]+) s \(([\d,]+) tokens per second per GPU\); full "
                      r"fine-tuning of the same packed\s+batch takes ([\d.]+) s, and the same "
                      r"step over unpacked sequences ([\d.]+) s", page[start:])

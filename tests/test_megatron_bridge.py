@@ -221,3 +221,14 @@ def test_the_file_itself_is_a_workload(tmp_path):
     path.write_text(yaml.safe_dump(RUN))
     net = vp.network(row)
     assert _time(net, str(path)) == _time(net, vp.spec(row))
+
+
+def test_a_run_config_without_its_class_line_is_named(tmp_path):
+    """Without ``_target_`` a run_config.yaml is no graph either: the error names the missing
+    class line and the spec that reads it, not the graph keys it lacks."""
+    path = tmp_path / "run_config.yaml"
+    path.write_text(yaml.safe_dump({k: v for k, v in RUN.items() if k != "_target_"}))
+    with pytest.raises(ConfigError, match=r"run_config\.yaml: key '_target_'.*ConfigContainer"
+                                          r".*generator: megatron_bridge"):
+        flowsim.load_workload(str(path), vp.network(vp.rows(
+            "mbridge2606_h100_llama3_70b_sft_fp8_32gpu")[0]))

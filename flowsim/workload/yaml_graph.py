@@ -130,6 +130,11 @@ def parse_workload_mapping(mapping: Mapping, source: str, network: Any) -> Workl
 
         return build_generator({"generator": "megatron_bridge", "config": mapping}, source,
                                network)
+    if {"model", "train"} <= mapping.keys():   # a run_config.yaml without its class line
+        raise config_error(source, "_target_", "megatron.bridge.training.config."
+                           "ConfigContainer, as Megatron-Bridge saves it (or a spec "
+                           "'generator: megatron_bridge' with 'config:' naming the file)",
+                           mapping.get("_target_"))
     check_unknown_keys(mapping, TOP_KEYS + ("generator",), source=source)
     name = mapping.get("name", Path(source).stem if source != "<dict>" else "workload")
     if not isinstance(name, str) or not name:
