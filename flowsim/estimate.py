@@ -284,8 +284,8 @@ def _analytical_points(net: Network, system: SystemConfig, collective: str,
     status = batched_collective_times(
         grid.size, grid.gbps, grid.latency, NETWORK_GBPS_TO_BYTES_PER_NS, system.splits,
         system.active_chunks, plan.phase_queue, plan.shared, plan.n_queues, plan.phase_data,
-        plan.phase_groups, plan.group_fraction, plan.group_reduce_fraction, plan.group_count,
-        plan.pair_ptr, plan.pair_dim, plan.pair_hops, system.endpoint_delay_ns,
+        plan.phase_passes, plan.phase_groups, plan.group_fraction, plan.group_reduce_fraction,
+        plan.group_count, plan.pair_ptr, plan.pair_dim, plan.pair_hops, system.endpoint_delay_ns,
         -1.0 if system.local_mem_bw_gbps is None else system.local_mem_bw_gbps,
         system.local_reduction_delay_ns, out)
     _raise_for(status, grid)
@@ -303,6 +303,7 @@ class _Plan(NamedTuple):
     shared: np.ndarray
     n_queues: int
     phase_data: np.ndarray
+    phase_passes: np.ndarray
     phase_groups: np.ndarray
     group_fraction: np.ndarray
     group_reduce_fraction: np.ndarray
@@ -328,6 +329,7 @@ def _plan(net: Network, system: SystemConfig, collective: str,
         shared=np.array([i > 0 and n > 1 for i, n in enumerate(later)]),
         n_queues=len(set(keys)),
         phase_data=np.array([ph["data_factor"] for ph in phases], np.float64),
+        phase_passes=np.array([ph["passes"] for ph in phases], np.float64),
         phase_groups=np.cumsum([0] + [len(ph["steps"]) for ph in phases], dtype=np.int64),
         group_fraction=np.array([key[0] for key, _ in groups], np.float64),
         group_reduce_fraction=np.array([key[1] for key, _ in groups], np.float64),
@@ -363,7 +365,7 @@ def _structure(net: Network, system: SystemConfig, collective: str,
             key = (step.fraction, step.reduce_fraction, tuple(sorted(best.items())))
             step_info[key] = step_info.get(key, 0) + 1  # identical steps are timed once
         out.append({"queue": phase.queue, "data_factor": phase.data / unit,
-                    "steps": step_info})
+                    "passes": phase.delay_passes, "steps": step_info})
     return {"phases": out}
 
 

@@ -286,6 +286,7 @@ def test_every_combination_runs_under_both_models(algorithm, collective, topolog
     ({"endpoint-delay": "slow"}, "endpoint-delay"),
     ({"collective-optimization": "fast"}, "collective-optimization"),
     ({"step-synchronization": "sometimes"}, "step-synchronization"),
+    ({"ring-delays": "nccl"}, r"ring-delays.*per_dimension, flat"),
     ({"all-reduce-implementation": ["oneRing", "ring"]}, "single flat algorithm"),
 ])
 def test_bad_system_configs(system, match):

@@ -37,9 +37,9 @@ def check_ranges(sizes, gbps, latency, size_max, bw_min, bw_max, lat_max):
 
 
 @njit(cache=True)
-def _phase_ns(chunk, data_factor, g0, g1, group_fraction, group_reduce_fraction, group_count,
-              pair_ptr, pair_dim, pair_hops, lat, per_byte, endpoint_ns, mem_bw_gbps,
-              reduction_delay_ns):
+def _phase_ns(chunk, data_factor, passes, g0, g1, group_fraction, group_reduce_fraction,
+              group_count, pair_ptr, pair_dim, pair_hops, lat, per_byte, endpoint_ns,
+              mem_bw_gbps, reduction_delay_ns):
     """One phase of a chunk of ``chunk`` bytes: the rules of :mod:`flowsim.system.cost`
     (``message_ns``, ``reduction_ns``, ``phase_ns_grouped``) on scalars, operation for
     operation, so that the result is the cost model's to the bit."""
@@ -58,7 +58,7 @@ def _phase_ns(chunk, data_factor, g0, g1, group_fraction, group_reduce_fraction,
             reduction = reduction_delay_ns
             if mem_bw_gbps >= 0:
                 reduction = reduction + 3.0 * np.floor(received / mem_bw_gbps)
-        post = endpoint_ns + reduction
+        post = passes * endpoint_ns + reduction
         count = group_count[g]
         if count != 1:
             total = total + (slowest + post) * count
@@ -194,7 +194,8 @@ def _queues_simulated(small, large, extra, phase_queue, n_queues, active, n_chun
 
 @njit(cache=True)
 def batched_collective_times(sizes, gbps, latency, gbps_to_bytes_per_ns, splits, active,
-                             phase_queue, shared, n_queues, phase_data, phase_groups,
+                             phase_queue, shared, n_queues, phase_data, phase_passes,
+                             phase_groups,
                              group_fraction, group_reduce_fraction, group_count, pair_ptr,
                              pair_dim, pair_hops, endpoint_ns, mem_bw_gbps, reduction_delay_ns,
                              out):
@@ -207,12 +208,12 @@ def batched_collective_times(sizes, gbps, latency, gbps_to_bytes_per_ns, splits,
     The collective is ``min(splits, size)`` chunks, the same number at every point (the first
     ``size % n_chunks`` one byte larger), each through phases ``i`` on dimension queues
     ``phase_queue[i]`` (``shared[i]``: that queue serves another phase than 0 and ``i``; at
-    most ``active`` phases at once), on ``phase_data[i]`` bytes per chunk byte. Phase ``i``
-    has the step groups ``phase_groups[i]:phase_groups[i + 1]``: ``group_count[g]``
-    identical steps that move ``group_fraction[g]`` of the phase's bytes, reduce
-    ``group_reduce_fraction[g]`` of them, and whose slowest message is one of the
-    (dimension, hops) pairs ``pair_ptr[g]:pair_ptr[g + 1]``. ``mem_bw_gbps < 0``: reductions
-    cost no memory time.
+    most ``active`` phases at once), on ``phase_data[i]`` bytes per chunk byte, paying
+    ``phase_passes[i]`` endpoint delays after each step. Phase ``i`` has the step groups
+    ``phase_groups[i]:phase_groups[i + 1]``: ``group_count[g]`` identical steps that move
+    ``group_fraction[g]`` of the phase's bytes, reduce ``group_reduce_fraction[g]`` of them,
+    and whose slowest message is one of the (dimension, hops) pairs
+    ``pair_ptr[g]:pair_ptr[g + 1]``. ``mem_bw_gbps < 0``: reductions cost no memory time.
     """
     n_points = out.shape[0]
     if n_points == 0:
@@ -254,10 +255,11 @@ def batched_collective_times(sizes, gbps, latency, gbps_to_bytes_per_ns, splits,
             lat[d] = latency[q, d]
         for i in range(n_phases):
             for k in range(2 if extra > 0 else 1):
-                t = _phase_ns(np.float64(base + k), phase_data[i], phase_groups[i],
-                              phase_groups[i + 1], group_fraction, group_reduce_fraction,
-                              group_count, pair_ptr, pair_dim, pair_hops, lat, per_byte,
-                              endpoint_ns, mem_bw_gbps, reduction_delay_ns)
+                t = _phase_ns(np.float64(base + k), phase_data[i], phase_passes[i],
+                              phase_groups[i], phase_groups[i + 1], group_fraction,
+                              group_reduce_fraction, group_count, pair_ptr, pair_dim,
+                              pair_hops, lat, per_byte, endpoint_ns, mem_bw_gbps,
+                              reduction_delay_ns)
                 if not np.isfinite(t):   # the queues need finite times
                     return NOT_FINITE
                 if k == 0:

@@ -15,7 +15,8 @@ Modelled keys (ASTRA-sim spelling and units):
                                   (as in ASTRA-sim, where only the LogGP bus model reads it)
 
 flowsim extensions: ``step-synchronization`` (``barrier``, ASTRA-sim's, or ``per_npu``),
-``broadcast-implementation`` and ``reduce-implementation`` (default: the all-reduce list).
+``broadcast-implementation`` and ``reduce-implementation`` (default: the all-reduce list),
+``ring-delays`` (``per_dimension``, ASTRA-sim's, or ``flat``: see :data:`RING_DELAYS`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,16 @@ IMPLEMENTATION_KEYS = {
 #: How the steps of a collective wait on each other (see the README).
 Synchronization = Literal["barrier", "per_npu"]
 SYNCHRONIZATIONS: tuple[Synchronization, ...] = choices_of(Synchronization)
+#: ``ring-delays``: the endpoint delays of a ring reduce-scatter or all-gather over several
+#: dimensions. ``per_dimension`` (ASTRA-sim): each dimension's ring pays its own ``p_d - 1``
+#: steps' delays. ``flat``: NCCL's, which runs such a collective across nodes as one ring
+#: through all ``p`` ranks (its only algorithm for them without SHARP, NVIDIA/nccl
+#: ``src/graph/tuning.cc``), so it pays ``p - 1`` hand-offs: every step of a dimension's ring
+#: pays one delay per pass of the flat ring through that dimension, the product of the sizes
+#: of the dimensions outside it. The bytes move as the per-dimension rings move them (what
+#: NCCL's rail-aligned rings carry over each NIC and NVLink).
+RingDelays = Literal["per_dimension", "flat"]
+RING_DELAYS: tuple[RingDelays, ...] = choices_of(RingDelays)
 #: ASTRA-sim's ``collective-optimization``.
 Optimization = Literal["baseline", "localBWAware"]
 OPTIMIZATIONS: tuple[Optimization, ...] = choices_of(Optimization)
@@ -65,7 +76,7 @@ MAX_CHUNKS = 4096
 
 _MODELLED = {"preferred-dataset-splits", "active-chunks-per-dimension", "scheduling-policy",
              "endpoint-delay", "local-mem-bw", "collective-optimization",
-             "step-synchronization", "local-reduction-delay", "model-shared-bus",
+             "step-synchronization", "local-reduction-delay", "model-shared-bus", "ring-delays",
              *IMPLEMENTATION_KEYS.values()}
 #: Keys ASTRA-sim documents that flowsim reads but does not model, and why.
 _NOT_MODELLED = {
@@ -110,6 +121,8 @@ class SystemConfig:
     implementations : tuple of (collective, tuple of algorithm names)
         Algorithm per dimension for every collective type; a single ``one*`` entry means flat.
     synchronization : {"barrier", "per_npu"}
+    ring_delays : {"per_dimension", "flat"}
+        See :data:`RING_DELAYS`.
     source : str
     """
 
@@ -125,6 +138,7 @@ class SystemConfig:
         ("all_reduce", ()), ("reduce_scatter", ()), ("all_gather", ()),
         ("all_to_all", ()), ("broadcast", ()), ("reduce", ()))
     synchronization: str = "barrier"
+    ring_delays: str = "per_dimension"
     #: custom algorithms given as Chakra send/recv traces: (collective, trace prefix), from the
     #: ``*-implementation-custom`` keys (relative prefixes resolved against the system file)
     custom: tuple[tuple[str, str], ...] = ()
@@ -219,6 +233,7 @@ def parse_system_config(data: Mapping[str, Any], source: str = "<dict>") -> Syst
         implementations=tuple(impls.items()),
         synchronization=_choice(data, "step-synchronization", source, "barrier",
                                 SYNCHRONIZATIONS),
+        ring_delays=_choice(data, "ring-delays", source, "per_dimension", RING_DELAYS),
         custom=_custom_implementations(data, source),
         every_dimension=tuple(c for c, key in IMPLEMENTATION_KEYS.items()
                               if isinstance(data.get(key), str)

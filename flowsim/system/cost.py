@@ -15,7 +15,8 @@ functions, and a test holds the two equal bit for bit:
   write and two reads; ``local-mem-bw`` in GB/s with GB = 10^9 B, so bytes / (GB/s) is ns),
   plus ``local-reduction-delay`` when the shared-bus model is on: :func:`reduction_ns`;
 * a phase of ``s`` steps pays one endpoint delay before its first step and, after every step,
-  one endpoint delay plus the reduction of what that step received: :func:`step_delays`;
+  one endpoint delay (with ``ring-delays: flat``, one per pass of the flat ring through the
+  phase's dimension) plus the reduction of what that step received: :func:`step_delays`;
 * a barrier phase started at ``t`` therefore ends at
   ``t + d_0 + step_0 + d_1 + step_1 + ... + step_{s-1} + d_s``: :func:`phase_end`, summed in
   that order so that a phase timed at once equals the same phase timed step by step, bit for
@@ -101,17 +102,19 @@ def reduction_ns(nbytes, local_mem_bw_gbps: float | None, local_reduction_delay_
     return cost
 
 
-def post_step_ns(system: DelayParameters, reduce_bytes: float) -> float:
-    """The wait after a step: one endpoint delay plus the reduction of what it received."""
-    return system.endpoint_delay_ns + reduction_ns(
+def post_step_ns(system: DelayParameters, reduce_bytes: float, passes: int = 1) -> float:
+    """The wait after a step: ``passes`` endpoint delays (one, or a flat ring's passes through
+    the step's dimension: ``Phase.delay_passes``) plus the reduction of what it received."""
+    return passes * system.endpoint_delay_ns + reduction_ns(
         reduce_bytes, system.local_mem_bw_gbps, system.local_reduction_delay_ns)
 
 
-def step_delays(system: DelayParameters, steps: Sequence[Step], data: float) -> list[float]:
+def step_delays(system: DelayParameters, steps: Sequence[Step], data: float,
+                passes: int = 1) -> list[float]:
     """The waits of a phase of ``steps`` on a buffer of ``data`` bytes: ``delays[i]`` before
     step ``i`` (the endpoint delay, then each previous step's post-step wait), and
     ``delays[-1]`` after the last step. ``len(delays) == len(steps) + 1``."""
-    return [system.endpoint_delay_ns] + [post_step_ns(system, s.reduce_fraction * data)
+    return [system.endpoint_delay_ns] + [post_step_ns(system, s.reduce_fraction * data, passes)
                                          for s in steps]
 
 

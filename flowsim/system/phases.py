@@ -13,6 +13,10 @@ walks through a list of :class:`Phase`, one per dimension it crosses:
 * broadcast / reduce: one phase per dimension from / towards the root;
 * a flat ``one*`` algorithm: a single phase over all involved dimensions as one group.
 
+With ``ring-delays: flat`` (NCCL's rings), the steps of a ring reduce-scatter or all-gather
+over several dimensions pay one endpoint delay per pass of one flat ring through their
+dimension: ``p - 1`` delays in all, as NCCL's ring through all ``p`` ranks.
+
 Dimensions of size 1 (or not involved) are skipped.
 """
 
@@ -73,6 +77,9 @@ class Phase:
         NPUs of an explicit group, in rank order (empty: the groups of ``dims``).
     scope : tuple of int
         With ``dims``: only the groups made of these NPUs take part (empty: every group).
+    delay_passes : int
+        Endpoint delays each step pays after it: 1, or with ``ring-delays: flat`` the passes
+        of the flat ring through this dimension (:data:`~.config.RING_DELAYS`).
     """
 
     dims: tuple[int, ...]
@@ -86,6 +93,7 @@ class Phase:
     variant: int = 0
     members: tuple[int, ...] = ()
     scope: tuple[int, ...] = ()
+    delay_passes: int = 1
 
     @property
     def queue(self) -> tuple[int, tuple[int, ...]]:
@@ -225,11 +233,19 @@ def _dimension_phases(network: AnyNetwork, system: SystemConfig, collective: str
         if tree[d] and coll in ("reduce_scatter", "all_gather", "all_to_all"):
             coll = "all_reduce"  # ASTRA-sim's tree all-reduce of the whole chunk
         reducing = inr[d] and coll == "all_reduce"
-        return Phase((d,), names[d], coll, data, direction, reducing, root, scope=scope)
+        return Phase((d,), names[d], coll, data, direction, reducing, root, scope=scope,
+                     delay_passes=passes[d])
 
     def shrink(d: int) -> int:
         """How much the data shrinks (reduce-scatter) or grows (all-gather) on dim d."""
         return 1 if tree[d] else network.dims[d]
+
+    passes = dict.fromkeys(involved, 1)
+    if system.ring_delays == "flat" and collective in ("reduce_scatter", "all_gather") and \
+            all(names[d] == "ring" for d in involved):
+        # one ring through every rank, inner dimensions fastest: it passes through a
+        # dimension once per combination of the dimensions outside it
+        passes = {d: math.prod(network.dims[e] for e in involved if e > d) for d in involved}
 
     out: list[Phase] = []
     if collective == "all_reduce" and system.collective_optimization == "localBWAware":

@@ -93,7 +93,7 @@ class PhaseShapes:
         self._templates: dict[tuple, list[StepTemplate]] = {}
         self._dags: dict[tuple, PhaseDag] = {}
         # the plan references its templates, so their ids in the key stay unique
-        self._plans: dict[tuple[int, float], PhasePlan] = {}
+        self._plans: dict[tuple[int, float, int], PhasePlan] = {}
         self._messages: dict[tuple[bytes, bytes], StepTemplate] = {}
 
     # ------------------------------------------------------------------ steps and groups
@@ -220,7 +220,8 @@ class PhaseShapes:
 
     def delays(self, phase: Phase) -> list[float]:
         """The waits around a phase's steps (:func:`.cost.step_delays`)."""
-        return cost.step_delays(self.system, self.steps(phase), phase.data)
+        return cost.step_delays(self.system, self.steps(phase), phase.data,
+                                phase.delay_passes)
 
     def dim_bytes_per_byte(self, template: StepTemplate) -> np.ndarray:
         return template.dim_bytes_per_byte(self.network.link_dim, self.network.ndims)
@@ -237,7 +238,7 @@ class PhaseShapes:
     def plan(self, phase: Phase) -> PhasePlan:
         """Sizes, delays and accounting of a barrier phase, for timing it at once."""
         templates = self.templates(phase)
-        key = (id(templates), phase.data)
+        key = (id(templates), phase.data, phase.delay_passes)
         plan = self._plans.get(key)
         if plan is None:
             sizes = [s.fraction * phase.data for s in self.steps(phase)]

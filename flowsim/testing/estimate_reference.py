@@ -64,7 +64,7 @@ def _phase_ns(phase: dict, chunk: float, bytes_per_ns: list[float], lat: list[fl
         times = [cost.message_ns(hops * lat[d], 1.0 / bytes_per_ns[d], nbytes)
                  for d, hops in pairs]
         steps.append(max(times, default=0.0))
-        posts.append(cost.post_step_ns(system, reduce_fraction * data))
+        posts.append(cost.post_step_ns(system, reduce_fraction * data, phase["passes"]))
         counts.append(count)
     return cost.phase_ns_grouped(system.endpoint_delay_ns, steps, posts, counts)
 

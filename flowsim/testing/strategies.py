@@ -172,10 +172,10 @@ def system_configs(npus_count: Sequence[int] | None = None
 
     Chunks (1-4), chunks in flight per dimension (1-2), LIFO / FIFO, endpoint delay,
     local memory bandwidth, ``localBWAware`` / ``baseline``, ``barrier`` / ``per_npu``
-    step synchronisation, and one algorithm per dimension for every collective type:
-    ``ring`` or ``direct`` anywhere, and where the dimension's size (from ``npus_count``,
-    if given) is a power of two also ``halvingDoubling`` and (all-reduce)
-    ``doubleBinaryTree``.
+    step synchronisation, ``per_dimension`` / ``flat`` ring delays, and one algorithm per
+    dimension for every collective type: ``ring`` or ``direct`` anywhere, and where the
+    dimension's size (from ``npus_count``, if given) is a power of two also
+    ``halvingDoubling`` and (all-reduce) ``doubleBinaryTree``.
     """
     from hypothesis import strategies as st
 
@@ -191,6 +191,7 @@ def system_configs(npus_count: Sequence[int] | None = None
             "local-mem-bw": draw(st.sampled_from([50, 1600])),
             "collective-optimization": draw(st.sampled_from(["localBWAware", "baseline"])),
             "step-synchronization": draw(st.sampled_from(["barrier", "per_npu"])),
+            "ring-delays": draw(st.sampled_from(["per_dimension", "flat"])),
         }
         if sizes is not None:
             for key, anywhere in _ANY_SIZE.items():
