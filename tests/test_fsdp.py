@@ -128,9 +128,10 @@ def test_fsdp_costs_time_on_a_slow_network_and_hides_on_a_fast_one():
     its compute and all its collectives one after another."""
     def run(bandwidth, **keys):
         net = flowsim.load_network(dict(TWO_NODES, bandwidth=[bandwidth, bandwidth]))
-        # 256 tokens: enough compute that the collectives' fixed costs stay small beside it
+        # 1,024 tokens: enough compute that the collectives' fixed costs (NCCL's rings: 15
+        # hand-offs each) stay small beside it
         spec = dict(generator="transformer", **dict(SMALL, hidden=1024, ffn=4096, tp=1,
-                                                     dp=16, sp=False, sequence=256),
+                                                     dp=16, sp=False, sequence=1024),
                     global_batch=2 * 16 * 2, device="h100", **keys)
         return flowsim.run_training(net, spec, "nccl").record
 

@@ -10,8 +10,10 @@ import pytest
 
 import flowsim
 from flowsim.system.config import parse_system_config
+from flowsim.system.load import load_system
 from flowsim.system.phases import collective_phases
 from flowsim.topology import load_network
+from flowsim.topology.clusters import NIC_LATENCY_NS, NVLINK_LATENCY_NS
 
 DELAY = 7000.0
 SIZE = 1 << 20
@@ -76,3 +78,15 @@ def test_the_batched_estimator_prices_the_passes():
     assert batch.tolist() == pytest.approx(single, rel=1e-12)
     assert batch[0] > (8 * 16 - 1) * DELAY
 
+
+def test_the_bundled_nccl_system_runs_flat_rings_on_a_cluster():
+    """64 DGX H100 nodes: an all-gather of 64 bytes per GPU pays 511 hand-offs (NCCL's ring
+    through 512 ranks), not the 7 + 63 of rings per dimension."""
+    cluster = {"cluster": {"device": "h100", "nodes": 64}}
+    nccl = load_system("nccl")
+    assert nccl.ring_delays == "flat"
+    t = flowsim.estimate(cluster, "all_gather", 64)
+    delays = (512 - 1 + 2) * nccl.endpoint_delay_ns   # plus one before each of the 2 phases
+    # each step's message: GPU -> switch -> GPU, 7 steps on NVLink and 63 across nodes
+    links = 7 * 2 * NVLINK_LATENCY_NS + 63 * 2 * NIC_LATENCY_NS
+    assert delays + links < t < delays + links + 10_000   # and 32 KiB of bytes

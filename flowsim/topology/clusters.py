@@ -47,12 +47,14 @@ are bundled names (``flowsim run --network dgx_h100 --workload llama3_70b``).
 NCCL's own cost per collective step (kernel synchronisation, proxy threads) is not a link
 property: the bundled system config ``nccl`` (``topologies/systems/nccl.json``) sets it as
 ASTRA-sim's ``endpoint-delay``, at the value that makes a 58 MB all-reduce on 8 H100s reach
-the 150 GB/s of algorithm bandwidth the scaling book measures, and turns off ASTRA-sim's
-local-reduction cost (NCCL reduces while it copies). A run on a ``cluster:`` network takes it
-when it is given no system (:data:`CLUSTER_SYSTEM`); ASTRA-sim's network files keep ASTRA-sim's
-default (its ``Ring_4chunks`` example's settings, four chunks per collective and rings for
-all-to-alls), which on a cluster prices expert parallelism's all-to-alls far slower than NCCL
-runs them.
+the 150 GB/s of algorithm bandwidth the scaling book measures, turns off ASTRA-sim's
+local-reduction cost (NCCL reduces while it copies), and charges a reduce-scatter or
+all-gather across nodes the ``p - 1`` hand-offs of the one ring NCCL runs it as
+(``ring-delays: flat``; an FSDP gather over 512 H100s pays 511 delays, not 70). A run on a
+``cluster:`` network takes it when it is given no system (:data:`CLUSTER_SYSTEM`); ASTRA-sim's
+network files keep ASTRA-sim's default (its ``Ring_4chunks`` example's settings, four chunks
+per collective and rings for all-to-alls), which on a cluster prices expert parallelism's
+all-to-alls far slower than NCCL runs them.
 
 Bandwidths in the generated config are flowsim's GB/s (2**30 B/s, ASTRA-sim's convention).
 """
