@@ -380,3 +380,31 @@ def test_keys_beside_the_config_also_steer_what_is_derived_from_it(tmp_path):
         assert "recompute_every" not in keys
         keys, _ = _keys(LLAMA3_8B, "--parallelism.expert_parallel_degree 8", tmp_path)
     assert "ep" not in keys
+
+
+def test_the_page_s_job_at_8192_gpus_fully_sharded_and_hybrid(tmp_path):
+    """The Training workloads page's torchtitan job on 8,192 H200s: fully sharded, every
+    gather is NCCL's ring through 8,192 ranks and the step is mostly exposed communication;
+    sharded inside nodes (HSDP) it is not. The page quotes the times, the exposed share and
+    the memory."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "workloads.md").read_text()
+    section = page[page.index("### From a torchtitan job config"):]
+    blocks = section.split("```")
+    toml = next(b for b in blocks if b.startswith("toml\n"))[5:]
+    run, net = [b[5:] for b in blocks if b.startswith("yaml\n")][:2]
+    (tmp_path / "llama3_8b.toml").write_text(toml)
+    spec = yaml.safe_load(run)
+    spec["config"] = str(tmp_path / "llama3_8b.toml")
+    cluster = yaml.safe_load(net)
+    cluster["cluster"]["nodes"] = 1024
+    hybrid = dict(spec, overrides=spec["overrides"]
+                  + " --parallelism.data_parallel_replicate_degree=1024")
+    full, hsdp = (flowsim.simulate(cluster, s) for s in (spec, hybrid))
+    exposed = 100 * float(full.exposed_comm_ns.max() / full.time_ns)
+    text = " ".join(section.split())
+    assert f"the step takes {float(full.time_ns) / 1e9:.2f} s, {exposed:.0f}% of it exposed" \
+        in text
+    assert f"NVLink: {float(hsdp.time_ns) / 1e9:.2f} s" in text
+    assert (f"at {hsdp.attrs['memory_gib']:.1f} GiB per GPU instead of "
+            f"{full.attrs['memory_gib']:.1f}") in text
+    assert exposed > 50 and float(hsdp.exposed_comm_ns.max() / hsdp.time_ns) < 0.1
