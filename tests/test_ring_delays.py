@@ -90,3 +90,4 @@ def test_the_bundled_nccl_system_runs_flat_rings_on_a_cluster():
     # each step's message: GPU -> switch -> GPU, 7 steps on NVLink and 63 across nodes
     links = 7 * 2 * NVLINK_LATENCY_NS + 63 * 2 * NIC_LATENCY_NS
     assert delays + links < t < delays + links + 10_000   # and 32 KiB of bytes
+    assert flowsim.simulate_collective(cluster, "all_gather", 64).attrs["ring_delays"] == "flat"

@@ -136,6 +136,7 @@ def collective_dataset(record: CollectiveRecord) -> xr.Dataset:
             "chunks": int(max(1, min(system.splits, size))),
             "active_chunks_per_dimension": int(system.active_chunks),
             "synchronization": system.synchronization,
+            "ring_delays": system.ring_delays,
             "collective_optimization": system.collective_optimization,
             "flowsim_version": __version__,
             **to_attrs(record.stats),
