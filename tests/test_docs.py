@@ -121,3 +121,27 @@ def test_getting_started_s_own_run_prints_what_the_page_says(tmp_path):
         in section
     assert f"here\n{run.attrs['memory_gib']:.1f} of the H100's 80 GiB" in section
     assert f"{fsdp.attrs['memory_gib']:.1f} GiB" in section
+
+
+@pytest.mark.parametrize("section", ["### From a NeMo 2 recipe", "### From an LLM Foundry YAML",
+                                     "### From a torchtitan job config"])
+def test_the_importers_runs_print_what_the_workloads_page_says(section, tmp_path):
+    """Each importer section of the Training workloads page whose files are all on the page
+    (each fenced block that opens with ``# <file name>``): its ``flowsim run`` line's step
+    time and memory are what the run gives."""
+    page = (DOCS / "guide" / "workloads.md").read_text()
+    text = page[page.index(section):]
+    text = text[:text.index("\n### ", 1)]
+    for block in text.split("```")[1::2]:
+        lang, _, body = block.partition("\n")
+        if lang in ("yaml", "toml") and body.startswith("# "):
+            name = body.split("\n", 1)[0][2:].split(":")[0].strip()
+            (tmp_path / name).write_text(body)
+    line = re.search(r"flowsim run --workload (\S+) --network (\S+) +# ([\d.]+) s per step.*?"
+                     r"([\d.]+) GiB per GPU", text)
+    assert line, section
+    workload, network, seconds, gib = line.groups()
+    ds = flowsim.simulate(str(tmp_path / network), str(tmp_path / workload))
+    decimals = len(seconds.split(".")[1])
+    assert f"{float(ds.time_ns) / 1e9:.{decimals}f}" == seconds
+    assert f"{ds.attrs['memory_gib']:.1f}" == gib
