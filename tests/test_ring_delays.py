@@ -91,3 +91,20 @@ def test_the_bundled_nccl_system_runs_flat_rings_on_a_cluster():
     links = 7 * 2 * NVLINK_LATENCY_NS + 63 * 2 * NIC_LATENCY_NS
     assert delays + links < t < delays + links + 10_000   # and 32 KiB of bytes
     assert flowsim.simulate_collective(cluster, "all_gather", 64).attrs["ring_delays"] == "flat"
+
+
+def test_a_group_that_cuts_a_dimension_passes_through_its_own_pieces():
+    """Tensor parallelism 2 inside 8-GPU nodes leaves data-parallel groups of 4 GPUs per node
+    over 2 nodes (a logical view cuts dimension 0 into 2 x 4): their reduce-scatter's ring
+    passes each node's 4 ranks twice, 7 hand-offs in all, and a 2-rank group inside a node
+    is one ring of 1."""
+    from flowsim.topology.view import LogicalView
+
+    view = LogicalView(load_network(switches((8, 2))), ((0, 2), (0, 4), (1, 2)))
+    nccl = parse_system_config(system("flat"))
+    phases = collective_phases(view, nccl, "reduce_scatter", 64.0, dims=(1, 2))
+    assert {ph.dims[0]: ph.delay_passes for ph in phases} == {1: 2, 2: 1}
+    steps = sum(ph.delay_passes * (view.dims[ph.dims[0]] - 1) for ph in phases)
+    assert steps == 4 * 2 - 1
+    (inner,) = collective_phases(view, nccl, "all_gather", 64.0, dims=(0,))
+    assert inner.delay_passes == 1
