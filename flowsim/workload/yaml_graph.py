@@ -120,21 +120,12 @@ def parse_workload_mapping(mapping: Mapping, source: str, network: Any) -> Workl
     if not isinstance(mapping, Mapping):
         raise ConfigError(f"{source}: expected a mapping of workload keys, "
                           f"found {type(mapping).__name__}")
-    if "generator" in mapping:
-        from .generators import build_generator
+    if "generator" in mapping or not mapping.keys() <= set(TOP_KEYS):   # not a graph
+        from .generators import build_generator, generator_spec
 
-        return build_generator(mapping, source, network)
-    if str(mapping.get("_target_", "")).endswith(".ConfigContainer"):
-        # Megatron-Bridge's run_config.yaml, given as it is
-        from .generators import build_generator
-
-        return build_generator({"generator": "megatron_bridge", "config": mapping}, source,
-                               network)
-    if {"model", "train"} <= mapping.keys():   # a run_config.yaml without its class line
-        raise config_error(source, "_target_", "megatron.bridge.training.config."
-                           "ConfigContainer, as Megatron-Bridge saves it (or a spec "
-                           "'generator: megatron_bridge' with 'config:' naming the file)",
-                           mapping.get("_target_"))
+        spec = generator_spec(mapping, source)
+        if spec is not None:
+            return build_generator(spec, source, network)
     check_unknown_keys(mapping, TOP_KEYS + ("generator",), source=source)
     name = mapping.get("name", Path(source).stem if source != "<dict>" else "workload")
     if not isinstance(name, str) or not name:

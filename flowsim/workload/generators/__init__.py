@@ -44,7 +44,7 @@ from .huggingface import parse_huggingface
 from .imported import build_imported
 from .llmfoundry import parse_llmfoundry
 from .megatron import parse_megatron
-from .megatron_bridge import parse_megatron_bridge
+from .megatron_bridge import parse_megatron_bridge, saved_run_spec
 from .nemo import parse_nemo
 from .nemo2 import parse_nemo2
 from .torchtitan import parse_torchtitan
@@ -79,6 +79,15 @@ GENERATORS: dict[str, Generator] = {
 }
 
 
+def generator_spec(mapping: Mapping[str, Any], source: str) -> Mapping[str, Any] | None:
+    """The generator spec a workload mapping stands for: itself when it names a
+    ``generator``, the ``megatron_bridge`` spec of a Megatron-Bridge ``run_config.yaml``
+    given as it is saved (:func:`~.megatron_bridge.saved_run_spec`), else ``None``."""
+    if "generator" in mapping:
+        return mapping
+    return saved_run_spec(mapping, source)
+
+
 def build_generator(spec: Mapping[str, Any], source: str, network: Any) -> Workload:
     """Build the workload a generator spec describes.
 
@@ -111,5 +120,5 @@ def build_generator(spec: Mapping[str, Any], source: str, network: Any) -> Workl
 
 
 __all__ = ["GENERATORS", "DLRMSpec", "Generator", "TransformerSpec", "build_dlrm",
-           "build_generator", "build_transformer", "dlrm", "parse_dlrm", "parse_transformer",
-           "stage_schedule", "transformer"]
+           "build_generator", "build_transformer", "dlrm", "generator_spec", "parse_dlrm",
+           "parse_transformer", "stage_schedule", "transformer"]

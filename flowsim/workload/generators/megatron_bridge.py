@@ -242,6 +242,27 @@ def _lora(peft: Any, where: str) -> dict[str, Any]:
                      layers={t: (t,) for t in LORA_TARGETS})
 
 
+def saved_run_spec(mapping: Mapping[str, Any], source: str) -> dict[str, Any] | None:
+    """The ``generator: megatron_bridge`` spec of a ``run_config.yaml`` given as the workload
+    itself (its ``_target_`` Megatron-Bridge's ``ConfigContainer``), or ``None`` for a
+    mapping that is not one.
+
+    Raises
+    ------
+    ConfigError
+        A mapping with ``model:`` and ``train:`` blocks but no such ``_target_`` (a saved
+        config whose class line was lost), naming ``_target_``.
+    """
+    if str(mapping.get("_target_", "")).endswith(".ConfigContainer"):
+        return {"generator": "megatron_bridge", "config": mapping}
+    if {"model", "train"} <= mapping.keys():
+        raise config_error(source, "_target_", "megatron.bridge.training.config."
+                           "ConfigContainer, as Megatron-Bridge saves it (or a spec "
+                           "'generator: megatron_bridge' with 'config:' naming the file)",
+                           mapping.get("_target_"))
+    return None
+
+
 def parse_megatron_bridge(values: Mapping[str, Any], source: str) -> ImportedSpec:
     """``generator: megatron_bridge``: key ``config`` (a ``run_config.yaml``), optionally
     ``overrides``, transformer keys."""
