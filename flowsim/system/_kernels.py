@@ -195,10 +195,9 @@ def _queues_simulated(small, large, extra, phase_queue, n_queues, active, n_chun
 @njit(cache=True)
 def batched_collective_times(sizes, gbps, latency, gbps_to_bytes_per_ns, splits, active,
                              phase_queue, shared, n_queues, phase_data, phase_passes,
-                             phase_groups,
-                             group_fraction, group_reduce_fraction, group_count, pair_ptr,
-                             pair_dim, pair_hops, endpoint_ns, mem_bw_gbps, reduction_delay_ns,
-                             out):
+                             phase_groups, group_fraction, group_reduce_fraction, group_count,
+                             pair_ptr, pair_dim, pair_hops, endpoint_ns, mem_bw_gbps,
+                             reduction_delay_ns, out):
     """One collective's analytical time at every grid point, into ``out``; returns 0, or
     ``BAD_CHUNKS`` or ``NOT_FINITE`` (then ``out`` is incomplete). The inputs are in range
     (:func:`check_ranges`).

@@ -57,11 +57,12 @@ SYNCHRONIZATIONS: tuple[Synchronization, ...] = choices_of(Synchronization)
 #: ``ring-delays``: the endpoint delays of a ring reduce-scatter or all-gather over several
 #: dimensions. ``per_dimension`` (ASTRA-sim): each dimension's ring pays its own ``p_d - 1``
 #: steps' delays. ``flat``: NCCL's, which runs such a collective across nodes as one ring
-#: through all ``p`` ranks (its only algorithm for them without SHARP, NVIDIA/nccl
-#: ``src/graph/tuning.cc``), so it pays ``p - 1`` hand-offs: every step of a dimension's ring
-#: pays one delay per pass of the flat ring through that dimension, the product of the sizes
-#: of the dimensions outside it. The bytes move as the per-dimension rings move them (what
-#: NCCL's rail-aligned rings carry over each NIC and NVLink).
+#: through all ``p`` ranks (with several ranks per node and no SHARP, its only algorithm for
+#: them: NVIDIA/nccl ``src/graph/tuning.cc``, whose PAT takes one rank per node), so it pays
+#: ``p - 1`` hand-offs: every step of a dimension's ring pays one delay per pass of the flat
+#: ring through that dimension, the product of the sizes of the dimensions outside it. The
+#: bytes move as the per-dimension rings move them (what NCCL's rail-aligned rings carry over
+#: each NIC and NVLink).
 RingDelays = Literal["per_dimension", "flat"]
 RING_DELAYS: tuple[RingDelays, ...] = choices_of(RingDelays)
 #: ASTRA-sim's ``collective-optimization``.

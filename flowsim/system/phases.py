@@ -228,6 +228,12 @@ def _dimension_phases(network: AnyNetwork, system: SystemConfig, collective: str
     """One phase per involved dimension, composed as the module docstring says."""
     inr = network.config.in_network_reduction
     tree = {d: names[d] == TREE for d in involved}
+    passes = dict.fromkeys(involved, 1)
+    if system.ring_delays == "flat" and collective in ("reduce_scatter", "all_gather") and \
+            all(names[d] == "ring" for d in involved):
+        # one ring through every rank, inner dimensions fastest: it passes through a
+        # dimension once per combination of the dimensions outside it
+        passes = {d: math.prod(network.dims[e] for e in involved if e > d) for d in involved}
 
     def phase(d: int, coll: str, data: float, direction: int = 1) -> Phase:
         if tree[d] and coll in ("reduce_scatter", "all_gather", "all_to_all"):
@@ -239,13 +245,6 @@ def _dimension_phases(network: AnyNetwork, system: SystemConfig, collective: str
     def shrink(d: int) -> int:
         """How much the data shrinks (reduce-scatter) or grows (all-gather) on dim d."""
         return 1 if tree[d] else network.dims[d]
-
-    passes = dict.fromkeys(involved, 1)
-    if system.ring_delays == "flat" and collective in ("reduce_scatter", "all_gather") and \
-            all(names[d] == "ring" for d in involved):
-        # one ring through every rank, inner dimensions fastest: it passes through a
-        # dimension once per combination of the dimensions outside it
-        passes = {d: math.prod(network.dims[e] for e in involved if e > d) for d in involved}
 
     out: list[Phase] = []
     if collective == "all_reduce" and system.collective_optimization == "localBWAware":
