@@ -186,11 +186,10 @@ def _pipeline_split(model: Mapping[str, Any], keys: Mapping[str, Any], where: st
             flags[flag] = str(value)
     try:
         return layout_keys(flags, keys, where)
-    except ConfigError as exc:
-        message = str(exc)
-        for field, flag in _SPLIT.items():
-            message = message.replace(f"--{flag}", f"model.{field}")
-        raise ConfigError(message.replace("--num-layers", "model.num_layers")) from None
+    except ConfigError as exc:   # Megatron-LM's flags named by their Megatron-Bridge paths
+        paths = {f"--{flag}": f"model.{field}" for field, flag in _SPLIT.items()}
+        raise ConfigError(renamed(str(exc), {**paths, "--num-layers": "model.num_layers"})
+                          ) from None
 
 
 #: NeMo 1's paths in the NeMo importer's messages -> Megatron-Bridge's
