@@ -124,7 +124,8 @@ def test_getting_started_s_own_run_prints_what_the_page_says(tmp_path):
 
 
 @pytest.mark.parametrize("section", ["### From a NeMo 2 recipe", "### From an LLM Foundry YAML",
-                                     "### From a torchtitan job config"])
+                                     "### From a torchtitan job config",
+                                     "### Hybrid models: Mamba-2 layers"])
 def test_the_importers_runs_print_what_the_workloads_page_says(section, tmp_path):
     """Each importer section of the Training workloads page whose files are all on the page
     (each fenced block that opens with ``# <file name>``): its ``flowsim run`` line's step

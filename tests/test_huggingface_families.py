@@ -226,7 +226,7 @@ def test_a_bad_window_pattern_names_its_key():
 
 
 @pytest.mark.parametrize("model_type, holds", [
-    ("qwen3_next", "Gated DeltaNet"), ("jamba", "Mamba"), ("nemotron_h", "Mamba-2"),
+    ("qwen3_next", "Gated DeltaNet"), ("jamba", "Mamba"), ("bamba", "Mamba-2"),
     ("minimax", "lightning")])
 def test_a_hybrid_model_is_refused_with_what_its_other_layers_are(model_type, holds):
     with pytest.raises(ConfigError, match=rf"key 'model_type': expected a model of attention "

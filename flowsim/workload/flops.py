@@ -27,6 +27,15 @@ With frozen base weights (``frozen``: LoRA fine-tuning) ``megatron`` counts what
 runs: each weight's GEMM twice (forward and data gradient, no weight gradient), the
 attention's score matmuls three times as before (their backward is all data gradients).
 
+A hybrid model (``pattern``: a layer per character, :mod:`.generators.transformer_hybrid`)
+counts in ``megatron`` as Megatron-LM's ``hybrid_flops`` does (``training.py``, main of
+2026-11): per token and forward, ``4 h p (h + h g/a) + 2 s h p`` per attention layer (``p =
+d a / h``: the causal mask's half, unlike the transformer's count), ``4 f h m_g`` per MLP,
+``4 h (f_e k_e + f_s) m_g`` per mixture of experts, ``2 h (2 d + 2 G N + H) + 7 d N + 2 d
+h`` per Mamba-2 mixer with ``d = 2 h`` (whatever its heads' width: Megatron-LM's
+convention), ``G`` groups, state ``N`` and ``H`` heads, and ``2 h V`` for the logits; all
+three times.
+
 Multi-token prediction depths count in ``megatron`` as Megatron-LM counts them; ``palm``
 counts their parameters and layers (not their second pass through the shared output layer),
 ``narayanan_eq3`` ignores them, as neither convention knows them.
@@ -71,6 +80,12 @@ class ModelShape:
         qk_pos_emb_head_dim, v_head_dim)`` (None: standard attention).
     frozen : bool
         Every weight frozen (LoRA fine-tuning: no weight gradient; ``megatron`` only).
+    pattern : str
+        A hybrid model's layers (``M`` Mamba-2, ``*`` attention, ``-`` MLP, ``E`` experts);
+        "": a transformer.
+    mamba : tuple of int, optional
+        The Mamba-2 mixers' ``(heads, head_dim, state, groups, conv)`` (0 heads: ``2 h /
+        head_dim``).
     tied_embeddings : bool
         The logits layer reuses the embedding's weights (GPT); ``False``: a separate output
         matrix (Llama).
@@ -96,6 +111,8 @@ class ModelShape:
     mtp_dense: bool = False
     mla: tuple[int, int, int, int, int] | None = None
     frozen: bool = False
+    pattern: str = ""
+    mamba: tuple[int, int, int, int, int] | None = None
 
     @property
     def all_layers(self) -> int:
@@ -126,6 +143,16 @@ class ModelShape:
         embeddings = self.vocab * h * (1 if self.tied_embeddings else 2)
         embeddings += self.mtp_layers * (2 * h * h + 3 * h)   # the depths' projections, norms
         layers, dense_layers = self.all_layers, self.all_dense_layers
+        if self.pattern:   # a hybrid model: each layer one block and its norm
+            mamba = 0
+            if self.mamba is not None:
+                heads, head_dim, state, groups, conv = self.mamba
+                heads = heads or 2 * h // head_dim
+                d, bc = heads * head_dim, 2 * groups * state
+                mamba = h * (2 * d + bc + heads) + d * h + (d + bc) * (conv + 1) + 3 * heads + d
+            dense = (3 if self.gated_mlp else 2) * h * self.dense_ffn
+            blocks = {"M": mamba, "*": attention, "-": dense, "E": mlp}
+            return sum(blocks[c] + h for c in self.pattern) + embeddings
         if dense_layers:
             dense = (3 if self.gated_mlp else 2) * h * self.dense_ffn
             return (layers * (attention + 2 * h) + (layers - dense_layers) * mlp
@@ -135,6 +162,8 @@ class ModelShape:
 
 def megatron(shape: ModelShape) -> float:
     """Megatron-LM's model FLOPs of one iteration (see the module docstring)."""
+    if shape.pattern:
+        return _hybrid(shape)
     h = shape.hidden
     q = shape.heads * shape.head_dim
     experts = shape.top_k if shape.experts else 1
@@ -163,6 +192,25 @@ def megatron(shape: ModelShape) -> float:
     return 12.0 * shape.global_batch * shape.sequence * layers * h * h * per
 
 
+def _hybrid(shape: ModelShape) -> float:
+    """Megatron-LM's ``hybrid_flops`` (see the module docstring)."""
+    h, s, count = shape.hidden, shape.sequence, shape.pattern.count
+    gated = 1.5 if shape.gated_mlp else 1.0
+    p = shape.heads * shape.head_dim / h
+    attention = 4 * h * p * (h + h * shape.kv_heads / shape.heads) + 2 * s * h * p
+    mlp = 4 * shape.dense_ffn * h * gated
+    moe = 4 * h * (shape.ffn * shape.top_k + shape.shared_ffn) * gated
+    mamba = 0.0
+    if shape.mamba is not None:
+        heads, head_dim, state, groups, _ = shape.mamba
+        d = 2 * h
+        mamba = (2 * h * (2 * d + 2 * groups * state + (heads or d // head_dim))
+                 + 7 * d * state + 2 * d * h)
+    per_token = (count("*") * attention + count("-") * mlp + count("E") * moe
+                 + count("M") * mamba + 2 * h * shape.vocab)
+    return 3.0 * shape.global_batch * s * per_token
+
+
 def narayanan_eq3(shape: ModelShape) -> float:
     """Narayanan et al.'s eq. (3): model FLOPs plus the recomputed forward pass."""
     h, s, L = shape.hidden, shape.sequence, shape.layers
@@ -173,7 +221,7 @@ def narayanan_eq3(shape: ModelShape) -> float:
 def palm(shape: ModelShape) -> float:
     """PaLM's model FLOPs: ``6 N`` per token plus attention (``12 L h s`` per token)."""
     tokens = shape.global_batch * shape.sequence
-    layers = shape.all_layers
+    layers = shape.pattern.count("*") if shape.pattern else shape.all_layers
     attention = 12.0 * layers * shape.heads * shape.head_dim * shape.sequence
     if shape.mla is not None:   # query and key heads, value heads: their mean width
         _, _, qk, r, v = shape.mla

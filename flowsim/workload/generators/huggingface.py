@@ -74,7 +74,13 @@ by ``model_type`` (the config's own key, which decides the modules the library b
   or ALiBi; ``num_kv_heads`` with the new decoder architecture, one key-value head with
   ``multi_query``; ``ffn_hidden_size`` or 4 x hidden; attention and MLP in parallel are
   priced one after the other), ``phi`` (Phi-1/2: ``num_key_value_heads``) and
-  ``starcoder2`` (its ``sliding_window`` on every layer), each with a plain two-GEMM MLP.
+  ``starcoder2`` (its ``sliding_window`` on every layer), each with a plain two-GEMM MLP;
+* **Nemotron-H and Nemotron 3** (``nemotron_h``, :mod:`.huggingface_hybrid`): the layers of
+  ``hybrid_override_pattern`` (Mamba-2 mixers, attention, squared-ReLU MLPs and experts),
+  ``mamba_num_heads``, ``mamba_head_dim``, ``ssm_state_size``, ``n_groups``,
+  ``conv_kernel``, ``chunk_size``; ``n_routed_experts``, ``num_experts_per_tok``,
+  ``moe_intermediate_size`` and ``moe_shared_expert_intermediate_size`` where the pattern
+  has experts; no position embedding.
 
 The rules are those of ``transformers`` 5.24 (and 4.56, which differs only in Qwen2-MoE's
 windows, where 4.56's rule is kept); DeepSeek's MoE layers follow its own code (every
@@ -88,12 +94,12 @@ nothing is downloaded).
 Models bundled with flowsim (``workloads/models/``: the architecture keys of their published
 configs) are named without a path: ``config: llama3_8b``, ``llama3_70b``, ``llama31_405b``,
 ``mixtral_8x7b``, ``qwen3_30b_a3b``, ``qwen3_235b_a22b``, ``deepseek_v3``,
-``llama4_maverick``.
+``llama4_maverick``, ``nemotron3_nano``.
 
 Another ``model_type`` is one error naming it; its shape can then be given as transformer keys
 with ``generator: transformer``. Models whose layers are not all attention (state-space,
 linear-attention and convolution hybrids: ``qwen3_next``, ``minimax``, ``jamba``,
-``nemotron_h``, ``falcon_h1``, ``mamba`` and others, :data:`.huggingface_models.HYBRID`)
+``falcon_h1``, ``mamba`` and others, :data:`.huggingface_models.HYBRID`)
 are refused with what their other layers are.
 
 ``torch_dtype`` is the checkpoint's storage type, not the run's precision, and is not read
@@ -112,6 +118,7 @@ from typing import Any
 from ...errors import ConfigError, FlowsimWarning, config_error
 from .huggingface_experts import EXPERTS, dbrx_keys
 from .huggingface_hub import model_config_path
+from .huggingface_hybrid import nemotron_h_keys
 from .huggingface_models import (
     GPT_LIKE,
     HYBRID,
@@ -187,6 +194,8 @@ def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules, dict[s
         return gpt_keys(read, model_type), {}, read.names
     if model_type == "dbrx":
         return (*dbrx_keys(read), read.names)
+    if model_type == "nemotron_h":
+        return nemotron_h_keys(read), {}, read.names
     if model_type in HYBRID:
         raise config_error(where, "model_type", "a model of attention layers (those of "
                            f"{model_type} include {HYBRID[model_type]}, which flowsim does "
@@ -198,7 +207,7 @@ def _read_model(config: Any, source: str) -> tuple[dict[str, Any], Rules, dict[s
             more, rule = EXPERTS[model_type](read)
             keys, rules = {**keys, **more}, {**rules, **rule}
         return keys, rules, read.names
-    known = ", ".join([*LLAMA_LIKE, "dbrx", *GPT_LIKE])
+    known = ", ".join([*LLAMA_LIKE, "dbrx", *GPT_LIKE, "nemotron_h"])
     raise config_error(where, "model_type", f"one of {known} (another model's shape: "
                        "generator: transformer with its keys)", model_type)
 

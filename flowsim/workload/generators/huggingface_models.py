@@ -41,7 +41,7 @@ EVERY_NTH_FULL = {"gemma3_text": ("sliding_window_pattern", 6),
 HYBRID = {"qwen3_next": "Gated DeltaNet linear attention", "minimax": "lightning (linear) "
           "attention", "kimi_linear": "Kimi Delta Attention (linear)", "jamba": "Mamba",
           "mamba": "Mamba", "falcon_mamba": "Mamba", "zamba": "Mamba", "mamba2": "Mamba-2",
-          "zamba2": "Mamba-2", "bamba": "Mamba-2", "nemotron_h": "Mamba-2",
+          "zamba2": "Mamba-2", "bamba": "Mamba-2",
           "falcon_h1": "Mamba-2 mixers", "granitemoehybrid": "Mamba-2",
           "lfm2": "short convolutions", "lfm2_moe": "short convolutions",
           "recurrent_gemma": "RG-LRU recurrences", "rwkv": "RWKV recurrences"}

@@ -20,7 +20,12 @@ passes over the FP32 logits as Megatron-Core's steps make them, fewer with
 ``metric_cross_entropies`` more after each backward); ``mtp_layers`` multi-token prediction
 depths (DeepSeek-V3's MTP
 modules: each a layer of the last layer's kind with its own embedding lookup, projection and
-logits, on the last stage; :mod:`.transformer_mtp`). An iteration runs
+logits, on the last stage; :mod:`.transformer_mtp`). ``hybrid_pattern`` makes a hybrid
+model (Megatron-Core's ``MambaModel``, NVIDIA's Nemotron-H and Nemotron 3): one character
+per layer, ``M`` a Mamba-2 mixer (Dao and Gu 2024; its widths in ``mamba``: ``heads``,
+``head_dim``, ``state``, ``groups``, ``conv``, ``chunk``; :mod:`.transformer_mamba`), ``*``
+attention, ``-`` a dense MLP, ``E`` a mixture of experts, each a layer with its own norm and
+residual (:mod:`.transformer_hybrid`). An iteration runs
 ``global_batch`` sequences of ``sequence`` tokens in micro-batches of ``micro_batch``
 (``global_batch / (micro_batch dp)`` micro-batches per pipeline).
 
@@ -195,7 +200,10 @@ def transformer(network: Any, **values: Any) -> Workload:
     network : Network
         A built network (``flowsim.load_network``); ``tp * cp * dp * pp`` must equal its NPUs.
     **values
-        The spec's keys: ``layers``, ``hidden``, ``sequence`` (required); ``heads``,
+        The spec's keys: ``layers`` (or ``hybrid_pattern``'s length), ``hidden``,
+        ``sequence`` (required); ``hybrid_pattern`` (``M``, ``*``, ``-``, ``E`` per layer)
+        with ``mamba`` (``heads``, ``head_dim``, ``state``, ``groups``, ``conv``,
+        ``chunk``); ``heads``,
         ``kv_heads``, ``head_dim``, ``ffn``, ``gated_mlp``, ``vocab``, ``tied_embeddings``;
         ``global_batch`` (sequences) or ``micro_batches``, ``micro_batch``; ``tp``, ``pp``,
         ``dp``, ``cp`` with ``cp_comm_type`` (``p2p``, ``all_gather``, ``a2a``), ``ep``,
@@ -334,5 +342,9 @@ def model_shape(spec: TransformerSpec) -> ModelShape:
                       mla=None if spec.mla is None else astuple(spec.mla),
                       mtp_layers=spec.mtp_layers, frozen=spec.frozen,
                       mtp_dense=bool(spec.experts) and not spec.is_moe(spec.layers),
+                      pattern=spec.hybrid_pattern,
+                      mamba=None if spec.mamba is None else (
+                          spec.mamba.heads, spec.mamba.head_dim, spec.mamba.state,
+                          spec.mamba.groups, spec.mamba.conv),
                       dense_layers=spec.layers - sum(spec.moe_layer_freq)
                       if isinstance(spec.moe_layer_freq, tuple) and spec.moe_layer_freq else 0)

@@ -23,6 +23,7 @@ from functools import cached_property
 from ..kernels import Attention, Kernel
 from .transformer_checks import cp_kind
 from .transformer_experts import ExpertKernels
+from .transformer_mamba import MambaKernels
 from .transformer_shapes import ACT, CROSS_ENTROPY, METRIC_BYTES, elementwise
 
 
@@ -336,6 +337,13 @@ class LayerKernels(ExpertKernels):
         if s.frozen:   # the trained ones: the adapters
             return k.lora_parameters, 0, 0
         dense, expert = k.dense_parameters, k.expert_parameters
+        if layer < s.layers and s.hybrid_pattern:   # a mixer with its norm, or an MLP
+            mixer = s.mixer(layer)
+            if mixer:
+                dense = (self.mamba.parameters if mixer == "mamba" else
+                         self.attention_parameters) + s.hidden
+                return dense, 0, dense
+            dense -= k.attention_parameters + s.hidden
         if layer < s.layers:
             return dense, expert, dense
         fp8 = dense + 2 * s.hidden * s.hidden // s.tp
@@ -364,6 +372,11 @@ class LayerKernels(ExpertKernels):
     @cached_property
     def _full_attention(self) -> LayerKernels:
         return type(self)(replace(self.spec, window=0, window_skip_freq=()))
+
+    @cached_property
+    def mamba(self) -> MambaKernels:
+        """A hybrid model's Mamba-2 mixer's kernels (:mod:`.transformer_mamba`)."""
+        return MambaKernels(self.spec)
 
     @cached_property
     def shared_expert(self) -> LayerKernels | None:

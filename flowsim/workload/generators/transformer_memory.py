@@ -41,12 +41,14 @@ from typing import TYPE_CHECKING
 
 from . import transformer_values as tv
 from .transformer_combined import paired_forwards
+from .transformer_hybrid import ATTENTION, MAMBA, MOE
 from .transformer_mla import LatentKernels
 from .transformer_schedule import stage_schedule, virtual_stage
 from .transformer_shapes import ACT, CROSS_ENTROPY
 
 if TYPE_CHECKING:
     from .transformer_program import StageProgram
+    from .transformer_spec import TransformerSpec
 
 #: Adam's bytes per parameter: FP32 master weight, first and second moment
 OPTIMIZER_BYTES = 12
@@ -149,17 +151,17 @@ def _chunk_activations(program: StageProgram) -> tuple[dict[int, float], float]:
     apart; under the block method the layers past the first N keep everything), and what
     recomputing one layer needs on top at a time."""
     spec = program.spec
-    kinds = {moe: _layer_activations(program, moe=moe)
-             for moe in {spec.is_moe(i) for i in range(spec.layers)}}
+    kinds = {kind: _layer_activations(program, kind)
+             for kind in {_kind(spec, i) for i in range(spec.layers)}}
 
     def kept(i: int, layers: range) -> float:
-        per_layer, whole = kinds[spec.is_moe(i)]
+        per_layer, whole = kinds[_kind(spec, i)]
         skipped = spec.recompute_layers and not spec.is_recomputed(i, i - layers.start)
         return whole if skipped else per_layer
 
     chunks = {c: sum(kept(i, layers) for i in layers) for c, layers in program.layers.items()}
     if not spec.recompute_layers:
-        return chunks, max((kinds[spec.is_moe(i)][1] for layers in program.layers.values()
+        return chunks, max((kinds[_kind(spec, i)][1] for layers in program.layers.values()
                             for i in layers), default=0.0)
     # the block method: a recomputed layer runs again once the layers above it in its chunk
     # are freed, beside its kept input: room beyond the chunk's bytes only where its whole
@@ -169,17 +171,25 @@ def _chunk_activations(program: StageProgram) -> tuple[dict[int, float], float]:
         above = 0.0
         for i in reversed(layers):
             if spec.is_recomputed(i, i - layers.start):
-                transient = max(transient, kinds[spec.is_moe(i)][1] - above)
+                transient = max(transient, kinds[_kind(spec, i)][1] - above)
             above += kept(i, layers)
     return chunks, transient
 
 
-def _layer_activations(program: StageProgram, *, moe: bool) -> tuple[float, float]:
-    """Bytes one layer (a mixture of experts or not) keeps per micro-batch, and what one
-    layer needs on top at a time (the recomputed layer under full recomputation)."""
+def _kind(spec: TransformerSpec, layer: int) -> bool | str:
+    """What a layer's activations depend on: whether it is a mixture of experts, or a
+    hybrid model's layer's character."""
+    return spec.hybrid_pattern[layer] if spec.hybrid_pattern else spec.is_moe(layer)
+
+
+def _layer_activations(program: StageProgram, kind: bool | str) -> tuple[float, float]:
+    """Bytes one layer (of a :func:`_kind`) keeps per micro-batch, and what one layer needs
+    on top at a time (the recomputed layer under full recomputation)."""
     spec, k = program.spec, program.k
     t, n, h = spec.tp, k.n, spec.hidden
-    full = _whole_layer(program, moe=moe)
+    full = _whole_layer(program, moe=kind) if isinstance(kind, bool) else \
+        _hybrid_layer(program, kind)
+    moe = kind is True
     if spec.recompute == "full":   # the layer's input; every N-th layer's, on average
         kept = ACT * n * h / (t if spec.sp else 1)
         every = spec.recompute_every
@@ -195,19 +205,32 @@ def _layer_activations(program: StageProgram, *, moe: bool) -> tuple[float, floa
 
 def _split_activations(program: StageProgram, *, moe: bool) -> float:
     """A layer's activations between its TP collectives (split by t): attention and MLP."""
-    spec, k = program.spec, program.k
-    t, n, h = spec.tp, k.n, spec.hidden
-    q, kv = k.q, k.kv                    # the rank's widths (split by TP)
-    if moe:
-        local = spec.experts // spec.ep
-        rows = k.expert_rows * local
-        mlp = ACT * (h * rows + rows * k.expert_width * (3 if spec.gated_mlp else 2))
-        mlp += ACT * n * (spec.shared_ffn // t) * (3 if spec.gated_mlp else 2)
-    else:
-        mlp = ACT * n * k.f * (3 if spec.gated_mlp else 2)
+    k = program.k
     attention = k.attention_activations if isinstance(k, LatentKernels) else \
-        ACT * n * (q + 2 * kv + q)
-    return attention + mlp
+        ACT * k.n * (2 * k.q + 2 * k.kv)
+    return attention + _mlp_activations(program, moe=moe)
+
+
+def _mlp_activations(program: StageProgram, *, moe: bool) -> float:
+    """The MLP's share of :func:`_split_activations` (the experts' and shared experts')."""
+    spec, k = program.spec, program.k
+    gated = 3 if spec.gated_mlp else 2
+    if not moe:
+        return ACT * k.n * k.f * gated
+    rows = k.expert_rows * (spec.experts // spec.ep)
+    return ACT * (spec.hidden * rows + rows * k.expert_width * gated) + \
+        ACT * k.n * (spec.shared_ffn // spec.tp) * gated
+
+
+def _hybrid_layer(program: StageProgram, kind: str) -> float:
+    """Bytes a hybrid model's layer keeps per micro-batch when it is not recomputed: its
+    block's (a Mamba-2 mixer's: :attr:`~.transformer_mamba.MambaKernels.activations`) and
+    one norm's and residual's share of :func:`_shared_activations`."""
+    k = program.k
+    block = float(k.mamba.activations) if kind == MAMBA else \
+        ACT * k.n * (2 * k.q + 2 * k.kv) if kind == ATTENTION else \
+        _mlp_activations(program, moe=kind == MOE)
+    return block + _shared_activations(program) / 2
 
 
 def _shared_activations(program: StageProgram) -> float:

@@ -24,7 +24,9 @@ from ..._validate import (
     read_list,
     read_number,
 )
+from ...errors import config_error
 from ..roofline import parse_roofline
+from . import transformer_hybrid as hybrid
 from . import transformer_values as tv
 from .transformer_checks import check_consistent, check_head_width
 from .transformer_spec import (
@@ -56,8 +58,10 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     """
     as_config(values, source=source, what="transformer")
     check_unknown_keys(values, KEYS, source=source)
-    v: dict[str, Any] = {key: _count(values, key, source) for key in ("layers", "hidden",
-                                                                       "sequence")}
+    v: dict[str, Any] = {key: _count(values, key, source) for key in ("hidden", "sequence")}
+    v["hybrid_pattern"] = hybrid.read_pattern(values, source)
+    v["mamba"] = hybrid.read_mamba(values, source)
+    v["layers"] = _count(values, "layers", source, len(v["hybrid_pattern"]) or ...)
     for key, default in (("micro_batch", 1), ("tp", 1), ("pp", 1), ("dp", 1), ("cp", 1),
                          ("ep", 1), ("vpp", 1)):
         v[key] = _count(values, key, source, default)
@@ -124,6 +128,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     spec = TransformerSpec(**v, source=source)
     spec = _with_defaults(spec)
     check_consistent(spec)
+    hybrid.check_hybrid(spec)
     return spec
 
 
@@ -153,4 +158,13 @@ def _with_defaults(spec: TransformerSpec) -> TransformerSpec:
                                               spec.source),
         "moe_layer_freq": tv.moe_pattern(spec.moe_layer_freq, spec.layers, spec.experts,
                                       spec.source)}
+    if spec.hybrid_pattern:   # the pattern says which layers are what
+        if spec.moe_layer_freq != 1:
+            raise config_error(spec.source, "moe_layer_freq", "unset with hybrid_pattern "
+                               "(its E layers are the mixtures of experts)",
+                               spec.moe_layer_freq)
+        moe = tuple(int(c == hybrid.MOE) for c in spec.hybrid_pattern)
+        changes["moe_layer_freq"] = () if all(moe) or not any(moe) else moe
+        if hybrid.MAMBA in spec.hybrid_pattern and spec.mamba is None:
+            changes["mamba"] = hybrid.MambaMixer()
     return replace(spec, **changes)

@@ -116,10 +116,16 @@ class PassBuilder(OpStream):
         """One layer's forward; ``carry`` kernels (the previous layer's residual add) run
         first. Returns the frontier of its output, whose residual add is left to the next
         compute op: see :attr:`residual`."""
-        k, name = self.k, f"{tag}.layer{layer}"
-        x = (self.compute(f"{name}.norm", carry + k.norm, layer, "fwd", x),)
-        x = self._attention_forward(name, layer, x)
-        x = (self.compute(f"{name}.norm2", k.residual + k.norm, layer, "fwd", x),)
+        k, name, mixer = self.k, f"{tag}.layer{layer}", self.spec.mixer(layer)
+        norm = f"{name}.norm"
+        if mixer:   # (a hybrid model's layer may be its mixer or its MLP alone)
+            x = (self.compute(norm, carry + k.norm, layer, "fwd", x),)
+            x = self._mamba_forward(name, layer, x) if mixer == "mamba" else \
+                self._attention_forward(name, layer, x)
+            carry, norm = k.residual, f"{name}.norm2"
+        if not self.spec.has_mlp(layer):
+            return x
+        x = (self.compute(norm, carry + k.norm, layer, "fwd", x),)
         if self.spec.is_moe(layer):
             return self._moe_forward(name, layer, x)
         k = k.of_layer(layer)
@@ -130,6 +136,12 @@ class PassBuilder(OpStream):
     def residual(self) -> tuple[Kernel, ...]:
         """The kernels a layer's output still owes (its residual add)."""
         return self.k.residual
+
+    def _mamba_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
+        m = self.k.mamba
+        return self.layer_block(f"{name}.mamba", Block(m.in_proj, m.core, m.out_proj,
+                                                       "in_proj", "out_proj"),
+                                layer, x, gather=True, reduce=True)
 
     def _attention_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
         k, s = self.k.of_layer(layer), self.spec   # the layer's own (its window, if any)
@@ -189,15 +201,23 @@ class PassBuilder(OpStream):
         k, s, name = self.k, self.spec, f"{tag}.layer{layer}"
         g = (self.compute(f"{name}.residual_backward", carry + k.residual_backward, layer,
                           "ig", g),)
-        if s.is_moe(layer):
-            g = self._moe_backward(name, layer, g)
-        else:
-            m = k.of_layer(layer)
-            g = self._dgrad_wgrad(f"{name}.mlp", Block(
-                m.fc2_dgrad, m.activation_backward, m.fc1_dgrad, "fc2", "fc1"), m.mlp_wgrad,
-                layer, g, head_wgrads=m.head_wgrads("linear_fc2"))
-        g = (self.compute(f"{name}.norm2_backward", k.norm_backward + k.residual_backward,
-                          layer, "ig", g),)
+        if s.has_mlp(layer):
+            if s.is_moe(layer):
+                g = self._moe_backward(name, layer, g)
+            else:
+                m = k.of_layer(layer)
+                g = self._dgrad_wgrad(f"{name}.mlp", Block(
+                    m.fc2_dgrad, m.activation_backward, m.fc1_dgrad, "fc2", "fc1"),
+                    m.mlp_wgrad, layer, g, head_wgrads=m.head_wgrads("linear_fc2"))
+            if not s.mixer(layer):
+                return g
+            g = (self.compute(f"{name}.norm2_backward", k.norm_backward + k.residual_backward,
+                              layer, "ig", g),)
+        if s.mixer(layer) == "mamba":
+            mk = k.mamba
+            return self._dgrad_wgrad(f"{name}.mamba", Block(
+                mk.out_proj_dgrad, mk.core_backward, mk.in_proj_dgrad, "out_proj", "in_proj"),
+                mk.wgrad, layer, g)
         # the rotary backward ends the body, before the QKV layer's backward (and its input
         # gathered again) starts; with CP after the key gradients are reduced (``between``)
         k = k.of_layer(layer)   # the layer's attention (its window, if any)

@@ -11,6 +11,7 @@ from ..._validate import choices_of
 from ..kernels import DTYPE_BYTES, Fp8Recipe
 from ..roofline import Roofline
 from . import transformer_values as tv
+from .transformer_hybrid import ATTENTION, MAMBA, MLP, MOE, MambaMixer
 
 #: Pipeline schedules (see :mod:`.transformer_schedule`).
 Schedule = Literal["1f1b", "gpipe", "interleaved", "dualpipev"]
@@ -115,6 +116,13 @@ class TransformerSpec:
     #: holds documents of this many tokens (the last one shorter), each attending only to
     #: itself (Transformer Engine's ``cu_seqlens``); 0: one document per sequence
     document_tokens: int = 0
+    #: a hybrid model's layers, one character each (Megatron-Core's
+    #: ``--hybrid-override-pattern``): ``M`` a Mamba-2 mixer, ``*`` attention, ``-`` a dense
+    #: MLP, ``E`` a mixture of experts, each with its own norm and residual
+    #: (:mod:`.transformer_hybrid`); "": every layer attention and an MLP
+    hybrid_pattern: str = ""
+    #: the Mamba-2 mixers' widths (None without ``M`` layers)
+    mamba: MambaMixer | None = None
     #: sliding window in keys (0: full attention); window_skip_freq: 1 window / 0 full per layer
     window: int = 0
     window_skip_freq: tuple[int, ...] | int | None = None
@@ -295,6 +303,20 @@ class TransformerSpec:
         from the decoder's last layer spec)."""
         pattern = self.moe_layer_freq
         return self.experts > 0 and (not pattern or bool(pattern[min(layer, self.layers - 1)]))  # type: ignore
+
+    def mixer(self, layer: int) -> str:
+        """What mixes ``layer``'s tokens: ``attention``, ``mamba`` or "" (a hybrid model's
+        MLP layer)."""
+        if not self.hybrid_pattern:
+            return "attention"
+        kind = self.hybrid_pattern[min(layer, self.layers - 1)]
+        return "attention" if kind == ATTENTION else "mamba" if kind == MAMBA else ""
+
+    def has_mlp(self, layer: int) -> bool:
+        """Whether ``layer`` has an MLP (dense or experts): every transformer layer, a
+        hybrid model's ``-`` and ``E`` layers."""
+        return not self.hybrid_pattern or \
+            self.hybrid_pattern[min(layer, self.layers - 1)] in (MLP, MOE)
 
     @property
     def one_tied_weight(self) -> bool:

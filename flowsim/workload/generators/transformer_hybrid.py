@@ -1,0 +1,123 @@
+"""Hybrid models (Mamba-2 mixers among the transformer's blocks): the layer pattern and the
+mixers' widths, read and checked.
+
+Megatron-Core's ``MambaModel`` (``megatron/core/ssm/mamba_block.py``) builds its layers from
+a pattern, one character per layer (``--hybrid-override-pattern``): ``M`` a Mamba-2 mixer,
+``*`` self-attention, ``-`` a dense MLP, ``E`` a mixture of experts. Each is a layer of its
+own, with its own pre-norm and residual add, so ``layers`` is the pattern's length and a
+pipeline splits the pattern's characters. NVIDIA's Nemotron-H and Nemotron 3 models are
+built so (e.g. ``M-M-M-M*-...``). The mixer is :mod:`.transformer_mamba`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ..._validate import check_unknown_keys, read_int
+from ...errors import config_error
+
+#: the pattern's characters: a Mamba-2 mixer, attention, a dense MLP, a mixture of experts
+MAMBA, ATTENTION, MLP, MOE = "M", "*", "-", "E"
+SYMBOLS = MAMBA + ATTENTION + MLP + MOE
+#: longest pattern (characters)
+MAX_PATTERN = 1 << 16
+
+
+@dataclass(frozen=True)
+class MambaMixer:
+    """A Mamba-2 mixer's widths (Megatron-Core's ``mamba_*`` settings; defaults its
+    ``TransformerConfig``'s): ``heads`` SSM heads of ``head_dim`` channels (0: ``2 hidden /
+    head_dim``, the expansion of two), ``state`` the state size, ``groups`` the groups
+    sharing B and C, ``conv`` the causal convolution's width, ``chunk`` the SSD kernels'
+    chunk of tokens."""
+
+    heads: int = 0
+    head_dim: int = 64
+    state: int = 128
+    groups: int = 8
+    conv: int = 4
+    chunk: int = 128
+
+    def inner(self, hidden: int) -> int:
+        """The mixer's inner width (``heads x head_dim``)."""
+        return (self.heads or 2 * hidden // self.head_dim) * self.head_dim
+
+    def nheads(self, hidden: int) -> int:
+        return self.inner(hidden) // self.head_dim
+
+
+def read_pattern(values: Mapping[str, Any], source: str) -> str:
+    """``hybrid_pattern``: one of ``M*-E`` per layer ("" when absent)."""
+    raw = values.get("hybrid_pattern")
+    if raw is None or raw == "":
+        return ""
+    what = f"a string of {', '.join(SYMBOLS)} per layer (Megatron-Core's " \
+           f"hybrid_override_pattern), e.g. 'M-M*-ME'"
+    if not isinstance(raw, str) or len(raw) > MAX_PATTERN:
+        raise config_error(source, "hybrid_pattern", what, raw)
+    pattern = raw.strip()
+    bad = sorted(set(pattern) - set(SYMBOLS))
+    if bad:
+        raise config_error(source, "hybrid_pattern", what + f" ({bad[0]!r} is none of them; "
+                           "'|' pipeline marks are not read: use pipeline_layout)", raw)
+    return pattern
+
+
+def read_mamba(values: Mapping[str, Any], source: str) -> MambaMixer | None:
+    """``mamba``: a mapping of :class:`MambaMixer`'s widths (absent: its defaults where the
+    pattern has an ``M``, else None)."""
+    raw = values.get("mamba")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise config_error(source, "mamba", "a mapping of " + ", ".join(
+            f.name for f in fields(MambaMixer)), raw)
+    check_unknown_keys(raw, [f.name for f in fields(MambaMixer)], source=source,
+                       prefix="mamba.")
+    defaults = MambaMixer()
+    return MambaMixer(**{f.name: read_int(
+        raw, f.name, source=source, prefix="mamba.", default=getattr(defaults, f.name),
+        minimum=0 if f.name == "heads" else 1, maximum=1 << 20)
+        for f in fields(MambaMixer)})
+
+
+def check_hybrid(spec: Any) -> None:
+    """The pattern against the other keys (once defaults are filled), and flowsim's limits:
+    what its hybrid model leaves out is refused, not priced as something else."""
+    src, pattern = spec.source, spec.hybrid_pattern
+
+    def need(ok: bool, key: str, expected: str, found: Any) -> None:
+        if not ok:
+            raise config_error(src, key, expected, found)
+
+    if not pattern:
+        need(spec.mamba is None, "mamba", "unset without hybrid_pattern (the mixers are "
+             "the pattern's M layers)", spec.mamba)
+        return
+    need(spec.layers == len(pattern), "layers", f"{len(pattern)}, the length of "
+         f"hybrid_pattern (one layer per character)", spec.layers)
+    need((MOE in pattern) == (spec.experts > 0), "experts",
+         "more than 0 where hybrid_pattern has an E (a mixture of experts), else 0",
+         spec.experts)
+    why = " with hybrid_pattern (flowsim does not model them together)"
+    for key, ok, expected in (
+            ("cp", spec.cp == 1 or MAMBA not in pattern, "1"),
+            ("mtp_layers", not spec.mtp_layers, "0"),
+            ("lora_rank", not spec.lora_rank, "0"),
+            ("mla", spec.mla is None, "unset"),
+            ("recompute", spec.recompute != "every_other_matmul", "none, selective or full"),
+            ("tp_comm_overlap", not spec.tp_comm_overlap or spec.tp == 1, "false")):
+        need(ok, key, expected + why, getattr(spec, key))
+    if MAMBA in pattern:
+        m = spec.mamba
+        need(m.nheads(spec.hidden) > 0, "mamba.head_dim", f"at most 2 hidden = "
+             f"{2 * spec.hidden} (the heads' default: 2 hidden / head_dim), or mamba.heads "
+             f"given", m.head_dim)
+        inner = m.inner(spec.hidden)
+        need(inner % spec.tp == 0 and m.nheads(spec.hidden) % spec.tp == 0, "mamba.heads",
+             f"a multiple of tp={spec.tp}", m.nheads(spec.hidden))
+        need(m.groups % spec.tp == 0 and m.nheads(spec.hidden) % m.groups == 0,
+             "mamba.groups", f"a multiple of tp={spec.tp} dividing the "
+             f"{m.nheads(spec.hidden)} heads", m.groups)

@@ -1,0 +1,206 @@
+"""The kernels of a Mamba-2 mixer on one rank for one micro-batch: Dao and Gu, "Transformers
+are SSMs" (ICML 2024, arXiv 2405.21060), as Megatron-Core's ``MambaMixer`` runs it
+(``megatron/core/ssm/mamba_mixer.py``) with the ``mamba_ssm`` package's Triton kernels.
+
+With ``H`` heads of ``P`` channels (inner width ``D = H P``), a state of ``N``, ``G`` groups
+sharing B and C, all split over the ``t`` tensor-parallel ranks:
+
+* ``in_proj``, column-parallel (the layer's norm fused in front, as Transformer Engine's
+  ``LayerNormColumnParallelLinear`` does), hidden to ``z, x, B, C, dt``: ``2 D + 2 G N + H``;
+* a causal depthwise convolution (width ``conv``) with SiLU over ``x, B, C``;
+* the state-space dual (SSD) scan in chunks of ``Q`` tokens (``mamba_chunk_scan_combined``):
+  per chunk and head the chunk's state ``B^T X`` (``N x Q`` by ``Q x P``), the states
+  passed from chunk to chunk (sequential, memory-bound, FP32), per chunk and group the
+  ``C B^T`` matrix (``Q x N`` by ``N x Q``), then per chunk and head the output, the
+  masked ``(C B^T) X`` (causal: half of ``Q x Q`` by ``Q x P``) plus ``C`` times the state
+  passed in (``Q x N`` by ``N x P``). These small matmuls run as 16-bit GEMMs in FP8
+  training too (the kernels are not Transformer Engine's);
+* the gate ``y silu(z)`` (in the scan's epilogue: ``mamba_split_conv1d_scan_combined``,
+  which also keeps the ungated output) and the grouped RMS norm;
+* ``out_proj``, row-parallel, ``D`` to hidden.
+
+The backward (``MambaSplitConv1dScanCombinedFn``) recomputes the convolution, the decay,
+``C B^T``, the chunk states and their passing, then runs the gate's backward, per head the
+states' gradients (``P x Q`` by ``Q x N``), the inputs' (from the states' gradients and from
+the masked ``C B^T``), ``B``'s and ``C``'s (``Q x P`` by ``P x N`` each), ``C B^T``'s and
+the decay's (``Q x P`` by ``P x Q`` each), per group ``B``'s and ``C``'s from ``C B^T``'s
+gradient (``Q x Q`` by ``Q x N`` each), the states' gradients passed back, and the
+convolution's backward (``mamba_ssm`` at e9594ce1, ``ssd_combined.py``).
+
+Megatron-Core refuses context parallelism with Mamba unless its heads are exchanged by
+all-to-alls; flowsim does not model that (:mod:`.transformer_hybrid` refuses it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..kernels import Kernel
+from .transformer_hybrid import MambaMixer
+from .transformer_shapes import ACT, LayerShapes, elementwise
+
+#: bytes of an SSD state element and of the chunks' cumulative decay (FP32)
+STATE = 4
+#: the states passed from chunk to chunk are written back in 16 bits, and read again so
+#: (``_state_passing_fwd``'s ``out_dtype``; the backward's recomputation keeps FP32)
+PASSED = 2
+
+
+@dataclass(frozen=True)
+class MambaKernels(LayerShapes):
+    """The mixer's kernel tuples (see the module docstring): ``in_proj``, the body between
+    the tensor-parallel collectives (``core``), ``out_proj``, and their backward."""
+
+    @property
+    def m(self) -> MambaMixer:
+        assert self.spec.mamba is not None
+        return self.spec.mamba
+
+    # ------------------------------------------------------------------ the rank's widths
+    @property
+    def heads(self) -> int:
+        return self.m.nheads(self.spec.hidden) // self.spec.tp
+
+    @property
+    def inner(self) -> int:
+        """``D / t``: the rank's inner width."""
+        return self.heads * self.m.head_dim
+
+    @property
+    def groups(self) -> int:
+        return self.m.groups // self.spec.tp
+
+    @property
+    def conv_channels(self) -> int:
+        """``x``, ``B`` and ``C``: what the convolution runs over."""
+        return self.inner + 2 * self.groups * self.m.state
+
+    @property
+    def in_width(self) -> int:
+        """``in_proj``'s output on the rank: ``z``, ``x``, ``B``, ``C`` and ``dt``."""
+        return self.inner + self.conv_channels + self.heads
+
+    @property
+    def chunks(self) -> int:
+        """Chunks of the micro-batch's sequences (the last one padded)."""
+        return self.spec.micro_batch * -(-self.spec.sequence // self.m.chunk)
+
+    @property
+    def states_bytes(self) -> int:
+        """Every chunk's state, FP32."""
+        return self.chunks * self.heads * self.m.head_dim * self.m.state * STATE
+
+    # ------------------------------------------------------------------ the scan's pieces
+    @cached_property
+    def _chunk_state(self) -> tuple[Kernel, ...]:
+        q, p, n = self.m.chunk, self.m.head_dim, self.m.state
+        return (self._gemm16(n, p, q, self.chunks * self.heads),)
+
+    @cached_property
+    def _state_passing(self) -> tuple[Kernel, ...]:
+        """The FP32 states read and the passed ones written, chunk after chunk."""
+        return (elementwise(self.states_bytes * (STATE + PASSED) // STATE, "ssd_state_passing"),)
+
+    @cached_property
+    def _bmm_chunk(self) -> tuple[Kernel, ...]:
+        q, n = self.m.chunk, self.m.state
+        return (self._gemm16(q, q, n, self.chunks * self.groups),)
+
+    @cached_property
+    def _chunk_scan(self) -> tuple[Kernel, ...]:
+        """The output: the masked ``(C B^T) X`` (half of the square: the causal mask) and
+        ``C`` times the state passed in."""
+        q, p, n = self.m.chunk, self.m.head_dim, self.m.state
+        batch = self.chunks * self.heads
+        return (self._gemm16(q, p, q // 2, batch), self._gemm16(q, p, n, batch))
+
+    @cached_property
+    def _cumsum(self) -> tuple[Kernel, ...]:
+        """``dt`` through softplus and the decay's cumulative sum per chunk (FP32)."""
+        return (elementwise(self.n * self.heads * (ACT + 2 * STATE), "ssd_cumsum"),)
+
+    @cached_property
+    def _conv(self) -> tuple[Kernel, ...]:
+        """The causal convolution with SiLU: ``x, B, C`` read and written."""
+        return (elementwise(2 * self.n * self.conv_channels * ACT, "causal_conv1d"),)
+
+    @cached_property
+    def _gated_norm(self) -> tuple[Kernel, ...]:
+        """The output and ``z`` read, the normed output written."""
+        return (elementwise(3 * self.n * self.inner * ACT, "gated_rmsnorm"),)
+
+    # ------------------------------------------------------------------ forward
+    @cached_property
+    def in_proj(self) -> tuple[Kernel, ...]:
+        h = self.spec.hidden
+        return (*self._cast(self.n * h), self._gemm(self.n, self.in_width, h))
+
+    @cached_property
+    def core(self) -> tuple[Kernel, ...]:
+        """Convolution, scan and gated norm: what runs between the two linear layers."""
+        return (*self._conv, *self._cumsum, *self._chunk_state, *self._state_passing,
+                *self._bmm_chunk, *self._chunk_scan, *self._gated_norm)
+
+    @cached_property
+    def out_proj(self) -> tuple[Kernel, ...]:
+        return (*self._cast(self.n * self.inner), self._gemm(self.n, self.spec.hidden,
+                                                             self.inner))
+
+    # ------------------------------------------------------------------ backward
+    @cached_property
+    def out_proj_dgrad(self) -> tuple[Kernel, ...]:
+        h = self.spec.hidden
+        return (*self._cast(self.n * h), self._gemm(self.n, self.inner, h))
+
+    @cached_property
+    def core_backward(self) -> tuple[Kernel, ...]:
+        """The norm's backward, the recomputed forward (all but the output), the scan's
+        backward products (see the module docstring) and its elementwise steps, the
+        convolution's backward."""
+        q, p, n = self.m.chunk, self.m.head_dim, self.m.state
+        per_head, per_group = self.chunks * self.heads, self.chunks * self.groups
+        products = (self._gemm16(p, n, q, per_head),            # the states' gradients
+                    self._gemm16(q, p, n, per_head),            # x's, from them
+                    self._gemm16(q, p, q // 2, per_head),       # x's, from C B^T (masked)
+                    self._gemm16(q, n, p, per_head),            # B's
+                    self._gemm16(q, n, p, per_head),            # C's
+                    self._gemm16(q, q, p, per_head),            # C B^T's
+                    self._gemm16(q, q, p, per_head),            # the decay's
+                    self._gemm16(q, n, q, per_group),           # B's from C B^T's
+                    self._gemm16(q, n, q, per_group))           # C's from C B^T's
+        passing_back = elementwise(self.states_bytes * 3, "ssd_state_passing_backward")
+        return (elementwise(3 * self.n * self.inner * ACT, "rmsnorm_backward"),
+                *self._conv, *self._cumsum, *self._bmm_chunk, *self._chunk_state,
+                elementwise(2 * self.states_bytes, "ssd_state_passing"),
+                elementwise(5 * self.n * self.inner * ACT, "ssd_gate_backward"),
+                *products[:1], passing_back, *products[1:], *self._cumsum,
+                elementwise(3 * self.n * self.conv_channels * ACT, "causal_conv1d_backward"))
+
+    @cached_property
+    def in_proj_dgrad(self) -> tuple[Kernel, ...]:
+        return (*self._cast(self.n * self.in_width),
+                self._gemm(self.n, self.spec.hidden, self.in_width))
+
+    @cached_property
+    def wgrad(self) -> tuple[Kernel, ...]:
+        """``out_proj``'s weight gradient, then ``in_proj``'s (and the convolution's, the
+        decay's and the norm's, small beside them)."""
+        h = self.spec.hidden
+        return (self._gemm(self.inner, h, self.n), self._gemm(h, self.in_width, self.n))
+
+    # ------------------------------------------------------------------ parameters
+    @property
+    def parameters(self) -> int:
+        """The rank's share of the mixer's weights: the two projections, the convolution
+        (weights and bias), ``dt``'s bias, ``A`` and ``D`` per head, the norm."""
+        h = self.spec.hidden
+        return (h * self.in_width + self.inner * h + self.conv_channels * (self.m.conv + 1)
+                + 3 * self.heads + self.inner)
+
+    @property
+    def activations(self) -> int:
+        """Bytes the mixer keeps for its backward (16-bit): ``in_proj``'s input and output,
+        the scan's output before the norm and ``out_proj``'s input (the convolution's output
+        is recomputed: ``mamba_split_conv1d_scan_combined``)."""
+        return ACT * self.n * (self.spec.hidden + self.in_width + 2 * self.inner)

@@ -1,0 +1,270 @@
+"""Hybrid models (``hybrid_pattern``: Mamba-2 mixers, attention, MLPs and experts as layers
+of their own, Megatron-Core's ``MambaModel``): the pattern's layers against the transformer
+they spell, the mixer's kernels against their closed forms, its tensor-parallel
+communication, the memory, the FLOP count Megatron-LM reports, and the bad values."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import flowsim
+from conftest import iteration_times
+from flowsim.errors import ConfigError
+from flowsim.workload.flops import megatron
+from flowsim.workload.generators import transformer
+from flowsim.workload.generators.transformer import model_shape
+from flowsim.workload.generators.transformer_kernels import LayerKernels
+from flowsim.workload.generators.transformer_parse import parse_transformer
+from flowsim.workload.kernels import Gemm
+
+NET = {"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth": [300, 25],
+       "latency": [500, 2000]}
+H, SEQ = 256, 512
+BASE = dict(hidden=H, heads=8, kv_heads=2, sequence=SEQ, micro_batch=2, global_batch=32,
+            dp=16, ffn=512, gated_mlp=True, vocab=1024, distributed_optimizer=True,
+            position_embedding="rope")
+MOE = dict(experts=8, top_k=2, moe_ffn=128, shared_ffn=256, ep=4)
+MAMBA = dict(heads=16, head_dim=32, state=64, groups=4, chunk=128)
+HYBRID = dict(BASE, hybrid_pattern="M-M*-ME*E", mamba=MAMBA, **MOE)
+
+
+@pytest.fixture(scope="module")
+def net():
+    return flowsim.load_network(NET)
+
+
+def _quiet(net, **spec):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", flowsim.FlowsimWarning)
+        return transformer(net, **spec)
+
+
+@pytest.mark.parametrize(("tp", "extra"), [(1, {}), (2, {}), (2, MOE), (1, dict(
+    MOE, pp=2, dp=8))], ids=["dense", "tp2", "moe", "pipeline"])
+def test_a_pattern_of_attention_and_mlp_is_the_transformer(net, tp, extra):
+    """"*-" per layer (or "*E") spells a transformer: each layer's norm, attention, norm and
+    MLP are the transformer layer's kernels, so the step time, the weights and the memory
+    are the same; only the rows differ (twice as many, one per block)."""
+    spec = dict(BASE, tp=tp, **dict(dict(dp=16 // tp), **extra))
+    mlp = "E" if extra.get("experts") else "-"
+    plain = _quiet(net, layers=4, **spec)
+    hybrid = _quiet(net, hybrid_pattern=("*" + mlp) * 4, **spec)
+    assert len(hybrid.layers) == len(plain.layers) + 4
+    t_plain, t_hybrid = iteration_times(net, plain, hybrid)
+    assert t_hybrid == pytest.approx(t_plain, rel=1e-9)
+    assert hybrid.memory == pytest.approx(plain.memory, rel=1e-9)
+    grads = [sum(op.size for op in w.programs[0].ops if op.kind == "collective"
+                 and "grads" in op.name) for w in (plain, hybrid)]
+    assert grads[1] == grads[0] > 0
+
+
+def _mixer(tp: int = 1, **mamba) -> LayerKernels:
+    return LayerKernels(parse_transformer(dict(HYBRID, tp=tp, dp=16 // tp, sp=tp > 1,
+                                               mamba=dict(MAMBA, **mamba)), "spec"))
+
+
+def test_the_scan_does_the_ssd_algorithms_products():
+    """The SSD scan's matmuls (Dao and Gu, section 6): per chunk of Q tokens and head, the
+    chunk's state (2 Q N P), the output from C B^T (causal: Q^2 P) and from the state passed
+    in (2 Q N P); per chunk and group C B^T (2 Q^2 N). The backward recomputes the state
+    and C B^T, then per head the states', x's (from them, and from C B^T: masked), B's,
+    C's, C B^T's and the decay's gradients, per group B's and C's from C B^T's."""
+    k = _mixer().mamba
+    q, p, n, g, heads = 128, 32, 64, 4, 16
+    chunks = 2 * SEQ // q
+    forward = chunks * (heads * (2 * q * n * p + q * q * p + 2 * q * n * p) + g * 2 * q * q * n)
+    gemm_flops = sum(x.flops for x in k.core if isinstance(x, Gemm))
+    assert gemm_flops == forward
+    recomputed = chunks * (heads * 2 * q * n * p + g * 2 * q * q * n)
+    backward = chunks * (heads * (8 * q * p * n + 5 * q * q * p) + g * 4 * q * q * n)
+    assert sum(x.flops for x in k.core_backward if isinstance(x, Gemm)) == \
+        recomputed + backward
+    assert all(x.dtype == "bf16" for x in k.core if isinstance(x, Gemm))
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_the_projections_split_over_tensor_parallelism(tp):
+    """in_proj gives z, x, B, C and dt (2 D + 2 G N + H), out_proj takes D back to the
+    hidden size, each rank's share 1/t; the weights the rank holds with them."""
+    k = _mixer(tp).mamba
+    d, bc, heads = 16 * 32, 2 * 4 * 64, 16
+    in_proj = next(x for x in k.in_proj if isinstance(x, Gemm))
+    out_proj = next(x for x in k.out_proj if isinstance(x, Gemm))
+    assert (in_proj.n, in_proj.k) == ((2 * d + bc + heads) // tp, H)
+    assert (out_proj.n, out_proj.k) == (H, d // tp)
+    conv = (d + bc) // tp * (4 + 1)
+    assert k.parameters == (H * (2 * d + bc + heads) + d * H) // tp + conv + \
+        3 * heads // tp + d // tp
+
+
+def test_each_block_sits_between_its_collectives(net):
+    """With TP 2 and sequence parallelism a Mamba layer gathers its input before in_proj
+    and reduce-scatters out_proj's output, forward and backward, like the attention; an
+    MLP layer has no mixer, a mixer layer no MLP."""
+    w = _quiet(net, **dict(HYBRID, tp=2, dp=8, sp=True))
+    names = [op.name for op in w.programs[0].ops]
+    layer0 = [n for n in names if ".layer0." in n and "recompute" not in n]
+    assert any(n.endswith("layer0.mamba.all_gather") for n in layer0)
+    assert any(n.endswith("layer0.mamba.reduce_scatter") for n in layer0)
+    assert any("layer0.mamba.dgrad" in n for n in layer0)
+    assert not any(".mlp" in n or ".attention" in n for n in layer0)
+    layer1 = [n for n in names if ".layer1." in n]
+    assert any(".mlp" in n for n in layer1)
+    assert not any(".mamba" in n or ".attention" in n for n in layer1)
+
+
+def test_megatrons_hybrid_flop_count():
+    """Megatron-LM's ``hybrid_flops``, term by term for the pattern's layers (its Mamba
+    term with d = 2 h, whatever the heads' width)."""
+    spec = parse_transformer(HYBRID, "spec")
+    tokens = 32 * SEQ
+    h, p = H, 8 * 32 / H
+    attention = 4 * h * p * (h + h * 2 / 8) + 2 * SEQ * h * p
+    mlp = 4 * 512 * h * 1.5
+    moe = 4 * h * (128 * 2 + 256) * 1.5
+    d = 2 * h
+    mamba = 2 * h * (2 * d + 2 * 4 * 64 + 16) + 7 * d * 64 + 2 * d * h
+    expected = 3 * tokens * (3 * mamba + 2 * attention + 2 * mlp + 2 * moe + 2 * h * 1024)
+    assert megatron(model_shape(spec)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_more_state_costs_more_time(net):
+    """The scan's cost grows with the state and falls with fewer heads; the layer's memory
+    grows with its projections' widths."""
+    times = iteration_times(net, *(_quiet(net, **dict(HYBRID, mamba=dict(MAMBA, state=s)))
+                                   for s in (64, 256)))
+    assert times[1] > times[0]
+    small, large = (_quiet(net, **dict(HYBRID, mamba=dict(MAMBA, heads=x)))
+                    for x in (8, 32))
+    assert large.memory["activations"] > small.memory["activations"]
+
+
+@pytest.mark.parametrize(("change", "key"), [
+    (dict(hybrid_pattern="M-X"), "hybrid_pattern"),
+    (dict(hybrid_pattern="M-M|*-"), "hybrid_pattern"),
+    (dict(layers=5), "layers"),
+    (dict(hybrid_pattern="M-M*-M-*-", experts=8), "experts"),
+    (dict(moe_layer_freq=2), "moe_layer_freq"),
+    (dict(cp=2, dp=8), "cp"),
+    (dict(tp=2, dp=8, mamba=dict(MAMBA, heads=15)), "mamba.heads"),
+    (dict(mamba=dict(MAMBA, groups=3)), "mamba.groups"),
+    (dict(mamba=dict(MAMBA, heads=0, head_dim=1024)), "mamba.head_dim"),
+    (dict(hybrid_pattern=12), "hybrid_pattern"),
+    (dict(mamba=dict(MAMBA, width=3)), "mamba.width"),
+    (dict(mamba=[1, 2]), "mamba"),
+    (dict(mtp_layers=1), "mtp_layers"),
+    (dict(hybrid_pattern="M-M*-", experts=0, top_k=0, ep=1, shared_ffn=0, moe_ffn=0,
+          lora_rank=8), "lora_rank"),
+    (dict(tp=2, dp=8, tp_comm_overlap=True), "tp_comm_overlap"),
+])
+def test_bad_values_name_their_key(change, key):
+    with pytest.raises(ConfigError) as err:
+        parse_transformer(dict(HYBRID, **change), "spec.yml")
+    assert str(err.value).startswith("spec.yml: ") and f"key '{key}'" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_mamba_without_a_pattern_is_refused():
+    with pytest.raises(ConfigError, match="mamba"):
+        parse_transformer(dict(BASE, layers=2, mamba=MAMBA), "spec.yml")
+
+
+#: Nemotron 3 Nano's Hugging Face config, its architecture keys (as Megatron-Bridge's
+#: NemotronHBridge tests hold it: tests/unit_tests/models/nemotronh/test_nemotron_h_bridge.py,
+#: with the experts of nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16)
+NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+NANO_HF = {"model_type": "nemotron_h", "hidden_size": 2688, "num_hidden_layers": 52,
+           "hybrid_override_pattern": NANO_PATTERN, "num_attention_heads": 32,
+           "num_key_value_heads": 2, "head_dim": 128, "intermediate_size": 1856,
+           "mamba_num_heads": 64, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
+           "conv_kernel": 4, "chunk_size": 128, "n_routed_experts": 128,
+           "num_experts_per_tok": 6, "moe_intermediate_size": 1856,
+           "moe_shared_expert_intermediate_size": 3712, "vocab_size": 131072,
+           "tie_word_embeddings": False}
+
+
+def _nano(**run):
+    from flowsim.workload.generators.huggingface import huggingface_keys
+
+    keys = huggingface_keys(NANO_HF, "config.json")
+    return parse_transformer({**keys, "sequence": 8192, "global_batch": 512, **run}, "spec")
+
+
+def test_nemotron_3_nano_has_its_published_size():
+    """Read from its Hugging Face config, Nemotron 3 Nano has the sizes its name and model
+    card give: 31.6 B parameters, 3.6 B of them active per token with the embeddings
+    (NVIDIA's model card for NVIDIA-Nemotron-3-Nano-30B-A3B)."""
+    import dataclasses
+
+    shape = model_shape(_nano())
+    assert shape.parameters == pytest.approx(31.6e9, rel=0.005)
+    active = dataclasses.replace(shape, experts=shape.top_k)
+    assert active.parameters == pytest.approx(3.6e9, rel=0.01)
+
+
+def test_nemotron_3_nano_counts_the_flops_megatron_bridge_reported():
+    """The 26.06 table's model TFLOP/s per GPU over its tokens per second per GPU is the
+    FLOP count per token Megatron-Bridge used (885 / 39,749 on GB300, 328 / 14,719 on
+    H100): flowsim's count of the same model agrees within the table's rounding."""
+    spec = _nano()
+    per_token = megatron(model_shape(spec)) / (512 * 8192)
+    for tflops, tokens in ((885, 39749), (747, 33522), (831, 37316), (328, 14719)):
+        assert per_token == pytest.approx(tflops * 1e12 / tokens, rel=2e-3)
+
+
+def test_a_nemotron_h_config_without_its_pattern_is_refused():
+    from flowsim.workload.generators.huggingface import huggingface_keys
+
+    config = {k: v for k, v in NANO_HF.items() if k != "hybrid_override_pattern"}
+    with pytest.raises(ConfigError, match="key 'hybrid_override_pattern'"):
+        huggingface_keys(config, "config.json")
+
+
+def test_a_nemotron_h_config_runs_as_a_workload():
+    """``generator: huggingface`` on the config: a step of every kind of layer, its
+    experts over the node's 8 GPUs; the summary's model FLOPs are the hybrid count."""
+    net = flowsim.load_network({"topology": ["Switch"], "npus_count": [8], "bandwidth": [400],
+                                "latency": [500]})
+    spec = {"generator": "huggingface", "config": NANO_HF, "sequence": 1024,
+            "global_batch": 8, "ep": 8, "dtype": "bf16"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", flowsim.FlowsimWarning)
+        ds = flowsim.simulate(net, spec)
+    assert float(ds.time_ns) > 0
+    expected = megatron(model_shape(_nano(global_batch=8, sequence=1024, ep=8, dp=8)))
+    assert float(ds.attrs["model_flops"]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_bundled_nano_is_the_validation_rows_model():
+    """``config: nemotron3_nano`` (workloads/models/) gives the shape the published rows
+    read from Megatron-Bridge's recipe (validation/published/megatron_bridge_hybrid.csv)."""
+    import csv
+    from pathlib import Path
+
+    from flowsim.workload.generators.huggingface import huggingface_keys
+
+    path = Path(__file__).resolve().parents[1] / "validation" / "published" / \
+        "megatron_bridge_hybrid.csv"
+    keys = huggingface_keys("nemotron3_nano", "spec.yml")
+    assert keys == huggingface_keys(NANO_HF, "spec.yml")
+    for row in csv.DictReader(path.open()):
+        for key in ("layers", "hidden", "ffn", "heads", "kv_heads", "head_dim", "vocab",
+                    "experts", "top_k", "moe_ffn", "shared_ffn"):
+            assert keys[key] == int(row[key]), key
+        assert keys["hybrid_pattern"] == row["hybrid_pattern"]
+        mamba = dict(item.split("=") for item in row["mamba"].split(";"))
+        assert all(keys["mamba"][k] == int(v) for k, v in mamba.items())
+        assert not keys["gated_mlp"] and row["gated_mlp"] == "false"
+        assert not keys["tied_embeddings"] and row["tied_embeddings"] == "false"
+
+
+def test_a_window_applies_to_the_attention_layers_it_names(net):
+    """A sliding window on a hybrid model's attention layers (every other one here, as
+    ``window_skip_freq`` names them per layer): the windowed layer's attention is cheaper."""
+    spec = dict(HYBRID, hybrid_pattern="M*M*", experts=0, top_k=0, ep=1, shared_ffn=0,
+                moe_ffn=0, window=64, window_skip_freq=[0, 1, 0, 0])
+    ds = flowsim.simulate(net, {"generator": "transformer", **spec})
+    forward = ds.layer_compute_ns.sel({"pass": "fwd"}).values[:4]
+    assert forward[1] < forward[3]
