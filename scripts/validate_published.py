@@ -139,8 +139,11 @@ def spec(row: dict[str, str]) -> dict:
         out["dispatcher"] = row["dispatcher"]
     if row.get("lora_targets"):   # LoRA's adapted layers, ";"-separated; else all four
         out["lora_targets"] = row["lora_targets"].split(";")
-    if row.get("mla"):   # multi-head latent attention's widths, as "key=value;..."
-        out["mla"] = {k: int(v) for k, v in (item.split("=") for item in row["mla"].split(";"))}
+    for key in ("mla", "mamba"):   # latent attention's, Mamba-2's widths: "key=value;..."
+        if row.get(key):
+            out[key] = {k: int(v) for k, v in (item.split("=") for item in row[key].split(";"))}
+    if row.get("hybrid_pattern"):   # a hybrid model's layers (Megatron-Core's pattern)
+        out["hybrid_pattern"] = row["hybrid_pattern"]
     if row.get("bucket_size"):   # a row's own column; else Megatron-Core's default
         out["bucket_size"] = int(row["bucket_size"])
     # GPT ties them, Llama does not; a row's own column (Nemotron-4: untied) wins

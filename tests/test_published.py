@@ -57,6 +57,11 @@ def test_every_column_that_names_a_spec_key_reaches_the_spec():
                 widths = dict(item.split("=") for item in row[key].split(";"))
                 assert {k: str(v) for k, v in dataclasses.asdict(value).items()} == widths
                 continue
+            if key == "mamba":   # "name=width;..." -> the Mamba-2 mixers' (the rest defaults)
+                widths = dict(item.split("=") for item in row[key].split(";"))
+                mixer = {k: str(v) for k, v in dataclasses.asdict(value).items()}
+                assert {k: mixer[k] for k in widths} == widths, row["run"]
+                continue
             if key == "window_skip_freq":   # every N-th layer full: the spec's per-layer 1/0
                 assert value == tv.window_pattern(int(row[key]), spec.layers, spec.window,
                                                   row["run"]), row["run"]

@@ -29,7 +29,7 @@ def test_the_26_06_table_on_the_accuracy_page_is_the_record_s():
     rows = {r["run"]: r for r in vp.rows()}
     table = page_table("Megatron-Bridge 26.06", "26.06")
     assert len(table) == len(RUNS) == sum(r.startswith("mbridge2606") and "llama" not in r
-                                          for r in record)
+                                          and "nemotron3" not in r for r in record)
     for cells, run in zip(table, RUNS):
         assert cells[1:3] == recorded_cells(record[f"mbridge2606_{run}"]), cells
         keys = {k for k in KEYS if rows[f"mbridge2606_{run}"].get(k) == "true"}
@@ -65,3 +65,21 @@ def test_the_26_06_fine_tuning_table_is_the_record_s():
         assert cells[0].startswith("LoRA" if lora else "SFT")
         assert (row["lora_rank"], row["lora_targets"]) == (("16", "linear_qkv") if lora
                                                           else ("", ""))
+
+
+#: the hybrid model's table: its rows in the page's order
+NANO = ("gb300", "gb200", "b300", "h100")
+
+
+def test_the_nemotron_3_nano_table_is_the_record_s():
+    """Each row's published step and error as recorded, every row of the file on the page;
+    the H100 row, whose config recomputes modules flowsim cannot name, says so."""
+    record = published_record()
+    rows = [r for r in vp.rows() if r["file"] == "megatron_bridge_hybrid.csv"]
+    table = page_table("Hybrid models: Nemotron 3 Nano", "26.06")
+    assert len(table) == len(NANO) == len(rows)
+    for cells, system in zip(table, NANO):
+        run = next(r["run"] for r in rows if f"_{system}_" in r["run"])
+        assert cells[1:3] == recorded_cells(record[run]), cells
+        assert ("recomputation left out" in cells[0]) == ("recompute_modules" in next(
+            r["notes"] for r in rows if r["run"] == run))
