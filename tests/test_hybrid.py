@@ -144,6 +144,10 @@ def test_more_state_costs_more_time(net):
 @pytest.mark.parametrize(("change", "key"), [
     (dict(hybrid_pattern="M-X"), "hybrid_pattern"),
     (dict(hybrid_pattern="M-M|*-"), "hybrid_pattern"),
+    (dict(hybrid_pattern="M-M*-ME*E/*E"), "hybrid_pattern"),
+    (dict(hybrid_pattern="M-M*-|ME*E", pp=2, dp=8, pipeline_layout=[4, 4]),
+     "pipeline_layout"),
+    (dict(hybrid_pattern="M-M*-||ME*E", pp=2, dp=8), "hybrid_pattern"),
     (dict(layers=5), "layers"),
     (dict(hybrid_pattern="M-M*-M-*-", experts=8), "experts"),
     (dict(moe_layer_freq=2), "moe_layer_freq"),
@@ -268,3 +272,72 @@ def test_a_window_applies_to_the_attention_layers_it_names(net):
     ds = flowsim.simulate(net, {"generator": "transformer", **spec})
     forward = ds.layer_compute_ns.sel({"pass": "fwd"}).values[:4]
     assert forward[1] < forward[3]
+
+
+def test_pipeline_marks_place_the_layers(net):
+    """``|`` between the stages' layers, as Megatron-Core reads them (segment ``v pp + r``
+    on rank ``r``'s virtual stage ``v``): the same run as the layout given as counts."""
+    marked = dict(HYBRID, hybrid_pattern="M-M|*-ME*|E", pp=3, dp=4, ep=2, global_batch=24)
+    listed = dict(marked, hybrid_pattern="M-M*-ME*E", pipeline_layout=[3, 5, 1])
+    spec = parse_transformer(marked, "spec")
+    assert spec.pipeline_layout == (3, 5, 1) and spec.layers == 9
+    net12 = flowsim.load_network({"topology": ["Switch", "Switch"], "npus_count": [4, 3],
+                                  "bandwidth": [300, 25], "latency": [500, 2000]})
+    assert iteration_times(net12, {"generator": "transformer", **marked}) == \
+        iteration_times(net12, {"generator": "transformer", **listed})
+
+
+#: Nemotron 3 Nano's shape as the transformer's keys (what the importers must give)
+NANO_KEYS = {"hybrid_pattern": NANO_PATTERN, "layers": 52, "hidden": 2688, "heads": 32,
+             "kv_heads": 2, "head_dim": 128, "experts": 128, "top_k": 6, "moe_ffn": 1856,
+             "shared_ffn": 3712}
+
+
+def test_a_megatron_command_line_names_the_pattern_and_the_mixers():
+    """Megatron-LM's flags, either name of the pattern (``--hybrid-override-pattern``,
+    ``--hybrid-layer-pattern`` since 2026), and ``--mamba-*``."""
+    from flowsim.workload.generators.megatron import megatron_keys
+
+    args = ("--num-layers 52 --hidden-size 2688 --ffn-hidden-size 1856 "
+            "--num-attention-heads 32 --group-query-attention --num-query-groups 2 "
+            "--kv-channels 128 --num-experts 128 --moe-router-topk 6 --moe-ffn-hidden-size "
+            "1856 --moe-shared-expert-intermediate-size 3712 --mamba-num-heads 64 "
+            "--mamba-head-dim 64 --mamba-state-dim 128 --mamba-num-groups 8 --seq-length 8192 "
+            "--global-batch-size 512 --micro-batch-size 1 --position-embedding-type none "
+            "--squared-relu ")
+    for flag in ("--hybrid-override-pattern", "--hybrid-layer-pattern"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", flowsim.FlowsimWarning)
+            keys = megatron_keys(args + f"{flag} {NANO_PATTERN}", "train.sh")
+        assert {k: keys[k] for k in NANO_KEYS} == NANO_KEYS
+        assert keys["mamba"] == {"heads": 64, "head_dim": 64, "state": 128, "groups": 8}
+        assert parse_transformer({**keys, "ep": 8, "dp": 8}, "s").mamba == \
+            _nano().mamba
+
+
+def test_a_megatron_bridge_run_config_names_the_pattern_and_the_mixers():
+    """A Nemotron 3 Nano checkpoint's run_config.yaml (the model provider's Megatron-Core
+    settings) gives the same model as its Hugging Face config."""
+    from test_megatron_bridge import _run
+
+    from flowsim.workload.generators.megatron_bridge import bridge_keys
+
+    config = _run(num_layers=52, hidden_size=2688, ffn_hidden_size=1856,
+                  num_attention_heads=32, num_query_groups=2, kv_channels=128,
+                  gated_linear_unit=False, position_embedding_type="none",
+                  num_moe_experts=128, moe_router_topk=6, moe_ffn_hidden_size=1856,
+                  moe_shared_expert_intermediate_size=3712, hybrid_layer_pattern=NANO_PATTERN,
+                  mamba_num_heads=64, mamba_head_dim=64, mamba_state_dim=128,
+                  mamba_num_groups=8, mamba_chunk_size=128, vocab_size=131072,
+                  tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
+                  virtual_pipeline_model_parallel_size=None, sequence_parallel=False,
+                  expert_model_parallel_size=8, expert_tensor_parallel_size=1,
+                  tp_comm_overlap=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", flowsim.FlowsimWarning)
+        keys = bridge_keys(config, "run_config.yaml")
+    assert {k: keys[k] for k in NANO_KEYS} == NANO_KEYS
+    spec = parse_transformer({**keys, "dp": 8}, "s")
+    nano = _nano()
+    assert (spec.mamba, spec.hybrid_pattern, spec.gated_mlp) == \
+        (nano.mamba, nano.hybrid_pattern, False)

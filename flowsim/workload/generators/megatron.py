@@ -19,6 +19,9 @@ as ``torchrun``'s world size decides it. From YAML::
 
 Flags that do not change an iteration's time (paths, learning rate, logging) are skipped;
 :data:`FLAGS` lists the ones read. Others that do are named in a :class:`FlowsimWarning`.
+A hybrid model's (``pretrain_mamba.py``): ``--hybrid-override-pattern`` (or
+``--hybrid-layer-pattern``) and ``--mamba-num-heads``, ``--mamba-head-dim``,
+``--mamba-state-dim``, ``--mamba-num-groups``.
 Megatron-DeepSpeed's flags and Megatron-LM's pre-3.0 ones are read by
 :mod:`.megatron_deepspeed`, the pipeline split's (a layout string, uneven first and last
 ranks, the embedding and the loss counted as layers) by :mod:`.megatron_layout`.
@@ -49,6 +52,7 @@ from .imported import (
     shell_words,
 )
 from .shell_vars import shell_variables, substitute
+from .transformer_hybrid import hybrid_keys
 
 #: flags with a value: flag -> transformer key
 VALUED = {"num-layers": "layers", "hidden-size": "hidden", "ffn-hidden-size": "ffn",
@@ -89,6 +93,10 @@ MLA_FLAGS = {"q-lora-rank": ("q_lora_rank", 0), "kv-lora-rank": ("kv_lora_rank",
              "qk-head-dim": ("qk_head_dim", 128),
              "qk-pos-emb-head-dim": ("qk_pos_emb_head_dim", 64),
              "v-head-dim": ("v_head_dim", 128)}
+#: a hybrid model's flags: its pattern (both of Megatron-LM's names) and the Mamba-2 widths
+MAMBA_FLAGS = {"mamba-num-heads": "heads", "mamba-head-dim": "head_dim",
+               "mamba-state-dim": "state", "mamba-num-groups": "groups"}
+PATTERN_FLAGS = ("hybrid-layer-pattern", "hybrid-override-pattern")
 #: flags read by hand below (their meaning needs more than one key)
 SPECIAL = ("recompute-granularity", "fp8-format", "fp8-recipe", "fp4-format", "fp4-recipe",
            "attention-backend", "tp-comm-overlap-cfg", "tokenizer-type", "use-legacy-models",
@@ -99,7 +107,7 @@ SPECIAL = ("recompute-granularity", "fp8-format", "fp8-recipe", "fp4-format", "f
            "window-size", "window-attn-skip-freq", "cp-comm-type", "moe-enable-deepep",
            "moe-flex-dispatcher-backend", "moe-router-group-topk", "moe-router-num-groups",
            "microbatch-group-size-per-virtual-pipeline-stage", "cross-entropy-fusion-impl",
-           *MLA_FLAGS,
+           *MLA_FLAGS, *MAMBA_FLAGS, *PATTERN_FLAGS,
            *megatron_layout.FLAGS)
 #: every flag this module reads (with Megatron-DeepSpeed's and Megatron-LM's older ones)
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL + megatron_deepspeed.FLAGS
@@ -241,6 +249,10 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
         keys["mla"] = {key: default if flags.get(flag) is None else
                        _number(flags[flag], flag, where)
                        for flag, (key, default) in MLA_FLAGS.items()}
+    pattern = next((flags[f] for f in PATTERN_FLAGS if flags.get(f) is not None), None)
+    keys.update(hybrid_keys(pattern, {key: None if flags.get(flag) is None else
+                                      _number(flags[flag], flag, where)
+                                      for flag, key in MAMBA_FLAGS.items()}))
     keys.update(megatron_layout.layout_keys(flags, keys, where))
     granularity = flags.get("recompute-granularity")
     if granularity is not None and "recompute-activations" not in flags:   # that one wins

@@ -63,6 +63,7 @@ from .imported import (
 )
 from .megatron_layout import EMBEDDING, FIRST, LAST, LAYOUT, LOSS, layout_keys
 from .nemo import NUMBERS, config_switch, nemo_keys
+from .transformer_hybrid import hybrid_keys
 from .transformer_spec import LORA_TARGETS
 
 #: ``model.`` settings Megatron-Bridge and NeMo 1 name alike (NeMo 1's ``encoder_seq_length``
@@ -133,6 +134,9 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
         if model.get("expert_tensor_parallel_size") is not None:
             keys["expert_tp"] = model["expert_tensor_parallel_size"]
         keys["moe_a2a_overlap"] = bool(model.get("overlap_moe_expert_parallel_comm"))
+    keys.update(hybrid_keys(   # a hybrid model's pattern (either name) and Mamba-2 widths
+        model.get("hybrid_layer_pattern") or model.get("hybrid_override_pattern"),
+        {key: model.get(f"mamba_{name}") for key, name in _MAMBA.items()}))
     keys.update(_pipeline_split(model, keys, where))
     # Megatron-Core's DDP reduces the gradients as these say, distributed optimizer or not
     keys["overlap_grad_reduce"] = config_switch(ddp, where, "ddp", "overlap_grad_reduce", False)
@@ -154,6 +158,11 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
     if isinstance(packed, int) and packed > 0 and not documents:   # -1: not packed
         packed_warning(where, "dataset.packed_sequence_specs")
     return keys
+
+
+#: the Mamba-2 widths (``mamba`` keys) -> Megatron-Core's ``mamba_`` settings
+_MAMBA = {"heads": "num_heads", "head_dim": "head_dim", "state": "state_dim",
+          "groups": "num_groups", "chunk": "chunk_size"}
 
 
 #: Megatron-Core's pipeline split settings (``model.``) -> Megatron-LM's flags, whose reading

@@ -201,7 +201,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         A built network (``flowsim.load_network``); ``tp * cp * dp * pp`` must equal its NPUs.
     **values
         The spec's keys: ``layers`` (or ``hybrid_pattern``'s length), ``hidden``,
-        ``sequence`` (required); ``hybrid_pattern`` (``M``, ``*``, ``-``, ``E`` per layer)
+        ``sequence`` (required); ``hybrid_pattern`` (``M``, ``*``, ``-``, ``E`` per layer,
+        ``|`` between pipeline stages)
         with ``mamba`` (``heads``, ``head_dim``, ``state``, ``groups``, ``conv``,
         ``chunk``); ``heads``,
         ``kv_heads``, ``head_dim``, ``ffn``, ``gated_mlp``, ``vocab``, ``tied_embeddings``;

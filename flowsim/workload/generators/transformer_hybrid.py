@@ -4,9 +4,10 @@ mixers' widths, read and checked.
 Megatron-Core's ``MambaModel`` (``megatron/core/ssm/mamba_block.py``) builds its layers from
 a pattern, one character per layer (``--hybrid-override-pattern``): ``M`` a Mamba-2 mixer,
 ``*`` self-attention, ``-`` a dense MLP, ``E`` a mixture of experts. Each is a layer of its
-own, with its own pre-norm and residual add, so ``layers`` is the pattern's length and a
-pipeline splits the pattern's characters. NVIDIA's Nemotron-H and Nemotron 3 models are
-built so (e.g. ``M-M-M-M*-...``). The mixer is :mod:`.transformer_mamba`'s.
+own, with its own pre-norm and residual add, so ``layers`` is the pattern's length (its
+``|`` marks, between the layers of consecutive pipeline stages, not counted) and a pipeline
+splits the pattern's characters. NVIDIA's Nemotron-H and Nemotron 3 models are built so
+(e.g. ``M-M-M-M*-...``). The mixer is :mod:`.transformer_mamba`'s.
 """
 
 from __future__ import annotations
@@ -48,21 +49,48 @@ class MambaMixer:
         return self.inner(hidden) // self.head_dim
 
 
+#: Megatron-Core's mark between pipeline stages' layers in a pattern
+PIPE = "|"
+
+
 def read_pattern(values: Mapping[str, Any], source: str) -> str:
-    """``hybrid_pattern``: one of ``M*-E`` per layer ("" when absent)."""
+    """``hybrid_pattern``: one of ``M*-E`` per layer, with ``|`` between the layers of
+    consecutive (virtual) pipeline stages if the run places them so ("" when absent)."""
     raw = values.get("hybrid_pattern")
     if raw is None or raw == "":
         return ""
     what = f"a string of {', '.join(SYMBOLS)} per layer (Megatron-Core's " \
-           f"hybrid_override_pattern), e.g. 'M-M*-ME'"
+           f"hybrid_override_pattern), '|' between pipeline stages, e.g. 'M-M*-|ME'"
     if not isinstance(raw, str) or len(raw) > MAX_PATTERN:
         raise config_error(source, "hybrid_pattern", what, raw)
     pattern = raw.strip()
-    bad = sorted(set(pattern) - set(SYMBOLS))
+    bad = sorted(set(pattern) - set(SYMBOLS + PIPE))
     if bad:
-        raise config_error(source, "hybrid_pattern", what + f" ({bad[0]!r} is none of them; "
-                           "'|' pipeline marks are not read: use pipeline_layout)", raw)
+        note = " (multi-token prediction's '/' patterns are not modelled)" if "/" in bad \
+            else ""
+        raise config_error(source, "hybrid_pattern", what + f"; {bad[0]!r} is none of them"
+                           + note, raw)
+    if PIPE in pattern and not all(pattern.split(PIPE)):
+        raise config_error(source, "hybrid_pattern", what + "; every stage a layer or more",
+                           raw)
     return pattern
+
+
+def stage_layers(pattern: str, pp: int, vpp: int, layout: Any, source: str
+                 ) -> tuple[int, ...] | None:
+    """The layers of each (virtual) stage a pattern's ``|`` marks give (Megatron-Core's
+    ``select_pipeline_segment``: segment ``v pp + r`` on rank ``r``'s virtual stage ``v``,
+    in model order), or None without marks."""
+    if PIPE not in pattern:
+        return None
+    segments = pattern.split(PIPE)
+    if layout != "even":
+        raise config_error(source, "pipeline_layout", "unset where hybrid_pattern marks "
+                           "the stages with '|'", layout)
+    if len(segments) != pp * vpp:
+        raise config_error(source, "hybrid_pattern", f"{pp * vpp} stages (pp * vpp) between "
+                           f"its '|' marks", f"{len(segments)} stages")
+    return tuple(len(s) for s in segments)
 
 
 def read_mamba(values: Mapping[str, Any], source: str) -> MambaMixer | None:
@@ -81,6 +109,16 @@ def read_mamba(values: Mapping[str, Any], source: str) -> MambaMixer | None:
         raw, f.name, source=source, prefix="mamba.", default=getattr(defaults, f.name),
         minimum=0 if f.name == "heads" else 1, maximum=1 << 20)
         for f in fields(MambaMixer)})
+
+
+def hybrid_keys(pattern: Any, widths: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys an importer's hybrid settings give: the pattern, and the Mamba-2 widths it
+    states (``widths``: :class:`MambaMixer`'s names, None where unset); none without a
+    pattern."""
+    if pattern is None or pattern == "":
+        return {}
+    mamba = {key: value for key, value in widths.items() if value is not None}
+    return {"hybrid_pattern": pattern, **({"mamba": mamba} if mamba else {})}
 
 
 def check_hybrid(spec: Any) -> None:

@@ -59,7 +59,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     as_config(values, source=source, what="transformer")
     check_unknown_keys(values, KEYS, source=source)
     v: dict[str, Any] = {key: _count(values, key, source) for key in ("hidden", "sequence")}
-    v["hybrid_pattern"] = hybrid.read_pattern(values, source)
+    marked = hybrid.read_pattern(values, source)
+    v["hybrid_pattern"] = marked.replace(hybrid.PIPE, "")
     v["mamba"] = hybrid.read_mamba(values, source)
     v["layers"] = _count(values, "layers", source, len(v["hybrid_pattern"]) or ...)
     for key, default in (("micro_batch", 1), ("tp", 1), ("pp", 1), ("dp", 1), ("cp", 1),
@@ -117,6 +118,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     v["dtype"], v["fp8_recipe"] = tv.read_precision(values, source, DTYPES)
     v["mla"] = tv.read_mla(values, source)
     v["pipeline_layout"] = tv.read_layout(values, source)
+    v["pipeline_layout"] = hybrid.stage_layers(marked, v["pp"], v["vpp"], v["pipeline_layout"],
+                                               source) or v["pipeline_layout"]
     v["moe_layer_freq"] = tv.read_moe_layers(values, source)
     v["window_skip_freq"] = tv.read_layer_pattern(values, "window_skip_freq", source,
                                                   "a full-attention one")
