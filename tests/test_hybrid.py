@@ -42,11 +42,13 @@ def _quiet(net, **spec):
 
 
 @pytest.mark.parametrize(("tp", "extra"), [(1, {}), (2, {}), (2, MOE), (1, dict(
-    MOE, pp=2, dp=8))], ids=["dense", "tp2", "moe", "pipeline"])
+    MOE, pp=2, dp=8)), (2, dict(attention="unfused"))],
+    ids=["dense", "tp2", "moe", "pipeline", "unfused"])
 def test_a_pattern_of_attention_and_mlp_is_the_transformer(net, tp, extra):
     """"*-" per layer (or "*E") spells a transformer: each layer's norm, attention, norm and
     MLP are the transformer layer's kernels, so the step time, the weights and the memory
-    are the same; only the rows differ (twice as many, one per block)."""
+    are the same; only the rows differ (twice as many, one per block). (Not so where a
+    setting acts per layer: recomputation, FSDP's units, combined 1F1B, DualPipeV.)"""
     spec = dict(BASE, tp=tp, **dict(dict(dp=16 // tp), **extra))
     mlp = "E" if extra.get("experts") else "-"
     plain = _quiet(net, layers=4, **spec)
@@ -158,6 +160,11 @@ def test_more_state_costs_more_time(net):
     (dict(hybrid_pattern=12), "hybrid_pattern"),
     (dict(mamba=dict(MAMBA, width=3)), "mamba.width"),
     (dict(mamba=[1, 2]), "mamba"),
+    (dict(hybrid_pattern="*-*-*E*E"), "mamba"),
+    (dict(hybrid_pattern="   "), "hybrid_pattern"),
+    (dict(mamba=dict(MAMBA, heads=0, head_dim=96)), "mamba.head_dim"),
+    (dict(dtype="fp8", mamba=dict(MAMBA, heads=17, groups=1)), "mamba.heads"),
+    (dict(moe_a2a_overlap=True), "moe_a2a_overlap"),
     (dict(mtp_layers=1), "mtp_layers"),
     (dict(hybrid_pattern="M-M*-", experts=0, top_k=0, ep=1, shared_ffn=0, moe_ffn=0,
           lora_rank=8), "lora_rank"),
@@ -341,3 +348,25 @@ def test_a_megatron_bridge_run_config_names_the_pattern_and_the_mixers():
     nano = _nano()
     assert (spec.mamba, spec.hybrid_pattern, spec.gated_mlp) == \
         (nano.mamba, nano.hybrid_pattern, False)
+
+
+def test_a_chunk_longer_than_the_sequence_is_the_sequence():
+    """The kernels stop at the sequence's end: a chunk of 4,096 tokens over sequences of
+    512 does the work of chunks of 512, and a last partial chunk costs its own length."""
+    long, exact = _mixer(chunk=4096).mamba, _mixer(chunk=512).mamba
+    assert long.core == exact.core and long.core_backward == exact.core_backward
+    split = _mixer(chunk=384).mamba   # 384 + 128 tokens per sequence
+    p, n, heads = 32, 64, 16
+    state = sum(x.flops for x in split._chunk_state)
+    assert state == 2 * (2 * p * n * 384 + 2 * p * n * 128) * heads
+
+
+def test_micro_batches_of_several_sequences_copy_between_layouts():
+    """Megatron-Core's copies between the projections' sequence-first layout and the
+    kernels' batch-first one are views for a micro-batch of one sequence."""
+    one = LayerKernels(parse_transformer(dict(HYBRID, micro_batch=1, global_batch=16),
+                                         "spec")).mamba
+    two = _mixer().mamba
+    names = [getattr(x, "name", "") for x in two.core + two.core_backward]
+    assert names.count("contiguous_zxbcdt") == names.count("contiguous_y") == 2
+    assert not any(getattr(x, "name", "").startswith("contiguous") for x in one.core)

@@ -64,6 +64,8 @@ def read_pattern(values: Mapping[str, Any], source: str) -> str:
     if not isinstance(raw, str) or len(raw) > MAX_PATTERN:
         raise config_error(source, "hybrid_pattern", what, raw)
     pattern = raw.strip()
+    if not pattern:
+        raise config_error(source, "hybrid_pattern", what, raw)
     bad = sorted(set(pattern) - set(SYMBOLS + PIPE))
     if bad:
         note = " (multi-token prediction's '/' patterns are not modelled)" if "/" in bad \
@@ -130,9 +132,9 @@ def check_hybrid(spec: Any) -> None:
         if not ok:
             raise config_error(src, key, expected, found)
 
+    need(MAMBA in pattern or spec.mamba is None, "mamba", "unset without M layers in "
+         "hybrid_pattern (the mixers it shapes)", spec.mamba)
     if not pattern:
-        need(spec.mamba is None, "mamba", "unset without hybrid_pattern (the mixers are "
-             "the pattern's M layers)", spec.mamba)
         return
     need(spec.layers == len(pattern), "layers", f"{len(pattern)}, the length of "
          f"hybrid_pattern (one layer per character)", spec.layers)
@@ -146,14 +148,20 @@ def check_hybrid(spec: Any) -> None:
             ("lora_rank", not spec.lora_rank, "0"),
             ("mla", spec.mla is None, "unset"),
             ("recompute", spec.recompute != "every_other_matmul", "none, selective or full"),
-            ("tp_comm_overlap", not spec.tp_comm_overlap or spec.tp == 1, "false")):
+            ("tp_comm_overlap", not spec.tp_comm_overlap or spec.tp == 1, "false"),
+            # combined 1F1B: Megatron-Core's build_schedule_plan is GPTModel's alone
+            ("moe_a2a_overlap", not spec.moe_a2a_overlap, "false")):
         need(ok, key, expected + why, getattr(spec, key))
     if MAMBA in pattern:
         m = spec.mamba
-        need(m.nheads(spec.hidden) > 0, "mamba.head_dim", f"at most 2 hidden = "
-             f"{2 * spec.hidden} (the heads' default: 2 hidden / head_dim), or mamba.heads "
-             f"given", m.head_dim)
+        need(bool(m.heads) or 2 * spec.hidden % m.head_dim == 0, "mamba.head_dim",
+             f"a divisor of 2 hidden = {2 * spec.hidden} (the heads' default: 2 hidden / "
+             f"head_dim), or mamba.heads given", m.head_dim)
         inner = m.inner(spec.hidden)
+        width = 2 * inner + 2 * m.groups * m.state + m.nheads(spec.hidden)
+        need(spec.dtype != "fp8" or width % 16 == 0, "mamba.heads", f"heads making in_proj's "
+             f"width (2 heads head_dim + 2 groups state + heads = {width}) a multiple of 16 "
+             f"in FP8 (Megatron-Core's rule)", m.nheads(spec.hidden))
         need(inner % spec.tp == 0 and m.nheads(spec.hidden) % spec.tp == 0, "mamba.heads",
              f"a multiple of tp={spec.tp}", m.nheads(spec.hidden))
         need(m.groups % spec.tp == 0 and m.nheads(spec.hidden) % m.groups == 0,

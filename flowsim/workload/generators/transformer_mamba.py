@@ -33,6 +33,7 @@ all-to-alls; flowsim does not model that (:mod:`.transformer_hybrid` refuses it)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -82,20 +83,36 @@ class MambaKernels(LayerShapes):
         return self.inner + self.conv_channels + self.heads
 
     @property
+    def chunk_lengths(self) -> tuple[tuple[int, int], ...]:
+        """(chunks, tokens in each) of the micro-batch's sequences: the whole chunks, and
+        the last one's remainder (the kernels stop at the sequence's end)."""
+        whole, rest = divmod(self.spec.sequence, self.m.chunk)
+        b = self.spec.micro_batch
+        return tuple((b * count, length) for count, length in ((whole, self.m.chunk),
+                                                               (1, rest)) if count and length)
+
+    @property
     def chunks(self) -> int:
-        """Chunks of the micro-batch's sequences (the last one padded)."""
-        return self.spec.micro_batch * -(-self.spec.sequence // self.m.chunk)
+        return sum(count for count, _ in self.chunk_lengths)
 
     @property
     def states_bytes(self) -> int:
         """Every chunk's state, FP32."""
         return self.chunks * self.heads * self.m.head_dim * self.m.state * STATE
 
+    def _products(self, shape: Callable[[int], tuple[int, int, int]], per_head: bool = True
+                  ) -> tuple[Kernel, ...]:
+        """One batched 16-bit GEMM per chunk length ``q``, of ``shape(q)`` (m, n, k), one
+        product per chunk and head (or group)."""
+        each = self.heads if per_head else self.groups
+        return tuple(self._gemm16(*shape(q), count * each) for count, q in self.chunk_lengths)
+
     # ------------------------------------------------------------------ the scan's pieces
     @cached_property
     def _chunk_state(self) -> tuple[Kernel, ...]:
-        q, p, n = self.m.chunk, self.m.head_dim, self.m.state
-        return (self._gemm16(n, p, q, self.chunks * self.heads),)
+        """The chunk's state: ``P x Q`` by ``Q x N`` per head."""
+        p, n = self.m.head_dim, self.m.state
+        return self._products(lambda q: (p, n, q))
 
     @cached_property
     def _state_passing(self) -> tuple[Kernel, ...]:
@@ -104,16 +121,19 @@ class MambaKernels(LayerShapes):
 
     @cached_property
     def _bmm_chunk(self) -> tuple[Kernel, ...]:
-        q, n = self.m.chunk, self.m.state
-        return (self._gemm16(q, q, n, self.chunks * self.groups),)
+        """``C B^T``: ``Q x N`` by ``N x Q`` per group."""
+        n = self.m.state
+        return self._products(lambda q: (q, q, n), per_head=False)
 
     @cached_property
     def _chunk_scan(self) -> tuple[Kernel, ...]:
         """The output: the masked ``(C B^T) X`` (half of the square: the causal mask) and
-        ``C`` times the state passed in."""
-        q, p, n = self.m.chunk, self.m.head_dim, self.m.state
-        batch = self.chunks * self.heads
-        return (self._gemm16(q, p, q // 2, batch), self._gemm16(q, p, n, batch))
+        ``C`` times the state passed in; the gate in its epilogue (``z`` read, the ungated
+        output written beside the gated one)."""
+        p, n = self.m.head_dim, self.m.state
+        return (*self._products(lambda q: (q, p, max(1, q // 2))),
+                *self._products(lambda q: (q, p, n)),
+                elementwise(2 * self.n * self.inner * ACT, "ssd_gate"))
 
     @cached_property
     def _cumsum(self) -> tuple[Kernel, ...]:
@@ -126,9 +146,19 @@ class MambaKernels(LayerShapes):
         return (elementwise(2 * self.n * self.conv_channels * ACT, "causal_conv1d"),)
 
     @cached_property
-    def _gated_norm(self) -> tuple[Kernel, ...]:
-        """The output and ``z`` read, the normed output written."""
-        return (elementwise(3 * self.n * self.inner * ACT, "gated_rmsnorm"),)
+    def _grouped_norm(self) -> tuple[Kernel, ...]:
+        """The gated output read, the normed one written."""
+        return (elementwise(2 * self.n * self.inner * ACT, "grouped_rmsnorm"),)
+
+    @cached_property
+    def _layouts(self) -> tuple[Kernel, ...]:
+        """Megatron-Core's copies between the projections' sequence-first layout and the
+        kernels' batch-first one (``in_proj``'s output, the scan's output; their gradients
+        backward): views when a micro-batch is one sequence."""
+        if self.spec.micro_batch == 1:
+            return ()
+        return (elementwise(2 * self.n * self.in_width * ACT, "contiguous_zxbcdt"),
+                elementwise(2 * self.n * self.inner * ACT, "contiguous_y"))
 
     # ------------------------------------------------------------------ forward
     @cached_property
@@ -139,8 +169,9 @@ class MambaKernels(LayerShapes):
     @cached_property
     def core(self) -> tuple[Kernel, ...]:
         """Convolution, scan and gated norm: what runs between the two linear layers."""
-        return (*self._conv, *self._cumsum, *self._chunk_state, *self._state_passing,
-                *self._bmm_chunk, *self._chunk_scan, *self._gated_norm)
+        return (*self._layouts[:1], *self._conv, *self._cumsum, *self._chunk_state,
+                *self._state_passing, *self._bmm_chunk, *self._chunk_scan, *self._layouts[1:],
+                *self._grouped_norm)
 
     @cached_property
     def out_proj(self) -> tuple[Kernel, ...]:
@@ -158,24 +189,26 @@ class MambaKernels(LayerShapes):
         """The norm's backward, the recomputed forward (all but the output), the scan's
         backward products (see the module docstring) and its elementwise steps, the
         convolution's backward."""
-        q, p, n = self.m.chunk, self.m.head_dim, self.m.state
-        per_head, per_group = self.chunks * self.heads, self.chunks * self.groups
-        products = (self._gemm16(p, n, q, per_head),            # the states' gradients
-                    self._gemm16(q, p, n, per_head),            # x's, from them
-                    self._gemm16(q, p, q // 2, per_head),       # x's, from C B^T (masked)
-                    self._gemm16(q, n, p, per_head),            # B's
-                    self._gemm16(q, n, p, per_head),            # C's
-                    self._gemm16(q, q, p, per_head),            # C B^T's
-                    self._gemm16(q, q, p, per_head),            # the decay's
-                    self._gemm16(q, n, q, per_group),           # B's from C B^T's
-                    self._gemm16(q, n, q, per_group))           # C's from C B^T's
+        p, n = self.m.head_dim, self.m.state
+        products = (*self._products(lambda q: (p, n, q)),                 # the states'
+                    *self._products(lambda q: (q, p, n)),                 # x's, from them
+                    *self._products(lambda q: (q, p, max(1, q // 2))),    # x's, from C B^T
+                    *self._products(lambda q: (q, n, p)),                 # B's
+                    *self._products(lambda q: (q, n, p)),                 # C's
+                    *self._products(lambda q: (q, q, p)),                 # C B^T's
+                    *self._products(lambda q: (q, q, p)),                 # the decay's
+                    *self._products(lambda q: (q, n, q), per_head=False),   # B's, C B^T's
+                    *self._products(lambda q: (q, n, q), per_head=False))   # C's, C B^T's
+        first = len(self.chunk_lengths)   # the states' gradients, passed back before the rest
         passing_back = elementwise(self.states_bytes * 3, "ssd_state_passing_backward")
-        return (elementwise(3 * self.n * self.inner * ACT, "rmsnorm_backward"),
+        return (*self._layouts[1:],
+                elementwise(3 * self.n * self.inner * ACT, "rmsnorm_backward"),
                 *self._conv, *self._cumsum, *self._bmm_chunk, *self._chunk_state,
                 elementwise(2 * self.states_bytes, "ssd_state_passing"),
-                elementwise(5 * self.n * self.inner * ACT, "ssd_gate_backward"),
-                *products[:1], passing_back, *products[1:], *self._cumsum,
-                elementwise(3 * self.n * self.conv_channels * ACT, "causal_conv1d_backward"))
+                elementwise(6 * self.n * self.inner * ACT, "ssd_gate_backward"),
+                *products[:first], passing_back, *products[first:], *self._cumsum,
+                elementwise(3 * self.n * self.conv_channels * ACT, "causal_conv1d_backward"),
+                *self._layouts[:1])
 
     @cached_property
     def in_proj_dgrad(self) -> tuple[Kernel, ...]:
@@ -200,7 +233,8 @@ class MambaKernels(LayerShapes):
 
     @property
     def activations(self) -> int:
-        """Bytes the mixer keeps for its backward (16-bit): ``in_proj``'s input and output,
-        the scan's output before the norm and ``out_proj``'s input (the convolution's output
-        is recomputed: ``mamba_split_conv1d_scan_combined``)."""
-        return ACT * self.n * (self.spec.hidden + self.in_width + 2 * self.inner)
+        """Bytes the mixer keeps for its backward (16-bit) beyond its norm's input and
+        output (counted with every layer's): ``in_proj``'s output, the scan's ungated
+        output, the norm's input and ``out_proj``'s (the convolution's output is
+        recomputed: ``mamba_split_conv1d_scan_combined``)."""
+        return ACT * self.n * (self.in_width + 3 * self.inner)

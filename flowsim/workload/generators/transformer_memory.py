@@ -228,7 +228,7 @@ def _hybrid_layer(program: StageProgram, kind: str) -> float:
     one norm's and residual's share of :func:`_shared_activations`."""
     k = program.k
     block = float(k.mamba.activations) if kind == MAMBA else \
-        ACT * k.n * (2 * k.q + 2 * k.kv) if kind == ATTENTION else \
+        ACT * k.n * (2 * k.q + 2 * k.kv) + _scores(program) if kind == ATTENTION else \
         _mlp_activations(program, moe=kind == MOE)
     return block + _shared_activations(program) / 2
 
@@ -243,14 +243,18 @@ def _shared_activations(program: StageProgram) -> float:
 def _whole_layer(program: StageProgram, *, moe: bool) -> float:
     """Bytes a layer keeps per micro-batch when it is not recomputed, the score matrices
     of unfused attention included where no recomputation drops them."""
+    return _split_activations(program, moe=moe) + _shared_activations(program) + \
+        _scores(program) + _lora_inputs(program)
+
+
+def _scores(program: StageProgram) -> float:
+    """Unfused attention's score matrices (their softmax, dropout mask and output), where
+    no recomputation drops them."""
     spec = program.spec
-    scores = 0.0
-    if spec.attention == "unfused" and (spec.recompute == "none" or spec.recompute_layers
-                                        or spec.recompute_every > 1):
-        scores = 5.0 * (spec.heads // spec.tp) * spec.micro_batch * \
-            (spec.sequence // spec.cp) ** 2
-    return _split_activations(program, moe=moe) + _shared_activations(program) + scores \
-        + _lora_inputs(program)
+    if spec.attention != "unfused" or not (spec.recompute == "none" or spec.recompute_layers
+                                           or spec.recompute_every > 1):
+        return 0.0
+    return 5.0 * (spec.heads // spec.tp) * spec.micro_batch * (spec.sequence // spec.cp) ** 2
 
 
 def _lora_inputs(program: StageProgram) -> float:
