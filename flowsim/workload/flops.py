@@ -34,7 +34,8 @@ d a / h``: the causal mask's half, unlike the transformer's count), ``4 f h m_g`
 ``4 h (f_e k_e + f_s) m_g`` per mixture of experts, ``2 h (2 d + 2 G N + H) + 7 d N + 2 d
 h`` per Mamba-2 mixer with ``d = 2 h`` (whatever its heads' width: Megatron-LM's
 convention), ``G`` groups, state ``N`` and ``H`` heads, and ``2 h V`` for the logits; all
-three times.
+three times. ``palm`` counts a hybrid model's parameters and its attention layers alone;
+``narayanan_eq3`` knows no hybrid layers and counts each as a transformer's.
 
 Multi-token prediction depths count in ``megatron`` as Megatron-LM counts them; ``palm``
 counts their parameters and layers (not their second pass through the shared output layer),
