@@ -213,3 +213,50 @@ def test_any_fsdp_layout_gathers_before_use_and_reduces_once_per_free(pp, vpp, m
         micro_batches=m, tied_embeddings=tied, fsdp=True, fsdp_shard=shard,
         device="h100"), "nccl")
     assert run.record.time_ns > 0
+
+
+@pytest.mark.parametrize(("reshard", "defer", "gathers", "reductions"), [
+    ("after_forward", False, {"fwd": 3, "ig": 3}, 3),   # FSDP2's default (above)
+    ("after_forward", True, {"fwd": 3, "ig": 3}, 1),
+    ("after_backward", False, {"fwd": 3}, 3),
+    ("after_step", True, {"fwd": 1}, 1),               # NeMo AutoModel's FSDP optimizations
+])
+def test_gradient_accumulation_defers_what_the_settings_say(two_nodes, reshard, defer, gathers,
+                                                            reductions):
+    """Per layer over m = 3 micro-batches: ``fsdp_reshard`` keeps the gathered parameters
+    from the forward to the backward (``after_backward``) or across micro-batches
+    (``after_step``); ``fsdp_defer_grad_sync`` reduces the accumulated gradients once, the
+    bytes of one micro-batch's."""
+    m = 3
+    w = transformer(two_nodes, **SMALL, global_batch=2 * DP * m, fsdp=True,
+                    fsdp_reshard=reshard, fsdp_defer_grad_sync=defer)
+    (program,) = w.programs
+    count = Counter((op.collective, op.pass_) for op in _dp_collectives(program))
+    assert count == {**{("all_gather", p): 4 * n for p, n in gathers.items()},
+                     ("reduce_scatter", "wg"): 4 * reductions}
+    assert all(op.size == 4 * LAYER_PARAMS for op in _dp_collectives(program)
+               if op.collective == "reduce_scatter")
+    assert len(topological_order(program)) == len(program.ops)
+
+
+def test_what_stays_gathered_is_held_in_memory(two_nodes):
+    """Kept gathered across micro-batches, every unit's weights are whole at the peak; with
+    the reduction deferred, every unit's gradients accumulate whole."""
+    common = dict(SMALL, global_batch=2 * DP * 3, fsdp=True)
+    base = transformer(two_nodes, **common).memory
+    kept = transformer(two_nodes, **common, fsdp_reshard="after_step").memory
+    deferred = transformer(two_nodes, **common, fsdp_defer_grad_sync=True).memory
+    assert kept["weights"] == pytest.approx(2 * 4 * LAYER_PARAMS)   # 16-bit, every layer
+    assert kept["gradients"] == base["gradients"] < deferred["gradients"]
+    assert deferred["gradients"] == pytest.approx(4 * 4 * LAYER_PARAMS)
+    assert deferred["weights"] == base["weights"] < kept["weights"]
+
+
+@pytest.mark.parametrize(("change", "key"), [
+    (dict(fsdp_defer_grad_sync=True), "fsdp_defer_grad_sync"),
+    (dict(fsdp=True, pp=2, dp=2, fsdp_reshard="after_step"), "fsdp_reshard"),
+    (dict(fsdp=True, fsdp_reshard="never"), "fsdp_reshard"),
+])
+def test_bad_accumulation_settings_name_their_key(two_nodes, change, key):
+    with pytest.raises(ConfigError, match=f"'{key}': expected"):
+        transformer(two_nodes, **{**SMALL, "global_batch": 8, **change})

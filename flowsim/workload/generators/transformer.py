@@ -144,7 +144,11 @@ Communication:
   backward, every micro-batch; the output layer (and a tied embedding) stays gathered from
   its forward to its backward. With pipeline parallelism every unit stays gathered, its
   gradients unsharded, from its first forward to its last backward, after which they are
-  reduce-scattered once (torchtitan's pipeline stages with FSDP). The optimizer
+  reduce-scattered once (torchtitan's pipeline stages with FSDP). Without a pipeline,
+  ``fsdp_defer_grad_sync`` reduces each unit's accumulated gradients once, after the last
+  micro-batch's backward, and ``fsdp_reshard`` frees the gathered parameters
+  ``after_backward`` only (``reshard_after_forward=False``) or ``after_step`` (kept across
+  micro-batches), as NeMo AutoModel's runs set them. The optimizer
   steps on the rank's shard. ``fsdp_shard`` (hybrid sharding, HSDP) shards over groups of
   that many data-parallel ranks (the innermost ones: inside a node where they fit) whose
   replicas all-reduce their gradient shards after each reduce-scatter. Megatron's bucketed
@@ -219,6 +223,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``,
         ``every_other_matmul``), ``recompute_every``, ``recompute_layers``;
         ``distributed_optimizer`` (alias ``zero``), ``fsdp``, ``fsdp_shard``,
+        ``fsdp_defer_grad_sync``, ``fsdp_reshard`` (``after_forward``, ``after_backward``,
+        ``after_step``),
         ``grad_reduce_in_bf16``,
         ``fp8_param_gather``, ``fp8_recipe`` (``delayed``, ``tensorwise``, ``mxfp8``,
         ``nvfp4``),

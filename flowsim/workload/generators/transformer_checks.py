@@ -195,6 +195,11 @@ def check_consistent(spec: Any) -> None:
     need(not (spec.tp_comm_overlap and spec.fp8_recipe == "nvfp4"), "tp_comm_overlap",
          "false with NVFP4 (Transformer Engine's userbuffers take no NVFP4 quantizer; "
          "Megatron-Bridge's recipes turn the overlap off for it)", spec.tp_comm_overlap)
+    need(spec.fsdp or not spec.fsdp_defer_grad_sync, "fsdp_defer_grad_sync",
+         "false without fsdp", spec.fsdp_defer_grad_sync)
+    need((spec.fsdp and spec.pp == 1) or spec.fsdp_reshard == "after_forward",
+         "fsdp_reshard", "after_forward (unset) without fsdp, or under pipeline parallelism "
+         "(whose stages keep every unit gathered to the last backward)", spec.fsdp_reshard)
     need(spec.fsdp or spec.fsdp_shard == spec.dp, "fsdp_shard",
          "unset without fsdp (it shards FSDP's units)", spec.fsdp_shard)
     need(spec.dp % spec.fsdp_shard == 0 and (spec.fsdp_shard % spec.ep == 0 or

@@ -80,9 +80,11 @@ class FullySharded:
 
     def after_forward(self, unit: str) -> None:
         """FSDP2 frees a unit's gathered parameters after its forward, but for the output
-        layer (and the tied weight it shares), whose backward comes next, and under pipeline
-        parallelism, where torchtitan keeps every unit gathered to its last backward."""
-        if self.spec.pp == 1 and unit != self.logits_unit():
+        layer (and the tied weight it shares), whose backward comes next, under pipeline
+        parallelism, where torchtitan keeps every unit gathered to its last backward, and
+        with ``fsdp_reshard`` later than that."""
+        if self.spec.pp == 1 and unit != self.logits_unit() and \
+                self.spec.fsdp_reshard == "after_forward":
             self.unsharded.discard(unit)
 
     def after_backward(self, unit: str, name: str, layer: int, ready: int | None,
@@ -91,10 +93,15 @@ class FullySharded:
         gradients are ready, the shards all-reduced over the replicas (hybrid sharding),
         and its parameters freed: every micro-batch (FSDP2's default), or under pipeline
         parallelism after the chunk's last backward (torchtitan's pipeline stages turn
-        gradient sync and the free off for the others)."""
-        if not self.spec.fsdp or (self.spec.pp > 1 and not final):
+        gradient sync and the free off for the others); ``fsdp_defer_grad_sync`` defers the
+        reduction, ``fsdp_reshard: after_step`` the free, to the last backward."""
+        spec = self.spec
+        if not spec.fsdp:
             return
-        self.unsharded.discard(unit)
+        if final or (spec.pp == 1 and spec.fsdp_reshard != "after_step"):
+            self.unsharded.discard(unit)
+        if not final and (spec.pp > 1 or spec.fsdp_defer_grad_sync):
+            return
         dense, expert, _ = self._parameters(unit)
         replicate = self.ctx.groups.replicate
         for params, (dims, size) in zip((dense, expert), self.ctx.shard_groups()):

@@ -90,16 +90,16 @@ def stage_memory(program: StageProgram) -> StageMemory:
             spec, kept=True)) * base.dense_weights(c) for c in chunks)
     shards = program.local_parameters()   # the optimizer's: its shard, sharded or not
     optimizer = OPTIMIZER_BYTES * shards
-    if spec.fsdp:
-        if spec.pp == 1:   # the largest unit gathered and the next one prefetched
-            unit = max(max(sum(k.unit_parameters(i)[:2])
-                           for i in range(spec.layers + spec.mtp_layers)),
-                       k.vocab_parameters if spec.vocab else 0)
-            per_param = weights / params
-            weights = per_param * (shards + 2 * unit)
+    if spec.fsdp and spec.pp == 1:   # the largest unit gathered and the next one prefetched
+        unit = max(max(sum(k.unit_parameters(i)[:2])
+                       for i in range(spec.layers + spec.mtp_layers)),
+                   k.vocab_parameters if spec.vocab else 0)
+        if spec.fsdp_reshard == "after_forward":   # else every unit gathered at the peak
+            weights = weights / params * (shards + 2 * unit)
+        if not spec.fsdp_defer_grad_sync:   # else every unit's gradients accumulate whole
             gradients = program.grad_bytes * (shards + 2 * unit)
-        # under pipelining every unit stays gathered, its gradients unsharded, to the last
-        # backward: the weights and gradients of Megatron's DDP
+    # under pipelining every unit stays gathered, its gradients unsharded, to the last
+    # backward: the weights and gradients of Megatron's DDP
     return StageMemory(ctx.stage, weights, gradients, optimizer, _activations(program))
 
 

@@ -37,6 +37,7 @@ from .transformer_spec import (
     DISPATCHERS,
     DTYPES,
     EXPERT_LAYOUTS,
+    FSDP_RESHARDS,
     HEAD_DIM,
     KEYS,
     LORA_TARGETS,
@@ -76,6 +77,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     for key in ("sp", "overlap_grad_reduce", "overlap_param_gather",
                 "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp",
                 "cross_entropy_fusion", "moe_a2a_overlap", "fp8_dispatch",
+                "fsdp_defer_grad_sync",
                 "fused_grouped_mlp", "fp8_attention"):
         v[key] = read_bool(values, key, source=source, default=False)
     v["tied_embeddings"] = read_bool(values, "tied_embeddings", source=source, default=True)
@@ -103,6 +105,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
         default="native", case_insensitive=True)
     v["dispatcher"] = read_choice(values, "dispatcher", DISPATCHERS, source=source,
                                   default="alltoall", case_insensitive=True)
+    v["fsdp_reshard"] = read_choice(values, "fsdp_reshard", FSDP_RESHARDS, source=source,
+                                    default="after_forward", case_insensitive=True)
     v["cp_comm_type"] = read_choice(values, "cp_comm_type", CP_COMM_TYPES, source=source,
                                     default="p2p", case_insensitive=True)
     v["lora_targets"] = tuple(dict.fromkeys(read_list(   # each once, in the order given

@@ -44,6 +44,9 @@ ROW_PARALLEL: tuple[LoraTarget, ...] = ("linear_proj", "linear_fc2")
 #: userbuffers settings of ``tp_comm_overlap`` (:mod:`.transformer_overlap`)
 UbConfig = Literal["nemo", "te_default"]
 UB_CONFIGS: tuple[UbConfig, ...] = choices_of(UbConfig)
+#: when FSDP frees a unit's gathered parameters (:attr:`TransformerSpec.fsdp_reshard`)
+FsdpReshard = Literal["after_forward", "after_backward", "after_step"]
+FSDP_RESHARDS: tuple[FsdpReshard, ...] = choices_of(FsdpReshard)
 #: how a mixture of experts' tokens cross the expert-parallel ranks (:mod:`.transformer_dispatch`)
 Dispatcher = Literal["alltoall", "deepep"]
 #: the fused cross entropy's implementation (Megatron-Core's ``cross_entropy_fusion_impl``,
@@ -172,6 +175,15 @@ class TransformerSpec:
     #: Megatron-LM's ``--use-torch-fsdp2``): each layer's parameters gathered before its
     #: forward and backward, its gradients reduce-scattered after its backward
     fsdp: bool = False
+    #: with ``fsdp``, the gradients reduce-scattered once, after the last micro-batch's
+    #: backward (FSDP2's ``set_requires_gradient_sync(False)`` on the others; NeMo AutoModel's
+    #: ``defer_fsdp_grad_sync``), each unit's accumulating unsharded until then
+    fsdp_defer_grad_sync: bool = False
+    #: with ``fsdp`` and no pipeline, when a unit's gathered parameters are freed
+    #: (:data:`FSDP_RESHARDS`): after its forward and after its backward (FSDP2's default),
+    #: after its backward only (``reshard_after_forward=False``), or after the step's last
+    #: backward (kept across micro-batches: ``set_reshard_after_backward(False)``)
+    fsdp_reshard: FsdpReshard = "after_forward"
     #: with ``fsdp``, the data-parallel ranks a unit's parameters are sharded over (hybrid
     #: sharding, HSDP: torchtitan's ``data_parallel_shard_degree``); the ``dp / fsdp_shard``
     #: groups of them hold replicas and all-reduce their gradient shards; 0: all of them
