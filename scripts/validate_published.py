@@ -137,6 +137,10 @@ def spec(row: dict[str, str]) -> dict:
         out["cross_entropy_fusion_impl"] = row["cross_entropy_fusion_impl"]
     if row.get("dispatcher"):   # a row's own column; else Megatron-Core's all-to-all
         out["dispatcher"] = row["dispatcher"]
+    if row.get("fsdp_defer_grad_sync"):   # FSDP2 under gradient accumulation: a row's own
+        out["fsdp_defer_grad_sync"] = _BOOL[row["fsdp_defer_grad_sync"]]
+    if row.get("fsdp_reshard"):
+        out["fsdp_reshard"] = row["fsdp_reshard"]
     if row.get("lora_targets"):   # LoRA's adapted layers, ";"-separated; else all four
         out["lora_targets"] = row["lora_targets"].split(";")
     for key in ("mla", "mamba"):   # latent attention's, Mamba-2's widths: "key=value;..."

@@ -83,3 +83,17 @@ def test_the_nemotron_3_nano_table_is_the_record_s():
         assert cells[1:3] == recorded_cells(record[run]), cells
         assert ("recomputation left out" in cells[0]) == ("recompute_modules" in next(
             r["notes"] for r in rows if r["run"] == run))
+
+
+def test_the_automodel_table_is_the_record_s():
+    """NeMo AutoModel's two rows on the page, each as recorded; both run FSDP2 with the
+    gradient reductions deferred and the parameters kept across accumulation steps."""
+    record = published_record()
+    rows = [r for r in vp.rows() if r["file"] == "automodel_h100.csv"]
+    table = page_table("NeMo AutoModel: Nemotron 3 Nano beside Qwen3 MoE", "AutoModel row")
+    assert len(table) == len(rows) == 2
+    for cells, run in zip(table, ("nemotron3_nano", "qwen3_30b_a3b")):
+        row = next(r for r in rows if run in r["run"])
+        assert cells[1:3] == recorded_cells(record[row["run"]]), cells
+        assert (row["fsdp"], row["fsdp_defer_grad_sync"], row["fsdp_reshard"]) == \
+            ("true", "true", "after_step")

@@ -834,7 +834,8 @@ def test_a_dtype_spelled_as_pytorch_or_transformer_engine_does_is_that_dtype(wri
 
 
 @pytest.mark.parametrize("fused, impl", [(False, "native"), (True, "native"), (True, "te"),
-                                         (True, "flash_attn"), (True, "compiled")])
+                                         (True, "flash_attn"), (True, "compiled"),
+                                         (True, "torch")])
 def test_cross_entropy_moves_the_bytes_of_its_steps_per_logit(two_nodes, fused, impl):
     """The vocabulary-parallel cross entropy over a rank's logits (tokens x padded
     vocabulary / TP), per micro-batch: Megatron-Core's unfused one, a 16-to-32-bit cast, max,
@@ -842,7 +843,10 @@ def test_cross_entropy_moves_the_bytes_of_its_steps_per_logit(two_nodes, fused, 
     (14); its fused one, three kernels forward (22) and one backward (6); Transformer
     Engine's, two passes over the 16-bit logits forward, the second writing the gradient
     over them (2 + 2 + 2), and that gradient scaled in place backward (2 + 2); flash-attn's
-    and a compiled one, one read forward (2), a read and the gradient written backward."""
+    and a compiled one, one read forward (2), a read and the gradient written backward;
+    PyTorch's eager one, the log-softmax read and written (2 + 2), backward the loss's
+    gradient written dense (2), then read with the log-softmax's output and the gradient
+    written (2 + 2 + 2)."""
     t, micro = 2, 4
     w = transformer(two_nodes, **dict(SMALL, vocab=1000), tp=t, dp=8,
                     global_batch=8 * 2 * micro, cross_entropy_fusion=fused,
@@ -854,7 +858,8 @@ def test_cross_entropy_moves_the_bytes_of_its_steps_per_logit(two_nodes, fused, 
     backward = sum(k.bytes for k in kernels if k.name == "cross_entropy_backward")
     per_logit = {(False, "native"): (2 + 4 + 4 + 8 + 8 + 4 + 8, 8 + 4 + 2),
                  (True, "native"): (22, 6), (True, "te"): (2 + 2 + 2, 2 + 2),
-                 (True, "flash_attn"): (2, 2 + 2), (True, "compiled"): (2, 2 + 2)}[fused, impl]
+                 (True, "flash_attn"): (2, 2 + 2), (True, "compiled"): (2, 2 + 2),
+                 (True, "torch"): (2 + 2, 2 + 2 + 2 + 2)}[fused, impl]
     assert (forward, backward) == (per_logit[0] * logits * micro, per_logit[1] * logits * micro)
 
 

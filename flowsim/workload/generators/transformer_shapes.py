@@ -46,9 +46,13 @@ class CrossEntropyCost(NamedTuple):
 #: ``cross_entropy`` of the logits cast to FP32, compiled (torchtitan's loss under
 #: ``torch.compile``): the cast, the log-softmax and the loss fused into one reduction over
 #: the 16-bit logits (2), backward one pass reading them and writing the 16-bit gradient (4).
+#: PyTorch's eager ``F.cross_entropy`` on the 16-bit logits (``torch``): the log-softmax read
+#: and written (4, its output kept); backward, the loss's gradient written dense over the
+#: logits (2), then the log-softmax's backward reading it and the kept output and writing the
+#: gradient (6).
 CROSS_ENTROPY = {"unfused": CrossEntropyCost(38, 14, 4), "native": CrossEntropyCost(22, 6, 4),
                  "te": CrossEntropyCost(6, 4, 2), "flash_attn": CrossEntropyCost(2, 4, 2),
-                 "compiled": CrossEntropyCost(2, 4, 2)}
+                 "compiled": CrossEntropyCost(2, 4, 2), "torch": CrossEntropyCost(4, 8, 2)}
 #: bytes per logit of one cross entropy computed for a training metric, PyTorch's under
 #: autocast (``torch.nn.CrossEntropyLoss``, as Composer's language metrics call it): the
 #: 16-bit logits cast to FP32 (read 2, write 4), then a log-softmax over each row (its

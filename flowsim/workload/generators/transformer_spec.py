@@ -50,8 +50,10 @@ FSDP_RESHARDS: tuple[FsdpReshard, ...] = choices_of(FsdpReshard)
 #: how a mixture of experts' tokens cross the expert-parallel ranks (:mod:`.transformer_dispatch`)
 Dispatcher = Literal["alltoall", "deepep"]
 #: the fused cross entropy's implementation (Megatron-Core's ``cross_entropy_fusion_impl``,
-#: flash-attn's, LLM Foundry's default loss, and torch.compile's, torchtitan's compiled loss)
-CrossEntropyImpl = Literal["native", "te", "flash_attn", "compiled"]
+#: flash-attn's, LLM Foundry's default loss, torch.compile's, torchtitan's compiled loss, and
+#: PyTorch's eager ``F.cross_entropy`` on the 16-bit logits, NeMo AutoModel's
+#: ``MaskedCrossEntropy`` without its FP32 cast)
+CrossEntropyImpl = Literal["native", "te", "flash_attn", "compiled", "torch"]
 CROSS_ENTROPY_IMPLS: tuple[CrossEntropyImpl, ...] = choices_of(CrossEntropyImpl)
 DISPATCHERS: tuple[Dispatcher, ...] = choices_of(Dispatcher)
 DTYPES: tuple[DType, ...] = choices_of(DType)
@@ -225,8 +227,9 @@ class TransformerSpec:
     #: which fused cross entropy (``--cross-entropy-fusion-impl``): Megatron-Core's own
     #: (``native``), Transformer Engine's Triton kernels (``te``: two passes over the 16-bit
     #: logits, the gradient written in place; Megatron-Bridge's performance recipes),
-    #: flash-attn's (``flash_attn``: one pass each way; LLM Foundry's ``fused_crossentropy``)
-    #: or PyTorch's compiled by ``torch.compile`` (``compiled``: torchtitan's loss)
+    #: flash-attn's (``flash_attn``: one pass each way; LLM Foundry's ``fused_crossentropy``),
+    #: PyTorch's compiled by ``torch.compile`` (``compiled``: torchtitan's loss) or PyTorch's
+    #: eager one on the 16-bit logits (``torch``: NeMo AutoModel's)
     cross_entropy_fusion_impl: CrossEntropyImpl = "native"
     #: cross entropies computed again over each micro-batch's logits, after its backward, for
     #: training metrics (Composer's ``LanguageCrossEntropy`` and ``LanguagePerplexity``: two
