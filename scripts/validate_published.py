@@ -119,10 +119,10 @@ def spec(row: dict[str, str]) -> dict:
     for key in ("grad_reduce_in_bf16", "fp8_param_gather", "fsdp", "align_param_gather",
                 "align_grad_reduce", "cross_entropy_fusion",
                 "moe_a2a_overlap", "fp8_dispatch", "fused_grouped_mlp",
-                "fp8_attention"):   # a row's own columns
+                "fp8_attention", "mtp_repeated"):   # a row's own columns
         if row.get(key):
             out[key] = _BOOL[row[key]]
-    for key in ("head_dim", "moe_ffn", "shared_ffn", "expert_tp", "window",
+    for key in ("head_dim", "moe_ffn", "shared_ffn", "moe_latent", "expert_tp", "window",
                 "recompute_layers", "node_limit", "microbatch_group",
                 "mtp_layers", "metric_cross_entropies", "lora_rank",
                 "document_tokens"):   # a row's own; else the defaults

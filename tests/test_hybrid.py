@@ -146,7 +146,8 @@ def test_more_state_costs_more_time(net):
 @pytest.mark.parametrize(("change", "key"), [
     (dict(hybrid_pattern="M-X"), "hybrid_pattern"),
     (dict(hybrid_pattern="M-M|*-"), "hybrid_pattern"),
-    (dict(hybrid_pattern="M-M*-ME*E/*E"), "hybrid_pattern"),
+    (dict(hybrid_pattern="M-M*-ME*E/MM"), "hybrid_pattern"),
+    (dict(hybrid_pattern="M-M*-ME*E/*E/*E", mtp_layers=1, vocab=1024), "mtp_layers"),
     (dict(hybrid_pattern="M-M*-|ME*E", pp=2, dp=8, pipeline_layout=[4, 4]),
      "pipeline_layout"),
     (dict(hybrid_pattern="M-M*-||ME*E", pp=2, dp=8), "hybrid_pattern"),
@@ -260,7 +261,9 @@ def test_the_bundled_nano_is_the_validation_rows_model():
         "megatron_bridge_hybrid.csv"
     keys = huggingface_keys("nemotron3_nano", "spec.yml")
     assert keys == huggingface_keys(NANO_HF, "spec.yml")
-    for row in csv.DictReader(path.open()):
+    nano = [r for r in csv.DictReader(path.open()) if "nemotron3_nano" in r["run"]]
+    assert len(nano) == 4
+    for row in nano:
         for key in ("layers", "hidden", "ffn", "heads", "kv_heads", "head_dim", "vocab",
                     "experts", "top_k", "moe_ffn", "shared_ffn"):
             assert keys[key] == int(row[key]), key
@@ -370,3 +373,86 @@ def test_micro_batches_of_several_sequences_copy_between_layouts():
     names = [getattr(x, "name", "") for x in two.core + two.core_backward]
     assert names.count("contiguous_zxbcdt") == names.count("contiguous_y") == 2
     assert not any(getattr(x, "name", "").startswith("contiguous") for x in one.core)
+
+
+#: Nemotron 3 Super 120B-A12B (Megatron-LM's release test config at d0b3b775, as
+#: Megatron-Bridge builds it): LatentMoE and two multi-token prediction depths of one layer
+SUPER_PATTERN = ("MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*"
+                 "EMEMEMEM*EMEMEMEME")
+SUPER = dict(hybrid_pattern=SUPER_PATTERN + "/*E/*E", hidden=4096, heads=32, kv_heads=2,
+             head_dim=128, ffn=2688, moe_ffn=2688, shared_ffn=5376, moe_latent=1024,
+             experts=512, top_k=22, gated_mlp=False, vocab=131072, tied_embeddings=False,
+             mamba=dict(heads=128, head_dim=64, state=128, groups=8), mtp_repeated=True,
+             position_embedding="none", sequence=8192, global_batch=512, dp=64, ep=64)
+
+
+def test_nemotron_3_super_has_its_published_size_and_flop_count():
+    """Its parameters are the element count of Megatron-Bridge's model verification card
+    (123,611,033,088, but the router's expert biases and the final norm: 25,088), the
+    repeated depth counted once; its FLOP count (the depths' layers and logits included)
+    turns the 26.06 table's tokens per second into its model TFLOP/s."""
+    shape = model_shape(parse_transformer(SUPER, "spec"))
+    assert shape.parameters == 123_611_033_088 - 41 * 512 - 4096
+    per_token = megatron(shape) / (512 * 8192)
+    for tflops, tokens in ((817, 9652), (839, 9900), (571, 6742), (587, 6928), (667, 7867),
+                           (689, 8131)):
+        assert per_token == pytest.approx(tflops * 1e12 / tokens, rel=2e-3)
+
+
+def test_latent_experts_work_on_latent_vectors():
+    """LatentMoE: the router reads the hidden vector; the tokens cross the all-to-alls and
+    the experts at the latent width, between a projection down and one up (each on the
+    rank's tokens, forward, data and weight gradient)."""
+    spec = dict(HYBRID, moe_latent=64, mamba=MAMBA)
+    k, plain = (LayerKernels(parse_transformer(s, "spec")) for s in (spec, HYBRID))
+    assert k.dispatch_bytes * H == plain.dispatch_bytes * 64
+    fc1 = next(x for x in k.experts if isinstance(x, Gemm))
+    assert (fc1.n, fc1.k) == (2 * 128, 64)   # gated: latent -> 2 x moe_ffn
+    router = k.router[0]
+    assert router.k == H
+    n = k.moe_tokens
+    assert [(g.m, g.n, g.k) for g in k.latent_down + k.latent_up] == [(n, 64, H), (n, H, 64)]
+    assert len(k.latent_wgrad) == 2 and k.latent_up_dgrad and k.latent_down_dgrad
+    assert k.expert_parameters * H == plain.expert_parameters * 64
+    assert k.dense_parameters - plain.dense_parameters == 2 * H * 64
+
+
+def test_a_hybrid_model_s_depths_are_attention_and_experts(net):
+    """'/*E' per depth: each depth an attention layer with its mixture of experts (the
+    transformer's multi-token prediction layer); a repeated depth holds its weights once."""
+    spec = dict(HYBRID, hybrid_pattern="M-M*-ME*E/*E/*E")
+    parsed = parse_transformer(spec, "spec")
+    assert parsed.mtp_layers == 2 and parsed.hybrid_mtp == "*E"
+    assert parsed.mixer(parsed.layers) == "attention" and parsed.is_moe(parsed.layers + 1)
+    w = _quiet(net, **spec)
+    names = [op.name for op in w.programs[0].ops]
+    assert any(".mtp0." in n and "attention" in n for n in names)
+    assert any(".mtp1." in n and "dispatch" in n for n in names) or \
+        any(".mtp1." in n and "experts" in n for n in names)
+    k = LayerKernels(parse_transformer({**spec, "mtp_repeated": True}, "spec"))
+    assert k.unit_parameters(parsed.layers + 1) == (0, 0, 0)
+    assert sum(k.unit_parameters(parsed.layers)[:2]) > 0
+
+
+def test_the_importers_read_latent_experts_and_the_depths():
+    """Megatron-LM's --moe-latent-size and --mtp-use-repeated-layer with the depths written
+    after the pattern; a Hugging Face config's moe_latent_size, num_nextn_predict_layers and
+    mtp_hybrid_override_pattern."""
+    from flowsim.workload.generators.huggingface import huggingface_keys
+    from flowsim.workload.generators.megatron import megatron_keys
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", flowsim.FlowsimWarning)
+        keys = megatron_keys(
+            "--num-layers 88 --hidden-size 4096 --num-attention-heads 32 --seq-length 8192 "
+            "--global-batch-size 512 --num-experts 512 --moe-router-topk 22 --vocab-size 131072 "
+            "--moe-ffn-hidden-size 2688 --moe-latent-size 1024 --mtp-num-layers 2 "
+            f"--mtp-use-repeated-layer --hybrid-override-pattern {SUPER_PATTERN}/*E/*E", "t.sh")
+    assert (keys["moe_latent"], keys["mtp_repeated"], keys["mtp_layers"]) == (1024, True, 2)
+    spec = parse_transformer({**keys, "dp": 64, "ep": 64}, "s")
+    assert (spec.hybrid_mtp, spec.layers) == ("*E", 88)
+    hf = huggingface_keys({**NANO_HF, "moe_latent_size": 256, "num_nextn_predict_layers": 2,
+                           "mtp_hybrid_override_pattern": "*E"}, "config.json")
+    assert hf["moe_latent"] == 256 and hf["hybrid_pattern"] == NANO_PATTERN + "/*E/*E"
+    with pytest.raises(ConfigError, match="key 'mtp_hybrid_override_pattern'"):
+        huggingface_keys({**NANO_HF, "num_nextn_predict_layers": 1}, "config.json")

@@ -57,6 +57,11 @@ def test_every_column_that_names_a_spec_key_reaches_the_spec():
                 widths = dict(item.split("=") for item in row[key].split(";"))
                 assert {k: str(v) for k, v in dataclasses.asdict(value).items()} == widths
                 continue
+            if key == "hybrid_pattern":   # the decoder's layers; the depths' after each '/'
+                main, *depths = row[key].split("/")
+                assert (value, spec.hybrid_mtp, spec.mtp_layers) == (
+                    main, depths[0] if depths else "", len(depths) or spec.mtp_layers)
+                continue
             if key == "mamba":   # "name=width;..." -> the Mamba-2 mixers' (the rest defaults)
                 widths = dict(item.split("=") for item in row[key].split(";"))
                 mixer = {k: str(v) for k, v in dataclasses.asdict(value).items()}

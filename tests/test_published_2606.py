@@ -75,7 +75,8 @@ def test_the_nemotron_3_nano_table_is_the_record_s():
     """Each row's published step and error as recorded, every row of the file on the page;
     the H100 row, whose config recomputes modules flowsim cannot name, says so."""
     record = published_record()
-    rows = [r for r in vp.rows() if r["file"] == "megatron_bridge_hybrid.csv"]
+    rows = [r for r in vp.rows() if r["file"] == "megatron_bridge_hybrid.csv"
+            and "nano" in r["run"]]
     table = page_table("Hybrid models: Nemotron 3 Nano", "26.06")
     assert len(table) == len(NANO) == len(rows)
     for cells, system in zip(table, NANO):
@@ -97,3 +98,18 @@ def test_the_automodel_table_is_the_record_s():
         assert cells[1:3] == recorded_cells(record[row["run"]]), cells
         assert (row["fsdp"], row["fsdp_defer_grad_sync"], row["fsdp_reshard"]) == \
             ("true", "true", "after_step")
+
+
+def test_the_nemotron_3_super_table_is_the_record_s():
+    """Super's MXFP8 rows, each as recorded, in the page's order; LatentMoE and the repeated
+    depths on every row."""
+    record = published_record()
+    rows = [r for r in vp.rows() if "nemotron3_super" in r["run"]]
+    table = page_table("Nemotron 3 Super: LatentMoE and a repeated depth", "26.06 Super row")
+    assert len(table) == len(rows) == 3
+    for cells, system in zip(table, ("gb300", "gb200", "b300")):
+        row = next(r for r in rows if f"_{system}_" in r["run"])
+        assert cells[1:3] == recorded_cells(record[row["run"]]), cells
+        assert f"TP {row['tp']}, EP {row['ep']}" in cells[0]
+        assert (row["moe_latent"], row["mtp_layers"], row["mtp_repeated"]) == ("1024", "2",
+                                                                                "true")

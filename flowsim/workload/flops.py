@@ -34,7 +34,9 @@ d a / h``: the causal mask's half, unlike the transformer's count), ``4 f h m_g`
 ``4 h (f_e k_e + f_s) m_g`` per mixture of experts, ``2 h (2 d + 2 G N + H) + 7 d N + 2 d
 h`` per Mamba-2 mixer with ``d = 2 h`` (whatever its heads' width: Megatron-LM's
 convention), ``G`` groups, state ``N`` and ``H`` heads, and ``2 h V`` for the logits; all
-three times. ``palm`` counts a hybrid model's parameters and its attention layers alone;
+three times; with a LatentMoE of width ``l``, ``4 (l f_e k_e m_g + h l + h f_s m_g)`` per
+mixture of experts; multi-token prediction depths add their layers and the logits again.
+``palm`` counts a hybrid model's parameters and its attention layers alone;
 ``narayanan_eq3`` knows no hybrid layers and counts each as a transformer's.
 
 Multi-token prediction depths count in ``megatron`` as Megatron-LM counts them; ``palm``
@@ -84,6 +86,13 @@ class ModelShape:
     pattern : str
         A hybrid model's layers (``M`` Mamba-2, ``*`` attention, ``-`` MLP, ``E`` experts);
         "": a transformer.
+    mtp_repeated : bool
+        The depths share one layer's weights (``parameters`` counts them once).
+    mtp_pattern : str
+        A hybrid model's multi-token prediction depth's layers (``*E``), ``mtp_layers`` times.
+    moe_latent : int
+        LatentMoE's width: the routed experts work on it, between a projection down from
+        the hidden size and one back up (0: none).
     mamba : tuple of int, optional
         The Mamba-2 mixers' ``(heads, head_dim, state, groups, conv)`` (0 heads: ``2 h /
         head_dim``).
@@ -112,8 +121,11 @@ class ModelShape:
     mtp_dense: bool = False
     mla: tuple[int, int, int, int, int] | None = None
     frozen: bool = False
+    mtp_repeated: bool = False
     pattern: str = ""
+    mtp_pattern: str = ""
     mamba: tuple[int, int, int, int, int] | None = None
+    moe_latent: int = 0
 
     @property
     def all_layers(self) -> int:
@@ -137,13 +149,17 @@ class ModelShape:
             a = self.heads
             attention = (h * ql + ql + (ql or h) * a * (qk + r) + h * (kl + r) + kl
                          + kl * a * (qk + v) + a * v * h)
-        mlp = (3 if self.gated_mlp else 2) * h * self.ffn
+        mlp = (3 if self.gated_mlp else 2) * (self.moe_latent or h) * self.ffn
         if self.experts:
             mlp = mlp * self.experts + h * self.experts   # experts and the router
+            mlp += 2 * h * self.moe_latent   # LatentMoE's projections
             mlp += (3 if self.gated_mlp else 2) * h * self.shared_ffn
         embeddings = self.vocab * h * (1 if self.tied_embeddings else 2)
-        embeddings += self.mtp_layers * (2 * h * h + 3 * h)   # the depths' projections, norms
-        layers, dense_layers = self.all_layers, self.all_dense_layers
+        # the depths' projections and norms (one depth's when the depths share one layer)
+        depths = min(1, self.mtp_layers) if self.mtp_repeated else self.mtp_layers
+        embeddings += depths * (2 * h * h + 3 * h)
+        layers = self.layers + depths
+        dense_layers = self.dense_layers + (depths if self.mtp_dense else 0)
         if self.pattern:   # a hybrid model: each layer one block and its norm
             mamba = 0
             if self.mamba is not None:
@@ -153,7 +169,8 @@ class ModelShape:
                 mamba = h * (2 * d + bc + heads) + d * h + (d + bc) * (conv + 1) + 3 * heads + d
             dense = (3 if self.gated_mlp else 2) * h * self.dense_ffn
             blocks = {"M": mamba, "*": attention, "-": dense, "E": mlp}
-            return sum(blocks[c] + h for c in self.pattern) + embeddings
+            return sum(blocks[c] + h for c in self.pattern + self.mtp_pattern * depths) + \
+                embeddings
         if dense_layers:
             dense = (3 if self.gated_mlp else 2) * h * self.dense_ffn
             return (layers * (attention + 2 * h) + (layers - dense_layers) * mlp
@@ -169,7 +186,9 @@ def megatron(shape: ModelShape) -> float:
     q = shape.heads * shape.head_dim
     experts = shape.top_k if shape.experts else 1
     gated = 1.5 if shape.gated_mlp else 1.0
-    mlp = shape.ffn / h * experts * gated + shape.shared_ffn / h * gated
+    latent = shape.moe_latent / h if shape.experts and shape.moe_latent else 0.0
+    mlp = shape.ffn / h * experts * gated * (latent or 1.0) + latent + \
+        shape.shared_ffn / h * gated
     layers = shape.all_layers   # the depths' layers counted as layers (as from core 0.14)
     if shape.all_dense_layers:   # later releases count dense and MoE layers apart
         moe = (layers - shape.all_dense_layers) / layers
@@ -195,12 +214,16 @@ def megatron(shape: ModelShape) -> float:
 
 def _hybrid(shape: ModelShape) -> float:
     """Megatron-LM's ``hybrid_flops`` (see the module docstring)."""
-    h, s, count = shape.hidden, shape.sequence, shape.pattern.count
+    h, s = shape.hidden, shape.sequence
+    layers = shape.pattern + shape.mtp_pattern * shape.mtp_layers   # the depths' layers too
+    count = layers.count
     gated = 1.5 if shape.gated_mlp else 1.0
     p = shape.heads * shape.head_dim / h
     attention = 4 * h * p * (h + h * shape.kv_heads / shape.heads) + 2 * s * h * p
     mlp = 4 * shape.dense_ffn * h * gated
-    moe = 4 * h * (shape.ffn * shape.top_k + shape.shared_ffn) * gated
+    latent = shape.moe_latent
+    moe = 4 * ((latent or h) * shape.ffn * shape.top_k + h * shape.shared_ffn) * gated + \
+        4 * h * latent
     mamba = 0.0
     if shape.mamba is not None:
         heads, head_dim, state, groups, _ = shape.mamba
@@ -208,7 +231,7 @@ def _hybrid(shape: ModelShape) -> float:
         mamba = (2 * h * (2 * d + 2 * groups * state + (heads or d // head_dim))
                  + 7 * d * state + 2 * d * h)
     per_token = (count("*") * attention + count("-") * mlp + count("E") * moe
-                 + count("M") * mamba + 2 * h * shape.vocab)
+                 + count("M") * mamba + 2 * h * shape.vocab * (1 + shape.mtp_layers))
     return 3.0 * shape.global_batch * s * per_token
 
 

@@ -2,7 +2,8 @@
 (``model_type: nemotron_h``, NVIDIA's ``NemotronHForCausalLM``), whose layers a pattern
 names (:mod:`.transformer_hybrid`), read as Megatron-Bridge's ``NemotronHBridge`` maps the
 config (``src/megatron/bridge/models/nemotronh/nemotron_h_bridge.py``: the pattern, the
-Mamba-2 widths; squared-ReLU MLPs and experts, no position embedding)."""
+Mamba-2 widths, LatentMoE's width, the multi-token prediction depths'
+``mtp_hybrid_override_pattern``; squared-ReLU MLPs and experts, no position embedding)."""
 
 from __future__ import annotations
 
@@ -46,5 +47,15 @@ def nemotron_h_keys(read: Reader) -> dict[str, Any]:
                     top_k=read.take("top_k", "num_experts_per_tok"),
                     moe_ffn=read.take("moe_ffn", "moe_intermediate_size"),
                     shared_ffn=read.take("shared_ffn", "moe_shared_expert_intermediate_size",
-                                         default=0, minimum=0))
+                                         default=0, minimum=0),
+                    moe_latent=read.take("moe_latent", "moe_latent_size", default=0,
+                                         minimum=0))
+    depths = read.integer("num_nextn_predict_layers", 0, minimum=0)
+    if depths:   # multi-token prediction: its depth's layers after the pattern, per depth
+        read.name("mtp_layers", "num_nextn_predict_layers and mtp_hybrid_override_pattern")
+        depth = read.data.get("mtp_hybrid_override_pattern")
+        if not isinstance(depth, str) or not depth:
+            raise config_error(read.where, "mtp_hybrid_override_pattern", "a depth's layers "
+                               "(e.g. '*E') beside num_nextn_predict_layers", depth)
+        keys["hybrid_pattern"] = pattern + ("/" + depth) * depths
     return keys

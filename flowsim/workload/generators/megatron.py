@@ -66,7 +66,7 @@ VALUED = {"num-layers": "layers", "hidden-size": "hidden", "ffn-hidden-size": "f
           "moe-shared-expert-intermediate-size": "shared_ffn",
           "moe-expert-capacity-factor": "capacity_factor", "vocab-size": "vocab",
           "num-virtual-stages-per-pipeline-rank": "vpp", "ddp-bucket-size": "bucket_size",
-          "mtp-num-layers": "mtp_layers"}
+          "mtp-num-layers": "mtp_layers", "moe-latent-size": "moe_latent"}
 #: switches: flag -> (transformer key, value)
 SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
             "use-distributed-optimizer": ("distributed_optimizer", True),
@@ -83,7 +83,7 @@ SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
             "fp4-param-gather": ("fp8_param_gather", True),
             "fp8-dot-product-attention": ("fp8_attention", True),
             "cross-entropy-loss-fusion": ("cross_entropy_fusion", True),
-            "use-torch-fsdp2": ("fsdp", True),
+            "use-torch-fsdp2": ("fsdp", True), "mtp-use-repeated-layer": ("mtp_repeated", True),
             "untie-embeddings-and-output-weights": ("tied_embeddings", False),
             "recompute-activations": ("recompute", "selective"),
             "bf16": ("dtype", "bf16"), "fp16": ("dtype", "fp16"),
@@ -117,7 +117,7 @@ MULTI_VALUED = {"cp-comm-type": ("p2p", "a2a", "allgather", "a2a+p2p")}
 #: flags taking several numbers (Megatron-DeepSpeed's experts per MoE layer)
 NUMBER_LISTS = ("num-experts",)
 #: flags that shape an iteration's time but have no transformer key (named in a warning)
-UNMODELLED = ("moe-grouped-gemm", "mtp-use-repeated-layer",
+UNMODELLED = ("moe-grouped-gemm",
               "moe-shared-expert-overlap",
               "num-distributed-optimizer-instances", "disable-tp-comm-overlap-ag",
               "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by", "no-rope-fusion")

@@ -137,6 +137,10 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
     keys.update(hybrid_keys(   # a hybrid model's pattern (either name) and Mamba-2 widths
         model.get("hybrid_layer_pattern") or model.get("hybrid_override_pattern"),
         {key: model.get(f"mamba_{name}") for key, name in _MAMBA.items()}))
+    if model.get("moe_latent_size"):   # LatentMoE (Nemotron 3 Super)
+        keys["moe_latent"] = model["moe_latent_size"]
+    if model.get("mtp_use_repeated_layer"):
+        keys["mtp_repeated"] = True
     keys.update(_pipeline_split(model, keys, where))
     # Megatron-Core's DDP reduces the gradients as these say, distributed optimizer or not
     keys["overlap_grad_reduce"] = config_switch(ddp, where, "ddp", "overlap_grad_reduce", False)

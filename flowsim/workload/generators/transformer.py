@@ -349,7 +349,9 @@ def model_shape(spec: TransformerSpec) -> ModelShape:
                       mla=None if spec.mla is None else astuple(spec.mla),
                       mtp_layers=spec.mtp_layers, frozen=spec.frozen,
                       mtp_dense=bool(spec.experts) and not spec.is_moe(spec.layers),
-                      pattern=spec.hybrid_pattern,
+                      pattern=spec.hybrid_pattern, mtp_pattern=spec.hybrid_mtp,
+                      mtp_repeated=spec.mtp_repeated,
+                      moe_latent=spec.moe_latent,
                       mamba=None if spec.mamba is None else (
                           spec.mamba.heads, spec.mamba.head_dim, spec.mamba.state,
                           spec.mamba.groups, spec.mamba.conv),

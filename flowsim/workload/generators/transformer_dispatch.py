@@ -86,7 +86,7 @@ def exchange(b: Builder, name: str, toward_experts: bool, layer: int, pass_: str
     if s.dispatcher == "alltoall":
         return (b.collective(name, "all_to_all", k.dispatch_bytes, g.ep, layer, pass_, deps),)
     value = FP8_VALUE_BYTES if toward_experts and s.fp8_dispatch else ACT
-    per_copy = k.moe_tokens * s.capacity_factor * s.hidden * value
+    per_copy = k.moe_tokens * s.capacity_factor * k.expert_dim * value
     node_copies, rank_copies = deepep_copies(s, g.ep_nodes)
     stages = [(f"{name}.inter", g.ep_inter, node_copies), (f"{name}.intra", g.ep_intra,
                                                            rank_copies)]

@@ -9,6 +9,14 @@ to, ``sort_chunks_by_idxs`` groups the received copies by local expert and back,
 memory-bound gather or scatter that reads and writes its rows once (the sum writes one row
 per token), and its backward moves as many bytes.
 
+With ``moe_latent`` (LatentMoE, Nemotron 3 Super's: Megatron-Core's ``moe_latent_size``,
+``megatron/core/transformer/moe/moe_layer.py``) the router still reads the hidden vector,
+but a linear layer projects each token down to the latent width before the dispatch, so the
+all-to-alls and the experts (latent -> ``moe_ffn`` -> latent) work on latent vectors, and
+another projects the combined output back up; both are duplicated over the tensor-parallel
+ranks (each runs them on its sequence-parallel shard), their gradients' all-reduce over TP
+left out as the latent attention's is (:mod:`.transformer_mla`).
+
 With ``fused_grouped_mlp`` (Transformer Engine's fused grouped MLP,
 ``transformer_engine/pytorch/ops/fused/grouped_mlp.py``: cuDNN's CuTe DSL grouped GEMMs) the
 activation, its scaling by the router's probabilities and the cast of its output run in the
@@ -59,10 +67,56 @@ class ExpertKernels(LoraShapes):
         return self.spec.moe_ffn // self.spec.expert_tp
 
     @property
+    def expert_dim(self) -> int:
+        """The width of the vectors the experts take and give: the latent one with
+        ``moe_latent``, else the hidden one."""
+        return self.spec.moe_latent or self.spec.hidden
+
+    @property
     def dispatch_bytes(self) -> int:
         """Each rank's all-to-all buffer when dispatching (and combining) tokens."""
         s = self.spec
-        return int(self.moe_tokens * s.top_k * s.capacity_factor * s.hidden * ACT)
+        return int(self.moe_tokens * s.top_k * s.capacity_factor * self.expert_dim * ACT)
+
+    # ------------------------------------------------------------------ LatentMoE
+    def _latent(self, out: int, k: int) -> tuple[Kernel, ...]:
+        """A latent projection (a Transformer Engine linear) on the rank's routed tokens."""
+        if not self.spec.moe_latent:
+            return ()
+        return (*self._cast(self.moe_tokens * k), self._gemm(self.moe_tokens, out, k))
+
+    @cached_property
+    def latent_down(self) -> tuple[Kernel, ...]:
+        """Hidden to latent, before the dispatch (none without ``moe_latent``)."""
+        return self._latent(self.spec.moe_latent, self.spec.hidden)
+
+    @cached_property
+    def latent_up(self) -> tuple[Kernel, ...]:
+        """Latent to hidden, after the combine."""
+        return self._latent(self.spec.hidden, self.spec.moe_latent)
+
+    @cached_property
+    def latent_up_dgrad(self) -> tuple[Kernel, ...]:
+        """The up projection's data gradient: the first kernel of the layer's backward."""
+        return self._latent(self.spec.moe_latent, self.spec.hidden)
+
+    @cached_property
+    def latent_down_dgrad(self) -> tuple[Kernel, ...]:
+        """The down projection's data gradient, after the dispatch's backward."""
+        return self._latent(self.spec.hidden, self.spec.moe_latent)
+
+    @cached_property
+    def latent_wgrad(self) -> tuple[Kernel, ...]:
+        s = self.spec
+        if not s.moe_latent:
+            return ()
+        return (self._gemm(s.hidden, s.moe_latent, self.moe_tokens),
+                self._gemm(s.moe_latent, s.hidden, self.moe_tokens))
+
+    @property
+    def latent_parameters(self) -> int:
+        """The two projections' weights (whole on every TP rank)."""
+        return 2 * self.spec.hidden * self.spec.moe_latent
 
     @cached_property
     def permute(self) -> tuple[Kernel, ...]:
@@ -82,7 +136,8 @@ class ExpertKernels(LoraShapes):
         local = s.experts // s.ep
         if local == 1:
             return ()
-        return (elementwise(2 * self.expert_rows * local * s.hidden * ACT, "moe_sort_chunks"),)
+        return (elementwise(2 * self.expert_rows * local * self.expert_dim * ACT,
+                            "moe_sort_chunks"),)
 
     @cached_property
     def router(self) -> tuple[Kernel, ...]:
@@ -93,33 +148,32 @@ class ExpertKernels(LoraShapes):
     @cached_property
     def experts(self) -> tuple[Kernel, ...]:
         s = self.spec
-        local, m, f = s.experts // s.ep, self.expert_rows, self.expert_width
-        fc1 = self._gemm(m, (2 if s.gated_mlp else 1) * f, s.hidden, local)
+        local, m, f, d = s.experts // s.ep, self.expert_rows, self.expert_width, self.expert_dim
+        fc1 = self._gemm(m, (2 if s.gated_mlp else 1) * f, d, local)
         between: tuple[Kernel, ...] = () if s.fused_grouped_mlp else (
             elementwise((3 if s.gated_mlp else 2) * m * f * ACT * local, "expert_activation"),
             *self._cast(m * f * local))
-        return (*self._cast(m * s.hidden * local), fc1, *between,
-                self._gemm(m, s.hidden, f, local))
+        return (*self._cast(m * d * local), fc1, *between, self._gemm(m, d, f, local))
 
     @cached_property
     def experts_dgrad(self) -> tuple[Kernel, ...]:
         s = self.spec
-        local, m, f = s.experts // s.ep, self.expert_rows, self.expert_width
+        local, m, f, d = s.experts // s.ep, self.expert_rows, self.expert_width, self.expert_dim
         fc1 = (2 if s.gated_mlp else 1) * f
         between: tuple[Kernel, ...] = () if s.fused_grouped_mlp else (
             elementwise((5 if s.gated_mlp else 3) * m * f * ACT * local,
                         "expert_activation_backward"), *self._cast(m * fc1 * local))
-        return (*self._cast(m * s.hidden * local), self._gemm(m, f, s.hidden, local),
-                *between, self._gemm(m, s.hidden, fc1, local),
+        return (*self._cast(m * d * local), self._gemm(m, f, d, local),
+                *between, self._gemm(m, d, fc1, local),
                 self._gemm16(self.moe_tokens, s.hidden, s.experts))
 
     @cached_property
     def experts_wgrad(self) -> tuple[Kernel, ...]:
         s = self.spec
-        local, m, f = s.experts // s.ep, self.expert_rows, self.expert_width
-        return (self._gemm(f, s.hidden, m, local),
-                self._gemm(s.hidden, (2 if s.gated_mlp else 1) * f, m, local),
-                self._gemm16(s.hidden, s.experts, self.moe_tokens))
+        local, m, f, d = s.experts // s.ep, self.expert_rows, self.expert_width, self.expert_dim
+        return (self._gemm(f, d, m, local),
+                self._gemm(d, (2 if s.gated_mlp else 1) * f, m, local),
+                self._gemm16(s.hidden, s.experts, self.moe_tokens), *self.latent_wgrad)
 
     @cached_property
     def expert_parameters(self) -> int:
@@ -127,4 +181,5 @@ class ExpertKernels(LoraShapes):
         s = self.spec
         if not s.experts:
             return 0
-        return (s.experts // s.ep) * (3 if s.gated_mlp else 2) * s.hidden * self.expert_width
+        return (s.experts // s.ep) * (3 if s.gated_mlp else 2) * self.expert_dim * \
+            self.expert_width

@@ -49,8 +49,11 @@ class MambaMixer:
         return self.inner(hidden) // self.head_dim
 
 
-#: Megatron-Core's mark between pipeline stages' layers in a pattern
-PIPE = "|"
+#: Megatron-Core's mark between pipeline stages' layers in a pattern, and the one before
+#: each multi-token prediction depth's layers
+PIPE, DEPTH = "|", "/"
+#: the depth patterns flowsim models: one attention layer and its MLP (Nemotron 3 Super's)
+DEPTH_PATTERNS = (ATTENTION + MOE, ATTENTION + MLP)
 
 
 def read_pattern(values: Mapping[str, Any], source: str) -> str:
@@ -66,16 +69,26 @@ def read_pattern(values: Mapping[str, Any], source: str) -> str:
     pattern = raw.strip()
     if not pattern:
         raise config_error(source, "hybrid_pattern", what, raw)
-    bad = sorted(set(pattern) - set(SYMBOLS + PIPE))
+    bad = sorted(set(pattern) - set(SYMBOLS + PIPE + DEPTH))
     if bad:
-        note = " (multi-token prediction's '/' patterns are not modelled)" if "/" in bad \
-            else ""
-        raise config_error(source, "hybrid_pattern", what + f"; {bad[0]!r} is none of them"
-                           + note, raw)
-    if PIPE in pattern and not all(pattern.split(PIPE)):
+        raise config_error(source, "hybrid_pattern", what + f"; {bad[0]!r} is none of them",
+                           raw)
+    main, *depths = pattern.split(DEPTH)
+    if depths and (len(set(depths)) != 1 or depths[0] not in DEPTH_PATTERNS):
+        raise config_error(source, "hybrid_pattern", what + "; after each '/', one "
+                           "multi-token prediction depth's layers, the same for every depth: "
+                           + " or ".join(DEPTH_PATTERNS) + " (flowsim models no other)", raw)
+    if PIPE in main and not all(main.split(PIPE)):
         raise config_error(source, "hybrid_pattern", what + "; every stage a layer or more",
                            raw)
     return pattern
+
+
+def split_depths(pattern: str) -> tuple[str, str, int]:
+    """A pattern read by :func:`read_pattern` as (the decoder's layers, one multi-token
+    prediction depth's, the depths)."""
+    main, *depths = pattern.split(DEPTH)
+    return main, (depths[0] if depths else ""), len(depths)
 
 
 def stage_layers(pattern: str, pp: int, vpp: int, layout: Any, source: str
@@ -144,7 +157,9 @@ def check_hybrid(spec: Any) -> None:
     why = " with hybrid_pattern (flowsim does not model them together)"
     for key, ok, expected in (
             ("cp", spec.cp == 1 or MAMBA not in pattern, "1"),
-            ("mtp_layers", not spec.mtp_layers, "0"),
+            ("mtp_layers", not spec.mtp_layers or spec.hybrid_mtp, "0 without depths in "
+             "the pattern ('/*E' per depth, as Megatron-Core's hybrid models name them), or"
+             " as many as it names"),
             ("lora_rank", not spec.lora_rank, "0"),
             ("mla", spec.mla is None, "unset"),
             ("recompute", spec.recompute != "every_other_matmul", "none, selective or full"),

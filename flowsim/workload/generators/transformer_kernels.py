@@ -323,7 +323,8 @@ class LayerKernels(ExpertKernels):
         """Weights of the rank's share of one layer outside the experts (attention, norms,
         the dense MLP or the router)."""
         s, h = self.spec, self.spec.hidden
-        mlp = h * s.experts if s.experts else (3 if s.gated_mlp else 2) * h * self.f
+        mlp = h * s.experts + self.latent_parameters if s.experts else \
+            (3 if s.gated_mlp else 2) * h * self.f
         if s.shared_ffn:
             mlp += (3 if s.gated_mlp else 2) * h * (s.shared_ffn // s.tp)
         return self.attention_parameters + mlp + 2 * h
@@ -336,6 +337,8 @@ class LayerKernels(ExpertKernels):
         s, k = self.spec, self.of_layer(layer)
         if s.frozen:   # the trained ones: the adapters
             return k.lora_parameters, 0, 0
+        if s.mtp_repeated and layer > s.layers:   # the first depth's, run again
+            return 0, 0, 0
         dense, expert = k.dense_parameters, k.expert_parameters
         if layer < s.layers and s.hybrid_pattern:   # a mixer with its norm, or an MLP
             mixer = s.mixer(layer)

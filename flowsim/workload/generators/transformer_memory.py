@@ -218,8 +218,9 @@ def _mlp_activations(program: StageProgram, *, moe: bool) -> float:
     if not moe:
         return ACT * k.n * k.f * gated
     rows = k.expert_rows * (spec.experts // spec.ep)
-    return ACT * (spec.hidden * rows + rows * k.expert_width * gated) + \
-        ACT * k.n * (spec.shared_ffn // spec.tp) * gated
+    return ACT * (k.expert_dim * rows + rows * k.expert_width * gated) + \
+        ACT * k.n * (spec.shared_ffn // spec.tp) * gated + \
+        ACT * k.moe_tokens * 2 * spec.moe_latent   # LatentMoE's projections' outputs
 
 
 def _hybrid_layer(program: StageProgram, kind: str) -> float:

@@ -60,7 +60,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     as_config(values, source=source, what="transformer")
     check_unknown_keys(values, KEYS, source=source)
     v: dict[str, Any] = {key: _count(values, key, source) for key in ("hidden", "sequence")}
-    marked = hybrid.read_pattern(values, source)
+    marked, v["hybrid_mtp"], depths = hybrid.split_depths(hybrid.read_pattern(values, source))
     v["hybrid_pattern"] = marked.replace(hybrid.PIPE, "")
     v["mamba"] = hybrid.read_mamba(values, source)
     v["layers"] = _count(values, "layers", source, len(v["hybrid_pattern"]) or ...)
@@ -68,16 +68,20 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                          ("ep", 1), ("vpp", 1)):
         v[key] = _count(values, key, source, default)
     for key in ("micro_batches", "global_batch", "heads", "kv_heads", "head_dim", "ffn",
-                "moe_ffn", "shared_ffn", "vocab", "experts", "top_k", "bucket_size", "window",
-                "expert_tp", "node_limit", "microbatch_group",
+                "moe_ffn", "shared_ffn", "moe_latent", "vocab", "experts", "top_k",
+                "bucket_size", "window", "expert_tp", "node_limit", "microbatch_group",
                 "fsdp_shard", "mtp_layers", "metric_cross_entropies", "lora_rank",
                 "document_tokens"):
         v[key] = _count(values, key, source, 0, minimum=0)
+    if depths and v["mtp_layers"] not in (0, depths):   # the pattern names the depths
+        raise config_error(source, "mtp_layers", f"{depths}, the depths hybrid_pattern names "
+                           "(or unset)", v["mtp_layers"])
+    v["mtp_layers"] = v["mtp_layers"] or depths
     v["gated_mlp"] = read_bool(values, "gated_mlp", source=source, default=None)
     for key in ("sp", "overlap_grad_reduce", "overlap_param_gather",
                 "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp",
                 "cross_entropy_fusion", "moe_a2a_overlap", "fp8_dispatch",
-                "fsdp_defer_grad_sync",
+                "fsdp_defer_grad_sync", "mtp_repeated",
                 "fused_grouped_mlp", "fp8_attention"):
         v[key] = read_bool(values, key, source=source, default=False)
     v["tied_embeddings"] = read_bool(values, "tied_embeddings", source=source, default=True)

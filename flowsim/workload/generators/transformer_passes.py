@@ -160,14 +160,15 @@ class PassBuilder(OpStream):
 
     def _moe_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
         k, s = self.k, self.spec
-        x = (self.compute(f"{name}.router", k.router + k.permute, layer, "fwd", x),)
+        x = (self.compute(f"{name}.router", k.router + k.latent_down + k.permute, layer, "fwd",
+                          x),)
         if s.ep > 1:
             x = exchange(self, f"{name}.dispatch", True, layer, "fwd", x)
         x = self._expert_tp(f"{name}.experts", k.sort_chunks + k.experts + k.sort_chunks,
                             layer, "fwd", x)
         if s.ep > 1:
             x = exchange(self, f"{name}.combine", False, layer, "fwd", x)
-        x = (self.compute(f"{name}.unpermute", k.unpermute, layer, "fwd", x),)
+        x = (self.compute(f"{name}.unpermute", k.unpermute + k.latent_up, layer, "fwd", x),)
         shared = k.shared_expert
         if shared is not None:   # after the combine, as Megatron-Core r0.10-r0.12 runs them
             # (without --moe-shared-expert-overlap; later releases moved them earlier)
@@ -328,14 +329,16 @@ class PassBuilder(OpStream):
                 e.fc2_dgrad, e.activation_backward, e.fc1_dgrad, "fc2", "fc1"), e.mlp_wgrad,
                 layer, g)
             g = (*g, *shared, *(() if self.last is None else (self.last,)))
-        g = (self.compute(f"{name}.unpermute_backward", k.unpermute, layer, "ig", g),)
+        g = (self.compute(f"{name}.unpermute_backward", k.latent_up_dgrad + k.unpermute, layer,
+                          "ig", g),)
         if s.ep > 1:
             g = exchange(self, f"{name}.combine_backward", True, layer, "ig", g)
         g = self._expert_tp(f"{name}.experts.dgrad",
                             k.sort_chunks + k.experts_dgrad + k.sort_chunks, layer, "ig", g)
         if s.ep > 1:
             g = exchange(self, f"{name}.dispatch_backward", False, layer, "ig", g)
-        g = (self.compute(f"{name}.permute_backward", k.permute, layer, "ig", g),)
+        g = (self.compute(f"{name}.permute_backward", k.permute + k.latent_down_dgrad, layer,
+                          "ig", g),)
         self.compute(f"{name}.experts.wgrad", k.experts_wgrad, layer, "wg")
         return (*g, *shared)
 

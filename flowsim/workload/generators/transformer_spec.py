@@ -96,6 +96,10 @@ class TransformerSpec:
     experts: int = 0
     top_k: int = 0
     moe_ffn: int = 0
+    #: LatentMoE's width (Megatron-Core's ``--moe-latent-size``, Nemotron 3 Super's): tokens
+    #: projected down to it before the dispatch and up after the combine, the experts working
+    #: on it (:mod:`.transformer_experts`); 0: the hidden width
+    moe_latent: int = 0
     #: inner width of the shared experts, all of them together (Megatron-Core's
     #: ``--moe-shared-expert-intermediate-size``): a dense MLP every token passes beside the
     #: routed experts (DeepSeek-V2 and V3, Qwen-MoE, Llama 4); 0: none
@@ -111,6 +115,9 @@ class TransformerSpec:
     #: pipeline stage, with an embedding lookup, a projection and the output layer again
     #: (:mod:`.transformer_mtp`)
     mtp_layers: int = 0
+    #: the depths share one layer, its weights and its gradients, run once per depth
+    #: (Megatron-Core's ``--mtp-use-repeated-layer``, Nemotron 3 Super's)
+    mtp_repeated: bool = False
     #: LoRA fine-tuning (:mod:`.transformer_lora`): the adapters' rank (Megatron-Bridge's
     #: ``LoRA.dim``) on every layer's QKV, projection, FC1 and FC2; every base weight frozen.
     #: 0: no adapters, every weight trained
@@ -128,6 +135,9 @@ class TransformerSpec:
     hybrid_pattern: str = ""
     #: the Mamba-2 mixers' widths (None without ``M`` layers)
     mamba: MambaMixer | None = None
+    #: a hybrid model's multi-token prediction depth (``*E`` or ``*-``: an attention layer
+    #: and its MLP), what follows each ``/`` in its pattern; "": none
+    hybrid_mtp: str = ""
     #: sliding window in keys (0: full attention); window_skip_freq: 1 window / 0 full per layer
     window: int = 0
     window_skip_freq: tuple[int, ...] | int | None = None
@@ -317,21 +327,23 @@ class TransformerSpec:
         multi-token prediction layer is of the last layer's kind (Megatron-Core builds it
         from the decoder's last layer spec)."""
         pattern = self.moe_layer_freq
+        if self.hybrid_mtp and layer >= self.layers:   # a hybrid model's depth: its own
+            return MOE in self.hybrid_mtp
         return self.experts > 0 and (not pattern or bool(pattern[min(layer, self.layers - 1)]))  # type: ignore
 
     def mixer(self, layer: int) -> str:
         """What mixes ``layer``'s tokens: ``attention``, ``mamba`` or "" (a hybrid model's
         MLP layer)."""
-        if not self.hybrid_pattern:
+        if not self.hybrid_pattern or layer >= self.layers:   # (a depth: attention, MLP)
             return "attention"
-        kind = self.hybrid_pattern[min(layer, self.layers - 1)]
+        kind = self.hybrid_pattern[layer]
         return "attention" if kind == ATTENTION else "mamba" if kind == MAMBA else ""
 
     def has_mlp(self, layer: int) -> bool:
         """Whether ``layer`` has an MLP (dense or experts): every transformer layer, a
         hybrid model's ``-`` and ``E`` layers."""
-        return not self.hybrid_pattern or \
-            self.hybrid_pattern[min(layer, self.layers - 1)] in (MLP, MOE)
+        return not self.hybrid_pattern or layer >= self.layers or \
+            self.hybrid_pattern[layer] in (MLP, MOE)
 
     @property
     def one_tied_weight(self) -> bool:
