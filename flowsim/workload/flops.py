@@ -149,10 +149,11 @@ class ModelShape:
             a = self.heads
             attention = (h * ql + ql + (ql or h) * a * (qk + r) + h * (kl + r) + kl
                          + kl * a * (qk + v) + a * v * h)
-        mlp = (3 if self.gated_mlp else 2) * (self.moe_latent or h) * self.ffn
+        latent = self.moe_latent if self.experts else 0
+        mlp = (3 if self.gated_mlp else 2) * (latent or h) * self.ffn
         if self.experts:
             mlp = mlp * self.experts + h * self.experts   # experts and the router
-            mlp += 2 * h * self.moe_latent   # LatentMoE's projections
+            mlp += 2 * h * latent   # LatentMoE's projections
             mlp += (3 if self.gated_mlp else 2) * h * self.shared_ffn
         embeddings = self.vocab * h * (1 if self.tied_embeddings else 2)
         # the depths' projections and norms (one depth's when the depths share one layer)

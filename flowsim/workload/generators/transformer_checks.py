@@ -197,6 +197,11 @@ def check_consistent(spec: Any) -> None:
          "Megatron-Bridge's recipes turn the overlap off for it)", spec.tp_comm_overlap)
     need(spec.fsdp or not spec.fsdp_defer_grad_sync, "fsdp_defer_grad_sync",
          "false without fsdp", spec.fsdp_defer_grad_sync)
+    need(not spec.moe_latent or spec.experts > 0, "moe_latent", "0 without experts (the "
+         "experts' latent width)", spec.moe_latent)
+    need(not spec.mtp_repeated or (spec.mtp_layers > 0 and not spec.fsdp), "mtp_repeated",
+         "false without mtp_layers, or with fsdp (its repeated depth's units: not modelled)",
+         spec.mtp_repeated)
     need((spec.fsdp and spec.pp == 1) or spec.fsdp_reshard == "after_forward",
          "fsdp_reshard", "after_forward (unset) without fsdp, or under pipeline parallelism "
          "(whose stages keep every unit gathered to the last backward)", spec.fsdp_reshard)

@@ -151,9 +151,9 @@ def check_hybrid(spec: Any) -> None:
         return
     need(spec.layers == len(pattern), "layers", f"{len(pattern)}, the length of "
          f"hybrid_pattern (one layer per character)", spec.layers)
-    need((MOE in pattern) == (spec.experts > 0), "experts",
-         "more than 0 where hybrid_pattern has an E (a mixture of experts), else 0",
-         spec.experts)
+    need((MOE in pattern + spec.hybrid_mtp) == (spec.experts > 0), "experts",
+         "more than 0 where hybrid_pattern (its depths too) has an E (a mixture of experts), "
+         "else 0", spec.experts)
     why = " with hybrid_pattern (flowsim does not model them together)"
     for key, ok, expected in (
             ("cp", spec.cp == 1 or MAMBA not in pattern, "1"),

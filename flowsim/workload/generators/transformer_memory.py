@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from . import transformer_values as tv
+from .transformer_checks import micro_batches
 from .transformer_combined import paired_forwards
 from .transformer_hybrid import ATTENTION, MAMBA, MOE
 from .transformer_mla import LatentKernels
@@ -96,7 +97,8 @@ def stage_memory(program: StageProgram) -> StageMemory:
                    k.vocab_parameters if spec.vocab else 0)
         if spec.fsdp_reshard == "after_forward":   # else every unit gathered at the peak
             weights = weights / params * (shards + 2 * unit)
-        if not spec.fsdp_defer_grad_sync:   # else every unit's gradients accumulate whole
+        if not spec.fsdp_defer_grad_sync or micro_batches(spec) == 1:   # else every unit's
+            # gradients accumulate whole
             gradients = program.grad_bytes * (shards + 2 * unit)
     # under pipelining every unit stays gathered, its gradients unsharded, to the last
     # backward: the weights and gradients of Megatron's DDP
@@ -220,7 +222,7 @@ def _mlp_activations(program: StageProgram, *, moe: bool) -> float:
     rows = k.expert_rows * (spec.experts // spec.ep)
     return ACT * (k.expert_dim * rows + rows * k.expert_width * gated) + \
         ACT * k.n * (spec.shared_ffn // spec.tp) * gated + \
-        ACT * k.moe_tokens * 2 * spec.moe_latent   # LatentMoE's projections' outputs
+        ACT * k.moe_tokens * spec.moe_latent   # LatentMoE's up projection's input
 
 
 def _hybrid_layer(program: StageProgram, kind: str) -> float:
