@@ -408,3 +408,14 @@ def test_the_page_s_job_at_8192_gpus_fully_sharded_and_hybrid(tmp_path):
     assert (f"at {hsdp.attrs['memory_gib']:.1f} GiB per GPU instead of "
             f"{full.attrs['memory_gib']:.1f}") in text
     assert exposed > 50 and float(hsdp.exposed_comm_ns.max() / hsdp.time_ns) < 0.1
+
+
+def test_reshard_never_keeps_the_parameters_to_the_backward(tmp_path):
+    """``fsdp_reshard_after_forward = "never"`` without a pipeline: FSDP2 keeps each layer's
+    gathered parameters from its forward to its backward (``fsdp_reshard:
+    after_backward``); with a pipeline every unit stays gathered anyway."""
+    keys, data_parallel = _keys(LLAMA3_8B, "--parallelism.fsdp_reshard_after_forward never",
+                                tmp_path)
+    assert data_parallel.finish({**keys, "dp": 8})["fsdp_reshard"] == "after_backward"
+    keys, data_parallel = _keys(LLAMA3_8B, None, tmp_path)
+    assert "fsdp_reshard" not in data_parallel.finish({**keys, "dp": 8})

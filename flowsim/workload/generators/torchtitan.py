@@ -90,6 +90,8 @@ class DataParallel:
     local_batch: int
     #: global_batch_size (-1: the local batch times the data-parallel size)
     global_batch: int
+    #: fsdp_reshard_after_forward (``default``, ``always``, ``never``)
+    reshard: str = "default"
 
     def finish(self, keys: dict[str, Any]) -> dict[str, Any]:
         """``keys`` (with ``dp`` set) with sharding or replication, HSDP's shard size and
@@ -103,6 +105,8 @@ class DataParallel:
                                "tp x pp x cp), or -1", self.shard)
         if shard > 1:   # FSDP2 (HSDP with replicas), its prefetch overlapping both ways
             keys.update(fsdp=True, overlap_param_gather=True, overlap_grad_reduce=True)
+            if self.reshard == "never" and keys.get("pp", 1) == 1:   # kept to the backward
+                keys["fsdp_reshard"] = "after_backward"
             if self.replicate > 1:
                 keys["fsdp_shard"] = shard
         elif self.replicate > 1:   # DDP
@@ -131,7 +135,7 @@ def torchtitan_keys(config: Any, source: str, overrides: Any = None, *,
         keys.pop("recompute_every", None)
     return keys, DataParallel(where, read.path("dp_shard"), _degree(read, "dp_shard"),
                               read.int("dp_replicate"), read.int("local_batch"),
-                              _degree(read, "global_batch"))
+                              _degree(read, "global_batch"), str(read("reshard")))
 
 
 def _degree(read: JobConfig, setting: str) -> int:
@@ -185,9 +189,11 @@ def _parallelism(read: JobConfig, *, moe: bool) -> dict[str, Any]:
             raise config_error(read.where, read.path("ep"), "a multiple of context x tensor "
                                f"parallel degrees = {keys['cp'] * keys['tp']} with "
                                "expert_tensor_parallel_degree 1", keys["ep"])
-    if read("reshard") != "default":
-        read.warn("reshard", f"= {read('reshard')!r} is priced as 'default' (gathered again "
-                  "for the backward, unless pipelined)")
+    # torchtitan's default reshards after the forward unless pipelined; 'never' without a
+    # pipeline keeps them to the backward (DataParallel.finish); 'always' under one differs
+    if read("reshard") == "always" and keys["pp"] > 1:
+        read.warn("reshard", "= 'always' is priced as 'default' (under a pipeline every "
+                  "unit stays gathered to its last backward)")
     return keys
 
 
