@@ -463,3 +463,12 @@ def test_the_importers_read_latent_experts_and_the_depths():
     assert hf["moe_latent"] == 256 and hf["hybrid_pattern"] == NANO_PATTERN + "/*E/*E"
     with pytest.raises(ConfigError, match="key 'mtp_hybrid_override_pattern'"):
         huggingface_keys({**NANO_HF, "num_nextn_predict_layers": 1}, "config.json")
+
+
+def test_nemotron_3_5_lightning_is_nano_with_a_repeated_depth():
+    """Nemotron 3.5 Lightning, Nano's layers with two '*E' depths of one repeated layer: its
+    model card's 32,913,266,240 parameters (less the routers' expert biases and the final
+    norm: 24 x 128 + 2,688) and the 26.08 table's model TFLOP/s from its tokens per second."""
+    shape = model_shape(_nano(hybrid_pattern=NANO_PATTERN + "/*E/*E", mtp_repeated=True))
+    assert shape.parameters == 32_913_266_240 - 24 * 128 - 2688
+    assert megatron(shape) / (512 * 8192) == pytest.approx(807e12 / 28672, rel=2e-3)

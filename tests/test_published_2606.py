@@ -113,3 +113,14 @@ def test_the_nemotron_3_super_table_is_the_record_s():
         assert f"TP {row['tp']}, EP {row['ep']}" in cells[0]
         assert (row["moe_latent"], row["mtp_layers"], row["mtp_repeated"]) == ("1024", "2",
                                                                                 "true")
+
+
+def test_the_lightning_row_is_quoted_as_recorded():
+    """The Super section's sentence on Nemotron 3.5 Lightning quotes its recorded error and
+    published step."""
+    page = (ROOT / "docs" / "accuracy" / "published.md").read_text()
+    section = page[page.index("## Nemotron 3 Super"):page.index("## NeMo AutoModel")]
+    run = next(r for r in published_record() if "lightning" in r)
+    error, published = recorded_cells(published_record()[run])[::-1]
+    assert f"\n{error} ({published} s published)" in section or \
+        f"{error} ({published} s published)" in " ".join(section.split())
