@@ -419,7 +419,17 @@ def test_latent_experts_work_on_latent_vectors():
     assert router.k == H
     n = k.moe_tokens
     assert [(g.m, g.n, g.k) for g in k.latent_down + k.latent_up] == [(n, 64, H), (n, H, 64)]
-    assert len(k.latent_wgrad) == 2 and k.latent_up_dgrad and k.latent_down_dgrad
+    assert len(k.latent_wgrad) == 2
+    ops = _quiet(flowsim.load_network(NET), **spec).programs[0].ops
+
+    def gemms(suffix):   # the GEMM shapes of the first op of a layer's given step
+        op = next(op for op in ops if op.name.endswith(suffix))
+        return [(g.m, g.n, g.k) for g in op.kernels if isinstance(g, Gemm)]
+
+    # backward: the up projection's data gradient before the unpermute's, the down one's
+    # after the permute's
+    assert gemms(".unpermute_backward") == [(n, 64, H)]
+    assert gemms(".permute_backward") == [(n, H, 64)]
     assert k.expert_parameters * H == plain.expert_parameters * 64
     assert k.dense_parameters - plain.dense_parameters == 2 * H * 64
 
@@ -472,3 +482,33 @@ def test_nemotron_3_5_lightning_is_nano_with_a_repeated_depth():
     shape = model_shape(_nano(hybrid_pattern=NANO_PATTERN + "/*E/*E", mtp_repeated=True))
     assert shape.parameters == 32_913_266_240 - 24 * 128 - 2688
     assert megatron(shape) / (512 * 8192) == pytest.approx(807e12 / 28672, rel=2e-3)
+
+
+def test_the_bundled_workload_is_the_workloads_page_s_run():
+    """``--workload nemotron3_nano`` (workloads/nemotron3_nano.yml) is the run the Training
+    workloads page prices (and its test re-runs): the same keys."""
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "guide" / "workloads.md").read_text()
+    section = page[page.index("### Hybrid models: Mamba-2 layers"):]
+    run = next(b.split("\n", 1)[1] for b in section.split("```")[1::2]
+               if b.startswith("yaml\n# run.yml"))
+    bundled = yaml.safe_load((root / "workloads" / "nemotron3_nano.yml").read_text())
+    assert bundled == yaml.safe_load(run)
+
+
+def test_the_bundled_workload_runs_as_the_bundled_table_says():
+    """The Bundled workloads table's row: its analytical and flow step times and shares."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "guide" / "workloads.md").read_text()
+    row = next(line for line in page.splitlines() if line.startswith("| `nemotron3_nano`"))
+    net = {"cluster": {"device": "b200_sxm", "nodes": 1}}
+    for model in ("analytical", "flow"):
+        ds = flowsim.simulate(net, "nemotron3_nano", model=model)
+        share = float(ds.exposed_comm_ns.mean()) / float(ds.finish_ns.mean())
+        assert f"{float(ds.time_ns) / 1e9:.2f} s, {100 * share:.1f}% exposed" in row, model

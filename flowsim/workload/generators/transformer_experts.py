@@ -79,31 +79,18 @@ class ExpertKernels(LoraShapes):
         return int(self.moe_tokens * s.top_k * s.capacity_factor * self.expert_dim * ACT)
 
     # ------------------------------------------------------------------ LatentMoE
-    def _latent(self, out: int, k: int) -> tuple[Kernel, ...]:
-        """A latent projection (a Transformer Engine linear) on the rank's routed tokens."""
-        if not self.spec.moe_latent:
-            return ()
-        return (*self._cast(self.moe_tokens * k), self._gemm(self.moe_tokens, out, k))
-
     @cached_property
     def latent_down(self) -> tuple[Kernel, ...]:
-        """Hidden to latent, before the dispatch (none without ``moe_latent``)."""
-        return self._latent(self.spec.moe_latent, self.spec.hidden)
+        """Hidden to latent on the rank's routed tokens, before the dispatch (none without
+        ``moe_latent``); its GEMM is also the up projection's data gradient."""
+        s = self.spec
+        return self._linear(s.moe_latent, s.hidden, self.moe_tokens) if s.moe_latent else ()
 
     @cached_property
     def latent_up(self) -> tuple[Kernel, ...]:
-        """Latent to hidden, after the combine."""
-        return self._latent(self.spec.hidden, self.spec.moe_latent)
-
-    @cached_property
-    def latent_up_dgrad(self) -> tuple[Kernel, ...]:
-        """The up projection's data gradient: the first kernel of the layer's backward."""
-        return self._latent(self.spec.moe_latent, self.spec.hidden)
-
-    @cached_property
-    def latent_down_dgrad(self) -> tuple[Kernel, ...]:
-        """The down projection's data gradient, after the dispatch's backward."""
-        return self._latent(self.spec.hidden, self.spec.moe_latent)
+        """Latent to hidden, after the combine; also the down projection's data gradient."""
+        s = self.spec
+        return self._linear(s.hidden, s.moe_latent, self.moe_tokens) if s.moe_latent else ()
 
     @cached_property
     def latent_wgrad(self) -> tuple[Kernel, ...]:

@@ -116,10 +116,6 @@ class LayerKernels(ExpertKernels):
         return (*self._cast(self.n * self.f), self._gemm(self.n, self.spec.hidden, self.f),
                 *self.lora_forward("linear_fc2", self.f, self.spec.hidden))
 
-    def _linear(self, width: int, k: int) -> tuple[Kernel, ...]:
-        """A linear layer's forward on the rank's tokens: ``k`` in, ``width`` out."""
-        return (*self._cast(self.n * k), self._gemm(self.n, width, k))
-
     @property
     def attention_matmuls(self) -> tuple[tuple[Kernel, ...], ...]:
         """The attention's matmuls in the order torchtitan's Llama runs them: wq wk wv wo."""

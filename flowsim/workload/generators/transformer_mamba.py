@@ -163,8 +163,7 @@ class MambaKernels(LayerShapes):
     # ------------------------------------------------------------------ forward
     @cached_property
     def in_proj(self) -> tuple[Kernel, ...]:
-        h = self.spec.hidden
-        return (*self._cast(self.n * h), self._gemm(self.n, self.in_width, h))
+        return self._linear(self.in_width, self.spec.hidden)
 
     @cached_property
     def core(self) -> tuple[Kernel, ...]:
@@ -175,14 +174,12 @@ class MambaKernels(LayerShapes):
 
     @cached_property
     def out_proj(self) -> tuple[Kernel, ...]:
-        return (*self._cast(self.n * self.inner), self._gemm(self.n, self.spec.hidden,
-                                                             self.inner))
+        return self._linear(self.spec.hidden, self.inner)
 
     # ------------------------------------------------------------------ backward
     @cached_property
     def out_proj_dgrad(self) -> tuple[Kernel, ...]:
-        h = self.spec.hidden
-        return (*self._cast(self.n * h), self._gemm(self.n, self.inner, h))
+        return self._linear(self.inner, self.spec.hidden)
 
     @cached_property
     def core_backward(self) -> tuple[Kernel, ...]:
@@ -212,8 +209,7 @@ class MambaKernels(LayerShapes):
 
     @cached_property
     def in_proj_dgrad(self) -> tuple[Kernel, ...]:
-        return (*self._cast(self.n * self.in_width),
-                self._gemm(self.n, self.spec.hidden, self.in_width))
+        return self._linear(self.spec.hidden, self.in_width)
 
     @cached_property
     def wgrad(self) -> tuple[Kernel, ...]:

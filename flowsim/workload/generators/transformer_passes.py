@@ -329,7 +329,8 @@ class PassBuilder(OpStream):
                 e.fc2_dgrad, e.activation_backward, e.fc1_dgrad, "fc2", "fc1"), e.mlp_wgrad,
                 layer, g)
             g = (*g, *shared, *(() if self.last is None else (self.last,)))
-        g = (self.compute(f"{name}.unpermute_backward", k.latent_up_dgrad + k.unpermute, layer,
+        # the up projection's data gradient first (the down projection's GEMM shape)
+        g = (self.compute(f"{name}.unpermute_backward", k.latent_down + k.unpermute, layer,
                           "ig", g),)
         if s.ep > 1:
             g = exchange(self, f"{name}.combine_backward", True, layer, "ig", g)
@@ -337,8 +338,8 @@ class PassBuilder(OpStream):
                             k.sort_chunks + k.experts_dgrad + k.sort_chunks, layer, "ig", g)
         if s.ep > 1:
             g = exchange(self, f"{name}.dispatch_backward", False, layer, "ig", g)
-        g = (self.compute(f"{name}.permute_backward", k.permute + k.latent_down_dgrad, layer,
-                          "ig", g),)
+        g = (self.compute(f"{name}.permute_backward", k.permute + k.latent_up, layer, "ig",
+                          g),)
         self.compute(f"{name}.experts.wgrad", k.experts_wgrad, layer, "wg")
         return (*g, *shared)
 

@@ -133,6 +133,12 @@ class LayerShapes:
             dtype = "fp4"
         return Gemm(int(m), int(n), int(k), int(batch), dtype)
 
+    def _linear(self, width: int, k: int, tokens: int = 0) -> tuple[Kernel, ...]:
+        """A Transformer Engine linear layer's GEMM (a forward, or a data gradient) with its
+        input's FP8 cast: ``k`` in, ``width`` out, on ``tokens`` (default the rank's)."""
+        tokens = tokens or self.n
+        return (*self._cast(tokens * k), self._gemm(tokens, width, k))
+
     def _gemm16(self, m: int, n: int, k: int, batch: int = 1) -> Gemm:
         """A GEMM that stays 16-bit in FP8 training (output layer, router)."""
         return Gemm(int(m), int(n), int(k), int(batch), "bf16")
