@@ -123,7 +123,7 @@ def spec(row: dict[str, str]) -> dict:
         if row.get(key):
             out[key] = _BOOL[row[key]]
     for key in ("head_dim", "moe_ffn", "shared_ffn", "moe_latent", "expert_tp", "window",
-                "recompute_layers", "node_limit", "microbatch_group",
+                "recompute_layers", "cpu_offload_layers", "node_limit", "microbatch_group",
                 "mtp_layers", "metric_cross_entropies", "lora_rank",
                 "document_tokens"):   # a row's own; else the defaults
         if row.get(key):

@@ -125,6 +125,9 @@ class Device:
         Fraction of ``memory_gbps`` memory-bound kernels reach.
     launch_us : float
         Fixed cost of one kernel (launch, ramp-up and tail), µs.
+    host_gbps : float
+        GB/s (10^9 B/s) one GPU copies to or from host memory, each way, while every GPU of
+        its node does (activation offloading): :data:`PCIE_GEN5_X16` unless set.
     sustained : float
         Fraction of the kernel model's speed a GPU sustains inside a training job (see
         :data:`SUSTAINED`).
@@ -152,6 +155,7 @@ class Device:
     fp8_attention: str = ""
     memory_efficiency: float = 0.9
     launch_us: float = 4.0
+    host_gbps: float = 63.0
     sustained: float = field(default=0.0, compare=False)
     compute_capability: tuple[int, int] = (8, 0)
     source: str = field(default="", compare=False)
@@ -178,15 +182,22 @@ def _with_fp4(peaks: tuple[tuple[str, float], ...],
     return tuple((dtype, fp4 if dtype == "fp4" else peak) for dtype, peak in peaks)
 
 
+#: a GPU's host link, GB/s each way: PCIe Gen4 and Gen5 x16 (16 and 32 GT/s per lane, 128b/130b)
+PCIE_GEN4_X16 = 31.5
+PCIE_GEN5_X16 = 63.0
+#: GB200's and GB300's: each GPU's NVLink-C2C link to its Grace (900 GB/s both ways, 450
+#: each: Transformer Engine's CPU-offloading guide), but the two GPUs of a superchip share
+#: their Grace's LPDDR5X (about 500 GB/s: half the Grace CPU Superchip's 1 TB/s), the bound
+GRACE_HOST_GBPS = min(450.0, 500.0 / 2)
 A100_SXM_80GB = Device(
-    name="a100_sxm_80gb", sms=108,
+    name="a100_sxm_80gb", sms=108, host_gbps=PCIE_GEN4_X16,
     peak_tflops=(("bf16", 312.0), ("fp16", 312.0), ("tf32", 156.0), ("fp32", 19.5)),
     memory_gbps=2039.0, memory_gb=80.0, mamf_tflops=267.9, mamf_shape=(6912, 16384, 2048),
     attention_forward=0.73, attention_backward=0.55,
     source="NVIDIA A100 datasheet; MAMF: ml-engineering accelerator table (CUDA 12.1); "
            "attention: FlashAttention-2 sec. 4.1")
 A100_SXM_40GB = Device(
-    name="a100_sxm_40gb", sms=108,
+    name="a100_sxm_40gb", sms=108, host_gbps=PCIE_GEN4_X16,
     peak_tflops=A100_SXM_80GB.peak_tflops, memory_gbps=1555.0, memory_gb=40.0,
     mamf_tflops=267.9, mamf_shape=(6912, 16384, 2048), attention_forward=0.73,
     attention_backward=0.55,
@@ -260,7 +271,7 @@ GB200 = Device(
     attention_forward=BLACKWELL_ATTENTION_FORWARD,
     attention_backward=BLACKWELL_ATTENTION_BACKWARD,
     attention_block_keys=BLACKWELL_BLOCK_KEYS, attention_kernel="cudnn", fp8_attention="gb200",
-    sustained=GB200_SUSTAINED, compute_capability=(10, 0),
+    sustained=GB200_SUSTAINED, compute_capability=(10, 0), host_gbps=GRACE_HOST_GBPS,
     source="one B200 of a GB200 superchip; ml-engineering accelerator tables (peaks, memory, "
            "MAMF with CUDA 13.0); attention: cuDNN's B200 curve (cudnn-frontend benchmark, "
            "cuDNN 9.10.2) at GB200's peak")

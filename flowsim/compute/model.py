@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from ..errors import FlowsimWarning
-from ..workload.kernels import Attention, Elementwise, Gemm, Kernel, Quantize, Work
+from ..workload.kernels import Attention, Elementwise, Gemm, HostCopy, Kernel, Quantize, Work
 from .attention import attention_ns
 from .devices import SUSTAINED, Device, device
 from .gemm import gemm_ns
@@ -57,8 +57,9 @@ class DeviceModel:
     def kernel_ns(self, kernel: Kernel) -> float:
         """Time of one kernel (ns)."""
         t = self._memo.get(kernel)
-        if t is None:
-            t = self._memo[kernel] = self._price(kernel) / self.sustained
+        if t is None:   # a copy to the host is the link's, not the GPU's sustained speed
+            sustained = 1.0 if isinstance(kernel, HostCopy) else self.sustained
+            t = self._memo[kernel] = self._price(kernel) / sustained
         return t
 
     def kernels_ns(self, kernels: Iterable[Kernel]) -> float:
@@ -85,6 +86,8 @@ class DeviceModel:
             return attention_ns(dev, kernel)
         if isinstance(kernel, Quantize):
             return quantize_ns(dev, kernel)
+        if isinstance(kernel, HostCopy):   # GB/s is bytes per ns
+            return kernel.bytes / dev.host_gbps
         memory = kernel.bytes / (dev.memory_gbps * dev.memory_efficiency)
         if isinstance(kernel, Elementwise):
             return memory + dev.launch_us * 1e3

@@ -244,13 +244,17 @@ class WorkloadEngine:
         self._complete(st, op, end)
 
     def _host(self, st: ProgramState, op: Op, ready: Times) -> None:
-        """A host CPU op: one at a time per NPU on its host, beside the device's compute (as
-        ASTRA-sim's CPU slot), for its traced duration; not device compute time."""
+        """A host op: one at a time per NPU on its host, beside the device's compute (as
+        ASTRA-sim's CPU slot), for its traced duration or its kernels' (copies to and from
+        host memory: activation offloading's copy stream); not device compute time."""
         st.waits.pop(op.id, None)
         tv = st.times
         start = tv.maximum(ready, tv.read(self.host_free))
         st.start[op.id] = start
-        end = start + op.duration_ns
+        duration = op.duration_ns
+        if duration == 0.0 and op.kernels and self.compute is not None:
+            duration = compute_op_ns(op, self.compute, self._priced, st.program.source)
+        end = start + duration
         tv.write(self.host_free, end)
         tv.raise_to(self.accounts.local_end, end)
         self._complete(st, op, end)

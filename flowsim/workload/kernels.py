@@ -17,6 +17,9 @@ device (:mod:`flowsim.compute`). The descriptions are plain, hashable data:
     (its bytes depend on the device: :mod:`flowsim.compute.quantize`).
 :class:`Work`
     Anything else: FLOPs and bytes, priced on a roofline.
+:class:`HostCopy`
+    ``bytes`` copied between device and host memory over the GPU's host link (activation
+    offloading), on a copy stream beside the kernels.
 
 FLOP counts follow the usual conventions: a GEMM is ``2 m n k`` per product; attention forward
 is ``4 s_q s_kv d`` per head (two GEMMs), halved under a causal mask (half the score matrix is
@@ -211,4 +214,14 @@ class Work:
     bytes: float = 0.0
 
 
-Kernel = Gemm | Attention | Elementwise | Quantize | Work
+@dataclass(frozen=True)
+class HostCopy:
+    """``bytes`` copied between device and host memory (either way) over the GPU's link to its
+    host, as activation offloading's copy stream does: priced at the device's host-link rate
+    (:attr:`flowsim.compute.Device.host_gbps`), never a kernel of the compute stream."""
+
+    bytes: float
+    flops: float = 0.0
+
+
+Kernel = Gemm | Attention | Elementwise | Quantize | Work | HostCopy

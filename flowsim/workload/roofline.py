@@ -31,6 +31,8 @@ from .._validate import (
     check_unknown_keys,
     read_number,
 )
+from ..errors import config_error
+from .kernels import HostCopy
 
 #: The keys of a roofline mapping and the unit factor of each.
 ROOFLINE_KEYS = {"peak_tflops": 1e12, "memory_bandwidth_GBps": 1e9, "efficiency": 1.0}
@@ -95,7 +97,12 @@ class Roofline:
 
     def kernels_ns(self, kernels) -> float:
         """Time of kernels run one after the other, each on the roofline of its FLOPs and
-        bytes (:mod:`flowsim.workload.kernels`), ns."""
+        bytes (:mod:`flowsim.workload.kernels`), ns; a copy to the host needs a device's
+        host link (:class:`~flowsim.workload.kernels.HostCopy`), which a roofline has not."""
+        if any(isinstance(k, HostCopy) for k in kernels):
+            raise config_error("compute", "device", "a device preset (copies to host memory "
+                               "take its host link's bandwidth; a roofline has none)",
+                               "a roofline")
         return sum(self.work_ns(k.flops, k.bytes) for k in kernels)
 
 

@@ -66,7 +66,8 @@ VALUED = {"num-layers": "layers", "hidden-size": "hidden", "ffn-hidden-size": "f
           "moe-shared-expert-intermediate-size": "shared_ffn",
           "moe-expert-capacity-factor": "capacity_factor", "vocab-size": "vocab",
           "num-virtual-stages-per-pipeline-rank": "vpp", "ddp-bucket-size": "bucket_size",
-          "mtp-num-layers": "mtp_layers", "moe-latent-size": "moe_latent"}
+          "mtp-num-layers": "mtp_layers", "moe-latent-size": "moe_latent",
+          "cpu-offloading-num-layers": "cpu_offload_layers"}
 #: switches: flag -> (transformer key, value)
 SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
             "use-distributed-optimizer": ("distributed_optimizer", True),

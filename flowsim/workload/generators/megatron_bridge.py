@@ -31,7 +31,8 @@ What is read, by Megatron-Bridge path: ``model.`` the shape (``num_layers``, ``h
 ``account_for_embedding_in_pipeline_split``, ``..._loss_...``,
 ``pipeline_model_parallel_layout``, read as Megatron-LM's flags are), latent attention and its
 widths, ``mtp_num_layers``, sliding windows, recomputation (``recompute_granularity``,
-``recompute_method``, ``recompute_num_layers``), precision (``bf16``, ``fp8``, ``fp8_recipe``,
+``recompute_method``, ``recompute_num_layers``), CPU offloading (``cpu_offloading``,
+``cpu_offloading_num_layers``), precision (``bf16``, ``fp8``, ``fp8_recipe``,
 ``fp8_param``, ``fp4``, ``fp8_dot_product_attention``), ``tp_comm_overlap``, the cross
 entropy's fusion; ``train.global_batch_size`` and ``micro_batch_size``; ``ddp.`` the overlaps,
 ``bucket_size``, ``grad_reduce_in_fp32``, ``align_param_gather``,
@@ -75,7 +76,8 @@ _ALSO = ("sequence_parallel", "position_embedding_type", "share_embeddings_and_o
          "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
          "qk_pos_emb_head_dim", "v_head_dim", "fp8_recipe", "fp8_dot_product_attention",
          "cross_entropy_loss_fusion", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
-         "moe_router_num_groups", "moe_router_group_topk", "apply_rope_fusion")
+         "moe_router_num_groups", "moe_router_group_topk", "apply_rope_fusion",
+         "cpu_offloading", "cpu_offloading_num_layers", "cpu_offloading_weights")
 #: the PEFT methods priced (``peft._target_``'s class name)
 LORA = "LoRA"
 

@@ -22,8 +22,9 @@ What is read, by NeMo key (``model.`` omitted): the shape (``num_layers``, ``hid
 ``moe_layer_freq``), multi-token prediction (``mtp_num_layers``), multi-latent attention
 (``multi_latent_attention`` with ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``,
 ``qk_pos_emb_head_dim``, ``v_head_dim``), sliding windows (``window_size``,
-``window_attn_skip_freq``), recomputation (``activations_checkpoint_granularity``),
-precision (``trainer.precision``, ``fp8``, ``fp8_recipe``, ``fp8_params``,
+``window_attn_skip_freq``), recomputation (``activations_checkpoint_granularity``), CPU
+offloading (``cpu_offloading``, ``cpu_offloading_num_layers``), precision
+(``trainer.precision``, ``fp8``, ``fp8_recipe``, ``fp8_params``,
 ``fp8_dot_product_attention``),
 ``ub_tp_comm_overlap`` (NeMo's userbuffers
 settings, or Transformer Engine's defaults without ``ub_tp_comm_overlap_cfg``; off without
@@ -144,6 +145,11 @@ def nemo_keys(config: Any, source: str, overrides: Any = None, *, documents: boo
         "te_default"
     granularity = model.get("activations_checkpoint_granularity")
     keys["recompute"] = granularity if granularity in ("selective", "full") else "none"
+    if switch("cpu_offloading", False):   # Megatron-Core's: the first N layers' activations
+        keys["cpu_offload_layers"] = model.get("cpu_offloading_num_layers", 0)
+        if switch("cpu_offloading_weights", False):
+            warnings.warn(f"{where}: model.cpu_offloading_weights is on: offloading weights "
+                          "is not priced, only the activations", FlowsimWarning, stacklevel=4)
     if not switch("transformer_engine", True):   # the local layers: no fused attention
         keys["attention"] = "unfused"
     kind = model.get("position_embedding_type", "learned_absolute")

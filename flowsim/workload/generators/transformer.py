@@ -49,7 +49,9 @@ matmuls, a mixture of experts' grouped expert GEMMs and the elementwise work bet
 its input gathered again with sequence parallelism); ``recompute_every: N`` with ``full``
 re-runs every N-th layer only, ``recompute_layers: N`` the first N layers of each model chunk
 (Megatron-Core's ``--recompute-method block --recompute-num-layers N``; the uniform method
-re-runs every layer). ``dtype: fp8`` is
+re-runs every layer). Instead of recomputing, ``cpu_offload_layers: N`` copies the first N
+layers' activations to host memory and back beside the compute, at the device's host-link
+rate (:mod:`.transformer_offload`). ``dtype: fp8`` is
 Transformer Engine's FP8 training: the layers' linear GEMMs in FP8, each with a memory-bound
 cast of its input forward and of its output's gradient backward; attention, the
 output layer and the MoE router stay 16-bit (Megatron-LM's output layer and router are not
@@ -188,7 +190,7 @@ from ..flops import ModelShape, megatron
 from ..graph import Program, Workload
 from .transformer_checks import _where, micro_batches
 from .transformer_mapping import StageContext, map_groups, stages
-from .transformer_memory import stage_memory
+from .transformer_memory import layer_activation_bytes, stage_memory
 from .transformer_parse import parse_transformer
 from .transformer_program import StageProgram, layer_names
 from .transformer_schedule import layer_counts, stage_schedule
@@ -221,7 +223,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``, ``dualpipev``),
         ``microbatch_group``,
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``,
-        ``every_other_matmul``), ``recompute_every``, ``recompute_layers``;
+        ``every_other_matmul``), ``recompute_every``, ``recompute_layers``,
+        ``cpu_offload_layers``;
         ``distributed_optimizer`` (alias ``zero``), ``fsdp``, ``fsdp_shard``,
         ``fsdp_defer_grad_sync``, ``fsdp_reshard`` (``after_forward``, ``after_backward``,
         ``after_step``),
@@ -283,7 +286,7 @@ def build_transformer(network: Any, spec: TransformerSpec) -> Workload:
     for s in range(spec.pp):
         ctx = StageContext(stage=s, groups=groups, stage_base=bases, dp_size=dp_size,
                            expert_dp_size=expert_dp_size, replicas=replicas)
-        stage = StageProgram(spec, ctx)
+        stage = StageProgram(spec, ctx, layer_activation_bytes)
         programs.append(Program(stage.build(), npus[s],
                                 f"{_where(spec.source)}transformer stage {s}"))
         memory.append(stage_memory(stage))

@@ -85,6 +85,15 @@ def check_consistent(spec: Any) -> None:
     need(spec.recompute_layers == 0 or spec.recompute_every == 1, "recompute_layers",
          f"0 with recompute_every={spec.recompute_every} (two ways to pick the layers)",
          spec.recompute_layers)
+    if spec.cpu_offload_layers:   # what Megatron-Core's TransformerConfig allows with it
+        why = " with cpu_offload_layers (Megatron-Core's CPU offloading)"
+        need(spec.cpu_offload_layers < spec.layers, "cpu_offload_layers",
+             f"fewer than layers={spec.layers} (the last layer's activations stay)",
+             spec.cpu_offload_layers)
+        need(spec.pp == 1, "pp", "1" + why, spec.pp)
+        need(spec.recompute == "none", "recompute", "none" + why, spec.recompute)
+        need(spec.roofline is None, "roofline", "none" + why + ": a copy to the host "
+             "takes a device preset's host link", "a roofline")
     if spec.recompute == "every_other_matmul":   # torchtitan's policy saves the attention
         need(spec.attention != "unfused", "attention", "flash or flash2 with recompute: "
              "every_other_matmul (the policy saves the fused attention's output)",

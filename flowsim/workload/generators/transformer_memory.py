@@ -86,7 +86,7 @@ def stage_memory(program: StageProgram) -> StageMemory:
     weights = ACT * params - (ACT - tv.weight_bytes(spec, kept=True)) * layer_weights
     gradients = program.grad_bytes * params
     if spec.frozen:   # the base weights beside the adapters: no gradients, no state
-        base = type(program)(replace(spec, lora_rank=0), ctx)
+        base = type(program)(replace(spec, lora_rank=0), ctx, layer_activation_bytes)
         weights += sum(ACT * sum(base.chunk_parameters(c)) - (ACT - tv.weight_bytes(
             spec, kept=True)) * base.dense_weights(c) for c in chunks)
     shards = program.local_parameters()   # the optimizer's: its shard, sharded or not
@@ -156,10 +156,10 @@ def _chunk_activations(program: StageProgram) -> tuple[dict[int, float], float]:
     kinds = {kind: _layer_activations(program, kind)
              for kind in {_kind(spec, i) for i in range(spec.layers)}}
 
-    def kept(i: int, layers: range) -> float:
-        per_layer, whole = kinds[_kind(spec, i)]
+    def kept(i: int, layers: range) -> float:   # an offloaded layer's are on the host at
+        per_layer, whole = kinds[_kind(spec, i)]   # the peak, the end of the forward
         skipped = spec.recompute_layers and not spec.is_recomputed(i, i - layers.start)
-        return whole if skipped else per_layer
+        return 0.0 if i < spec.cpu_offload_layers else whole if skipped else per_layer
 
     chunks = {c: sum(kept(i, layers) for i in layers) for c, layers in program.layers.items()}
     if not spec.recompute_layers:
@@ -176,6 +176,11 @@ def _chunk_activations(program: StageProgram) -> tuple[dict[int, float], float]:
                 transient = max(transient, kinds[_kind(spec, i)][1] - above)
             above += kept(i, layers)
     return chunks, transient
+
+
+def layer_activation_bytes(program: StageProgram, layer: int) -> float:
+    """Bytes layer ``layer`` keeps for its backward per micro-batch (what offloading copies)."""
+    return _layer_activations(program, _kind(program.spec, layer))[0]
 
 
 def _kind(spec: TransformerSpec, layer: int) -> bool | str:

@@ -102,6 +102,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                                  default="none", case_insensitive=True)
     v["recompute_every"] = _count(values, "recompute_every", source, default=1)
     v["recompute_layers"] = _count(values, "recompute_layers", source, default=0, minimum=0)
+    v["cpu_offload_layers"] = _count(values, "cpu_offload_layers", source, default=0,
+                                     minimum=0)
     v["attention"] = read_choice(values, "attention", ATTENTIONS, source=source,
                                  default="flash", case_insensitive=True)
     v["cross_entropy_fusion_impl"] = read_choice(

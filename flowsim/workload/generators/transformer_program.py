@@ -9,7 +9,7 @@ reduce-scatters."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 
 from ..graph import Op
@@ -21,14 +21,10 @@ from .transformer_fsdp import FullySharded
 from .transformer_mapping import StageContext
 from .transformer_mla import layer_kernels
 from .transformer_mtp import MultiTokenPrediction
+from .transformer_offload import ActivationOffload
 from .transformer_p2p import PipelineMessages
 from .transformer_passes import Frontier, PassBuilder
-from .transformer_schedule import (
-    layer_counts,
-    neighbours,
-    stage_schedule,
-    virtual_stage,
-)
+from .transformer_schedule import layer_counts, neighbours, stage_schedule, virtual_stage
 from .transformer_spec import TransformerSpec
 from .transformer_zero_bubble import WeightPasses
 
@@ -61,7 +57,8 @@ def layer_names(spec: TransformerSpec) -> list[str]:
 class StageProgram:
     """Builds the ops of one pipeline rank (see the module docstring)."""
 
-    def __init__(self, spec: TransformerSpec, ctx: StageContext) -> None:
+    def __init__(self, spec: TransformerSpec, ctx: StageContext,
+                 activation_bytes: Callable[[StageProgram, int], float]) -> None:
         self.spec, self.ctx = spec, ctx
         self.k = layer_kernels(spec)
         self.b = PassBuilder(spec, ctx.groups, self.k)
@@ -91,6 +88,8 @@ class StageProgram:
         #: the multi-token prediction depths, on the last virtual stage (none without them)
         self.mtp = MultiTokenPrediction(self.b, self.k, self.gathers, self.fsdp,
                                         self.row["logits"]) if spec.mtp_layers else None
+        #: copies to host memory (none without them) of a layer's activations
+        self.offload = ActivationOffload(spec, self.b, partial(activation_bytes, self))
 
     # ------------------------------------------------------------------ the whole stage
     def build(self) -> list[Op]:
@@ -190,7 +189,7 @@ class StageProgram:
         for layer in self.layers[chunk]:
             x = self.gathers.reach(layer, x)
             x = self.fsdp.unshard(f"layer{layer}", f"{tag}.layer{layer}", layer, "fwd", x)
-            x = b.forward(layer, tag, x, carry)
+            x = b.forward(layer, tag, self.offload.before_forward(layer, tag, x), carry)
             self.fsdp.after_forward(f"layer{layer}")
             carry = b.residual
             yield
@@ -233,6 +232,7 @@ class StageProgram:
                                       f"{tag}.logits", row, final))
             carry = k.norm_backward
         for layer in reversed(own):
+            g = self.offload.before_backward(layer, tag, g)
             g = self.fsdp.unshard(f"layer{layer}", f"{tag}.layer{layer}", layer, "ig", g)
             if spec.is_recomputed(layer, layer - own.start):
                 g = (*g, *b.forward(layer, f"{tag}.recompute", ()))

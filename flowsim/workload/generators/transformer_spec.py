@@ -160,6 +160,10 @@ class TransformerSpec:
     #: with ``recompute: full``, only the first N layers of each model chunk recomputed
     #: (Megatron-Core's ``--recompute-method block --recompute-num-layers N``); 0: every layer
     recompute_layers: int = 0
+    #: the first N layers' saved activations copied to host memory during the forward and
+    #: back for the backward (Megatron-Core's ``--cpu-offloading-num-layers`` on Transformer
+    #: Engine's default schedule: :mod:`.transformer_offload`); 0: none
+    cpu_offload_layers: int = 0
     distributed_optimizer: bool = False
     #: gradients reduced in 16 bits (Megatron-LM's ``--grad-reduce-in-bf16``, NeMo's
     #: ``grad_sync_dtype: bf16``) instead of FP32 in BF16 and FP8 training
