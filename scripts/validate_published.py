@@ -135,6 +135,8 @@ def spec(row: dict[str, str]) -> dict:
         out["schedule"] = row["schedule"]
     if row.get("cross_entropy_fusion_impl"):   # a row's own column; else Megatron-Core's
         out["cross_entropy_fusion_impl"] = row["cross_entropy_fusion_impl"]
+    if row.get("optimizer"):   # a row's own column; else Adam
+        out["optimizer"] = row["optimizer"]
     if row.get("dispatcher"):   # a row's own column; else Megatron-Core's all-to-all
         out["dispatcher"] = row["dispatcher"]
     if row.get("fsdp_defer_grad_sync"):   # FSDP2 under gradient accumulation: a row's own

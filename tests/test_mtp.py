@@ -16,8 +16,8 @@ from flowsim.workload.generators.megatron import megatron_keys
 from flowsim.workload.generators.nemo import nemo_keys
 from flowsim.workload.generators.transformer import model_shape
 from flowsim.workload.generators.transformer_mla import layer_kernels
+from flowsim.workload.generators.transformer_optimizer import OPTIMIZER_BYTES_PER_PARAM
 from flowsim.workload.generators.transformer_parse import parse_transformer
-from flowsim.workload.generators.transformer_program import OPTIMIZER_BYTES_PER_PARAM
 
 #: 16 NPUs: two nodes of 8
 NET = {"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth": [150, 25],

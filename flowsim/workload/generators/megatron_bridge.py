@@ -36,7 +36,8 @@ widths, ``mtp_num_layers``, sliding windows, recomputation (``recompute_granular
 ``fp8_param``, ``fp4``, ``fp8_dot_product_attention``), ``tp_comm_overlap``, the cross
 entropy's fusion; ``train.global_batch_size`` and ``micro_batch_size``; ``ddp.`` the overlaps,
 ``bucket_size``, ``grad_reduce_in_fp32``, ``align_param_gather``,
-``use_distributed_optimizer``; ``dist.align_grad_reduce``;
+``use_distributed_optimizer``; ``dist.align_grad_reduce``; ``optimizer.optimizer`` (Adam,
+Muon or its layer-wise ``dist_muon``);
 ``comm_overlap.tp_comm_overlap_cfg`` (userbuffers settings of their own: NeMo's; none:
 Transformer Engine's defaults); ``peft`` (LoRA: ``dim``, ``target_modules``; any other method
 is refused); ``dataset.packed_sequence_specs`` (packed documents: named in a warning unless
@@ -151,6 +152,12 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
     keys["align_grad_reduce"] = config_switch(dist, where, "dist", "align_grad_reduce", True)
     if ddp.get("bucket_size") is not None:
         keys["bucket_size"] = ddp["bucket_size"]
+    optimizer = block(config, "optimizer").get("optimizer", "adam")   # Megatron-Core's name
+    if optimizer in ("muon", "dist_muon"):   # dist_muon: the layer-wise optimizer's first path
+        keys["optimizer"] = optimizer
+    elif optimizer != "adam":
+        warnings.warn(f"{where}: optimizer.optimizer {optimizer}: priced as Adam",
+                      FlowsimWarning, stacklevel=4)
     if model.get("vocab_size"):
         keys["vocab"] = _vocabulary(model)
     if model.get("fp4"):   # NVFP4's GEMMs (Megatron-Bridge's bf16_with_nvfp4_mixed)

@@ -51,7 +51,9 @@ re-runs every N-th layer only, ``recompute_layers: N`` the first N layers of eac
 (Megatron-Core's ``--recompute-method block --recompute-num-layers N``; the uniform method
 re-runs every layer). Instead of recomputing, ``cpu_offload_layers: N`` copies the first N
 layers' activations to host memory and back beside the compute, at the device's host-link
-rate (:mod:`.transformer_offload`). ``dtype: fp8`` is
+rate (:mod:`.transformer_offload`). ``optimizer: muon`` (or ``dist_muon``) updates the layers'
+weights with Muon, whose Newton-Schulz products the step prices (:mod:`.transformer_optimizer`).
+``dtype: fp8`` is
 Transformer Engine's FP8 training: the layers' linear GEMMs in FP8, each with a memory-bound
 cast of its input forward and of its output's gradient backward; attention, the
 output layer and the MoE router stay 16-bit (Megatron-LM's output layer and router are not
@@ -225,7 +227,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``,
         ``every_other_matmul``), ``recompute_every``, ``recompute_layers``,
         ``cpu_offload_layers``;
-        ``distributed_optimizer`` (alias ``zero``), ``fsdp``, ``fsdp_shard``,
+        ``distributed_optimizer`` (alias ``zero``), ``optimizer`` (``adam``, ``muon``,
+        ``dist_muon``), ``fsdp``, ``fsdp_shard``,
         ``fsdp_defer_grad_sync``, ``fsdp_reshard`` (``after_forward``, ``after_backward``,
         ``after_step``),
         ``grad_reduce_in_bf16``,

@@ -85,6 +85,19 @@ def check_consistent(spec: Any) -> None:
     need(spec.recompute_layers == 0 or spec.recompute_every == 1, "recompute_layers",
          f"0 with recompute_every={spec.recompute_every} (two ways to pick the layers)",
          spec.recompute_layers)
+    if spec.optimizer != "adam":   # what Muon's optimizers refuse, or flowsim does not price
+        why = f" with optimizer {spec.optimizer}"
+        need(not spec.fsdp, "fsdp", "false" + why + " (Megatron-Core's Muon does not shard "
+             "parameters)", spec.fsdp)
+        need(not spec.fp8_param_gather, "fp8_param_gather", "false" + why + " (Megatron-"
+             "Bridge turns it off for Muon)", spec.fp8_param_gather)
+        need(not spec.frozen, "lora_rank", "0" + why, spec.lora_rank)
+        need(not spec.hybrid_pattern, "hybrid_pattern", "none" + why + " (Mamba's in_proj "
+             "takes Adam: not priced)", spec.hybrid_pattern)
+        need(spec.optimizer == "muon" or not spec.distributed_optimizer,
+             "distributed_optimizer", "false with optimizer dist_muon (its layer-wise "
+             "optimizer gathers the weights itself; optimizer muon with distributed_optimizer "
+             "is the sharded layout)", spec.distributed_optimizer)
     if spec.cpu_offload_layers:   # what Megatron-Core's TransformerConfig allows with it
         why = " with cpu_offload_layers (Megatron-Core's CPU offloading)"
         need(spec.cpu_offload_layers < spec.layers, "cpu_offload_layers",

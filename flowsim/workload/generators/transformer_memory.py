@@ -6,10 +6,11 @@ Per parameter (Megatron-LM's mixed-precision training with Adam): 16-bit weights
 layers' in FP8 with ``fp8_param_gather`` and tensor scaling, in NVFP4's two layouts under
 ``nvfp4``: :func:`.transformer_values.weight_bytes`), FP32 gradient buffers (16-bit with
 ``grad_reduce_in_bf16``) and 12 bytes of optimizer state (FP32 master weights, Adam's two
-moments), the states sharded over the data-parallel ranks by the distributed optimizer and
-everything by ``fsdp`` over its sharding group (which keeps the largest unit gathered and
-the next one's prefetch, or, under pipelining, every unit and its unsharded gradients from
-its first forward to its last backward).
+moments; Muon's 8 for the layers' weights: :mod:`.transformer_optimizer`), the states
+sharded over the data-parallel ranks by the distributed optimizer and everything by ``fsdp``
+over its sharding group (which keeps the largest unit gathered and the next one's prefetch,
+or, under pipelining, every unit and its unsharded gradients from its first forward to its
+last backward).
 
 Activations per layer and micro-batch follow Korthikanti et al., "Reducing Activation
 Recomputation in Large Transformer Models" (MLSys 2023), section 4.1, term by term, for any
@@ -44,6 +45,7 @@ from .transformer_checks import micro_batches
 from .transformer_combined import paired_forwards
 from .transformer_hybrid import ATTENTION, MAMBA, MOE
 from .transformer_mla import LatentKernels
+from .transformer_optimizer import state_bytes
 from .transformer_schedule import stage_schedule, virtual_stage
 from .transformer_shapes import ACT, CROSS_ENTROPY
 
@@ -51,8 +53,6 @@ if TYPE_CHECKING:
     from .transformer_program import StageProgram
     from .transformer_spec import TransformerSpec
 
-#: Adam's bytes per parameter: FP32 master weight, first and second moment
-OPTIMIZER_BYTES = 12
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def stage_memory(program: StageProgram) -> StageMemory:
         weights += sum(ACT * sum(base.chunk_parameters(c)) - (ACT - tv.weight_bytes(
             spec, kept=True)) * base.dense_weights(c) for c in chunks)
     shards = program.local_parameters()   # the optimizer's: its shard, sharded or not
-    optimizer = OPTIMIZER_BYTES * shards
+    optimizer = state_bytes(program)
     if spec.fsdp and spec.pp == 1:   # the largest unit gathered and the next one prefetched
         unit = max(max(sum(k.unit_parameters(i)[:2])
                        for i in range(spec.layers + spec.mtp_layers)),

@@ -41,6 +41,7 @@ from .transformer_spec import (
     HEAD_DIM,
     KEYS,
     LORA_TARGETS,
+    OPTIMIZERS,
     POSITION_EMBEDDINGS,
     RECOMPUTES,
     SCHEDULES,
@@ -91,6 +92,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     v["distributed_optimizer"] = read_bool(values, "distributed_optimizer", source=source,
                                            default=read_bool(values, "zero", source=source,
                                                              default=False))
+    v["optimizer"] = read_choice(values, "optimizer", OPTIMIZERS, source=source, default="adam",
+                                 case_insensitive=True)
     v["capacity_factor"] = read_number(values, "capacity_factor", source=source, default=1.0,
                                        quantity=Quantity("", 1e-3, 1e3, positive=True))
     v["expert_layout"] = read_choice(values, "expert_layout", EXPERT_LAYOUTS, source=source,

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from functools import partial
 
 from ..graph import Op
-from ..kernels import Elementwise, Kernel
 from . import transformer_values as tv
 from .transformer_buckets import GatherBucket, GatherGroup, ParameterGathers, ParamUnit, partition
 from .transformer_combined import beside, paired_forwards
@@ -22,6 +21,7 @@ from .transformer_mapping import StageContext
 from .transformer_mla import layer_kernels
 from .transformer_mtp import MultiTokenPrediction
 from .transformer_offload import ActivationOffload
+from .transformer_optimizer import optimizer_step
 from .transformer_p2p import PipelineMessages
 from .transformer_passes import Frontier, PassBuilder
 from .transformer_schedule import layer_counts, neighbours, stage_schedule, virtual_stage
@@ -31,16 +31,6 @@ from .transformer_zero_bubble import WeightPasses
 #: Megatron-Core's gradient bucket size: max(40 M, 1 M x data-parallel size) parameters
 BUCKET_PARAMS = 40_000_000
 BUCKET_PARAMS_PER_RANK = 1_000_000
-
-
-#: Adam with FP32 master weights: bytes moved per parameter by the optimizer step (read the FP32
-#: gradient, read and write master weight and both moments, write the 16-bit weight)
-OPTIMIZER_BYTES_PER_PARAM = 30
-
-
-def optimizer_step(parameters: float) -> tuple[Kernel, ...]:
-    """The optimizer step over ``parameters`` local weights (memory-bound Adam)."""
-    return (Elementwise(float(OPTIMIZER_BYTES_PER_PARAM * parameters), name="optimizer"),)
 
 
 def layer_names(spec: TransformerSpec) -> list[str]:
@@ -137,7 +127,7 @@ class StageProgram:
             end = _frontier(b.last)
             for c in range(spec.vpp):
                 self._reduce_gradients(c, [(self.chunk_parameters(c), end)])
-        step = b.compute("optimizer", optimizer_step(self.local_parameters()),
+        step = b.compute("optimizer", optimizer_step(self),
                          self.row["optimizer"], "wg", tuple(self.grad_ops))
         if not spec.overlap_param_gather:
             self.gathers.all_after(step)
@@ -281,21 +271,21 @@ class StageProgram:
         last = virtual_stage(self.spec, self.ctx.stage, chunk) == self.last_vs
         return self.spec.mtp_depths if last else range(0)
 
-    def _units(self, chunk: int) -> list[int]:
+    def chunk_units(self, chunk: int) -> list[int]:
         """A chunk's layers and multi-token prediction depths, in model order."""
         return [*self.layers[chunk], *self._depths(chunk)]
 
     def dense_weights(self, chunk: int) -> float:
         """The dense weights of a chunk's layers (FP8 parameter gathers send them in one
         byte each)."""
-        return sum(self.k.unit_parameters(layer)[2] for layer in self._units(chunk))
+        return sum(self.k.unit_parameters(layer)[2] for layer in self.chunk_units(chunk))
 
     def chunk_parameters(self, chunk: int) -> tuple[float, float]:
         """(dense, expert) parameters of a model chunk on this rank."""
         vs = virtual_stage(self.spec, self.ctx.stage, chunk)
         dense: float = 0
         expert: float = 0
-        for layer in self._units(chunk):
+        for layer in self.chunk_units(chunk):
             layer_dense, layer_expert, _ = self.k.unit_parameters(layer)
             dense, expert = dense + layer_dense, expert + layer_expert
         if self.spec.vocab:
@@ -312,7 +302,7 @@ class StageProgram:
         if spec.fsdp:
             (_, dense_shard), (_, expert_shard) = ctx.shard_groups()
             return dense / dense_shard + expert / expert_shard
-        if spec.distributed_optimizer:
+        if spec.sharded_optimizer:
             return dense / ctx.dp_size + expert / ctx.expert_dp_size
         return dense + expert
 
@@ -369,11 +359,13 @@ class StageProgram:
         included) in their kept bytes (:func:`.transformer_values.weight_bytes`: one in FP8,
         MXFP8's two), the vocabulary's in two."""
         spec, ctx = self.spec, self.ctx
-        if not spec.distributed_optimizer or spec.fsdp:
+        if not spec.sharded_optimizer or spec.fsdp:
             return []
         weight_bytes = tv.weight_bytes(spec)
-        # Megatron-Core buckets only to overlap the gradients' reduction: else one bucket
-        limit = self._bucket_limit() if spec.overlap_grad_reduce else float("inf")
+        # Megatron-Core buckets only to overlap the gradients' reduction (else one bucket, as
+        # dist_muon's one gather of all of a rank's weights)
+        limit = self._bucket_limit() if spec.overlap_grad_reduce and \
+            spec.distributed_optimizer else float("inf")
         out = []
         for name, dims, ranks, index in (("params", ctx.groups.dp, ctx.dp_size, 0),
                                          ("expert_params", ctx.groups.expert_dp,

@@ -47,6 +47,9 @@ UB_CONFIGS: tuple[UbConfig, ...] = choices_of(UbConfig)
 #: when FSDP frees a unit's gathered parameters (:attr:`TransformerSpec.fsdp_reshard`)
 FsdpReshard = Literal["after_forward", "after_backward", "after_step"]
 FSDP_RESHARDS: tuple[FsdpReshard, ...] = choices_of(FsdpReshard)
+#: the optimizers (:mod:`.transformer_optimizer`)
+Optimizer = Literal["adam", "muon", "dist_muon"]
+OPTIMIZERS: tuple[Optimizer, ...] = choices_of(Optimizer)
 #: how a mixture of experts' tokens cross the expert-parallel ranks (:mod:`.transformer_dispatch`)
 Dispatcher = Literal["alltoall", "deepep"]
 #: the fused cross entropy's implementation (Megatron-Core's ``cross_entropy_fusion_impl``,
@@ -165,6 +168,8 @@ class TransformerSpec:
     #: Engine's default schedule: :mod:`.transformer_offload`); 0: none
     cpu_offload_layers: int = 0
     distributed_optimizer: bool = False
+    #: Adam, or Muon with or without the layer-wise sharding (:mod:`.transformer_optimizer`)
+    optimizer: Optimizer = "adam"
     #: gradients reduced in 16 bits (Megatron-LM's ``--grad-reduce-in-bf16``, NeMo's
     #: ``grad_sync_dtype: bf16``) instead of FP32 in BF16 and FP8 training
     grad_reduce_in_bf16: bool = False
@@ -292,6 +297,12 @@ class TransformerSpec:
         """The multi-token prediction depths' layer indices (their rows and parameter units),
         after the decoder's layers."""
         return range(self.layers, self.layers + self.mtp_layers)
+
+    @property
+    def sharded_optimizer(self) -> bool:
+        """Whether a data-parallel rank updates only its share of the weights (ZeRO-1, or
+        Muon's layer-wise distributed optimizer)."""
+        return self.distributed_optimizer or self.optimizer == "dist_muon"
 
     @property
     def frozen(self) -> bool:

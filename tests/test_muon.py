@@ -1,0 +1,196 @@
+"""The Muon optimizer (``optimizer: muon`` and ``dist_muon``): its Newton-Schulz products by
+closed form, the layer-wise dealing of whole weights, the collectives of its three layouts,
+its state memory, what it refuses, and the Megatron-Bridge importer that reads it."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+import flowsim
+from flowsim.errors import ConfigError
+from flowsim.workload.generators import transformer
+from flowsim.workload.generators.transformer_optimizer import (
+    NS_STEPS,
+    UPDATE_KERNELS,
+    dealt,
+    newton_schulz,
+    weight_matrices,
+)
+from flowsim.workload.generators.transformer_parse import parse_transformer
+from flowsim.workload.kernels import Elementwise, Gemm
+
+NODE = {"topology": ["Switch"], "npus_count": [8], "bandwidth": [300], "latency": [500]}
+H, FFN, L = 512, 2048, 4
+DENSE = dict(layers=L, hidden=H, ffn=FFN, heads=8, sequence=256, micro_batch=1, vocab=1024,
+             tp=1, dp=8, global_batch=16, device="h100", overlap_grad_reduce=True)
+MOE = dict(DENSE, experts=16, top_k=2, ep=8, moe_ffn=256, expert_layout="folded",
+           gated_mlp=False)
+
+
+@pytest.fixture(scope="module")
+def node():
+    return flowsim.load_network(NODE)
+
+
+def _gemms(kernels):
+    return [k for k in kernels if isinstance(k, Gemm)]
+
+
+@pytest.mark.parametrize("rows, cols", [(512, 2048), (2048, 512), (300, 300)])
+def test_a_matrix_costs_five_steps_of_4r2c_plus_2r3_in_three_products_each(rows, cols):
+    r, c = sorted((rows, cols))
+    kernels = newton_schulz(rows, cols)
+    gemms = _gemms(kernels)
+    assert len(gemms) == 3 * NS_STEPS and all(g.dtype == "bf16" and g.batch == 1 for g in gemms)
+    assert sum(g.flops for g in gemms) == NS_STEPS * (4 * r * r * c + 2 * r ** 3)
+    assert sum(isinstance(k, Elementwise) for k in kernels) == UPDATE_KERNELS
+    assert newton_schulz(cols, rows) == kernels   # the Gram matrix of the smaller side
+
+
+def test_whole_weights_are_dealt_by_size_to_and_fro_and_the_busiest_rank_is_priced():
+    matrices = [(4, 4, 1), (3, 3, 1), (2, 2, 2), (1, 1, 3)]   # sizes 16, 9, 4, 4, 1, 1, 1
+    # dealt 0 1 2 | 2 1 0 | 0: rank 0 gets 16, 1 and 1 (work 64 + 1 + 1), rank 1 9 and 1
+    # (27 + 1), rank 2 4 and 4 (8 + 8)
+    assert dealt(matrices, 3) == [(4, 4), (1, 1), (1, 1)]
+    assert sorted(dealt(matrices, 1)) == sorted([(4, 4), (3, 3), (2, 2), (2, 2), (1, 1),
+                                                 (1, 1), (1, 1)])
+
+
+def _step(program):
+    (step,) = [op for op in program.ops if op.name == "optimizer"]
+    return step
+
+
+def test_every_rank_orthogonalizes_its_stage_s_layer_weights_without_sharding(node):
+    """Plain Muon: each of the four layers' Q, K, V (apart), projection, FC1 and FC2 on
+    every rank; the vocabulary takes Adam."""
+    spec = parse_transformer({**DENSE, "optimizer": "muon"}, "<test>")
+    program = transformer(node, **DENSE, optimizer="muon").programs[0]
+    gemms = _gemms(_step(program).kernels)
+    expected = L * sum(n for _, _, n in weight_matrices(
+        spec, _kernels(spec), 0)[0]) * 3 * NS_STEPS
+    assert len(gemms) == expected == L * 6 * 3 * NS_STEPS
+    adam = transformer(node, **DENSE).programs[0]
+    assert _step(adam).kernels == (Elementwise(_step(adam).kernels[0].bytes,
+                                               name="optimizer"),)
+
+
+def _kernels(spec):
+    from flowsim.workload.generators.transformer_mla import layer_kernels
+
+    return layer_kernels(spec)
+
+
+def test_the_layer_wise_optimizer_deals_the_weights_over_the_data_parallel_ranks(node):
+    """dist_muon over DP 8: 24 dense matrices, three per rank; the experts' over
+    expert-data-parallel ranks (1 here: every rank its own two experts' FC1 and FC2 in each
+    layer)."""
+    one = transformer(node, **DENSE, optimizer="dist_muon").programs[0]
+    assert len(_gemms(_step(one).kernels)) == 3 * 3 * NS_STEPS
+    moe = transformer(node, **MOE, optimizer="dist_muon").programs[0]
+    shapes = Counter((g.m, g.n, g.k) for g in _gemms(_step(moe).kernels))
+    local = 16 // 8   # FC1 (256 x 512) and FC2 (512 x 256): X X^T is 256 x 512 x 256
+    assert shapes[(256, 256, H)] == 2 * L * local * NS_STEPS
+
+
+@pytest.mark.parametrize("keys, grads, gathers", [
+    (dict(optimizer="muon"), "all_reduce", 0),
+    (dict(optimizer="muon", distributed_optimizer=True), "reduce_scatter", 1),
+    (dict(optimizer="dist_muon"), "all_reduce", 1),
+])
+def test_the_three_layouts_move_gradients_and_weights_as_megatron_core_does(node, keys,
+                                                                           grads, gathers):
+    """Plain Muon all-reduces; the layer-wise optimizer with Megatron-LM's parameter layout
+    reduce-scatters and gathers as ZeRO-1; dist_muon (Megatron-Bridge's) all-reduces, then
+    gathers every updated weight at once after the step."""
+    program = transformer(node, **DENSE, **keys).programs[0]
+    kinds = Counter(op.collective for op in program.ops if op.kind == "collective")
+    assert kinds[grads] >= 1 and set(kinds) <= {grads, "all_gather"}
+    step = _step(program).id
+    after = [op for op in program.ops if op.collective == "all_gather"]
+    assert (len(after) >= 1) == bool(gathers)
+    if keys["optimizer"] == "dist_muon":
+        assert len(after) == 1 and step in after[0].deps
+
+
+def test_muon_keeps_eight_bytes_of_state_per_layer_weight(node):
+    adam = transformer(node, **DENSE, distributed_optimizer=True).memory["optimizer"]
+    muon = transformer(node, **DENSE, optimizer="dist_muon").memory["optimizer"]
+    spec = parse_transformer(DENSE, "<test>")
+    copies = 1 if spec.tied_embeddings else 2   # embedding and output layer
+    vocab = copies * spec.vocab * H / 8   # sharded over DP
+    assert adam - muon == pytest.approx(4 * (adam / 12 - vocab), rel=1e-9)
+
+
+def test_muon_s_step_takes_longer_than_adam_s(node):
+    adam = float(flowsim.simulate(node, transformer(node, **DENSE)).time_ns)
+    muon = float(flowsim.simulate(node, transformer(node, **DENSE, optimizer="muon")).time_ns)
+    dist = float(flowsim.simulate(node, transformer(node, **DENSE,
+                                                    optimizer="dist_muon")).time_ns)
+    assert adam < dist < muon
+
+
+@pytest.mark.parametrize("keys, key", [
+    (dict(optimizer="muon", fsdp=True, distributed_optimizer=True), "fsdp"),
+    (dict(optimizer="muon", dtype="fp8", fp8_param_gather=True, distributed_optimizer=True),
+     "fp8_param_gather"),
+    (dict(optimizer="dist_muon", distributed_optimizer=True), "distributed_optimizer"),
+    (dict(optimizer="dist_muon", lora_rank=8), "lora_rank"),
+    (dict(optimizer="sgd"), "optimizer"),
+])
+def test_what_muon_refuses_is_one_line_naming_the_key(node, keys, key):
+    with pytest.raises(ConfigError, match=key) as info:
+        transformer(node, **{**DENSE, **keys})
+    assert "\n" not in str(info.value)
+
+
+def test_megatron_bridge_s_optimizer_is_read(node):
+    model = dict(num_layers=L, hidden_size=H, ffn_hidden_size=FFN, num_attention_heads=8,
+                 seq_length=256, vocab_size=1024)
+    config = {"model": model, "train": {"global_batch_size": 16, "micro_batch_size": 1},
+              "optimizer": {"optimizer": "dist_muon"},
+              "ddp": {"use_distributed_optimizer": False, "overlap_grad_reduce": True}}
+    w = flowsim.load_workload({"generator": "megatron_bridge", "config": config,
+                               "device": "h100"}, network=node)
+    assert len(_gemms(_step(w.programs[0]).kernels)) == 3 * 3 * NS_STEPS
+
+
+def test_the_accuracy_page_s_muon_over_adamw_ratios_are_today_s():
+    """The page's table: NVIDIA's published AdamW / Muon throughput (Megatron-Bridge 26.02's
+    blog post) beside flowsim's Muon / AdamW step times on the same two rows, AdamW as the
+    recipes run it and Muon as Megatron-Bridge's ``dist_muon``."""
+    import sys
+    import warnings
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "scripts"))
+    import validate_published as vp
+
+    adam = dict(optimizer="adam", distributed_optimizer=True, overlap_param_gather=True,
+                fp8_param_gather=True, bucket_size=134217728, align_param_gather=True)
+    muon = dict(optimizer="dist_muon", distributed_optimizer=False,
+                overlap_param_gather=False, fp8_param_gather=False)
+
+    def step(run, keys):
+        row = vp.rows(run)[0]
+        spec = {**vp.spec(row), **keys}
+        if keys["optimizer"] != "adam":   # Megatron-Core's default buckets
+            spec.pop("bucket_size", None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return float(flowsim.simulate(vp.network(row), spec, "nccl",
+                                          model=vp.model_for(row)).time_ns)
+
+    page = (root / "docs" / "accuracy" / "published.md").read_text()
+    start = page.index("## Muon: Kimi K2")
+    lines = [line for line in page[start: page.index("\n## ", start)].splitlines()
+             if line.startswith(("| Kimi K2, 256 GB300s (the", "| Qwen3-30B-A3B"))]
+    cases = [("mbridge2606_gb300_kimi_k2_mxfp8_256gpu", 1051 / 1029),
+             ("mbridge2604_gb300_qwen3_30b_a3b_mxfp8_8gpu", 713 / 686)]
+    assert len(lines) == len(cases)
+    for line, (run, published) in zip(lines, cases):
+        ratio = step(run, muon) / step(run, adam)
+        assert line.endswith(f"| {published:.3f} | {ratio:.3f} |"), line
