@@ -194,3 +194,28 @@ def test_the_accuracy_page_s_muon_over_adamw_ratios_are_today_s():
     for line, (run, published) in zip(lines, cases):
         ratio = step(run, muon) / step(run, adam)
         assert line.endswith(f"| {published:.3f} | {ratio:.3f} |"), line
+
+
+@pytest.mark.parametrize("flags, keys", [
+    ("--optimizer muon", {"optimizer": "muon"}),
+    ("--optimizer muon --use-distributed-optimizer",
+     {"optimizer": "muon", "distributed_optimizer": True}),
+    ("--optimizer dist_muon", {"optimizer": "muon", "distributed_optimizer": True}),
+    ("--optimizer dist_muon --no-use-layer-wise-param-layout",
+     {"optimizer": "dist_muon", "distributed_optimizer": False}),
+    ("--optimizer adam --use-distributed-optimizer",
+     {"optimizer": "adam", "distributed_optimizer": True}),
+])
+def test_megatron_lm_s_optimizer_flags_are_read_as_its_arguments_read_them(flags, keys):
+    from flowsim.workload.generators.megatron import megatron_keys
+
+    read = megatron_keys(flags + " --num-layers 2 --bf16", "<test>")
+    assert {k: read.get(k, "adam" if k == "optimizer" else False) for k in keys} == keys
+
+
+def test_an_emerging_optimizer_flowsim_does_not_price_is_named():
+    from flowsim.workload.generators.megatron import megatron_keys
+
+    with pytest.warns(flowsim.FlowsimWarning, match="--optimizer soap: priced as Adam"):
+        keys = megatron_keys("--optimizer soap --num-layers 2 --bf16", "<test>")
+    assert "optimizer" not in keys

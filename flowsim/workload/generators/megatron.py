@@ -24,7 +24,8 @@ A hybrid model's (``pretrain_mamba.py``): ``--hybrid-override-pattern`` (or
 ``--mamba-state-dim``, ``--mamba-num-groups``.
 Megatron-DeepSpeed's flags and Megatron-LM's pre-3.0 ones are read by
 :mod:`.megatron_deepspeed`, the pipeline split's (a layout string, uneven first and last
-ranks, the embedding and the loss counted as layers) by :mod:`.megatron_layout`.
+ranks, the embedding and the loss counted as layers) by :mod:`.megatron_layout`, the
+optimizer's (Muon's) by :mod:`.megatron_optimizer`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
-from . import megatron_deepspeed, megatron_layout
+from . import megatron_deepspeed, megatron_layout, megatron_optimizer
 from .imported import (
     GPT2_VOCAB,
     ImportedSpec,
@@ -109,7 +110,7 @@ SPECIAL = ("recompute-granularity", "fp8-format", "fp8-recipe", "fp4-format", "f
            "moe-flex-dispatcher-backend", "moe-router-group-topk", "moe-router-num-groups",
            "microbatch-group-size-per-virtual-pipeline-stage", "cross-entropy-fusion-impl",
            *MLA_FLAGS, *MAMBA_FLAGS, *PATTERN_FLAGS,
-           *megatron_layout.FLAGS)
+           *megatron_layout.FLAGS, *megatron_optimizer.FLAGS)
 #: every flag this module reads (with Megatron-DeepSpeed's and Megatron-LM's older ones)
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL + megatron_deepspeed.FLAGS
 #: flags taking several values (argparse's ``nargs='+'``) -> their values (what follows them
@@ -255,6 +256,7 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
                                       _number(flags[flag], flag, where)
                                       for flag, key in MAMBA_FLAGS.items()}))
     keys.update(megatron_layout.layout_keys(flags, keys, where))
+    keys.update(megatron_optimizer.optimizer_keys(flags, keys, where))
     granularity = flags.get("recompute-granularity")
     if granularity is not None and "recompute-activations" not in flags:   # that one wins
         if granularity not in ("full", "selective"):
