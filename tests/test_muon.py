@@ -14,9 +14,11 @@ from flowsim.workload.generators import transformer
 from flowsim.workload.generators.transformer_optimizer import (
     NS_STEPS,
     UPDATE_KERNELS,
-    dealt,
+    Param,
+    layer_parameters,
     newton_schulz,
-    weight_matrices,
+    packed,
+    ping_pong,
 )
 from flowsim.workload.generators.transformer_parse import parse_transformer
 from flowsim.workload.kernels import Elementwise, Gemm
@@ -49,13 +51,28 @@ def test_a_matrix_costs_five_steps_of_4r2c_plus_2r3_in_three_products_each(rows,
     assert newton_schulz(cols, rows) == kernels   # the Gram matrix of the smaller side
 
 
-def test_whole_weights_are_dealt_by_size_to_and_fro_and_the_busiest_rank_is_priced():
-    matrices = [(4, 4, 1), (3, 3, 1), (2, 2, 2), (1, 1, 3)]   # sizes 16, 9, 4, 4, 1, 1, 1
-    # dealt 0 1 2 | 2 1 0 | 0: rank 0 gets 16, 1 and 1 (work 64 + 1 + 1), rank 1 9 and 1
-    # (27 + 1), rank 2 4 and 4 (8 + 8)
-    assert dealt(matrices, 3) == [(4, 4), (1, 1), (1, 1)]
-    assert sorted(dealt(matrices, 1)) == sorted([(4, 4), (3, 3), (2, 2), (2, 2), (1, 1),
-                                                 (1, 1), (1, 1)])
+def test_whole_weights_are_dealt_as_megatron_core_s_docstring_deals_them():
+    """``_shard_params_ping_pong``'s own example: 10 parameters p0..p9 after sorting, over 4
+    ranks -> [[p0, p7, p8], [p1, p6, p9], [p2, p5], [p3, p4]]; experts on a turn of their own
+    over their own ranks."""
+    params = [Param(10 + i) for i in range(10)]
+    shares = ping_pong(list(reversed(params)), 4, 1)
+    assert shares[:4] == [[params[i] for i in rank]
+                          for rank in ([0, 7, 8], [1, 6, 9], [2, 5], [3, 4])]
+    assert shares[4] == []
+    experts = [Param(5 + i, ((1, 5 + i),), True) for i in range(3)]
+    shares = ping_pong(params + experts, 4, 2)
+    assert shares[4:] == [[experts[0]], [experts[1], experts[2]]]   # turns 0, 1, 1
+    assert shares[:4][0] == [params[0], params[7], params[8]]
+
+
+def test_the_parameter_layout_packs_the_largest_work_first_onto_the_least_loaded_rank():
+    work = [Param(n * n, ((n, n),)) for n in (8, 7, 6, 5, 4)]   # cost n^3
+    adam = Param(10 ** 9)   # sharded by element instead: in no rank's share
+    shares = packed([*work, adam], 2, 1)
+    # 512 -> 0; 343 -> 1; 216 -> 1 (343 < 512); 125 -> 0 (512 < 559); 64 -> 1 (559 < 637)
+    assert shares[:2] == [[work[0], work[3]], [work[1], work[2], work[4]]]
+    assert shares[2] == []
 
 
 def _step(program):
@@ -64,14 +81,14 @@ def _step(program):
 
 
 def test_every_rank_orthogonalizes_its_stage_s_layer_weights_without_sharding(node):
-    """Plain Muon: each of the four layers' Q, K, V (apart), projection, FC1 and FC2 on
-    every rank; the vocabulary takes Adam."""
+    """Plain Muon: each of the four layers' Q, K, V (apart, in one fused weight),
+    projection, FC1 and FC2 on every rank; the norms and the vocabulary take Adam."""
     spec = parse_transformer({**DENSE, "optimizer": "muon"}, "<test>")
     program = transformer(node, **DENSE, optimizer="muon").programs[0]
     gemms = _gemms(_step(program).kernels)
-    expected = L * sum(n for _, _, n in weight_matrices(
-        spec, _kernels(spec), 0)[0]) * 3 * NS_STEPS
-    assert len(gemms) == expected == L * 6 * 3 * NS_STEPS
+    params = layer_parameters(spec, _kernels(spec), 0)
+    assert [len(p.matrices) for p in params] == [0, 3, 1, 0, 1, 1]
+    assert len(gemms) == L * 6 * 3 * NS_STEPS
     adam = transformer(node, **DENSE).programs[0]
     assert _step(adam).kernels == (Elementwise(_step(adam).kernels[0].bytes,
                                                name="optimizer"),)
@@ -83,12 +100,16 @@ def _kernels(spec):
     return layer_kernels(spec)
 
 
-def test_the_layer_wise_optimizer_deals_the_weights_over_the_data_parallel_ranks(node):
-    """dist_muon over DP 8: 24 dense matrices, three per rank; the experts' over
-    expert-data-parallel ranks (1 here: every rank its own two experts' FC1 and FC2 in each
-    layer)."""
-    one = transformer(node, **DENSE, optimizer="dist_muon").programs[0]
-    assert len(_gemms(_step(one).kernels)) == 3 * 3 * NS_STEPS
+def test_the_layer_wise_optimizer_prices_its_busiest_rank_s_share(node):
+    """dist_muon over DP 8: the step's products are those of the whole weights the ping-pong
+    deal gives the rank with the most work (at least an eighth of the stage's, at most all);
+    the experts' over expert-data-parallel ranks (1 here: every rank its own two experts'
+    FC1 and FC2 in each layer)."""
+    plain = sum(g.flops for g in _gemms(_step(
+        transformer(node, **DENSE, optimizer="muon").programs[0]).kernels))
+    dist = sum(g.flops for g in _gemms(_step(
+        transformer(node, **DENSE, optimizer="dist_muon").programs[0]).kernels))
+    assert plain / 8 <= dist < plain
     moe = transformer(node, **MOE, optimizer="dist_muon").programs[0]
     shapes = Counter((g.m, g.n, g.k) for g in _gemms(_step(moe).kernels))
     local = 16 // 8   # FC1 (256 x 512) and FC2 (512 x 256): X X^T is 256 x 512 x 256
@@ -116,12 +137,14 @@ def test_the_three_layouts_move_gradients_and_weights_as_megatron_core_does(node
 
 
 def test_muon_keeps_eight_bytes_of_state_per_layer_weight(node):
-    adam = transformer(node, **DENSE, distributed_optimizer=True).memory["optimizer"]
-    muon = transformer(node, **DENSE, optimizer="dist_muon").memory["optimizer"]
-    spec = parse_transformer(DENSE, "<test>")
-    copies = 1 if spec.tied_embeddings else 2   # embedding and output layer
-    vocab = copies * spec.vocab * H / 8   # sharded over DP
-    assert adam - muon == pytest.approx(4 * (adam / 12 - vocab), rel=1e-9)
+    """Unsharded: Adam's 12 bytes for every parameter against Muon's 8 for the layers'
+    matrices (QKV, projection, FC1, FC2: 4 h^2 + 2 h ffn each); the layer-wise optimizer's
+    busiest rank holds between an eighth and all of it."""
+    adam = transformer(node, **DENSE).memory["optimizer"]
+    muon = transformer(node, **DENSE, optimizer="muon").memory["optimizer"]
+    assert adam - muon == pytest.approx(4 * L * (4 * H * H + 2 * H * FFN), rel=1e-3)
+    dist = transformer(node, **DENSE, optimizer="dist_muon").memory["optimizer"]
+    assert muon / 8 <= dist < muon
 
 
 def test_muon_s_step_takes_longer_than_adam_s(node):
@@ -219,3 +242,51 @@ def test_an_emerging_optimizer_flowsim_does_not_price_is_named():
     with pytest.warns(flowsim.FlowsimWarning, match="--optimizer soap: priced as Adam"):
         keys = megatron_keys("--optimizer soap --num-layers 2 --bf16", "<test>")
     assert "optimizer" not in keys
+
+
+def test_dist_muon_gathers_every_chunk_s_weights_at_once(node):
+    """The first path's one variable-size all-gather of a rank's updated weights, whatever
+    the model chunks (Megatron-Core's ``allgather_params``)."""
+    keys = dict(DENSE, layers=8, pp=2, vpp=2, dp=4, global_batch=16, optimizer="dist_muon")
+    for program in transformer(node, **keys).programs:
+        gathers = [op for op in program.ops if op.collective == "all_gather"]
+        assert len(gathers) == 1
+
+
+@pytest.mark.parametrize("reader, args, key", [
+    ("megatron", "--optimizer muon --tensor-model-parallel-size 2 --num-layers 2 --bf16",
+     "--muon-tp-mode"),
+    ("megatron", "--optimizer muon --tensor-model-parallel-size 2 --muon-tp-mode duplicated "
+     "--num-layers 2 --bf16", "--muon-tp-mode"),
+])
+def test_a_muon_mode_flowsim_does_not_price_is_refused_naming_the_flag(reader, args, key):
+    from flowsim.workload.generators.megatron import megatron_keys
+
+    with pytest.raises(ConfigError, match=key):
+        megatron_keys(args, "<test>")
+    blockwise = megatron_keys(args.replace("duplicated", "blockwise") if "duplicated" in args
+                              else args + " --muon-tp-mode blockwise", "<test>")
+    assert blockwise["optimizer"] == "muon"
+
+
+@pytest.mark.parametrize("optimizer, distributed, expected", [
+    ({"optimizer": "muon"}, True, {"optimizer": "muon", "distributed_optimizer": False}),
+    ({"optimizer": "muon", "use_layer_wise_distributed_optimizer": True}, True,
+     {"optimizer": "muon", "distributed_optimizer": True}),
+    ({"optimizer": "dist_muon"}, False, {"optimizer": "dist_muon",
+                                         "distributed_optimizer": False}),
+    ({"optimizer": "dist_muon", "muon_tp_mode": "duplicated"}, False, ConfigError),
+])
+def test_megatron_bridge_s_muon_settings_choose_the_layout(optimizer, distributed, expected):
+    from flowsim.workload.generators.megatron_bridge import bridge_keys
+
+    model = dict(num_layers=L, hidden_size=H, ffn_hidden_size=FFN, num_attention_heads=8,
+                 seq_length=256, vocab_size=1024, tensor_model_parallel_size=2)
+    config = {"model": model, "train": {"global_batch_size": 16, "micro_batch_size": 1},
+              "optimizer": optimizer, "ddp": {"use_distributed_optimizer": distributed}}
+    if expected is ConfigError:
+        with pytest.raises(ConfigError, match="muon_tp_mode"):
+            bridge_keys(config, "<test>")
+        return
+    keys = bridge_keys(config, "<test>")
+    assert {k: keys.get(k, False) for k in expected} == expected

@@ -67,13 +67,13 @@ def test_forward_of_layer_l_minus_n_plus_i_waits_for_layer_i_copy(node):
         assert {u.layer for u in waiting} == {L - n + op.layer}
 
 
-def test_offloading_frees_the_offloaded_layers_activations(node):
-    base = transformer(node, **SMALL).memory["activations"]
-    per_layer = _copies(transformer(node, **SMALL, cpu_offload_layers=1).programs[0])[0] \
-        .kernels[0].bytes
+def test_offloading_n_layers_keeps_the_activations_of_a_model_n_layers_shorter(node):
+    """At most L - N layers' activations stay on the GPU: the estimate of L layers with N
+    offloaded is that of L - N layers without (the same layers, nothing else changed)."""
     for n in (1, 2, 4):
-        freed = base - transformer(node, **SMALL, cpu_offload_layers=n).memory["activations"]
-        assert freed == pytest.approx(n * per_layer)
+        offloaded = transformer(node, **SMALL, cpu_offload_layers=n).memory["activations"]
+        shorter = transformer(node, **{**SMALL, "layers": L - n}).memory["activations"]
+        assert offloaded == pytest.approx(shorter, rel=1e-12)
 
 
 def test_a_fast_host_link_hides_the_copies_and_a_slow_one_stalls_the_backward(node):
@@ -107,10 +107,13 @@ def test_a_host_copy_takes_the_link_rate_not_the_sustained_fraction():
     (dict(cpu_offload_layers=2, pp=2, dp=4), "pp"),
     (dict(cpu_offload_layers=2, recompute="full"), "recompute"),
     (dict(cpu_offload_layers=-1), "cpu_offload_layers"),
+    (dict(cpu_offload_layers=1, hybrid_pattern="M*M-M*", mamba={"heads": 32},
+          layers=None), "hybrid_pattern"),
 ])
 def test_what_megatron_core_refuses_is_one_line_naming_the_key(node, keys, key):
+    spec = {k: v for k, v in {**SMALL, **keys}.items() if v is not None}
     with pytest.raises(ConfigError, match=key) as info:
-        transformer(node, **{**SMALL, **keys})
+        transformer(node, **spec)
     assert "\n" not in str(info.value)
 
 
@@ -134,3 +137,20 @@ def test_megatron_bridge_and_megatron_lm_settings_are_read(node, tmp_path):
     w = flowsim.load_workload({"generator": "megatron", "args": flags, "device": "gb200"},
                               network=node)
     assert len(_copies(w.programs[0])) == 2 * 2 * 2
+
+
+def test_nemo_s_settings_are_read_its_expression_default_as_all_but_one_layer(node):
+    from flowsim.workload.generators.nemo import nemo_keys
+
+    model = {"num_layers": L, "hidden_size": 1024, "num_attention_heads": 16,
+             "cpu_offloading": True, "cpu_offloading_num_layers": 3}
+    assert nemo_keys({"model": model, "trainer": {}}, "<test>")["cpu_offload_layers"] == 3
+    model["cpu_offloading_num_layers"] = "${sub:${model.num_layers},1}"
+    with pytest.warns(flowsim.FlowsimWarning, match="num_layers - 1"):
+        keys = nemo_keys({"model": model, "trainer": {}}, "<test>")
+    assert keys["cpu_offload_layers"] == L - 1
+    model["cpu_offloading_activations"] = False   # weights only: not priced, named
+    with pytest.warns(flowsim.FlowsimWarning):
+        keys = nemo_keys({"model": {**model, "cpu_offloading_weights": True},
+                          "trainer": {}}, "<test>")
+    assert "cpu_offload_layers" not in keys

@@ -182,7 +182,8 @@ def _with_fp4(peaks: tuple[tuple[str, float], ...],
     return tuple((dtype, fp4 if dtype == "fp4" else peak) for dtype, peak in peaks)
 
 
-#: a GPU's host link, GB/s each way: PCIe Gen4 and Gen5 x16 (16 and 32 GT/s per lane, 128b/130b)
+#: a GPU's host link, GB/s each way: PCIe Gen4 and Gen5 x16 (16 and 32 GT/s per lane,
+#: 128b/130b; a PCIe switch whose uplink two GPUs share would halve it: not modelled)
 PCIE_GEN4_X16 = 31.5
 PCIE_GEN5_X16 = 63.0
 #: GB200's and GB300's: each GPU's NVLink-C2C link to its Grace (900 GB/s both ways, 450

@@ -78,7 +78,8 @@ _ALSO = ("sequence_parallel", "position_embedding_type", "share_embeddings_and_o
          "qk_pos_emb_head_dim", "v_head_dim", "fp8_recipe", "fp8_dot_product_attention",
          "cross_entropy_loss_fusion", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
          "moe_router_num_groups", "moe_router_group_topk", "apply_rope_fusion",
-         "cpu_offloading", "cpu_offloading_num_layers", "cpu_offloading_weights")
+         "cpu_offloading", "cpu_offloading_num_layers", "cpu_offloading_weights",
+         "cpu_offloading_activations")
 #: the PEFT methods priced (``peft._target_``'s class name)
 LORA = "LoRA"
 
@@ -152,12 +153,7 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
     keys["align_grad_reduce"] = config_switch(dist, where, "dist", "align_grad_reduce", True)
     if ddp.get("bucket_size") is not None:
         keys["bucket_size"] = ddp["bucket_size"]
-    optimizer = block(config, "optimizer").get("optimizer", "adam")   # Megatron-Core's name
-    if optimizer in ("muon", "dist_muon"):   # dist_muon: the layer-wise optimizer's first path
-        keys["optimizer"] = optimizer
-    elif optimizer != "adam":
-        warnings.warn(f"{where}: optimizer.optimizer {optimizer}: priced as Adam",
-                      FlowsimWarning, stacklevel=4)
+    keys.update(_muon_keys(block(config, "optimizer"), ddp, keys, where))
     if model.get("vocab_size"):
         keys["vocab"] = _vocabulary(model)
     if model.get("fp4"):   # NVFP4's GEMMs (Megatron-Bridge's bf16_with_nvfp4_mixed)
@@ -171,6 +167,29 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
     if isinstance(packed, int) and packed > 0 and not documents:   # -1: not packed
         packed_warning(where, "dataset.packed_sequence_specs")
     return keys
+
+
+def _muon_keys(optimizer: Mapping[str, Any], ddp: Mapping[str, Any], keys: Mapping[str, Any],
+               where: str) -> dict[str, Any]:
+    """The transformer's ``optimizer`` from ``optimizer.optimizer``: Muon, layer-wise for a
+    name with "dist" or ``use_layer_wise_distributed_optimizer`` (Megatron-Bridge's
+    ``training/optim.py``), on the parameter layout with ``ddp.use_distributed_optimizer``
+    and on its first path without; each tensor-parallel rank on its own shard."""
+    name = optimizer.get("optimizer", "adam")
+    if name not in ("muon", "dist_muon"):
+        if name != "adam":
+            warnings.warn(f"{where}: optimizer.optimizer {name}: priced as Adam",
+                          FlowsimWarning, stacklevel=5)
+        return {}
+    mode = optimizer.get("muon_tp_mode") or "blockwise"
+    if keys.get("tp", 1) > 1 and mode != "blockwise":
+        raise config_error(where, "optimizer.muon_tp_mode", "blockwise with TP > 1 (each "
+                           "rank orthogonalizing its shard: what flowsim prices)", mode)
+    if name == "muon" and not optimizer.get("use_layer_wise_distributed_optimizer"):
+        return {"optimizer": "muon", "distributed_optimizer": False}
+    if ddp.get("use_distributed_optimizer"):   # the layer-wise optimizer's parameter layout
+        return {"optimizer": "muon", "distributed_optimizer": True}
+    return {"optimizer": "dist_muon"}
 
 
 #: the Mamba-2 widths (``mamba`` keys) -> Megatron-Core's ``mamba_`` settings

@@ -6,6 +6,9 @@ beside Muon (taking the place of the element-wise one). The layer-wise optimizer
 parameter layout by default, ZeRO-1's collectives (``optimizer: muon`` with
 ``distributed_optimizer``); ``--no-use-layer-wise-param-layout`` keeps its first path
 (``optimizer: dist_muon``). Other emerging optimizers are priced as Adam, with a warning.
+Muon is priced with each tensor-parallel rank orthogonalizing its own shard
+(``--muon-tp-mode blockwise``); Megatron-LM's default, ``duplicated``, gathers every matrix
+whole onto every tensor-parallel rank, which is not modelled: refused with TP > 1.
 """
 
 from __future__ import annotations
@@ -14,10 +17,10 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from ...errors import FlowsimWarning
+from ...errors import FlowsimWarning, config_error
 
 #: the flags read here
-FLAGS = ("optimizer", "no-use-layer-wise-param-layout")
+FLAGS = ("optimizer", "no-use-layer-wise-param-layout", "muon-tp-mode")
 #: Megatron-LM's optimizers that are not emerging ones
 ELEMENT_WISE = ("adam", "sgd")
 
@@ -33,6 +36,10 @@ def optimizer_keys(flags: Mapping[str, Any], keys: Mapping[str, Any], where: str
         warnings.warn(f"{where}: --optimizer {name}: priced as Adam", FlowsimWarning,
                       stacklevel=4)
         return {}
+    mode = flags.get("muon-tp-mode", "duplicated")
+    if keys.get("tp", 1) > 1 and mode != "blockwise":
+        raise config_error(where, "--muon-tp-mode", "blockwise with TP > 1 (each rank "
+                           "orthogonalizing its shard: what flowsim prices)", mode)
     if name == "muon" and not keys.get("distributed_optimizer"):
         return {"optimizer": "muon"}
     if "no-use-layer-wise-param-layout" in flags:   # the layer-wise optimizer's first path

@@ -145,11 +145,17 @@ def nemo_keys(config: Any, source: str, overrides: Any = None, *, documents: boo
         "te_default"
     granularity = model.get("activations_checkpoint_granularity")
     keys["recompute"] = granularity if granularity in ("selective", "full") else "none"
-    if switch("cpu_offloading", False):   # Megatron-Core's: the first N layers' activations
-        keys["cpu_offload_layers"] = model.get("cpu_offloading_num_layers", 0)
-        if switch("cpu_offloading_weights", False):
-            warnings.warn(f"{where}: model.cpu_offloading_weights is on: offloading weights "
-                          "is not priced, only the activations", FlowsimWarning, stacklevel=4)
+    if switch("cpu_offloading", False) and switch("cpu_offloading_activations", True):
+        layers = resolve(config, model.get("cpu_offloading_num_layers", 0))
+        if not isinstance(layers, int):   # NeMo 1's default: ${sub:${model.num_layers},1}
+            layers = keys.get("layers", 1) - 1
+            warnings.warn(f"{where}: model.cpu_offloading_num_layers is an expression: taken "
+                          f"as num_layers - 1 = {layers}, NeMo's default", FlowsimWarning,
+                          stacklevel=4)
+        keys["cpu_offload_layers"] = layers
+    if switch("cpu_offloading", False) and switch("cpu_offloading_weights", False):
+        warnings.warn(f"{where}: model.cpu_offloading_weights is on: offloading weights is "
+                      "not priced", FlowsimWarning, stacklevel=4)
     if not switch("transformer_engine", True):   # the local layers: no fused attention
         keys["attention"] = "unfused"
     kind = model.get("position_embedding_type", "learned_absolute")

@@ -105,6 +105,8 @@ def check_consistent(spec: Any) -> None:
              spec.cpu_offload_layers)
         need(spec.pp == 1, "pp", "1" + why, spec.pp)
         need(spec.recompute == "none", "recompute", "none" + why, spec.recompute)
+        need(not spec.hybrid_pattern, "hybrid_pattern", "none" + why + " (its hybrid "
+             "stack offloads nothing)", spec.hybrid_pattern)
         need(spec.roofline is None, "roofline", "none" + why + ": a copy to the host "
              "takes a device preset's host link", "a roofline")
     if spec.recompute == "every_other_matmul":   # torchtitan's policy saves the attention

@@ -10,9 +10,11 @@ layers' activations stay on the GPU, so the forward of layer ``L - N + i`` waits
 starts when the backward reaches layer ``L - 1 - N + i`` (its memory freed again), after the
 compute issued before it, and layer ``i``'s backward waits for it. Copies run one at a time,
 each way at the device's host-link rate (:attr:`flowsim.compute.Device.host_gbps`), beside the
-compute stream: a copy the compute waits for shows as idle time. Their bytes are the layer's
-activations as :mod:`.transformer_memory` counts them (16-bit, so FP8's smaller saved inputs
-are copied at 16 bits: an upper bound).
+compute stream: a copy the compute waits for shows as idle time. A layer's copy starts with
+its forward, as if every tensor it saves were ready then (Transformer Engine copies each as it
+is saved): where the copies cannot hide, the stalls are a lower bound. Their bytes are the
+layer's activations as :mod:`.transformer_memory` counts them (16-bit, so FP8's smaller saved
+inputs are copied at 16 bits: an upper bound). Megatron-Core's hybrid stack has no offloading.
 """
 
 from __future__ import annotations

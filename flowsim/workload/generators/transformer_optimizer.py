@@ -34,6 +34,8 @@ for either (Muon's momentum in place of two moments, and the casts around the pr
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..kernels import Elementwise, Gemm, Kernel
 from .transformer_mla import LatentKernels
 from .transformer_schedule import virtual_stage
@@ -53,35 +55,135 @@ UPDATE_KERNELS = 10
 ADAM_STATE, MUON_STATE = 12, 8
 
 
-def weight_matrices(spec: TransformerSpec, k, layer: int) -> tuple[list[tuple[int, int, int]],
-                                                                   list[tuple[int, int, int]]]:
-    """The 2-D weights Muon updates in ``layer`` (a prediction depth's for ``layer >=
-    layers``) on one tensor-parallel rank, as ``(rows, columns, count)``: the dense ones and
-    the experts'. ``k``: the layer's kernels (:meth:`LayerKernels.of_layer`)."""
+class Param(NamedTuple):
+    """One parameter tensor of a rank: its elements, the matrices Muon orthogonalizes in it
+    (``(rows, columns)``; none: Adam updates it), and whether it is an expert's."""
+
+    numel: int
+    matrices: tuple[tuple[int, int], ...] = ()
+    expert: bool = False
+
+
+def _matrix(rows: int, cols: int, expert: bool = False) -> Param:
+    return Param(rows * cols, ((rows, cols),), expert)
+
+
+def layer_parameters(spec: TransformerSpec, k, layer: int) -> list[Param]:
+    """The parameters of ``layer`` (a prediction depth's for ``layer >= layers``) on one
+    tensor-parallel rank, in Megatron-Core's order. ``k``: the layer's kernels
+    (:meth:`LayerKernels.of_layer`)."""
     h, gated = spec.hidden, 2 if spec.gated_mlp else 1
+    out = [Param(h), Param(h), _matrix(h // spec.tp, 2 * h)] if layer >= spec.layers else []
+    out.append(Param(h))   # the input norm
     if isinstance(k, LatentKernels):
         m = k.m
-        queries = [(m.q_lora_rank, h, 1), (k.heads * k.head_qk, m.q_lora_rank, 1)] \
-            if m.q_lora_rank else [(k.heads * k.head_qk, h, 1)]
-        dense = [*queries, (m.kv_lora_rank + m.qk_pos_emb_head_dim, h, 1),
-                 (k.kv_up, m.kv_lora_rank, 1), (h, k.heads * m.v_head_dim, 1)]
-    else:   # queries, keys and values apart (muon_split_qkv), and the output projection
-        dense = [(k.q, h, 1), (k.kv, h, 2), (h, k.q, 1)]
-    experts: list[tuple[int, int, int]] = []
+        if m.q_lora_rank:
+            out += [_matrix(m.q_lora_rank, h), Param(m.q_lora_rank),
+                    _matrix(k.heads * k.head_qk, m.q_lora_rank)]
+        else:
+            out.append(_matrix(k.heads * k.head_qk, h))
+        out += [_matrix(m.kv_lora_rank + m.qk_pos_emb_head_dim, h), Param(m.kv_lora_rank),
+                _matrix(k.kv_up, m.kv_lora_rank)]
+        out.append(_matrix(h, k.heads * m.v_head_dim))
+    else:   # one fused QKV weight, its queries, keys and values orthogonalized apart
+        out += [Param((k.q + 2 * k.kv) * h, ((k.q, h), (k.kv, h), (k.kv, h))),
+                _matrix(h, k.q)]
+    out.append(Param(h))   # the MLP's norm
     if spec.experts and spec.is_moe(layer):
-        dense.append((spec.experts, h, 1))   # the router
-        local, width, dim = spec.experts // spec.ep, k.expert_width, k.expert_dim
-        experts = [(gated * width, dim, local), (dim, width, local)]
+        out.append(_matrix(spec.experts, h))   # the router
         if spec.moe_latent:
-            dense += [(spec.moe_latent, h, 1), (h, spec.moe_latent, 1)]
+            out += [_matrix(spec.moe_latent, h), _matrix(h, spec.moe_latent)]
+        width, dim = k.expert_width, k.expert_dim
+        for _ in range(spec.experts // spec.ep):   # each expert's weights apart
+            out += [_matrix(gated * width, dim, True), _matrix(dim, width, True)]
         if spec.shared_ffn:
             shared = spec.shared_ffn // spec.tp
-            dense += [(gated * shared, h, 1), (h, shared, 1)]
+            out += [_matrix(gated * shared, h), _matrix(h, shared)]
     else:
-        dense += [(gated * k.f, h, 1), (h, k.f, 1)]
-    if layer >= spec.layers:   # the depth's projection of [embedding, hidden state]
-        dense.append((h // spec.tp, 2 * h, 1))
-    return dense, experts
+        out += [_matrix(gated * k.f, h), _matrix(h, k.f)]
+    return out
+
+
+def stage_parameters(program) -> list[Param]:
+    """Every parameter of ``program``'s rank (a
+    :class:`~.transformer_program.StageProgram`), in model order."""
+    spec, k = program.spec, program.k
+    out: list[Param] = []
+    for chunk in range(spec.vpp):
+        vs = virtual_stage(spec, program.ctx.stage, chunk)
+        if vs == 0 and spec.vocab:
+            out.append(Param(k.vocab_parameters))
+        for layer in program.chunk_units(chunk):
+            if not (spec.mtp_repeated and layer > spec.layers):   # else the first depth's
+                out += layer_parameters(spec, k.of_layer(layer), layer)
+        if vs == program.last_vs:
+            out.append(Param(spec.hidden))   # the final norm
+            if spec.vocab and not spec.one_tied_weight:
+                out.append(Param(k.vocab_parameters))
+    return out
+
+
+def _work(param: Param) -> int:
+    """Megatron-Core's proxy of a parameter's Newton-Schulz cost: ``max(m, n) min(m, n)^2``."""
+    return sum(min(r, c) ** 2 * max(r, c) for r, c in param.matrices)
+
+
+def ping_pong(params: list[Param], ranks: int, expert_ranks: int) -> list[list[Param]]:
+    """Whole parameters dealt to ranks as Megatron-Core's layer-wise optimizer deals them
+    without a parameter layout (``_shard_params_ping_pong``): all of them sorted by size,
+    each dealt to the next of 0, 1, ..., n - 1, n - 1, ..., 0 and again, the experts' over the
+    expert-data-parallel ranks and the others over the data-parallel ones, each with its own
+    turn. The ranks' shares, the data-parallel ranks' first."""
+    dense: list[list[Param]] = [[] for _ in range(ranks)]
+    experts: list[list[Param]] = [[] for _ in range(expert_ranks)]
+    turns = {False: 0, True: 0}
+    for param in sorted(params, key=lambda p: p.numel):
+        owners, n = (experts, expert_ranks) if param.expert else (dense, ranks)
+        turn = turns[param.expert] % (2 * n)
+        owners[turn if turn < n else 2 * n - 1 - turn].append(param)
+        turns[param.expert] += 1
+    return dense + experts
+
+
+def packed(params: list[Param], ranks: int, expert_ranks: int) -> list[list[Param]]:
+    """Muon's parameters packed onto ranks by their Newton-Schulz cost, the largest first
+    onto the least loaded (Megatron-Core's parameter layout for the layer-wise optimizer);
+    the others are sharded as the distributed optimizer shards them, by element."""
+    out = []
+    for expert, n in ((False, ranks), (True, expert_ranks)):
+        owned: list[list[Param]] = [[] for _ in range(n)]
+        load = [0] * n
+        for param in sorted((p for p in params if p.matrices and p.expert == expert),
+                            key=_work, reverse=True):
+            i = load.index(min(load))
+            owned[i].append(param)
+            load[i] += _work(param)
+        out += owned
+    return out
+
+
+def _busiest(shares: list[list[Param]], ranks: int, cost) -> list[Param]:
+    """What one GPU holds: the data-parallel rank's share of the largest ``cost`` and the
+    expert-data-parallel rank's (both on one GPU: a bound, exact when either group is one
+    rank)."""
+    return [*max(shares[:ranks], key=lambda s: sum(map(cost, s))),
+            *max(shares[ranks:], key=lambda s: sum(map(cost, s)))]
+
+
+def muon_share(program, cost=_work) -> list[Param]:
+    """The parameters ``program``'s rank updates under Muon: all of its stage's, or with the
+    layer-wise optimizer the share of the rank with the most ``cost`` (Newton-Schulz work:
+    the rank the others wait for)."""
+    spec, ctx = program.spec, program.ctx
+    params = stage_parameters(program)
+    if not spec.sharded_optimizer:
+        return params
+    deal = ping_pong if spec.optimizer == "dist_muon" else packed
+    return _busiest(deal(params, ctx.dp_size, ctx.expert_dp_size), ctx.dp_size, cost)
+
+
+def _state(param: Param) -> int:
+    return (MUON_STATE if param.matrices else ADAM_STATE) * param.numel
 
 
 def newton_schulz(rows: int, cols: int) -> tuple[Kernel, ...]:
@@ -93,54 +195,28 @@ def newton_schulz(rows: int, cols: int) -> tuple[Kernel, ...]:
     return step * NS_STEPS + (Elementwise(0.0, name="muon_update"),) * UPDATE_KERNELS
 
 
-def dealt(matrices: list[tuple[int, int, int]], ranks: int) -> list[tuple[int, int]]:
-    """The matrices of the rank dealt the most Newton-Schulz work when ``ranks`` ranks each
-    own whole ones: sorted by size, dealt 0, 1, ..., ranks - 1, ranks - 1, ..., 0 and again
-    (Megatron-Core's ``LayerWiseDistributedOptimizer``); the rank the others wait for."""
-    whole = sorted(((r, c) for r, c, n in matrices for _ in range(n)), key=lambda m: -m[0] * m[1])
-    owned: list[list[tuple[int, int]]] = [[] for _ in range(ranks)]
-    for i, matrix in enumerate(whole):
-        turn, place = divmod(i, ranks)
-        owned[place if turn % 2 == 0 else ranks - 1 - place].append(matrix)
-    work = [sum(min(r, c) ** 2 * max(r, c) for r, c in mine) for mine in owned]
-    return owned[work.index(max(work))]
-
-
 def optimizer_step(program) -> tuple[Kernel, ...]:
     """The step of ``program``'s rank (a :class:`~.transformer_program.StageProgram`):
     memory-bound over its local parameters, and Muon's products on the weights it
     orthogonalizes."""
-    spec = program.spec
     step = (Elementwise(float(OPTIMIZER_BYTES_PER_PARAM * program.local_parameters()),
                         name="optimizer"),)
-    if spec.optimizer == "adam":
+    if program.spec.optimizer == "adam":
         return step
-    dense: list[tuple[int, int, int]] = []
-    experts: list[tuple[int, int, int]] = []
-    for chunk in range(spec.vpp):
-        for layer in program.chunk_units(chunk):
-            if spec.mtp_repeated and layer > spec.layers:   # the first depth's, again
-                continue
-            d, e = weight_matrices(spec, program.k.of_layer(layer), layer)
-            dense, experts = dense + d, experts + e
-    ctx, sharded = program.ctx, spec.sharded_optimizer
-    mine = [*dealt(dense, ctx.dp_size if sharded else 1),
-            *dealt(experts, ctx.expert_dp_size if sharded else 1)]
-    return step + tuple(k for rows, cols in mine for k in newton_schulz(rows, cols))
+    return step + tuple(k for p in muon_share(program) for r, c in p.matrices
+                        for k in newton_schulz(r, c))
 
 
 def state_bytes(program) -> float:
-    """Bytes of optimizer state on ``program``'s rank: Adam's for its local parameters, with
-    Muon 4 fewer for each layer weight among them (the vocabulary's keep Adam's)."""
-    spec, local = program.spec, program.local_parameters()
+    """Bytes of optimizer state on ``program``'s rank: Adam's for its local parameters; under
+    Muon, Muon's for the matrices and Adam's for the rest, on the rank holding the most with
+    the layer-wise optimizer (whose parameter layout shards the Adam-updated ones by
+    element instead)."""
+    spec = program.spec
     if spec.optimizer == "adam":
-        return ADAM_STATE * local
-    vocab = 0.0
-    if spec.vocab:   # the embedding's and output layer's copies on this rank
-        for chunk in range(spec.vpp):
-            vs = virtual_stage(spec, program.ctx.stage, chunk)
-            copies = (vs == 0) + (vs == program.last_vs) - spec.one_tied_weight
-            vocab += program.k.vocab_parameters * copies
-    if spec.sharded_optimizer:
-        vocab /= program.ctx.dp_size
-    return ADAM_STATE * vocab + MUON_STATE * (local - vocab)
+        return ADAM_STATE * program.local_parameters()
+    if spec.optimizer == "muon" and spec.distributed_optimizer:
+        adam = sum(p.numel for p in stage_parameters(program) if not p.matrices)
+        return ADAM_STATE * adam / program.ctx.dp_size + sum(map(_state, muon_share(
+            program, _state)))
+    return sum(map(_state, muon_share(program, _state)))

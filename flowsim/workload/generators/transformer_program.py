@@ -378,6 +378,8 @@ class StageProgram:
                     weights = sum(units[i][2] for i in bucket) if index == 0 else params
                     nbytes = round(2 * params - (2 - weight_bytes) * weights)
                     buckets.append(GatherBucket(units[bucket[-1]][0], nbytes, chunk))
+            if buckets and not spec.distributed_optimizer:   # dist_muon: one gather of all
+                buckets = [GatherBucket(buckets[0].first, sum(b.nbytes for b in buckets), 0)]
             if dims and buckets:
                 out.append(GatherGroup(name, dims, ranks, tuple(buckets)))
         return out
