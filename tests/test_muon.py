@@ -290,3 +290,28 @@ def test_megatron_bridge_s_muon_settings_choose_the_layout(optimizer, distribute
         return
     keys = bridge_keys(config, "<test>")
     assert {k: keys.get(k, False) for k in expected} == expected
+
+
+_MLA = {"q_lora_rank": 128, "kv_lora_rank": 64, "qk_head_dim": 64, "qk_pos_emb_head_dim": 32,
+        "v_head_dim": 64}
+
+
+@pytest.mark.parametrize("extra", [
+    {}, dict(kv_heads=2), dict(gated_mlp=True),
+    dict(experts=8, top_k=2, ep=2, moe_ffn=256, shared_ffn=512, gated_mlp=True),
+    dict(experts=8, top_k=2, ep=2, moe_ffn=256, moe_latent=128, gated_mlp=True),
+    dict(mla=_MLA), dict(mla={**_MLA, "q_lora_rank": 0}),
+    dict(mtp_layers=2, tied_embeddings=False, pp=2, dp=2),
+], ids=["mha", "gqa", "gated", "moe", "latent", "mla", "mla_no_q_lora", "mtp"])
+def test_muon_s_parameters_are_the_ones_the_model_counts(extra):
+    """Every layer's and depth's parameters as Muon's dealing lists them (dense and the
+    experts') add up to what the weights, gradients and gathers count
+    (``LayerKernels.unit_parameters``): the two enumerations cannot drift apart."""
+    spec = parse_transformer({**DENSE, "tp": 2, "dp": 4, "expert_layout": "folded", **extra},
+                             "<test>")
+    kernels = _kernels(spec)
+    for layer in range(spec.layers + spec.mtp_layers):
+        dense, expert, _ = kernels.unit_parameters(layer)
+        params = layer_parameters(spec, kernels.of_layer(layer), layer)
+        assert sum(p.numel for p in params if not p.expert) == dense, layer
+        assert sum(p.numel for p in params if p.expert) == expert, layer

@@ -154,3 +154,35 @@ def test_nemo_s_settings_are_read_its_expression_default_as_all_but_one_layer(no
         keys = nemo_keys({"model": {**model, "cpu_offloading_weights": True},
                           "trainer": {}}, "<test>")
     assert "cpu_offload_layers" not in keys
+
+
+def test_the_readme_s_muon_and_offloading_commands_run_and_do_what_they_say():
+    """The README's Llama 3 70B command on 16 GB300 racks' 64 GPUs each, with Muon (a longer
+    optimizer step than Adam's) and with 40 of 80 layers offloaded (the copies hidden: the
+    same time as without them, and less activation memory)."""
+    import json
+    import re
+    import shlex
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    readme = (REPO / "README.md").read_text()
+    base = shlex.split(re.search(r"`(flowsim run --workload llama3_70b --network "
+                                 r"gb300_nvl72[^`]*)`", readme).group(1))[2:]
+    muon = shlex.split(re.search(r"Muon optimizer \(`([^`]*)`", readme).group(1))
+    offload = shlex.split(re.search(r"offloading to host memory \(`([^`]*)`",
+                                    readme).group(1))
+
+    def run(*extra):
+        out = subprocess.run([sys.executable, "-m", "flowsim", "run", "--json", *base,
+                              *extra], capture_output=True, text=True, check=True,
+                             cwd=REPO).stdout
+        return json.loads(out)
+
+    assert run(*muon)["time_ns"] > run()["time_ns"]
+    without = [*offload[:-2], "--set", "workload.cpu_offload_layers=0"]
+    kept, offloaded = run(*without), run(*offload)
+    assert offloaded["time_ns"] == pytest.approx(kept["time_ns"], rel=1e-12)
+    assert offloaded["memory"]["activations"] < kept["memory"]["activations"]

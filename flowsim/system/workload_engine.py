@@ -227,11 +227,8 @@ class WorkloadEngine:
         if op.host:
             self._host(st, op, ready)
             return
-        duration = op.duration_ns
-        if duration == 0.0 and self.compute is not None:
-            duration = compute_op_ns(op, self.compute, self._priced, st.program.source)
         tv = st.times
-        durations = duration / st.speed
+        durations = self._duration(st, op) / st.speed
         free = tv.read(self.compute_free)
         if op.id in st.waits:
             self.accounts.exposure(st, op, free)
@@ -243,6 +240,13 @@ class WorkloadEngine:
         self.accounts.compute(st, op, durations)
         self._complete(st, op, end)
 
+    def _duration(self, st: ProgramState, op: Op) -> float:
+        """A compute or host op's time at speed 1: given, or priced from its kernels (a
+        device op's also from its FLOPs and bytes; a host op's never on the device)."""
+        if op.duration_ns == 0.0 and self.compute is not None and (op.kernels or not op.host):
+            return compute_op_ns(op, self.compute, self._priced, st.program.source)
+        return op.duration_ns
+
     def _host(self, st: ProgramState, op: Op, ready: Times) -> None:
         """A host op: one at a time per NPU on its host, beside the device's compute (as
         ASTRA-sim's CPU slot), for its traced duration or its kernels' (copies to and from
@@ -251,10 +255,7 @@ class WorkloadEngine:
         tv = st.times
         start = tv.maximum(ready, tv.read(self.host_free))
         st.start[op.id] = start
-        duration = op.duration_ns
-        if duration == 0.0 and op.kernels and self.compute is not None:
-            duration = compute_op_ns(op, self.compute, self._priced, st.program.source)
-        end = start + duration
+        end = start + self._duration(st, op)
         tv.write(self.host_free, end)
         tv.raise_to(self.accounts.local_end, end)
         self._complete(st, op, end)

@@ -17,15 +17,18 @@ Who orthogonalizes what:
 
 * ``muon`` without ``distributed_optimizer``: every data-parallel rank every weight of its
   stage, its gradients all-reduced (Megatron-Core's plain Muon);
-* ``muon`` with ``distributed_optimizer``: the layer-wise distributed optimizer, each
-  data-parallel rank owning whole weights, the dense ones dealt over the data-parallel
-  ranks and the experts' over the expert-data-parallel ones (:func:`dealt`: the step lasts as
-  long as the rank with the most work), its gradients reduce-scattered and its
-  parameters gathered as ZeRO-1's (Megatron-LM's ``--optimizer muon
-  --use-distributed-optimizer``, the parameter layout of Megatron-LM since 2026);
-* ``dist_muon``: the same ownership on its first path, which Megatron-Bridge's Muon recipes
-  take (``ddp.use_distributed_optimizer`` False): the gradients all-reduced, the updated 16-bit
-  weights all-gathered once after the step, not overlapped.
+* ``muon`` with ``distributed_optimizer``: the layer-wise distributed optimizer on its
+  parameter layout (Megatron-LM's ``--optimizer muon --use-distributed-optimizer`` since
+  2026), each data-parallel rank owning whole matrices packed by their Newton-Schulz cost
+  (:func:`packed`), the dense ones over the data-parallel ranks and the experts' over the
+  expert-data-parallel ones, the other parameters sharded by element; its gradients
+  reduce-scattered and its parameters gathered as ZeRO-1's;
+* ``dist_muon``: the layer-wise optimizer's first path, which Megatron-Bridge's Muon recipes
+  take (``ddp.use_distributed_optimizer`` False): every parameter dealt whole, to and fro by
+  size (:func:`ping_pong`), the gradients all-reduced, the updated 16-bit weights
+  all-gathered once after the step, not overlapped.
+
+Either way the step lasts as long as the rank with the most Newton-Schulz work.
 
 Memory per updated parameter: Adam's FP32 master weight and two moments, 12 bytes; Muon's
 master weight and momentum, 8. Memory traffic of the step: :data:`OPTIMIZER_BYTES_PER_PARAM`
@@ -73,7 +76,11 @@ def layer_parameters(spec: TransformerSpec, k, layer: int) -> list[Param]:
     tensor-parallel rank, in Megatron-Core's order. ``k``: the layer's kernels
     (:meth:`LayerKernels.of_layer`)."""
     h, gated = spec.hidden, 2 if spec.gated_mlp else 1
-    out = [Param(h), Param(h), _matrix(h // spec.tp, 2 * h)] if layer >= spec.layers else []
+    out: list[Param] = []
+    if layer >= spec.layers:   # a depth's three norms and projection; the first depth's own
+        out = [Param(h), Param(h), Param(h), _matrix(h // spec.tp, 2 * h)]   # embedding
+        if layer == spec.layers and not spec.tied_embeddings and not spec.ends_on_one_rank:
+            out.append(Param(k.vocab_parameters))   # where its rank holds none
     out.append(Param(h))   # the input norm
     if isinstance(k, LatentKernels):
         m = k.m
