@@ -124,6 +124,7 @@ def spec(row: dict[str, str]) -> dict:
             out[key] = _BOOL[row[key]]
     for key in ("head_dim", "moe_ffn", "shared_ffn", "moe_latent", "expert_tp", "window",
                 "recompute_layers", "cpu_offload_layers", "node_limit", "microbatch_group",
+                "bf16_layers_at_start", "bf16_layers_at_end",
                 "mtp_layers", "metric_cross_entropies", "lora_rank",
                 "document_tokens"):   # a row's own; else the defaults
         if row.get(key):
@@ -148,6 +149,8 @@ def spec(row: dict[str, str]) -> dict:
     for key in ("mla", "mamba"):   # latent attention's, Mamba-2's widths: "key=value;..."
         if row.get(key):
             out[key] = {k: int(v) for k, v in (item.split("=") for item in row[key].split(";"))}
+    if row.get("quant_recipe"):   # a precision per module: "pattern=precision;...", in order
+        out["quant_recipe"] = quant_recipe(row["quant_recipe"])
     if row.get("hybrid_pattern"):   # a hybrid model's layers (Megatron-Core's pattern)
         out["hybrid_pattern"] = row["hybrid_pattern"]
     if row.get("bucket_size"):   # a row's own column; else Megatron-Core's default
@@ -156,6 +159,20 @@ def spec(row: dict[str, str]) -> dict:
     tied = row.get("tied_embeddings")
     out["tied_embeddings"] = _BOOL[tied] if tied else not out["gated_mlp"]
     return out
+
+
+def quant_recipe(cell: str) -> dict:
+    """A row's ``quant_recipe`` column (``pattern=precision`` items, ``;``-separated, first
+    match first) as Megatron-Core's recipe: one config per precision, one matcher per item."""
+    def config(precision: str) -> dict:
+        key = {"bf16": {}, "nvfp4": {"fp4_quantization_recipe": "nvfp4"}}
+        return {"transformer_engine_config_type": "TEQuantizationParams",
+                "training_recipe": key.get(precision,
+                                           {"fp8_quantization_recipe": precision})}
+    items = [item.rsplit("=", 1) for item in cell.split(";")]
+    return {"configs": {p: config(p) for _, p in items},
+            "matchers": {f"m{i}": {"type": "glob", "pattern": pattern, "config": p,
+                                   "enabled": True} for i, (pattern, p) in enumerate(items)}}
 
 
 def parsed_spec(row: dict[str, str]):

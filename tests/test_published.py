@@ -73,6 +73,10 @@ def test_every_column_that_names_a_spec_key_reaches_the_spec():
                 if row[key] == "2":   # counted from 1: the first layer windowed
                     assert value[:2] == (1, 0)
                 continue
+            if key == "quant_recipe":   # "pattern=precision;..." -> the recipe's rules
+                assert [f"{r.pattern}={r.precision}" for r in value] == \
+                    row[key].split(";"), row["run"]
+                continue
             if key == "lora_targets":   # ";"-separated module names
                 assert value == tuple(row[key].split(";")), row["run"]
                 continue

@@ -106,7 +106,7 @@ def test_the_nemotron_3_super_table_is_the_record_s():
     """Super's MXFP8 rows, each as recorded, in the page's order; LatentMoE and the repeated
     depths on every row."""
     record = published_record()
-    rows = [r for r in vp.rows() if "nemotron3_super" in r["run"]]
+    rows = [r for r in vp.rows() if "nemotron3_super_mxfp8" in r["run"]]
     table = page_table("Nemotron 3 Super: LatentMoE and a repeated depth", "26.06 Super row")
     assert len(table) == len(rows) == 3
     for cells, system in zip(table, ("gb300", "gb200", "b300")):
@@ -115,6 +115,23 @@ def test_the_nemotron_3_super_table_is_the_record_s():
         assert f"TP {row['tp']}, EP {row['ep']}" in cells[0]
         assert (row["moe_latent"], row["mtp_layers"], row["mtp_repeated"]) == ("1024", "2",
                                                                                 "true")
+
+
+def test_the_nemotron_3_super_nvfp4_table_is_the_record_s():
+    """Super's NVFP4 rows (a precision per layer and per module), each as recorded: published
+    step, flowsim's step and error, in the page's order."""
+    record = published_record()
+    table = [cells for cells in page_table("A precision per layer and per module",
+                                           "26.06 Super row") if cells[0].startswith("64 ")]
+    rows = [r for r in vp.rows() if "nemotron3_super_nvfp4" in r["run"]]
+    assert len(table) == len(rows) == 2
+    for cells, system in zip(table, ("gb300", "gb200")):
+        row = next(r for r in rows if f"_{system}_" in r["run"])
+        recorded = record[row["run"]]
+        published, error = recorded_cells(recorded)
+        assert cells[1:] == [published, f"{float(recorded['predicted_s']):.3f}", error], cells
+        assert f"TP {row['tp']}, EP {row['ep']}, NVFP4" in cells[0]
+        assert (row["bf16_layers_at_end"], row["fp8_param_gather"]) == ("14", "false")
 
 
 def test_the_lightning_row_is_quoted_as_recorded():

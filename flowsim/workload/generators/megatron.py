@@ -25,7 +25,8 @@ A hybrid model's (``pretrain_mamba.py``): ``--hybrid-override-pattern`` (or
 Megatron-DeepSpeed's flags and Megatron-LM's pre-3.0 ones are read by
 :mod:`.megatron_deepspeed`, the pipeline split's (a layout string, uneven first and last
 ranks, the embedding and the loss counted as layers) by :mod:`.megatron_layout`, the
-optimizer's (Muon's) by :mod:`.megatron_optimizer`.
+optimizer's (Muon's) by :mod:`.megatron_optimizer`, a precision per layer or module's by
+:mod:`.megatron_precision`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
-from . import megatron_deepspeed, megatron_layout, megatron_optimizer
+from . import megatron_deepspeed, megatron_layout, megatron_optimizer, megatron_precision
 from .imported import (
     GPT2_VOCAB,
     ImportedSpec,
@@ -93,8 +94,7 @@ SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
 #: multi-latent attention's flags -> (the ``mla`` key, Megatron-LM's default)
 MLA_FLAGS = {"q-lora-rank": ("q_lora_rank", 0), "kv-lora-rank": ("kv_lora_rank", 32),
              "qk-head-dim": ("qk_head_dim", 128),
-             "qk-pos-emb-head-dim": ("qk_pos_emb_head_dim", 64),
-             "v-head-dim": ("v_head_dim", 128)}
+             "qk-pos-emb-head-dim": ("qk_pos_emb_head_dim", 64), "v-head-dim": ("v_head_dim", 128)}
 #: a hybrid model's flags: its pattern (both of Megatron-LM's names) and the Mamba-2 widths
 MAMBA_FLAGS = {"mamba-num-heads": "heads", "mamba-head-dim": "head_dim",
                "mamba-state-dim": "state", "mamba-num-groups": "groups"}
@@ -110,7 +110,7 @@ SPECIAL = ("recompute-granularity", "fp8-format", "fp8-recipe", "fp4-format", "f
            "moe-flex-dispatcher-backend", "moe-router-group-topk", "moe-router-num-groups",
            "microbatch-group-size-per-virtual-pipeline-stage", "cross-entropy-fusion-impl",
            *MLA_FLAGS, *MAMBA_FLAGS, *PATTERN_FLAGS,
-           *megatron_layout.FLAGS, *megatron_optimizer.FLAGS)
+           *megatron_layout.FLAGS, *megatron_optimizer.FLAGS, *megatron_precision.FLAGS)
 #: every flag this module reads (with Megatron-DeepSpeed's and Megatron-LM's older ones)
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL + megatron_deepspeed.FLAGS
 #: flags taking several values (argparse's ``nargs='+'``) -> their values (what follows them
@@ -196,8 +196,7 @@ def _flags(args: str | Sequence[str], source: str, env: Mapping[str, str] | None
     elif isinstance(args, Sequence) and all(isinstance(a, (str, int, float)) for a in args):
         tokens = [str(a) for a in args]
     else:
-        raise config_error(source, "args", "Megatron-LM's arguments as one string or a list",
-                           args)
+        raise config_error(source, "args", "Megatron-LM's arguments as one string or a list", args)
     out: dict[str, str | None] = {}
     flag = None
     for token in tokens:
@@ -256,7 +255,8 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
                                       _number(flags[flag], flag, where)
                                       for flag, key in MAMBA_FLAGS.items()}))
     keys.update(megatron_layout.layout_keys(flags, keys, where))
-    keys.update(megatron_optimizer.optimizer_keys(flags, keys, where))
+    keys.update(megatron_optimizer.optimizer_keys(flags, keys, where),
+                **megatron_precision.precision_keys(flags, where))
     granularity = flags.get("recompute-granularity")
     if granularity is not None and "recompute-activations" not in flags:   # that one wins
         if granularity not in ("full", "selective"):

@@ -158,6 +158,17 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
         keys["vocab"] = _vocabulary(model)
     if model.get("fp4"):   # NVFP4's GEMMs (Megatron-Bridge's bf16_with_nvfp4_mixed)
         keys["dtype"], keys["fp8_recipe"] = "fp8", "nvfp4"
+    if model.get("first_last_layers_bf16") and (model.get("fp8") or model.get("fp4")):
+        for end in ("start", "end"):   # (Megatron-Core's defaults: one layer each)
+            keys[f"bf16_layers_at_{end}"] = model.get(f"num_layers_at_{end}_in_bf16", 1)
+    recipe = model.get("quant_recipe")   # Megatron-Core's recipe, or its file
+    if isinstance(recipe, Mapping) and "_target_" in recipe:   # to_yaml keeps only its class
+        raise config_error(where, "model.quant_recipe", "the recipe's configs and matchers or "
+                           "its file (run_config.yaml keeps only the class: give "
+                           "model.quant_recipe=<its te_quant.cfg> among the overrides)",
+                           recipe.get("_target_"))
+    if recipe is not None:
+        keys["quant_recipe"] = recipe
     keys.update(cross_entropy_impl(model.get("cross_entropy_fusion_impl"),
                                    keys.get("cross_entropy_fusion", False), where,
                                    "model.cross_entropy_fusion_impl"))

@@ -68,7 +68,11 @@ is published; ``docs/accuracy/published.md`` compares it with NVIDIA's published
 times FP8's fraction of its peak (an assumption: no FP4 GEMM measurement is published); its
 casts find each tensor's amax in a pass of their own, then write both layouts in half a byte
 per element with an E4M3 scale per 16; its parameters are gathered in 16 bits, or with
-``fp8_param_gather`` (``--fp4-param-gather``) in NVFP4.
+``fp8_param_gather`` (``--fp4-param-gather``) in NVFP4. ``bf16_layers_at_start`` and
+``bf16_layers_at_end`` keep the first and last layers in 16 bits, and ``quant_recipe``
+(Megatron-Core's quantization recipe, or its file) gives modules their own precision, first
+matching rule first; a multi-token prediction depth's block ignores FP4, as Megatron-Core's
+does (:mod:`.transformer_precision`).
 
 Communication:
 
@@ -233,7 +237,7 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``after_step``),
         ``grad_reduce_in_bf16``,
         ``fp8_param_gather``, ``fp8_recipe`` (``delayed``, ``tensorwise``, ``mxfp8``,
-        ``nvfp4``),
+        ``nvfp4``), ``bf16_layers_at_start``, ``bf16_layers_at_end``, ``quant_recipe``,
         ``overlap_grad_reduce``, ``overlap_param_gather``,
         ``align_param_gather``, ``align_grad_reduce``,
         ``tp_comm_overlap`` with ``tp_comm_overlap_cfg`` (``nemo``, ``te_default``),

@@ -9,6 +9,7 @@ module imports this one, and the package has no import cycles, not even for type
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
@@ -219,6 +220,7 @@ def check_consistent(spec: Any) -> None:
     need(not (spec.tp_comm_overlap and spec.fp8_recipe == "nvfp4"), "tp_comm_overlap",
          "false with NVFP4 (Transformer Engine's userbuffers take no NVFP4 quantizer; "
          "Megatron-Bridge's recipes turn the overlap off for it)", spec.tp_comm_overlap)
+    _check_precisions(spec, need)
     need(spec.fsdp or not spec.fsdp_defer_grad_sync, "fsdp_defer_grad_sync",
          "false without fsdp", spec.fsdp_defer_grad_sync)
     need(not spec.moe_latent or spec.experts > 0, "moe_latent", "0 without experts (the "
@@ -327,3 +329,29 @@ def _folds(ep: int, sizes: tuple[int, ...]) -> bool:
 def _where(source: str) -> str:
     """Message prefix naming the source of a value (none for Python arguments)."""
     return "" if source == "argument" else f"{source}: "
+
+
+def _check_precisions(spec: Any, need: Callable[[bool, str, str, Any], None]) -> None:
+    """What Megatron-Core refuses of a precision per layer or module, and what flowsim does
+    not price (:mod:`.transformer_precision`)."""
+    per_stage = spec.layers // spec.pp
+    for end in ("start", "end"):
+        count = getattr(spec, f"bf16_layers_at_{end}")
+        need(count <= per_stage or spec.fp8_recipe == "nvfp4", f"bf16_layers_at_{end}",
+             f"at most the layers of a pipeline stage ({per_stage}), as Megatron-Core requires "
+             "in FP8", count)
+        need(count <= spec.layers, f"bf16_layers_at_{end}", f"at most the layers "
+             f"({spec.layers})", count)
+        need(not count or spec.dtype == "fp8", f"bf16_layers_at_{end}", "0 unless dtype is "
+             "fp8, mxfp8 or nvfp4 (the layers left out of low precision)", count)
+    mixed = spec.bf16_layers_at_start or spec.bf16_layers_at_end or spec.quant_recipe
+    need(not (mixed and spec.dtype == "fp8" and spec.fp8_recipe == "delayed"), "fp8_recipe",
+         "a current-scaling or block-scaled recipe with bf16_layers_at_start, "
+         "bf16_layers_at_end or quant_recipe (Megatron-Core refuses delayed scaling with "
+         "layers in BF16; a module's recipe beside it is not modelled)", spec.fp8_recipe)
+    need(not (mixed and spec.roofline is not None), "roofline", "unset with "
+         "bf16_layers_at_start, bf16_layers_at_end or quant_recipe (a roofline prices one "
+         "precision)", "set")
+    if spec.quant_recipe:
+        need(spec.dtype in ("bf16", "fp8"), "dtype", "bf16, fp8, mxfp8 or nvfp4 with "
+             "quant_recipe (Transformer Engine's autocast beside BF16)", spec.dtype)

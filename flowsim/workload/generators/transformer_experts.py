@@ -34,6 +34,10 @@ from ..kernels import Kernel
 from .transformer_lora import LoraShapes
 from .transformer_shapes import ACT, elementwise
 
+#: the experts' and LatentMoE's Transformer Engine modules, by their paths in Megatron-Core's
+#: layer (a precision per module: :mod:`.transformer_precision`)
+EXPERT_FC1, EXPERT_FC2 = "mlp.experts.linear_fc1", "mlp.experts.linear_fc2"
+LATENT_FC1, LATENT_FC2 = "mlp.fc1_latent_proj", "mlp.fc2_latent_proj"
 
 @dataclass(frozen=True)
 class ExpertKernels(LoraShapes):
@@ -79,26 +83,37 @@ class ExpertKernels(LoraShapes):
         return int(self.moe_tokens * s.top_k * s.capacity_factor * self.expert_dim * ACT)
 
     # ------------------------------------------------------------------ LatentMoE
+    def _latent(self, width: int, k: int, module: str) -> tuple[Kernel, ...]:
+        """A latent projection's GEMM (forward or data gradient) on the rank's routed tokens,
+        none without ``moe_latent``."""
+        return self._linear(width, k, self.moe_tokens, module=module) \
+            if self.spec.moe_latent else ()
+
     @cached_property
     def latent_down(self) -> tuple[Kernel, ...]:
-        """Hidden to latent on the rank's routed tokens, before the dispatch (none without
-        ``moe_latent``); its GEMM is also the up projection's data gradient."""
-        s = self.spec
-        return self._linear(s.moe_latent, s.hidden, self.moe_tokens) if s.moe_latent else ()
+        """Hidden to latent on the rank's routed tokens, before the dispatch."""
+        return self._latent(self.spec.moe_latent, self.spec.hidden, LATENT_FC1)
 
     @cached_property
     def latent_up(self) -> tuple[Kernel, ...]:
-        """Latent to hidden, after the combine; also the down projection's data gradient."""
+        """Latent to hidden, after the combine."""
+        return self._latent(self.spec.hidden, self.spec.moe_latent, LATENT_FC2)
+
+    @cached_property
+    def latent_dgrads(self) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
+        """The data gradients of the up projection (a down projection's shape) and of the
+        down projection (an up projection's)."""
         s = self.spec
-        return self._linear(s.hidden, s.moe_latent, self.moe_tokens) if s.moe_latent else ()
+        return (self._latent(s.moe_latent, s.hidden, LATENT_FC2),
+                self._latent(s.hidden, s.moe_latent, LATENT_FC1))
 
     @cached_property
     def latent_wgrad(self) -> tuple[Kernel, ...]:
         s = self.spec
         if not s.moe_latent:
             return ()
-        return (self._gemm(s.hidden, s.moe_latent, self.moe_tokens),
-                self._gemm(s.moe_latent, s.hidden, self.moe_tokens))
+        return (self._gemm(s.hidden, s.moe_latent, self.moe_tokens, module=LATENT_FC2),
+                self._gemm(s.moe_latent, s.hidden, self.moe_tokens, module=LATENT_FC1))
 
     @property
     def latent_parameters(self) -> int:
@@ -136,11 +151,12 @@ class ExpertKernels(LoraShapes):
     def experts(self) -> tuple[Kernel, ...]:
         s = self.spec
         local, m, f, d = s.experts // s.ep, self.expert_rows, self.expert_width, self.expert_dim
-        fc1 = self._gemm(m, (2 if s.gated_mlp else 1) * f, d, local)
+        fc1 = self._gemm(m, (2 if s.gated_mlp else 1) * f, d, local, module=EXPERT_FC1)
         between: tuple[Kernel, ...] = () if s.fused_grouped_mlp else (
             elementwise((3 if s.gated_mlp else 2) * m * f * ACT * local, "expert_activation"),
-            *self._cast(m * f * local))
-        return (*self._cast(m * d * local), fc1, *between, self._gemm(m, d, f, local))
+            *self._cast(m * f * local, module=EXPERT_FC2))
+        return (*self._cast(m * d * local, module=EXPERT_FC1), fc1, *between,
+                self._gemm(m, d, f, local, module=EXPERT_FC2))
 
     @cached_property
     def experts_dgrad(self) -> tuple[Kernel, ...]:
@@ -149,17 +165,19 @@ class ExpertKernels(LoraShapes):
         fc1 = (2 if s.gated_mlp else 1) * f
         between: tuple[Kernel, ...] = () if s.fused_grouped_mlp else (
             elementwise((5 if s.gated_mlp else 3) * m * f * ACT * local,
-                        "expert_activation_backward"), *self._cast(m * fc1 * local))
-        return (*self._cast(m * d * local), self._gemm(m, f, d, local),
-                *between, self._gemm(m, d, fc1, local),
+                        "expert_activation_backward"),
+            *self._cast(m * fc1 * local, module=EXPERT_FC1))
+        return (*self._cast(m * d * local, module=EXPERT_FC2),
+                self._gemm(m, f, d, local, module=EXPERT_FC2),
+                *between, self._gemm(m, d, fc1, local, module=EXPERT_FC1),
                 self._gemm16(self.moe_tokens, s.hidden, s.experts))
 
     @cached_property
     def experts_wgrad(self) -> tuple[Kernel, ...]:
         s = self.spec
         local, m, f, d = s.experts // s.ep, self.expert_rows, self.expert_width, self.expert_dim
-        return (self._gemm(f, d, m, local),
-                self._gemm(d, (2 if s.gated_mlp else 1) * f, m, local),
+        return (self._gemm(f, d, m, local, module=EXPERT_FC2),
+                self._gemm(d, (2 if s.gated_mlp else 1) * f, m, local, module=EXPERT_FC1),
                 self._gemm16(s.hidden, s.experts, self.moe_tokens), *self.latent_wgrad)
 
     @cached_property

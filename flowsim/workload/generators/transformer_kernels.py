@@ -18,21 +18,31 @@ Megatron-LM's output layer and MoE router are plain PyTorch linear layers
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, partial
 
 from ..kernels import Attention, Kernel
 from .transformer_checks import cp_kind
 from .transformer_experts import ExpertKernels
 from .transformer_mamba import MambaKernels
-from .transformer_shapes import ACT, CROSS_ENTROPY, METRIC_BYTES, elementwise
+from .transformer_precision import in_precision
+from .transformer_shapes import ACT, elementwise
+from .transformer_vocab import VocabKernels
+
+#: the layer's Transformer Engine modules, by their paths in Megatron-Core's layer (a
+#: precision per module: :mod:`.transformer_precision`)
+QKV, PROJ = "self_attention.linear_qkv", "self_attention.linear_proj"
+FC1, FC2 = "mlp.linear_fc1", "mlp.linear_fc2"
+SHARED_FC1, SHARED_FC2 = "mlp.shared_experts.linear_fc1", "mlp.shared_experts.linear_fc2"
+EH_PROJ = "eh_proj"
 
 
 @dataclass(frozen=True)
-class LayerKernels(ExpertKernels):
+class LayerKernels(ExpertKernels, VocabKernels):
     """The kernel tuples of one layer's blocks and its communication sizes (one rank, one
     micro-batch). Blocks run between communication points; see :mod:`.transformer_passes`.
     Its shapes and sizes come from :class:`~.transformer_shapes.LayerShapes`, the experts'
-    kernels from :class:`~.transformer_experts.ExpertKernels`."""
+    kernels from :class:`~.transformer_experts.ExpertKernels`, the embedding's and the
+    output layer's from :class:`~.transformer_vocab.VocabKernels`."""
 
     # ------------------------------------------------------------------ forward
     @cached_property
@@ -57,7 +67,8 @@ class LayerKernels(ExpertKernels):
     @cached_property
     def qkv(self) -> tuple[Kernel, ...]:
         h = self.spec.hidden
-        return (*self._cast(self.n * h), self._gemm(self.n, self.q + 2 * self.kv, h),
+        return (*self._cast(self.n * h, module=QKV),
+                self._gemm(self.n, self.q + 2 * self.kv, h, module=QKV),
                 *self.lora_forward("linear_qkv", h, self.q + 2 * self.kv),
                 *self._attention_casts(backward=False))
 
@@ -96,13 +107,15 @@ class LayerKernels(ExpertKernels):
 
     @cached_property
     def projection(self) -> tuple[Kernel, ...]:
-        return (*self._cast(self.n * self.q), self._gemm(self.n, self.spec.hidden, self.q),
+        return (*self._cast(self.n * self.q, module=PROJ),
+                self._gemm(self.n, self.spec.hidden, self.q, module=PROJ),
                 *self.lora_forward("linear_proj", self.q, self.spec.hidden))
 
     @cached_property
     def fc1(self) -> tuple[Kernel, ...]:
         h = self.spec.hidden
-        return (*self._cast(self.n * h), self._gemm(self.n, self.fc1_out, h),
+        return (*self._cast(self.n * h, module=FC1), self._gemm(self.n, self.fc1_out, h,
+                                                                module=FC1),
                 *self.lora_forward("linear_fc1", h, self.fc1_out))
 
     @cached_property
@@ -113,15 +126,17 @@ class LayerKernels(ExpertKernels):
 
     @cached_property
     def fc2(self) -> tuple[Kernel, ...]:
-        return (*self._cast(self.n * self.f), self._gemm(self.n, self.spec.hidden, self.f),
+        return (*self._cast(self.n * self.f, module=FC2),
+                self._gemm(self.n, self.spec.hidden, self.f, module=FC2),
                 *self.lora_forward("linear_fc2", self.f, self.spec.hidden))
 
     @property
     def attention_matmuls(self) -> tuple[tuple[Kernel, ...], ...]:
         """The attention's matmuls in the order torchtitan's Llama runs them: wq wk wv wo."""
         h = self.spec.hidden
-        return (self._linear(self.q, h), self._linear(self.kv, h), self._linear(self.kv, h),
-                self._linear(h, self.q))
+        qkv = partial(self._linear, module=QKV)
+        return qkv(self.q, h), qkv(self.kv, h), qkv(self.kv, h), self._linear(h, self.q,
+                                                                          module=PROJ)
 
     @cached_property
     def alternate_matmuls(self) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
@@ -140,8 +155,12 @@ class LayerKernels(ExpertKernels):
         width = s.shared_ffn // s.tp if moe else self.f
         mlp: tuple[tuple[Kernel, ...], ...] = ((self.router[0],),) if moe else ()
         if width:
-            mlp += (self._linear(width, h), self._linear(width, h), self._linear(h, width)) \
-                if s.gated_mlp else (self._linear(width, h), self._linear(h, width))
+            fc1, fc2 = partial(self._linear, module=FC1), partial(self._linear, module=FC2)
+            if moe:
+                fc1 = partial(self._linear, module=SHARED_FC1)
+                fc2 = partial(self._linear, module=SHARED_FC2)
+            mlp += (fc1(width, h), fc1(width, h), fc2(h, width)) if s.gated_mlp else \
+                (fc1(width, h), fc2(h, width))
         attention = self.attention_matmuls
         again = [k for i, k in enumerate(attention + mlp) if i % 2]   # the 2nd, 4th, ...
         split = len(attention) // 2
@@ -164,7 +183,7 @@ class LayerKernels(ExpertKernels):
     @cached_property
     def fc2_dgrad(self) -> tuple[Kernel, ...]:
         h = self.spec.hidden
-        return (*self._cast(self.n * h), self._gemm(self.n, self.f, h),
+        return (*self._cast(self.n * h, module=FC2), self._gemm(self.n, self.f, h, module=FC2),
                 *self.lora_dgrad("linear_fc2", self.f, h))
 
     @cached_property
@@ -174,8 +193,8 @@ class LayerKernels(ExpertKernels):
 
     @cached_property
     def fc1_dgrad(self) -> tuple[Kernel, ...]:
-        return (*self._cast(self.n * self.fc1_out),
-                self._gemm(self.n, self.spec.hidden, self.fc1_out),
+        return (*self._cast(self.n * self.fc1_out, module=FC1),
+                self._gemm(self.n, self.spec.hidden, self.fc1_out, module=FC1),
                 *self.lora_dgrad("linear_fc1", self.spec.hidden, self.fc1_out))
 
     @cached_property
@@ -184,7 +203,8 @@ class LayerKernels(ExpertKernels):
         if self.spec.frozen:   # the adapters' alone
             return (*self.lora_wgrad("linear_fc2", self.f, h),
                     *self.lora_wgrad("linear_fc1", h, self.fc1_out))
-        return (self._gemm(self.f, h, self.n), self._gemm(h, self.fc1_out, self.n))
+        return (self._gemm(self.f, h, self.n, module=FC2),
+                self._gemm(h, self.fc1_out, self.n, module=FC1))
 
     @cached_property
     def attention_dgrad(self) -> tuple[Kernel, ...]:
@@ -196,7 +216,8 @@ class LayerKernels(ExpertKernels):
     @cached_property
     def projection_dgrad(self) -> tuple[Kernel, ...]:
         s = self.spec
-        return (*self._cast(self.n * s.hidden), self._gemm(self.n, self.q, s.hidden),
+        return (*self._cast(self.n * s.hidden, module=PROJ),
+                self._gemm(self.n, self.q, s.hidden, module=PROJ),
                 *self.lora_dgrad("linear_proj", self.q, s.hidden),
                 *self._attention_casts(backward=True))
 
@@ -216,7 +237,8 @@ class LayerKernels(ExpertKernels):
         """The QKV data gradient: the tail of :attr:`attention_dgrad` (context parallelism
         runs it after the key and value gradients are reduced)."""
         width = self.q + 2 * self.kv
-        return (*self._cast(self.n * width), self._gemm(self.n, self.spec.hidden, width),
+        return (*self._cast(self.n * width, module=QKV),
+                self._gemm(self.n, self.spec.hidden, width, module=QKV),
                 *self.lora_dgrad("linear_qkv", self.spec.hidden, width))
 
     @cached_property
@@ -225,55 +247,8 @@ class LayerKernels(ExpertKernels):
         if self.spec.frozen:   # the adapters' alone
             return (*self.lora_wgrad("linear_proj", self.q, h),
                     *self.lora_wgrad("linear_qkv", h, self.q + 2 * self.kv))
-        return (self._gemm(self.q, h, self.n), self._gemm(h, self.q + 2 * self.kv, self.n))
-
-    # ------------------------------------------------------------------ embedding, logits
-    @cached_property
-    def embedding(self) -> tuple[Kernel, ...]:
-        """The vocabulary-parallel embedding lookup: read the rows, write the activation."""
-        return (elementwise(2 * self.n * self.spec.hidden * ACT, "embedding"),)
-
-    @cached_property
-    def embedding_backward(self) -> tuple[Kernel, ...]:
-        if self.spec.frozen:   # and no input needs a gradient
-            return ()
-        return (elementwise(3 * self.n * self.spec.hidden * ACT, "embedding_backward"),)
-
-    @property
-    def vocab_shard(self) -> int:
-        return self.spec.padded_vocab // self.spec.tp
-
-    @cached_property
-    def logits(self) -> tuple[Kernel, ...]:
-        """Output layer and vocabulary-parallel cross entropy, priced by the bytes its steps
-        move per logit (:data:`CROSS_ENTROPY`)."""
-        forward = CROSS_ENTROPY[self.spec.cross_entropy].forward
-        return (self._gemm16(self.n, self.vocab_shard, self.spec.hidden),
-                elementwise(forward * self.n * self.vocab_shard, "cross_entropy"))
-
-    @cached_property
-    def train_metrics(self) -> tuple[Kernel, ...]:
-        """The training metrics' cross entropies over the logits (:data:`METRIC_BYTES`)."""
-        return (elementwise(METRIC_BYTES * self.spec.metric_cross_entropies * self.n
-                            * self.vocab_shard, "train_metrics"),)
-
-    @cached_property
-    def logits_dgrad(self) -> tuple[Kernel, ...]:
-        backward = CROSS_ENTROPY[self.spec.cross_entropy].backward
-        return (elementwise(backward * self.n * self.vocab_shard, "cross_entropy_backward"),
-                self._gemm16(self.n, self.spec.hidden, self.vocab_shard))
-
-    @cached_property
-    def logits_wgrad(self) -> tuple[Kernel, ...]:
-        if self.spec.frozen:
-            return ()
-        return (self._gemm16(self.spec.hidden, self.vocab_shard, self.n),)
-
-    @property
-    def vocab_parameters(self) -> int:
-        """Trained weights of the rank's share of the embedding (or of the output layer):
-        none under LoRA."""
-        return 0 if self.spec.frozen else self.vocab_shard * self.spec.hidden
+        return (self._gemm(self.q, h, self.n, module=PROJ),
+                self._gemm(h, self.q + 2 * self.kv, self.n, module=QKV))
 
     # ------------------------------------------------------------------ multi-token prediction
     # (Megatron-Core's ``MultiTokenPredictionLayer``: the next tokens' embedding and the
@@ -293,17 +268,18 @@ class LayerKernels(ExpertKernels):
     @cached_property
     def mtp_projection(self) -> tuple[Kernel, ...]:
         h = self.spec.hidden
-        return self._linear(h // self.spec.tp, 2 * h)
+        return self._linear(h // self.spec.tp, 2 * h, module=EH_PROJ)
 
     @cached_property
     def mtp_projection_dgrad(self) -> tuple[Kernel, ...]:
         h, t = self.spec.hidden, self.spec.tp
-        return (*self._cast(self.n * h // t), self._gemm(self.n, 2 * h, h // t))
+        return (*self._cast(self.n * h // t, module=EH_PROJ),
+                self._gemm(self.n, 2 * h, h // t, module=EH_PROJ))
 
     @cached_property
     def mtp_projection_wgrad(self) -> tuple[Kernel, ...]:
         h = self.spec.hidden
-        return (self._gemm(h // self.spec.tp, 2 * h, self.n),)
+        return (self._gemm(h // self.spec.tp, 2 * h, self.n, module=EH_PROJ),)
 
     @property
     def mtp_weights(self) -> int:
@@ -363,10 +339,25 @@ class LayerKernels(ExpertKernels):
     def of_layer(self, layer: int) -> LayerKernels:
         """The kernels of ``layer``: these, or a dense MLP's (width ``ffn``) for a dense
         layer of a mixture of experts (``moe_layer_freq``), and full attention's for a layer
-        the sliding window skips (``window_skip_freq``)."""
+        the sliding window skips (``window_skip_freq``), each in the layer's precision and its
+        modules' (:func:`.transformer_precision.in_precision`)."""
+        if layer not in self._variants:   # (one resolution per layer; equal specs share)
+            spec = in_precision(self.spec, layer)
+            variant = None if spec == self.spec else self._variants.get(spec)
+            if variant is None and spec != self.spec:
+                variant = self._variants[spec] = type(self)(spec)
+            self._variants[layer] = variant   # (None: these; never self, no cycle)
+        variant = self._variants[layer]
+        if variant is not None:
+            return variant.of_layer(layer)
         s = self.spec
         k = self if not s.experts or s.is_moe(layer) else self._dense_layer
         return k if not s.window or s.is_windowed(layer) else k._full_attention
+
+    @cached_property
+    def _variants(self) -> dict[object, LayerKernels | None]:
+        """These kernels in each layer's precision, by layer and by spec."""
+        return {}
 
     @cached_property
     def _full_attention(self) -> LayerKernels:
@@ -382,5 +373,7 @@ class LayerKernels(ExpertKernels):
         """The shared experts' kernels, a dense MLP of their width split over the TP ranks as
         the dense MLP is (Megatron-Core's ``SharedExpertMLP``); None without them."""
         s = self.spec
-        return LayerKernels(replace(s, ffn=s.shared_ffn, experts=0, shared_ffn=0)) \
-            if s.shared_ffn else None
+        own = {SHARED_FC1: FC1, SHARED_FC2: FC2}   # their modules, as a dense MLP's
+        modules = tuple((own[m], p) for m, p in s.module_precision if m in own)
+        return LayerKernels(replace(s, ffn=s.shared_ffn, experts=0, shared_ffn=0,
+                                    module_precision=modules)) if s.shared_ffn else None

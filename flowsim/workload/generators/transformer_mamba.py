@@ -46,6 +46,8 @@ STATE = 4
 #: the states passed from chunk to chunk are written back in 16 bits, and read again so
 #: (``_state_passing_fwd``'s ``out_dtype``; the backward's recomputation keeps FP32)
 PASSED = 2
+#: the mixer's Transformer Engine modules, by their paths in Megatron-Core's layer
+IN_PROJ, OUT_PROJ = "mixer.in_proj", "mixer.out_proj"
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,7 @@ class MambaKernels(LayerShapes):
     # ------------------------------------------------------------------ forward
     @cached_property
     def in_proj(self) -> tuple[Kernel, ...]:
-        return self._linear(self.in_width, self.spec.hidden)
+        return self._linear(self.in_width, self.spec.hidden, module=IN_PROJ)
 
     @cached_property
     def core(self) -> tuple[Kernel, ...]:
@@ -174,12 +176,12 @@ class MambaKernels(LayerShapes):
 
     @cached_property
     def out_proj(self) -> tuple[Kernel, ...]:
-        return self._linear(self.spec.hidden, self.inner)
+        return self._linear(self.spec.hidden, self.inner, module=OUT_PROJ)
 
     # ------------------------------------------------------------------ backward
     @cached_property
     def out_proj_dgrad(self) -> tuple[Kernel, ...]:
-        return self._linear(self.inner, self.spec.hidden)
+        return self._linear(self.inner, self.spec.hidden, module=OUT_PROJ)
 
     @cached_property
     def core_backward(self) -> tuple[Kernel, ...]:
@@ -209,14 +211,15 @@ class MambaKernels(LayerShapes):
 
     @cached_property
     def in_proj_dgrad(self) -> tuple[Kernel, ...]:
-        return self._linear(self.spec.hidden, self.in_width)
+        return self._linear(self.spec.hidden, self.in_width, module=IN_PROJ)
 
     @cached_property
     def wgrad(self) -> tuple[Kernel, ...]:
         """``out_proj``'s weight gradient, then ``in_proj``'s (and the convolution's, the
         decay's and the norm's, small beside them)."""
         h = self.spec.hidden
-        return (self._gemm(self.inner, h, self.n), self._gemm(h, self.in_width, self.n))
+        return (self._gemm(self.inner, h, self.n, module=OUT_PROJ),
+                self._gemm(h, self.in_width, self.n, module=IN_PROJ))
 
     # ------------------------------------------------------------------ parameters
     @property

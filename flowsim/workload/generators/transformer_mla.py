@@ -30,7 +30,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from ..kernels import Attention, Elementwise, Kernel
-from .transformer_kernels import LayerKernels
+from .transformer_kernels import PROJ, LayerKernels
 from .transformer_shapes import ACT
 from .transformer_spec import TransformerSpec
 from .transformer_values import LatentAttention, gathered_bytes
@@ -40,6 +40,11 @@ def layer_kernels(spec: TransformerSpec) -> LayerKernels:
     """The kernels of ``spec``'s layers: :class:`LatentKernels` with ``mla``."""
     return LatentKernels(spec) if spec.mla is not None else LayerKernels(spec)
 
+
+#: the latent attention's Transformer Engine modules, by their paths in Megatron-Core's layer
+Q_PROJ, Q_DOWN, Q_UP = ("self_attention.linear_q_proj", "self_attention.linear_q_down_proj",
+                        "self_attention.linear_q_up_proj")
+KV_DOWN, KV_UP = "self_attention.linear_kv_down_proj", "self_attention.linear_kv_up_proj"
 
 class LatentKernels(LayerKernels):
     """:class:`~.transformer_kernels.LayerKernels` with multi-head latent attention."""
@@ -95,17 +100,25 @@ class LatentKernels(LayerKernels):
     def down(self) -> tuple[Kernel, ...]:
         """The down projections on the sequence-parallel shard (duplicated weights)."""
         m, h, n = self.m, self.spec.hidden, self.n_sp
-        q = (self._gemm(n, m.q_lora_rank, h),) if m.q_lora_rank else ()
-        return (*self._cast(n * h), *q, self._gemm(n, m.kv_lora_rank + m.qk_pos_emb_head_dim, h))
+        q = (self._gemm(n, m.q_lora_rank, h, module=Q_DOWN),) if m.q_lora_rank else ()
+        return (*self._cast(n * h, module=KV_DOWN), *q,
+                self._gemm(n, m.kv_lora_rank + m.qk_pos_emb_head_dim, h, module=KV_DOWN))
 
     @cached_property
     def qkv(self) -> tuple[Kernel, ...]:
         m, n = self.m, self.n
         norms = Elementwise(2.0 * n * (m.q_lora_rank + m.kv_lora_rank) * ACT,
                             name="latent_layernorm")
-        return (norms, *self._cast(n * (self.q_in + m.kv_lora_rank)),
-                self._gemm(n, self.heads * self.head_qk, self.q_in),
-                self._gemm(n, self.kv_up, m.kv_lora_rank), *self._attention_casts(backward=False))
+        qm = self.q_module
+        return (norms, *self._cast(n * (self.q_in + m.kv_lora_rank), module=qm),
+                self._gemm(n, self.heads * self.head_qk, self.q_in, module=qm),
+                self._gemm(n, self.kv_up, m.kv_lora_rank, module=KV_UP),
+                *self._attention_casts(backward=False))
+
+    @property
+    def q_module(self) -> str:
+        """The module that makes the queries (its cast also prices the keys' latents')."""
+        return Q_UP if self.m.q_lora_rank else Q_PROJ
 
     @cached_property
     def rope(self) -> tuple[Kernel, ...]:
@@ -123,57 +136,63 @@ class LatentKernels(LayerKernels):
     @cached_property
     def projection(self) -> tuple[Kernel, ...]:
         v = self.heads * self.m.v_head_dim
-        return (*self._cast(self.n * v), self._gemm(self.n, self.spec.hidden, v))
+        return (*self._cast(self.n * v, module=PROJ),
+                self._gemm(self.n, self.spec.hidden, v, module=PROJ))
 
     @property
     def attention_matmuls(self) -> tuple[tuple[Kernel, ...], ...]:
         """The latent attention's matmuls in the order torchtitan's DeepSeek-V3 runs them:
         ``wq`` (or ``wq_a``, ``wq_b``), ``wkv_a``, ``wkv_b``, ``wo``."""
         m, h = self.m, self.spec.hidden
-        queries = ((self._linear(m.q_lora_rank, h),
-                    self._linear(self.heads * self.head_qk, m.q_lora_rank))
-                   if m.q_lora_rank else (self._linear(self.heads * self.head_qk, h),))
-        return (*queries, self._linear(m.kv_lora_rank + m.qk_pos_emb_head_dim, h),
-                self._linear(self.kv_up, m.kv_lora_rank),
-                self._linear(h, self.heads * self.m.v_head_dim))
+        queries = ((self._linear(m.q_lora_rank, h, module=Q_DOWN),
+                    self._linear(self.heads * self.head_qk, m.q_lora_rank, module=Q_UP))
+                   if m.q_lora_rank else
+                   (self._linear(self.heads * self.head_qk, h, module=Q_PROJ),))
+        return (*queries, self._linear(m.kv_lora_rank + m.qk_pos_emb_head_dim, h,
+                                       module=KV_DOWN),
+                self._linear(self.kv_up, m.kv_lora_rank, module=KV_UP),
+                self._linear(h, self.heads * self.m.v_head_dim, module=PROJ))
 
     # ------------------------------------------------------------------ backward
     @cached_property
     def projection_dgrad(self) -> tuple[Kernel, ...]:
         h = self.spec.hidden
-        return (*self._cast(self.n * h),
-                self._gemm(self.n, self.heads * self.m.v_head_dim, h),
+        return (*self._cast(self.n * h, module=PROJ),
+                self._gemm(self.n, self.heads * self.m.v_head_dim, h, module=PROJ),
                 *self._attention_casts(backward=True))
 
     @cached_property
     def qkv_dgrad(self) -> tuple[Kernel, ...]:
         """The up projections' data gradients (their latents' gradients)."""
         m, n, q = self.m, self.n, self.heads * self.head_qk
-        return (*self._cast(n * (q + self.kv_up)), self._gemm(n, self.q_in, q),
-                self._gemm(n, m.kv_lora_rank, self.kv_up),
+        qm = self.q_module
+        return (*self._cast(n * (q + self.kv_up), module=qm),
+                self._gemm(n, self.q_in, q, module=qm),
+                self._gemm(n, m.kv_lora_rank, self.kv_up, module=KV_UP),
                 Elementwise(3.0 * n * (m.q_lora_rank + m.kv_lora_rank) * ACT,
                             name="latent_layernorm_backward"))
 
     @cached_property
     def attention_wgrad(self) -> tuple[Kernel, ...]:
         m, n, h = self.m, self.n, self.spec.hidden
-        return (self._gemm(self.heads * m.v_head_dim, h, n),
-                self._gemm(self.heads * self.head_qk, self.q_in, n),
-                self._gemm(self.kv_up, m.kv_lora_rank, n))
+        return (self._gemm(self.heads * m.v_head_dim, h, n, module=PROJ),
+                self._gemm(self.heads * self.head_qk, self.q_in, n, module=self.q_module),
+                self._gemm(self.kv_up, m.kv_lora_rank, n, module=KV_UP))
 
     @cached_property
     def down_dgrad(self) -> tuple[Kernel, ...]:
         """The down projections' data gradients, on the shard."""
         m, h, n = self.m, self.spec.hidden, self.n_sp
         kv = m.kv_lora_rank + m.qk_pos_emb_head_dim
-        q = (self._gemm(n, h, m.q_lora_rank),) if m.q_lora_rank else ()
-        return (*self._cast(n * (m.q_lora_rank + kv)), *q, self._gemm(n, h, kv))
+        q = (self._gemm(n, h, m.q_lora_rank, module=Q_DOWN),) if m.q_lora_rank else ()
+        return (*self._cast(n * (m.q_lora_rank + kv), module=KV_DOWN), *q,
+                self._gemm(n, h, kv, module=KV_DOWN))
 
     @cached_property
     def down_wgrad(self) -> tuple[Kernel, ...]:
         m, h, n = self.m, self.spec.hidden, self.n_sp
-        q = (self._gemm(m.q_lora_rank, h, n),) if m.q_lora_rank else ()
-        return (*q, self._gemm(m.kv_lora_rank + m.qk_pos_emb_head_dim, h, n))
+        q = (self._gemm(m.q_lora_rank, h, n, module=Q_DOWN),) if m.q_lora_rank else ()
+        return (*q, self._gemm(m.kv_lora_rank + m.qk_pos_emb_head_dim, h, n, module=KV_DOWN))
 
     # ------------------------------------------------------------------ sizes
     @property

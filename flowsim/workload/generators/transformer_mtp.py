@@ -63,7 +63,8 @@ class MultiTokenPrediction:
 
     def _body(self, name: str, layer: int, x: Frontier) -> Frontier:
         """Norms, concatenation, projection (and its output gathered over TP), the layer."""
-        b, k, s = self.b, self.k, self.spec
+        b, s = self.b, self.spec
+        k = self.k.of_layer(layer)   # the depth's, in its precision
         x = (b.compute(f"{name}.inputs", k.mtp_inputs, layer, "fwd", x),)
         x = b.tp_block(f"{name}.projection", k.mtp_projection, layer, "fwd", x, gather=True,
                        reduce=False, gathered=2 * k.gather_bytes)
@@ -112,11 +113,12 @@ class MultiTokenPrediction:
                                   k.shard_bytes, b.groups.tp, layer, "ig", x),)
             # the projection: its output's gather is a split backward; its input's gradient
             # reduced over TP, its input gathered again for the weight gradient (sp)
-            regather = b.regather(f"{name}.projection.dgrad", layer, x, 2 * k.gather_bytes)
-            x = b.tp_block(f"{name}.projection.dgrad", b.norm_backward + k.mtp_projection_dgrad,
+            d = k.of_layer(layer)   # the depth's, in its precision
+            regather = b.regather(f"{name}.projection.dgrad", layer, x, 2 * d.gather_bytes)
+            x = b.tp_block(f"{name}.projection.dgrad", b.norm_backward + d.mtp_projection_dgrad,
                            layer, "ig", x, gather=False, reduce=True, after=regather,
                            reduced=2 * k.activation_bytes)
-            b.compute(f"{name}.projection.wgrad", k.mtp_projection_wgrad, layer, "wg", regather)
+            b.compute(f"{name}.projection.wgrad", d.mtp_projection_wgrad, layer, "wg", regather)
             hidden = (b.compute(f"{name}.inputs_backward", k.mtp_inputs_backward, layer, "ig",
                                 x),)
             e: Frontier = hidden

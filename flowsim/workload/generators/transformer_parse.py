@@ -29,6 +29,7 @@ from ..roofline import parse_roofline
 from . import transformer_hybrid as hybrid
 from . import transformer_values as tv
 from .transformer_checks import check_consistent, check_head_width
+from .transformer_precision import read_quant_recipe
 from .transformer_spec import (
     A100_ROOFLINE,
     ATTENTIONS,
@@ -129,6 +130,10 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                                            source=source, default="nemo",
                                            case_insensitive=True)
     v["dtype"], v["fp8_recipe"] = tv.read_precision(values, source, DTYPES)
+    for end in ("start", "end"):
+        v[f"bf16_layers_at_{end}"] = _count(values, f"bf16_layers_at_{end}", source,
+                                            default=0, minimum=0)
+    v["quant_recipe"] = read_quant_recipe(values.get("quant_recipe"), source)
     v["mla"] = tv.read_mla(values, source)
     v["pipeline_layout"] = tv.read_layout(values, source)
     v["pipeline_layout"] = hybrid.stage_layers(marked, v["pp"], v["vpp"], v["pipeline_layout"],

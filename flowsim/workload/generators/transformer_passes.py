@@ -138,7 +138,7 @@ class PassBuilder(OpStream):
         return self.k.residual
 
     def _mamba_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
-        m = self.k.mamba
+        m = self.k.of_layer(layer).mamba
         return self.layer_block(f"{name}.mamba", Block(m.in_proj, m.core, m.out_proj,
                                                        "in_proj", "out_proj"),
                                 layer, x, gather=True, reduce=True)
@@ -159,7 +159,7 @@ class PassBuilder(OpStream):
         return self.cp.forward(name, layer, qkv, k)
 
     def _moe_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
-        k, s = self.k, self.spec
+        k, s = self.k.of_layer(layer), self.spec
         x = (self.compute(f"{name}.router", k.router + k.latent_down + k.permute, layer, "fwd",
                           x),)
         if s.ep > 1:
@@ -215,7 +215,7 @@ class PassBuilder(OpStream):
             g = (self.compute(f"{name}.norm2_backward", k.norm_backward + k.residual_backward,
                               layer, "ig", g),)
         if s.mixer(layer) == "mamba":
-            mk = k.mamba
+            mk = k.of_layer(layer).mamba
             return self._dgrad_wgrad(f"{name}.mamba", Block(
                 mk.out_proj_dgrad, mk.core_backward, mk.in_proj_dgrad, "out_proj", "in_proj"),
                 mk.wgrad, layer, g)
@@ -319,7 +319,7 @@ class PassBuilder(OpStream):
                                 nbytes or self.k.gather_bytes, self.groups.tp, layer, "ig", g),)
 
     def _moe_backward(self, name: str, layer: int, g: Frontier) -> Frontier:
-        k, s = self.k, self.spec
+        k, s = self.k.of_layer(layer), self.spec
         shared: Frontier = ()
         if k.shared_expert is not None:
             # computed last forward, so its backward comes first, and the routed path's
@@ -330,7 +330,7 @@ class PassBuilder(OpStream):
                 layer, g)
             g = (*g, *shared, *(() if self.last is None else (self.last,)))
         # the up projection's data gradient first (the down projection's GEMM shape)
-        g = (self.compute(f"{name}.unpermute_backward", k.latent_down + k.unpermute, layer,
+        g = (self.compute(f"{name}.unpermute_backward", k.latent_dgrads[0] + k.unpermute, layer,
                           "ig", g),)
         if s.ep > 1:
             g = exchange(self, f"{name}.combine_backward", True, layer, "ig", g)
@@ -338,7 +338,7 @@ class PassBuilder(OpStream):
                             k.sort_chunks + k.experts_dgrad + k.sort_chunks, layer, "ig", g)
         if s.ep > 1:
             g = exchange(self, f"{name}.dispatch_backward", False, layer, "ig", g)
-        g = (self.compute(f"{name}.permute_backward", k.permute + k.latent_up, layer, "ig",
+        g = (self.compute(f"{name}.permute_backward", k.permute + k.latent_dgrads[1], layer, "ig",
                           g),)
         self.compute(f"{name}.experts.wgrad", k.experts_wgrad, layer, "wg")
         return (*g, *shared)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from ..kernels import BLOCK_SCALED_RECIPES, Attention, Elementwise, Gemm, Kernel, Quantize, Work
+from .transformer_precision import precision_of
 from .transformer_spec import TransformerSpec
 from .transformer_values import gathered_bytes
 
@@ -126,32 +127,38 @@ class LayerShapes:
     def fc1_out(self) -> int:
         return (2 if self.spec.gated_mlp else 1) * self.f
 
-    def _gemm(self, m: int, n: int, k: int, batch: int = 1) -> Gemm:
-        """A GEMM of a transformer layer's linear layers (FP8 in FP8 training, FP4 in NVFP4)."""
-        dtype: str = "bf16" if self.spec.dtype == "fp16" else self.spec.dtype
-        if dtype == "fp8" and self.spec.fp8_recipe == "nvfp4":
+    def _gemm(self, m: int, n: int, k: int, batch: int = 1, module: str = "") -> Gemm:
+        """A GEMM of a transformer layer's linear layers (FP8 in FP8 training, FP4 in NVFP4),
+        in ``module``'s precision (:func:`.transformer_precision.precision_of`)."""
+        dtype, recipe = precision_of(self.spec, module)
+        dtype = "bf16" if dtype == "fp16" else dtype
+        if dtype == "fp8" and recipe == "nvfp4":
             dtype = "fp4"
         return Gemm(int(m), int(n), int(k), int(batch), dtype)
 
-    def _linear(self, width: int, k: int, tokens: int = 0) -> tuple[Kernel, ...]:
+    def _linear(self, width: int, k: int, tokens: int = 0, module: str = ""
+                ) -> tuple[Kernel, ...]:
         """A Transformer Engine linear layer's GEMM (a forward, or a data gradient) with its
         input's FP8 cast: ``k`` in, ``width`` out, on ``tokens`` (default the rank's)."""
         tokens = tokens or self.n
-        return (*self._cast(tokens * k), self._gemm(tokens, width, k))
+        return (*self._cast(tokens * k, module=module),
+                self._gemm(tokens, width, k, module=module))
 
     def _gemm16(self, m: int, n: int, k: int, batch: int = 1) -> Gemm:
         """A GEMM that stays 16-bit in FP8 training (output layer, router)."""
         return Gemm(int(m), int(n), int(k), int(batch), "bf16")
 
-    def _cast(self, elements: int, layouts: int | None = None) -> tuple[Kernel, ...]:
-        """FP8 training's cast of one GEMM operand of ``elements`` under the run's recipe
-        (none otherwise), in ``layouts`` layouts; by default a linear layer's: both, or
+    def _cast(self, elements: int, layouts: int | None = None, module: str = ""
+              ) -> tuple[Kernel, ...]:
+        """FP8 training's cast of one GEMM operand of ``elements`` under ``module``'s recipe
+        (none in 16 bits), in ``layouts`` layouts; by default a linear layer's: both, or
         under LoRA (frozen: no weight gradient) the one its data GEMM reads."""
-        if self.spec.dtype != "fp8":
+        dtype, recipe = precision_of(self.spec, module)
+        if dtype != "fp8":
             return ()
         if layouts is None:
             layouts = 1 if self.spec.frozen else 2
-        return (Quantize(elements, self.spec.fp8_recipe, layouts),)
+        return (Quantize(elements, recipe, layouts),)
 
     @property
     def attention_io(self) -> tuple[int, int]:

@@ -5,7 +5,7 @@ means, its choices and defaults. :mod:`.transformer_parse` reads and checks them
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Literal
+from typing import Any, Literal
 
 from ..._validate import choices_of
 from ..kernels import DTYPE_BYTES, Fp8Recipe
@@ -179,6 +179,17 @@ class TransformerSpec:
     fp8_param_gather: bool = False
     #: FP8 scaling or NVFP4 (``FP8_RECIPES``: ``--fp8-recipe``; :mod:`flowsim.compute.quantize`)
     fp8_recipe: Fp8Recipe = "delayed"
+    #: the first and the last N decoder layers in 16 bits, outside the FP8 (NVFP4) autocast
+    #: (Megatron-Core's ``--first-last-layers-bf16`` with ``--num-layers-at-start-in-bf16``
+    #: and ``--num-layers-at-end-in-bf16``: :mod:`.transformer_precision`)
+    bf16_layers_at_start: int = 0
+    bf16_layers_at_end: int = 0
+    #: a precision per module: Megatron-Core's quantization recipe, its enabled matchers in
+    #: order (``--te-precision-config-file``; :class:`.transformer_precision.QuantRule`)
+    quant_recipe: tuple[Any, ...] = ()
+    #: one layer's modules whose precision differs from the layer's: (module, precision);
+    #: set per layer by :func:`.transformer_precision.in_precision`, never read from a spec
+    module_precision: tuple[tuple[str, str], ...] = ()
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     #: with the interleaved schedule, the overlapped parameter gathers of a model chunk all
@@ -371,4 +382,5 @@ class TransformerSpec:
 
 #: Keys accepted for compatibility, and what they mean now
 LEGACY = {"zero": "distributed_optimizer", "dtype_bytes": "dtype"}
-KEYS = tuple(f.name for f in fields(TransformerSpec) if f.name != "source") + tuple(LEGACY)
+KEYS = tuple(f.name for f in fields(TransformerSpec)
+             if f.name not in ("source", "module_precision")) + tuple(LEGACY)

@@ -36,7 +36,8 @@ MAXIMA = {"layers": MAX_INT, "micro_batches": MAX_INT, "global_batch": MAX_INT,
           "fsdp_shard": MAX_INT, "expert_tp": MAX_NPUS, "node_limit": MAX_NPUS,
           "microbatch_group": MAX_INT, "mtp_layers": 1 << 10, "metric_cross_entropies": 1 << 10,
           "recompute_every": MAX_INT, "recompute_layers": MAX_INT, "lora_rank": 1 << 16,
-          "cpu_offload_layers": MAX_INT, "document_tokens": 1 << 24}
+          "cpu_offload_layers": MAX_INT, "bf16_layers_at_start": MAX_INT,
+          "bf16_layers_at_end": MAX_INT, "document_tokens": 1 << 24}
 #: The parallelisms, innermost first in Megatron-Core's default rank order ("tp-cp-ep-dp-pp").
 Parallelism = Literal["tp", "cp", "ep", "dp", "pp"]
 PARALLELISMS: tuple[Parallelism, ...] = choices_of(Parallelism)
