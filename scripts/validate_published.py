@@ -146,6 +146,8 @@ def spec(row: dict[str, str]) -> dict:
         out["fsdp_reshard"] = row["fsdp_reshard"]
     if row.get("lora_targets"):   # LoRA's adapted layers, ";"-separated; else all four
         out["lora_targets"] = row["lora_targets"].split(";")
+    if row.get("recompute_modules"):   # selective recomputation's modules, ";"-separated
+        out["recompute_modules"] = row["recompute_modules"].split(";")
     for key in ("mla", "mamba"):   # latent attention's, Mamba-2's widths: "key=value;..."
         if row.get(key):
             out[key] = {k: int(v) for k, v in (item.split("=") for item in row[key].split(";"))}

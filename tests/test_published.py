@@ -77,7 +77,7 @@ def test_every_column_that_names_a_spec_key_reaches_the_spec():
                 assert [f"{r.pattern}={r.precision}" for r in value] == \
                     row[key].split(";"), row["run"]
                 continue
-            if key == "lora_targets":   # ";"-separated module names
+            if key in ("lora_targets", "recompute_modules"):   # ";"-separated names
                 assert value == tuple(row[key].split(";")), row["run"]
                 continue
             if key in ("moe_layer_freq", "pipeline_layout"):   # list expressions only,
@@ -371,7 +371,7 @@ def test_the_spread_what_if_refuses_a_spread_it_cannot_run(value, capsys):
 def test_the_fp8_speed_ups_the_accuracy_page_quotes_are_the_record_s():
     """The GB200 section's FP8-over-BF16 speed-ups (each recipe pair's BF16 time over its FP8
     time): 1.44-1.52 published and 1.60-1.69 recorded on GB200, 8-11% more in flowsim; on
-    H100, at each model's smallest size, a median of -0.2% (-1.8% to +6.4%), at 2,048 GPUs
+    H100, at each model's smallest size, a median of -0.2% (-2.2% to +6.4%), at 2,048 GPUs
     and more -1.7% to +8.2%."""
     import statistics
 
@@ -405,11 +405,11 @@ def test_the_fp8_speed_ups_the_accuracy_page_quotes_are_the_record_s():
     errors = [e for _, e in smallest.values()]
     assert len(errors) == 10
     assert round(statistics.median(errors), 1) == -0.2
-    assert (round(min(errors), 1), round(max(errors), 1)) == (-1.8, 6.4)
+    assert (round(min(errors), 1), round(max(errors), 1)) == (-2.2, 6.4)
     assert (round(min(large), 1), round(max(large), 1)) == (-1.7, 8.2)
     page = (ROOT / "docs" / "accuracy" / "published.md").read_text()
     assert "1.44 to 1.52 published, 1.60 to 1.69 in flowsim, 8–11% more" in page
-    assert "a median of −0.2% at each model's smallest\nsize (ten pairs, −1.8% to +6.4%)" in page
+    assert "a median of −0.2% at each model's smallest\nsize (ten pairs, −2.2% to +6.4%)" in page
     assert "larger (−1.7% to +8.2%)" in page
 
 

@@ -241,6 +241,33 @@ def recompute_method_keys(method: Any, count: Any, where: str,
     return {}
 
 
+#: Megatron-Core's recompute modules flowsim prices (``--recompute-modules``), and the
+#: deprecated ``--moe-layer-recompute``'s spelling of ``moe``
+RECOMPUTE_MODULE_NAMES = {"core_attn": "core_attn", "moe_act": "moe_act",
+                          "layernorm": "layernorm", "mla_up_proj": "mla_up_proj", "mlp": "mlp",
+                          "moe": "moe", "moe_layer": "moe", "shared_experts": "shared_experts"}
+
+
+def recompute_modules_keys(modules: Any, where: str, name: str) -> dict[str, Any]:
+    """``recompute_modules`` from Megatron-Core's list (``name``: the tool's flag or key; a
+    list, or its values in one string); the modules of layers flowsim does not model (Gated
+    DeltaNet's, hyper-connections') are left out with a warning, others refused."""
+    items = modules.split() if isinstance(modules, str) else modules
+    if not isinstance(items, (list, tuple)) or not all(isinstance(m, str) for m in items):
+        raise config_error(where, name, "a list of Megatron-Core's recompute modules", modules)
+    known = [RECOMPUTE_MODULE_NAMES[m] for m in items if m in RECOMPUTE_MODULE_NAMES]
+    other = [m for m in items if m not in RECOMPUTE_MODULE_NAMES]
+    unmodelled = [m for m in other if m in ("gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc")]
+    if len(unmodelled) < len(other):
+        raise config_error(where, name, "Megatron-Core's recompute modules (" +
+                           ", ".join(sorted(set(RECOMPUTE_MODULE_NAMES))) + ")", other)
+    if unmodelled:
+        warnings.warn(f"{where}: {name} {' '.join(unmodelled)}: modules of layers flowsim does "
+                      "not model, left out", FlowsimWarning, stacklevel=4)
+    # an empty list re-runs nothing (Megatron-Core's default, core_attn, is for None)
+    return {"recompute_modules": known} if known else {"recompute": "none"}
+
+
 def fp8_recipe(recipe: object, where: str, name: str) -> str:
     """A framework's FP8 recipe (``name``: its flag or key) as a transformer ``fp8_recipe``:
     NeMo's short names (``cs``, ``ds``, ``mx``) read as theirs, ``blockwise`` (DeepSeek-V3's

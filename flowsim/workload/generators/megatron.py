@@ -26,7 +26,7 @@ Megatron-DeepSpeed's flags and Megatron-LM's pre-3.0 ones are read by
 :mod:`.megatron_deepspeed`, the pipeline split's (a layout string, uneven first and last
 ranks, the embedding and the loss counted as layers) by :mod:`.megatron_layout`, the
 optimizer's (Muon's) by :mod:`.megatron_optimizer`, a precision per layer or module's by
-:mod:`.megatron_precision`.
+:mod:`.megatron_precision`, recomputation's by :mod:`.megatron_recompute`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
-from . import megatron_deepspeed, megatron_layout, megatron_optimizer, megatron_precision
+from . import (
+    megatron_deepspeed,
+    megatron_layout,
+    megatron_optimizer,
+    megatron_precision,
+    megatron_recompute,
+)
 from .imported import (
     GPT2_VOCAB,
     ImportedSpec,
@@ -50,7 +56,6 @@ from .imported import (
     parse_imported,
     position_embedding,
     read_beside,
-    recompute_method_keys,
     shell_words,
 )
 from .shell_vars import shell_variables, substitute
@@ -100,22 +105,24 @@ MAMBA_FLAGS = {"mamba-num-heads": "heads", "mamba-head-dim": "head_dim",
                "mamba-state-dim": "state", "mamba-num-groups": "groups"}
 PATTERN_FLAGS = ("hybrid-layer-pattern", "hybrid-override-pattern")
 #: flags read by hand below (their meaning needs more than one key)
-SPECIAL = ("recompute-granularity", "fp8-format", "fp8-recipe", "fp4-format", "fp4-recipe",
+SPECIAL = ("fp8-format", "fp8-recipe", "fp4-format", "fp4-recipe",
            "attention-backend", "tp-comm-overlap-cfg", "tokenizer-type", "use-legacy-models",
            "no-scatter-gather-tensors-in-pipeline", "transformer-impl",
-           "moe-token-dispatcher-type", "recompute-method", "recompute-num-layers",
+           "moe-token-dispatcher-type",
            "use-megatron-fsdp", "data-parallel-sharding-strategy", "position-embedding-type",
            "use-rotary-position-embeddings", "moe-layer-freq", "multi-latent-attention",
            "window-size", "window-attn-skip-freq", "cp-comm-type", "moe-enable-deepep",
            "moe-flex-dispatcher-backend", "moe-router-group-topk", "moe-router-num-groups",
            "microbatch-group-size-per-virtual-pipeline-stage", "cross-entropy-fusion-impl",
            *MLA_FLAGS, *MAMBA_FLAGS, *PATTERN_FLAGS,
-           *megatron_layout.FLAGS, *megatron_optimizer.FLAGS, *megatron_precision.FLAGS)
+           *megatron_layout.FLAGS, *megatron_optimizer.FLAGS, *megatron_precision.FLAGS,
+           *megatron_recompute.FLAGS)
 #: every flag this module reads (with Megatron-DeepSpeed's and Megatron-LM's older ones)
 FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL + megatron_deepspeed.FLAGS
 #: flags taking several values (argparse's ``nargs='+'``) -> their values (what follows them
 #: in a script and is not one, a redirection say, is not theirs)
-MULTI_VALUED = {"cp-comm-type": ("p2p", "a2a", "allgather", "a2a+p2p")}
+MULTI_VALUED = {"cp-comm-type": ("p2p", "a2a", "allgather", "a2a+p2p"),
+                "recompute-modules": megatron_recompute.MODULES}
 #: flags taking several numbers (Megatron-DeepSpeed's experts per MoE layer)
 NUMBER_LISTS = ("num-experts",)
 #: flags that shape an iteration's time but have no transformer key (named in a warning)
@@ -257,16 +264,7 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
     keys.update(megatron_layout.layout_keys(flags, keys, where))
     keys.update(megatron_optimizer.optimizer_keys(flags, keys, where),
                 **megatron_precision.precision_keys(flags, where))
-    granularity = flags.get("recompute-granularity")
-    if granularity is not None and "recompute-activations" not in flags:   # that one wins
-        if granularity not in ("full", "selective"):
-            raise config_error(where, "--recompute-granularity", "full or selective",
-                               granularity)
-        keys["recompute"] = granularity
-    if keys.get("recompute") == "full":
-        keys.update(recompute_method_keys(flags.get("recompute-method"),
-                                          flags.get("recompute-num-layers"), where,
-                                          ("--recompute-method", "--recompute-num-layers")))
+    keys.update(megatron_recompute.recompute_keys(flags, keys, where))
     group = flags.get("microbatch-group-size-per-virtual-pipeline-stage")
     if group is not None and keys.get("vpp", 1) > 1:   # Megatron ignores it otherwise
         keys["microbatch_group"] = _number(

@@ -61,6 +61,7 @@ from .imported import (
     lora_keys,
     packed_warning,
     parse_imported,
+    recompute_modules_keys,
     renamed,
 )
 from .megatron_layout import EMBEDDING, FIRST, LAST, LAYOUT, LOSS, layout_keys
@@ -146,6 +147,9 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
     if model.get("mtp_use_repeated_layer"):
         keys["mtp_repeated"] = True
     keys.update(_pipeline_split(model, keys, where))
+    if keys.get("recompute") == "selective" and model.get("recompute_modules") is not None:
+        keys.update(recompute_modules_keys(model["recompute_modules"], where,
+                                           "model.recompute_modules"))
     # Megatron-Core's DDP reduces the gradients as these say, distributed optimizer or not
     keys["overlap_grad_reduce"] = config_switch(ddp, where, "ddp", "overlap_grad_reduce", False)
     keys["grad_reduce_in_bf16"] = not config_switch(ddp, where, "ddp", "grad_reduce_in_fp32",

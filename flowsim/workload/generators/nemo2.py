@@ -41,7 +41,14 @@ from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
 from .config_files import apply_nemo_run_items, nested_block, override_items
-from .imported import ImportedSpec, cross_entropy_impl, fp8_recipe, parse_imported, renamed
+from .imported import (
+    ImportedSpec,
+    cross_entropy_impl,
+    fp8_recipe,
+    parse_imported,
+    recompute_modules_keys,
+    renamed,
+)
 from .nemo import NUMBERS, nemo_keys
 from .nemo2_launch import read_command, read_recipe
 from .nemo2_recipes import BUCKET_SIZE, COMMIT, PLUGINS, PRECISIONS, Recipe
@@ -179,6 +186,9 @@ def nemo2_keys(text: Any, source: str, overrides: Any = None) -> dict[str, Any]:
     except ConfigError as exc:   # name the setting by its NeMo 2 path
         raise ConfigError(renamed(str(exc), _PATHS)) from None
     keys["vocab"] = recipe.vocab
+    if keys.get("recompute") == "selective" and model.get("recompute_modules") is not None:
+        keys.update(recompute_modules_keys(model["recompute_modules"], where,
+                                           "model.config.recompute_modules"))
     keys["cross_entropy_fusion"] = bool(model.get("cross_entropy_loss_fusion", True))
     keys.update(cross_entropy_impl(model.get("cross_entropy_fusion_impl"),
                                    keys["cross_entropy_fusion"], where,

@@ -43,10 +43,13 @@ Narayanan et al. 2021), layer norms, bias-dropout-residual adds, the activation 
 kernel), the rotation of the queries and keys as memory-bound kernels; backward passes as data-
 and weight-gradient GEMMs. Activation recomputation (Korthikanti et al. 2022): ``full`` re-runs
 each layer's forward, with its communication, before its backward; ``selective`` re-runs the
-attention core (scores, softmax, dropout; a no-op with flash attention, which recomputes them
-anyway); ``every_other_matmul`` is torchtitan's per-op policy (a layer's even-numbered
-matmuls, a mixture of experts' grouped expert GEMMs and the elementwise work between them,
-its input gathered again with sequence parallelism); ``recompute_every: N`` with ``full``
+modules ``recompute_modules`` names (Megatron-Core's ``--recompute-modules``; by default the
+attention core: scores, softmax and dropout, or the fused attention's forward kernel, which
+Megatron-Core's checkpoint re-runs; ``moe``, ``mlp``, ``moe_act``, ``shared_experts``,
+``layernorm``, ``mla_up_proj``: :mod:`.transformer_recompute`); ``every_other_matmul`` is
+torchtitan's per-op policy (a layer's even-numbered matmuls, a mixture of experts' grouped
+expert GEMMs and the elementwise work between them, its input gathered again with sequence
+parallelism); ``recompute_every: N`` with ``full``
 re-runs every N-th layer only, ``recompute_layers: N`` the first N layers of each model chunk
 (Megatron-Core's ``--recompute-method block --recompute-num-layers N``; the uniform method
 re-runs every layer). Instead of recomputing, ``cpu_offload_layers: N`` copies the first N
@@ -229,7 +232,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``, ``dualpipev``),
         ``microbatch_group``,
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``,
-        ``every_other_matmul``), ``recompute_every``, ``recompute_layers``,
+        ``every_other_matmul``), ``recompute_modules``, ``recompute_every``,
+        ``recompute_layers``,
         ``cpu_offload_layers``;
         ``distributed_optimizer`` (alias ``zero``), ``optimizer`` (``adam``, ``muon``,
         ``dist_muon``), ``fsdp``, ``fsdp_shard``,

@@ -221,6 +221,7 @@ def check_consistent(spec: Any) -> None:
          "false with NVFP4 (Transformer Engine's userbuffers take no NVFP4 quantizer; "
          "Megatron-Bridge's recipes turn the overlap off for it)", spec.tp_comm_overlap)
     _check_precisions(spec, need)
+    _check_recompute_modules(spec, need)
     need(spec.fsdp or not spec.fsdp_defer_grad_sync, "fsdp_defer_grad_sync",
          "false without fsdp", spec.fsdp_defer_grad_sync)
     need(not spec.moe_latent or spec.experts > 0, "moe_latent", "0 without experts (the "
@@ -355,3 +356,25 @@ def _check_precisions(spec: Any, need: Callable[[bool, str, str, Any], None]) ->
     if spec.quant_recipe:
         need(spec.dtype in ("bf16", "fp8"), "dtype", "bf16, fp8, mxfp8 or nvfp4 with "
              "quant_recipe (Transformer Engine's autocast beside BF16)", spec.dtype)
+
+
+def _check_recompute_modules(spec: Any, need: Callable[[bool, str, str, Any], None]) -> None:
+    """What Megatron-Core refuses of ``--recompute-modules``, and what flowsim does not price
+    (:func:`.transformer_recompute.recompute_modules`)."""
+    modules = spec.recompute_modules
+    if not modules:
+        return
+    need(spec.recompute == "selective", "recompute_modules", "empty unless recompute is "
+         "selective (Megatron-Core's --recompute-modules go with --recompute-granularity "
+         "selective)", list(modules))
+    need("mla_up_proj" not in modules or spec.mla is not None, "recompute_modules",
+         "mla_up_proj only with multi-head latent attention (mla)", list(modules))
+    need("moe_act" not in modules or spec.experts > 0, "recompute_modules",
+         "moe_act only with experts", list(modules))
+    need("moe_act" not in modules or not spec.fused_grouped_mlp, "recompute_modules",
+         "moe_act without fused_grouped_mlp (the fused MLP's activation lives in its GEMMs' "
+         "epilogues: not modelled)", list(modules))
+    need(not ({"moe_act", "layernorm"} & set(modules) and spec.dtype == "fp8"
+              and spec.fp8_recipe == "delayed"), "fp8_recipe", "a current-scaling or "
+         "block-scaled recipe with moe_act or layernorm recomputed (Megatron-Core refuses "
+         "delayed scaling with them)", spec.fp8_recipe)

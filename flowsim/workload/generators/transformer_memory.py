@@ -21,11 +21,12 @@ layer-norm inputs and two dropout masks (one byte each): ``34 n h`` for GPT's sh
 parallelism splits everything between its collectives; sequence parallelism also the norms,
 dropouts and block inputs (else they are replicated: ``n h (10 + 24 / t)``). Unfused
 attention adds the score matrix's softmax, dropout mask and dropout output (``5 a s n``;
-selective recomputation drops it); full recomputation keeps only each layer's input (``2 n
-h``, split by sequence parallelism) and one layer's activations at a time. The output layer
-keeps its logits for the cross entropy, in FP32 (in 16 bits under Transformer Engine's,
-flash-attn's and compiled ones), and so does each multi-token prediction depth, beside its
-layer's activations and its inputs'. How many micro-batches a stage holds comes
+selective recomputation drops it, and the MLP's or experts' share for the modules it re-runs:
+``moe``, ``mlp``, ``moe_act``, ``shared_experts``); full recomputation keeps only each layer's
+input (``2 n h``, split by sequence parallelism) and one layer's activations at a time. The
+output layer keeps its logits for the cross entropy, in FP32 (in 16 bits under Transformer
+Engine's, flash-attn's and compiled ones), and so does each multi-token prediction depth,
+beside its layer's activations and its inputs'. How many micro-batches a stage holds comes
 from the schedule it runs (1F1B's warm-up, the interleaved schedule's extra chunks).
 
 Left out: the CUDA context and library workspaces (about 1 GB), communication buffers
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING
 from . import transformer_values as tv
 from .transformer_checks import micro_batches
 from .transformer_combined import paired_forwards
-from .transformer_hybrid import ATTENTION, MAMBA, MOE
+from .transformer_hybrid import ATTENTION, MAMBA, MLP, MOE
 from .transformer_mla import LatentKernels
 from .transformer_optimizer import state_bytes
 from .transformer_schedule import stage_schedule, virtual_stage
@@ -207,7 +208,27 @@ def _layer_activations(program: StageProgram, kind: bool | str) -> tuple[float, 
         else:   # the odd matmuls' outputs (wq, wv; w1, w2), the attention's, the input
             kept = ACT * n * (k.q + k.kv + k.q + k.f) + ACT * n * h * (2 / t if spec.sp else 2)
         return kept, full - kept
-    return full, 0.0
+    dropped = _recomputed_modules(program, kind)
+    return full - dropped, dropped
+
+
+def _recomputed_modules(program: StageProgram, kind: bool | str) -> float:
+    """What ``recompute_modules`` keeps out of a layer's activations (re-made before its
+    backward, one layer's at a time): a mixture of experts' or a dense MLP's whole share
+    (``moe``, ``mlp``), or its experts' activation outputs, FC2's inputs (``moe_act``), and
+    its shared experts' (``shared_experts``). The norms' and latent attention's up
+    projections' outputs are left counted."""
+    spec, k = program.spec, program.k
+    modules = spec.recomputed_modules
+    moe, dense = kind in (True, MOE), kind in (False, MLP)
+    if (moe and "moe" in modules) or (dense and "mlp" in modules):
+        return _mlp_activations(program, moe=moe)
+    if not moe:
+        return 0.0
+    rows = k.expert_rows * (spec.experts // spec.ep)
+    gated = 3 if spec.gated_mlp else 2
+    return ACT * rows * k.expert_width * ("moe_act" in modules) + \
+        ACT * k.n * (spec.shared_ffn // spec.tp) * gated * ("shared_experts" in modules)
 
 
 def _split_activations(program: StageProgram, *, moe: bool) -> float:
@@ -259,8 +280,10 @@ def _scores(program: StageProgram) -> float:
     """Unfused attention's score matrices (their softmax, dropout mask and output), where
     no recomputation drops them."""
     spec = program.spec
-    if spec.attention != "unfused" or not (spec.recompute == "none" or spec.recompute_layers
-                                           or spec.recompute_every > 1):
+    dropped = spec.recompute in ("full", "every_other_matmul") or \
+        "core_attn" in spec.recomputed_modules
+    if spec.attention != "unfused" or (dropped and not spec.recompute_layers
+                                       and spec.recompute_every == 1):
         return 0.0
     return 5.0 * (spec.heads // spec.tp) * spec.micro_batch * (spec.sequence // spec.cp) ** 2
 

@@ -44,6 +44,7 @@ from .transformer_spec import (
     LORA_TARGETS,
     OPTIMIZERS,
     POSITION_EMBEDDINGS,
+    RECOMPUTE_MODULES,
     RECOMPUTES,
     SCHEDULES,
     UB_CONFIGS,
@@ -106,6 +107,10 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                                  default="none", case_insensitive=True)
     v["recompute_every"] = _count(values, "recompute_every", source, default=1)
     v["recompute_layers"] = _count(values, "recompute_layers", source, default=0, minimum=0)
+    v["recompute_modules"] = tuple(dict.fromkeys(read_list(   # each once, in the order given
+        values, "recompute_modules", partial(as_choice, choices=RECOMPUTE_MODULES),
+        source=source, default=(), max_length=len(RECOMPUTE_MODULES), scalar=True,
+        what="a list of " + ", ".join(RECOMPUTE_MODULES))))
     v["cpu_offload_layers"] = _count(values, "cpu_offload_layers", source, default=0,
                                      minimum=0)
     v["attention"] = read_choice(values, "attention", ATTENTIONS, source=source,

@@ -127,7 +127,7 @@ class PassBuilder(OpStream):
             return x
         x = (self.compute(norm, carry + k.norm, layer, "fwd", x),)
         if self.spec.is_moe(layer):
-            return self._moe_forward(name, layer, x)
+            return self.moe_forward(name, layer, x)
         k = k.of_layer(layer)
         return self.layer_block(f"{name}.mlp", Block(k.fc1, k.activation, k.fc2, "fc1", "fc2"),
                                 layer, x, gather=True, reduce=True)
@@ -158,7 +158,7 @@ class PassBuilder(OpStream):
                                x, gather=True, reduce=False)
         return self.cp.forward(name, layer, qkv, k)
 
-    def _moe_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
+    def moe_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
         k, s = self.k.of_layer(layer), self.spec
         x = (self.compute(f"{name}.router", k.router + k.latent_down + k.permute, layer, "fwd",
                           x),)
@@ -175,22 +175,6 @@ class PassBuilder(OpStream):
             x = self.layer_block(f"{name}.shared_expert", Block(
                 shared.fc1, shared.activation, shared.fc2, "fc1", "fc2"), layer, x,
                 gather=True, reduce=True)
-        return x
-
-    def recompute_matmuls(self, layer: int, tag: str) -> Frontier:
-        """``recompute: every_other_matmul`` before ``layer``'s backward: the kernels of
-        :attr:`~.transformer_kernels.LayerKernels.alternate_matmuls` after the stream's
-        previous op; with sequence parallelism each side's input is gathered again first
-        (the policy saves reduce-scatters, not all-gathers)."""
-        k, name = self.k.of_layer(layer), f"{tag}.recompute.layer{layer}"
-        attention, mlp = k.alternate_matmuls
-        if not (self.spec.sp and self.spec.tp > 1):
-            return (self.compute(name, attention + mlp, layer, "fwd"),)
-        x: Frontier = () if self.last is None else (self.last,)
-        for side, kernels in (("attention", attention), ("mlp", mlp)):
-            x = (self.collective(f"{name}.{side}.input.all_gather", "all_gather",
-                                 k.gather_bytes, self.groups.tp, layer, "fwd", x),)
-            x = (self.compute(f"{name}.{side}", kernels, layer, "fwd", x),)
         return x
 
     # ------------------------------------------------------------------ backward
@@ -225,11 +209,11 @@ class PassBuilder(OpStream):
         core = k.core_attention_backward + (k.rope if s.cp == 1 else ())
         core, later = self.cp.split_backward(core)   # what runs after the head's block
         order = None
-        if s.recompute == "selective" and s.attention == "unfused":
-            # recompute scores, softmax and dropout (priced first without overlap)
-            core = k.core_attention + core
-            order = k.core_attention + k.projection_dgrad + core[len(k.core_attention):] + \
-                k.qkv_dgrad
+        if "core_attn" in s.recomputed_modules:   # re-run before its backward, flash kernels
+            core = k.core_attention + core   # too (Megatron-Core's checkpoint); unfused: the
+            if s.attention == "unfused":     # scores, softmax, dropout, first without overlap
+                order = k.core_attention + k.projection_dgrad + \
+                    core[len(k.core_attention):] + k.qkv_dgrad
         dgrad = Block(k.projection_dgrad, core, k.qkv_dgrad, "projection", "qkv", order)
         between = None
         if s.cp > 1:   # the key and value gradients reduced over CP before the QKV gradient

@@ -24,6 +24,7 @@ from .transformer_offload import ActivationOffload
 from .transformer_optimizer import optimizer_step
 from .transformer_p2p import PipelineMessages
 from .transformer_passes import Frontier, PassBuilder
+from .transformer_recompute import recompute_matmuls, recompute_modules
 from .transformer_schedule import layer_counts, neighbours, stage_schedule, virtual_stage
 from .transformer_spec import TransformerSpec
 from .transformer_zero_bubble import WeightPasses
@@ -227,7 +228,9 @@ class StageProgram:
             if spec.is_recomputed(layer, layer - own.start):
                 g = (*g, *b.forward(layer, f"{tag}.recompute", ()))
             elif spec.recompute == "every_other_matmul":
-                g = (*g, *b.recompute_matmuls(layer, tag))
+                g = (*g, *recompute_matmuls(b, layer, tag))
+            elif spec.recompute == "selective":
+                g = (*g, *recompute_modules(b, layer, tag))
             g = b.backward(layer, tag, g, carry)
             carry = b.norm_backward
             b.after_wgrad(partial(self._ready, buckets, self._layer_parameters(layer),

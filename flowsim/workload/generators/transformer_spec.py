@@ -20,6 +20,10 @@ SCHEDULES: tuple[Schedule, ...] = choices_of(Schedule)
 #: policy): see :attr:`~.transformer_kernels.LayerKernels.alternate_matmuls`
 Recompute = Literal["none", "selective", "full", "every_other_matmul"]
 RECOMPUTES: tuple[Recompute, ...] = choices_of(Recompute)
+#: what ``recompute: selective`` re-runs (Megatron-Core's ``--recompute-modules``)
+RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                          "shared_experts"]
+RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = choices_of(RecomputeModule)
 AttentionKind = Literal["flash", "flash2", "unfused"]
 ATTENTIONS: tuple[AttentionKind, ...] = choices_of(AttentionKind)
 #: Megatron-LM's ``--position-embedding-type`` (NeMo's ``position_embedding_type``)
@@ -163,6 +167,9 @@ class TransformerSpec:
     #: with ``recompute: full``, only the first N layers of each model chunk recomputed
     #: (Megatron-Core's ``--recompute-method block --recompute-num-layers N``); 0: every layer
     recompute_layers: int = 0
+    #: with ``recompute: selective``, the modules re-run before their backward (Megatron-Core's
+    #: ``--recompute-modules``; :attr:`recomputed_modules`); empty: its default, ``core_attn``
+    recompute_modules: tuple[RecomputeModule, ...] = ()
     #: the first N layers' saved activations copied to host memory during the forward and
     #: back for the backward (Megatron-Core's ``--cpu-offloading-num-layers`` on Transformer
     #: Engine's default schedule: :mod:`.transformer_offload`); 0: none
@@ -347,6 +354,13 @@ class TransformerSpec:
         if self.recompute_layers:
             return position < self.recompute_layers
         return (layer + 1) % self.recompute_every == 0
+
+    @property
+    def recomputed_modules(self) -> tuple[str, ...]:
+        """The modules selective recomputation re-runs (none without it)."""
+        if self.recompute != "selective":
+            return ()
+        return self.recompute_modules or ("core_attn",)
 
     def is_moe(self, layer: int) -> bool:
         """Whether ``layer`` is a mixture of experts (else a dense MLP of width ``ffn``); a

@@ -1,0 +1,42 @@
+"""Megatron-LM's recomputation flags as the transformer's ``recompute`` keys, read as
+``megatron/training/arguments.py`` and the transformer config read them (at d98e8a64d):
+``--recompute-granularity full`` with ``--recompute-method`` and ``--recompute-num-layers``
+(:func:`.imported.recompute_method_keys`), ``--recompute-granularity selective`` with
+``--recompute-modules`` (its default: ``core_attn``), and ``--recompute-activations``, the
+older switch for selective recomputation, which wins over the granularity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...errors import config_error
+from .imported import RECOMPUTE_MODULE_NAMES, recompute_method_keys, recompute_modules_keys
+
+#: the flags read here
+FLAGS = ("recompute-granularity", "recompute-method", "recompute-num-layers",
+         "recompute-modules")
+#: what ``--recompute-modules`` (argparse's ``nargs='*'``) may take
+MODULES = (*RECOMPUTE_MODULE_NAMES, "gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc")
+
+
+def recompute_keys(flags: Mapping[str, Any], keys: Mapping[str, Any], where: str
+                   ) -> dict[str, Any]:
+    """The ``recompute`` keys the flags set, ``keys`` being what the switches set."""
+    out: dict[str, Any] = {}
+    granularity = flags.get("recompute-granularity")
+    if granularity is not None and "recompute-activations" not in flags:   # that one wins
+        if granularity not in ("full", "selective"):
+            raise config_error(where, "--recompute-granularity", "full or selective",
+                               granularity)
+        out["recompute"] = granularity
+    recompute = out.get("recompute", keys.get("recompute"))
+    if recompute == "full":
+        out.update(recompute_method_keys(flags.get("recompute-method"),
+                                         flags.get("recompute-num-layers"), where,
+                                         ("--recompute-method", "--recompute-num-layers")))
+    if recompute == "selective" and "recompute-modules" in flags:
+        out.update(recompute_modules_keys(flags["recompute-modules"] or "", where,
+                                          "--recompute-modules"))
+    return out
