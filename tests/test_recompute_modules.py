@@ -148,16 +148,37 @@ def test_the_fused_grouped_mlp_s_activation_is_not_recomputed():
     ("--recompute-granularity selective --recompute-modules moe_act layernorm",
      {"recompute": "selective", "recompute_modules": ["moe_act", "layernorm"]}),
     ("--recompute-granularity selective", {"recompute": "selective"}),
-    ("--recompute-granularity selective --recompute-modules", {"recompute": "none"}),
-    ("--recompute-activations --recompute-modules moe_layer",
+    ("--recompute-activations --recompute-modules moe",
      {"recompute": "selective", "recompute_modules": ["moe"]}),
+    ("--moe-layer-recompute", {"recompute": "selective",
+                               "recompute_modules": ["core_attn", "moe"]}),
     ("--recompute-granularity full --recompute-modules mlp", {"recompute": "full"}),
+    ("--use-legacy-models --use-flash-attn --recompute-activations", {"recompute": "none"}),
+    ("--use-flash-attn --recompute-activations", {"recompute": "selective"}),
 ])
 def test_megatron_lm_s_recompute_flags_are_read(flags, keys):
     from flowsim.workload.generators.megatron import megatron_keys
 
     read = megatron_keys(flags + " --num-layers 4 --bf16", "<test>")
     assert {k: read[k] for k in ("recompute", "recompute_modules") if k in read} == keys
+
+
+@pytest.mark.parametrize("flags, words", [
+    ("--recompute-granularity selective --recompute-modules", "one or more modules"),
+    ("--recompute-granularity selective --recompute-modules moe_layer", "recompute modules"),
+    ("--recompute-granularity full --moe-layer-recompute", "--moe-layer-recompute"),
+])
+def test_megatron_lm_s_bad_recompute_flags_are_refused(flags, words):
+    from flowsim.workload.generators.megatron import megatron_keys
+
+    with pytest.raises(ConfigError, match=words):
+        megatron_keys(flags + " --num-layers 4 --bf16", "<test>")
+
+
+def test_the_combined_1f1b_refuses_a_recomputed_mixture_of_experts():
+    with pytest.raises(ConfigError, match="moe_a2a_overlap"):
+        parse_transformer(dict(MOE, recompute="selective", recompute_modules=["moe"],
+                               moe_a2a_overlap=True, pp=1), "spec.yml")
 
 
 def test_modules_of_layers_flowsim_does_not_model_are_named():
@@ -212,3 +233,15 @@ def test_the_workloads_page_recompute_example_prints_what_it_says():
         summary = json.loads(out)
         assert (f"{summary['time_ns'] / 1e9:.2f}", f"{summary['memory_gib']:.1f}") == \
             (seconds, gib), extra
+
+
+def test_a_nemo_2_recipe_s_recompute_modules_are_read():
+    import warnings
+
+    from flowsim.workload.generators.nemo2 import nemo2_keys
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        keys = nemo2_keys("llama3_8b", "spec.yml", "model.config.recompute_granularity="
+                          "selective 'model.config.recompute_modules=[\"mlp\"]'")
+    assert (keys["recompute"], keys["recompute_modules"]) == ("selective", ["mlp"])

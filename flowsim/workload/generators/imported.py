@@ -241,11 +241,10 @@ def recompute_method_keys(method: Any, count: Any, where: str,
     return {}
 
 
-#: Megatron-Core's recompute modules flowsim prices (``--recompute-modules``), and the
-#: deprecated ``--moe-layer-recompute``'s spelling of ``moe``
+#: Megatron-Core's recompute modules flowsim prices (``--recompute-modules``)
 RECOMPUTE_MODULE_NAMES = {"core_attn": "core_attn", "moe_act": "moe_act",
                           "layernorm": "layernorm", "mla_up_proj": "mla_up_proj", "mlp": "mlp",
-                          "moe": "moe", "moe_layer": "moe", "shared_experts": "shared_experts"}
+                          "moe": "moe", "shared_experts": "shared_experts"}
 
 
 def recompute_modules_keys(modules: Any, where: str, name: str) -> dict[str, Any]:

@@ -72,7 +72,7 @@ READ = {
                         "fp8_params", "fp8_recipe", "fp8_dot_product_attention"),
     "data": ("seq_length", "global_batch_size", "micro_batch_size"),
     "model.config": (*_MODEL, "recompute_granularity", "recompute_method",
-                     "recompute_num_layers", "cross_entropy_loss_fusion",
+                     "recompute_num_layers", "recompute_modules", "cross_entropy_loss_fusion",
                      "cross_entropy_fusion_impl"),
 }
 #: paths (or their first parts) that do not change an iteration's time

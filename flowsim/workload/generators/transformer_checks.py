@@ -374,6 +374,9 @@ def _check_recompute_modules(spec: Any, need: Callable[[bool, str, str, Any], No
     need("moe_act" not in modules or not spec.fused_grouped_mlp, "recompute_modules",
          "moe_act without fused_grouped_mlp (the fused MLP's activation lives in its GEMMs' "
          "epilogues: not modelled)", list(modules))
+    need("moe" not in modules or not spec.moe_a2a_overlap, "recompute_modules", "without "
+         "moe beside moe_a2a_overlap (Megatron-Core refuses it with its combined 1F1B)",
+         list(modules))
     need(not ({"moe_act", "layernorm"} & set(modules) and spec.dtype == "fp8"
               and spec.fp8_recipe == "delayed"), "fp8_recipe", "a current-scaling or "
          "block-scaled recipe with moe_act or layernorm recomputed (Megatron-Core refuses "

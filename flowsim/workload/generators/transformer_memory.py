@@ -21,8 +21,8 @@ layer-norm inputs and two dropout masks (one byte each): ``34 n h`` for GPT's sh
 parallelism splits everything between its collectives; sequence parallelism also the norms,
 dropouts and block inputs (else they are replicated: ``n h (10 + 24 / t)``). Unfused
 attention adds the score matrix's softmax, dropout mask and dropout output (``5 a s n``;
-selective recomputation drops it, and the MLP's or experts' share for the modules it re-runs:
-``moe``, ``mlp``, ``moe_act``, ``shared_experts``); full recomputation keeps only each layer's
+selective recomputation drops it, and what the modules it re-runs made:
+:func:`_recomputed_modules`); full recomputation keeps only each layer's
 input (``2 n h``, split by sequence parallelism) and one layer's activations at a time. The
 output layer keeps its logits for the cross entropy, in FP32 (in 16 bits under Transformer
 Engine's, flash-attn's and compiled ones), and so does each multi-token prediction depth,
@@ -216,18 +216,25 @@ def _recomputed_modules(program: StageProgram, kind: bool | str) -> float:
     """What ``recompute_modules`` keeps out of a layer's activations (re-made before its
     backward, one layer's at a time): a mixture of experts' or a dense MLP's whole share
     (``moe``, ``mlp``), or its experts' activation outputs, FC2's inputs (``moe_act``), and
-    its shared experts' (``shared_experts``). The norms' and latent attention's up
-    projections' outputs are left counted."""
+    its shared experts' (``shared_experts``); the outputs of the norms that are modules of
+    their own (``layernorm``: a mixture of experts' pre-MLP norm, latent attention's input
+    norm); latent attention's queries, keys and values (``mla_up_proj``)."""
     spec, k = program.spec, program.k
     modules = spec.recomputed_modules
     moe, dense = kind in (True, MOE), kind in (False, MLP)
+    norm = ACT * k.n_sp * spec.hidden   # a norm's output, split by sequence parallelism
+    out = 0.0
+    if isinstance(k, LatentKernels) and kind in (True, False, ATTENTION):
+        out += norm * ("layernorm" in modules) + \
+            ACT * k.n * (k.heads * k.head_qk + k.kv_up) * ("mla_up_proj" in modules)
     if (moe and "moe" in modules) or (dense and "mlp" in modules):
-        return _mlp_activations(program, moe=moe)
+        return out + _mlp_activations(program, moe=moe) + norm * (moe and "layernorm" in modules)
     if not moe:
-        return 0.0
+        return out
     rows = k.expert_rows * (spec.experts // spec.ep)
     gated = 3 if spec.gated_mlp else 2
-    return ACT * rows * k.expert_width * ("moe_act" in modules) + \
+    return out + norm * ("layernorm" in modules) + \
+        ACT * rows * k.expert_width * ("moe_act" in modules) + \
         ACT * k.n * (spec.shared_ffn // spec.tp) * gated * ("shared_experts" in modules)
 
 

@@ -25,7 +25,8 @@ depth's modules sit under ``mtp.layers.<j>`` (``mtp.layers.0`` for every depth o
 one), its layer under ``mtp_model_layer`` (a hybrid depth's under ``mtp_model_layer.layers.<i>``).
 A layer's kernels are priced in their module's precision (:meth:`.LayerShapes._gemm`,
 :meth:`.LayerShapes._cast`). Not modelled: the decoder layers' sequence-parallel gathers
-(userbuffers' too) and every parameter gather stay in the run's precision, and so does the
+(userbuffers' too; a latent attention's latents and a depth's projection input go in their
+layer's precision) and every parameter gather stay in the run's precision, and so does the
 memory estimate; a multi-head latent attention's one cast of its queries' and keys' latents
 takes the query projection's precision.
 """

@@ -12,7 +12,9 @@ re-run inside :meth:`~.transformer_passes.PassBuilder.backward`).
   of their own (``layernorm``: a mixture of experts' pre-MLP norm, latent attention's input
   norm; Transformer Engine fuses the others into the next linear layer, leaving nothing to
   re-run). Each runs before the layer's backward; Megatron-Core re-runs it before its own
-  module's backward, on the same stream.
+  module's backward, on the same stream. Not modelled: the modules of multi-token prediction
+  depths (only their core attention is re-run), and with context parallelism the core
+  attention's exchanges (its kernels alone are re-run).
 * ``recompute: every_other_matmul``: torchtitan's per-op policy
   (:attr:`~.transformer_kernels.LayerKernels.alternate_matmuls`).
 """
@@ -25,32 +27,35 @@ from .transformer_passes import PassBuilder
 
 
 def recompute_modules(b: PassBuilder, layer: int, tag: str) -> Frontier:
-    """The modules ``recompute_modules`` names, of ``layer``, re-run (none: ``()``)."""
+    """The modules ``recompute_modules`` names, of ``layer``, re-run after the stream's
+    previous op (none: ``()``). Under ``moe`` the experts' activation (``moe_act``) and the
+    shared experts (``shared_experts``) run once more, as their own checkpoints inside the
+    re-run mixture of experts re-run them before their backward."""
     s, modules = b.spec, b.spec.recomputed_modules
     k, name = b.k.of_layer(layer), f"{tag}.recompute.layer{layer}"
-    out: Frontier = ()
+    start: Frontier = () if b.last is None else (b.last,)
+    out = start
     if s.has_mlp(layer) and s.is_moe(layer):
-        whole = "moe" in modules
         kernels = (k.norm if "layernorm" in modules else ()) + \
-            (k.expert_activation_again if "moe_act" in modules and not whole else ())
-        if kernels:
-            out = (b.compute(f"{name}.moe", kernels, layer, "fwd"),)
-        shared = k.shared_expert
-        if whole:
+            (k.expert_activation_again if "moe_act" in modules else ())
+        if "moe" in modules:
             out = b.moe_forward(f"{name}.moe", layer, out)
-        elif "shared_experts" in modules and shared is not None:
+        if kernels:
+            out = (b.compute(f"{name}.moe.parts", kernels, layer, "fwd", out),)
+        shared = k.shared_expert
+        if "shared_experts" in modules and shared is not None:
             out = b.layer_block(f"{name}.shared_expert", Block(
                 shared.fc1, shared.activation, shared.fc2, "fc1", "fc2"), layer, out,
                 gather=True, reduce=True)
     elif s.has_mlp(layer) and "mlp" in modules:
         out = b.layer_block(f"{name}.mlp", Block(k.fc1, k.activation, k.fc2, "fc1", "fc2"),
-                            layer, (), gather=True, reduce=True)
+                            layer, out, gather=True, reduce=True)
     if s.mixer(layer) == "attention" and isinstance(k, LatentKernels):
         kernels = (k.norm if "layernorm" in modules else ()) + \
             (k.qkv + k.rope if "mla_up_proj" in modules else ())
         if kernels:
             out = (b.compute(f"{name}.attention", kernels, layer, "fwd", out),)
-    return out
+    return () if out == start else out
 
 
 def recompute_matmuls(b: PassBuilder, layer: int, tag: str) -> Frontier:
