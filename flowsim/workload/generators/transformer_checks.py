@@ -371,9 +371,6 @@ def _check_recompute_modules(spec: Any, need: Callable[[bool, str, str, Any], No
          "mla_up_proj only with multi-head latent attention (mla)", list(modules))
     need("moe_act" not in modules or spec.experts > 0, "recompute_modules",
          "moe_act only with experts", list(modules))
-    need("moe_act" not in modules or not spec.fused_grouped_mlp, "recompute_modules",
-         "moe_act without fused_grouped_mlp (the fused MLP's activation lives in its GEMMs' "
-         "epilogues: not modelled)", list(modules))
     need("moe" not in modules or not spec.moe_a2a_overlap, "recompute_modules", "without "
          "moe beside moe_a2a_overlap (Megatron-Core refuses it with its combined 1F1B)",
          list(modules))

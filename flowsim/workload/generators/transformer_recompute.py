@@ -7,7 +7,10 @@ re-run inside :meth:`~.transformer_passes.PassBuilder.backward`).
   ``multi_latent_attention.py`` at d98e8a64d): a mixture of experts whole (``moe``: router,
   dispatch, experts, combine and shared experts, its checkpointed forward), or its experts'
   activation, with FC2's input cast again from it in low precision (``moe_act``), and its
-  shared experts (``shared_experts``); a dense MLP with its collectives (``mlp``); latent
+  shared experts (``shared_experts``; under ``fused_grouped_mlp`` Transformer Engine's fused
+  MLP rebuilds FC2's input inside its activation's backward kernel: nothing runs apart,
+  ``ScaledSReLU(activation_recompute_in_mlp=True)``); a dense MLP with its collectives
+  (``mlp``); latent
   attention's up projections and rotation (``mla_up_proj``); and the norms that are modules
   of their own (``layernorm``: a mixture of experts' pre-MLP norm, latent attention's input
   norm; Transformer Engine fuses the others into the next linear layer, leaving nothing to
@@ -36,8 +39,10 @@ def recompute_modules(b: PassBuilder, layer: int, tag: str) -> Frontier:
     start: Frontier = () if b.last is None else (b.last,)
     out = start
     if s.has_mlp(layer) and s.is_moe(layer):
+        # (a fused grouped MLP rebuilds FC2's input inside its activation's backward kernel)
+        again = "moe_act" in modules and not s.fused_grouped_mlp
         kernels = (k.norm if "layernorm" in modules else ()) + \
-            (k.expert_activation_again if "moe_act" in modules else ())
+            (k.expert_activation_again if again else ())
         if "moe" in modules:
             out = b.moe_forward(f"{name}.moe", layer, out)
         if kernels:
