@@ -269,7 +269,7 @@ def test_the_bundled_nano_is_the_validation_rows_model():
     keys = huggingface_keys("nemotron3_nano", "spec.yml")
     assert keys == huggingface_keys(NANO_HF, "spec.yml")
     nano = [r for r in csv.DictReader(path.open()) if "nemotron3_nano" in r["run"]]
-    assert len(nano) == 4
+    assert len(nano) == 5   # GB300, GB200, B300, H100 (26.06) and B200 (26.04.01)
     for row in nano:
         for key in ("layers", "hidden", "ffn", "heads", "kv_heads", "head_dim", "vocab",
                     "experts", "top_k", "moe_ffn", "shared_ffn"):

@@ -70,7 +70,7 @@ def test_the_26_06_fine_tuning_table_is_the_record_s():
 
 
 #: the hybrid model's table: its rows in the page's order
-NANO = ("gb300", "gb200", "b300", "h100")
+NANO = ("gb300", "gb200", "b300", "h100", "b200")
 
 
 def test_the_nemotron_3_nano_table_is_the_record_s():
@@ -109,8 +109,8 @@ def test_the_nemotron_3_super_table_is_the_record_s():
     record = published_record()
     rows = [r for r in vp.rows() if "nemotron3_super_mxfp8" in r["run"]]
     table = page_table("Nemotron 3 Super: LatentMoE and a repeated depth", "26.06 Super row")
-    assert len(table) == len(rows) == 3
-    for cells, system in zip(table, ("gb300", "gb200", "b300")):
+    assert len(table) == len(rows) == 4
+    for cells, system in zip(table, ("gb300", "gb200", "b300", "b200")):
         row = next(r for r in rows if f"_{system}_" in r["run"])
         assert cells[1:3] == recorded_cells(record[row["run"]]), cells
         assert f"TP {row['tp']}, EP {row['ep']}" in cells[0]
@@ -125,8 +125,8 @@ def test_the_nemotron_3_super_nvfp4_table_is_the_record_s():
     table = [cells for cells in page_table("A precision per layer and per module",
                                            "26.06 Super row") if cells[0].startswith("64 ")]
     rows = [r for r in vp.rows() if "nemotron3_super_nvfp4" in r["run"]]
-    assert len(table) == len(rows) == 3
-    for cells, system in zip(table, ("gb300", "gb200", "b300")):
+    assert len(table) == len(rows) == 4
+    for cells, system in zip(table, ("gb300", "gb200", "b300", "b200")):
         row = next(r for r in rows if f"_{system}_" in r["run"])
         recorded = record[row["run"]]
         published, error = recorded_cells(recorded)
