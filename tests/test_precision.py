@@ -397,3 +397,12 @@ def test_a_bridge_run_config_s_recipe_class_is_refused_with_the_way_round():
               "train": {"global_batch_size": 16, "micro_batch_size": 1}}
     with pytest.raises(ConfigError, match="model.quant_recipe.*overrides"):
         bridge_keys(config, "<test>")
+
+
+def test_a_block_scaled_module_on_hopper_names_the_recipe(node):
+    """A quant_recipe rule asking for MXFP8 on an H100 is refused in one line that says a
+    rule may ask for it (the spec itself sets no block-scaled recipe)."""
+    w = transformer(node, **dict(SMALL, device="h100_sxm_80gb"), dtype="fp8",
+                    fp8_recipe="tensorwise", quant_recipe=recipe(("*.linear_fc2", "mxfp8")))
+    with pytest.raises(ConfigError, match="quant_recipe rule"):
+        flowsim.simulate(node, w)

@@ -79,7 +79,7 @@ def test_the_nemotron_3_nano_table_is_the_record_s():
     record = published_record()
     rows = [r for r in vp.rows() if r["file"] == "megatron_bridge_hybrid.csv"
             and "nano" in r["run"]]
-    table = page_table("Hybrid models: Nemotron 3 Nano", "26.06")
+    table = page_table("Hybrid models: Nemotron 3 Nano", "Megatron-Bridge row")
     assert len(table) == len(NANO) == len(rows)
     for cells, system in zip(table, NANO):
         run = next(r["run"] for r in rows if f"_{system}_" in r["run"])
@@ -108,7 +108,7 @@ def test_the_nemotron_3_super_table_is_the_record_s():
     depths on every row."""
     record = published_record()
     rows = [r for r in vp.rows() if "nemotron3_super_mxfp8" in r["run"]]
-    table = page_table("Nemotron 3 Super: LatentMoE and a repeated depth", "26.06 Super row")
+    table = page_table("Nemotron 3 Super: LatentMoE and a repeated depth", "Super row")
     assert len(table) == len(rows) == 4
     for cells, system in zip(table, ("gb300", "gb200", "b300", "b200")):
         row = next(r for r in rows if f"_{system}_" in r["run"])
@@ -123,7 +123,7 @@ def test_the_nemotron_3_super_nvfp4_table_is_the_record_s():
     step, flowsim's step and error, in the page's order."""
     record = published_record()
     table = [cells for cells in page_table("A precision per layer and per module",
-                                           "26.06 Super row") if cells[0].startswith("64 ")]
+                                           "Super row") if cells[0].startswith("64 ")]
     rows = [r for r in vp.rows() if "nemotron3_super_nvfp4" in r["run"]]
     assert len(table) == len(rows) == 4
     for cells, system in zip(table, ("gb300", "gb200", "b300", "b200")):

@@ -157,6 +157,9 @@ def test_the_fused_grouped_mlp_rebuilds_its_activation_in_its_backward(node):
                                "recompute_modules": ["core_attn", "moe"]}),
     ("--recompute-granularity full --recompute-modules mlp", {"recompute": "full"}),
     ("--use-legacy-models --use-flash-attn --recompute-activations", {"recompute": "none"}),
+    ("--use-legacy-models --use-flash-attn --recompute-granularity selective "
+     "--recompute-modules core_attn mlp", {"recompute": "selective",
+                                          "recompute_modules": ["mlp"]}),
     ("--use-flash-attn --recompute-activations", {"recompute": "selective"}),
 ])
 def test_megatron_lm_s_recompute_flags_are_read(flags, keys):

@@ -31,6 +31,7 @@ def quantize_ns(device: Device, quantize: Quantize) -> float:
     if quantize.recipe in BLOCK_SCALED_RECIPES and not blackwell:
         raise config_error(f"device {device.name!r}", "fp8_recipe",
                            f"delayed or tensorwise ({quantize.recipe.upper()} needs Blackwell "
-                           "tensor cores, compute capability 10.0 or later)", quantize.recipe)
+                           "tensor cores, compute capability 10.0 or later; so does a "
+                           "quant_recipe rule that asks for it)", quantize.recipe)
     traffic = quantize_bytes(quantize, any_layout=blackwell)
     return traffic / (device.memory_gbps * device.memory_efficiency) + device.launch_us * 1e3

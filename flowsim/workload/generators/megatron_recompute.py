@@ -58,6 +58,10 @@ def recompute_keys(flags: Mapping[str, Any], keys: Mapping[str, Any], where: str
         out["recompute_modules"] = [*dict.fromkeys([*listed, "moe"])]
         out["recompute"] = "selective"
     legacy = "use-legacy-models" in flags or "checkpoint-activations" in flags
-    if legacy and recompute == "selective" and keys.get("attention") in ("flash", "flash2"):
-        out["recompute"] = "none"   # the legacy model checkpoints no flash attention
+    if legacy and out.get("recompute", recompute) == "selective" and \
+            keys.get("attention") in ("flash", "flash2"):   # no flash attention checkpointed
+        rest = [m for m in out.get("recompute_modules") or ["core_attn"] if m != "core_attn"]
+        out.update({"recompute_modules": rest} if rest else {"recompute": "none"})
+        if not rest:
+            out.pop("recompute_modules", None)
     return out
