@@ -128,9 +128,13 @@ class PassBuilder(OpStream):
         x = (self.compute(norm, carry + k.norm, layer, "fwd", x),)
         if self.spec.is_moe(layer):
             return self.moe_forward(name, layer, x)
-        k = k.of_layer(layer)
-        return self.layer_block(f"{name}.mlp", Block(k.fc1, k.activation, k.fc2, "fc1", "fc2"),
-                                layer, x, gather=True, reduce=True)
+        return self.mlp_forward(f"{name}.mlp", k.of_layer(layer), layer, x)
+
+    def mlp_forward(self, name: str, k: LayerKernels, layer: int, x: Frontier) -> Frontier:
+        """A dense MLP's forward (a layer's, or a mixture of experts' shared experts): FC1,
+        the activation and FC2 between their tensor-parallel collectives."""
+        return self.layer_block(name, Block(k.fc1, k.activation, k.fc2, "fc1", "fc2"), layer,
+                                x, gather=True, reduce=True)
 
     @property
     def residual(self) -> tuple[Kernel, ...]:
@@ -172,9 +176,7 @@ class PassBuilder(OpStream):
         shared = k.shared_expert
         if shared is not None:   # after the combine, as Megatron-Core r0.10-r0.12 runs them
             # (without --moe-shared-expert-overlap; later releases moved them earlier)
-            x = self.layer_block(f"{name}.shared_expert", Block(
-                shared.fc1, shared.activation, shared.fc2, "fc1", "fc2"), layer, x,
-                gather=True, reduce=True)
+            x = self.mlp_forward(f"{name}.shared_expert", shared, layer, x)
         return x
 
     # ------------------------------------------------------------------ backward

@@ -25,7 +25,7 @@ re-run inside :meth:`~.transformer_passes.PassBuilder.backward`).
 from __future__ import annotations
 
 from .transformer_mla import LatentKernels
-from .transformer_overlap import Block, Frontier
+from .transformer_overlap import Frontier
 from .transformer_passes import PassBuilder
 
 
@@ -49,12 +49,9 @@ def recompute_modules(b: PassBuilder, layer: int, tag: str) -> Frontier:
             out = (b.compute(f"{name}.moe.parts", kernels, layer, "fwd", out),)
         shared = k.shared_expert
         if "shared_experts" in modules and shared is not None:
-            out = b.layer_block(f"{name}.shared_expert", Block(
-                shared.fc1, shared.activation, shared.fc2, "fc1", "fc2"), layer, out,
-                gather=True, reduce=True)
+            out = b.mlp_forward(f"{name}.shared_expert", shared, layer, out)
     elif s.has_mlp(layer) and "mlp" in modules:
-        out = b.layer_block(f"{name}.mlp", Block(k.fc1, k.activation, k.fc2, "fc1", "fc2"),
-                            layer, out, gather=True, reduce=True)
+        out = b.mlp_forward(f"{name}.mlp", k, layer, out)
     if s.mixer(layer) == "attention" and isinstance(k, LatentKernels):
         kernels = (k.norm if "layernorm" in modules else ()) + \
             (k.qkv + k.rope if "mla_up_proj" in modules else ())
