@@ -126,7 +126,8 @@ def spec(row: dict[str, str]) -> dict:
                 "recompute_layers", "cpu_offload_layers", "node_limit", "microbatch_group",
                 "bf16_layers_at_start", "bf16_layers_at_end",
                 "mtp_layers", "metric_cross_entropies", "lora_rank",
-                "document_tokens"):   # a row's own; else the defaults
+                "document_tokens", "fsdp_replicas", "offload_min_elements",
+                "offload_max_inflight"):   # a row's own; else the defaults
         if row.get(key):
             out[key] = int(row[key])
     for key in ("moe_layer_freq", "window_skip_freq"):   # Megatron-LM's list expressions
@@ -142,8 +143,11 @@ def spec(row: dict[str, str]) -> dict:
         out["dispatcher"] = row["dispatcher"]
     if row.get("fsdp_defer_grad_sync"):   # FSDP2 under gradient accumulation: a row's own
         out["fsdp_defer_grad_sync"] = _BOOL[row["fsdp_defer_grad_sync"]]
-    if row.get("fsdp_reshard"):
-        out["fsdp_reshard"] = row["fsdp_reshard"]
+    for key in ("fsdp_reshard", "fsdp_outer"):   # a row's own; else FSDP2's
+        if row.get(key):
+            out[key] = row[key]
+    if row.get("offload_modules"):   # fine-grained offloading's modules, ";"-separated
+        out["offload_modules"] = row["offload_modules"].split(";")
     if row.get("lora_targets"):   # LoRA's adapted layers, ";"-separated; else all four
         out["lora_targets"] = row["lora_targets"].split(";")
     if row.get("recompute_modules"):   # selective recomputation's modules, ";"-separated

@@ -171,8 +171,6 @@ def test_more_state_costs_more_time(net):
     (dict(hybrid_pattern="M*-M*-", experts=0, top_k=0, ep=1, shared_ffn=0, moe_ffn=0,
           moe_latent=64), "moe_latent"),
     (dict(mtp_repeated=True), "mtp_repeated"),
-    (dict(hybrid_pattern="M-M*-ME*E/*E/*E", mtp_repeated=True, fsdp=True,
-          distributed_optimizer=False), "mtp_repeated"),
     (dict(mtp_layers=1), "mtp_layers"),
     (dict(hybrid_pattern="M-M*-", experts=0, top_k=0, ep=1, shared_ffn=0, moe_ffn=0,
           lora_rank=8), "lora_rank"),

@@ -77,7 +77,7 @@ def test_every_column_that_names_a_spec_key_reaches_the_spec():
                 assert [f"{r.pattern}={r.precision}" for r in value] == \
                     row[key].split(";"), row["run"]
                 continue
-            if key in ("lora_targets", "recompute_modules"):   # ";"-separated names
+            if key in ("lora_targets", "recompute_modules", "offload_modules"):   # ";"-separated
                 assert value == tuple(row[key].split(";")), row["run"]
                 continue
             if key in ("moe_layer_freq", "pipeline_layout"):   # list expressions only,

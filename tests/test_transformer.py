@@ -865,8 +865,8 @@ def test_cross_entropy_moves_the_bytes_of_its_steps_per_logit(two_nodes, fused, 
 
 def test_every_cross_entropy_a_spec_can_name_has_its_costs():
     """The costs table covers the unfused steps and every implementation the spec accepts."""
+    from flowsim.workload.generators.transformer_choices import CROSS_ENTROPY_IMPLS
     from flowsim.workload.generators.transformer_shapes import CROSS_ENTROPY
-    from flowsim.workload.generators.transformer_spec import CROSS_ENTROPY_IMPLS
 
     assert set(CROSS_ENTROPY) == {"unfused", *CROSS_ENTROPY_IMPLS}
 

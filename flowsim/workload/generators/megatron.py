@@ -40,6 +40,7 @@ from typing import Any
 from ...errors import ConfigError, FlowsimWarning, config_error
 from . import (
     megatron_deepspeed,
+    megatron_fsdp,
     megatron_layout,
     megatron_optimizer,
     megatron_precision,
@@ -109,7 +110,7 @@ SPECIAL = ("fp8-format", "fp8-recipe", "fp4-format", "fp4-recipe",
            "attention-backend", "tp-comm-overlap-cfg", "tokenizer-type", "use-legacy-models",
            "no-scatter-gather-tensors-in-pipeline", "transformer-impl",
            "moe-token-dispatcher-type",
-           "use-megatron-fsdp", "data-parallel-sharding-strategy", "position-embedding-type",
+           *megatron_fsdp.FLAGS, "position-embedding-type",
            "use-rotary-position-embeddings", "moe-layer-freq", "multi-latent-attention",
            "window-size", "window-attn-skip-freq", "cp-comm-type", "moe-enable-deepep",
            "moe-flex-dispatcher-backend", "moe-router-group-topk", "moe-router-num-groups",
@@ -122,13 +123,14 @@ FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL + megatron_deepspeed.FLAGS
 #: flags taking several values (argparse's ``nargs='+'``) -> their values (what follows them
 #: in a script and is not one, a redirection say, is not theirs)
 MULTI_VALUED = {"cp-comm-type": ("p2p", "a2a", "allgather", "a2a+p2p"),
-                "recompute-modules": megatron_recompute.MODULES}
+                "recompute-modules": megatron_recompute.MODULES,
+                "offload-modules": megatron_fsdp.MCORE_OFFLOAD_MODULES}
 #: flags taking several numbers (Megatron-DeepSpeed's experts per MoE layer)
 NUMBER_LISTS = ("num-experts",)
 #: flags that shape an iteration's time but have no transformer key (named in a warning)
 UNMODELLED = ("moe-grouped-gemm",
               "moe-shared-expert-overlap",
-              "num-distributed-optimizer-instances", "disable-tp-comm-overlap-ag",
+              "disable-tp-comm-overlap-ag",
               "disable-tp-comm-overlap-rs", "make-vocab-size-divisible-by", "no-rope-fusion")
 #: ``--position-embedding-type``'s choices in Megatron-LM (and ``alibi``, BigScience's fork's:
 #: its other spellings are renamed by :mod:`.megatron_deepspeed`)
@@ -338,16 +340,7 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
         if refused:
             raise ConfigError(f"{where}: --use-torch-fsdp2 with {', '.join(refused)}: "
                               "Megatron-LM refuses these together")
-    if "use-megatron-fsdp" in flags:   # Megatron-FSDP, ZeRO-3 by default
-        strategy = flags.get("data-parallel-sharding-strategy") or "optim_grads_params"
-        sharding = {"optim_grads_params": "fsdp", "optim_grads": "distributed_optimizer",
-                    "optim": "distributed_optimizer", "no_shard": None}
-        if strategy not in sharding:
-            raise config_error(where, "--data-parallel-sharding-strategy",
-                               "one of " + ", ".join(sharding), strategy)
-        key = sharding[strategy]
-        if key is not None:
-            keys[key] = True
+    keys.update(megatron_fsdp.flag_keys(flags, where))
     tokenizer = flags.get("tokenizer-type")
     if "vocab" in keys and tokenizer == "NullTokenizer":
         keys["vocab"] += 1   # its end-of-document token

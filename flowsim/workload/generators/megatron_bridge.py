@@ -64,10 +64,11 @@ from .imported import (
     recompute_modules_keys,
     renamed,
 )
+from .megatron_fsdp import bridge_fsdp_keys
 from .megatron_layout import EMBEDDING, FIRST, LAST, LAYOUT, LOSS, layout_keys
 from .nemo import NUMBERS, config_switch, nemo_keys
+from .transformer_choices import LORA_TARGETS
 from .transformer_hybrid import hybrid_keys
-from .transformer_spec import LORA_TARGETS
 
 #: ``model.`` settings Megatron-Bridge and NeMo 1 name alike (NeMo 1's ``encoder_seq_length``
 #: is Megatron-Core's ``seq_length``)
@@ -157,6 +158,7 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
     keys["align_grad_reduce"] = config_switch(dist, where, "dist", "align_grad_reduce", True)
     if ddp.get("bucket_size") is not None:
         keys["bucket_size"] = ddp["bucket_size"]
+    keys.update(bridge_fsdp_keys(ddp, model, where))   # Megatron-FSDP, module offloading
     keys.update(_muon_keys(block(config, "optimizer"), ddp, keys, where))
     if model.get("vocab_size"):
         keys["vocab"] = _vocabulary(model)

@@ -28,7 +28,7 @@ from typing import Any
 
 from ...errors import FlowsimWarning, config_error
 from .imported import lora_keys
-from .transformer_spec import LORA_TARGETS
+from .transformer_choices import LORA_TARGETS
 
 #: NeMo 1's LoRA target names -> the layers they adapt (``LORA_CONFIG_TO_MCORE_MAP`` and
 #: ``get_target_modules``)

@@ -54,7 +54,11 @@ re-runs every N-th layer only, ``recompute_layers: N`` the first N layers of eac
 (Megatron-Core's ``--recompute-method block --recompute-num-layers N``; the uniform method
 re-runs every layer). Instead of recomputing, ``cpu_offload_layers: N`` copies the first N
 layers' activations to host memory and back beside the compute, at the device's host-link
-rate (:mod:`.transformer_offload`). ``optimizer: muon`` (or ``dist_muon``) updates the layers'
+rate (:mod:`.transformer_offload`); ``offload_modules`` copies what a mixture of experts'
+modules save, module by module (Megatron-Core's fine-grained activation offloading:
+``expert_fc1``, ``moe_act``, ``fused_group_mlp``; tensors of at least
+``offload_min_elements``; the compute waits only beyond ``offload_max_inflight`` copies in
+flight: :mod:`.transformer_module_offload`). ``optimizer: muon`` (or ``dist_muon``) updates the layers'
 weights with Muon, whose Newton-Schulz products the step prices (:mod:`.transformer_optimizer`).
 ``dtype: fp8`` is
 Transformer Engine's FP8 training: the layers' linear GEMMs in FP8, each with a memory-bound
@@ -64,7 +68,7 @@ Transformer Engine modules). ``fp8_recipe`` says how it scales: ``delayed`` (the
 ``tensorwise`` (current scaling) scale whole tensors and cost the same (the cast writes a
 transpose on Hopper, none on Blackwell); ``mxfp8`` (``dtype: mxfp8`` for short; Blackwell
 only) scales blocks of 32 elements, writes both layouts with their scales, and gathers
-parameters in 16 bits. Its GEMMs are priced at FP8's rate (no block-scaled GEMM measurement
+parameters in 16 bits (with the distributed optimizer; ``fsdp`` gathers them in MXFP8). Its GEMMs are priced at FP8's rate (no block-scaled GEMM measurement
 is published; ``docs/accuracy/published.md`` compares it with NVIDIA's published pairs).
 ``nvfp4`` (``dtype: nvfp4``; Transformer Engine's ``NVFP4BlockScaling``, Megatron-LM's
 ``--fp4-format e2m1``; Blackwell only) runs the same GEMMs in FP4 at the device's FP4 peak
@@ -161,8 +165,14 @@ Communication:
   ``after_backward`` only (``reshard_after_forward=False``) or ``after_step`` (kept across
   micro-batches), as NeMo AutoModel's runs set them. The optimizer
   steps on the rank's shard. ``fsdp_shard`` (hybrid sharding, HSDP) shards over groups of
-  that many data-parallel ranks (the innermost ones: inside a node where they fit) whose
-  replicas all-reduce their gradient shards after each reduce-scatter. Megatron's bucketed
+  that many data-parallel ranks (the innermost ones: inside a node where they fit), or
+  ``fsdp_replicas`` makes that many groups; the replicas all-reduce their gradient shards
+  after each reduce-scatter (``fsdp_outer: all_reduce``, FSDP2's), once after the last
+  micro-batch's (``all_reduce_last``, Megatron-FSDP's), or reduce-scatter them then and
+  gather the shard back in the step's first forward and backward, the optimizer stepping
+  on ``1/dp`` (``optim``: Megatron-FSDP's ``outer_dp_sharding_strategy``). Block-scaled
+  weights (``fp8_param_gather`` with MXFP8 or NVFP4) are gathered in the layout each pass
+  needs, both where the forward's gather serves the backward. Megatron's bucketed
   gradient reduction and ``distributed_optimizer``'s gathers are replaced
   (``overlap_grad_reduce``, ``overlap_param_gather`` and ``bucket_size`` do nothing with
   it). Left out: FSDP's copies into and out of its flat buffers
@@ -234,9 +244,11 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``,
         ``every_other_matmul``), ``recompute_modules``, ``recompute_every``,
         ``recompute_layers``,
-        ``cpu_offload_layers``;
+        ``cpu_offload_layers``, ``offload_modules`` with ``offload_min_elements`` and
+        ``offload_max_inflight``;
         ``distributed_optimizer`` (alias ``zero``), ``optimizer`` (``adam``, ``muon``,
-        ``dist_muon``), ``fsdp``, ``fsdp_shard``,
+        ``dist_muon``), ``fsdp``, ``fsdp_shard`` or ``fsdp_replicas``, ``fsdp_outer``
+        (``all_reduce``, ``all_reduce_last``, ``optim``),
         ``fsdp_defer_grad_sync``, ``fsdp_reshard`` (``after_forward``, ``after_backward``,
         ``after_step``),
         ``grad_reduce_in_bf16``,

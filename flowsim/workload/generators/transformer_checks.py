@@ -14,7 +14,7 @@ from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
 from ..kernels import BLOCK_SCALED_RECIPES
-from .transformer_spec import LORA_TARGETS, ROW_PARALLEL
+from .transformer_choices import LORA_TARGETS, ROW_PARALLEL
 
 #: Largest graph a generator builds (ops over all programs), before anything is allocated.
 MAX_OPS = 5_000_000
@@ -226,12 +226,27 @@ def check_consistent(spec: Any) -> None:
          "false without fsdp", spec.fsdp_defer_grad_sync)
     need(not spec.moe_latent or spec.experts > 0, "moe_latent", "0 without experts (the "
          "experts' latent width)", spec.moe_latent)
-    need(not spec.mtp_repeated or (spec.mtp_layers > 0 and not spec.fsdp), "mtp_repeated",
-         "false without mtp_layers, or with fsdp (its repeated depth's units: not modelled)",
-         spec.mtp_repeated)
+    need(not spec.mtp_repeated or spec.mtp_layers > 0, "mtp_repeated",
+         "false without mtp_layers", spec.mtp_repeated)
+    fused = "fused_group_mlp" in spec.offload_modules
+    need(not spec.offload_modules or (spec.experts > 0 and not spec.cpu_offload_layers and (
+        fused == spec.fused_grouped_mlp and (not fused or len(spec.offload_modules) == 1))),
+        "offload_modules", "[] without experts, with cpu_offload_layers; fused_group_mlp "
+        "alone, and only with fused_grouped_mlp (expert_fc1, moe_act without it)",
+        list(spec.offload_modules))
+    need(spec.offload_max_inflight is None or bool(spec.offload_modules),
+         "offload_max_inflight", "unset without offload_modules", spec.offload_max_inflight)
+    need(spec.fsdp_outer == "all_reduce" or (spec.fsdp and spec.fsdp_shard < spec.dp and
+                                             not spec.fsdp_defer_grad_sync), "fsdp_outer",
+         "all_reduce (unset) without fsdp replicas (fsdp_shard < dp), or with "
+         "fsdp_defer_grad_sync (Megatron-FSDP's replicas reduce once anyway)", spec.fsdp_outer)
     need((spec.fsdp and spec.pp == 1) or spec.fsdp_reshard == "after_forward",
          "fsdp_reshard", "after_forward (unset) without fsdp, or under pipeline parallelism "
          "(whose stages keep every unit gathered to the last backward)", spec.fsdp_reshard)
+    need(not spec.fsdp_replicas or (spec.fsdp and spec.fsdp_replicas == spec.dp //
+                                    spec.fsdp_shard and spec.dp % spec.fsdp_replicas == 0),
+         "fsdp_replicas", f"0 (unset) without fsdp, else a divisor of dp={spec.dp} (and "
+         "dp / fsdp_shard if both are given)", spec.fsdp_replicas)
     need(spec.fsdp or spec.fsdp_shard == spec.dp, "fsdp_shard",
          "unset without fsdp (it shards FSDP's units)", spec.fsdp_shard)
     need(spec.dp % spec.fsdp_shard == 0 and (spec.fsdp_shard % spec.ep == 0 or

@@ -44,6 +44,13 @@ class FullySharded:
         #: what the next unit's all-gather is issued after (prefetch: one unit ahead of the
         #: compute, as FSDP2 does)
         self.prefetch_after: Frontier = ()
+        #: (unit, pass) whose shard the replicas gathered this step (``fsdp_outer: optim``)
+        self.outer_gathered: set[tuple[str, str]] = set()
+
+    def unit(self, layer: int) -> str:
+        """The unit of a layer or depth: a repeated depth's is the first depth's."""
+        s = self.spec
+        return f"layer{s.layers if s.mtp_repeated and layer > s.layers else layer}"
 
     def logits_unit(self) -> str:
         """The output layer's unit: the embedding's when the two are one tied weight."""
@@ -66,17 +73,36 @@ class FullySharded:
             return x
         self.unsharded.add(unit)
         dense, expert, weights = self._parameters(unit)
-        # the layers' weights in their kept bytes (one in FP8), the rest in two
-        dense -= weights * (2 - tv.weight_bytes(self.spec)) / 2
-        gathers = []
+        # the layers' weights in their gathered bytes (one in FP8), the rest in two; block
+        # scaling gathers the layout its pass needs, both where the forward's gather serves
+        # the backward too (Transformer Engine's ``fsdp_pre_all_gather``)
+        both = self.spec.fsdp_reshard != "after_forward" or self.spec.pp > 1
+        dense -= weights * (2 - tv.weight_bytes(self.spec, kept=both)) / 2
+        gathers: list[int] = []
+        outer = self._outer(unit, pass_)
         for params, (dims, size) in zip((dense, expert), self.ctx.shard_groups()):
+            after = self.prefetch_after
+            if params and outer:   # the step's first: the shard from its replicas' pieces
+                after = (self.b.collective(
+                    f"{name}.params.outer.all_gather", "all_gather",
+                    int(2 * params / size / self.ctx.replicas), outer, layer, pass_, after),)
+                gathers.extend(after)
             if params and dims:
                 gathers.append(self.b.collective(
                     f"{name}.params.all_gather", "all_gather", int(2 * params / size), dims,
-                    layer, pass_, self.prefetch_after))
+                    layer, pass_, after))
         x = (*x, *gathers)
         self.prefetch_after = x
         return x
+
+    def _outer(self, unit: str, pass_: str) -> tuple[int, ...]:
+        """The replicas' dims when a unit's gather in this pass is its first of the step
+        under ``fsdp_outer: optim`` (Megatron-FSDP gathers the forward's and the backward's
+        buffers in the first micro-batch), else none."""
+        if self.spec.fsdp_outer != "optim" or (unit, pass_) in self.outer_gathered:
+            return ()
+        self.outer_gathered.add((unit, pass_))
+        return self.ctx.groups.replicate
 
     def after_forward(self, unit: str) -> None:
         """FSDP2 frees a unit's gathered parameters after its forward, but for the output
@@ -102,8 +128,12 @@ class FullySharded:
             self.unsharded.discard(unit)
         if not final and (spec.pp > 1 or spec.fsdp_defer_grad_sync):
             return
+        if unit.startswith("layer") and unit != f"layer{layer}":   # a repeated depth's:
+            return   # reduced once, after the first depth's backward (its last use)
         dense, expert, _ = self._parameters(unit)
-        replicate = self.ctx.groups.replicate
+        replicate = self.ctx.groups.replicate if final or spec.fsdp_outer == "all_reduce" \
+            else ()   # Megatron-FSDP's replicas reduce after the last micro-batch only
+        outer = "reduce_scatter" if spec.fsdp_outer == "optim" else "all_reduce"
         for params, (dims, size) in zip((dense, expert), self.ctx.shard_groups()):
             if not params:
                 continue
@@ -114,6 +144,6 @@ class FullySharded:
                     int(params * self.grad_bytes), dims, layer, "wg", after),)
             if replicate:
                 after = (self.b.collective(
-                    f"{name}.grads.all_reduce", "all_reduce",
+                    f"{name}.grads.{outer}", outer,
                     int(params * self.grad_bytes / size), replicate, layer, "wg", after),)
             self.grad_ops.extend(after)

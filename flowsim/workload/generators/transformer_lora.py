@@ -59,8 +59,8 @@ userbuffers the base layer's reduce-scatter waits for the row-parallel adapter c
 from __future__ import annotations
 
 from ..kernels import Kernel
+from .transformer_choices import ROW_PARALLEL
 from .transformer_shapes import ACT, LayerShapes, elementwise, tp_exchange
-from .transformer_spec import ROW_PARALLEL
 
 
 class LoraShapes(LayerShapes):

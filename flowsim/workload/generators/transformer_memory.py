@@ -46,6 +46,7 @@ from .transformer_checks import micro_batches
 from .transformer_combined import paired_forwards
 from .transformer_hybrid import ATTENTION, MAMBA, MLP, MOE
 from .transformer_mla import LatentKernels
+from .transformer_module_offload import offloaded_bytes
 from .transformer_optimizer import state_bytes
 from .transformer_schedule import stage_schedule, virtual_stage
 from .transformer_shapes import ACT, CROSS_ENTROPY
@@ -90,9 +91,10 @@ def stage_memory(program: StageProgram) -> StageMemory:
         base = type(program)(replace(spec, lora_rank=0), ctx, layer_activation_bytes)
         weights += sum(ACT * sum(base.chunk_parameters(c)) - (ACT - tv.weight_bytes(
             spec, kept=True)) * base.dense_weights(c) for c in chunks)
-    shards = program.local_parameters()   # the optimizer's: its shard, sharded or not
     optimizer = state_bytes(program)
     if spec.fsdp and spec.pp == 1:   # the largest unit gathered and the next one prefetched
+        (_, dense_shard), (_, expert_shard) = ctx.shard_groups()
+        shards = dense / dense_shard + expert / expert_shard   # the unit's shards kept
         unit = max(max(sum(k.unit_parameters(i)[:2])
                        for i in range(spec.layers + spec.mtp_layers)),
                    k.vocab_parameters if spec.vocab else 0)
@@ -157,10 +159,13 @@ def _chunk_activations(program: StageProgram) -> tuple[dict[int, float], float]:
     kinds = {kind: _layer_activations(program, kind)
              for kind in {_kind(spec, i) for i in range(spec.layers)}}
 
+    moved = _module_offloads(program)
+
     def kept(i: int, layers: range) -> float:   # an offloaded layer's are on the host at
         per_layer, whole = kinds[_kind(spec, i)]   # the peak, the end of the forward
         skipped = spec.recompute_layers and not spec.is_recomputed(i, i - layers.start)
-        return 0.0 if i < spec.cpu_offload_layers else whole if skipped else per_layer
+        return 0.0 if i < spec.cpu_offload_layers else whole if skipped else \
+            per_layer - moved.get(i, 0.0)
 
     chunks = {c: sum(kept(i, layers) for i in layers) for c, layers in program.layers.items()}
     if not spec.recompute_layers:
@@ -177,6 +182,17 @@ def _chunk_activations(program: StageProgram) -> tuple[dict[int, float], float]:
                 transient = max(transient, kinds[_kind(spec, i)][1] - above)
             above += kept(i, layers)
     return chunks, transient
+
+
+def _module_offloads(program: StageProgram) -> dict[int, float]:
+    """Bytes each layer's experts keep on the host at the peak (``offload_modules``): every
+    group of a chunk's forward but its last (a depth's, on the last stage), which stays."""
+    spec, moved = program.spec, {}
+    for chunk in program.layers:
+        calls = [i for i in program.chunk_units(chunk) if offloaded_bytes(spec, program.k, i)]
+        moved.update({i: offloaded_bytes(spec, program.k, i)
+                      for i in calls[:-1] if i < spec.layers})
+    return moved
 
 
 def layer_activation_bytes(program: StageProgram, layer: int) -> float:

@@ -79,7 +79,7 @@ class MultiTokenPrediction:
         for j, layer in enumerate(self.spec.mtp_depths):
             name = f"{tag}.mtp{j}"
             x = self.gathers.reach(layer, ())
-            x = self.fsdp.unshard(f"layer{layer}", name, layer, "fwd", x)
+            x = self.fsdp.unshard(self.fsdp.unit(layer), name, layer, "fwd", x)
             unit = self._embedding_unit()
             if unit is not None:
                 x = self.fsdp.unshard(unit, f"{name}.embedding", layer, "fwd", x)
@@ -91,7 +91,7 @@ class MultiTokenPrediction:
             hidden = (b.compute(f"{name}.final_norm", b.residual + k.norm, layer, "fwd", x),)
             b.tp_block(f"{name}.logits", k.logits, self.logits_row, "fwd", hidden,
                        gather=True, reduce=False)
-            self.fsdp.after_forward(f"layer{layer}")
+            self.fsdp.after_forward(self.fsdp.unit(layer))
 
     def backward(self, tag: str, g: Frontier, final: bool,
                  ready: list[tuple[tuple[float, float], Frontier]]) -> Frontier:
@@ -104,7 +104,7 @@ class MultiTokenPrediction:
         for j, layer in reversed(list(enumerate(s.mtp_depths))):
             name = f"{tag}.mtp{j}"
             x = b.output_backward(f"{name}.logits", row, g)
-            x = self.fsdp.unshard(f"layer{layer}", name, layer, "ig", (*x, *hidden))
+            x = self.fsdp.unshard(self.fsdp.unit(layer), name, layer, "ig", (*x, *hidden))
             if s.is_recomputed(layer, 0):
                 x = (*x, *self._body(f"{name}.recompute", layer, ()))
             x = b.backward(layer, name, x, k.norm_backward)
@@ -134,4 +134,4 @@ class MultiTokenPrediction:
         dense, expert, _ = self.k.unit_parameters(layer)
         last = self.b.last_wgrad
         ready.append(((dense, expert), (last,) if last is not None else ()))
-        self.fsdp.after_backward(f"layer{layer}", name, layer, last, final)
+        self.fsdp.after_backward(self.fsdp.unit(layer), name, layer, last, final)

@@ -29,27 +29,26 @@ from ..roofline import parse_roofline
 from . import transformer_hybrid as hybrid
 from . import transformer_values as tv
 from .transformer_checks import check_consistent, check_head_width
-from .transformer_precision import read_quant_recipe
-from .transformer_spec import (
-    A100_ROOFLINE,
+from .transformer_choices import (
     ATTENTIONS,
     CP_COMM_TYPES,
     CROSS_ENTROPY_IMPLS,
     DISPATCHERS,
     DTYPES,
     EXPERT_LAYOUTS,
+    FSDP_OUTERS,
     FSDP_RESHARDS,
-    HEAD_DIM,
-    KEYS,
     LORA_TARGETS,
+    OFFLOAD_MODULES,
     OPTIMIZERS,
     POSITION_EMBEDDINGS,
     RECOMPUTE_MODULES,
     RECOMPUTES,
     SCHEDULES,
     UB_CONFIGS,
-    TransformerSpec,
 )
+from .transformer_precision import read_quant_recipe
+from .transformer_spec import A100_ROOFLINE, HEAD_DIM, KEYS, TransformerSpec
 
 
 def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec:
@@ -73,7 +72,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     for key in ("micro_batches", "global_batch", "heads", "kv_heads", "head_dim", "ffn",
                 "moe_ffn", "shared_ffn", "moe_latent", "vocab", "experts", "top_k",
                 "bucket_size", "window", "expert_tp", "node_limit", "microbatch_group",
-                "fsdp_shard", "mtp_layers", "metric_cross_entropies", "lora_rank",
+                "fsdp_shard", "fsdp_replicas", "mtp_layers", "metric_cross_entropies", "lora_rank",
                 "document_tokens"):
         v[key] = _count(values, key, source, 0, minimum=0)
     if depths and v["mtp_layers"] not in (0, depths):   # the pattern names the depths
@@ -113,6 +112,14 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
         what="a list of " + ", ".join(RECOMPUTE_MODULES))))
     v["cpu_offload_layers"] = _count(values, "cpu_offload_layers", source, default=0,
                                      minimum=0)
+    v["offload_modules"] = tuple(dict.fromkeys(read_list(   # each once, in the order given
+        values, "offload_modules", partial(as_choice, choices=OFFLOAD_MODULES), source=source,
+        default=(), max_length=len(OFFLOAD_MODULES), scalar=True,
+        what="a list of " + ", ".join(OFFLOAD_MODULES))))
+    v["offload_min_elements"] = _count(values, "offload_min_elements", source,
+                                       default=1024 * 1024, minimum=0)
+    v["offload_max_inflight"] = None if values.get("offload_max_inflight") is None else \
+        _count(values, "offload_max_inflight", source, minimum=0)
     v["attention"] = read_choice(values, "attention", ATTENTIONS, source=source,
                                  default="flash", case_insensitive=True)
     v["cross_entropy_fusion_impl"] = read_choice(
@@ -122,6 +129,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                                   default="alltoall", case_insensitive=True)
     v["fsdp_reshard"] = read_choice(values, "fsdp_reshard", FSDP_RESHARDS, source=source,
                                     default="after_forward", case_insensitive=True)
+    v["fsdp_outer"] = read_choice(values, "fsdp_outer", FSDP_OUTERS, source=source,
+                                  default="all_reduce", case_insensitive=True)
     v["cp_comm_type"] = read_choice(values, "cp_comm_type", CP_COMM_TYPES, source=source,
                                     default="p2p", case_insensitive=True)
     v["lora_targets"] = tuple(dict.fromkeys(read_list(   # each once, in the order given
@@ -175,7 +184,7 @@ def _with_defaults(spec: TransformerSpec) -> TransformerSpec:
         "heads": heads, "head_dim": head_dim, "kv_heads": spec.kv_heads or heads, "ffn": ffn,
         "moe_ffn": spec.moe_ffn or ffn, "top_k": spec.top_k or (1 if spec.experts else 0),
         "expert_tp": spec.expert_tp or spec.tp,
-        "fsdp_shard": spec.fsdp_shard or spec.dp,
+        "fsdp_shard": spec.fsdp_shard or spec.dp // max(1, spec.fsdp_replicas),
         # communication overlap of tensor parallelism, and experts with tensor parallelism,
         # need sequence parallelism (Megatron-LM; Megatron-Core's MoELayer refuses to train
         # without it)

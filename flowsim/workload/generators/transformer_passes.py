@@ -35,6 +35,7 @@ from .transformer_cp import ContextParallel
 from .transformer_dispatch import exchange
 from .transformer_kernels import LayerKernels
 from .transformer_mla import LatentKernels
+from .transformer_module_offload import ModuleOffload
 from .transformer_overlap import Block, Frontier, Userbuffers
 from .transformer_shapes import has_exchange
 from .transformer_spec import TransformerSpec
@@ -72,6 +73,8 @@ class PassBuilder(OpStream):
         self.ub = Userbuffers(me) if spec.tp_comm_overlap and spec.tp > 1 else None
         #: context parallelism's communication around each layer's attention
         self.cp = ContextParallel(me)
+        #: the experts' saved tensors copied to the host and back (``offload_modules``)
+        self.module_offload = ModuleOffload(spec, me, kernels)
 
     def tp_block(self, name: str, kernels: tuple[Kernel, ...], layer: int, pass_: str,
                  x: Frontier, *, gather: bool, reduce: bool, after: Frontier = (),
@@ -170,6 +173,7 @@ class PassBuilder(OpStream):
             x = exchange(self, f"{name}.dispatch", True, layer, "fwd", x)
         x = self._expert_tp(f"{name}.experts", k.sort_chunks + k.experts + k.sort_chunks,
                             layer, "fwd", x)
+        x = self.module_offload.after_forward(name, layer, x)
         if s.ep > 1:
             x = exchange(self, f"{name}.combine", False, layer, "fwd", x)
         x = (self.compute(f"{name}.unpermute", k.unpermute + k.latent_up, layer, "fwd", x),)
@@ -321,7 +325,9 @@ class PassBuilder(OpStream):
         if s.ep > 1:
             g = exchange(self, f"{name}.combine_backward", True, layer, "ig", g)
         g = self._expert_tp(f"{name}.experts.dgrad",
-                            k.sort_chunks + k.experts_dgrad + k.sort_chunks, layer, "ig", g)
+                            k.sort_chunks + k.experts_dgrad + k.sort_chunks, layer, "ig",
+                            self.module_offload.before_backward(name, layer, g))
+        self.module_offload.after_backward(name, layer)
         if s.ep > 1:
             g = exchange(self, f"{name}.dispatch_backward", False, layer, "ig", g)
         g = (self.compute(f"{name}.permute_backward", k.permute + k.latent_dgrads[1], layer, "ig",

@@ -91,6 +91,8 @@ class StageProgram:
         if spec.overlap_param_gather:
             self.gathers.start()
         forwards = [u for u in order if u[0] == "fwd"]
+        # forwards whose backward comes next keep their last offloaded group on the GPU
+        self.kept_last = {u[1:] for u, v in zip(order, order[1:]) if v == ("bwd", *u[1:])}
         backwards = [u for u in order if u[0] == "bwd"]
         # each chunk's last backward (by its index among the backwards) -> the chunk
         finals = {max(j for j, u in enumerate(backwards) if u[1] == c): c
@@ -164,6 +166,8 @@ class StageProgram:
         vs = virtual_stage(spec, self.ctx.stage, chunk)
         before, after = self._peers(chunk)
         tag = f"mb{m}" + (f".chunk{chunk}" if spec.vpp > 1 else "")
+        b.module_offload.begin_forward(tag, self.chunk_units(chunk),
+                                       keep_last=(chunk, m) in self.kept_last)
         x: Frontier = ()
         first = self.layers[chunk][0] if len(self.layers[chunk]) else self.row["optimizer"]
         if before is not None:
@@ -302,10 +306,10 @@ class StageProgram:
         spec, ctx = self.spec, self.ctx
         dense = sum(self.chunk_parameters(c)[0] for c in range(spec.vpp))
         expert = sum(self.chunk_parameters(c)[1] for c in range(spec.vpp))
-        if spec.fsdp:
+        if spec.fsdp and spec.fsdp_outer != "optim":   # (optim: the replicas split it too)
             (_, dense_shard), (_, expert_shard) = ctx.shard_groups()
             return dense / dense_shard + expert / expert_shard
-        if spec.sharded_optimizer:
+        if spec.sharded_optimizer or spec.fsdp:
             return dense / ctx.dp_size + expert / ctx.expert_dp_size
         return dense + expert
 

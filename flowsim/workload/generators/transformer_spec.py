@@ -5,65 +5,32 @@ means, its choices and defaults. :mod:`.transformer_parse` reads and checks them
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any
 
-from ..._validate import choices_of
 from ..kernels import DTYPE_BYTES, Fp8Recipe
 from ..roofline import Roofline
 from . import transformer_values as tv
+from .transformer_choices import (
+    LORA_TARGETS,
+    AttentionKind,
+    CpCommType,
+    CrossEntropyImpl,
+    Dispatcher,
+    DType,
+    ExpertLayout,
+    FsdpOuter,
+    FsdpReshard,
+    LoraTarget,
+    OffloadModule,
+    Optimizer,
+    PositionEmbedding,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    UbConfig,
+)
 from .transformer_hybrid import ATTENTION, MAMBA, MLP, MOE, MambaMixer
 
-#: Pipeline schedules (see :mod:`.transformer_schedule`).
-Schedule = Literal["1f1b", "gpipe", "interleaved", "dualpipev"]
-SCHEDULES: tuple[Schedule, ...] = choices_of(Schedule)
-#: ``every_other_matmul`` is torchtitan's per-op selective recomputation (its ``"op"``
-#: policy): see :attr:`~.transformer_kernels.LayerKernels.alternate_matmuls`
-Recompute = Literal["none", "selective", "full", "every_other_matmul"]
-RECOMPUTES: tuple[Recompute, ...] = choices_of(Recompute)
-#: what ``recompute: selective`` re-runs (Megatron-Core's ``--recompute-modules``)
-RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
-                          "shared_experts"]
-RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = choices_of(RecomputeModule)
-AttentionKind = Literal["flash", "flash2", "unfused"]
-ATTENTIONS: tuple[AttentionKind, ...] = choices_of(AttentionKind)
-#: Megatron-LM's ``--position-embedding-type`` (NeMo's ``position_embedding_type``)
-PositionEmbedding = Literal["learned_absolute", "rope", "alibi", "none"]
-POSITION_EMBEDDINGS: tuple[PositionEmbedding, ...] = choices_of(PositionEmbedding)
-DType = Literal["bf16", "fp16", "fp8"]
-#: Where expert parallelism takes its ranks: inside the data-parallel ranks (Megatron-Core before
-#: 0.10), or folded over context x data parallelism (0.10 on, "MoE parallel folding")
-ExpertLayout = Literal["within_dp", "folded"]
-EXPERT_LAYOUTS: tuple[ExpertLayout, ...] = choices_of(ExpertLayout)
-#: how context parallelism exchanges keys and values: around a ring, one block per step
-#: beside the previous block's attention (Transformer Engine's ``p2p``, Megatron-Core's
-#: default), all-gathered before the attention (``all_gather``: Llama 3's), or all-to-alls
-#: that trade the sequence shards for shards of the heads (``a2a``: DeepSpeed-Ulysses)
-CpCommType = Literal["p2p", "all_gather", "a2a"]
-CP_COMM_TYPES: tuple[CpCommType, ...] = choices_of(CpCommType)
-#: the linear layers LoRA can adapt (Megatron-Core's module names; :mod:`.transformer_lora`)
-LoraTarget = Literal["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
-LORA_TARGETS: tuple[LoraTarget, ...] = choices_of(LoraTarget)
-#: those whose input is split over TP (row-parallel); the others split their output
-ROW_PARALLEL: tuple[LoraTarget, ...] = ("linear_proj", "linear_fc2")
-#: userbuffers settings of ``tp_comm_overlap`` (:mod:`.transformer_overlap`)
-UbConfig = Literal["nemo", "te_default"]
-UB_CONFIGS: tuple[UbConfig, ...] = choices_of(UbConfig)
-#: when FSDP frees a unit's gathered parameters (:attr:`TransformerSpec.fsdp_reshard`)
-FsdpReshard = Literal["after_forward", "after_backward", "after_step"]
-FSDP_RESHARDS: tuple[FsdpReshard, ...] = choices_of(FsdpReshard)
-#: the optimizers (:mod:`.transformer_optimizer`)
-Optimizer = Literal["adam", "muon", "dist_muon"]
-OPTIMIZERS: tuple[Optimizer, ...] = choices_of(Optimizer)
-#: how a mixture of experts' tokens cross the expert-parallel ranks (:mod:`.transformer_dispatch`)
-Dispatcher = Literal["alltoall", "deepep"]
-#: the fused cross entropy's implementation (Megatron-Core's ``cross_entropy_fusion_impl``,
-#: flash-attn's, LLM Foundry's default loss, torch.compile's, torchtitan's compiled loss, and
-#: PyTorch's eager ``F.cross_entropy`` on the 16-bit logits, NeMo AutoModel's
-#: ``MaskedCrossEntropy`` without its FP32 cast)
-CrossEntropyImpl = Literal["native", "te", "flash_attn", "compiled", "torch"]
-CROSS_ENTROPY_IMPLS: tuple[CrossEntropyImpl, ...] = choices_of(CrossEntropyImpl)
-DISPATCHERS: tuple[Dispatcher, ...] = choices_of(Dispatcher)
-DTYPES: tuple[DType, ...] = choices_of(DType)
 #: The compute model when neither the spec nor the network names one, and the keys a partial
 #: ``roofline`` mapping leaves out: an A100-like roofline at half of its peaks (312 TFLOP/s
 #: 16-bit, 2039 GB/s HBM2e).
@@ -95,7 +62,7 @@ class TransformerSpec:
     pp: int = 1
     dp: int = 1
     cp: int = 1
-    #: how the CP ranks exchange keys and values (:data:`CP_COMM_TYPES`)
+    #: how the CP ranks exchange keys and values (:data:`~.transformer_choices.CP_COMM_TYPES`)
     cp_comm_type: CpCommType = "p2p"
     ep: int = 1
     vpp: int = 1
@@ -149,7 +116,7 @@ class TransformerSpec:
     window: int = 0
     window_skip_freq: tuple[int, ...] | int | None = None
     capacity_factor: float = 1.0
-    #: where the expert-parallel ranks come from (:data:`EXPERT_LAYOUTS`)
+    #: where the expert-parallel ranks come from (:data:`~.transformer_choices.EXPERT_LAYOUTS`)
     expert_layout: ExpertLayout = "within_dp"
     #: tensor-parallel ranks each expert is split over (Megatron-Core's
     #: ``--expert-tensor-parallel-size``): ``tp`` (its default) or 1; 0 before defaults
@@ -219,22 +186,43 @@ class TransformerSpec:
     #: ``defer_fsdp_grad_sync``), each unit's accumulating unsharded until then
     fsdp_defer_grad_sync: bool = False
     #: with ``fsdp`` and no pipeline, when a unit's gathered parameters are freed
-    #: (:data:`FSDP_RESHARDS`): after its forward and after its backward (FSDP2's default),
-    #: after its backward only (``reshard_after_forward=False``), or after the step's last
-    #: backward (kept across micro-batches: ``set_reshard_after_backward(False)``)
+    #: (:data:`~.transformer_choices.FSDP_RESHARDS`): after its forward and after its
+    #: backward (FSDP2's default), after its backward only (``reshard_after_forward=False``),
+    #: or after the step's last backward (kept across micro-batches:
+    #: ``set_reshard_after_backward(False)``)
     fsdp_reshard: FsdpReshard = "after_forward"
     #: with ``fsdp``, the data-parallel ranks a unit's parameters are sharded over (hybrid
     #: sharding, HSDP: torchtitan's ``data_parallel_shard_degree``); the ``dp / fsdp_shard``
     #: groups of them hold replicas and all-reduce their gradient shards; 0: all of them
     fsdp_shard: int = 0
+    #: with ``fsdp``, the replicas instead (``dp / fsdp_shard``: Megatron-FSDP's
+    #: ``num_distributed_optimizer_instances``); 0: from ``fsdp_shard``
+    fsdp_replicas: int = 0
+    #: with ``fsdp`` and replicas (``fsdp_shard < dp``), what they do with a unit's shard
+    #: (:data:`~.transformer_choices.FSDP_OUTERS`): all-reduce its gradients with each
+    #: reduce-scatter (FSDP2's HSDP); all-reduce them once, after the last micro-batch's
+    #: (``all_reduce_last``: Megatron-FSDP's HSDP); or then reduce-scatter them, each rank's
+    #: optimizer updating ``1/dp`` of the unit, whose shard the replicas all-gather in the
+    #: step's first forward and backward (``optim``: Megatron-FSDP's
+    #: ``outer_dp_sharding_strategy``)
+    fsdp_outer: FsdpOuter = "all_reduce"
+    #: Megatron-Core's fine-grained activation offloading (``--offload-modules``): the
+    #: modules whose saved tensors are copied to host memory and back
+    #: (:mod:`.transformer_module_offload`)
+    offload_modules: tuple[OffloadModule, ...] = ()
+    #: the smallest tensor they copy, in elements (``--min-offloaded-tensor-size``)
+    offload_min_elements: int = 1024 * 1024
+    #: copies to the host in flight before the compute waits for the oldest
+    #: (``fine_grained_offloading_max_inflight_offloads``); None: it never waits
+    offload_max_inflight: int | None = None
     tp_comm_overlap: bool = False
     #: a micro-batch's forward run beside another's backward, so that the expert all-to-alls
     #: of one hide behind the other's compute (Megatron-Core's combined 1F1B,
     #: ``--overlap-moe-expert-parallel-comm``): one more warm-up forward, then each forward
     #: paired with the backward after it
     moe_a2a_overlap: bool = False
-    #: how tokens cross the expert-parallel ranks (:data:`DISPATCHERS`): Megatron-Core's
-    #: all-to-all dispatcher, or DeepEP's (once per node over the scale-out network)
+    #: how tokens cross the expert-parallel ranks (:data:`~.transformer_choices.DISPATCHERS`):
+    #: Megatron-Core's all-to-all dispatcher, or DeepEP's (once per node over the scale-out network)
     dispatcher: Dispatcher = "alltoall"
     #: node-limited routing (DeepSeek-V3's M): a token's experts on at most this many nodes;
     #: 0: any (:mod:`.transformer_dispatch`)

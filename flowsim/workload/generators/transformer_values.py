@@ -33,11 +33,13 @@ MAXIMA = {"layers": MAX_INT, "micro_batches": MAX_INT, "global_batch": MAX_INT,
           "dp": MAX_NPUS,
           "tp": MAX_NPUS, "pp": MAX_NPUS, "cp": MAX_NPUS, "ep": MAX_NPUS, "vpp": 1 << 16,
           "experts": 1 << 20, "top_k": 1 << 20, "window": 1 << 24, "bucket_size": MAX_INT,
-          "fsdp_shard": MAX_INT, "expert_tp": MAX_NPUS, "node_limit": MAX_NPUS,
+          "fsdp_shard": MAX_INT, "fsdp_replicas": MAX_INT, "expert_tp": MAX_NPUS,
+          "node_limit": MAX_NPUS,
           "microbatch_group": MAX_INT, "mtp_layers": 1 << 10, "metric_cross_entropies": 1 << 10,
           "recompute_every": MAX_INT, "recompute_layers": MAX_INT, "lora_rank": 1 << 16,
           "cpu_offload_layers": MAX_INT, "bf16_layers_at_start": MAX_INT,
-          "bf16_layers_at_end": MAX_INT, "document_tokens": 1 << 24}
+          "bf16_layers_at_end": MAX_INT, "document_tokens": 1 << 24,
+          "offload_min_elements": MAX_INT, "offload_max_inflight": MAX_INT}
 #: The parallelisms, innermost first in Megatron-Core's default rank order ("tp-cp-ep-dp-pp").
 Parallelism = Literal["tp", "cp", "ep", "dp", "pp"]
 PARALLELISMS: tuple[Parallelism, ...] = choices_of(Parallelism)
@@ -269,13 +271,16 @@ def weight_bytes(spec: Any, *, kept: bool = False) -> float:
     with ``fp8_param_gather`` under tensor scaling (Megatron-LM's ``--fp8-param-gather``);
     NVFP4's half a byte and its block's share of an E4M3 scale (``--fp4-param-gather``),
     kept in both layouts (Transformer Engine's weight quantizer writes the row- and
-    column-wise copies: twice that); else two, MXFP8's too (Megatron-Core gathers them in
-    16 bits into the gradient buffer and casts them after,
+    column-wise copies: twice that); MXFP8's byte and its 32-element block's E8M0 scale under
+    ``fsdp`` (Megatron-FSDP gathers the row-wise layout for the forward and the column-wise
+    one for the backward, and keeps both shards); else two, MXFP8's too (Megatron-Core's
+    optimizer gathers them in 16 bits into the gradient buffer and casts them after,
     ``reuse_grad_buf_for_mxfp8_param_ag``, keeping both layouts, about as many bytes)."""
-    if not spec.fp8_param_gather or spec.fp8_recipe == "mxfp8":
+    if not spec.fp8_param_gather or (spec.fp8_recipe == "mxfp8" and not spec.fsdp):
         return 2.0
-    if spec.fp8_recipe == "nvfp4":
-        return gathered_bytes(spec) * (2 if kept else 1)
+    if spec.fp8_recipe in ("nvfp4", "mxfp8"):   # (MXFP8: an E8M0 scale per 32 elements)
+        block = gathered_bytes(spec) if spec.fp8_recipe == "nvfp4" else 1 + 1 / 32
+        return block * (2 if kept else 1)
     return 1.0
 
 

@@ -1,0 +1,122 @@
+"""Megatron-Core's fine-grained activation offloading of the experts' modules
+(``offload_modules``): which groups are copied and brought back, their bytes by closed form,
+the order of the copies against the compute, the memory they free, timing bounds with a fast
+and a slow host link, and what is refused."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import flowsim
+from flowsim.compute import DEVICES, DeviceModel
+from flowsim.errors import ConfigError
+from flowsim.workload.generators import transformer
+from flowsim.workload.graph import topological_order
+
+NODE = {"topology": ["Switch"], "npus_count": [8], "bandwidth": [300], "latency": [500]}
+L, N, TOP_K, FFN, H = 4, 1024, 2, 2048, 512
+#: every layer a mixture of 8 experts over 8 ranks; 2 micro-batches
+MOE = dict(layers=L, hidden=H, ffn=FFN, heads=8, sequence=N, micro_batch=1, vocab=0, tp=1,
+           dp=8, ep=8, experts=8, top_k=TOP_K, global_batch=16, expert_layout="folded",
+           distributed_optimizer=True, overlap_grad_reduce=True, device="gb200")
+#: tokens the rank's experts receive (balanced routing): its own tokens' routes
+ROWS = N * TOP_K
+
+
+@pytest.fixture(scope="module")
+def node():
+    return flowsim.load_network(NODE)
+
+
+def _host_ops(work, suffix):
+    return [op for op in work.programs[0].ops if op.host and op.name.endswith(suffix)]
+
+
+def test_every_group_but_each_forwards_last_goes_out_and_comes_back(node):
+    """``moe_act``: per micro-batch FC1's 16-bit output (rows x ffn x 2 bytes) of every
+    layer but the last (whose backward comes next) is copied out in the forward and back in
+    the backward, the same bytes both ways; each copy back starts after the next layer's
+    experts' backward and that layer's own backward waits for it; the graph is a DAG."""
+    work = transformer(node, **MOE, offload_modules=["moe_act"])
+    (program,) = work.programs
+    out, back = _host_ops(work, ".offload"), _host_ops(work, ".reload")
+    assert [op.layer for op in out] == [0, 1, 2] * 2 and [op.layer for op in back] == \
+        [2, 1, 0] * 2
+    assert {op.kernels[0].bytes for op in out + back} == {ROWS * FFN * 2}
+    ops = {op.id: op for op in program.ops}
+    for op in back:
+        later = [ops[d] for d in op.deps + op.ctrl_deps if not ops[d].host]
+        assert any(d.name.endswith(f"layer{op.layer + 1}.experts.dgrad") for d in later)
+        own = next(o for o in program.ops if o.layer == op.layer and o.id > op.id
+                   and o.name.endswith("experts.dgrad"))
+        assert op.id in own.deps
+    assert len(topological_order(program)) == len(program.ops)
+
+
+def test_the_groups_hold_what_each_module_saves(node):
+    """Bytes of one copy by closed form: ``expert_fc1`` the experts' input (one byte in
+    MXFP8), ``fused_group_mlp`` that, FC1's 16-bit output and FC2's MXFP8 input, the last
+    left out by ``moe_act`` recomputation; tensors under ``offload_min_elements`` stay."""
+    fp8 = dict(MOE, dtype="fp8", fp8_recipe="mxfp8", device="gb200")
+
+    def copied(**keys):
+        return {op.kernels[0].bytes for op in _host_ops(transformer(node, **keys), ".offload")}
+
+    assert copied(**fp8, offload_modules=["expert_fc1"]) == {ROWS * H}
+    fused = dict(fp8, fused_grouped_mlp=True, offload_modules=["fused_group_mlp"])
+    assert copied(**fused) == {ROWS * H + ROWS * FFN * 2 + ROWS * FFN}
+    assert copied(**fused, recompute="selective", recompute_modules=["moe_act"]) == \
+        {ROWS * H + ROWS * FFN * 2}
+    assert copied(**fused, offload_min_elements=ROWS * H + 1) == {ROWS * FFN * 3}
+    assert copied(**fused, offload_min_elements=ROWS * FFN + 1) == set()
+
+
+def test_offloaded_groups_leave_the_memory_estimate(node):
+    """At the peak (the end of a forward) every offloaded group is on the host: the
+    activations drop by (L - 1) copies."""
+    plain = transformer(node, **MOE)
+    moved = transformer(node, **MOE, offload_modules=["moe_act"])
+    assert plain.memory["activations"] - moved.memory["activations"] == \
+        pytest.approx((L - 1) * ROWS * FFN * 2)
+
+
+def test_copies_hide_unless_the_compute_waits_for_them(node):
+    """With GB200's link and no cap the copies hide: the time without offloading. Waiting
+    for every copy (``offload_max_inflight: 0``) over a slow link puts each one on the
+    forward's path: at least the forwards' copies more, at most every copy's."""
+    plain = float(flowsim.simulate(node, transformer(node, **MOE)).time_ns)
+    hidden = flowsim.simulate(node, transformer(node, **MOE, offload_modules=["moe_act"]))
+    assert float(hidden.time_ns) == pytest.approx(plain, rel=1e-12)
+    slow = DeviceModel(replace(DEVICES["gb200"], name="gb200_slow_host", host_gbps=1.0))
+    waits = transformer(node, **MOE, offload_modules=["moe_act"], offload_max_inflight=0)
+    out = _host_ops(waits, ".offload")
+    copy_ns = slow.kernel_ns(out[0].kernels[0])
+    base = float(flowsim.simulate(node, transformer(node, **MOE), device=slow).time_ns)
+    stalled = float(flowsim.simulate(node, waits, device=slow).time_ns)
+    assert base + len(out) * copy_ns <= stalled <= base + 2 * len(out) * copy_ns * 1.001
+
+
+def test_a_cap_of_one_waits_for_the_copy_before(node):
+    """``offload_max_inflight: 1``: after each copy the compute waits for the one before it,
+    so every copy but the first of a forward is waited for."""
+    work = transformer(node, **MOE, offload_modules=["moe_act"], offload_max_inflight=1)
+    (program,) = work.programs
+    out = _host_ops(work, ".offload")
+    waited = {d for op in program.ops if not op.host for d in op.deps}
+    assert [op.id in waited for op in out] == [True] * (len(out) - 1) + [False]
+
+
+@pytest.mark.parametrize("keys, key", [
+    (dict(experts=0, ep=1, top_k=0, offload_modules=["moe_act"]), "offload_modules"),
+    (dict(offload_modules=["fused_group_mlp"]), "offload_modules"),
+    (dict(dtype="fp8", fp8_recipe="mxfp8", fused_grouped_mlp=True,
+          offload_modules=["moe_act"]), "offload_modules"),
+    (dict(offload_modules=["core_attn"]), "offload_modules"),
+    (dict(offload_modules=["moe_act"], cpu_offload_layers=1), "offload_modules"),
+    (dict(offload_max_inflight=1), "offload_max_inflight"),
+    (dict(offload_modules=["moe_act"], offload_min_elements=-1), "offload_min_elements")])
+def test_bad_offloading_names_the_key(node, keys, key):
+    with pytest.raises(ConfigError, match=key):
+        transformer(node, **{**MOE, **keys})
