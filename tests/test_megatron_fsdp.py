@@ -104,9 +104,9 @@ def test_a_repeated_depth_is_one_unit_gathered_for_each_use_and_reduced_once(net
 
 def test_megatron_lm_flags_ask_for_hybrid_sharding_and_offloading():
     """``--use-megatron-fsdp`` with replicas and the outer strategy, and fine-grained
-    offloading with its settings, read as keys; the attention's offloading and replicas of
-    a partial sharding are refused naming the flag; replicas of the distributed optimizer
-    alone are left out with a warning."""
+    offloading with its settings, read as keys; a module Megatron-Core does not name and
+    replicas of a partial sharding are refused naming the flag; replicas of the distributed
+    optimizer alone are left out with a warning."""
     base = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
             "--micro-batch-size 1 --global-batch-size 16 --num-experts 8 --moe-router-topk 2 "
             "--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --bf16 "
@@ -123,9 +123,9 @@ def test_megatron_lm_flags_ask_for_hybrid_sharding_and_offloading():
         dict(fsdp=True, fsdp_replicas=2, fsdp_outer="optim",
              offload_modules=["moe_act", "expert_fc1"], offload_min_elements=1000,
              offload_max_inflight=1)
-    with pytest.raises(ConfigError, match="--offload-modules.*not modelled"):
+    with pytest.raises(ConfigError, match="--offload-modules.*found 'flash'"):
         parse_megatron({"args": base + "--fine-grained-activation-offloading "
-                                       "--offload-modules core_attn"}, "spec.yml")
+                                       "--offload-modules flash"}, "spec.yml")
     with pytest.raises(ConfigError, match="--num-distributed-optimizer-instances"):
         parse_megatron({"args": base + "--use-megatron-fsdp --data-parallel-sharding-"
                                        "strategy optim --num-distributed-optimizer-"

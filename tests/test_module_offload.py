@@ -73,6 +73,36 @@ def test_the_groups_hold_what_each_module_saves(node):
     assert copied(**fused, offload_min_elements=ROWS * FFN + 1) == set()
 
 
+def test_the_attentions_modules_make_one_group_per_layer(node):
+    """``qkv_linear``, ``core_attn`` and ``attn_proj``: per layer one group of the QKV
+    layer's two saved inputs (the fused norm's input and output), the attention's queries,
+    keys, values and output, and the projection's input, 16-bit here; ``mlp_norm`` the
+    pre-MLP norm's input. Each kind keeps its last group of a forward on the GPU; the
+    groups come back in reverse order of the forward, each before its block's backward."""
+    q = kv = H   # 8 heads of 64, as many key-value heads (tp 1)
+    attention = 2 * N * H * 2 + N * (2 * q + 2 * kv) * 2 + N * q * 2
+    work = transformer(node, **MOE, offload_modules=["qkv_linear", "core_attn", "attn_proj",
+                                                     "mlp_norm", "moe_act"],
+                       offload_min_elements=0)   # (these tensors are under the default)
+    out = _host_ops(work, ".offload")
+    kinds = [(op.layer, op.name.split(".")[-2], op.kernels[0].bytes) for op in out[:9]]
+    assert kinds == [(i, kind, size) for i in range(3) for kind, size in (
+        ("attention", attention), ("mlp_norm", N * H * 2), ("experts", ROWS * FFN * 2))]
+    back = _host_ops(work, ".reload")
+    assert [(op.layer, op.name.split(".")[-2]) for op in back[:9]] == \
+        [(i, kind) for i in (2, 1, 0) for kind in ("experts", "mlp_norm", "attention")]
+    (program,) = work.programs
+    attention_dgrad = [op for op in program.ops if op.name.endswith("attention.dgrad")]
+    for op in back:
+        if op.name.endswith("attention.reload"):
+            own = next(o for o in attention_dgrad if o.id > op.id and o.layer == op.layer)
+            assert op.id in own.deps
+    plain = transformer(node, **MOE)
+    assert plain.memory["activations"] - work.memory["activations"] == pytest.approx(
+        (L - 1) * (attention + N * H * 2 + ROWS * FFN * 2))
+    assert len(topological_order(program)) == len(program.ops)
+
+
 def test_offloaded_groups_leave_the_memory_estimate(node):
     """At the peak (the end of a forward) every offloaded group is on the host: the
     activations drop by (L - 1) copies."""
@@ -113,7 +143,10 @@ def test_a_cap_of_one_waits_for_the_copy_before(node):
     (dict(offload_modules=["fused_group_mlp"]), "offload_modules"),
     (dict(dtype="fp8", fp8_recipe="mxfp8", fused_grouped_mlp=True,
           offload_modules=["moe_act"]), "offload_modules"),
-    (dict(offload_modules=["core_attn"]), "offload_modules"),
+    (dict(offload_modules=["attn_proj"]), "offload_modules"),
+    (dict(offload_modules=["moe_act"], recompute="selective", recompute_modules=["moe"]),
+     "offload_modules"),
+    (dict(offload_modules=["flash"]), "offload_modules"),
     (dict(offload_modules=["moe_act"], cpu_offload_layers=1), "offload_modules"),
     (dict(offload_max_inflight=1), "offload_max_inflight"),
     (dict(offload_modules=["moe_act"], offload_min_elements=-1), "offload_min_elements")])

@@ -60,6 +60,7 @@ from .imported import (
     shell_words,
 )
 from .shell_vars import shell_variables, substitute
+from .transformer_choices import OFFLOAD_MODULES
 from .transformer_hybrid import hybrid_keys
 
 #: flags with a value: flag -> transformer key
@@ -124,7 +125,7 @@ FLAGS = tuple(VALUED) + tuple(SWITCHES) + SPECIAL + megatron_deepspeed.FLAGS
 #: in a script and is not one, a redirection say, is not theirs)
 MULTI_VALUED = {"cp-comm-type": ("p2p", "a2a", "allgather", "a2a+p2p"),
                 "recompute-modules": megatron_recompute.MODULES,
-                "offload-modules": megatron_fsdp.MCORE_OFFLOAD_MODULES}
+                "offload-modules": OFFLOAD_MODULES}
 #: flags taking several numbers (Megatron-DeepSpeed's experts per MoE layer)
 NUMBER_LISTS = ("num-experts",)
 #: flags that shape an iteration's time but have no transformer key (named in a warning)

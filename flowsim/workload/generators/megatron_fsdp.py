@@ -27,9 +27,6 @@ SHARDING = {"optim_grads_params": "fsdp", "optim_grads": "distributed_optimizer"
             "optim": "distributed_optimizer", "no_shard": None}
 #: ``outer_dp_sharding_strategy`` -> ``fsdp_outer``
 OUTER = {"no_shard": "all_reduce_last", "optim": "optim"}
-#: every module Megatron-Core's ``--offload-modules`` takes (flowsim prices the experts')
-MCORE_OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm",
-                         *OFFLOAD_MODULES)
 #: Megatron-LM's flags read here
 FLAGS = ("use-megatron-fsdp", "data-parallel-sharding-strategy",
          "num-distributed-optimizer-instances", "outer-dp-sharding-strategy",
@@ -78,15 +75,14 @@ def offload_keys(enabled: bool, modules: Any, min_elements: Any, max_inflight: A
     Raises
     ------
     ConfigError
-        Modules flowsim does not price (the attention's and the norms').
+        A module Megatron-Core does not name.
     """
     if not enabled:
         return {}
     listed: Sequence[Any] = [modules] if isinstance(modules, str) else list(modules or [])
     unknown = [m for m in listed if m not in OFFLOAD_MODULES]
     if unknown:
-        raise config_error(where, names[1], "a list of " + ", ".join(OFFLOAD_MODULES) +
-                           " (the attention's and the norms' offloading: not modelled)",
+        raise config_error(where, names[1], "a list of " + ", ".join(OFFLOAD_MODULES),
                            unknown[0])
     keys: dict[str, Any] = {"offload_modules": list(listed)}
     if "fused_group_mlp" in listed:   # a module only Transformer Engine's fused grouped MLP

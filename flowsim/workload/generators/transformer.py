@@ -54,12 +54,13 @@ re-runs every N-th layer only, ``recompute_layers: N`` the first N layers of eac
 (Megatron-Core's ``--recompute-method block --recompute-num-layers N``; the uniform method
 re-runs every layer). Instead of recomputing, ``cpu_offload_layers: N`` copies the first N
 layers' activations to host memory and back beside the compute, at the device's host-link
-rate (:mod:`.transformer_offload`); ``offload_modules`` copies what a mixture of experts'
-modules save, module by module (Megatron-Core's fine-grained activation offloading:
-``expert_fc1``, ``moe_act``, ``fused_group_mlp``; tensors of at least
-``offload_min_elements``; the compute waits only beyond ``offload_max_inflight`` copies in
-flight: :mod:`.transformer_module_offload`). ``optimizer: muon`` (or ``dist_muon``) updates the layers'
-weights with Muon, whose Newton-Schulz products the step prices (:mod:`.transformer_optimizer`).
+rate (:mod:`.transformer_offload`); ``offload_modules`` copies what the named modules save,
+module by module (Megatron-Core's fine-grained activation offloading: ``attn_norm``,
+``qkv_linear``, ``core_attn``, ``attn_proj``, ``mlp_norm``, ``expert_fc1``, ``moe_act``,
+``fused_group_mlp``; tensors of at least ``offload_min_elements``; the compute waits only
+beyond ``offload_max_inflight`` copies in flight: :mod:`.transformer_module_offload`).
+``optimizer: muon`` (or ``dist_muon``) updates the layers' weights with Muon, whose
+Newton-Schulz products the step prices (:mod:`.transformer_optimizer`).
 ``dtype: fp8`` is
 Transformer Engine's FP8 training: the layers' linear GEMMs in FP8, each with a memory-bound
 cast of its input forward and of its output's gradient backward; attention, the
@@ -68,8 +69,9 @@ Transformer Engine modules). ``fp8_recipe`` says how it scales: ``delayed`` (the
 ``tensorwise`` (current scaling) scale whole tensors and cost the same (the cast writes a
 transpose on Hopper, none on Blackwell); ``mxfp8`` (``dtype: mxfp8`` for short; Blackwell
 only) scales blocks of 32 elements, writes both layouts with their scales, and gathers
-parameters in 16 bits (with the distributed optimizer; ``fsdp`` gathers them in MXFP8). Its GEMMs are priced at FP8's rate (no block-scaled GEMM measurement
-is published; ``docs/accuracy/published.md`` compares it with NVIDIA's published pairs).
+parameters in 16 bits (with the distributed optimizer; ``fsdp`` gathers them in MXFP8). Its
+GEMMs are priced at FP8's rate (no block-scaled GEMM measurement is published;
+``docs/accuracy/published.md`` compares it with NVIDIA's published pairs).
 ``nvfp4`` (``dtype: nvfp4``; Transformer Engine's ``NVFP4BlockScaling``, Megatron-LM's
 ``--fp4-format e2m1``; Blackwell only) runs the same GEMMs in FP4 at the device's FP4 peak
 times FP8's fraction of its peak (an assumption: no FP4 GEMM measurement is published); its

@@ -15,6 +15,7 @@ from typing import Any
 from ...errors import ConfigError, FlowsimWarning, config_error
 from ..kernels import BLOCK_SCALED_RECIPES
 from .transformer_choices import LORA_TARGETS, ROW_PARALLEL
+from .transformer_offload_checks import check_offload_modules
 
 #: Largest graph a generator builds (ops over all programs), before anything is allocated.
 MAX_OPS = 5_000_000
@@ -228,12 +229,7 @@ def check_consistent(spec: Any) -> None:
          "experts' latent width)", spec.moe_latent)
     need(not spec.mtp_repeated or spec.mtp_layers > 0, "mtp_repeated",
          "false without mtp_layers", spec.mtp_repeated)
-    fused = "fused_group_mlp" in spec.offload_modules
-    need(not spec.offload_modules or (spec.experts > 0 and not spec.cpu_offload_layers and (
-        fused == spec.fused_grouped_mlp and (not fused or len(spec.offload_modules) == 1))),
-        "offload_modules", "[] without experts, with cpu_offload_layers; fused_group_mlp "
-        "alone, and only with fused_grouped_mlp (expert_fc1, moe_act without it)",
-        list(spec.offload_modules))
+    check_offload_modules(spec, need)
     need(spec.offload_max_inflight is None or bool(spec.offload_modules),
          "offload_max_inflight", "unset without offload_modules", spec.offload_max_inflight)
     need(spec.fsdp_outer == "all_reduce" or (spec.fsdp and spec.fsdp_shard < spec.dp and
@@ -393,3 +389,4 @@ def _check_recompute_modules(spec: Any, need: Callable[[bool, str, str, Any], No
               and spec.fp8_recipe == "delayed"), "fp8_recipe", "a current-scaling or "
          "block-scaled recipe with moe_act or layernorm recomputed (Megatron-Core refuses "
          "delayed scaling with them)", spec.fp8_recipe)
+

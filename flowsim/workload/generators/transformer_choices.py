@@ -67,5 +67,6 @@ FsdpOuter = Literal["all_reduce", "all_reduce_last", "optim"]
 FSDP_OUTERS: tuple[FsdpOuter, ...] = choices_of(FsdpOuter)
 #: the modules whose saved tensors Megatron-Core's fine-grained activation offloading copies
 #: to the host (``--offload-modules``; :mod:`.transformer_module_offload`)
-OffloadModule = Literal["expert_fc1", "moe_act", "fused_group_mlp"]
+OffloadModule = Literal["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm",
+                        "expert_fc1", "moe_act", "fused_group_mlp"]
 OFFLOAD_MODULES: tuple[OffloadModule, ...] = choices_of(OffloadModule)

@@ -10,7 +10,8 @@ moments; Muon's 8 for the layers' weights: :mod:`.transformer_optimizer`), the s
 sharded over the data-parallel ranks by the distributed optimizer and everything by ``fsdp``
 over its sharding group (which keeps the largest unit gathered and the next one's prefetch,
 or, under pipelining, every unit and its unsharded gradients from its first forward to its
-last backward).
+last backward; with ``fsdp_outer: optim`` the optimizer states over every data-parallel
+rank).
 
 Activations per layer and micro-batch follow Korthikanti et al., "Reducing Activation
 Recomputation in Large Transformer Models" (MLSys 2023), section 4.1, term by term, for any
@@ -26,7 +27,9 @@ selective recomputation drops it, and what the modules it re-runs made:
 input (``2 n h``, split by sequence parallelism) and one layer's activations at a time. The
 output layer keeps its logits for the cross entropy, in FP32 (in 16 bits under Transformer
 Engine's, flash-attn's and compiled ones), and so does each multi-token prediction depth,
-beside its layer's activations and its inputs'. How many micro-batches a stage holds comes
+beside its layer's activations and its inputs'. Offloaded activations are on the host at the
+peak, the end of a forward: ``cpu_offload_layers``' layers, and ``offload_modules``' groups
+but each chunk's last (:func:`_module_offloads`). How many micro-batches a stage holds comes
 from the schedule it runs (1F1B's warm-up, the interleaved schedule's extra chunks).
 
 Left out: the CUDA context and library workspaces (about 1 GB), communication buffers
@@ -38,6 +41,7 @@ more than the estimate.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -46,7 +50,7 @@ from .transformer_checks import micro_batches
 from .transformer_combined import paired_forwards
 from .transformer_hybrid import ATTENTION, MAMBA, MLP, MOE
 from .transformer_mla import LatentKernels
-from .transformer_module_offload import offloaded_bytes
+from .transformer_module_offload import KINDS, offloaded_bytes
 from .transformer_optimizer import state_bytes
 from .transformer_schedule import stage_schedule, virtual_stage
 from .transformer_shapes import ACT, CROSS_ENTROPY
@@ -185,13 +189,17 @@ def _chunk_activations(program: StageProgram) -> tuple[dict[int, float], float]:
 
 
 def _module_offloads(program: StageProgram) -> dict[int, float]:
-    """Bytes each layer's experts keep on the host at the peak (``offload_modules``): every
-    group of a chunk's forward but its last (a depth's, on the last stage), which stays."""
-    spec, moved = program.spec, {}
+    """Bytes each layer keeps on the host at the peak (``offload_modules``): every group of
+    a chunk's forward but its last of each kind (a depth's, on the last stage), which
+    stays."""
+    spec, moved = program.spec, defaultdict[int, float](float)
     for chunk in program.layers:
-        calls = [i for i in program.chunk_units(chunk) if offloaded_bytes(spec, program.k, i)]
-        moved.update({i: offloaded_bytes(spec, program.k, i)
-                      for i in calls[:-1] if i < spec.layers})
+        for kind in KINDS:
+            calls = [i for i in program.chunk_units(chunk)
+                     if offloaded_bytes(spec, program.k, i, kind)]
+            for i in calls[:-1]:
+                if i < spec.layers:
+                    moved[i] += offloaded_bytes(spec, program.k, i, kind)
     return moved
 
 

@@ -1,33 +1,39 @@
 """Megatron-Core's fine-grained activation offloading (``offload_modules``: its
 ``--fine-grained-activation-offloading`` with ``--offload-modules``; ``megatron/core/
-pipeline_parallel/fine_grained_activation_offload.py``, Megatron-LM 24bad8e67), for the
-mixture of experts' modules.
+pipeline_parallel/fine_grained_activation_offload.py``, Megatron-LM 24bad8e67).
 
 A named module's call is a *group*: the tensors autograd saves inside it, those of at least
 ``offload_min_elements`` elements each, are copied to host memory on a copy stream once the
 module's forward is done, and freed on the GPU when the copy ends. The compute never waits
 for a copy unless ``offload_max_inflight`` is set: then, after issuing a copy, it waits for
-the oldest ones until at most that many are in flight (0: for this one). In the backward the
-groups come back one ahead: when a group's backward is done, the copy back of the group
-before it (in forward order) starts, after the compute issued so far, and that group's
-backward waits for it. The last group of a forward whose backward comes next stays on the
-GPU (Megatron-Core's steady state, after its first iteration: it skips a chunk's last group
-then, and keeps the first backward chunk's).
+the oldest ones of its kind until at most that many are in flight (0: for this one). In the
+backward the groups come back one ahead: when a group's backward is done, the copy back of
+the group before it (in forward order) starts, after the compute issued so far, and that
+group's backward waits for it. The last group of each kind of a forward whose backward comes
+next stays on the GPU (Megatron-Core's steady state, after its first iteration: it skips a
+chunk's last group of each name then, and keeps the first backward chunk's).
 
-What a group holds, per local expert GEMM row (``rows``: the tokens the rank's experts
-receive; ``width``: an expert's inner width on the rank, twice that gated):
+What a group holds (``n`` tokens of the rank, ``n_sp`` in sequence-parallel regions; FP8's
+saved GEMM inputs in one byte):
 
-- ``expert_fc1``: the experts' input, in its kept precision (one byte in FP8);
-- ``moe_act``: FC1's output (16-bit), the activation's input;
+- ``attn_norm``: a separate attention norm's input (latent attention's; the others' norm is
+  fused into the QKV layer, an identity module that offloads nothing);
+- ``qkv_linear``: the QKV layer's saved inputs (the fused norm's 16-bit input and its output;
+  latent attention's hidden input and latents);
+- ``core_attn``: the fused attention's queries, keys, values and output (16-bit);
+- ``attn_proj``: the output projection's input;
+- ``mlp_norm``: a mixture of experts' pre-MLP norm input (a dense MLP's norm is fused);
+- ``expert_fc1``: the experts' input; ``moe_act``: FC1's 16-bit output;
 - ``fused_group_mlp``: Transformer Engine's fused grouped MLP (``fused_grouped_mlp``) whole:
-  FC1's FP8 input, its 16-bit output and FC2's FP8 input, which ``moe_act`` recomputation
-  leaves out (the activation's backward rebuilds it).
+  FC1's input, its 16-bit output and FC2's input, which ``moe_act`` recomputation leaves out
+  (the activation's backward rebuilds it).
 
-The copies run on the stage's host-copy resource at the device's host-link rate
-(:attr:`flowsim.compute.Device.host_gbps`), both ways on one queue, so where they cannot
-hide the stalls are an upper bound of Megatron-Core's two streams'. Each copy starts when
-the experts' whole pass is done (``expert_fc1``'s group closes after FC1 in Megatron-Core),
-and each copy back is waited for before the experts' whole backward.
+The attention's modules make one group per layer, as do the experts': each copy starts when
+the block's forward is done, and each copy back is waited for before the block's backward;
+a pre-MLP norm's comes back before the experts' backward. The copies run on the stage's
+host-copy resource at the device's host-link rate (:attr:`flowsim.compute.Device.host_gbps`),
+both ways on one queue, so where they cannot hide the stalls are an upper bound of
+Megatron-Core's two streams'. Mamba mixers offload nothing (Megatron-Core's have no hooks).
 """
 
 from __future__ import annotations
@@ -36,32 +42,63 @@ import re
 
 from ..kernels import HostCopy
 from .transformer_kernels import LayerKernels
+from .transformer_mla import LatentKernels
 from .transformer_overlap import Frontier
 from .transformer_shapes import ACT
 from .transformer_spec import TransformerSpec
 from .transformer_stream import OpStream
 
+#: the kinds of group in a layer, in forward order
+ATTENTION, MLP_NORM, EXPERTS = "attention", "mlp_norm", "experts"
+KINDS = (ATTENTION, MLP_NORM, EXPERTS)
 #: a pass's micro-batch and model chunk, the start of its op names
 _TAG = re.compile(r"^(mb\d+(?:\.chunk\d+)?)\.")
 
 
-def offloaded_bytes(spec: TransformerSpec, k: LayerKernels, layer: int) -> float:
-    """Bytes one call of ``layer``'s experts copies to the host (0 for other layers)."""
+def offloaded_bytes(spec: TransformerSpec, k: LayerKernels, layer: int, kind: str) -> float:
+    """Bytes one group of ``kind`` of ``layer`` copies to the host (0: none)."""
     modules = spec.offload_modules
-    if not modules or not spec.has_mlp(layer) or not spec.is_moe(layer):
+    if not modules:
         return 0.0
-    e = k.of_layer(layer)
-    rows = e.expert_rows * (spec.experts // spec.ep)
-    width = e.expert_width
     low = 1 if spec.dtype == "fp8" else ACT   # an FP8 GEMM's saved input: one byte
+    e = k.of_layer(layer)
     tensors: list[tuple[float, float]] = []   # (elements, bytes per element)
-    if "expert_fc1" in modules or "fused_group_mlp" in modules:
-        tensors.append((rows * e.expert_dim, low))
-    if "moe_act" in modules or "fused_group_mlp" in modules:
-        tensors.append((rows * width * (2 if spec.gated_mlp else 1), ACT))
-    if "fused_group_mlp" in modules and "moe_act" not in spec.recomputed_modules:
-        tensors.append((rows * width, low))
+    if kind == ATTENTION and spec.mixer(layer) == "attention":
+        tensors = _attention_tensors(spec, e, low)
+    elif kind == MLP_NORM and "mlp_norm" in modules and spec.has_mlp(layer) and \
+            spec.is_moe(layer):
+        tensors = [(e.n_sp * spec.hidden, ACT)]
+    elif kind == EXPERTS and spec.has_mlp(layer) and spec.is_moe(layer):
+        rows, width = e.expert_rows * (spec.experts // spec.ep), e.expert_width
+        if "expert_fc1" in modules or "fused_group_mlp" in modules:
+            tensors.append((rows * e.expert_dim, low))
+        if "moe_act" in modules or "fused_group_mlp" in modules:
+            tensors.append((rows * width * (2 if spec.gated_mlp else 1), ACT))
+        if "fused_group_mlp" in modules and "moe_act" not in spec.recomputed_modules:
+            tensors.append((rows * width, low))
     return float(sum(n * size for n, size in tensors if n >= spec.offload_min_elements))
+
+
+def _attention_tensors(spec: TransformerSpec, k: LayerKernels, low: float
+                       ) -> list[tuple[float, float]]:
+    """What the attention's named modules save: (elements, bytes per element) each."""
+    modules, n, n_sp, h = spec.offload_modules, k.n, k.n_sp, spec.hidden
+    norm: list[tuple[float, float]]
+    qkv: list[tuple[float, float]]
+    if isinstance(k, LatentKernels):
+        qk, v = k.heads * k.head_qk, k.heads * k.m.v_head_dim
+        norm, qkv = [(n_sp * h, ACT)], [(n_sp * h, ACT), (n_sp * k.latent, ACT)]
+        widths = (qk, qk, v, v)
+    else:   # the norm fused into the QKV layer, which keeps its input and its output
+        norm, qkv, widths = [], [(n_sp * h, ACT), (n_sp * h, low)], (k.q, k.kv, k.kv, k.q)
+    tensors: list[tuple[float, float]] = norm if "attn_norm" in modules else []
+    if "qkv_linear" in modules:
+        tensors = tensors + qkv
+    if "core_attn" in modules:   # queries, keys, values, output
+        tensors = tensors + [(n * w, ACT) for w in widths]
+    if "attn_proj" in modules:
+        tensors = tensors + [(n * widths[-1], low)]
+    return tensors
 
 
 class ModuleOffload:
@@ -69,64 +106,83 @@ class ModuleOffload:
 
     def __init__(self, spec: TransformerSpec, b: OpStream, k: LayerKernels) -> None:
         self.spec, self.b, self.k = spec, b, k
-        #: per pass (tag): the layers whose groups it copies
-        self._offloaded: dict[str, frozenset[int]] = {}
+        #: per pass (tag): the (layer, kind) groups it copies
+        self._offloaded: dict[str, frozenset[tuple[int, str]]] = {}
         #: per pass: its copies to the host not yet brought back, in forward order
-        self._copies: dict[str, list[tuple[int, int]]] = {}
-        self._reloads: dict[tuple[str, int], int] = {}   # copies back issued, not waited for
-        self._in_flight: list[int] = []   # copies the compute has not waited for
+        self._copies: dict[str, list[tuple[tuple[int, int], int]]] = {}
+        self._reloads: dict[tuple[str, int, str], int] = {}   # copies back not waited for
+        self._in_flight: dict[str, list[int]] = {kind: [] for kind in KINDS}
 
     def begin_forward(self, tag: str, layers: list[int], *, keep_last: bool) -> None:
         """A forward pass ``tag`` runs ``layers`` (its chunk's, then its depths); its last
-        group stays on the GPU with ``keep_last``."""
-        calls = [i for i in layers if offloaded_bytes(self.spec, self.k, i)]
-        self._offloaded[tag] = frozenset(calls[:-1] if keep_last else calls)
+        group of each kind stays on the GPU with ``keep_last``."""
+        groups: set[tuple[int, str]] = set()
+        if self.spec.offload_modules:
+            for kind in KINDS:
+                calls = [i for i in layers if offloaded_bytes(self.spec, self.k, i, kind)]
+                groups.update((i, kind) for i in (calls[:-1] if keep_last else calls))
+        self._offloaded[tag] = frozenset(groups)
         self._copies[tag] = []
 
-    def after_forward(self, name: str, layer: int, x: Frontier) -> Frontier:
-        """After the experts' forward ``x`` (op ``name``'s layer): the group's copy to the
-        host, and the copies the compute then waits for."""
+    def after_forward(self, name: str, layer: int, x: Frontier, kind: str) -> Frontier:
+        """After a group's forward ``x`` (op ``name``'s layer): its copy to the host, and
+        the copies the compute then waits for."""
         tag = _tag(name)
-        if tag not in self._offloaded or layer not in self._offloaded[tag] or \
-                ".recompute." in name:
+        if (layer, kind) not in self._offloaded.get(tag, ()) or ".recompute." in name:
             return x
-        copy = self._copy(f"{name}.offload", layer, "fwd", x)
-        self._copies[tag].append((layer, copy))
+        copy = self._copy(f"{name}.{kind}.offload", layer, kind, "fwd", x)
+        self._copies[tag].append(((layer, KINDS.index(kind)), copy))
         limit = self.spec.offload_max_inflight
         if limit is None:
             return x
-        self._in_flight.append(copy)
-        waited = self._in_flight[:max(0, len(self._in_flight) - limit)]
-        del self._in_flight[:len(waited)]
+        queue = self._in_flight[kind]
+        queue.append(copy)
+        waited = queue[:max(0, len(queue) - limit)]
+        del queue[:len(waited)]
         return (*x, *waited)
 
-    def before_backward(self, name: str, layer: int, g: Frontier) -> Frontier:
-        """The experts' backward input: its group back on the GPU (brought now if no later
+    def before_backward(self, name: str, layer: int, g: Frontier, kind: str) -> Frontier:
+        """A group's backward input: the group back on the GPU (brought now if no later
         group's backward brought it)."""
         tag = _tag(name)
         copies = self._copies.get(tag, [])
-        if copies and copies[-1][0] == layer:   # not brought back ahead: now
-            self._reload(tag, *copies.pop())
-        reload = self._reloads.pop((tag, layer), None)
+        if copies and copies[-1][0] == (layer, KINDS.index(kind)):   # not brought ahead
+            self._reload(tag, layer, kind, copies.pop()[1])
+        reload = self._reloads.pop((tag, layer, kind), None)
         return g if reload is None else (*g, reload)
 
-    def after_backward(self, name: str, layer: int) -> None:
-        """The experts' backward is issued: the group before it comes back."""
+    def after_backward(self, name: str, layer: int, kind: str) -> None:
+        """A group's backward is issued: the group before it comes back (after a named
+        module's backward only: others have no hook to bring it)."""
         tag = _tag(name)
         copies = self._copies.get(tag, [])
-        if copies and copies[-1][0] < layer:
-            self._reload(tag, *copies.pop())
+        if copies and copies[-1][0] < (layer, KINDS.index(kind)) and \
+                _named(self.spec, layer, kind):
+            (before, index), copy = copies.pop()
+            self._reload(tag, before, KINDS[index], copy)
 
-    def _reload(self, tag: str, layer: int, copy: int) -> None:
+    def _reload(self, tag: str, layer: int, kind: str, copy: int) -> None:
         after = (copy,) if self.b.last is None else (copy, self.b.last)
-        self._reloads[tag, layer] = self._copy(f"{tag}.layer{layer}.reload", layer, "ig",
-                                               after)
+        self._reloads[tag, layer, kind] = self._copy(f"{tag}.layer{layer}.{kind}.reload",
+                                                     layer, kind, "ig", after)
 
-    def _copy(self, name: str, layer: int, pass_: str, deps: Frontier) -> int:
-        nbytes = offloaded_bytes(self.spec, self.k, layer)
+    def _copy(self, name: str, layer: int, kind: str, pass_: str, deps: Frontier) -> int:
+        nbytes = offloaded_bytes(self.spec, self.k, layer, kind)
         return self.b.add(kind="compute", name=name, kernels=(HostCopy(nbytes),), host=True,
                           deps=tuple(dict.fromkeys(d for d in deps if d >= 0)), layer=layer,
                           pass_=pass_)
+
+
+def _named(spec: TransformerSpec, layer: int, kind: str) -> bool:
+    """Whether ``layer`` has a group of ``kind`` (a named module, whatever it copies)."""
+    modules = set(spec.offload_modules)
+    if kind == ATTENTION:
+        return spec.mixer(layer) == "attention" and bool(
+            modules & {"attn_norm", "qkv_linear", "core_attn", "attn_proj"})
+    moe = spec.has_mlp(layer) and spec.is_moe(layer)
+    if kind == MLP_NORM:
+        return moe and "mlp_norm" in modules
+    return moe and bool(modules & {"expert_fc1", "moe_act", "fused_group_mlp"})
 
 
 def _tag(name: str) -> str:

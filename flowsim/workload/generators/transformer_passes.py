@@ -35,7 +35,7 @@ from .transformer_cp import ContextParallel
 from .transformer_dispatch import exchange
 from .transformer_kernels import LayerKernels
 from .transformer_mla import LatentKernels
-from .transformer_module_offload import ModuleOffload
+from .transformer_module_offload import ATTENTION, EXPERTS, MLP_NORM, ModuleOffload
 from .transformer_overlap import Block, Frontier, Userbuffers
 from .transformer_shapes import has_exchange
 from .transformer_spec import TransformerSpec
@@ -124,12 +124,14 @@ class PassBuilder(OpStream):
         if mixer:   # (a hybrid model's layer may be its mixer or its MLP alone)
             x = (self.compute(norm, carry + k.norm, layer, "fwd", x),)
             x = self._mamba_forward(name, layer, x) if mixer == "mamba" else \
-                self._attention_forward(name, layer, x)
+                self.module_offload.after_forward(name, layer, self._attention_forward(
+                    name, layer, x), ATTENTION)
             carry, norm = k.residual, f"{name}.norm2"
         if not self.spec.has_mlp(layer):
             return x
         x = (self.compute(norm, carry + k.norm, layer, "fwd", x),)
         if self.spec.is_moe(layer):
+            x = self.module_offload.after_forward(name, layer, x, MLP_NORM)
             return self.moe_forward(name, layer, x)
         return self.mlp_forward(f"{name}.mlp", k.of_layer(layer), layer, x)
 
@@ -173,7 +175,7 @@ class PassBuilder(OpStream):
             x = exchange(self, f"{name}.dispatch", True, layer, "fwd", x)
         x = self._expert_tp(f"{name}.experts", k.sort_chunks + k.experts + k.sort_chunks,
                             layer, "fwd", x)
-        x = self.module_offload.after_forward(name, layer, x)
+        x = self.module_offload.after_forward(name, layer, x, EXPERTS)
         if s.ep > 1:
             x = exchange(self, f"{name}.combine", False, layer, "fwd", x)
         x = (self.compute(f"{name}.unpermute", k.unpermute + k.latent_up, layer, "fwd", x),)
@@ -193,8 +195,10 @@ class PassBuilder(OpStream):
         g = (self.compute(f"{name}.residual_backward", carry + k.residual_backward, layer,
                           "ig", g),)
         if s.has_mlp(layer):
-            if s.is_moe(layer):
-                g = self._moe_backward(name, layer, g)
+            if s.is_moe(layer):   # (the pre-MLP norm's group back before its backward)
+                g = self.module_offload.before_backward(
+                    name, layer, self._moe_backward(name, layer, g), MLP_NORM)
+                self.module_offload.after_backward(name, layer, MLP_NORM)
             else:
                 m = k.of_layer(layer)
                 g = self._dgrad_wgrad(f"{name}.mlp", Block(
@@ -212,6 +216,14 @@ class PassBuilder(OpStream):
         # the rotary backward ends the body, before the QKV layer's backward (and its input
         # gathered again) starts; with CP after the key gradients are reduced (``between``)
         k = k.of_layer(layer)   # the layer's attention (its window, if any)
+        g = self.module_offload.before_backward(name, layer, g, ATTENTION)
+        g = self._attention_backward(name, layer, k, g)
+        self.module_offload.after_backward(name, layer, ATTENTION)
+        return g
+
+    def _attention_backward(self, name: str, layer: int, k: LayerKernels, g: Frontier
+                            ) -> Frontier:
+        s = self.spec
         core = k.core_attention_backward + (k.rope if s.cp == 1 else ())
         core, later = self.cp.split_backward(core)   # what runs after the head's block
         order = None
@@ -326,8 +338,8 @@ class PassBuilder(OpStream):
             g = exchange(self, f"{name}.combine_backward", True, layer, "ig", g)
         g = self._expert_tp(f"{name}.experts.dgrad",
                             k.sort_chunks + k.experts_dgrad + k.sort_chunks, layer, "ig",
-                            self.module_offload.before_backward(name, layer, g))
-        self.module_offload.after_backward(name, layer)
+                            self.module_offload.before_backward(name, layer, g, EXPERTS))
+        self.module_offload.after_backward(name, layer, EXPERTS)
         if s.ep > 1:
             g = exchange(self, f"{name}.dispatch_backward", False, layer, "ig", g)
         g = (self.compute(f"{name}.permute_backward", k.permute + k.latent_dgrads[1], layer, "ig",

@@ -1,0 +1,27 @@
+"""What fine-grained activation offloading (``offload_modules``:
+:mod:`.transformer_module_offload`) refuses, as Megatron-Core's ``TransformerConfig`` does
+(Megatron-LM 24bad8e67), for :func:`~.transformer_checks.check_consistent`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def check_offload_modules(spec: Any, need: Callable[..., None]) -> None:
+    """What Megatron-Core's ``TransformerConfig`` refuses of fine-grained offloading (and
+    the experts' modules without experts, which name nothing)."""
+    modules = set(spec.offload_modules)
+    experts = modules & {"expert_fc1", "moe_act", "fused_group_mlp"}
+    fused = "fused_group_mlp" in modules
+    need(not modules or not spec.cpu_offload_layers, "offload_modules",
+         "[] with cpu_offload_layers", sorted(modules))
+    need("attn_proj" not in modules or "core_attn" in modules, "offload_modules",
+         "core_attn beside attn_proj (its input is core_attn's output)", sorted(modules))
+    need(not experts or (spec.experts > 0 and "moe" not in spec.recomputed_modules),
+         "offload_modules", "no expert module without experts, or while recompute_modules "
+         "re-runs the whole moe", sorted(modules))
+    need(not experts or fused == spec.fused_grouped_mlp and (not fused or experts == {
+        "fused_group_mlp"}), "offload_modules", "fused_group_mlp, alone of the experts' "
+         "modules, with fused_grouped_mlp, and expert_fc1 or moe_act without it",
+         sorted(modules))
