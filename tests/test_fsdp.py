@@ -172,8 +172,8 @@ def test_hybrid_sharding_shards_inside_a_group_and_all_reduces_over_its_replicas
 
 @pytest.mark.parametrize("keys, expected", [
     (dict(fsdp_shard=2), "unset without fsdp"),
-    (dict(fsdp=True, fsdp_shard=3), "a divisor of dp=4"),
-    (dict(fsdp=True, fsdp_shard=8), "a divisor of dp=4")])
+    (dict(fsdp=True, fsdp_shard=3), "groups divide dp=4"),
+    (dict(fsdp=True, fsdp_shard=8), "groups divide dp=4")])
 def test_bad_sharding_groups_name_the_key(two_nodes, keys, expected):
     with pytest.raises(ConfigError, match=f"fsdp_shard.*{expected}"):
         transformer(two_nodes, **SMALL, global_batch=2 * DP, **keys)

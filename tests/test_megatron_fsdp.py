@@ -70,6 +70,22 @@ def test_optim_shards_the_optimizer_over_every_rank_and_keeps_the_node_shard(net
     assert steps[0][0] == pytest.approx(2 * steps[1][0])
 
 
+def test_mxfp8_experts_cross_domains_in_mxfp8(net):
+    """MXFP8 with ``fp8_param_gather``: 8 experts over EP 8 leave each expert on 2 ranks,
+    one per replica, so its only gather is the replicas' (``optim``): the rank's half of it,
+    a byte and a 32-element block's scale per weight, in the forward and again (the other
+    layout) in the backward of the first micro-batch."""
+    keys = dict(KEYS, experts=8, top_k=2, ep=8, moe_ffn=FFN, dtype="fp8", fp8_recipe="mxfp8",
+                fp8_param_gather=True, device="gb200", fsdp_outer="optim")
+    (program,) = transformer(net, **keys).programs
+    expert = 2 * H * FFN   # one local expert: FC1 and FC2
+    outer = Counter((op.pass_, op.size) for op in program.ops if op.kind == "collective"
+                    and "outer" in op.name)
+    size = int(expert * (1 + 1 / 32) / 2)
+    assert outer[("fwd", size)] == outer[("ig", size)] == 4
+    assert sum(outer.values()) == 16   # and each layer's dense shard, both passes
+
+
 @pytest.mark.parametrize("keys, key, expected", [
     (dict(fsdp_replicas=0, fsdp_outer="optim"), "fsdp_outer", "without fsdp replicas"),
     (dict(fsdp_outer="optim", fsdp_defer_grad_sync=True), "fsdp_outer",
@@ -163,6 +179,12 @@ def test_megatron_bridge_ddp_and_model_blocks_ask_for_the_same():
                  fused_grouped_mlp=True)
         config["ddp"] = {"use_megatron_fsdp": True}
         assert "fsdp" not in bridge_keys(config, "spec.yml")
+        config["model"]["use_transformer_engine_op_fuser"] = False
+        with pytest.raises(ConfigError, match="use_transformer_engine_op_fuser"):
+            bridge_keys(config, "spec.yml")
+        config["model"]["offload_modules"] = []
+        with pytest.raises(ConfigError, match="model.offload_modules"):
+            bridge_keys(config, "spec.yml")
 
 
 @pytest.fixture(scope="module")
@@ -180,10 +202,10 @@ def ultra():
 
 
 @pytest.mark.parametrize("change, seconds, gib", [
-    ({}, 1.789, 239.0),
-    ({"offload_modules": []}, 1.789, 321.5),
-    ({"fsdp_outer": "all_reduce_last"}, 1.797, 312.4),
-    ({"offload_max_inflight": 0}, 2.151, 239.0)])
+    ({}, 1.770, 237.3),
+    ({"offload_modules": []}, 1.770, 321.5),
+    ({"fsdp_outer": "all_reduce_last"}, 1.797, 310.7),
+    ({"offload_max_inflight": 0}, 2.132, 237.3)])
 def test_the_guides_ultra_runs(ultra, change, seconds, gib):
     """The Training workloads page's numbers for the bundled Ultra and three changes: only
     the recipe's settings fit in a GB300's 288 GiB, and waiting for the copies costs their

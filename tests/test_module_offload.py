@@ -30,6 +30,11 @@ def node():
     return flowsim.load_network(NODE)
 
 
+def _group(op):
+    """A copy's pass and layer."""
+    return op.name.split(".layer")[0], op.layer
+
+
 def _host_ops(work, suffix):
     return [op for op in work.programs[0].ops if op.host and op.name.endswith(suffix)]
 
@@ -76,21 +81,23 @@ def test_the_groups_hold_what_each_module_saves(node):
 def test_the_attentions_modules_make_one_group_per_layer(node):
     """``qkv_linear``, ``core_attn`` and ``attn_proj``: per layer one group of the QKV
     layer's two saved inputs (the fused norm's input and output), the attention's queries,
-    keys, values and output, and the projection's input, 16-bit here; ``mlp_norm`` the
-    pre-MLP norm's input. Each kind keeps its last group of a forward on the GPU; the
-    groups come back in reverse order of the forward, each before its block's backward."""
+    keys, values and output (the projection's input, in 16 bits); ``mlp_norm`` the pre-MLP
+    norm's input, whose group Megatron-Core closes after the mixture of experts. Each kind
+    keeps its last group of a forward on the GPU; the groups come back in reverse order of
+    the forward, each before its block's backward."""
     q = kv = H   # 8 heads of 64, as many key-value heads (tp 1)
-    attention = 2 * N * H * 2 + N * (2 * q + 2 * kv) * 2 + N * q * 2
+    # (in 16 bits the projection's input is the attention's output, already counted)
+    attention = 2 * N * H * 2 + N * (2 * q + 2 * kv) * 2
     work = transformer(node, **MOE, offload_modules=["qkv_linear", "core_attn", "attn_proj",
                                                      "mlp_norm", "moe_act"],
                        offload_min_elements=0)   # (these tensors are under the default)
     out = _host_ops(work, ".offload")
     kinds = [(op.layer, op.name.split(".")[-2], op.kernels[0].bytes) for op in out[:9]]
     assert kinds == [(i, kind, size) for i in range(3) for kind, size in (
-        ("attention", attention), ("mlp_norm", N * H * 2), ("experts", ROWS * FFN * 2))]
+        ("attention", attention), ("experts", ROWS * FFN * 2), ("mlp_norm", N * H * 2))]
     back = _host_ops(work, ".reload")
     assert [(op.layer, op.name.split(".")[-2]) for op in back[:9]] == \
-        [(i, kind) for i in (2, 1, 0) for kind in ("experts", "mlp_norm", "attention")]
+        [(i, kind) for i in (2, 1, 0) for kind in ("mlp_norm", "experts", "attention")]
     (program,) = work.programs
     attention_dgrad = [op for op in program.ops if op.name.endswith("attention.dgrad")]
     for op in back:
@@ -129,13 +136,81 @@ def test_copies_hide_unless_the_compute_waits_for_them(node):
 
 
 def test_a_cap_of_one_waits_for_the_copy_before(node):
-    """``offload_max_inflight: 1``: after each copy the compute waits for the one before it,
-    so every copy but the first of a forward is waited for."""
+    """``offload_max_inflight: 1``: after each copy the compute waits for the one before it
+    in the same forward (Megatron-Core's queue is per pass), so every copy of a forward but
+    its last is waited for."""
     work = transformer(node, **MOE, offload_modules=["moe_act"], offload_max_inflight=1)
     (program,) = work.programs
     out = _host_ops(work, ".offload")
     waited = {d for op in program.ops if not op.host for d in op.deps}
-    assert [op.id in waited for op in out] == [True] * (len(out) - 1) + [False]
+    assert [op.id in waited for op in out] == [True, True, False] * 2
+
+
+def test_what_recomputation_and_grouped_linears_leave_out(node):
+    """A checkpointed core attention (``recompute_modules: [core_attn]``) has no group of
+    its own (Megatron-Core's checkpointed branch has no offloading context): the
+    projection's input is copied instead. ``expert_fc1``'s inputs are one tensor per local
+    expert, each held to the size limit."""
+    def copied(**keys):
+        return [op.kernels[0].bytes for op in _host_ops(transformer(node, **MOE, **keys),
+                                                         ".offload")]
+
+    attention = ["core_attn", "attn_proj"]
+    assert set(copied(offload_modules=attention, offload_min_elements=0)) == \
+        {N * (4 * H) * 2}
+    assert set(copied(offload_modules=attention, offload_min_elements=0,
+                      recompute="selective", recompute_modules=["core_attn"])) == {N * H * 2}
+    per_expert = ROWS // 1 * H   # 8 experts on 8 ranks: one local expert
+    assert copied(offload_modules=["expert_fc1"], offload_min_elements=per_expert)
+    assert not copied(offload_modules=["expert_fc1"], offload_min_elements=per_expert + 1)
+
+
+@pytest.mark.parametrize("keys", [
+    dict(pp=2, dp=4, ep=4, global_batch=16),
+    dict(pp=2, dp=4, ep=4, vpp=2, global_batch=16),
+    dict(moe_a2a_overlap=True, global_batch=32)])
+def test_any_schedule_brings_every_group_back_once(node, keys):
+    """Under 1F1B with warm-up forwards, the interleaved schedule and combined 1F1B: every
+    copy out has one copy back, which its block's backward waits for; a forward whose
+    backward comes next, runs beside it or is the stage's first keeps its last group; a
+    pass with nothing left to bring back brings the next pass's last group ahead of it; the
+    graph is a DAG and the run finishes."""
+    spec = dict(MOE, **keys, offload_modules=["moe_act"])
+    work = transformer(node, **spec)
+    for program in work.programs:
+        ops = program.ops
+        out = [op for op in ops if op.host and op.name.endswith(".offload")]
+        back = [op for op in ops if op.host and op.name.endswith(".reload")]
+        assert sorted(map(_group, out)) == sorted(map(_group, back))
+        for op in back:
+            user = next(o for o in ops if o.id > op.id and op.id in o.deps)
+            assert user.name.endswith("experts.dgrad") and user.layer == op.layer
+        assert len(topological_order(program)) == len(ops)
+    first = work.programs[0].ops
+    starts = {}
+    for op in first:
+        if op.pass_ == "ig" and not op.host:
+            starts.setdefault(op.name.split(".layer")[0], op.id)
+    if "vpp" not in keys:   # a reload issued before its own pass's backward began
+        assert any(op.id < starts[op.name.split(".layer")[0]] for op in first
+                   if op.host and op.name.endswith(".reload"))
+    if keys.get("moe_a2a_overlap"):   # every forward keeps its last: 3 of 4 layers each
+        assert len([op for op in first if op.host and op.name.endswith(".offload")]) == \
+            (L - 1) * 32 // 8
+    assert float(flowsim.simulate(node, work).time_ns) > 0
+
+
+def test_the_pre_mlp_norm_is_copied_after_the_mixture_of_experts(node):
+    """``mlp_norm``'s copy starts after the block's last op (Megatron-Core closes the group
+    after its residual add), and the block's backward waits for it back."""
+    work = transformer(node, **MOE, offload_modules=["mlp_norm"], offload_min_elements=0)
+    (program,) = work.programs
+    ops = {op.id: op for op in program.ops}
+    for op in _host_ops(work, ".offload"):
+        assert any(ops[d].name.endswith(f"layer{op.layer}.unpermute") for d in op.deps)
+    for op in _host_ops(work, ".reload"):
+        user = next(o for o in program.ops if o.id > op.id and op.id in o.deps)
+        assert user.layer == op.layer and not user.name.endswith("experts.dgrad")
 
 
 @pytest.mark.parametrize("keys, key", [
@@ -147,6 +222,7 @@ def test_a_cap_of_one_waits_for_the_copy_before(node):
     (dict(offload_modules=["moe_act"], recompute="selective", recompute_modules=["moe"]),
      "offload_modules"),
     (dict(offload_modules=["flash"]), "offload_modules"),
+    (dict(offload_modules=["moe_act"], recompute="full"), "offload_modules"),
     (dict(offload_modules=["moe_act"], cpu_offload_layers=1), "offload_modules"),
     (dict(offload_max_inflight=1), "offload_max_inflight"),
     (dict(offload_modules=["moe_act"], offload_min_elements=-1), "offload_min_elements")])

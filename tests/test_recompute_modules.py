@@ -223,8 +223,8 @@ def test_the_workloads_page_recompute_example_prints_what_it_says():
     from conftest import REPO
 
     page = (REPO / "docs" / "guide" / "workloads.md").read_text()
-    section = " ".join(page[page.index("### Recomputation, module by module"):
-                            page.index("### Fine-tuning")].split())
+    start = page.index("### Recomputation, module by module")
+    section = " ".join(page[start:page.index("\n### ", start)].split())
     base = shlex.split(re.search(r"\(`(flowsim run --workload nemotron3_nano[^`]*)`\)",
                                  section).group(1))[2:]
     quoted = re.findall(r"([\d.]+) s at ([\d.]+) GiB", section)

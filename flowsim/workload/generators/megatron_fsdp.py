@@ -29,6 +29,7 @@ SHARDING = {"optim_grads_params": "fsdp", "optim_grads": "distributed_optimizer"
 OUTER = {"no_shard": "all_reduce_last", "optim": "optim"}
 #: Megatron-LM's flags read here
 FLAGS = ("use-megatron-fsdp", "data-parallel-sharding-strategy",
+         "use-transformer-engine-op-fuser",
          "num-distributed-optimizer-instances", "outer-dp-sharding-strategy",
          "fine-grained-activation-offloading", "offload-modules", "min-offloaded-tensor-size",
          "fine-grained-offloading-max-inflight-offloads")
@@ -67,26 +68,34 @@ def megatron_fsdp_keys(strategy: Any, instances: Any, outer: Any, where: str,
 
 
 def offload_keys(enabled: bool, modules: Any, min_elements: Any, max_inflight: Any,
-                 where: str, names: tuple[str, str]) -> dict[str, Any]:
+                 op_fuser: bool | None, where: str, names: tuple[str, str, str]
+                 ) -> dict[str, Any]:
     """The keys of fine-grained activation offloading when ``enabled``, of ``modules``
-    (``names``: the switch's and the modules' settings, for errors); the tensor size limit
-    and the in-flight cap as given (None: Megatron-Core's defaults).
+    (``names``: the switch's, the modules' and the op fuser's settings, for errors); the
+    tensor size limit and the in-flight cap as given (None: Megatron-Core's defaults);
+    ``op_fuser``: Transformer Engine's op fuser on, off, or not said.
 
     Raises
     ------
     ConfigError
-        A module Megatron-Core does not name.
+        No modules, a module Megatron-Core does not name, or ``fused_group_mlp`` with the
+        op fuser off (Megatron-Core refuses both).
     """
     if not enabled:
         return {}
     listed: Sequence[Any] = [modules] if isinstance(modules, str) else list(modules or [])
+    if not listed:
+        raise config_error(where, names[1], f"modules to offload (with {names[0]})", modules)
     unknown = [m for m in listed if m not in OFFLOAD_MODULES]
     if unknown:
         raise config_error(where, names[1], "a list of " + ", ".join(OFFLOAD_MODULES),
                            unknown[0])
     keys: dict[str, Any] = {"offload_modules": list(listed)}
     if "fused_group_mlp" in listed:   # a module only Transformer Engine's fused grouped MLP
-        keys["fused_grouped_mlp"] = True   # has (the op fuser's): priced as that kernel
+        if op_fuser is False:   # has (the op fuser's): priced as that kernel
+            raise config_error(where, names[2], f"true with {names[1]} fused_group_mlp "
+                               "(Megatron-Core refuses it without)", op_fuser)
+        keys["fused_grouped_mlp"] = True
     for key, value in (("offload_min_elements", min_elements),
                        ("offload_max_inflight", max_inflight)):
         if value is not None:
@@ -109,8 +118,10 @@ def bridge_fsdp_keys(ddp: Mapping[str, Any], model: Mapping[str, Any], where: st
     keys.update(offload_keys(
         bool(model.get("fine_grained_activation_offloading")), model.get("offload_modules"),
         model.get("min_offloaded_tensor_size"),
-        model.get("fine_grained_offloading_max_inflight_offloads"), where,
-        ("model.fine_grained_activation_offloading", "model.offload_modules")))
+        model.get("fine_grained_offloading_max_inflight_offloads"),
+        model.get("use_transformer_engine_op_fuser"), where,
+        ("model.fine_grained_activation_offloading", "model.offload_modules",
+         "model.use_transformer_engine_op_fuser")))
     return keys
 
 
@@ -136,8 +147,10 @@ def flag_keys(flags: Mapping[str, str | None], where: str) -> dict[str, Any]:
     keys.update(offload_keys(
         "fine-grained-activation-offloading" in flags,
         None if modules is None else modules.split(), number("min-offloaded-tensor-size"),
-        number("fine-grained-offloading-max-inflight-offloads"), where,
-        ("--fine-grained-activation-offloading", "--offload-modules")))
+        number("fine-grained-offloading-max-inflight-offloads"),
+        "use-transformer-engine-op-fuser" in flags, where,
+        ("--fine-grained-activation-offloading", "--offload-modules",
+         "--use-transformer-engine-op-fuser")))
     return keys
 
 

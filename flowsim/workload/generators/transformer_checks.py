@@ -245,10 +245,12 @@ def check_consistent(spec: Any) -> None:
          "dp / fsdp_shard if both are given)", spec.fsdp_replicas)
     need(spec.fsdp or spec.fsdp_shard == spec.dp, "fsdp_shard",
          "unset without fsdp (it shards FSDP's units)", spec.fsdp_shard)
+    shard = ("fsdp_replicas", spec.fsdp_replicas) if spec.fsdp_replicas else \
+        ("fsdp_shard", spec.fsdp_shard)
     need(spec.dp % spec.fsdp_shard == 0 and (spec.fsdp_shard % spec.ep == 0 or
-                                             folds_experts(spec)), "fsdp_shard",
-         f"a divisor of dp={spec.dp} and a multiple of ep={spec.ep} (the sharding groups "
-         f"split the data-parallel ranks into replicas)", spec.fsdp_shard)
+                                             folds_experts(spec)), shard[0],
+         f"one whose sharding groups divide dp={spec.dp} and are a multiple of ep={spec.ep} "
+         f"(they split the data-parallel ranks into replicas)", shard[1])
     need(spec.dims is None or spec.fsdp_shard == spec.dp, "fsdp_shard",
          f"dp={spec.dp} (all data-parallel ranks) with explicit dims", spec.fsdp_shard)
     need(not spec.overlap_param_gather or spec.distributed_optimizer or spec.fsdp,

@@ -73,11 +73,16 @@ class FullySharded:
             return x
         self.unsharded.add(unit)
         dense, expert, weights = self._parameters(unit)
-        # the layers' weights in their gathered bytes (one in FP8), the rest in two; block
-        # scaling gathers the layout its pass needs, both where the forward's gather serves
-        # the backward too (Transformer Engine's ``fsdp_pre_all_gather``)
+        # the layers' weights (the experts' all weights) in their gathered bytes in the
+        # layer's precision (one in FP8), the rest in two; block scaling gathers the layout
+        # its pass needs, both where the forward's gather serves the backward too
+        # (Transformer Engine's ``fsdp_pre_all_gather``)
         both = self.spec.fsdp_reshard != "after_forward" or self.spec.pp > 1
-        dense -= weights * (2 - tv.weight_bytes(self.spec, kept=both)) / 2
+        own = self.k.of_layer(int(unit[len("layer"):])).spec if unit.startswith("layer") \
+            else self.spec
+        gathered = tv.weight_bytes(own, kept=both)
+        dense -= weights * (2 - gathered) / 2
+        expert *= gathered / 2
         gathers: list[int] = []
         outer = self._outer(unit, pass_)
         for params, (dims, size) in zip((dense, expert), self.ctx.shard_groups()):

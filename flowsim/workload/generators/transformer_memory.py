@@ -118,8 +118,9 @@ def _activations(program: StageProgram) -> float:
     chunk_layers, transient = _chunk_activations(program)
     logits = CROSS_ENTROPY[spec.cross_entropy].kept * program.k.n * program.k.vocab_shard \
         if spec.vocab else 0
-    # the last stage's logits, and its multi-token prediction depths'
-    top = logits + spec.mtp_layers * (_depth_activations(program) + logits)
+    # the last stage's logits, and its multi-token prediction depths' (less their offloads)
+    top = logits + spec.mtp_layers * (_depth_activations(program) + logits) - \
+        sum(_module_offloads(program).get(i, 0.0) for i in spec.mtp_depths)
 
     def kept(chunk: int) -> float:   # a micro-batch's
         last = virtual_stage(spec, program.ctx.stage, chunk) == program.last_vs
@@ -189,17 +190,16 @@ def _chunk_activations(program: StageProgram) -> tuple[dict[int, float], float]:
 
 
 def _module_offloads(program: StageProgram) -> dict[int, float]:
-    """Bytes each layer keeps on the host at the peak (``offload_modules``): every group of
-    a chunk's forward but its last of each kind (a depth's, on the last stage), which
-    stays."""
+    """Bytes each layer or depth keeps on the host at the peak (``offload_modules``): every
+    group of a chunk's forward but its last of each kind (a depth's, on the last stage),
+    which stays."""
     spec, moved = program.spec, defaultdict[int, float](float)
     for chunk in program.layers:
         for kind in KINDS:
             calls = [i for i in program.chunk_units(chunk)
                      if offloaded_bytes(spec, program.k, i, kind)]
             for i in calls[:-1]:
-                if i < spec.layers:
-                    moved[i] += offloaded_bytes(spec, program.k, i, kind)
+                moved[i] += offloaded_bytes(spec, program.k, i, kind)
     return moved
 
 

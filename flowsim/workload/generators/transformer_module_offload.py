@@ -6,31 +6,39 @@ A named module's call is a *group*: the tensors autograd saves inside it, those 
 ``offload_min_elements`` elements each, are copied to host memory on a copy stream once the
 module's forward is done, and freed on the GPU when the copy ends. The compute never waits
 for a copy unless ``offload_max_inflight`` is set: then, after issuing a copy, it waits for
-the oldest ones of its kind until at most that many are in flight (0: for this one). In the
-backward the groups come back one ahead: when a group's backward is done, the copy back of
-the group before it (in forward order) starts, after the compute issued so far, and that
-group's backward waits for it. The last group of each kind of a forward whose backward comes
-next stays on the GPU (Megatron-Core's steady state, after its first iteration: it skips a
-chunk's last group of each name then, and keeps the first backward chunk's).
+the oldest ones of its kind in the pass until at most that many are in flight (0: for this
+one). In the backward the groups come back one ahead: when a named module's backward is
+done, the copy back of the group before it (in forward order) starts, after the compute
+issued so far, and that group's backward waits for it; when the pass has none left, the last
+group of the next backward pass comes back. The last group of each kind stays on the GPU in
+a forward whose backward comes next (or runs beside it: combined 1F1B) and in the first
+backward's forward (Megatron-Core's steady state, after its first iteration).
 
-What a group holds (``n`` tokens of the rank, ``n_sp`` in sequence-parallel regions; FP8's
-saved GEMM inputs in one byte):
+What a group holds (``n`` tokens of the rank, ``n_sp`` in sequence-parallel regions; a
+GEMM's saved input in the layer's precision, one byte in FP8):
 
 - ``attn_norm``: a separate attention norm's input (latent attention's; the others' norm is
   fused into the QKV layer, an identity module that offloads nothing);
 - ``qkv_linear``: the QKV layer's saved inputs (the fused norm's 16-bit input and its output;
   latent attention's hidden input and latents);
-- ``core_attn``: the fused attention's queries, keys, values and output (16-bit);
-- ``attn_proj``: the output projection's input;
+- ``core_attn``: the fused attention's queries, keys, values and output (16-bit); nothing
+  when ``recompute_modules`` checkpoints it (Megatron-Core's checkpointed branch has no
+  offloading context);
+- ``attn_proj``: the output projection's input (in 16 bits the attention's output, already
+  counted beside ``core_attn``);
 - ``mlp_norm``: a mixture of experts' pre-MLP norm input (a dense MLP's norm is fused);
-- ``expert_fc1``: the experts' input; ``moe_act``: FC1's 16-bit output;
+- ``expert_fc1``: the experts' input, one tensor per local expert (Transformer Engine's
+  grouped linear saves them apart: each compared with the size limit);
+  ``moe_act``: FC1's 16-bit output;
 - ``fused_group_mlp``: Transformer Engine's fused grouped MLP (``fused_grouped_mlp``) whole:
   FC1's input, its 16-bit output and FC2's input, which ``moe_act`` recomputation leaves out
   (the activation's backward rebuilds it).
 
 The attention's modules make one group per layer, as do the experts': each copy starts when
-the block's forward is done, and each copy back is waited for before the block's backward;
-a pre-MLP norm's comes back before the experts' backward. The copies run on the stage's
+the block's forward is done, and each copy back is waited for before the block's backward.
+A norm's group closes after its block's residual add (Megatron-Core commits it there), so a
+pre-MLP norm's copy starts after the mixture of experts' forward and is waited for before
+its backward. The copies run on the stage's
 host-copy resource at the device's host-link rate (:attr:`flowsim.compute.Device.host_gbps`),
 both ways on one queue, so where they cannot hide the stalls are an upper bound of
 Megatron-Core's two streams'. Mamba mixers offload nothing (Megatron-Core's have no hooks).
@@ -39,8 +47,10 @@ Megatron-Core's two streams'. Mamba mixers offload nothing (Megatron-Core's have
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Sequence
 
 from ..kernels import HostCopy
+from . import transformer_values as tv
 from .transformer_kernels import LayerKernels
 from .transformer_mla import LatentKernels
 from .transformer_overlap import Frontier
@@ -48,9 +58,9 @@ from .transformer_shapes import ACT
 from .transformer_spec import TransformerSpec
 from .transformer_stream import OpStream
 
-#: the kinds of group in a layer, in forward order
-ATTENTION, MLP_NORM, EXPERTS = "attention", "mlp_norm", "experts"
-KINDS = (ATTENTION, MLP_NORM, EXPERTS)
+#: the kinds of group in a layer, in the order Megatron-Core closes them
+ATTENTION, EXPERTS, MLP_NORM = "attention", "experts", "mlp_norm"
+KINDS = (ATTENTION, EXPERTS, MLP_NORM)
 #: a pass's micro-batch and model chunk, the start of its op names
 _TAG = re.compile(r"^(mb\d+(?:\.chunk\d+)?)\.")
 
@@ -60,8 +70,8 @@ def offloaded_bytes(spec: TransformerSpec, k: LayerKernels, layer: int, kind: st
     modules = spec.offload_modules
     if not modules:
         return 0.0
-    low = 1 if spec.dtype == "fp8" else ACT   # an FP8 GEMM's saved input: one byte
     e = k.of_layer(layer)
+    low = tv.gathered_bytes(e.spec)   # a GEMM's saved input, in the layer's precision
     tensors: list[tuple[float, float]] = []   # (elements, bytes per element)
     if kind == ATTENTION and spec.mixer(layer) == "attention":
         tensors = _attention_tensors(spec, e, low)
@@ -69,9 +79,12 @@ def offloaded_bytes(spec: TransformerSpec, k: LayerKernels, layer: int, kind: st
             spec.is_moe(layer):
         tensors = [(e.n_sp * spec.hidden, ACT)]
     elif kind == EXPERTS and spec.has_mlp(layer) and spec.is_moe(layer):
-        rows, width = e.expert_rows * (spec.experts // spec.ep), e.expert_width
-        if "expert_fc1" in modules or "fused_group_mlp" in modules:
+        local = spec.experts // spec.ep
+        rows, width = e.expert_rows * local, e.expert_width
+        if "fused_group_mlp" in modules:   # one grouped tensor
             tensors.append((rows * e.expert_dim, low))
+        if "expert_fc1" in modules:   # one per local expert
+            tensors += [(e.expert_rows * e.expert_dim, low)] * local
         if "moe_act" in modules or "fused_group_mlp" in modules:
             tensors.append((rows * width * (2 if spec.gated_mlp else 1), ACT))
         if "fused_group_mlp" in modules and "moe_act" not in spec.recomputed_modules:
@@ -94,9 +107,10 @@ def _attention_tensors(spec: TransformerSpec, k: LayerKernels, low: float
     tensors: list[tuple[float, float]] = norm if "attn_norm" in modules else []
     if "qkv_linear" in modules:
         tensors = tensors + qkv
-    if "core_attn" in modules:   # queries, keys, values, output
+    core = "core_attn" in modules and "core_attn" not in spec.recomputed_modules
+    if core:   # queries, keys, values, output
         tensors = tensors + [(n * w, ACT) for w in widths]
-    if "attn_proj" in modules:
+    if "attn_proj" in modules and (not core or low != ACT):   # (16-bit: the output again)
         tensors = tensors + [(n * widths[-1], low)]
     return tensors
 
@@ -111,18 +125,35 @@ class ModuleOffload:
         #: per pass: its copies to the host not yet brought back, in forward order
         self._copies: dict[str, list[tuple[tuple[int, int], int]]] = {}
         self._reloads: dict[tuple[str, int, str], int] = {}   # copies back not waited for
-        self._in_flight: dict[str, list[int]] = {kind: [] for kind in KINDS}
+        #: per pass and kind: copies the compute has not waited for
+        self._in_flight: dict[tuple[str, str], list[int]] = {}
+        self._keep_last: set[tuple[int, int]] = set()   # forwards (chunk, m) keeping theirs
+        self._next: dict[str, str] = {}   # a backward pass -> the next one
+        self._backward = ""   # the backward pass being built
 
-    def begin_forward(self, tag: str, layers: list[int], *, keep_last: bool) -> None:
-        """A forward pass ``tag`` runs ``layers`` (its chunk's, then its depths); its last
-        group of each kind stays on the GPU with ``keep_last``."""
-        groups: set[tuple[int, str]] = set()
+    def plan(self, order: Sequence[tuple[str, int, int]], paired: Collection[int]) -> None:
+        """The stage's passes in order (``(pass, chunk, micro-batch)``), ``paired``: the
+        indices of forwards run beside the backward after them."""
+        backwards = [u[1:] for u in order if u[0] == "bwd"]
+        self._keep_last = {u[1:] for i, u in enumerate(order) if u[0] == "fwd" and (
+            i in paired or order[i + 1:i + 2] == [("bwd", *u[1:])])} | set(backwards[:1])
+        self._next = {pass_tag(self.spec, *a): pass_tag(self.spec, *b)
+                      for a, b in zip(backwards, backwards[1:])}
+
+    def begin_forward(self, chunk: int, m: int, layers: list[int]) -> None:
+        """Forward ``(chunk, m)`` runs ``layers`` (its chunk's, then its depths)."""
+        tag, groups = pass_tag(self.spec, chunk, m), set[tuple[int, str]]()
         if self.spec.offload_modules:
+            keep = (chunk, m) in self._keep_last
             for kind in KINDS:
                 calls = [i for i in layers if offloaded_bytes(self.spec, self.k, i, kind)]
-                groups.update((i, kind) for i in (calls[:-1] if keep_last else calls))
+                groups.update((i, kind) for i in (calls[:-1] if keep else calls))
         self._offloaded[tag] = frozenset(groups)
         self._copies[tag] = []
+
+    def begin_backward(self, chunk: int, m: int) -> None:
+        """Backward ``(chunk, m)`` starts."""
+        self._backward = pass_tag(self.spec, chunk, m)
 
     def after_forward(self, name: str, layer: int, x: Frontier, kind: str) -> Frontier:
         """After a group's forward ``x`` (op ``name``'s layer): its copy to the host, and
@@ -135,7 +166,7 @@ class ModuleOffload:
         limit = self.spec.offload_max_inflight
         if limit is None:
             return x
-        queue = self._in_flight[kind]
+        queue = self._in_flight.setdefault((tag, kind), [])   # (Megatron-Core's: per pass)
         queue.append(copy)
         waited = queue[:max(0, len(queue) - limit)]
         del queue[:len(waited)]
@@ -155,11 +186,17 @@ class ModuleOffload:
         """A group's backward is issued: the group before it comes back (after a named
         module's backward only: others have no hook to bring it)."""
         tag = _tag(name)
+        if not _named(self.spec, layer, kind):
+            return
         copies = self._copies.get(tag, [])
-        if copies and copies[-1][0] < (layer, KINDS.index(kind)) and \
-                _named(self.spec, layer, kind):
+        if copies and copies[-1][0] < (layer, KINDS.index(kind)):
             (before, index), copy = copies.pop()
             self._reload(tag, before, KINDS[index], copy)
+        elif not copies and tag == self._backward:   # none left: the next pass's last
+            after = self._next.get(tag, "")
+            if self._copies.get(after):
+                (before, index), copy = self._copies[after].pop()
+                self._reload(after, before, KINDS[index], copy)
 
     def _reload(self, tag: str, layer: int, kind: str, copy: int) -> None:
         after = (copy,) if self.b.last is None else (copy, self.b.last)
@@ -171,6 +208,11 @@ class ModuleOffload:
         return self.b.add(kind="compute", name=name, kernels=(HostCopy(nbytes),), host=True,
                           deps=tuple(dict.fromkeys(d for d in deps if d >= 0)), layer=layer,
                           pass_=pass_)
+
+
+def pass_tag(spec: TransformerSpec, chunk: int, m: int) -> str:
+    """A pass's name: its micro-batch, and its model chunk when a rank runs several."""
+    return f"mb{m}" + (f".chunk{chunk}" if spec.vpp > 1 else "")
 
 
 def _named(spec: TransformerSpec, layer: int, kind: str) -> bool:

@@ -9,13 +9,19 @@ from typing import Any
 
 
 def check_offload_modules(spec: Any, need: Callable[..., None]) -> None:
-    """What Megatron-Core's ``TransformerConfig`` refuses of fine-grained offloading (and
-    the experts' modules without experts, which name nothing)."""
+    """What Megatron-Core's ``TransformerConfig`` refuses of fine-grained offloading; and
+    what flowsim does not price: the experts' modules without experts (they name nothing),
+    offloading under full recomputation (a checkpointed layer saves only its input), and
+    ``expert_fc1`` or ``moe_act`` beside ``fused_grouped_mlp`` (Megatron-Core then runs the
+    experts unfused)."""
     modules = set(spec.offload_modules)
     experts = modules & {"expert_fc1", "moe_act", "fused_group_mlp"}
     fused = "fused_group_mlp" in modules
     need(not modules or not spec.cpu_offload_layers, "offload_modules",
          "[] with cpu_offload_layers", sorted(modules))
+    need(not modules or spec.recompute != "full", "offload_modules",
+         "[] with recompute: full (a checkpointed layer keeps only its input)",
+         sorted(modules))
     need("attn_proj" not in modules or "core_attn" in modules, "offload_modules",
          "core_attn beside attn_proj (its input is core_attn's output)", sorted(modules))
     need(not experts or (spec.experts > 0 and "moe" not in spec.recomputed_modules),
@@ -23,5 +29,6 @@ def check_offload_modules(spec: Any, need: Callable[..., None]) -> None:
          "re-runs the whole moe", sorted(modules))
     need(not experts or fused == spec.fused_grouped_mlp and (not fused or experts == {
         "fused_group_mlp"}), "offload_modules", "fused_group_mlp, alone of the experts' "
-         "modules, with fused_grouped_mlp, and expert_fc1 or moe_act without it",
-         sorted(modules))
+         "modules, with fused_grouped_mlp, and expert_fc1 or moe_act without it (beside "
+         "it Megatron-Core runs the experts unfused, which fused_grouped_mlp does not "
+         "price)", sorted(modules))

@@ -130,9 +130,9 @@ class PassBuilder(OpStream):
         if not self.spec.has_mlp(layer):
             return x
         x = (self.compute(norm, carry + k.norm, layer, "fwd", x),)
-        if self.spec.is_moe(layer):
-            x = self.module_offload.after_forward(name, layer, x, MLP_NORM)
-            return self.moe_forward(name, layer, x)
+        if self.spec.is_moe(layer):   # (the pre-MLP norm's group closes after the block)
+            return self.module_offload.after_forward(
+                name, layer, self.moe_forward(name, layer, x), MLP_NORM)
         return self.mlp_forward(f"{name}.mlp", k.of_layer(layer), layer, x)
 
     def mlp_forward(self, name: str, k: LayerKernels, layer: int, x: Frontier) -> Frontier:
@@ -195,9 +195,9 @@ class PassBuilder(OpStream):
         g = (self.compute(f"{name}.residual_backward", carry + k.residual_backward, layer,
                           "ig", g),)
         if s.has_mlp(layer):
-            if s.is_moe(layer):   # (the pre-MLP norm's group back before its backward)
-                g = self.module_offload.before_backward(
-                    name, layer, self._moe_backward(name, layer, g), MLP_NORM)
+            if s.is_moe(layer):   # (the pre-MLP norm's group back before the block's)
+                g = self._moe_backward(name, layer, self.module_offload.before_backward(
+                    name, layer, g, MLP_NORM))
                 self.module_offload.after_backward(name, layer, MLP_NORM)
             else:
                 m = k.of_layer(layer)

@@ -19,6 +19,7 @@ from .transformer_combined import beside, paired_forwards
 from .transformer_fsdp import FullySharded
 from .transformer_mapping import StageContext
 from .transformer_mla import layer_kernels
+from .transformer_module_offload import pass_tag
 from .transformer_mtp import MultiTokenPrediction
 from .transformer_offload import ActivationOffload
 from .transformer_optimizer import optimizer_step
@@ -91,8 +92,8 @@ class StageProgram:
         if spec.overlap_param_gather:
             self.gathers.start()
         forwards = [u for u in order if u[0] == "fwd"]
-        # forwards whose backward comes next keep their last offloaded group on the GPU
-        self.kept_last = {u[1:] for u, v in zip(order, order[1:]) if v == ("bwd", *u[1:])}
+        paired = paired_forwards(spec, self.ctx.stage)
+        b.module_offload.plan(order, paired)
         backwards = [u for u in order if u[0] == "bwd"]
         # each chunk's last backward (by its index among the backwards) -> the chunk
         finals = {max(j for j, u in enumerate(backwards) if u[1] == c): c
@@ -114,7 +115,6 @@ class StageProgram:
                 if shifted in finals:
                     self._reduce_ready(finals[shifted])
 
-        paired = paired_forwards(spec, self.ctx.stage)
         weights = WeightPasses(spec, self.ctx.stage, b)   # zero bubble (DualPipeV)
         for i, unit in enumerate(order):
             weights.run(i)
@@ -165,9 +165,8 @@ class StageProgram:
         spec, b, k = self.spec, self.b, self.k
         vs = virtual_stage(spec, self.ctx.stage, chunk)
         before, after = self._peers(chunk)
-        tag = f"mb{m}" + (f".chunk{chunk}" if spec.vpp > 1 else "")
-        b.module_offload.begin_forward(tag, self.chunk_units(chunk),
-                                       keep_last=(chunk, m) in self.kept_last)
+        tag = pass_tag(spec, chunk, m)
+        b.module_offload.begin_forward(chunk, m, self.chunk_units(chunk))
         x: Frontier = ()
         first = self.layers[chunk][0] if len(self.layers[chunk]) else self.row["optimizer"]
         if before is not None:
@@ -209,7 +208,8 @@ class StageProgram:
         spec, b, k = self.spec, self.b, self.k
         vs = virtual_stage(spec, self.ctx.stage, chunk)
         before, after = self._peers(chunk)
-        tag = f"mb{m}" + (f".chunk{chunk}" if spec.vpp > 1 else "")
+        tag = pass_tag(spec, chunk, m)
+        b.module_offload.begin_backward(chunk, m)
         own = self.layers[chunk]
         top = own[-1] if len(own) else self.row["optimizer"]
         g: Frontier = ()
