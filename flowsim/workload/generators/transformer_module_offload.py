@@ -158,6 +158,8 @@ class ModuleOffload:
     def after_forward(self, name: str, layer: int, x: Frontier, kind: str) -> Frontier:
         """After a group's forward ``x`` (op ``name``'s layer): its copy to the host, and
         the copies the compute then waits for."""
+        if not self.spec.offload_modules:   # (the common case: no lookups per layer)
+            return x
         tag = _tag(name)
         if (layer, kind) not in self._offloaded.get(tag, ()) or ".recompute." in name:
             return x
@@ -175,6 +177,8 @@ class ModuleOffload:
     def before_backward(self, name: str, layer: int, g: Frontier, kind: str) -> Frontier:
         """A group's backward input: the group back on the GPU (brought now if no later
         group's backward brought it)."""
+        if not self.spec.offload_modules:
+            return g
         tag = _tag(name)
         copies = self._copies.get(tag, [])
         if copies and copies[-1][0] == (layer, KINDS.index(kind)):   # not brought ahead
@@ -185,9 +189,9 @@ class ModuleOffload:
     def after_backward(self, name: str, layer: int, kind: str) -> None:
         """A group's backward is issued: the group before it comes back (after a named
         module's backward only: others have no hook to bring it)."""
-        tag = _tag(name)
-        if not _named(self.spec, layer, kind):
+        if not self.spec.offload_modules or not _named(self.spec, layer, kind):
             return
+        tag = _tag(name)
         copies = self._copies.get(tag, [])
         if copies and copies[-1][0] < (layer, KINDS.index(kind)):
             (before, index), copy = copies.pop()
