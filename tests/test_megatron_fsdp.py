@@ -160,6 +160,7 @@ def test_megatron_bridge_ddp_and_model_blocks_ask_for_the_same():
     Core's config default strategy is ``no_shard`` (Megatron's DDP)."""
     config = {"model": {"num_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
                         "seq_length": 128, "num_moe_experts": 8, "moe_router_topk": 2,
+                        "moe_token_dispatcher_type": "alltoall",
                         "fine_grained_activation_offloading": True,
                         "offload_modules": ["fused_group_mlp"],
                         "min_offloaded_tensor_size": 500_000_000},
@@ -179,6 +180,11 @@ def test_megatron_bridge_ddp_and_model_blocks_ask_for_the_same():
                  fused_grouped_mlp=True)
         config["ddp"] = {"use_megatron_fsdp": True}
         assert "fsdp" not in bridge_keys(config, "spec.yml")
+    config["ddp"] = {"use_distributed_optimizer": True, "num_distributed_optimizer_instances": 2}
+    with pytest.warns(FlowsimWarning, match="ddp.num_distributed_optimizer_instances"):
+        assert "fsdp_replicas" not in bridge_keys(config, "spec.yml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FlowsimWarning)
         config["model"]["use_transformer_engine_op_fuser"] = False
         with pytest.raises(ConfigError, match="use_transformer_engine_op_fuser"):
             bridge_keys(config, "spec.yml")

@@ -215,7 +215,7 @@ def test_the_pre_mlp_norm_is_copied_after_the_mixture_of_experts(node):
 
 @pytest.mark.parametrize("keys, key", [
     (dict(experts=0, ep=1, top_k=0, offload_modules=["moe_act"]), "offload_modules"),
-    (dict(offload_modules=["fused_group_mlp"]), "offload_modules"),
+    (dict(offload_modules=["fused_group_mlp"]), "'fused_grouped_mlp': expected true"),
     (dict(dtype="fp8", fp8_recipe="mxfp8", fused_grouped_mlp=True,
           offload_modules=["moe_act"]), "offload_modules"),
     (dict(offload_modules=["attn_proj"]), "offload_modules"),

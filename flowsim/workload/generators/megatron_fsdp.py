@@ -93,7 +93,7 @@ def offload_keys(enabled: bool, modules: Any, min_elements: Any, max_inflight: A
     keys: dict[str, Any] = {"offload_modules": list(listed)}
     if "fused_group_mlp" in listed:   # a module only Transformer Engine's fused grouped MLP
         if op_fuser is False:   # has (the op fuser's): priced as that kernel
-            raise config_error(where, names[2], f"true with {names[1]} fused_group_mlp "
+            raise config_error(where, names[2], f"set with {names[1]} fused_group_mlp "
                                "(Megatron-Core refuses it without)", op_fuser)
         keys["fused_grouped_mlp"] = True
     for key, value in (("offload_min_elements", min_elements),
@@ -108,6 +108,11 @@ def bridge_fsdp_keys(ddp: Mapping[str, Any], model: Mapping[str, Any], where: st
     """Megatron-Bridge's ``ddp.use_megatron_fsdp`` and ``model.fine_grained_activation_
     offloading`` settings as keys (none without them)."""
     keys: dict[str, Any] = {}
+    replicas = ddp.get("num_distributed_optimizer_instances")
+    if not ddp.get("use_megatron_fsdp") and isinstance(replicas, int) and replicas > 1:
+        warnings.warn(f"{where}: not modelled, left out: ddp.num_distributed_optimizer_"
+                      "instances (the distributed optimizer's replicas)", FlowsimWarning,
+                      stacklevel=4)
     if ddp.get("use_megatron_fsdp"):   # (MCore's config default strategy: no_shard)
         keys.update(megatron_fsdp_keys(
             ddp.get("data_parallel_sharding_strategy") or "no_shard",
@@ -148,7 +153,7 @@ def flag_keys(flags: Mapping[str, str | None], where: str) -> dict[str, Any]:
         "fine-grained-activation-offloading" in flags,
         None if modules is None else modules.split(), number("min-offloaded-tensor-size"),
         number("fine-grained-offloading-max-inflight-offloads"),
-        "use-transformer-engine-op-fuser" in flags, where,
+        "use-transformer-engine-op-fuser" in flags, where,   # (absent: off, argparse's)
         ("--fine-grained-activation-offloading", "--offload-modules",
          "--use-transformer-engine-op-fuser")))
     return keys

@@ -69,7 +69,7 @@ Transformer Engine modules). ``fp8_recipe`` says how it scales: ``delayed`` (the
 ``tensorwise`` (current scaling) scale whole tensors and cost the same (the cast writes a
 transpose on Hopper, none on Blackwell); ``mxfp8`` (``dtype: mxfp8`` for short; Blackwell
 only) scales blocks of 32 elements, writes both layouts with their scales, and gathers
-parameters in 16 bits (with the distributed optimizer; ``fsdp`` gathers them in MXFP8). Its
+parameters in 16 bits (``fsdp`` with ``fp8_param_gather`` gathers them in MXFP8). Its
 GEMMs are priced at FP8's rate (no block-scaled GEMM measurement is published;
 ``docs/accuracy/published.md`` compares it with NVIDIA's published pairs).
 ``nvfp4`` (``dtype: nvfp4``; Transformer Engine's ``NVFP4BlockScaling``, Megatron-LM's

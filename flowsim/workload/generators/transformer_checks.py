@@ -391,4 +391,3 @@ def _check_recompute_modules(spec: Any, need: Callable[[bool, str, str, Any], No
               and spec.fp8_recipe == "delayed"), "fp8_recipe", "a current-scaling or "
          "block-scaled recipe with moe_act or layernorm recomputed (Megatron-Core refuses "
          "delayed scaling with them)", spec.fp8_recipe)
-

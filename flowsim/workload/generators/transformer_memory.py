@@ -29,8 +29,9 @@ output layer keeps its logits for the cross entropy, in FP32 (in 16 bits under T
 Engine's, flash-attn's and compiled ones), and so does each multi-token prediction depth,
 beside its layer's activations and its inputs'. Offloaded activations are on the host at the
 peak, the end of a forward: ``cpu_offload_layers``' layers, and ``offload_modules``' groups
-but each chunk's last (:func:`_module_offloads`). How many micro-batches a stage holds comes
-from the schedule it runs (1F1B's warm-up, the interleaved schedule's extra chunks).
+but each chunk's last of each kind (:func:`_module_offloads`). How many micro-batches a
+stage holds comes from the schedule it runs (1F1B's warm-up, the interleaved schedule's extra
+chunks).
 
 Left out: the CUDA context and library workspaces (about 1 GB), communication buffers
 (NCCL's and Transformer Engine's userbuffers), the allocator's fragmentation, temporary

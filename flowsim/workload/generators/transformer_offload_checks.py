@@ -25,10 +25,12 @@ def check_offload_modules(spec: Any, need: Callable[..., None]) -> None:
     need("attn_proj" not in modules or "core_attn" in modules, "offload_modules",
          "core_attn beside attn_proj (its input is core_attn's output)", sorted(modules))
     need(not experts or (spec.experts > 0 and "moe" not in spec.recomputed_modules),
-         "offload_modules", "no expert module without experts, or while recompute_modules "
-         "re-runs the whole moe", sorted(modules))
-    need(not experts or fused == spec.fused_grouped_mlp and (not fused or experts == {
-        "fused_group_mlp"}), "offload_modules", "fused_group_mlp, alone of the experts' "
-         "modules, with fused_grouped_mlp, and expert_fc1 or moe_act without it (beside "
-         "it Megatron-Core runs the experts unfused, which fused_grouped_mlp does not "
-         "price)", sorted(modules))
+         "offload_modules", "expert modules only with experts, and not with "
+         "recompute_modules moe (it re-runs the whole mixture of experts)", sorted(modules))
+    need(not fused or spec.fused_grouped_mlp, "fused_grouped_mlp",
+         "true with offload_modules fused_group_mlp (Transformer Engine's fused grouped MLP)",
+         spec.fused_grouped_mlp)
+    need(experts <= {"fused_group_mlp"} or not (fused or spec.fused_grouped_mlp),
+         "offload_modules", "expert_fc1 or moe_act only without fused_group_mlp and without "
+         "fused_grouped_mlp (beside it Megatron-Core runs the experts unfused, which is not "
+         "priced)", sorted(modules))
