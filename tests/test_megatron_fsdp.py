@@ -87,7 +87,7 @@ def test_mxfp8_experts_cross_domains_in_mxfp8(net):
 
 
 @pytest.mark.parametrize("keys, key, expected", [
-    (dict(fsdp_replicas=0, fsdp_outer="optim"), "fsdp_outer", "without fsdp replicas"),
+    (dict(fsdp_replicas=0, fsdp_outer="optim"), "fsdp_outer", "unless fsdp has replicas"),
     (dict(fsdp_outer="optim", fsdp_defer_grad_sync=True), "fsdp_outer",
      "fsdp_defer_grad_sync"),
     (dict(fsdp=False, fsdp_replicas=2, distributed_optimizer=True), "fsdp_replicas",
@@ -239,3 +239,28 @@ def test_the_bundled_ultra_is_the_published_row(ultra):
     record = {r["run"]: float(r["predicted_s"]) for r in
               csv.DictReader((root / "validation" / "published" / "results.csv").open())}
     assert float(bundled) / 1e9 == pytest.approx(record[row["run"]], rel=1e-5)
+
+
+def test_the_readmes_ultra_command_fits_only_with_its_offloading():
+    """The README's Nemotron 3 Ultra command runs as pasted and fits a GB300's memory; the
+    same run without its offloading does not, and takes as long (the copies hide)."""
+    import json
+    import re
+    import shlex
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    readme = (REPO / "README.md").read_text()
+    base = shlex.split(re.search(r"`(flowsim run --workload nemotron3_ultra[^`]*)`",
+                                 readme).group(1))[2:]
+
+    def run(*more):
+        out = subprocess.run([sys.executable, "-m", "flowsim", "run", "--json", *base, *more],
+                             capture_output=True, text=True, check=True, cwd=REPO).stdout
+        return json.loads(out)
+
+    plain, kept = run(), run("--set", "workload.offload_modules=[]")
+    assert plain["memory_fits"] and not kept["memory_fits"]
+    assert plain["time_ns"] == pytest.approx(kept["time_ns"], rel=1e-9)

@@ -5,6 +5,7 @@ and a slow host link, and what is refused."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -194,10 +195,27 @@ def test_any_schedule_brings_every_group_back_once(node, keys):
     if "vpp" not in keys:   # a reload issued before its own pass's backward began
         assert any(op.id < starts[op.name.split(".layer")[0]] for op in first
                    if op.host and op.name.endswith(".reload"))
+    if keys.get("pp") == 2 and "vpp" not in keys:   # stage 0: F0 F1 B0 F2 B1 F3 B2 B3
+        copies = Counter(_group(op)[0] for op in first
+                         if op.host and op.name.endswith(".offload"))
+        # the first backward's forward keeps its last of its 2 layers; the others wait
+        # behind another pass and copy both
+        assert copies == {"mb0": 1, "mb1": 2, "mb2": 2, "mb3": 2}
     if keys.get("moe_a2a_overlap"):   # every forward keeps its last: 3 of 4 layers each
         assert len([op for op in first if op.host and op.name.endswith(".offload")]) == \
             (L - 1) * 32 // 8
     assert float(flowsim.simulate(node, work).time_ns) > 0
+
+
+def test_a_layer_kept_in_bf16_copies_its_inputs_in_bf16(node):
+    """MXFP8 with the last two layers in BF16 (``bf16_layers_at_end``): the experts' saved
+    input is a byte per element in an MXFP8 layer and two in a BF16 one (each layer's own
+    precision; the last layer's group stays on the GPU)."""
+    work = transformer(node, **MOE, dtype="fp8", fp8_recipe="mxfp8",
+                       offload_modules=["expert_fc1"], bf16_layers_at_end=2,
+                       offload_min_elements=0)
+    sizes = {op.layer: op.kernels[0].bytes for op in _host_ops(work, ".offload")}
+    assert sizes == {0: ROWS * H, 1: ROWS * H, 2: 2 * ROWS * H}
 
 
 def test_the_pre_mlp_norm_is_copied_after_the_mixture_of_experts(node):

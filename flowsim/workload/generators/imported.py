@@ -367,3 +367,20 @@ def renamed(message: str, paths: Mapping[str, str]) -> str:
     for old, new in sorted(paths.items(), key=lambda item: -len(item[0])):
         message = re.sub(rf"(?<![\w.]){re.escape(old)}(?!\w)", new, message)
     return message
+
+
+def flag_int(flags: Mapping[str, str | None], where: str, flag: str) -> int | None:
+    """A command-line flag's integer value (None: not given).
+
+    Raises
+    ------
+    ConfigError
+        The value is not an integer, naming the flag.
+    """
+    value = flags.get(flag)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise config_error(where, f"--{flag}", "an integer", value) from None

@@ -42,6 +42,7 @@ from . import (
     megatron_deepspeed,
     megatron_fsdp,
     megatron_layout,
+    megatron_offload,
     megatron_optimizer,
     megatron_precision,
     megatron_recompute,
@@ -111,7 +112,7 @@ SPECIAL = ("fp8-format", "fp8-recipe", "fp4-format", "fp4-recipe",
            "attention-backend", "tp-comm-overlap-cfg", "tokenizer-type", "use-legacy-models",
            "no-scatter-gather-tensors-in-pipeline", "transformer-impl",
            "moe-token-dispatcher-type",
-           *megatron_fsdp.FLAGS, "position-embedding-type",
+           *megatron_fsdp.FLAGS, *megatron_offload.FLAGS, "position-embedding-type",
            "use-rotary-position-embeddings", "moe-layer-freq", "multi-latent-attention",
            "window-size", "window-attn-skip-freq", "cp-comm-type", "moe-enable-deepep",
            "moe-flex-dispatcher-backend", "moe-router-group-topk", "moe-router-num-groups",
@@ -341,7 +342,8 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
         if refused:
             raise ConfigError(f"{where}: --use-torch-fsdp2 with {', '.join(refused)}: "
                               "Megatron-LM refuses these together")
-    keys.update(megatron_fsdp.flag_keys(flags, where))
+    keys.update(megatron_fsdp.flag_fsdp_keys(flags, where))
+    keys.update(megatron_offload.flag_offload_keys(flags, where))
     tokenizer = flags.get("tokenizer-type")
     if "vocab" in keys and tokenizer == "NullTokenizer":
         keys["vocab"] += 1   # its end-of-document token

@@ -66,6 +66,7 @@ from .imported import (
 )
 from .megatron_fsdp import bridge_fsdp_keys
 from .megatron_layout import EMBEDDING, FIRST, LAST, LAYOUT, LOSS, layout_keys
+from .megatron_offload import bridge_offload_keys
 from .nemo import NUMBERS, config_switch, nemo_keys
 from .transformer_choices import LORA_TARGETS
 from .transformer_hybrid import hybrid_keys
@@ -158,7 +159,8 @@ def bridge_keys(config: Any, source: str, overrides: Any = None, *, documents: b
     keys["align_grad_reduce"] = config_switch(dist, where, "dist", "align_grad_reduce", True)
     if ddp.get("bucket_size") is not None:
         keys["bucket_size"] = ddp["bucket_size"]
-    keys.update(bridge_fsdp_keys(ddp, model, where))   # Megatron-FSDP, module offloading
+    keys.update(bridge_fsdp_keys(ddp, where))   # Megatron-FSDP
+    keys.update(bridge_offload_keys(model, where))   # offloading module by module
     keys.update(_muon_keys(block(config, "optimizer"), ddp, keys, where))
     if model.get("vocab_size"):
         keys["vocab"] = _vocabulary(model)

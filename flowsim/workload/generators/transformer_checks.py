@@ -234,8 +234,9 @@ def check_consistent(spec: Any) -> None:
          "offload_max_inflight", "unset without offload_modules", spec.offload_max_inflight)
     need(spec.fsdp_outer == "all_reduce" or (spec.fsdp and spec.fsdp_shard < spec.dp and
                                              not spec.fsdp_defer_grad_sync), "fsdp_outer",
-         "all_reduce (unset) without fsdp replicas (fsdp_shard < dp), or with "
-         "fsdp_defer_grad_sync (Megatron-FSDP's replicas reduce once anyway)", spec.fsdp_outer)
+         "all_reduce (unset) unless fsdp has replicas (fsdp_replicas > 1, or fsdp_shard < dp) "
+         "and no fsdp_defer_grad_sync (Megatron-FSDP's replicas reduce once anyway)",
+         spec.fsdp_outer)
     need((spec.fsdp and spec.pp == 1) or spec.fsdp_reshard == "after_forward",
          "fsdp_reshard", "after_forward (unset) without fsdp, or under pipeline parallelism "
          "(whose stages keep every unit gathered to the last backward)", spec.fsdp_reshard)

@@ -70,3 +70,8 @@ FSDP_OUTERS: tuple[FsdpOuter, ...] = choices_of(FsdpOuter)
 OffloadModule = Literal["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm",
                         "expert_fc1", "moe_act", "fused_group_mlp"]
 OFFLOAD_MODULES: tuple[OffloadModule, ...] = choices_of(OffloadModule)
+#: the group of a layer each module's tensors go into, in the order Megatron-Core closes them
+OFFLOAD_GROUPS: dict[str, frozenset[str]] = {
+    "attention": frozenset({"attn_norm", "qkv_linear", "core_attn", "attn_proj"}),
+    "experts": frozenset({"expert_fc1", "moe_act", "fused_group_mlp"}),
+    "mlp_norm": frozenset({"mlp_norm"})}

@@ -43,6 +43,7 @@ more than the estimate.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -116,12 +117,13 @@ def stage_memory(program: StageProgram) -> StageMemory:
 def _activations(program: StageProgram) -> float:
     """Peak bytes of the activations kept for backward passes, over the stage's schedule."""
     spec = program.spec
-    chunk_layers, transient = _chunk_activations(program)
+    moved = _module_offloads(program)
+    chunk_layers, transient = _chunk_activations(program, moved)
     logits = CROSS_ENTROPY[spec.cross_entropy].kept * program.k.n * program.k.vocab_shard \
         if spec.vocab else 0
     # the last stage's logits, and its multi-token prediction depths' (less their offloads)
     top = logits + spec.mtp_layers * (_depth_activations(program) + logits) - \
-        sum(_module_offloads(program).get(i, 0.0) for i in spec.mtp_depths)
+        sum(moved.get(i, 0.0) for i in spec.mtp_depths)
 
     def kept(chunk: int) -> float:   # a micro-batch's
         last = virtual_stage(spec, program.ctx.stage, chunk) == program.last_vs
@@ -157,15 +159,14 @@ def _depth_activations(program: StageProgram) -> float:
     return 2 * inputs + _whole_layer(program, moe=spec.is_moe(spec.layers))
 
 
-def _chunk_activations(program: StageProgram) -> tuple[dict[int, float], float]:
+def _chunk_activations(program: StageProgram, moved: Mapping[int, float]
+                       ) -> tuple[dict[int, float], float]:
     """Bytes each model chunk of the stage keeps per micro-batch (its layers', dense and MoE
-    apart; under the block method the layers past the first N keep everything), and what
-    recomputing one layer needs on top at a time."""
+    apart; under the block method the layers past the first N keep everything; less what
+    ``moved`` puts on the host), and what recomputing one layer needs on top at a time."""
     spec = program.spec
     kinds = {kind: _layer_activations(program, kind)
              for kind in {_kind(spec, i) for i in range(spec.layers)}}
-
-    moved = _module_offloads(program)
 
     def kept(i: int, layers: range) -> float:   # an offloaded layer's are on the host at
         per_layer, whole = kinds[_kind(spec, i)]   # the peak, the end of the forward

@@ -49,18 +49,18 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 
-from ..kernels import HostCopy
 from . import transformer_values as tv
+from .transformer_choices import OFFLOAD_GROUPS
 from .transformer_kernels import LayerKernels
 from .transformer_mla import LatentKernels
 from .transformer_overlap import Frontier
+from .transformer_schedule import pass_tag
 from .transformer_shapes import ACT
 from .transformer_spec import TransformerSpec
 from .transformer_stream import OpStream
 
 #: the kinds of group in a layer, in the order Megatron-Core closes them
-ATTENTION, EXPERTS, MLP_NORM = "attention", "experts", "mlp_norm"
-KINDS = (ATTENTION, EXPERTS, MLP_NORM)
+ATTENTION, EXPERTS, MLP_NORM = KINDS = tuple(OFFLOAD_GROUPS)
 #: a pass's micro-batch and model chunk, the start of its op names
 _TAG = re.compile(r"^(mb\d+(?:\.chunk\d+)?)\.")
 
@@ -75,10 +75,9 @@ def offloaded_bytes(spec: TransformerSpec, k: LayerKernels, layer: int, kind: st
     tensors: list[tuple[float, float]] = []   # (elements, bytes per element)
     if kind == ATTENTION and spec.mixer(layer) == "attention":
         tensors = _attention_tensors(spec, e, low)
-    elif kind == MLP_NORM and "mlp_norm" in modules and spec.has_mlp(layer) and \
-            spec.is_moe(layer):
+    elif kind == MLP_NORM and _named(spec, layer, kind):
         tensors = [(e.n_sp * spec.hidden, ACT)]
-    elif kind == EXPERTS and spec.has_mlp(layer) and spec.is_moe(layer):
+    elif kind == EXPERTS and _named(spec, layer, kind):
         local = spec.experts // spec.ep
         rows, width = e.expert_rows * local, e.expert_width
         if "fused_group_mlp" in modules:   # one grouped tensor
@@ -208,27 +207,17 @@ class ModuleOffload:
                                                      layer, kind, "ig", after)
 
     def _copy(self, name: str, layer: int, kind: str, pass_: str, deps: Frontier) -> int:
-        nbytes = offloaded_bytes(self.spec, self.k, layer, kind)
-        return self.b.add(kind="compute", name=name, kernels=(HostCopy(nbytes),), host=True,
-                          deps=tuple(dict.fromkeys(d for d in deps if d >= 0)), layer=layer,
-                          pass_=pass_)
-
-
-def pass_tag(spec: TransformerSpec, chunk: int, m: int) -> str:
-    """A pass's name: its micro-batch, and its model chunk when a rank runs several."""
-    return f"mb{m}" + (f".chunk{chunk}" if spec.vpp > 1 else "")
+        return self.b.host_copy(name, offloaded_bytes(self.spec, self.k, layer, kind), layer,
+                                pass_, deps)
 
 
 def _named(spec: TransformerSpec, layer: int, kind: str) -> bool:
     """Whether ``layer`` has a group of ``kind`` (a named module, whatever it copies)."""
-    modules = set(spec.offload_modules)
+    if not OFFLOAD_GROUPS[kind].intersection(spec.offload_modules):
+        return False
     if kind == ATTENTION:
-        return spec.mixer(layer) == "attention" and bool(
-            modules & {"attn_norm", "qkv_linear", "core_attn", "attn_proj"})
-    moe = spec.has_mlp(layer) and spec.is_moe(layer)
-    if kind == MLP_NORM:
-        return moe and "mlp_norm" in modules
-    return moe and bool(modules & {"expert_fc1", "moe_act", "fused_group_mlp"})
+        return spec.mixer(layer) == "attention"
+    return spec.has_mlp(layer) and spec.is_moe(layer)
 
 
 def _tag(name: str) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..kernels import HostCopy
 from .transformer_passes import Frontier, PassBuilder
 from .transformer_spec import TransformerSpec
 
@@ -35,7 +34,7 @@ class ActivationOffload:
         self.b = b
         self.offloaded = spec.cpu_offload_layers
         self.resident = spec.layers - self.offloaded   # layers whose activations stay
-        self.copies = {i: (HostCopy(layer_bytes(i)),) for i in range(self.offloaded)}
+        self.sizes = {i: layer_bytes(i) for i in range(self.offloaded)}
         self._pending: dict[int, int] = {}   # layer -> its copy now in flight (op id)
 
     def before_forward(self, layer: int, tag: str, x: Frontier) -> Frontier:
@@ -67,6 +66,4 @@ class ActivationOffload:
         return g
 
     def _copy(self, name: str, layer: int, pass_: str, deps: Frontier) -> int:
-        return self.b.add(kind="compute", name=name, kernels=self.copies[layer], host=True,
-                          deps=tuple(dict.fromkeys(d for d in deps if d >= 0)), layer=layer,
-                          pass_=pass_)
+        return self.b.host_copy(name, self.sizes[layer], layer, pass_, deps)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .transformer_choices import OFFLOAD_GROUPS
+
 
 def check_offload_modules(spec: Any, need: Callable[..., None]) -> None:
     """What Megatron-Core's ``TransformerConfig`` refuses of fine-grained offloading; and
@@ -15,7 +17,7 @@ def check_offload_modules(spec: Any, need: Callable[..., None]) -> None:
     ``expert_fc1`` or ``moe_act`` beside ``fused_grouped_mlp`` (Megatron-Core then runs the
     experts unfused)."""
     modules = set(spec.offload_modules)
-    experts = modules & {"expert_fc1", "moe_act", "fused_group_mlp"}
+    experts = modules & OFFLOAD_GROUPS["experts"]
     fused = "fused_group_mlp" in modules
     need(not modules or not spec.cpu_offload_layers, "offload_modules",
          "[] with cpu_offload_layers", sorted(modules))

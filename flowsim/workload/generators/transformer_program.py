@@ -19,14 +19,13 @@ from .transformer_combined import beside, paired_forwards
 from .transformer_fsdp import FullySharded
 from .transformer_mapping import StageContext
 from .transformer_mla import layer_kernels
-from .transformer_module_offload import pass_tag
 from .transformer_mtp import MultiTokenPrediction
 from .transformer_offload import ActivationOffload
 from .transformer_optimizer import optimizer_step
 from .transformer_p2p import PipelineMessages
 from .transformer_passes import Frontier, PassBuilder
 from .transformer_recompute import recompute_matmuls, recompute_modules
-from .transformer_schedule import layer_counts, neighbours, stage_schedule, virtual_stage
+from .transformer_schedule import layer_counts, neighbours, pass_tag, stage_schedule, virtual_stage
 from .transformer_spec import TransformerSpec
 from .transformer_zero_bubble import WeightPasses
 

@@ -210,3 +210,9 @@ def neighbours(spec: TransformerSpec, stage: int, chunk: int
     before = None if vs == 0 else holder(spec, vs - 1)
     after = None if vs == last else holder(spec, vs + 1)
     return before, after
+
+
+def pass_tag(spec: TransformerSpec, chunk: int, m: int) -> str:
+    """A pass's name, the start of its ops' names: its micro-batch, and its model chunk
+    when a rank runs several."""
+    return f"mb{m}" + (f".chunk{chunk}" if spec.vpp > 1 else "")

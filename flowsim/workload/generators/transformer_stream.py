@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from ..graph import Op
-from ..kernels import Kernel
+from ..kernels import HostCopy, Kernel
 from .transformer_overlap import Frontier
 from .transformer_shapes import Exchange, has_exchange
 
@@ -43,6 +43,14 @@ class OpStream:
         op_id = len(self.ops)
         self.ops.append(Op(id=op_id, **fields))
         return op_id
+
+    def host_copy(self, name: str, nbytes: float, layer: int, pass_: str,
+                  deps: Frontier) -> int:
+        """A copy of ``nbytes`` between the GPU and host memory, on the NPU's host-copy
+        resource beside the compute stream, after ``deps`` (activation offloading)."""
+        return self.add(kind="compute", name=name, kernels=(HostCopy(nbytes),), host=True,
+                        deps=tuple(dict.fromkeys(d for d in deps if d >= 0)), layer=layer,
+                        pass_=pass_)
 
     def compute(self, name: str, kernels: tuple[Kernel, ...], layer: int, pass_: str,
                 deps: Frontier = ()) -> int:
