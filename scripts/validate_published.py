@@ -123,7 +123,8 @@ def spec(row: dict[str, str]) -> dict:
         if row.get(key):
             out[key] = _BOOL[row[key]]
     for key in ("head_dim", "moe_ffn", "shared_ffn", "moe_latent", "expert_tp", "window",
-                "recompute_layers", "cpu_offload_layers", "node_limit", "microbatch_group",
+                "recompute_layers", "cpu_offload_layers", "node_limit", "routing_groups",
+                "microbatch_group",
                 "bf16_layers_at_start", "bf16_layers_at_end",
                 "mtp_layers", "metric_cross_entropies", "lora_rank",
                 "document_tokens", "fsdp_replicas", "offload_min_elements",

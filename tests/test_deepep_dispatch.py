@@ -19,6 +19,7 @@ from flowsim.workload.generators.transformer_dispatch import (
     FP8_VALUE_BYTES,
     deepep_copies,
     expected_units,
+    limited_units,
 )
 from flowsim.workload.generators.transformer_parse import parse_transformer
 
@@ -55,6 +56,53 @@ def test_copies_per_token_match_a_draw_of_the_routing(node_limit):
     assert got_nodes == pytest.approx(nodes, rel=0.02)
     assert got_ranks == pytest.approx(ranks, rel=0.02)
     assert got_nodes <= min(node_limit, 8) and got_ranks <= 8
+
+
+def _drawn_groups(experts: int, top_k: int, group: int, limit: int, unit: int,
+                  draws: int = 20000) -> float:
+    """Mean units a token's experts touch under group-limited routing as Megatron-Core
+    routes random logits: ``limit`` of the groups, then top_k distinct experts among theirs."""
+    rng = np.random.default_rng(11)
+    total = 0
+    for _ in range(draws):
+        chosen = rng.choice(experts // group, limit, replace=False)
+        pool = (chosen[:, None] * group + np.arange(group)).ravel()
+        total += len(np.unique(rng.choice(pool, top_k, replace=False) // unit))
+    return total / draws
+
+
+@pytest.mark.parametrize("group, limit, unit", [
+    (32, 4, 8),     # DeepSeek-V3's 8 groups over ranks of 8 experts (EP 32): ranks in groups
+    (32, 4, 128),   # ... over nodes of 128: 4 groups per node
+    (4, 16, 32),    # groups of 4 inside ranks of 32 (a group per rank or finer)
+    (32, 2, 32),    # a group per unit: node-limited routing
+])
+def test_limited_units_match_a_draw_of_group_limited_routing(group, limit, unit):
+    drawn = _drawn_groups(256, 8, group, limit, unit)
+    assert limited_units(256, group, limit, unit, 8) == pytest.approx(drawn, rel=0.02)
+    assert limited_units(256, group, 256 // group, unit, 8) == \
+        pytest.approx(expected_units(256, unit, 8))   # every group: no limit
+
+
+def test_routing_groups_of_the_nodes_are_node_limited_routing():
+    spec = parse_transformer(dict(MOE, dispatcher="deepep", node_limit=2), "argument")
+    groups = replace(spec, routing_groups=4)
+    assert deepep_copies(groups, 4) == pytest.approx(deepep_copies(spec, 4))
+    # 8 groups of 8 experts on 4 nodes: two groups per node, a token on fewer nodes
+    finer = deepep_copies(replace(spec, routing_groups=8, node_limit=4), 4)
+    assert finer[0] < deepep_copies(replace(spec, node_limit=0), 4)[0]
+
+
+def test_groups_that_do_not_nest_with_the_nodes_are_refused():
+    # 64 experts on 4 nodes of 16: 16 groups of 4 nest inside them
+    spec = parse_transformer(dict(MOE, dispatcher="deepep", node_limit=4, routing_groups=16),
+                             "argument")
+    assert deepep_copies(spec, 4)[0] <= 4
+    # 48 experts on 24 ranks, 6 nodes of 8 experts: 4 groups of 12 straddle them
+    straddling = replace(spec, experts=48, ep=24, routing_groups=4, node_limit=2)
+    with pytest.raises(ConfigError, match="'routing_groups': expected groups that hold whole "
+                                          "nodes' experts"):
+        deepep_copies(straddling, 6)
 
 
 def test_expected_units_at_its_ends():
@@ -125,7 +173,13 @@ def test_deepep_shortens_a_step_whose_experts_span_nodes():
     ({"dispatcher": "deepep", "fp8_dispatch": True}, "fp8_dispatch"),
     ({"fp8_dispatch": True, "dtype": "fp8"}, "fp8_dispatch"),
     ({"dispatcher": "ring"}, "dispatcher"),
-])
+    ({"dispatcher": "deepep", "routing_groups": 8}, "node_limit"),
+    ({"dispatcher": "deepep", "routing_groups": 6, "node_limit": 2}, "routing_groups"),
+    ({"dispatcher": "deepep", "routing_groups": 8, "node_limit": 9}, "node_limit"),
+    ({"dispatcher": "deepep", "routing_groups": 48, "node_limit": 8, "experts": 96},
+     "routing_groups"),   # groups of 2 experts against ranks of 3: neither holds the other
+    ({"dispatcher": "deepep", "routing_groups": 32, "node_limit": 3}, "node_limit"),
+])   # the last: 3 groups of 2 experts hold fewer than top_k=8
 def test_bad_specs_name_the_key(extra, key):
     assert_spec_refused(dict(MOE, **extra), key)
 
@@ -145,7 +199,7 @@ def test_megatron_flags_name_deepep_and_node_limited_routing():
     deep = megatron_keys(base + "--moe-token-dispatcher-type flex --moe-enable-deepep "
                                 "--moe-router-num-groups 4 --moe-router-group-topk 2".split(),
                          "x")
-    assert (deep["dispatcher"], deep["node_limit"]) == ("deepep", 2)
+    assert (deep["dispatcher"], deep["node_limit"], deep["routing_groups"]) == ("deepep", 2, 4)
     hybrid = megatron_keys(base + ["--moe-token-dispatcher-type", "flex",
                                    "--moe-flex-dispatcher-backend", "hybridep"], "x")
     assert hybrid["dispatcher"] == "deepep" and "node_limit" not in hybrid
@@ -171,7 +225,7 @@ def test_a_nemo_config_names_deepep_as_megatron_lms_flags_do():
         keys = nemo_keys(config, "nemo.yml")
         plain = nemo_keys({**config, "model": {**model, "moe_token_dispatcher_type":
                                                "alltoall"}}, "nemo.yml")
-    assert (keys["dispatcher"], keys["node_limit"]) == ("deepep", 1)
+    assert (keys["dispatcher"], keys["node_limit"], keys["routing_groups"]) == ("deepep", 1, 2)
     assert "dispatcher" not in plain and "node_limit" not in plain
 
 
@@ -189,7 +243,9 @@ def test_deepep_needs_whole_nodes_whole_experts_and_a_limit_within_the_nodes():
                              dispatcher="deepep"), "expert_tp")
 
 
-def test_device_limited_routing_is_not_read_as_a_node_limit():
+def test_device_limited_routing_is_read_with_its_groups():
+    """A group per rank or finer (Megatron-Core's device-limited routing) is priced with its
+    groups; a group count without the limit is refused naming the flag."""
     import warnings
 
     from flowsim.workload.generators.megatron import megatron_keys
@@ -197,10 +253,12 @@ def test_device_limited_routing_is_not_read_as_a_node_limit():
     base = ("--num-layers 2 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 "
             "--micro-batch-size 1 --global-batch-size 64 --num-experts 64 --moe-router-topk 8 "
             "--expert-model-parallel-size 32 --bf16 --moe-token-dispatcher-type flex ").split()
-    with pytest.warns(flowsim.FlowsimWarning, match="device-limited routing"):
-        keys = megatron_keys(base + "--moe-router-num-groups 32 --moe-router-group-topk 3"
-                             .split(), "x")
-    assert keys["dispatcher"] == "deepep" and "node_limit" not in keys
+    keys = megatron_keys(base + "--moe-router-num-groups 32 --moe-router-group-topk 4".split(),
+                         "x")
+    assert (keys["dispatcher"], keys["node_limit"], keys["routing_groups"]) == ("deepep", 4, 32)
+    spec = parse_transformer(dict(MOE, dispatcher="deepep", node_limit=4, routing_groups=32),
+                             "argument")
+    assert deepep_copies(spec, 4)[1] <= 4   # a token's experts on at most 4 ranks
     with warnings.catch_warnings(), pytest.raises(
             ConfigError, match="'--moe-router-num-groups': expected a positive whole number"):
         warnings.simplefilter("ignore")
@@ -217,7 +275,8 @@ def test_group_limited_routing_over_every_group_is_no_limit():
             "--expert-model-parallel-size 32 --bf16 --moe-token-dispatcher-type flex "
             "--moe-router-num-groups 2").split()
     keys = megatron_keys(base + ["--moe-router-group-topk", "2"], "x")
-    assert keys["dispatcher"] == "deepep" and "node_limit" not in keys
+    assert keys["dispatcher"] == "deepep" and "node_limit" not in keys \
+        and "routing_groups" not in keys
     for bad, expected in (("3", "at most the 2 groups"), ("1.5", "a positive whole number")):
         with pytest.raises(ConfigError, match=f"'--moe-router-group-topk': expected {expected}"):
             megatron_keys(base + ["--moe-router-group-topk", bad], "x")

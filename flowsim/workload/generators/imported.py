@@ -288,25 +288,28 @@ def deepep_keys(dispatcher: Any, backend: Any, groups: Any, group_topk: Any,
                 keys: Mapping[str, Any], where: str, names: tuple[str, str]
                 ) -> dict[str, Any] | None:
     """The keys of Megatron-Core's flex dispatcher with its DeepEP or HybridEP backend
-    (``dispatcher: deepep``, and ``node_limit`` from its group-limited routing, ``names``:
-    the flags or keys of its groups), or None for another dispatcher (or no experts to
-    dispatch across ranks)."""
+    (``dispatcher: deepep``, and ``node_limit`` with ``routing_groups`` from its
+    group-limited routing, ``names``: the flags or keys of its groups), or None for another
+    dispatcher (or no experts to dispatch across ranks)."""
     if dispatcher != "flex" or backend not in ("deepep", "hybridep") or \
             not keys.get("experts") or keys.get("ep", 1) <= 1:
         return None
-    limit = node_limit(groups, group_topk, keys, where, names)
-    return {"dispatcher": "deepep", **({"node_limit": limit} if limit else {})}
+    return {"dispatcher": "deepep", **routing_limit(groups, group_topk, where, names)}
 
 
-def node_limit(groups: Any, group_topk: Any, keys: Mapping[str, Any], where: str,
-               names: tuple[str, str]) -> int:
-    """``node_limit`` from Megatron-Core's group-limited routing (``names``: its number of
-    groups and the groups a token may use), with the groups taken to be the expert-parallel
-    group's nodes, as Megatron-Core's node-limited routing sets them; 0 without a limit
-    flowsim can price (none given, every group allowed, or a group per rank or finer:
-    device-limited routing, in a warning)."""
+def routing_limit(groups: Any, group_topk: Any, where: str, names: tuple[str, str]
+                  ) -> dict[str, int]:
+    """``node_limit`` and ``routing_groups`` from Megatron-Core's group-limited routing
+    (``names``: its number of groups and the groups a token may use), or nothing without a
+    limit (none given, or every group allowed).
+
+    Raises
+    ------
+    ConfigError
+        A count that is not a positive whole number, or more groups allowed than there are.
+    """
     if group_topk is None:
-        return 0
+        return {}
     numbers = []
     for name, value in zip(names, (groups, group_topk)):
         whole = isinstance(value, int) and not isinstance(value, bool) or \
@@ -319,14 +322,7 @@ def node_limit(groups: Any, group_topk: Any, keys: Mapping[str, Any], where: str
     if limit > groups:
         raise config_error(where, names[1], f"at most the {groups} groups of {names[0]}",
                            limit)
-    if limit == groups:   # every group allowed: no limit
-        return 0
-    if groups >= keys.get("ep", 1):
-        warnings.warn(f"{where}: {names[1]} {limit} of {groups} groups: device-limited routing "
-                      "(a group per expert-parallel rank or finer) is priced without its limit",
-                      FlowsimWarning, stacklevel=6)
-        return 0
-    return limit
+    return {} if limit == groups else {"node_limit": limit, "routing_groups": groups}
 
 
 def lora_keys(rank: Any, names: Any, where: str, *, rank_key: str, names_key: str,

@@ -376,6 +376,7 @@ def parse_megatron(values: Mapping[str, Any], source: str) -> ImportedSpec:
                                  "microbatch_group":
                                      "--microbatch-group-size-per-virtual-pipeline-stage",
                                  "node_limit": "--moe-router-group-topk",
+                                 "routing_groups": "--moe-router-num-groups",
                                  "dispatcher": "--moe-token-dispatcher-type",
                                  "pipeline_layout": "the pipeline split flags",
                                  "vpp": "--num-virtual-stages-per-pipeline-rank or the "

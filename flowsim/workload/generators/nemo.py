@@ -269,6 +269,7 @@ def parse_nemo(values: Mapping[str, Any], source: str) -> ImportedSpec:
                                  "window_skip_freq": "model.window_attn_skip_freq",
                                  "mla": "model.multi_latent_attention and its widths",
                                  "node_limit": "model.moe_router_group_topk",
+                                 "routing_groups": "model.moe_router_num_groups",
                                  "dispatcher": "model.moe_token_dispatcher_type",
                                  "lora_rank": "model.peft.lora_tuning.adapter_dim",
                                  "lora_targets": "model.peft.lora_tuning.target_modules"})

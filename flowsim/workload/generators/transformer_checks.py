@@ -15,6 +15,7 @@ from typing import Any
 from ...errors import ConfigError, FlowsimWarning, config_error
 from ..kernels import BLOCK_SCALED_RECIPES
 from .transformer_choices import LORA_TARGETS, ROW_PARALLEL
+from .transformer_dispatch_checks import check_dispatch
 from .transformer_offload_checks import check_offload_modules
 
 #: Largest graph a generator builds (ops over all programs), before anything is allocated.
@@ -183,19 +184,7 @@ def check_consistent(spec: Any) -> None:
         need(not (spec.fsdp and spec.vpp > 1), "moe_a2a_overlap", "false with fsdp and an "
              "interleaved schedule (Megatron-Core does not run them together)",
              spec.moe_a2a_overlap)
-    if spec.dispatcher == "deepep":
-        need(spec.ep > 1, "dispatcher", "alltoall without expert parallelism (ep > 1)",
-             spec.dispatcher)
-        need(spec.expert_tp == 1, "expert_tp", "1 with dispatcher deepep (flowsim prices "
-             "DeepEP for whole experts per rank)", spec.expert_tp)
-    need(not spec.node_limit or spec.dispatcher == "deepep", "node_limit",
-         "0 unless dispatcher is deepep (the all-to-all dispatcher sends every routed copy "
-         "wherever its node is)", spec.node_limit)
-    if spec.fp8_dispatch:
-        need(spec.dispatcher == "deepep", "fp8_dispatch", "false unless dispatcher is deepep",
-             spec.fp8_dispatch)
-        need(spec.dtype == "fp8", "fp8_dispatch", "false unless dtype is fp8",
-             spec.fp8_dispatch)
+    check_dispatch(spec, need)
     if spec.fused_grouped_mlp:
         need(spec.experts > 0, "fused_grouped_mlp", "false without experts",
              spec.fused_grouped_mlp)

@@ -71,9 +71,9 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
         v[key] = _count(values, key, source, default)
     for key in ("micro_batches", "global_batch", "heads", "kv_heads", "head_dim", "ffn",
                 "moe_ffn", "shared_ffn", "moe_latent", "vocab", "experts", "top_k",
-                "bucket_size", "window", "expert_tp", "node_limit", "microbatch_group",
-                "fsdp_shard", "fsdp_replicas", "mtp_layers", "metric_cross_entropies", "lora_rank",
-                "document_tokens"):
+                "bucket_size", "window", "expert_tp", "node_limit", "routing_groups",
+                "microbatch_group", "fsdp_shard", "fsdp_replicas", "mtp_layers",
+                "metric_cross_entropies", "lora_rank", "document_tokens"):
         v[key] = _count(values, key, source, 0, minimum=0)
     if depths and v["mtp_layers"] not in (0, depths):   # the pattern names the depths
         raise config_error(source, "mtp_layers", f"{depths}, the depths hybrid_pattern names "

@@ -224,9 +224,12 @@ class TransformerSpec:
     #: how tokens cross the expert-parallel ranks (:data:`~.transformer_choices.DISPATCHERS`):
     #: Megatron-Core's all-to-all dispatcher, or DeepEP's (once per node over the scale-out network)
     dispatcher: Dispatcher = "alltoall"
-    #: node-limited routing (DeepSeek-V3's M): a token's experts on at most this many nodes;
-    #: 0: any (:mod:`.transformer_dispatch`)
+    #: node-limited routing (DeepSeek-V3's M): a token's experts on at most this many nodes,
+    #: or of ``routing_groups``' groups; 0: any (:mod:`.transformer_dispatch`)
     node_limit: int = 0
+    #: the groups ``node_limit`` counts (Megatron-Core's ``--moe-router-num-groups``); 0: a
+    #: group per node the expert-parallel group spans
+    routing_groups: int = 0
     #: the all-to-alls toward the experts in FP8 (DeepSeek-V3, DeepEP's FP8 dispatch): the
     #: forward dispatch and the backward's gradient of the combine; the others in 16 bits
     fp8_dispatch: bool = False
