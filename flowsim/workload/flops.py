@@ -16,6 +16,13 @@ FLOPs the way that publication did; :data:`CONVENTIONS` names them.
     and norms): every
     GEMM three times (forward, data and weight gradients), attention over the whole score
     matrix, the logits layer, no recomputation.
+``megatron_causal``
+    The same as Megatron-LM counts from core_r0.12 (April 2025) on: the score matmuls over
+    half the matrix, the causal mask's (``s / 2h`` for ``s / h`` above, and the halves of
+    latent attention's core terms). Megatron-Bridge's and Megatron-LM's logged TFLOP/s of
+    2025-26 are this count: DeepSeek-V3 with one depth (sequence 4,096) is 260.0 GFLOP per
+    token, as Megatron-Bridge's 26.04 table divides out (1,090 TFLOP/s at 4,193 tokens/s),
+    against 291.2 in ``megatron``.
 ``narayanan_eq3``
     Narayanan et al., SC'21, eq. (3): ``96 B s L h^2 (1 + s / 6h + V / 16 L h)``, which counts
     the extra forward pass of full activation recomputation (a "hardware FLOPs" figure).
@@ -181,6 +188,16 @@ class ModelShape:
 
 def megatron(shape: ModelShape) -> float:
     """Megatron-LM's model FLOPs of one iteration (see the module docstring)."""
+    return _megatron(shape, causal=False)
+
+
+def megatron_causal(shape: ModelShape) -> float:
+    """Megatron-LM's model FLOPs of one iteration as it counts them from core_r0.12: the
+    score matmuls over half the matrix (see the module docstring)."""
+    return _megatron(shape, causal=True)
+
+
+def _megatron(shape: ModelShape, causal: bool) -> float:
     if shape.pattern:
         return _hybrid(shape)
     h = shape.hidden
@@ -194,14 +211,15 @@ def megatron(shape: ModelShape) -> float:
     if shape.all_dense_layers:   # later releases count dense and MoE layers apart
         moe = (layers - shape.all_dense_layers) / layers
         mlp = moe * mlp + (1 - moe) * shape.dense_ffn / h * gated
-    scores = shape.sequence / h * q / h   # the score matmuls, over the whole matrix
+    half = 0.5 if causal else 1.0   # the score matmuls over half the matrix, or all of it
+    scores = half * shape.sequence / h * q / h
     attention = (1 + shape.kv_heads / shape.heads) * q / h + scores
-    if shape.mla is not None:   # Megatron-LM's MLA terms, the scores counted whole as above
+    if shape.mla is not None:   # Megatron-LM's MLA terms, the scores counted as above
         ql, kl, qk, r, v = shape.mla
         a = shape.heads
         projections = ((ql * (h + a * (qk + r) + 1) if ql else h * a * (qk + r))
                        + kl * (h + a * (qk + v) + 1) + h * r + a * v * h)
-        scores = shape.sequence * a * (qk + r + v) / (2 * h * h)
+        scores = half * shape.sequence * a * (qk + r + v) / (2 * h * h)
         attention = projections / (2 * h * h) + scores
     depths = shape.mtp_layers
     per = (attention
@@ -255,4 +273,5 @@ def palm(shape: ModelShape) -> float:
 
 
 CONVENTIONS: dict[str, Callable[[ModelShape], float]] = {
-    "megatron": megatron, "narayanan_eq3": narayanan_eq3, "palm": palm}
+    "megatron": megatron, "megatron_causal": megatron_causal, "narayanan_eq3": narayanan_eq3,
+    "palm": palm}
