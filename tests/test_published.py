@@ -223,6 +223,36 @@ def test_nemo_s_tflops_count_attention_as_megatron_does():
     assert long["flops"] == "megatron"
 
 
+def test_megatron_bridge_s_tflops_are_megatron_s_causal_count():
+    """Megatron-Bridge's tables give tokens/s and model TFLOP/s per GPU; their ratio is
+    Megatron-LM's count from core_r0.12, the causal mask halving the scores
+    (``megatron_causal``), within 0.6% on every row without sliding windows or adapters
+    (which Megatron-Bridge counts its own way), and ``megatron`` (the whole matrix) is 3-21%
+    more. (Hybrid models count as ``hybrid_flops`` does, halved in both: test_hybrid.py.)
+    The DeepSeek-V3 GB200 row of Megatron-LM's guide (TFLOP/s alone) is counted so."""
+    import re
+
+    from flowsim.workload.flops import CONVENTIONS
+    from flowsim.workload.generators.transformer import model_shape
+
+    checked = 0
+    for row in ROWS:
+        quoted = re.search(r"model TFLOP/s per GPU ([\d,]+)", row["notes"])
+        if not row["file"].startswith("megatron_bridge") or not quoted or row.get("window") \
+                or row.get("lora_rank") or row.get("hybrid_pattern"):
+            continue
+        tokens = int(row["global_batch"]) * int(row["sequence"])
+        per_token = float(quoted.group(1).replace(",", "")) * 1e12 / float(row["published"])
+        shape = model_shape(vp.parsed_spec(row))
+        assert CONVENTIONS["megatron_causal"](shape) / tokens == \
+            pytest.approx(per_token, rel=0.006), row["run"]
+        assert CONVENTIONS["megatron"](shape) / tokens > 1.03 * per_token, row["run"]
+        checked += 1
+    assert checked >= 40
+    guide = next(r for r in ROWS if r["run"] == "megatron_gb200_deepseek_v3_mxfp8_256gpu")
+    assert (guide["metric"], guide["flops"]) == ("tflops_per_gpu", "megatron_causal")
+
+
 def test_the_weak_scaling_table_is_the_record_s():
     """docs/accuracy/published.md's table of the same recipe at two sizes: every growth it
     quotes (published and predicted) is the record's."""
