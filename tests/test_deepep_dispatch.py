@@ -6,9 +6,10 @@ builds, by what it does to a step, and by its bad specs."""
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 import flowsim
@@ -19,7 +20,7 @@ from flowsim.workload.generators.transformer_dispatch import (
     FP8_VALUE_BYTES,
     deepep_copies,
     expected_units,
-    limited_units,
+    routed_units,
 )
 from flowsim.workload.generators.transformer_parse import parse_transformer
 
@@ -30,58 +31,46 @@ MOE = dict(layers=2, hidden=512, heads=8, kv_heads=8, sequence=1024, micro_batch
            experts=64, top_k=8, moe_ffn=256, gated_mlp=True, dp=32, ep=32, global_batch=64)
 
 
-def _drawn(experts: int, top_k: int, unit: int, nodes: int, node_limit: int,
-           per_node: int, draws: int = 20000) -> float:
-    """Mean units a token's experts touch, drawn as node-limited routing draws them: its
-    nodes first (uniformly), then top_k distinct experts among theirs."""
-    rng = np.random.default_rng(7)
-    total = 0
-    for _ in range(draws):
-        chosen = rng.choice(nodes, node_limit, replace=False)
-        pool = (chosen[:, None] * per_node + np.arange(per_node)).ravel()
-        picked = rng.choice(pool, top_k, replace=False)
-        total += len(np.unique(picked // unit))
-    return total / draws
+def _megatron_draw(experts: int, top_k: int, groups: int, limit: int,
+                   units: tuple[int, ...], tokens: int = 3000) -> list[float]:
+    """Mean units a token's experts touch, token by token as Megatron-Core's
+    ``group_limited_topk`` routes them (DeepSeek-V3's node-limited routing is the same rule):
+    sigmoid scores of normal logits, each group ranked by the sum of its top_k / limit best,
+    the limit best groups kept, the top_k best of their experts picked."""
+    rng = random.Random(5)
+    size, best = experts // groups, top_k // limit
+    totals = [0] * len(units)
+    for _ in range(tokens):
+        scores = [1 / (1 + math.exp(-rng.gauss(0, 1))) for _ in range(experts)]
+        ranked = sorted(range(groups), key=lambda g: -sum(
+            sorted(scores[g * size:(g + 1) * size])[-best:]))
+        allowed = [e for g in ranked[:limit] for e in range(g * size, (g + 1) * size)]
+        picks = sorted(allowed, key=lambda e: -scores[e])[:top_k]
+        for i, unit in enumerate(units):
+            totals[i] += len({e // unit for e in picks})
+    return [total / tokens for total in totals]
 
 
-@pytest.mark.parametrize("node_limit", [8, 4, 2])
-def test_copies_per_token_match_a_draw_of_the_routing(node_limit):
-    # DeepSeek-V3's shape: 256 experts, top 8, 64 ranks on 8 nodes
-    nodes = _drawn(256, 8, 32, 8, node_limit, 32)
-    ranks = _drawn(256, 8, 4, 8, node_limit, 32)
-    spec = parse_transformer(dict(MOE, experts=256, ep=32, dp=32, dispatcher="deepep",
-                                  node_limit=node_limit), "argument")
-    spec = replace(spec, ep=64)   # 64 ranks: 4 experts per rank
-    got_nodes, got_ranks = deepep_copies(spec, 8)
-    assert got_nodes == pytest.approx(nodes, rel=0.02)
-    assert got_ranks == pytest.approx(ranks, rel=0.02)
-    assert got_nodes <= min(node_limit, 8) and got_ranks <= 8
-
-
-def _drawn_groups(experts: int, top_k: int, group: int, limit: int, unit: int,
-                  draws: int = 20000) -> float:
-    """Mean units a token's experts touch under group-limited routing as Megatron-Core
-    routes random logits: ``limit`` of the groups, then top_k distinct experts among theirs."""
-    rng = np.random.default_rng(11)
-    total = 0
-    for _ in range(draws):
-        chosen = rng.choice(experts // group, limit, replace=False)
-        pool = (chosen[:, None] * group + np.arange(group)).ravel()
-        total += len(np.unique(rng.choice(pool, top_k, replace=False) // unit))
-    return total / draws
-
-
-@pytest.mark.parametrize("group, limit, unit", [
-    (32, 4, 8),     # DeepSeek-V3's 8 groups over ranks of 8 experts (EP 32): ranks in groups
-    (32, 4, 128),   # ... over nodes of 128: 4 groups per node
-    (4, 16, 32),    # groups of 4 inside ranks of 32 (a group per rank or finer)
-    (32, 2, 32),    # a group per unit: node-limited routing
+@pytest.mark.parametrize("experts, groups, limit, units", [
+    (256, 8, 4, (32, 4)),     # DeepSeek-V3: 4 of 8 nodes, 64 ranks of 4 experts
+    (256, 8, 2, (32, 4)),
+    (256, 8, 4, (128, 8)),    # Megatron-LM's GB200 recipe: 4 of 8 groups over ranks of 8
+    (256, 64, 8, (32, 8)),    # groups of 4 experts inside ranks of 8: device-limited
+    (288, 18, 4, (24, 6)),    # groups of 16 straddling units of 24 and 6
 ])
-def test_limited_units_match_a_draw_of_group_limited_routing(group, limit, unit):
-    drawn = _drawn_groups(256, 8, group, limit, unit)
-    assert limited_units(256, group, limit, unit, 8) == pytest.approx(drawn, rel=0.02)
-    assert limited_units(256, group, 256 // group, unit, 8) == \
-        pytest.approx(expected_units(256, unit, 8))   # every group: no limit
+def test_routed_units_follow_megatron_core_s_group_limited_routing(experts, groups, limit,
+                                                                    units):
+    drawn = _megatron_draw(experts, 8, groups, limit, units)
+    got = routed_units(experts, 8, groups, limit, units)
+    assert got == pytest.approx(drawn, rel=0.02)
+    if all(experts // groups % unit == 0 for unit in units):   # units inside the groups
+        uniform = [expected_units(experts // groups * limit, unit, 8) for unit in units]
+        assert all(g > u for g, u in zip(got, uniform))   # kept groups tend to be used
+
+
+def test_every_group_allowed_is_a_uniform_draw():
+    assert routed_units(256, 8, 8, 8, (32, 4)) == (expected_units(256, 32, 8),
+                                                   expected_units(256, 4, 8))
 
 
 def test_routing_groups_of_the_nodes_are_node_limited_routing():
@@ -93,16 +82,15 @@ def test_routing_groups_of_the_nodes_are_node_limited_routing():
     assert finer[0] < deepep_copies(replace(spec, node_limit=0), 4)[0]
 
 
-def test_groups_that_do_not_nest_with_the_nodes_are_refused():
-    # 64 experts on 4 nodes of 16: 16 groups of 4 nest inside them
+def test_groups_that_straddle_nodes_are_priced_by_the_same_rule():
+    # 48 experts on 24 ranks, 6 nodes of 8 experts: 4 groups of 12 straddle them
     spec = parse_transformer(dict(MOE, dispatcher="deepep", node_limit=4, routing_groups=16),
                              "argument")
-    assert deepep_copies(spec, 4)[0] <= 4
-    # 48 experts on 24 ranks, 6 nodes of 8 experts: 4 groups of 12 straddle them
-    straddling = replace(spec, experts=48, ep=24, routing_groups=4, node_limit=2)
-    with pytest.raises(ConfigError, match="'routing_groups': expected groups that hold whole "
-                                          "nodes' experts"):
-        deepep_copies(straddling, 6)
+    straddling = replace(spec, experts=48, ep=24, top_k=4, routing_groups=4, node_limit=2)
+    to_nodes, to_ranks = deepep_copies(straddling, 6)
+    assert [to_nodes, to_ranks] == pytest.approx(_megatron_draw(48, 4, 4, 2, (8, 2)),
+                                                 rel=0.03)
+    assert to_nodes <= 4 and to_ranks <= 4
 
 
 def test_expected_units_at_its_ends():
@@ -176,10 +164,10 @@ def test_deepep_shortens_a_step_whose_experts_span_nodes():
     ({"dispatcher": "deepep", "routing_groups": 8}, "node_limit"),
     ({"dispatcher": "deepep", "routing_groups": 6, "node_limit": 2}, "routing_groups"),
     ({"dispatcher": "deepep", "routing_groups": 8, "node_limit": 9}, "node_limit"),
-    ({"dispatcher": "deepep", "routing_groups": 48, "node_limit": 8, "experts": 96},
-     "routing_groups"),   # groups of 2 experts against ranks of 3: neither holds the other
+    ({"routing_groups": 8, "node_limit": 4}, "routing_groups"),   # the all-to-all dispatcher
     ({"dispatcher": "deepep", "routing_groups": 32, "node_limit": 3}, "node_limit"),
-])   # the last: 3 groups of 2 experts hold fewer than top_k=8
+    ({"dispatcher": "deepep", "node_limit": 9}, "node_limit"),   # more than top_k=8
+])   # 3 groups of 2 experts hold fewer than top_k=8
 def test_bad_specs_name_the_key(extra, key):
     assert_spec_refused(dict(MOE, **extra), key)
 
@@ -274,9 +262,10 @@ def test_group_limited_routing_over_every_group_is_no_limit():
             "--micro-batch-size 1 --global-batch-size 64 --num-experts 64 --moe-router-topk 8 "
             "--expert-model-parallel-size 32 --bf16 --moe-token-dispatcher-type flex "
             "--moe-router-num-groups 2").split()
-    keys = megatron_keys(base + ["--moe-router-group-topk", "2"], "x")
-    assert keys["dispatcher"] == "deepep" and "node_limit" not in keys \
-        and "routing_groups" not in keys
+    for every in ("2", "0"):   # every group, or none named (Megatron-Core: no limit)
+        keys = megatron_keys(base + ["--moe-router-group-topk", every], "x")
+        assert keys["dispatcher"] == "deepep" and "node_limit" not in keys \
+            and "routing_groups" not in keys
     for bad, expected in (("3", "at most the 2 groups"), ("1.5", "a positive whole number")):
         with pytest.raises(ConfigError, match=f"'--moe-router-group-topk': expected {expected}"):
             megatron_keys(base + ["--moe-router-group-topk", bad], "x")

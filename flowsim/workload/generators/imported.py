@@ -301,14 +301,14 @@ def routing_limit(groups: Any, group_topk: Any, where: str, names: tuple[str, st
                   ) -> dict[str, int]:
     """``node_limit`` and ``routing_groups`` from Megatron-Core's group-limited routing
     (``names``: its number of groups and the groups a token may use), or nothing without a
-    limit (none given, or every group allowed).
+    limit (none given, 0 as Megatron-Core reads it, or every group allowed).
 
     Raises
     ------
     ConfigError
         A count that is not a positive whole number, or more groups allowed than there are.
     """
-    if group_topk is None:
+    if group_topk is None or str(group_topk).strip() == "0":   # Megatron-Core: no limit
         return {}
     numbers = []
     for name, value in zip(names, (groups, group_topk)):

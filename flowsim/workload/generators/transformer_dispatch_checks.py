@@ -17,25 +17,27 @@ def check_dispatch(spec: Any, need: Callable[[bool, str, str, Any], None]) -> No
              spec.dispatcher)
         need(spec.expert_tp == 1, "expert_tp", "1 with dispatcher deepep (flowsim prices "
              "DeepEP for whole experts per rank)", spec.expert_tp)
+    need(not spec.routing_groups or spec.dispatcher == "deepep", "routing_groups",
+         "0 unless dispatcher is deepep (the all-to-all dispatcher sends every routed copy "
+         "wherever its group is)", spec.routing_groups)
     need(not spec.node_limit or spec.dispatcher == "deepep", "node_limit",
          "0 unless dispatcher is deepep (the all-to-all dispatcher sends every routed copy "
          "wherever its node is)", spec.node_limit)
+    need(spec.node_limit <= max(spec.top_k, 1), "node_limit",
+         f"at most top_k={spec.top_k} (a group is ranked by the sum of its top_k / "
+         f"node_limit best scores)", spec.node_limit)
     if spec.routing_groups:
-        need(bool(spec.node_limit), "node_limit", "the groups of routing_groups a token may "
-             "use (Megatron-Core's --moe-router-group-topk beside --moe-router-num-groups)",
-             spec.node_limit or None)
         need(spec.experts % spec.routing_groups == 0, "routing_groups",
              f"a divisor of experts={spec.experts} (groups of whole experts)",
              spec.routing_groups)
-        need(spec.node_limit <= spec.routing_groups, "node_limit",
-             f"at most the routing_groups={spec.routing_groups} groups", spec.node_limit)
-        group, per_rank = spec.experts // spec.routing_groups, spec.experts // spec.ep
+        need(0 < spec.node_limit <= spec.routing_groups, "node_limit",
+             f"1 to routing_groups={spec.routing_groups}: the groups a token may use "
+             f"(Megatron-Core's --moe-router-group-topk beside --moe-router-num-groups)",
+             spec.node_limit)
+        group = spec.experts // spec.routing_groups
         need(spec.node_limit * group >= spec.top_k, "node_limit",
              f"at least {-(-spec.top_k // group)} (top_k={spec.top_k} experts from groups of "
              f"{group} experts)", spec.node_limit)
-        need(group % per_rank == 0 or per_rank % group == 0, "routing_groups",
-             f"groups that hold whole ranks' experts or lie inside a rank ({spec.ep} ranks "
-             f"of {per_rank} experts)", spec.routing_groups)
     if spec.fp8_dispatch:
         need(spec.dispatcher == "deepep", "fp8_dispatch", "false unless dispatcher is deepep",
              spec.fp8_dispatch)
