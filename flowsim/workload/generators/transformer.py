@@ -109,8 +109,8 @@ Communication:
   (sequence parallelism is implied, as Megatron-Core requires it with MoE and TP); with
   ``expert_tp: 1`` every TP rank holds whole experts and sends its own tokens.
   ``dispatcher: deepep`` is DeepEP's dispatch instead: once per node over the scale-out
-  network, then over NVLink to the ranks (:mod:`.transformer_dispatch`, with ``node_limit``
-  and ``fp8_dispatch``).
+  network, then over NVLink to the ranks (:mod:`.transformer_dispatch`, with ``node_limit``,
+  ``routing_groups`` and ``fp8_dispatch``).
   ``expert_layout: folded`` is Megatron-Core 0.10's MoE parallel folding: the EP ranks are
   the first ``ep`` of the CP x DP ranks (of the TP x CP x DP ranks with ``expert_tp: 1``), so
   they take the CP ranks first, or the TP ranks (and ``ep`` may exceed ``dp``); without
@@ -259,8 +259,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``overlap_grad_reduce``, ``overlap_param_gather``,
         ``align_param_gather``, ``align_grad_reduce``,
         ``tp_comm_overlap`` with ``tp_comm_overlap_cfg`` (``nemo``, ``te_default``),
-        ``moe_a2a_overlap``, ``dispatcher`` (``alltoall``, ``deepep``) with ``node_limit``
-        and ``fp8_dispatch``,
+        ``moe_a2a_overlap``, ``dispatcher`` (``alltoall``, ``deepep``) with ``node_limit``,
+        ``routing_groups`` and ``fp8_dispatch``,
         ``scatter_gather``, ``bucket_size``, ``cross_entropy_fusion`` with
         ``cross_entropy_fusion_impl`` (``native``, ``te``, ``flash_attn``, ``compiled``),
         ``metric_cross_entropies``;
