@@ -138,6 +138,8 @@ def spec(row: dict[str, str]) -> dict:
         out["schedule"] = row["schedule"]
     if row.get("cross_entropy_fusion_impl"):   # a row's own column; else Megatron-Core's
         out["cross_entropy_fusion_impl"] = row["cross_entropy_fusion_impl"]
+    if row.get("fp8_library"):   # a row's own column; else Transformer Engine
+        out["fp8_library"] = row["fp8_library"]
     if row.get("optimizer"):   # a row's own column; else Adam
         out["optimizer"] = row["optimizer"]
     if row.get("dispatcher"):   # a row's own column; else Megatron-Core's all-to-all

@@ -154,7 +154,7 @@ def test_float8_is_current_scaling_and_the_mx_converter_mxfp8(tmp_path):
     """torchao's Float8Linear scales each tensor from its own amax (``tensorwise``); the MX
     converter is MXFP8, priced as such rather than warned of."""
     keys, _ = _keys(LLAMA3_8B, H200_COMMAND, tmp_path)
-    assert keys["fp8_recipe"] == "tensorwise"
+    assert (keys["fp8_recipe"], keys["fp8_library"]) == ("tensorwise", "torchao")
     mx, _ = _keys(LLAMA3_8B, H200_COMMAND.replace('"float8"', '"mx"'), tmp_path, quiet=False)
     assert (mx["dtype"], mx["fp8_recipe"]) == ("fp8", "mxfp8")
 

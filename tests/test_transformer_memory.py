@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import flowsim
 from flowsim.cli import main
 from flowsim.workload.generators import transformer
+from flowsim.workload.kernels import NVFP4_BYTES
 
 #: one node of 8 GPUs
 NODE = {"topology": ["Switch"], "npus_count": [8], "bandwidth": [300], "latency": [500]}
@@ -148,3 +149,70 @@ def test_sharding_and_recomputation_only_ever_save_memory(tp, pp, m, sp, vocab, 
         assert memory(fsdp=True)["total"] <= zero1["total"]
     assert memory(recompute="full")["activations"] <= memory(recompute="none")["activations"]
     assert memory(micro_batch=2 * B)["activations"] >= ddp["activations"]
+
+
+@pytest.mark.parametrize("recipe, low, proj", [("tensorwise", 1.0, 0), ("mxfp8", 1.0, 0),
+                                               ("nvfp4", NVFP4_BYTES, 0), ("delayed", 1.0, 1)])
+def test_fp8_layers_keep_the_quantized_copies_of_their_inputs(node, recipe, low, proj):
+    """Transformer Engine keeps a quantized linear layer's input for its weight gradient in
+    the recipe's bytes: the norms' outputs QKV and FC1 read and FC2's input shrink to
+    ``low``; under delayed scaling alone the projection keeps its own copy beside the
+    attention's 16-bit output (Megatron-Core has it keep that output otherwise): per layer
+    ``n (2h + f) (2 - low) - proj n h low`` fewer bytes than in BF16 (GPT's f = 4h)."""
+    n, f = S * B, 4 * H
+    bf16 = _activations(node, dtype="bf16", dp=8, micro_batches=1)
+    quantized = _activations(node, dtype="fp8", fp8_recipe=recipe, dp=8, micro_batches=1)
+    assert bf16 - quantized == pytest.approx(
+        L * (n * (2 * H + f) * (2 - low) - proj * n * H * low))
+    if recipe == "delayed":   # (Megatron-Core keeps no layer in BF16 under it)
+        return
+    # a layer kept in 16 bits keeps 16-bit inputs
+    first_bf16 = _activations(node, dtype="fp8", fp8_recipe=recipe, bf16_layers_at_start=1,
+                              dp=8, micro_batches=1)
+    assert first_bf16 - quantized == pytest.approx((bf16 - quantized) / L)
+
+
+def test_nvfp4_norm_outputs_keep_both_layouts_under_sequence_parallelism(node):
+    """Gathered for the QKV and FC1 GEMMs, an NVFP4 norm output is kept in both layouts."""
+    n, f, t = S * B, 4 * H, 2
+    keys = dict(tp=t, sp=True, dp=4, micro_batches=1)
+    bf16 = _activations(node, dtype="bf16", **keys)
+    nvfp4 = _activations(node, dtype="fp8", fp8_recipe="nvfp4", **keys)
+    norms, fc2 = 2 * n * H / t * (2 - 2 * NVFP4_BYTES), n * f / t * (2 - NVFP4_BYTES)
+    assert bf16 - nvfp4 == pytest.approx(L * (norms + fc2))
+
+
+@pytest.mark.parametrize("recipe, copies", [("tensorwise", 0), ("delayed", 1)])
+def test_fp8_experts_keep_their_inputs_quantized_and_moe_act_drops_them(node, recipe, copies):
+    """A mixture of experts in FP8 keeps its experts' FC1 and FC2 inputs in one byte and
+    the norm output the 16-bit router reads in two; under delayed scaling the shared
+    experts' FC1 and the projection keep their own copies; recomputing the activation
+    (``moe_act``, not under delayed scaling) drops FC2's inputs as they were kept (one
+    layer's are made again at a time)."""
+    moe = dict(experts=8, top_k=2, ep=8, dp=8, moe_ffn=512, shared_ffn=256, gated_mlp=True,
+               global_batch=16)
+    n = S * B
+    rows = n * 2   # top_k copies of each token, all on the rank's one expert
+    bf16 = _activations(node, **moe, dtype="bf16")
+    fp8 = _activations(node, **moe, dtype="fp8", fp8_recipe=recipe)
+    per_layer = (n * H                 # the attention's norm output (QKV's input)
+                 + rows * H            # the experts' FC1 inputs
+                 + rows * 512          # the experts' FC2 inputs
+                 + n * 256             # the shared experts' FC2 input
+                 - copies * 2 * n * H)   # the projection's and shared FC1's own copies
+    assert bf16 - fp8 == pytest.approx(L * per_layer)
+    if recipe == "delayed":
+        return
+    act = _activations(node, **moe, dtype="fp8", fp8_recipe=recipe,
+                       recompute="selective", recompute_modules=["moe_act"])
+    assert fp8 - act == pytest.approx((L - 1) * rows * 512 * 1.0)
+
+
+def test_torchao_s_float8_linear_keeps_the_16_bit_inputs(node):
+    """torchao's Float8Linear (torchtitan's FP8) saves its high-precision input: the
+    activations are BF16's; Transformer Engine's would be smaller."""
+    keys = dict(dp=8, micro_batches=1)
+    bf16 = _activations(node, dtype="bf16", **keys)
+    torchao = _activations(node, dtype="fp8", fp8_recipe="tensorwise", fp8_library="torchao",
+                           **keys)
+    assert torchao == bf16 > _activations(node, dtype="fp8", fp8_recipe="tensorwise", **keys)

@@ -275,6 +275,7 @@ def _precision_and_recompute(read: JobConfig) -> dict[str, Any]:
         keys["dtype"] = "fp8"
         # torchao's Float8Linear scales each tensor from its own amax (current scaling)
         keys["fp8_recipe"] = "mxfp8" if any(FP8_CONVERTERS[c] for c in fp8) else "tensorwise"
+        keys["fp8_library"] = "torchao"
         if keys["fp8_recipe"] == "tensorwise" and read("recipe") not in (None, "tensorwise"):
             read.warn("recipe", f"= {read('recipe')!r} is priced as tensorwise FP8")
         keys["fp8_param_gather"] = read.bool("fp8_gather")

@@ -58,6 +58,9 @@ Dispatcher = Literal["alltoall", "deepep"]
 #: ``MaskedCrossEntropy`` without its FP32 cast)
 CrossEntropyImpl = Literal["native", "te", "flash_attn", "compiled", "torch"]
 CROSS_ENTROPY_IMPLS: tuple[CrossEntropyImpl, ...] = choices_of(CrossEntropyImpl)
+#: the library that quantizes the linear layers in FP8 (``fp8_library``)
+Fp8Library = Literal["transformer_engine", "torchao"]
+FP8_LIBRARIES: tuple[Fp8Library, ...] = choices_of(Fp8Library)
 DISPATCHERS: tuple[Dispatcher, ...] = choices_of(Dispatcher)
 DTYPES: tuple[DType, ...] = choices_of(DType)
 

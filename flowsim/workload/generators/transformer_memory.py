@@ -13,31 +13,19 @@ or, under pipelining, every unit and its unsharded gradients from its first forw
 last backward; with ``fsdp_outer: optim`` the optimizer states over every data-parallel
 rank).
 
-Activations per layer and micro-batch follow Korthikanti et al., "Reducing Activation
-Recomputation in Large Transformer Models" (MLSys 2023), section 4.1, term by term, for any
-MLP width and query-group count: with ``n`` tokens of a rank (``micro_batch sequence /
-cp``) and 16-bit tensors, the attention block keeps its input, Q, K and V, and the output
-(the projection's input), the MLP its input, the activation's input and FC2's input, two
-layer-norm inputs and two dropout masks (one byte each): ``34 n h`` for GPT's shapes. Tensor
-parallelism splits everything between its collectives; sequence parallelism also the norms,
-dropouts and block inputs (else they are replicated: ``n h (10 + 24 / t)``). Unfused
-attention adds the score matrix's softmax, dropout mask and dropout output (``5 a s n``;
-selective recomputation drops it, and what the modules it re-runs made:
-:func:`_recomputed_modules`); full recomputation keeps only each layer's
-input (``2 n h``, split by sequence parallelism) and one layer's activations at a time. The
-output layer keeps its logits for the cross entropy, in FP32 (in 16 bits under Transformer
-Engine's, flash-attn's and compiled ones), and so does each multi-token prediction depth,
-beside its layer's activations and its inputs'. Offloaded activations are on the host at the
-peak, the end of a forward: ``cpu_offload_layers``' layers, and ``offload_modules``' groups
-but each chunk's last of each kind (:func:`_module_offloads`). How many micro-batches a
-stage holds comes from the schedule it runs (1F1B's warm-up, the interleaved schedule's extra
-chunks).
+Activations per layer and micro-batch: :mod:`.transformer_activations` (in FP8, the
+quantized copies of the linear layers' inputs). The output layer keeps its logits for the
+cross entropy, in FP32 (in 16 bits under Transformer Engine's, flash-attn's and compiled
+ones), and so does each multi-token prediction depth, beside its layer's activations and its
+inputs'. Offloaded activations are on the host at the peak, the end of a forward:
+``cpu_offload_layers``' layers, and ``offload_modules``' groups but each chunk's last of
+each kind (:func:`_module_offloads`). How many micro-batches a stage holds comes from the
+schedule it runs (1F1B's warm-up, the interleaved schedule's extra chunks).
 
 Left out: the CUDA context and library workspaces (about 1 GB), communication buffers
 (NCCL's and Transformer Engine's userbuffers), the allocator's fragmentation, temporary
 buffers inside kernels (and the FP32 copies of the logits the training metrics' cross
-entropies make after a backward), and FP8's smaller saved inputs. Real runs need several GB
-more than the estimate.
+entropies make after a backward). Real runs need several GB more than the estimate.
 """
 
 from __future__ import annotations
@@ -48,19 +36,18 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from . import transformer_values as tv
+from .transformer_activations import layer_activations, whole_layer
 from .transformer_checks import micro_batches
 from .transformer_combined import paired_forwards
-from .transformer_hybrid import ATTENTION, MAMBA, MLP, MOE
-from .transformer_mla import LatentKernels
 from .transformer_module_offload import KINDS, offloaded_bytes
 from .transformer_optimizer import state_bytes
+from .transformer_saved import Saved, saved_inputs
 from .transformer_schedule import stage_schedule, virtual_stage
 from .transformer_shapes import ACT, CROSS_ENTROPY
 
 if TYPE_CHECKING:
     from .transformer_program import StageProgram
     from .transformer_spec import TransformerSpec
-
 
 
 @dataclass(frozen=True)
@@ -156,7 +143,8 @@ def _depth_activations(program: StageProgram) -> float:
     inputs = 2 * ACT * k.n * spec.hidden / (spec.tp if spec.sp else 1)
     if spec.is_recomputed(spec.layers, 0):
         return inputs
-    return 2 * inputs + _whole_layer(program, moe=spec.is_moe(spec.layers))
+    return 2 * inputs + whole_layer(program, spec.is_moe(spec.layers),
+                                     _saved_of(program, spec.layers))
 
 
 def _chunk_activations(program: StageProgram, moved: Mapping[int, float]
@@ -165,18 +153,18 @@ def _chunk_activations(program: StageProgram, moved: Mapping[int, float]
     apart; under the block method the layers past the first N keep everything; less what
     ``moved`` puts on the host), and what recomputing one layer needs on top at a time."""
     spec = program.spec
-    kinds = {kind: _layer_activations(program, kind)
-             for kind in {_kind(spec, i) for i in range(spec.layers)}}
+    layer_kind = {i: (_kind(spec, i), _saved_of(program, i)) for i in range(spec.layers)}
+    kinds = {kind: layer_activations(program, *kind) for kind in set(layer_kind.values())}
 
     def kept(i: int, layers: range) -> float:   # an offloaded layer's are on the host at
-        per_layer, whole = kinds[_kind(spec, i)]   # the peak, the end of the forward
+        per_layer, whole = kinds[layer_kind[i]]   # the peak, the end of the forward
         skipped = spec.recompute_layers and not spec.is_recomputed(i, i - layers.start)
         return 0.0 if i < spec.cpu_offload_layers else whole if skipped else \
             per_layer - moved.get(i, 0.0)
 
     chunks = {c: sum(kept(i, layers) for i in layers) for c, layers in program.layers.items()}
     if not spec.recompute_layers:
-        return chunks, max((kinds[_kind(spec, i)][1] for layers in program.layers.values()
+        return chunks, max((kinds[layer_kind[i]][1] for layers in program.layers.values()
                             for i in layers), default=0.0)
     # the block method: a recomputed layer runs again once the layers above it in its chunk
     # are freed, beside its kept input: room beyond the chunk's bytes only where its whole
@@ -186,7 +174,7 @@ def _chunk_activations(program: StageProgram, moved: Mapping[int, float]
         above = 0.0
         for i in reversed(layers):
             if spec.is_recomputed(i, i - layers.start):
-                transient = max(transient, kinds[_kind(spec, i)][1] - above)
+                transient = max(transient, kinds[layer_kind[i]][1] - above)
             above += kept(i, layers)
     return chunks, transient
 
@@ -207,134 +195,16 @@ def _module_offloads(program: StageProgram) -> dict[int, float]:
 
 def layer_activation_bytes(program: StageProgram, layer: int) -> float:
     """Bytes layer ``layer`` keeps for its backward per micro-batch (what offloading copies)."""
-    return _layer_activations(program, _kind(program.spec, layer))[0]
+    return layer_activations(program, _kind(program.spec, layer),
+                              _saved_of(program, layer))[0]
+
+
+def _saved_of(program: StageProgram, layer: int) -> Saved:
+    """:func:`saved_inputs` of layer (or depth) ``layer``, in its own precision."""
+    return saved_inputs(program.k.of_layer(layer).spec)
 
 
 def _kind(spec: TransformerSpec, layer: int) -> bool | str:
     """What a layer's activations depend on: whether it is a mixture of experts, or a
     hybrid model's layer's character."""
     return spec.hybrid_pattern[layer] if spec.hybrid_pattern else spec.is_moe(layer)
-
-
-def _layer_activations(program: StageProgram, kind: bool | str) -> tuple[float, float]:
-    """Bytes one layer (of a :func:`_kind`) keeps per micro-batch, and what one layer needs
-    on top at a time (the recomputed layer under full recomputation)."""
-    spec, k = program.spec, program.k
-    t, n, h = spec.tp, k.n, spec.hidden
-    full = _whole_layer(program, moe=kind) if isinstance(kind, bool) else \
-        _hybrid_layer(program, kind)
-    moe = kind is True
-    if spec.recompute == "full":   # the layer's input; every N-th layer's, on average
-        kept = ACT * n * h / (t if spec.sp else 1)
-        every = spec.recompute_every
-        return (kept + (every - 1) * full) / every, full
-    if spec.recompute == "every_other_matmul":
-        if moe or isinstance(k, LatentKernels):   # every other matmul's output: about half
-            kept = _split_activations(program, moe=moe) / 2 + _shared_activations(program)
-        else:   # the odd matmuls' outputs (wq, wv; w1, w2), the attention's, the input
-            kept = ACT * n * (k.q + k.kv + k.q + k.f) + ACT * n * h * (2 / t if spec.sp else 2)
-        return kept, full - kept
-    dropped = _recomputed_modules(program, kind)
-    return full - dropped, dropped
-
-
-def _recomputed_modules(program: StageProgram, kind: bool | str) -> float:
-    """What ``recompute_modules`` keeps out of a layer's activations (re-made before its
-    backward, one layer's at a time): a mixture of experts' or a dense MLP's whole share
-    (``moe``, ``mlp``), or its experts' activation outputs, FC2's inputs (``moe_act``), and
-    its shared experts' (``shared_experts``); the outputs of the norms that are modules of
-    their own (``layernorm``: a mixture of experts' pre-MLP norm, latent attention's input
-    norm); latent attention's queries, keys and values (``mla_up_proj``)."""
-    spec, k = program.spec, program.k
-    modules = spec.recomputed_modules
-    moe, dense = kind in (True, MOE), kind in (False, MLP)
-    norm = ACT * k.n_sp * spec.hidden   # a norm's output, split by sequence parallelism
-    out = 0.0
-    if isinstance(k, LatentKernels) and kind in (True, False, ATTENTION):
-        out += norm * ("layernorm" in modules) + \
-            ACT * k.n * (k.heads * k.head_qk + k.kv_up) * ("mla_up_proj" in modules)
-    if (moe and "moe" in modules) or (dense and "mlp" in modules):
-        return out + _mlp_activations(program, moe=moe) + norm * (moe and "layernorm" in modules)
-    if not moe:
-        return out
-    rows = k.expert_rows * (spec.experts // spec.ep)
-    gated = 3 if spec.gated_mlp else 2
-    return out + norm * ("layernorm" in modules) + \
-        ACT * rows * k.expert_width * ("moe_act" in modules) + \
-        ACT * k.n * (spec.shared_ffn // spec.tp) * gated * ("shared_experts" in modules)
-
-
-def _split_activations(program: StageProgram, *, moe: bool) -> float:
-    """A layer's activations between its TP collectives (split by t): attention and MLP."""
-    k = program.k
-    attention = k.attention_activations if isinstance(k, LatentKernels) else \
-        ACT * k.n * (2 * k.q + 2 * k.kv)
-    return attention + _mlp_activations(program, moe=moe)
-
-
-def _mlp_activations(program: StageProgram, *, moe: bool) -> float:
-    """The MLP's share of :func:`_split_activations` (the experts' and shared experts')."""
-    spec, k = program.spec, program.k
-    gated = 3 if spec.gated_mlp else 2
-    if not moe:
-        return ACT * k.n * k.f * gated
-    rows = k.expert_rows * (spec.experts // spec.ep)
-    return ACT * (k.expert_dim * rows + rows * k.expert_width * gated) + \
-        ACT * k.n * (spec.shared_ffn // spec.tp) * gated + \
-        ACT * k.moe_tokens * spec.moe_latent   # LatentMoE's up projection's input
-
-
-def _hybrid_layer(program: StageProgram, kind: str) -> float:
-    """Bytes a hybrid model's layer keeps per micro-batch when it is not recomputed: its
-    block's (a Mamba-2 mixer's: :attr:`~.transformer_mamba.MambaKernels.activations`) and
-    one norm's and residual's share of :func:`_shared_activations`."""
-    k = program.k
-    block = float(k.mamba.activations) if kind == MAMBA else \
-        ACT * k.n * (2 * k.q + 2 * k.kv) + _scores(program) if kind == ATTENTION else \
-        _mlp_activations(program, moe=kind == MOE)
-    return block + _shared_activations(program) / 2
-
-
-def _shared_activations(program: StageProgram) -> float:
-    """A layer's block inputs, norms and dropout masks (split by sequence parallelism)."""
-    spec = program.spec
-    shared = (4 * ACT + 2) * program.k.n * spec.hidden
-    return shared / spec.tp if spec.sp else shared
-
-
-def _whole_layer(program: StageProgram, *, moe: bool) -> float:
-    """Bytes a layer keeps per micro-batch when it is not recomputed, the score matrices
-    of unfused attention included where no recomputation drops them."""
-    return _split_activations(program, moe=moe) + _shared_activations(program) + \
-        _scores(program) + _lora_inputs(program)
-
-
-def _scores(program: StageProgram) -> float:
-    """Unfused attention's score matrices (their softmax, dropout mask and output), where
-    no recomputation drops them."""
-    spec = program.spec
-    dropped = spec.recompute in ("full", "every_other_matmul") or \
-        "core_attn" in spec.recomputed_modules
-    if spec.attention != "unfused" or (dropped and not spec.recompute_layers
-                                       and spec.recompute_every == 1):
-        return 0.0
-    return 5.0 * (spec.heads // spec.tp) * spec.micro_batch * (spec.sequence // spec.cp) ** 2
-
-
-def _lora_inputs(program: StageProgram) -> float:
-    """Under LoRA, what the kept inputs change by: a frozen layer keeps no input for its
-    weight gradient, which is never computed (QKV's and FC1's, their norms' outputs, sharded
-    with sequence parallelism, and FC2's), unless an adapter on it keeps that input for its
-    own; with sequence parallelism an adapter on QKV or FC1 keeps its input whole (the
-    gathered norm output it reads) where the layer kept a shard (the projection's input is
-    the attention's output, kept for the attention's backward)."""
-    spec, k = program.spec, program.k
-    if not spec.frozen:
-        return 0.0
-    change = -ACT * k.n * k.f if "linear_fc2" not in spec.lora_targets else 0.0
-    for target in ("linear_qkv", "linear_fc1"):
-        if target not in spec.lora_targets:
-            change -= ACT * k.n_sp * spec.hidden
-        else:
-            change += ACT * (k.n - k.n_sp) * spec.hidden
-    return change

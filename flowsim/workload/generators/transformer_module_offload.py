@@ -54,6 +54,7 @@ from .transformer_choices import OFFLOAD_GROUPS
 from .transformer_kernels import LayerKernels
 from .transformer_mla import LatentKernels
 from .transformer_overlap import Frontier
+from .transformer_saved import Saved, saved_inputs
 from .transformer_schedule import pass_tag
 from .transformer_shapes import ACT
 from .transformer_spec import TransformerSpec
@@ -72,9 +73,10 @@ def offloaded_bytes(spec: TransformerSpec, k: LayerKernels, layer: int, kind: st
         return 0.0
     e = k.of_layer(layer)
     low = tv.gathered_bytes(e.spec)   # a GEMM's saved input, in the layer's precision
+    saved = saved_inputs(e.spec)   # what each linear layer keeps, as the memory counts it
     tensors: list[tuple[float, float]] = []   # (elements, bytes per element)
     if kind == ATTENTION and spec.mixer(layer) == "attention":
-        tensors = _attention_tensors(spec, e, low)
+        tensors = _attention_tensors(spec, e, saved)
     elif kind == MLP_NORM and _named(spec, layer, kind):
         tensors = [(e.n_sp * spec.hidden, ACT)]
     elif kind == EXPERTS and _named(spec, layer, kind):
@@ -83,7 +85,7 @@ def offloaded_bytes(spec: TransformerSpec, k: LayerKernels, layer: int, kind: st
         if "fused_group_mlp" in modules:   # one grouped tensor
             tensors.append((rows * e.expert_dim, low))
         if "expert_fc1" in modules:   # one per local expert
-            tensors += [(e.expert_rows * e.expert_dim, low)] * local
+            tensors += [(e.expert_rows * e.expert_dim, saved.experts_fc1)] * local
         if "moe_act" in modules or "fused_group_mlp" in modules:
             tensors.append((rows * width * (2 if spec.gated_mlp else 1), ACT))
         if "fused_group_mlp" in modules and "moe_act" not in spec.recomputed_modules:
@@ -91,7 +93,7 @@ def offloaded_bytes(spec: TransformerSpec, k: LayerKernels, layer: int, kind: st
     return float(sum(n * size for n, size in tensors if n >= spec.offload_min_elements))
 
 
-def _attention_tensors(spec: TransformerSpec, k: LayerKernels, low: float
+def _attention_tensors(spec: TransformerSpec, k: LayerKernels, saved: Saved
                        ) -> list[tuple[float, float]]:
     """What the attention's named modules save: (elements, bytes per element) each."""
     modules, n, n_sp, h = spec.offload_modules, k.n, k.n_sp, spec.hidden
@@ -102,15 +104,15 @@ def _attention_tensors(spec: TransformerSpec, k: LayerKernels, low: float
         norm, qkv = [(n_sp * h, ACT)], [(n_sp * h, ACT), (n_sp * k.latent, ACT)]
         widths = (qk, qk, v, v)
     else:   # the norm fused into the QKV layer, which keeps its input and its output
-        norm, qkv, widths = [], [(n_sp * h, ACT), (n_sp * h, low)], (k.q, k.kv, k.kv, k.q)
+        norm, qkv, widths = [], [(n_sp * h, ACT), (n_sp * h, saved.qkv)], (k.q, k.kv, k.kv, k.q)
     tensors: list[tuple[float, float]] = norm if "attn_norm" in modules else []
     if "qkv_linear" in modules:
         tensors = tensors + qkv
     core = "core_attn" in modules and "core_attn" not in spec.recomputed_modules
     if core:   # queries, keys, values, output
         tensors = tensors + [(n * w, ACT) for w in widths]
-    if "attn_proj" in modules and (not core or low != ACT):   # (16-bit: the output again)
-        tensors = tensors + [(n * widths[-1], low)]
+    if "attn_proj" in modules and (not core or saved.proj != ACT):   # (the output again)
+        tensors = tensors + [(n * widths[-1], saved.proj)]
     return tensors
 
 

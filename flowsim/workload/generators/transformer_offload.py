@@ -13,8 +13,9 @@ each way at the device's host-link rate (:attr:`flowsim.compute.Device.host_gbps
 compute stream: a copy the compute waits for shows as idle time. A layer's copy starts with
 its forward, as if every tensor it saves were ready then (Transformer Engine copies each as it
 is saved): where the copies cannot hide, the stalls are a lower bound. Their bytes are the
-layer's activations as :mod:`.transformer_memory` counts them (16-bit, so FP8's smaller saved
-inputs are copied at 16 bits: an upper bound). Megatron-Core's hybrid stack has no offloading.
+layer's activations as :mod:`.transformer_activations` counts them (in FP8 the linear layers'
+quantized inputs, as Transformer Engine saves them). Megatron-Core's hybrid stack has no
+offloading.
 """
 
 from __future__ import annotations

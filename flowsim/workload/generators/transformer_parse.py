@@ -36,6 +36,7 @@ from .transformer_choices import (
     DISPATCHERS,
     DTYPES,
     EXPERT_LAYOUTS,
+    FP8_LIBRARIES,
     FSDP_OUTERS,
     FSDP_RESHARDS,
     LORA_TARGETS,
@@ -125,6 +126,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     v["cross_entropy_fusion_impl"] = read_choice(
         values, "cross_entropy_fusion_impl", CROSS_ENTROPY_IMPLS, source=source,
         default="native", case_insensitive=True)
+    v["fp8_library"] = read_choice(values, "fp8_library", FP8_LIBRARIES, source=source,
+                                   default="transformer_engine", case_insensitive=True)
     v["dispatcher"] = read_choice(values, "dispatcher", DISPATCHERS, source=source,
                                   default="alltoall", case_insensitive=True)
     v["fsdp_reshard"] = read_choice(values, "fsdp_reshard", FSDP_RESHARDS, source=source,

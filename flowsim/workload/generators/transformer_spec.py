@@ -18,6 +18,7 @@ from .transformer_choices import (
     Dispatcher,
     DType,
     ExpertLayout,
+    Fp8Library,
     FsdpOuter,
     FsdpReshard,
     LoraTarget,
@@ -153,6 +154,9 @@ class TransformerSpec:
     fp8_param_gather: bool = False
     #: FP8 scaling or NVFP4 (``FP8_RECIPES``: ``--fp8-recipe``; :mod:`flowsim.compute.quantize`)
     fp8_recipe: Fp8Recipe = "delayed"
+    #: who quantizes: Transformer Engine keeps a linear layer's quantized input for its
+    #: backward, torchao's Float8Linear (torchtitan's) its 16-bit one (:mod:`.transformer_saved`)
+    fp8_library: Fp8Library = "transformer_engine"
     #: the first and the last N decoder layers in 16 bits, outside the FP8 (NVFP4) autocast
     #: (Megatron-Core's ``--first-last-layers-bf16`` with ``--num-layers-at-start-in-bf16``
     #: and ``--num-layers-at-end-in-bf16``: :mod:`.transformer_precision`)

@@ -261,9 +261,15 @@ def gathered_bytes(spec: Any) -> float:
     training; one in FP8 (Transformer Engine casts before it gathers); NVFP4's half a byte and
     its block's share of an E4M3 scale (``_all_gather_nvfp4``). The one rule for every
     ``spec.dtype == "fp8"`` gather, NVFP4 included (its recipe is an ``fp8_recipe``)."""
-    if spec.dtype != "fp8":
+    return low_bytes(spec.dtype, spec.fp8_recipe)
+
+
+def low_bytes(dtype: str, recipe: str) -> float:
+    """Bytes per element of a tensor Transformer Engine quantized under ``dtype`` and
+    ``recipe`` (:func:`gathered_bytes`'s rule): two unless ``dtype`` is fp8."""
+    if dtype != "fp8":
         return 2.0
-    return NVFP4_BYTES if spec.fp8_recipe == "nvfp4" else 1.0
+    return NVFP4_BYTES if recipe == "nvfp4" else 1.0
 
 
 def weight_bytes(spec: Any, *, kept: bool = False) -> float:
