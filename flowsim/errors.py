@@ -112,6 +112,19 @@ def config_error(source: str | None, key: str, expected: str, found: Any, *,
     return error
 
 
+#: a rule between configuration values: ``need(ok, key, expected, found)``
+Need = Callable[[bool, str, str, Any], None]
+
+
+def requirement(source: str | None) -> Need:
+    """The rule checker of one source: ``need(ok, key, expected, found)`` raises
+    :func:`config_error` naming ``source`` and ``key`` unless ``ok``."""
+    def need(ok: bool, key: str, expected: str, found: Any) -> None:
+        if not ok:
+            raise config_error(source, key, expected, found)
+    return need
+
+
 #: Exceptions of Python and numpy that a bad argument can raise deep inside a call.
 _ARGUMENT_FAILURES = (TypeError, ValueError, AttributeError, KeyError, IndexError,
                       OverflowError, ZeroDivisionError, RecursionError)

@@ -9,10 +9,9 @@ module imports this one, and the package has no import cycles, not even for type
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from typing import Any
 
-from ...errors import ConfigError, FlowsimWarning, config_error
+from ...errors import ConfigError, FlowsimWarning, Need, config_error, requirement
 from ..kernels import BLOCK_SCALED_RECIPES
 from .transformer_choices import LORA_TARGETS, ROW_PARALLEL
 from .transformer_dispatch_checks import check_dispatch
@@ -42,10 +41,7 @@ def check_head_width(values: dict[str, Any], source: str) -> None:
 def check_consistent(spec: Any) -> None:
     """Divisibility rules between the arguments (Megatron-LM's own requirements)."""
     src = spec.source
-
-    def need(ok: bool, key: str, expected: str, found: Any) -> None:
-        if not ok:
-            raise config_error(src, key, expected, found)
+    need = requirement(src)
 
     need(bool(spec.micro_batches) != bool(spec.global_batch), "global_batch",
          "either global_batch (sequences per iteration) or micro_batches, not both and not "
@@ -335,7 +331,7 @@ def _where(source: str) -> str:
     return "" if source == "argument" else f"{source}: "
 
 
-def _check_precisions(spec: Any, need: Callable[[bool, str, str, Any], None]) -> None:
+def _check_precisions(spec: Any, need: Need) -> None:
     """What Megatron-Core refuses of a precision per layer or module, and what flowsim does
     not price (:mod:`.transformer_precision`)."""
     per_stage = spec.layers // spec.pp
@@ -361,7 +357,7 @@ def _check_precisions(spec: Any, need: Callable[[bool, str, str, Any], None]) ->
              "quant_recipe (Transformer Engine's autocast beside BF16)", spec.dtype)
 
 
-def _check_recompute_modules(spec: Any, need: Callable[[bool, str, str, Any], None]) -> None:
+def _check_recompute_modules(spec: Any, need: Need) -> None:
     """What Megatron-Core refuses of ``--recompute-modules``, and what flowsim does not price
     (:func:`.transformer_recompute.recompute_modules`)."""
     modules = spec.recompute_modules

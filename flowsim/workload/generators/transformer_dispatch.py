@@ -48,7 +48,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...errors import config_error
+from ...errors import requirement
+from .transformer_dispatch_checks import check_allowed_experts
 from .transformer_shapes import ACT
 
 if TYPE_CHECKING:
@@ -113,14 +114,11 @@ def deepep_copies(spec: TransformerSpec, nodes: int) -> tuple[float, float]:
     """
     per_node, per_rank = spec.experts // nodes, spec.experts // spec.ep
     groups = spec.routing_groups or nodes
-    if not spec.routing_groups and spec.node_limit > nodes:
-        raise config_error(spec.source, "node_limit",
-                           f"at most the {nodes} nodes the expert-parallel group spans "
-                           f"(0: any)", spec.node_limit)
-    if not spec.routing_groups and 0 < spec.node_limit * per_node < spec.top_k:
-        raise config_error(spec.source, "node_limit",
-                           f"at least {-(-spec.top_k // per_node)} (top_k={spec.top_k} "
-                           f"experts from nodes of {per_node} experts)", spec.node_limit)
+    if spec.node_limit and not spec.routing_groups:   # the groups are the nodes
+        need = requirement(spec.source)
+        need(spec.node_limit <= nodes, "node_limit", f"at most the {nodes} nodes the "
+             f"expert-parallel group spans (0: any)", spec.node_limit)
+        check_allowed_experts(spec, per_node, "nodes", need)
     node_copies, rank_copies = routed_units(spec.experts, spec.top_k, groups,
                                             spec.node_limit or groups, (per_node, per_rank))
     return node_copies, rank_copies

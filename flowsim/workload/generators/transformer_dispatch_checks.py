@@ -5,11 +5,12 @@ network (the nodes the expert-parallel group spans) are checked where it is know
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
+from ...errors import Need
 
-def check_dispatch(spec: Any, need: Callable[[bool, str, str, Any], None]) -> None:
+
+def check_dispatch(spec: Any, need: Need) -> None:
     """Check the dispatch keys of ``spec`` (a ``TransformerSpec``); ``need(ok, key,
     expected, found)`` raises the one-line error naming the key."""
     if spec.dispatcher == "deepep":
@@ -34,12 +35,18 @@ def check_dispatch(spec: Any, need: Callable[[bool, str, str, Any], None]) -> No
              f"1 to routing_groups={spec.routing_groups}: the groups a token may use "
              f"(Megatron-Core's --moe-router-group-topk beside --moe-router-num-groups)",
              spec.node_limit)
-        group = spec.experts // spec.routing_groups
-        need(spec.node_limit * group >= spec.top_k, "node_limit",
-             f"at least {-(-spec.top_k // group)} (top_k={spec.top_k} experts from groups of "
-             f"{group} experts)", spec.node_limit)
+        check_allowed_experts(spec, spec.experts // spec.routing_groups, "groups", need)
     if spec.fp8_dispatch:
         need(spec.dispatcher == "deepep", "fp8_dispatch", "false unless dispatcher is deepep",
              spec.fp8_dispatch)
         need(spec.dtype == "fp8", "fp8_dispatch", "false unless dtype is fp8",
              spec.fp8_dispatch)
+
+
+def check_allowed_experts(spec: Any, group: int, unit: str,
+                          need: Need) -> None:
+    """The ``node_limit`` groups (``unit``: nodes or groups, of ``group`` experts each) a
+    token may use hold at least its ``top_k`` experts."""
+    need(spec.node_limit * group >= spec.top_k, "node_limit",
+         f"at least {-(-spec.top_k // group)} (top_k={spec.top_k} experts from {unit} of "
+         f"{group} experts)", spec.node_limit)

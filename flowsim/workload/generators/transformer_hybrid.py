@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..._validate import check_unknown_keys, read_int
-from ...errors import config_error
+from ...errors import config_error, requirement
 
 #: the pattern's characters: a Mamba-2 mixer, attention, a dense MLP, a mixture of experts
 MAMBA, ATTENTION, MLP, MOE = "M", "*", "-", "E"
@@ -141,9 +141,7 @@ def check_hybrid(spec: Any) -> None:
     what its hybrid model leaves out is refused, not priced as something else."""
     src, pattern = spec.source, spec.hybrid_pattern
 
-    def need(ok: bool, key: str, expected: str, found: Any) -> None:
-        if not ok:
-            raise config_error(src, key, expected, found)
+    need = requirement(src)
 
     need(MAMBA in pattern or spec.mamba is None, "mamba", "unset without M layers in "
          "hybrid_pattern (the mixers it shapes)", spec.mamba)

@@ -15,7 +15,7 @@ a forward whose backward comes next (or runs beside it: combined 1F1B) and in th
 backward's forward (Megatron-Core's steady state, after its first iteration).
 
 What a group holds (``n`` tokens of the rank, ``n_sp`` in sequence-parallel regions; a
-GEMM's saved input in the layer's precision, one byte in FP8):
+linear layer's saved input as :mod:`.transformer_saved` sizes it, one byte in FP8):
 
 - ``attn_norm``: a separate attention norm's input (latent attention's; the others' norm is
   fused into the QKV layer, an identity module that offloads nothing);
@@ -24,8 +24,8 @@ GEMM's saved input in the layer's precision, one byte in FP8):
 - ``core_attn``: the fused attention's queries, keys, values and output (16-bit); nothing
   when ``recompute_modules`` checkpoints it (Megatron-Core's checkpointed branch has no
   offloading context);
-- ``attn_proj``: the output projection's input (in 16 bits the attention's output, already
-  counted beside ``core_attn``);
+- ``attn_proj``: the output projection's input (the attention's output, already counted
+  beside ``core_attn``, but for its own quantized copy under delayed scaling);
 - ``mlp_norm``: a mixture of experts' pre-MLP norm input (a dense MLP's norm is fused);
 - ``expert_fc1``: the experts' input, one tensor per local expert (Transformer Engine's
   grouped linear saves them apart: each compared with the size limit);
@@ -49,7 +49,6 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 
-from . import transformer_values as tv
 from .transformer_choices import OFFLOAD_GROUPS
 from .transformer_kernels import LayerKernels
 from .transformer_mla import LatentKernels
@@ -72,7 +71,6 @@ def offloaded_bytes(spec: TransformerSpec, k: LayerKernels, layer: int, kind: st
     if not modules:
         return 0.0
     e = k.of_layer(layer)
-    low = tv.gathered_bytes(e.spec)   # a GEMM's saved input, in the layer's precision
     saved = saved_inputs(e.spec)   # what each linear layer keeps, as the memory counts it
     tensors: list[tuple[float, float]] = []   # (elements, bytes per element)
     if kind == ATTENTION and spec.mixer(layer) == "attention":
@@ -83,13 +81,13 @@ def offloaded_bytes(spec: TransformerSpec, k: LayerKernels, layer: int, kind: st
         local = spec.experts // spec.ep
         rows, width = e.expert_rows * local, e.expert_width
         if "fused_group_mlp" in modules:   # one grouped tensor
-            tensors.append((rows * e.expert_dim, low))
+            tensors.append((rows * e.expert_dim, saved.experts_fc1))
         if "expert_fc1" in modules:   # one per local expert
             tensors += [(e.expert_rows * e.expert_dim, saved.experts_fc1)] * local
         if "moe_act" in modules or "fused_group_mlp" in modules:
             tensors.append((rows * width * (2 if spec.gated_mlp else 1), ACT))
         if "fused_group_mlp" in modules and "moe_act" not in spec.recomputed_modules:
-            tensors.append((rows * width, low))
+            tensors.append((rows * width, saved.experts_fc2))
     return float(sum(n * size for n, size in tensors if n >= spec.offload_min_elements))
 
 
