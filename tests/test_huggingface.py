@@ -118,6 +118,28 @@ def test_deepseek_v3_reads_latent_attention_dense_first_layers_and_shared_expert
     assert keys["ffn"] == 18432 and keys["vocab"] == 129280
 
 
+def test_deepseek_v3_s_group_limited_routing_is_priced_under_deepep():
+    """n_group 8, topk_group 4: Megatron-Core's routing_groups and node_limit, which change
+    DeepEP's copies per token; the all-to-all dispatcher's do not depend on them."""
+    net = {"cluster": {"device": "h100", "nodes": 2}}
+    run = {"generator": "huggingface", "config": DEEPSEEK_V3, "layers": 4, "mtp_layers": 0,
+           "sequence": 1024, "global_batch": 16, "ep": 16, "dispatcher": "deepep"}
+    free = {k: v for k, v in DEEPSEEK_V3.items() if k not in ("n_group", "topk_group")}
+
+    def step(**keys):
+        return float(flowsim.simulate(net, {**run, **keys}, "nccl").time_ns)
+
+    limited = step()
+    assert limited == step(config=free, routing_groups=8, node_limit=4)
+    assert limited != step(config=free)
+    assert step(node_limit=1) == step(config=free, node_limit=1)   # the run's own limit wins
+    assert step(dispatcher="alltoall") == step(config=free, dispatcher="alltoall")
+    assert "routing_groups" not in huggingface_keys(DEEPSEEK_V3, "spec.yml")
+    with pytest.raises(ConfigError, match=r"config: key 'topk_group': expected at most "
+                                          r"n_group \(8\), found 9"):
+        huggingface_keys({**DEEPSEEK_V3, "topk_group": 9}, "spec.yml")
+
+
 def test_mixtral_s_experts_are_as_wide_as_its_mlp():
     keys = huggingface_keys(MIXTRAL_8X7B, "spec.yml")
     assert (keys["experts"], keys["top_k"], keys["moe_ffn"]) == (8, 2, 14336)

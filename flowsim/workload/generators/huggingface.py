@@ -49,7 +49,9 @@ by ``model_type`` (the config's own key, which decides the modules the library b
   DeepSeek-V2 / V3's ``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``
   and multi-head latent attention (``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
   ``qk_rope_head_dim``, ``v_head_dim``) and its multi-token prediction depths
-  (``num_nextn_predict_layers``: ``mtp_layers``, which the run's keys can set to 0);
+  (``num_nextn_predict_layers``: ``mtp_layers``, which the run's keys can set to 0) and
+  its group-limited routing (``n_group``, ``topk_group``: ``routing_groups`` and
+  ``node_limit`` when the run's keys say ``dispatcher: deepep`` and no limit of their own);
   DeepSeek-V3.2 (``deepseek_v32``) as V3 whose attention reads the
   ``index_topk`` keys its indexer picks (priced as a window of that many keys; the indexer
   not priced, a warning says so); GLM-4.5's (``glm4_moe``) DeepSeek layout with
@@ -116,7 +118,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError, FlowsimWarning, config_error
-from .huggingface_experts import EXPERTS, dbrx_keys
+from .huggingface_experts import EXPERTS, dbrx_keys, routing_groups_keys
 from .huggingface_hub import model_config_path
 from .huggingface_hybrid import nemotron_h_keys
 from .huggingface_models import (
@@ -217,7 +219,7 @@ def _laid_out(keys: dict[str, Any], rules: Rules, layers: Any, *, final: bool = 
     """``keys`` with the patterns of ``rules`` over ``layers`` layers: a pattern of one kind
     of layer is no pattern (every layer a mixture of experts; the window everywhere, or
     nowhere: dropped once ``final``); chunked attention once the sequence is known."""
-    out = dict(keys)
+    out = routing_groups_keys(keys) if final else dict(keys)
     out.pop("moe_layer_freq", None)
     out.pop("window_skip_freq", None)
     if not isinstance(layers, int) or isinstance(layers, bool) or not 1 <= layers <= 10**6:

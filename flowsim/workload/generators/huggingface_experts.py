@@ -13,6 +13,10 @@ from typing import Any
 from ...errors import FlowsimWarning, config_error
 from .huggingface_models import Reader, Rules
 
+#: the key under which a config's group-limited routing waits for the run's dispatcher:
+#: (``n_group``, ``topk_group``), applied by :func:`routing_groups_keys`
+ROUTING_GROUPS = "_routing_groups"
+
 
 def mixtral_keys(read: Reader) -> tuple[dict[str, Any], Rules]:
     """Mixtral's, GPT-OSS's, Phi-3.5-MoE's and Granite-MoE's experts: as wide as
@@ -63,6 +67,15 @@ def deepseek_keys(read: Reader) -> tuple[dict[str, Any], Rules]:
                    "qk_pos_emb_head_dim": read.integer("qk_rope_head_dim"),
                    "v_head_dim": read.integer("v_head_dim")}
     read.name("mla", "q_lora_rank, kv_lora_rank and the head dimensions")
+    # group-limited routing (n_group groups, a token's experts from its topk_group best):
+    # priced only under DeepEP, so kept aside until the run's dispatcher is known
+    groups, limit = read.integer("n_group", 1), read.integer("topk_group", 1)
+    if limit > groups:
+        raise config_error(read.where, "topk_group", f"at most n_group ({groups})", limit)
+    if limit < groups:
+        keys[ROUTING_GROUPS] = (groups, limit)
+        read.name("routing_groups", "n_group")
+        read.name("node_limit", "topk_group")
     return keys, rules
 
 
@@ -208,3 +221,17 @@ EXPERTS: dict[str, Callable[[Reader], tuple[dict[str, Any], Rules]]] = {
     "deepseek_v3": deepseek_keys, "deepseek_v32": deepseek_sparse_keys,
     "glm4_moe": glm_moe_keys, "ernie4_5_moe": ernie_keys, "hunyuan_v1_moe": hunyuan_keys,
     "llama4_text": llama4_keys}
+
+
+def routing_groups_keys(keys: dict[str, Any]) -> dict[str, Any]:
+    """``keys`` with the config's group-limited routing (:data:`ROUTING_GROUPS`) as
+    ``routing_groups`` and ``node_limit`` when the run dispatches with DeepEP and names no
+    limit of its own (Megatron-Core routes every dispatcher through the limit, but only
+    DeepEP's copies per token depend on it, and the all-to-all dispatcher refuses the keys);
+    dropped otherwise."""
+    out = dict(keys)
+    groups_limit = out.pop(ROUTING_GROUPS, None)
+    if groups_limit is not None and out.get("dispatcher") == "deepep" and \
+            "node_limit" not in out and "routing_groups" not in out:
+        out["routing_groups"], out["node_limit"] = groups_limit
+    return out
