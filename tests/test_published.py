@@ -461,3 +461,37 @@ def test_the_nvfp4_table_on_the_accuracy_page_is_the_record_s():
                                 for c in ("published_s", "predicted_s"))
         error = f"{100 * float(nvfp4['error']):+.1f}%".replace("-", "−")
         assert line.endswith(f"| {published:.2f} | {predicted:.2f} | {error} |"), line
+
+
+def test_the_mlperf_table_on_the_accuracy_page_is_the_record_s():
+    """docs/accuracy/published.md's MLPerf table: one line per row of mlperf_training.csv,
+    with its published and predicted seconds and error as recorded, and the summary after it
+    (median error, rows within 10%) the record's."""
+    import re
+    import statistics
+
+    page = (ROOT / "docs" / "accuracy" / "published.md").read_text()
+    section = page[page.index("## MLPerf Training"):]
+    section = section[:section.index("What misses:")]
+    lines = re.findall(r"^\|[^|]+\| [\d,]+ \|.*\| ([\d.]+) \| ([\d.]+) \| ([−+][\d.]+)% \|$",
+                       section, re.M)
+    record = {run: rec for run, rec in _record().items() if rec["file"] == "mlperf_training.csv"}
+    assert len(lines) == len(record) > 0
+    unmatched = dict(record)
+    for published, predicted, error in lines:
+        match = [run for run, rec in unmatched.items()
+                 if float(rec["published_s"]) == pytest.approx(float(published), abs=6e-4)
+                 and float(rec["predicted_s"]) == pytest.approx(float(predicted), abs=6e-4)
+                 and f"{100 * _error(rec):+.1f}" == error.replace("−", "-")]
+        assert len(match) == 1, (published, predicted, error)
+        del unmatched[match[0]]
+    errors = [abs(_error(rec)) for rec in record.values()]
+    within = sum(e <= 0.1 for e in errors)
+    assert f"Median {100 * statistics.median(errors):.1f}%, {within} of {len(errors)} within " \
+           f"10%" in section
+
+
+def _error(rec: dict) -> float:
+    """A recorded row's error from its published and predicted seconds (as results.md
+    computes it, not the rounded ``error`` column)."""
+    return float(rec["predicted_s"]) / float(rec["published_s"]) - 1
