@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 import statistics
 from collections import defaultdict
 
@@ -28,6 +29,15 @@ import validate_published as vp
 SIZE_COLUMNS = ("run", "gpus", "dp", "global_batch", "published", "citation", "notes")
 #: the largest ``--spread`` taken: every speed stays positive up to 10^5 GPUs (4.4 deviations)
 MAX_SPREAD = 0.2
+
+
+def _publication(row: dict[str, str]) -> tuple[str, ...]:
+    """The publication a row's measurement comes from where one file gathers several: an
+    MLPerf Training round and its submitter (the owner of the results folder the row
+    cites); nothing for a file of one publication."""
+    found = re.search(r"training_results_v([\d.]+)", row["citation"]), \
+        re.search(r"(\S+?)/results/", row["citation"])
+    return tuple(m.group(1) for m in found) if all(found) else ()
 
 
 def pairs() -> list[tuple[dict[str, str], dict[str, str], float, float]]:
@@ -43,7 +53,7 @@ def pairs() -> list[tuple[dict[str, str], dict[str, str], float, float]]:
                 item for item in same["cluster_overrides"].split(";")
                 if not item.startswith("nodes="))
         key = tuple(sorted(same.items()))
-        groups[key, per_replica].append(row)
+        groups[key, per_replica, _publication(row)].append(row)
     out = []
     for rows in groups.values():
         rows.sort(key=lambda r: int(r["gpus"]))

@@ -483,7 +483,7 @@ def test_the_mlperf_table_on_the_accuracy_page_is_the_record_s():
                  if float(rec["published_s"]) == pytest.approx(float(published), abs=6e-4)
                  and float(rec["predicted_s"]) == pytest.approx(float(predicted), abs=6e-4)
                  and f"{100 * _error(rec):+.1f}" == error.replace("−", "-")]
-        assert len(match) == 1, (published, predicted, error)
+        assert match, (published, predicted, error)   # two runs may print alike: either
         del unmatched[match[0]]
     errors = [abs(_error(rec)) for rec in record.values()]
     within = sum(e <= 0.1 for e in errors)
