@@ -35,9 +35,9 @@ def _publication(row: dict[str, str]) -> tuple[str, ...]:
     """The publication a row's measurement comes from where one file gathers several: an
     MLPerf Training round and its submitter (the owner of the results folder the row
     cites); nothing for a file of one publication."""
-    found = re.search(r"training_results_v([\d.]+)", row["citation"]), \
-        re.search(r"(\S+?)/results/", row["citation"])
-    return tuple(m.group(1) for m in found) if all(found) else ()
+    version = re.search(r"training_results_v([\d.]+)", row["citation"])
+    owner = re.search(r"(\S+?)/results/", row["citation"])
+    return (version.group(1), owner.group(1)) if version and owner else ()
 
 
 def pairs() -> list[tuple[dict[str, str], dict[str, str], float, float]]:
