@@ -359,6 +359,11 @@ def test_the_weak_scaling_pairs_are_the_record_s():
         for key in ("file", "device", "layers", "hidden", "tp", "pp", "cp", "micro_batch",
                     "sequence", "dtype", "recompute"):
             assert small[key] == large[key], (large["run"], key)
+        if small["file"] == "mlperf_training.csv":   # one round and submitter, not two
+            assert small["run"][:8] == large["run"][:8], large["run"]
+            owners = [c.split("/results/")[0].rsplit(maxsplit=1)[-1].lstrip("(,;")
+                      for c in (small["citation"], large["citation"])]
+            assert owners[0] == owners[1], (large["run"], owners)
     page = (ROOT / "validation" / "published" / "scaling.md").read_text()
     assert page == published_scaling.markdown(found)
     assert '--8<-- "validation/published/scaling.md"' in \
