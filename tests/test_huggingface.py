@@ -138,6 +138,13 @@ def test_deepseek_v3_s_group_limited_routing_is_priced_under_deepep():
     with pytest.raises(ConfigError, match=r"config: key 'topk_group': expected at most "
                                           r"n_group \(8\), found 9"):
         huggingface_keys({**DEEPSEEK_V3, "topk_group": 9}, "spec.yml")
+    # the transformer's refusals of the limit it adds name the config's settings
+    for change, says in (({"n_group": 7}, r"key 'routing_groups'.* found 7 \(read from "
+                                          r"n_group in 'config'\)"),
+                         ({"n_group": 64, "topk_group": 1}, r"key 'node_limit'.* found 1 "
+                                                            r"\(read from topk_group")):
+        with pytest.raises(ConfigError, match=says):
+            step(config={**DEEPSEEK_V3, **change})
 
 
 def test_mixtral_s_experts_are_as_wide_as_its_mlp():

@@ -114,6 +114,7 @@ import json
 import math
 import warnings
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -155,8 +156,12 @@ def parse_huggingface(values: Mapping[str, Any], source: str) -> ImportedSpec:
         # the per-layer patterns follow the layer count a key beside the config may change
         return _laid_out(keys, rules[0], keys["layers"], source=source)
 
-    return parse_imported(values, source, read="config", translate=translate, names=names,
+    spec = parse_imported(values, source, read="config", translate=translate, names=names,
                           finish=finish)
+    # keys the final layout adds (the routing groups under DeepEP) keep their config's names
+    known = dict(spec.names)
+    late = tuple((k, v) for k, v in names.items() if k not in known and k not in values)
+    return replace(spec, names=spec.names + late)
 
 
 def huggingface_keys(config: Any, source: str) -> dict[str, Any]:
