@@ -119,7 +119,8 @@ def spec(row: dict[str, str]) -> dict:
     for key in ("grad_reduce_in_bf16", "fp8_param_gather", "fsdp", "align_param_gather",
                 "align_grad_reduce", "cross_entropy_fusion",
                 "moe_a2a_overlap", "fp8_dispatch", "fused_grouped_mlp",
-                "fp8_attention", "mtp_repeated"):   # a row's own columns
+                "fp8_attention", "mtp_repeated",
+                "activation_func_fp8_input_store"):   # a row's own columns
         if row.get(key):
             out[key] = _BOOL[row[key]]
     for key in ("head_dim", "moe_ffn", "shared_ffn", "moe_latent", "expert_tp", "window",

@@ -644,3 +644,18 @@ def test_recompute_method_picks_the_layers_both_tools_recompute(method, count, e
         warnings.simplefilter("error", FlowsimWarning)   # nothing left unpriced
         for keys in (megatron_keys(args, "train.sh"), nemo_keys(nemo, "run.yaml")):
             assert {k: keys.get(k) for k in expected} == expected
+
+
+def test_the_fp8_activation_input_store_is_read_from_every_megatron_tool():
+    """``--activation-func-fp8-input-store`` (Megatron-LM), ``model.activation_func_fp8_input
+    _store`` (NeMo 1's config, which copies Megatron-Core's fields, and Megatron-Bridge's
+    run_config.yaml): off unless set, as in Megatron-Core."""
+    from flowsim.workload.generators.megatron_bridge import bridge_keys
+    from test_megatron_bridge import _run
+    key = "activation_func_fp8_input_store"
+    assert megatron_keys(ARGS + " --activation-func-fp8-input-store", "run.sh")[key] is True
+    assert not megatron_keys(ARGS, "run.sh").get(key)
+    assert nemo_keys(dict(NEMO, model=dict(NEMO["model"], **{key: True})), "run.yaml")[key]
+    assert not nemo_keys(NEMO, "run.yaml")[key]
+    assert bridge_keys(_run(**{key: True}), "<test>")[key] is True
+    assert not bridge_keys(_run(), "<test>")[key]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import flowsim
 from flowsim.cli import main
 from flowsim.workload.generators import transformer
-from flowsim.workload.kernels import NVFP4_BYTES
+from flowsim.workload.kernels import NVFP4_BYTES, Elementwise
 
 #: one node of 8 GPUs
 NODE = {"topology": ["Switch"], "npus_count": [8], "bandwidth": [300], "latency": [500]}
@@ -216,3 +216,36 @@ def test_torchao_s_float8_linear_keeps_the_16_bit_inputs(node):
     torchao = _activations(node, dtype="fp8", fp8_recipe="tensorwise", fp8_library="torchao",
                            **keys)
     assert torchao == bf16 > _activations(node, dtype="fp8", fp8_recipe="tensorwise", **keys)
+
+
+@pytest.mark.parametrize("experts", [0, 8])
+def test_an_fp8_activation_input_store_keeps_swiglu_s_input_in_one_byte(node, experts):
+    """``activation_func_fp8_input_store`` (Megatron-Core's ``BiasSwiGLUFunction``) keeps
+    FC1's output, SwiGLU's ``2 f`` wide input, in FP8: per layer one byte fewer per element
+    (a dense MLP's, and with experts the routed experts' and the shared experts'); its casts
+    to FP8 after the forward and back before the backward move 3 bytes per element each."""
+    n, f = S * B, 4 * H
+    keys = dict(gated_mlp=True, ffn=f, dp=8, micro_batches=1)
+    if experts:
+        del keys["micro_batches"]
+        keys.update(experts=experts, top_k=2, ep=8, moe_ffn=512, shared_ffn=256,
+                    global_batch=16)
+    kept = n * 2 * f if not experts else n * 2 * 2 * 512 + n * 2 * 256
+    plain, stored = (transformer(node, **GPT, **keys, activation_func_fp8_input_store=on)
+                     for on in (False, True))
+    assert plain.memory["activations"] - stored.memory["activations"] == \
+        pytest.approx(L * kept)
+    casts = [k.bytes for op in stored.programs[0].ops if op.kind == "compute"
+             for k in op.kernels if isinstance(k, Elementwise)
+             and k.name.startswith("activation_input_")]
+    assert len(casts) == 2 * L * (2 if experts else 1)   # (the shared experts: their own)
+    assert sum(casts) == pytest.approx(2 * L * 3 * kept)
+    assert not any(k.name.startswith("activation_input_")
+                   for op in plain.programs[0].ops if op.kind == "compute"
+                   for k in op.kernels if isinstance(k, Elementwise))
+
+
+def test_an_fp8_activation_input_store_needs_swiglu(node):
+    """Megatron-Core stores only SwiGLU's input in FP8: one line naming the key."""
+    with pytest.raises(flowsim.ConfigError, match="activation_func_fp8_input_store.*gated_mlp"):
+        transformer(node, **GPT, dp=8, micro_batches=1, activation_func_fp8_input_store=True)

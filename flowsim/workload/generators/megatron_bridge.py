@@ -82,7 +82,7 @@ _ALSO = ("sequence_parallel", "position_embedding_type", "share_embeddings_and_o
          "cross_entropy_loss_fusion", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
          "moe_router_num_groups", "moe_router_group_topk", "apply_rope_fusion",
          "cpu_offloading", "cpu_offloading_num_layers", "cpu_offloading_weights",
-         "cpu_offloading_activations")
+         "cpu_offloading_activations", "activation_func_fp8_input_store")
 #: the PEFT methods priced (``peft._target_``'s class name)
 LORA = "LoRA"
 

@@ -183,8 +183,9 @@ def nemo_keys(config: Any, source: str, overrides: Any = None, *, documents: boo
     # Transformer Engine runs the attention in FP8 only in FP8 training
     fp8_attention = switch("fp8_dot_product_attention", False)
     keys["fp8_attention"] = keys["dtype"] == "fp8" and fp8_attention
-    # Megatron-Core's TransformerConfig field, which NeMo 1 copies from the model config
+    # Megatron-Core's TransformerConfig fields, which NeMo 1 copies from the model config
     keys["cross_entropy_fusion"] = switch("cross_entropy_loss_fusion", False)
+    keys["activation_func_fp8_input_store"] = switch("activation_func_fp8_input_store", False)
     # Megatron-Core's pipeline sends whole tensors (the legacy models scatter-gather them)
     keys["scatter_gather"] = not switch("mcore_gpt", False)
     if optim.get("name") in DISTRIBUTED_OPTIMIZERS:

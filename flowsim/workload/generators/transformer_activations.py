@@ -25,7 +25,9 @@ the attention or the router already keeps (``set_save_original_input``), except 
 delayed scaling, where each keeps its own quantized copy. With ``moe_act`` recomputed the
 experts' FC2 keeps the 16-bit input the recomputation discards: nothing stays. A frozen
 layer (LoRA) keeps no input; an adapter keeps its 16-bit one. Latent attention's and
-Mamba-2's own tensors are counted in 16 bits.
+Mamba-2's own tensors are counted in 16 bits. With ``activation_func_fp8_input_store`` the
+activation keeps its input (FC1's output) in FP8, one byte per element (Megatron-Core's
+``BiasSwiGLUFunction``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING
 from .transformer_hybrid import ATTENTION, MAMBA, MLP, MOE
 from .transformer_mla import LatentKernels
 from .transformer_saved import Saved
-from .transformer_shapes import ACT
+from .transformer_shapes import ACT, activation_input_bytes
 
 if TYPE_CHECKING:
     from .transformer_program import StageProgram
@@ -116,7 +118,7 @@ def _mlp_activations(program: StageProgram, moe: bool, saved: Saved) -> float:
     """The MLP's share of :func:`_split_activations` (the experts' and shared experts'):
     FC1's 16-bit output (the activation's input) and FC2's input, the experts' inputs."""
     spec, k = program.spec, program.k
-    fc1_out = ACT * (2 if spec.gated_mlp else 1)
+    fc1_out = activation_input_bytes(spec)
     if not moe:
         return k.n * k.f * (fc1_out + saved.fc2)
     rows = k.expert_rows * (spec.experts // spec.ep)
@@ -132,7 +134,7 @@ def _shared_experts(program: StageProgram, saved: Saved) -> float:
     spec, k = program.spec, program.k
     if not spec.shared_ffn:
         return 0.0
-    fc1_out = ACT * (2 if spec.gated_mlp else 1)
+    fc1_out = activation_input_bytes(spec)
     return k.n * (spec.shared_ffn // spec.tp) * (fc1_out + saved.shared_fc2) + \
         _extra(saved.shared_fc1) * k.n_sp * spec.hidden
 

@@ -203,6 +203,9 @@ def check_consistent(spec: Any) -> None:
          "2 with schedule dualpipev (its V: two chunks per pipeline rank)", spec.vpp)
     need(not spec.fp8_param_gather or spec.dtype == "fp8", "fp8_param_gather",
          "false without dtype: fp8", spec.fp8_param_gather)
+    need(not spec.activation_func_fp8_input_store or spec.gated_mlp,
+         "activation_func_fp8_input_store", "false without gated_mlp (Megatron-Core stores "
+         "only SwiGLU's input in FP8)", spec.activation_func_fp8_input_store)
     need(not (spec.tp_comm_overlap and spec.fp8_recipe == "nvfp4"), "tp_comm_overlap",
          "false with NVFP4 (Transformer Engine's userbuffers take no NVFP4 quantizer; "
          "Megatron-Bridge's recipes turn the overlap off for it)", spec.tp_comm_overlap)

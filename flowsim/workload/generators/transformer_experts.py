@@ -32,7 +32,7 @@ from functools import cached_property
 
 from ..kernels import Kernel
 from .transformer_lora import LoraShapes
-from .transformer_shapes import ACT, elementwise
+from .transformer_shapes import ACT, elementwise, fp8_input_store
 
 #: the experts' and LatentMoE's Transformer Engine modules, by their paths in Megatron-Core's
 #: layer (a precision per module: :mod:`.transformer_precision`)
@@ -154,6 +154,7 @@ class ExpertKernels(LoraShapes):
         fc1 = self._gemm(m, (2 if s.gated_mlp else 1) * f, d, local, module=EXPERT_FC1)
         between: tuple[Kernel, ...] = () if s.fused_grouped_mlp else (
             elementwise((3 if s.gated_mlp else 2) * m * f * ACT * local, "expert_activation"),
+            *fp8_input_store(s, m * (2 if s.gated_mlp else 1) * f * local, backward=False),
             *self._cast(m * f * local, module=EXPERT_FC2))
         return (*self._cast(m * d * local, module=EXPERT_FC1), fc1, *between,
                 self._gemm(m, d, f, local, module=EXPERT_FC2))
@@ -174,6 +175,7 @@ class ExpertKernels(LoraShapes):
         local, m, f, d = s.experts // s.ep, self.expert_rows, self.expert_width, self.expert_dim
         fc1 = (2 if s.gated_mlp else 1) * f
         between: tuple[Kernel, ...] = () if s.fused_grouped_mlp else (
+            *fp8_input_store(s, m * fc1 * local, backward=True),
             elementwise((5 if s.gated_mlp else 3) * m * f * ACT * local,
                         "expert_activation_backward"),
             *self._cast(m * fc1 * local, module=EXPERT_FC1))

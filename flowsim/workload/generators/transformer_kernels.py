@@ -25,7 +25,7 @@ from .transformer_checks import cp_kind
 from .transformer_experts import ExpertKernels
 from .transformer_mamba import MambaKernels
 from .transformer_precision import in_precision
-from .transformer_shapes import ACT, elementwise
+from .transformer_shapes import ACT, elementwise, fp8_input_store
 from .transformer_vocab import VocabKernels
 
 #: the layer's Transformer Engine modules, by their paths in Megatron-Core's layer (a
@@ -122,7 +122,8 @@ class LayerKernels(ExpertKernels, VocabKernels):
     def activation(self) -> tuple[Kernel, ...]:
         """Bias-GeLU, or SwiGLU."""
         act = (3 if self.spec.gated_mlp else 2) * self.n * self.f * ACT
-        return (elementwise(act, "activation"),)
+        return (elementwise(act, "activation"),
+                *fp8_input_store(self.spec, self.n * self.fc1_out, backward=False))
 
     @cached_property
     def fc2(self) -> tuple[Kernel, ...]:
@@ -189,7 +190,8 @@ class LayerKernels(ExpertKernels, VocabKernels):
     @cached_property
     def activation_backward(self) -> tuple[Kernel, ...]:
         act = (5 if self.spec.gated_mlp else 3) * self.n * self.f * ACT
-        return (elementwise(act, "activation_backward"),)
+        return (*fp8_input_store(self.spec, self.n * self.fc1_out, backward=True),
+                elementwise(act, "activation_backward"))
 
     @cached_property
     def fc1_dgrad(self) -> tuple[Kernel, ...]:

@@ -55,7 +55,7 @@ from .transformer_mla import LatentKernels
 from .transformer_overlap import Frontier
 from .transformer_saved import Saved, saved_inputs
 from .transformer_schedule import pass_tag
-from .transformer_shapes import ACT
+from .transformer_shapes import ACT, activation_input_bytes
 from .transformer_spec import TransformerSpec
 from .transformer_stream import OpStream
 
@@ -85,7 +85,7 @@ def offloaded_bytes(spec: TransformerSpec, k: LayerKernels, layer: int, kind: st
         if "expert_fc1" in modules:   # one per local expert
             tensors += [(e.expert_rows * e.expert_dim, saved.experts_fc1)] * local
         if "moe_act" in modules or "fused_group_mlp" in modules:
-            tensors.append((rows * width * (2 if spec.gated_mlp else 1), ACT))
+            tensors.append((rows * width, activation_input_bytes(spec)))
         if "fused_group_mlp" in modules and "moe_act" not in spec.recomputed_modules:
             tensors.append((rows * width, saved.experts_fc2))
     return float(sum(n * size for n, size in tensors if n >= spec.offload_min_elements))

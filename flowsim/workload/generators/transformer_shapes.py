@@ -66,6 +66,26 @@ def elementwise(nbytes: float, name: str) -> Elementwise:
     return Elementwise(float(nbytes), name=name)
 
 
+def activation_input_bytes(spec: TransformerSpec) -> float:
+    """Bytes the MLP activation keeps of its input (FC1's output) per element of the MLP's
+    width: 16-bit, SwiGLU's twice as wide; one byte per element with
+    ``activation_func_fp8_input_store``."""
+    return (1 if spec.activation_func_fp8_input_store else ACT) * (2 if spec.gated_mlp else 1)
+
+
+def fp8_input_store(spec: TransformerSpec, elements: float, *, backward: bool
+                    ) -> tuple[Kernel, ...]:
+    """With ``activation_func_fp8_input_store``, the cast of the activation's ``elements``
+    input elements to FP8 after the forward (2 bytes read, 1 written), or back to 16 bits
+    before the backward (1 read, 2 written): Megatron-Core's ``BiasSwiGLUFunction`` runs
+    ``input.to(torch.float8_e4m3fn)`` and ``.to(ori_input_dtype)`` as kernels of their own
+    (``megatron/core/fusions/fused_bias_swiglu.py``); nothing without it."""
+    if not spec.activation_func_fp8_input_store:
+        return ()
+    name = "activation_input_from_fp8" if backward else "activation_input_to_fp8"
+    return (elementwise((ACT + 1) * elements, name),)
+
+
 @dataclass(frozen=True)
 class Exchange(Work):
     """A tensor-parallel collective inside a kernel sequence (a LoRA adapter's): the

@@ -152,6 +152,9 @@ class TransformerSpec:
     #: them so (``--fp8-param-gather``, ``--fp4-param-gather``, NeMo's ``fp8_params``; MXFP8's
     #: are gathered in 16 bits and cast after: :func:`.transformer_values.weight_bytes`)
     fp8_param_gather: bool = False
+    #: SwiGLU keeps its input for the backward in FP8, cast to it and back
+    #: (Megatron-Core's ``--activation-func-fp8-input-store``)
+    activation_func_fp8_input_store: bool = False
     #: FP8 scaling or NVFP4 (``FP8_RECIPES``: ``--fp8-recipe``; :mod:`flowsim.compute.quantize`)
     fp8_recipe: Fp8Recipe = "delayed"
     #: who quantizes: Transformer Engine keeps a linear layer's quantized input for its
