@@ -650,8 +650,9 @@ def test_the_fp8_activation_input_store_is_read_from_every_megatron_tool():
     """``--activation-func-fp8-input-store`` (Megatron-LM), ``model.activation_func_fp8_input
     _store`` (NeMo 1's config, which copies Megatron-Core's fields, and Megatron-Bridge's
     run_config.yaml): off unless set, as in Megatron-Core."""
-    from flowsim.workload.generators.megatron_bridge import bridge_keys
     from test_megatron_bridge import _run
+
+    from flowsim.workload.generators.megatron_bridge import bridge_keys
     key = "activation_func_fp8_input_store"
     assert megatron_keys(ARGS + " --activation-func-fp8-input-store", "run.sh")[key] is True
     assert not megatron_keys(ARGS, "run.sh").get(key)
