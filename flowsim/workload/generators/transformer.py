@@ -257,6 +257,7 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``fp8_param_gather``, ``fp8_recipe`` (``delayed``, ``tensorwise``, ``mxfp8``,
         ``nvfp4``), ``fp8_library`` (``transformer_engine``, ``torchao``),
         ``bf16_layers_at_start``, ``bf16_layers_at_end``, ``quant_recipe``,
+        ``activation_func_fp8_input_store`` (with ``gated_mlp``),
         ``overlap_grad_reduce``, ``overlap_param_gather``,
         ``align_param_gather``, ``align_grad_reduce``,
         ``tp_comm_overlap`` with ``tp_comm_overlap_cfg`` (``nemo``, ``te_default``),
