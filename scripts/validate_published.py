@@ -1,7 +1,8 @@
 """Predict published training runs and compare: flowsim against measurements of real runs.
 
     python scripts/validate_published.py [--model auto|analytical|flow] [--only NAME]
-                                         [--csv OUT.csv] [--plot OUT.png]
+                                         [--part K/N] [--csv OUT.csv] [--plot OUT.png]
+    python scripts/validate_published.py --from-csv PART.csv [PART.csv ...] [--csv OUT.csv]
 
 Every row of ``validation/published/*.csv`` is a run someone measured and published (the
 citation is in the row). Each is predicted from what the publication states and nothing else:
@@ -242,6 +243,13 @@ def predict(row: dict[str, str], model: str, sustained: float | None = None,
     """Simulated iteration time (s); ``sustained`` overrides the compute model's calibrated
     constant (to re-derive it: see :data:`flowsim.compute.devices.SUSTAINED`), ``speed``
     gives per-GPU compute speeds (a what-if: see ``published_scaling.py --spread``)."""
+    return predict_run(row, model, sustained, speed)[0]
+
+
+def predict_run(row: dict[str, str], model: str, sustained: float | None = None,
+                speed: ArrayLike | None = None) -> tuple[float, float, float]:
+    """:func:`predict`'s iteration time (s), with the memory estimate's peak per GPU and the
+    GPU's memory (GiB: HBM's GB read as GiB, as ``flowsim run`` reads them)."""
     import warnings
 
     import flowsim
@@ -252,7 +260,8 @@ def predict(row: dict[str, str], model: str, sustained: float | None = None,
         warnings.simplefilter("ignore", flowsim.FlowsimWarning)
         ds = flowsim.simulate(network(row), spec(row), "nccl", model=model, device=device,
                               speed=speed)
-    return float(ds.time_ns) / 1e9
+    return (float(ds.time_ns) / 1e9, float(ds.attrs["memory_gib"]),
+            float(ds.attrs["memory_capacity_gib"]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,12 +270,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="network model (auto: flow for rows with expert parallelism, "
                              "analytical for the others)")
     parser.add_argument("--only", help="runs whose name contains this")
+    parser.add_argument("--part", type=_part, default=(1, 1), metavar="K/N",
+                        help="only the K-th of N interleaved parts of the rows (for N "
+                             "processes or array jobs; join their CSVs with --from-csv)")
     parser.add_argument("--csv", help="write the comparison as CSV here")
     parser.add_argument("--plot", help="draw predicted against published times here (PNG)")
     parser.add_argument("--markdown", help="write the comparison as a Markdown table here")
-    parser.add_argument("--from-csv", dest="from_csv",
-                        help="take the predictions from a CSV this script wrote (--csv) "
-                             "instead of simulating: redraw the plot and the table")
+    parser.add_argument("--from-csv", dest="from_csv", nargs="+", metavar="CSV",
+                        help="take the predictions from CSVs this script wrote (--csv; "
+                             "the parts of a --part run, say) instead of simulating: redraw "
+                             "the plot and the table, or join the parts")
     parser.add_argument("--sustained", type=float, default=None,
                         help="override the compute model's calibrated sustained fraction "
                              "(to re-derive it on its calibration rows)")
@@ -274,15 +287,23 @@ def main(argv: list[str] | None = None) -> int:
     for option in ("csv", "plot", "markdown"):   # refuse a missing folder before the runs
         refuse_missing_folder(parser, getattr(args, option), f"--{option}")
     results = []
+    memory: dict[str, tuple[float, float]] = {}   # run: (estimate, the GPU's), GiB
     done = _read_predictions(args.from_csv) if args.from_csv else {}
     print(f"{'run':36} {'GPUs':>6} {'published s':>12} {'predicted s':>12} {'error':>8} "
           f"{'wall s':>7}")
-    for row in rows(args.only):
-        if args.from_csv and row["run"] not in done:
+    part, parts = args.part
+    for index, row in enumerate(rows(args.only)):
+        if (args.from_csv and row["run"] not in done) or index % parts != part - 1:
             continue
         start = time.perf_counter()
-        predicted = done[row["run"]] if args.from_csv else \
-            float(f"{predict(row, model_for(row, args.model), args.sustained):.6g}")
+        if args.from_csv:
+            predicted, peak, capacity = done[row["run"]]
+        else:
+            predicted, peak, capacity = predict_run(row, model_for(row, args.model),
+                                                    args.sustained)
+            predicted = float(f"{predicted:.6g}")
+        if peak is not None and capacity is not None:
+            memory[row["run"]] = (round(peak, 2), capacity)
         wall = time.perf_counter() - start
         published = published_seconds(row)
         error = (predicted - published) / published
@@ -294,30 +315,59 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(errors)} runs: median |error| {100 * statistics.median(errors):.1f}%, "
               f"max {100 * max(errors):.1f}%, within 10%: "
               f"{sum(e <= 0.10 for e in errors)}/{len(errors)}")
+        if len(memory) == len(results):
+            print(_memory_summary(memory))
     if args.csv:   # every output whole or not at all: a crash leaves the last one be
         with atomic_output(args.csv, option="--csv") as tmp, \
                 open(tmp, "w", newline="") as handle:
             out = csv.writer(handle)
             out.writerow(["run", "file", "gpus", "model", "published_s", "predicted_s",
-                          "error"])
+                          "error", "memory_gib", "gpu_memory_gib"])
             for row, published, predicted, error in results:
+                estimate: tuple = memory.get(row["run"], ("", ""))
                 out.writerow([row["run"], row["file"], row["gpus"],
                               model_for(row, args.model), f"{published:.6g}",
-                              f"{predicted:.6g}", f"{error:.4f}"])
+                              f"{predicted:.6g}", f"{error:.4f}", *estimate])
     if args.plot:
         _plot(results, args.plot)
     if args.markdown:
-        write_text_atomic(args.markdown, _markdown(results), option="--markdown")
+        write_text_atomic(args.markdown, _markdown(results, memory), option="--markdown")
     return 0
 
 
-def _read_predictions(path: str) -> dict[str, float]:
-    """Predicted seconds by run, from a CSV written with ``--csv``."""
-    with open(path, newline="") as handle:
-        return {r["run"]: float(r["predicted_s"]) for r in csv.DictReader(handle)}
+def _part(text: str) -> tuple[int, int]:
+    """``--part K/N``: the K-th (from 1) of N parts."""
+    try:
+        part, parts = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected K/N (two whole numbers), found {text!r}") from None
+    if not 1 <= part <= parts:
+        raise argparse.ArgumentTypeError(f"expected 1 <= K <= N, found {text!r}")
+    return part, parts
 
 
-def _markdown(results: list) -> str:
+def _read_predictions(paths: list[str]) -> dict[str, tuple[float, float | None, float | None]]:
+    """Predicted seconds, and the memory estimate and the GPU's memory (GiB; None in a CSV
+    written before they were recorded), by run, from CSVs written with ``--csv``."""
+    out: dict[str, tuple[float, float | None, float | None]] = {}
+    for path in paths:
+        with open(path, newline="") as handle:
+            for r in csv.DictReader(handle):
+                memory, capacity = (float(r[k]) if r.get(k) else None
+                                    for k in ("memory_gib", "gpu_memory_gib"))
+                out[r["run"]] = (float(r["predicted_s"]), memory, capacity)
+    return out
+
+
+def _memory_summary(memory: dict[str, tuple[float, float]]) -> str:
+    """How many runs the memory estimate fits in their GPUs' memory."""
+    fits = sum(peak <= capacity for peak, capacity in memory.values())
+    return (f"Memory estimate within the GPU's memory: {fits} of {len(memory)} runs "
+            f"({len(memory) - fits} above it).")
+
+
+def _markdown(results: list, memory: dict[str, tuple[float, float]]) -> str:
     """The comparison as a Markdown table, one row per run, with its source."""
     lines = ["| run | GPUs | TP-PP-DP-CP (VPP) | published s | predicted s | error | source |",
              "|---|---:|---|---:|---:|---:|---|"]
@@ -333,6 +383,8 @@ def _markdown(results: list) -> str:
     lines.append(f"{len(errors)} runs: median |error| {100 * statistics.median(errors):.1f}%, "
                  f"max {100 * errors[-1]:.1f}%, within 10%: "
                  f"{sum(e <= 0.10 for e in errors)} of {len(errors)}.")
+    if len(memory) == len(results):
+        lines += ["", _memory_summary(memory)]
     return "\n".join(lines) + "\n"
 
 

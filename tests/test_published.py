@@ -120,10 +120,12 @@ FAST = [row for row in ROWS if int(row["gpus"]) <= 96]
 @pytest.mark.parametrize("row", FAST, ids=lambda r: r["run"])
 def test_the_recorded_prediction_is_today_s(row):
     """The small runs, predicted again, give the recorded times (the record is not stale)."""
-    recorded = float(_record()[row["run"]]["predicted_s"])
-    model = _record()[row["run"]]["model"]
-    assert model == vp.model_for(row)
-    assert vp.predict(row, model) == pytest.approx(recorded, rel=1e-5)
+    record = _record()[row["run"]]
+    assert record["model"] == vp.model_for(row)
+    seconds, memory, gpu_memory = vp.predict_run(row, record["model"])
+    assert seconds == pytest.approx(float(record["predicted_s"]), rel=1e-5)
+    assert (memory, gpu_memory) == pytest.approx(
+        (float(record["memory_gib"]), float(record["gpu_memory_gib"])), abs=0.006)
 
 
 def test_the_documentation_table_is_generated_from_the_record():
@@ -133,8 +135,11 @@ def test_the_documentation_table_is_generated_from_the_record():
         published = vp.published_seconds(row)
         predicted = float(record[row["run"]]["predicted_s"])
         results.append((row, published, predicted, (predicted - published) / published))
+    memory = {run: (float(r["memory_gib"]), float(r["gpu_memory_gib"]))
+              for run, r in record.items()}
     page = (ROOT / "validation" / "published" / "results.md").read_text()
-    assert page == vp._markdown(results)
+    assert page == vp._markdown(results, memory)
+    assert "Memory estimate within the GPU's memory" in page
 
 
 def test_outputs_in_a_missing_folder_are_refused_before_any_run(tmp_path, capsys):
@@ -154,6 +159,36 @@ def test_outputs_in_a_missing_folder_are_refused_before_any_run(tmp_path, capsys
     assert (tmp_path / "again.md").read_text() == \
         (ROOT / "validation" / "published" / "results.md").read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["again.csv", "again.md"]
+
+
+def test_parts_of_the_rows_join_into_the_whole_record(tmp_path, capsys):
+    """``--part K/N`` takes every N-th row from the K-th, so N parts cover the rows once;
+    ``--from-csv`` joins their CSVs back into the record, memory estimates included."""
+    parts = [tmp_path / f"part{k}.csv" for k in (1, 2, 3)]
+    for k, part in enumerate(parts, start=1):
+        vp.main(["--from-csv", str(RECORD), "--part", f"{k}/3", "--csv", str(part)])
+    runs = [[r["run"] for r in csv.DictReader(part.open())] for part in parts]
+    assert sorted(sum(runs, [])) == sorted(_record()) and all(runs)
+    whole = tmp_path / "whole.csv"
+    vp.main(["--from-csv", *map(str, parts), "--csv", str(whole)])
+    assert whole.read_text() == RECORD.read_text()
+    for bad in ("0/2", "3/2", "1-2", "a/b"):
+        with pytest.raises(SystemExit):
+            vp.main(["--from-csv", str(RECORD), "--part", bad])
+        assert "argument --part: expected" in capsys.readouterr().err
+
+
+def test_the_memory_count_the_guide_quotes_is_the_record_s():
+    """docs/guide/workloads.md's count of runs whose memory estimate fits their GPUs."""
+    import re
+
+    page = (ROOT / "docs" / "guide" / "workloads.md").read_text()
+    fits, above = map(int, re.search(r"the estimate is within the GPU's memory for (\d+) "
+                                     r"and above it\s+for (\d+)\.", page).groups())
+    estimates = [(float(r["memory_gib"]), float(r["gpu_memory_gib"]))
+                 for r in _record().values()]
+    assert fits == sum(m <= gpu for m, gpu in estimates)
+    assert above == len(estimates) - fits
 
 
 @pytest.mark.parametrize("device, constant, run", [
