@@ -43,7 +43,8 @@ from flowsim.errors import ConfigError, config_error
 STEP_TIME_KEYS = ("train_step_timing", "train_step_timing in s", "train_step_time")
 #: a rank-0 MLLOG line: unprefixed, or behind the launcher's ``"N: "`` rank prefix
 _MLLOG = re.compile(r"^\s*(?:(\d+):\s*)?:::MLLOG (.*)$")
-_RESULT = re.compile(r"result_(\d+)\.txt")
+#: a result file and its number: ``result_N.txt``, ``result_0N.txt``, ``result_<job>_N.txt``
+_RESULT = re.compile(r"result_(?:\S*_)?0*(\d+)\.txt")
 
 
 class Event(NamedTuple):
@@ -167,7 +168,8 @@ def _block_timer(event: Event, events: Sequence[Event], source: str) -> float | 
 
 
 def training_blocks(events: Sequence[Event], source: str) -> list[Block]:
-    """The complete training blocks of one file: ``block_start`` .. ``eval_start``.
+    """The complete training blocks of one file: one per ``block_start`` followed by
+    ``block_stop`` and ``eval_start`` (not one cut off).
 
     Parameters
     ----------
@@ -175,11 +177,6 @@ def training_blocks(events: Sequence[Event], source: str) -> list[Block]:
         One file's entries (:func:`read_events`).
     source : str
         The file's name, for error messages.
-
-    Returns
-    -------
-    list of Block
-        One per ``block_start`` followed by ``block_stop`` and ``eval_start`` (not one cut off).
     """
     blocks = []
     start: Event | None = None
@@ -308,15 +305,22 @@ class ResultsTree:
 
 
 def cited_logs(citation: Citation, tree: ResultsTree) -> dict[str, str]:
-    """The text of each result file a citation names, by path, in file-number order."""
-    numbers = citation.numbers
-    if numbers is None:
-        numbers = tuple(sorted(int(m.group(1)) for name in tree.names(citation.directory)
-                               if (m := _RESULT.fullmatch(name))))
-        if not numbers:
-            raise ConfigError(f"{tree.root / citation.directory}: no result_N.txt files")
-    paths = [f"{citation.directory}/result_{n}.txt" for n in numbers]
-    return {path: tree.read(path) for path in paths}
+    """The text of each result file a citation names, by path, in file-number order: all of
+    its folder's (``result_*``), or one per number it lists (none or two is an error)."""
+    numbered: dict[int, list[str]] = {}
+    for name in sorted(tree.names(citation.directory)):
+        if match := _RESULT.fullmatch(name):
+            numbered.setdefault(int(match.group(1)), []).append(name)
+    names = [n for number in sorted(numbered) for n in numbered[number]]
+    for number in citation.numbers or ():
+        if len(found := numbered.get(number, [])) != 1:
+            raise ConfigError(f"{tree.root / citation.directory}: result file {number}: "
+                              f"expected one, found {', '.join(found) or 'none'}")
+    if citation.numbers is not None:
+        names = [numbered[number][0] for number in citation.numbers]
+    if not names:
+        raise ConfigError(f"{tree.root / citation.directory}: no result_*.txt files")
+    return {path: tree.read(path) for path in (f"{citation.directory}/{n}" for n in names)}
 
 
 def agrees(published: str, seconds: float) -> bool:
@@ -326,7 +330,8 @@ def agrees(published: str, seconds: float) -> bool:
 
 
 def check(table: Path, root: Path, git: bool = False) -> int:
-    """Recompute every row of ``table`` and print the comparison.
+    """Recompute every row of ``table`` and print the comparison; the exit status: 0 if every
+    row agrees, 1 if one differs or cannot be recomputed.
 
     Parameters
     ----------
@@ -335,11 +340,6 @@ def check(table: Path, root: Path, git: bool = False) -> int:
     root : Path
         The folder of the ``training_results_vX.Y/`` checkouts, or with ``git`` of the bare
         mirrors ``mlcommons+training_results_vX.Y/repo``, read at the cited commit.
-
-    Returns
-    -------
-    int
-        The exit status: 0 if every row agrees, 1 if one differs or cannot be recomputed.
     """
     with table.open(newline="") as handle:
         rows = list(csv.DictReader(handle))

@@ -164,7 +164,27 @@ def test_check_against_a_results_checkout(tmp_path, capsys):
     assert mst.main(["--check", str(bad), "--results-root", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "differ" in out and "0 of 2 rows agree" in out
-    assert "missing" in out and "block_timer/bench/result_7.txt: no such result file" in out
+    assert "missing" in out and "block_timer/bench: result file 7: expected one, found none" \
+        in out
+
+
+def test_result_files_are_found_by_their_number_whatever_their_prefix(tmp_path, capsys):
+    """Submitters name their files ``result_01.txt`` or ``result_<job>_1.txt``: a number
+    cited finds its one file; ``result_*`` takes them all; a number two files share is an
+    error naming both."""
+    folder = tmp_path / "training_results_v9.9/Org/results/per_step/bench"
+    folder.mkdir(parents=True)
+    sources = sorted((DATA / "per_step").glob("result_*.txt"))
+    for name, source in zip(("result_00.txt", "result_job7-x_1.txt"), sources, strict=True):
+        shutil.copy(source, folder / name)
+    table = _table(tmp_path / "t.csv", [("n", "2.20", _citation("per_step", "result_0.txt, "
+                                                                "result_1.txt")),
+                                        ("a", "2.20", _citation("per_step", "result_*.txt"))])
+    assert mst.main(["--check", str(table), "--results-root", str(tmp_path)]) == 0
+    shutil.copy(sources[0], folder / "result_job8_1.txt")
+    assert mst.main(["--check", str(table), "--results-root", str(tmp_path)]) == 1
+    assert "result file 1: expected one, found result_job7-x_1.txt, result_job8_1.txt" in \
+        capsys.readouterr().out
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
