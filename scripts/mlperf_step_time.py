@@ -265,7 +265,7 @@ def parse_citation(text: str, source: str = "citation") -> Citation:
     if not (release and commit and files):
         raise config_error(source, "citation", "'training_results_vX.Y', a 40-digit git commit "
                            "and a path 'ORG/results/SYSTEM/BENCHMARK/result_...'", text[:80])
-    spec = files.group(2)
+    spec = re.sub(r"(?<=result_)[\w-]*_(?=\d+\.txt)", "", files.group(2))  # a job's stamp
     numbers = [int(n) for n in re.findall(r"\d+", spec)]
     if ".." in spec:  # a range, first .. last
         numbers = list(range(numbers[0], numbers[-1] + 1))

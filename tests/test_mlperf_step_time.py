@@ -177,8 +177,8 @@ def test_result_files_are_found_by_their_number_whatever_their_prefix(tmp_path, 
     sources = sorted((DATA / "per_step").glob("result_*.txt"))
     for name, source in zip(("result_00.txt", "result_job7-x_1.txt"), sources, strict=True):
         shutil.copy(source, folder / name)
-    table = _table(tmp_path / "t.csv", [("n", "2.20", _citation("per_step", "result_0.txt, "
-                                                                "result_1.txt")),
+    table = _table(tmp_path / "t.csv", [("n", "2.20", _citation("per_step", "result_0.txt .. "
+                                                                "result_job7-x_1.txt")),
                                         ("a", "2.20", _citation("per_step", "result_*.txt"))])
     assert mst.main(["--check", str(table), "--results-root", str(tmp_path)]) == 0
     shutil.copy(sources[0], folder / "result_job8_1.txt")
