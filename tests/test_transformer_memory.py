@@ -245,6 +245,28 @@ def test_an_fp8_activation_input_store_keeps_swiglu_s_input_in_one_byte(node, ex
                    for k in op.kernels if isinstance(k, Elementwise))
 
 
+@pytest.mark.parametrize("case", ["moe_act", "fused"])
+def test_the_experts_keep_16_bits_where_their_activation_has_no_fp8_store(node, case):
+    """Recomputing the experts' activation (``moe_act``: the checkpoint keeps FC1's 16-bit
+    output; the FP8 copy lives through the re-run, which casts again) or Transformer Engine's
+    fused grouped MLP (no FP8 store in its ``ScaledSwiGLU``, no casts) leaves the routed
+    experts' activation input in 16 bits: only the shared experts' shrinks."""
+    n = S * B
+    keys = dict(gated_mlp=True, dp=8, experts=8, top_k=2, ep=8, moe_ffn=512, shared_ffn=256,
+                global_batch=16)
+    keys.update(dict(recompute="selective", recompute_modules=["moe_act"]) if case == "moe_act"
+                else dict(dtype="fp8", fp8_recipe="mxfp8", fused_grouped_mlp=True))
+    plain, stored = (transformer(node, **GPT, **keys, activation_func_fp8_input_store=on)
+                     for on in (False, True))
+    assert plain.memory["activations"] - stored.memory["activations"] == \
+        pytest.approx(L * n * 2 * 256)
+    casts = [k.name for op in stored.programs[0].ops if op.kind == "compute"
+             for k in op.kernels if isinstance(k, Elementwise)
+             and k.name.startswith("activation_input_")]
+    # per layer: the shared experts' two; with moe_act the experts' forward, re-run, backward
+    assert len(casts) == L * (5 if case == "moe_act" else 2)
+
+
 def test_an_fp8_activation_input_store_needs_swiglu(node):
     """Megatron-Core stores only SwiGLU's input in FP8: one line naming the key."""
     with pytest.raises(flowsim.ConfigError, match="activation_func_fp8_input_store.*gated_mlp"):

@@ -27,7 +27,8 @@ experts' FC2 keeps the 16-bit input the recomputation discards: nothing stays. A
 layer (LoRA) keeps no input; an adapter keeps its 16-bit one. Latent attention's and
 Mamba-2's own tensors are counted in 16 bits. With ``activation_func_fp8_input_store`` the
 activation keeps its input (FC1's output) in FP8, one byte per element (Megatron-Core's
-``BiasSwiGLUFunction``).
+``BiasSwiGLUFunction``), but for the experts under ``moe_act`` recomputation (the checkpoint
+keeps the 16-bit input) or the fused grouped MLP (its ``ScaledSwiGLU`` has no FP8 store).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING
 from .transformer_hybrid import ATTENTION, MAMBA, MLP, MOE
 from .transformer_mla import LatentKernels
 from .transformer_saved import Saved
-from .transformer_shapes import ACT, activation_input_bytes
+from .transformer_shapes import ACT, activation_input_bytes, expert_activation_input_bytes
 
 if TYPE_CHECKING:
     from .transformer_program import StageProgram
@@ -116,15 +117,15 @@ def _attention(program: StageProgram, saved: Saved) -> float:
 
 def _mlp_activations(program: StageProgram, moe: bool, saved: Saved) -> float:
     """The MLP's share of :func:`_split_activations` (the experts' and shared experts'):
-    FC1's 16-bit output (the activation's input) and FC2's input, the experts' inputs."""
+    FC1's output (the activation's input: :func:`.transformer_shapes.activation_input_bytes`)
+    and FC2's input, the experts' inputs."""
     spec, k = program.spec, program.k
-    fc1_out = activation_input_bytes(spec)
     if not moe:
-        return k.n * k.f * (fc1_out + saved.fc2)
+        return k.n * k.f * (activation_input_bytes(spec) + saved.fc2)
     rows = k.expert_rows * (spec.experts // spec.ep)
     latent = spec.moe_latent   # LatentMoE's projections: the up projection's input
     return saved.experts_fc1 * k.expert_dim * rows + \
-        rows * k.expert_width * (fc1_out + saved.experts_fc2) + \
+        rows * k.expert_width * (expert_activation_input_bytes(spec) + saved.experts_fc2) + \
         _shared_experts(program, saved) + saved.latent_up * k.moe_tokens * latent + \
         (_extra(saved.latent_down) * k.n_sp * spec.hidden if latent else 0.0)
 

@@ -162,11 +162,13 @@ class ExpertKernels(LoraShapes):
     @cached_property
     def expert_activation_again(self) -> tuple[Kernel, ...]:
         """The experts' activation re-run before their backward (``recompute_modules:
-        moe_act``), and in low precision FC2's input cast again from it (Megatron-Core keeps
-        FC2's 16-bit input then, ``set_save_original_input``)."""
+        moe_act``), with its FP8 store's cast again, and in low precision FC2's input cast
+        again from it (Megatron-Core keeps FC2's 16-bit input then,
+        ``set_save_original_input``)."""
         s = self.spec
         local, m, f = s.experts // s.ep, self.expert_rows, self.expert_width
         return (elementwise((3 if s.gated_mlp else 2) * m * f * ACT * local, "expert_activation"),
+                *fp8_input_store(s, m * (2 if s.gated_mlp else 1) * f * local, backward=False),
                 *self._cast(m * f * local, module=EXPERT_FC2))
 
     @cached_property

@@ -29,7 +29,7 @@ linear layer's saved input as :mod:`.transformer_saved` sizes it, one byte in FP
 - ``mlp_norm``: a mixture of experts' pre-MLP norm input (a dense MLP's norm is fused);
 - ``expert_fc1``: the experts' input, one tensor per local expert (Transformer Engine's
   grouped linear saves them apart: each compared with the size limit);
-  ``moe_act``: FC1's 16-bit output;
+  ``moe_act``: FC1's output (16-bit: its checkpoint keeps no FP8 copy);
 - ``fused_group_mlp``: Transformer Engine's fused grouped MLP (``fused_grouped_mlp``) whole:
   FC1's input, its 16-bit output and FC2's input, which ``moe_act`` recomputation leaves out
   (the activation's backward rebuilds it).
@@ -55,7 +55,7 @@ from .transformer_mla import LatentKernels
 from .transformer_overlap import Frontier
 from .transformer_saved import Saved, saved_inputs
 from .transformer_schedule import pass_tag
-from .transformer_shapes import ACT, activation_input_bytes
+from .transformer_shapes import ACT, expert_activation_input_bytes
 from .transformer_spec import TransformerSpec
 from .transformer_stream import OpStream
 
@@ -85,7 +85,7 @@ def offloaded_bytes(spec: TransformerSpec, k: LayerKernels, layer: int, kind: st
         if "expert_fc1" in modules:   # one per local expert
             tensors += [(e.expert_rows * e.expert_dim, saved.experts_fc1)] * local
         if "moe_act" in modules or "fused_group_mlp" in modules:
-            tensors.append((rows * width, activation_input_bytes(spec)))
+            tensors.append((rows * width, expert_activation_input_bytes(spec)))
         if "fused_group_mlp" in modules and "moe_act" not in spec.recomputed_modules:
             tensors.append((rows * width, saved.experts_fc2))
     return float(sum(n * size for n, size in tensors if n >= spec.offload_min_elements))

@@ -73,6 +73,16 @@ def activation_input_bytes(spec: TransformerSpec) -> float:
     return (1 if spec.activation_func_fp8_input_store else ACT) * (2 if spec.gated_mlp else 1)
 
 
+def expert_activation_input_bytes(spec: TransformerSpec) -> float:
+    """:func:`activation_input_bytes` for the routed experts: 16-bit where their activation
+    keeps no FP8 copy, when ``moe_act`` recomputation checkpoints it (its FC1 output is what
+    the checkpoint keeps; the copy lives only through the re-run) or Transformer Engine's
+    fused grouped MLP runs it (its ``ScaledSwiGLU`` takes no FP8 store)."""
+    if spec.fused_grouped_mlp or "moe_act" in spec.recomputed_modules:
+        return ACT * (2 if spec.gated_mlp else 1)
+    return activation_input_bytes(spec)
+
+
 def fp8_input_store(spec: TransformerSpec, elements: float, *, backward: bool
                     ) -> tuple[Kernel, ...]:
     """With ``activation_func_fp8_input_store``, the cast of the activation's ``elements``
