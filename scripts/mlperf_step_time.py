@@ -19,9 +19,10 @@ the global ``step`` (v5.1), else of ``samples_count`` / global batch, else of GP
 ``epoch_num`` / (global batch x sequence). A file without a complete block adds nothing.
 
 ``--check CSV`` recomputes each row from the files its ``citation`` names and prints row,
-published, recomputed, agree/differ (at the digits the CSV prints); it exits with 1 if a row
-differs or fails. DIR holds the checkouts ``training_results_vX.Y/`` or, with ``--git``, the
-bare mirrors ``mlcommons+training_results_vX.Y/repo`` (read at the cited commit).
+published, recomputed, agree/differ (at the digits the CSV prints), or "failed" and why; it
+exits with 1 if a row differs or fails. DIR holds the checkouts ``training_results_vX.Y/``
+or, with ``--git``, the bare mirrors ``mlcommons+training_results_vX.Y/repo`` (read at the
+cited commit).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class Citation(NamedTuple):
 def read_events(text: str, source: str) -> list[Event]:
     """The rank-0 MLLOG entries of one result file, in order.
 
-    A line that is not ``:::MLLOG`` and one JSON object with ``key``, ``time_ms`` and
+    A ``:::MLLOG`` line whose rest is not one JSON object with ``key``, ``time_ms`` and
     ``metadata`` (after an optional rank prefix) raises :class:`ConfigError`.
 
     Parameters
@@ -330,19 +331,17 @@ def agrees(published: str, seconds: float) -> bool:
 
 
 def check(table: Path, root: Path, git: bool = False) -> int:
-    """Recompute every row of ``table`` and print the comparison; the exit status: 0 if every
-    row agrees, 1 if one differs or cannot be recomputed.
-
-    Parameters
-    ----------
-    table : Path
-        A CSV with ``run``, ``published`` and ``citation`` columns.
-    root : Path
-        The folder of the ``training_results_vX.Y/`` checkouts, or with ``git`` of the bare
-        mirrors ``mlcommons+training_results_vX.Y/repo``, read at the cited commit.
-    """
+    """Recompute every row of ``table`` (a CSV with ``run``, ``published`` and ``citation``)
+    from the ``training_results_vX.Y/`` checkouts in ``root`` (with ``git``: its bare mirrors
+    ``mlcommons+training_results_vX.Y/repo``, read at the cited commit) and print the
+    comparison; the exit status: 0 if every row agrees, 1 if one differs or fails."""
+    if not table.is_file():
+        raise ConfigError(f"{table}: no such file")
     with table.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
+    if not rows or not {"run", "published", "citation"} <= rows[0].keys():
+        raise config_error(str(table), "columns", "rows with run, published and citation",
+                           sorted(rows[0]) if rows else "no rows")
     width = max(len(row["run"]) for row in rows)
     agreed = 0
     for row in rows:
@@ -353,7 +352,7 @@ def check(table: Path, root: Path, git: bool = False) -> int:
                     else ResultsTree(root / name))
             found = run_step_time(cited_logs(citation, tree))
         except ConfigError as error:
-            print(f"{row['run']:<{width}}  {row['published']:>9}  {'-':>10}  missing  {error}")
+            print(f"{row['run']:<{width}}  {row['published']:>9}  {'-':>10}  failed   {error}")
             continue
         ok = agrees(row["published"], found.seconds)
         agreed += ok

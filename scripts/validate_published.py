@@ -288,12 +288,19 @@ def main(argv: list[str] | None = None) -> int:
         refuse_missing_folder(parser, getattr(args, option), f"--{option}")
     results = []
     memory: dict[str, tuple[float, float]] = {}   # run: (estimate, the GPU's), GiB
-    done = _read_predictions(args.from_csv) if args.from_csv else {}
+    try:
+        done = _read_predictions(args.from_csv) if args.from_csv else {}
+    except ValueError as error:
+        parser.error(str(error))
+    unpredicted = 0   # rows a --from-csv join has no prediction for
     print(f"{'run':36} {'GPUs':>6} {'published s':>12} {'predicted s':>12} {'error':>8} "
           f"{'wall s':>7}")
     part, parts = args.part
     for index, row in enumerate(rows(args.only)):
-        if (args.from_csv and row["run"] not in done) or index % parts != part - 1:
+        if index % parts != part - 1:
+            continue
+        if args.from_csv and row["run"] not in done:
+            unpredicted += 1
             continue
         start = time.perf_counter()
         if args.from_csv:
@@ -317,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{sum(e <= 0.10 for e in errors)}/{len(errors)}")
         if len(memory) == len(results):
             print(_memory_summary(memory))
+    if unpredicted:
+        print(f"{unpredicted} rows have no prediction in the CSVs (a part missing?)")
     if args.csv:   # every output whole or not at all: a crash leaves the last one be
         with atomic_output(args.csv, option="--csv") as tmp, \
                 open(tmp, "w", newline="") as handle:
@@ -349,11 +358,15 @@ def _part(text: str) -> tuple[int, int]:
 
 def _read_predictions(paths: list[str]) -> dict[str, tuple[float, float | None, float | None]]:
     """Predicted seconds, and the memory estimate and the GPU's memory (GiB; None in a CSV
-    written before they were recorded), by run, from CSVs written with ``--csv``."""
+    written before they were recorded), by run, from CSVs written with ``--csv``; a run in
+    two of them is a ValueError."""
     out: dict[str, tuple[float, float | None, float | None]] = {}
     for path in paths:
         with open(path, newline="") as handle:
             for r in csv.DictReader(handle):
+                if r["run"] in out:   # two parts of one run would join into either
+                    raise ValueError(f"argument --from-csv: {path}: run {r['run']} is also "
+                                     "in an earlier CSV")
                 memory, capacity = (float(r[k]) if r.get(k) else None
                                     for k in ("memory_gib", "gpu_memory_gib"))
                 out[r["run"]] = (float(r["predicted_s"]), memory, capacity)

@@ -172,6 +172,11 @@ def test_parts_of_the_rows_join_into_the_whole_record(tmp_path, capsys):
     whole = tmp_path / "whole.csv"
     vp.main(["--from-csv", *map(str, parts), "--csv", str(whole)])
     assert whole.read_text() == RECORD.read_text()
+    vp.main(["--from-csv", str(parts[0]), str(parts[2])])   # a part left out: said
+    assert f"{len(runs[1])} rows have no prediction in the CSVs" in capsys.readouterr().out
+    with pytest.raises(SystemExit):   # a run twice: refused, naming it
+        vp.main(["--from-csv", str(parts[0]), str(RECORD)])
+    assert f"run {runs[0][0]} is also in an earlier CSV" in capsys.readouterr().err
     for bad in ("0/2", "3/2", "1-2", "a/b"):
         with pytest.raises(SystemExit):
             vp.main(["--from-csv", str(RECORD), "--part", bad])
