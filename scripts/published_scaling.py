@@ -16,12 +16,12 @@ deviation ``S`` (flowsim's ``speed=``), the slowest GPU of each run setting its 
 from __future__ import annotations
 
 import argparse
-import csv
 import re
 import statistics
 from collections import defaultdict
 
 import numpy as np
+import published_record as record
 import validate_published as vp
 
 #: the columns a weak-scaling pair may differ in (the rest must be equal, but the node count
@@ -43,7 +43,7 @@ def _publication(row: dict[str, str]) -> tuple[str, ...]:
 def pairs() -> list[tuple[dict[str, str], dict[str, str], float, float]]:
     """``(smallest, largest, published growth, predicted growth)`` per group of rows with the
     same work per GPU at two sizes or more; growths as fractions of the smaller step."""
-    recorded = {r["run"]: r for r in csv.DictReader(vp.RECORD.open())}
+    recorded = record.recorded()
     groups: dict[tuple, list[dict[str, str]]] = defaultdict(list)
     for row in vp.rows():
         per_replica = int(row["global_batch"]) // int(row["dp"])

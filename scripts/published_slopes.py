@@ -15,10 +15,10 @@ constant of flowsim's comes from this: it reads the recorded predictions, it set
 from __future__ import annotations
 
 import argparse
-import csv
 from collections import defaultdict
 
 import numpy as np
+import published_record as record
 import validate_published as vp
 
 
@@ -27,7 +27,7 @@ def slopes(max_sequence: int) -> list[tuple[tuple[str, str, str], int, float, fl
     """Per (model, device, recomputation) with three lengths or more: the rows, and ``a``
     (microseconds per token) and ``b`` (microseconds per token per 1,000 tokens of sequence),
     published and predicted."""
-    recorded = {r["run"]: r for r in csv.DictReader(vp.RECORD.open())}
+    recorded = record.recorded()
     groups: dict[tuple[str, str, str], list[dict[str, str]]] = defaultdict(list)
     for row in vp.rows("mosaic_mpt_"):
         if row["gpus"] == "8" and row["dtype"] == "bf16" and \

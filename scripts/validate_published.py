@@ -28,9 +28,10 @@ import sys
 import time
 from pathlib import Path
 
+import published_record as record
 from numpy.typing import ArrayLike
 
-from flowsim._atomic import atomic_output, refuse_missing_folder, save_figure, write_text_atomic
+from flowsim._atomic import refuse_missing_folder, write_text_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "validation" / "published"
@@ -41,7 +42,7 @@ CLUSTERS = {"dgx_a100": "dgx_a100_superpod", "dgx_h100": "dgx_h100",
             "dgx_b300": "dgx_b300"}
 _BOOL = {"true": True, "false": False}
 #: the recorded predictions (``--csv`` of a full run), beside the publications' rows
-RECORD = DATA / "results.csv"
+RECORD = record.RECORD
 
 
 def rows(only: str | None = None) -> list[dict[str, str]]:
@@ -289,9 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     memory: dict[str, tuple[float, float]] = {}   # run: (estimate, the GPU's), GiB
     try:
-        done = _read_predictions(args.from_csv) if args.from_csv else {}
+        done = record.read_predictions(args.from_csv) if args.from_csv else {}
     except ValueError as error:
-        parser.error(str(error))
+        parser.error(f"argument --from-csv: {error}")
     unpredicted = 0   # rows a --from-csv join has no prediction for
     print(f"{'run':36} {'GPUs':>6} {'published s':>12} {'predicted s':>12} {'error':>8} "
           f"{'wall s':>7}")
@@ -323,24 +324,16 @@ def main(argv: list[str] | None = None) -> int:
               f"max {100 * max(errors):.1f}%, within 10%: "
               f"{sum(e <= 0.10 for e in errors)}/{len(errors)}")
         if len(memory) == len(results):
-            print(_memory_summary(memory))
+            print(record.memory_summary(memory))
     if unpredicted:
         print(f"{unpredicted} rows have no prediction in the CSVs (a part missing?)")
-    if args.csv:   # every output whole or not at all: a crash leaves the last one be
-        with atomic_output(args.csv, option="--csv") as tmp, \
-                open(tmp, "w", newline="") as handle:
-            out = csv.writer(handle)
-            out.writerow(["run", "file", "gpus", "model", "published_s", "predicted_s",
-                          "error", "memory_gib", "gpu_memory_gib"])
-            for row, published, predicted, error in results:
-                estimate: tuple = memory.get(row["run"], ("", ""))
-                out.writerow([row["run"], row["file"], row["gpus"],
-                              model_for(row, args.model), f"{published:.6g}",
-                              f"{predicted:.6g}", f"{error:.4f}", *estimate])
+    if args.csv:
+        record.write_csv(args.csv, results, memory,
+                         {row["run"]: model_for(row, args.model) for row, *_ in results})
     if args.plot:
-        _plot(results, args.plot)
+        record.plot(results, args.plot)
     if args.markdown:
-        write_text_atomic(args.markdown, _markdown(results, memory), option="--markdown")
+        write_text_atomic(args.markdown, record.markdown(results, memory), option="--markdown")
     return 0
 
 
@@ -354,75 +347,6 @@ def _part(text: str) -> tuple[int, int]:
     if not 1 <= part <= parts:
         raise argparse.ArgumentTypeError(f"expected 1 <= K <= N, found {text!r}")
     return part, parts
-
-
-def _read_predictions(paths: list[str]) -> dict[str, tuple[float, float | None, float | None]]:
-    """Predicted seconds, and the memory estimate and the GPU's memory (GiB; None in a CSV
-    written before they were recorded), by run, from CSVs written with ``--csv``; a run in
-    two of them is a ValueError."""
-    out: dict[str, tuple[float, float | None, float | None]] = {}
-    for path in paths:
-        with open(path, newline="") as handle:
-            for r in csv.DictReader(handle):
-                if r["run"] in out:   # two parts of one run would join into either
-                    raise ValueError(f"argument --from-csv: {path}: run {r['run']} is also "
-                                     "in an earlier CSV")
-                memory, capacity = (float(r[k]) if r.get(k) else None
-                                    for k in ("memory_gib", "gpu_memory_gib"))
-                out[r["run"]] = (float(r["predicted_s"]), memory, capacity)
-    return out
-
-
-def _memory_summary(memory: dict[str, tuple[float, float]]) -> str:
-    """How many runs the memory estimate fits in their GPUs' memory."""
-    fits = sum(peak <= capacity for peak, capacity in memory.values())
-    return (f"Memory estimate within the GPU's memory: {fits} of {len(memory)} runs "
-            f"({len(memory) - fits} above it).")
-
-
-def _markdown(results: list, memory: dict[str, tuple[float, float]]) -> str:
-    """The comparison as a Markdown table, one row per run, with its source."""
-    lines = ["| run | GPUs | TP-PP-DP-CP (VPP) | published s | predicted s | error | source |",
-             "|---|---:|---|---:|---:|---:|---|"]
-    for row, published, predicted, error in results:
-        vpp = f" ({row['vpp']})" if int(row["vpp"] or 1) > 1 else ""
-        ep = f" EP {row['ep']}" if int(row["ep"] or 1) > 1 else ""
-        layout = "-".join(row[k] or "1" for k in ("tp", "pp", "dp", "cp")) + vpp + ep
-        source = f"`{row['file']}`"   # each row of the file cites its page and table
-        lines.append(f"| {row['run']} | {int(row['gpus']):,} | {layout} | {published:.3f} | "
-                     f"{predicted:.3f} | {100 * error:+.1f}% | {source} |")
-    errors = sorted(abs(e) for *_, e in results)
-    lines.append("")
-    lines.append(f"{len(errors)} runs: median |error| {100 * statistics.median(errors):.1f}%, "
-                 f"max {100 * errors[-1]:.1f}%, within 10%: "
-                 f"{sum(e <= 0.10 for e in errors)} of {len(errors)}.")
-    if len(memory) == len(results):
-        lines += ["", _memory_summary(memory)]
-    return "\n".join(lines) + "\n"
-
-
-def _plot(results: list, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8.5, 5.5))
-    files = sorted({row["file"] for row, *_ in results})
-    for i, name in enumerate(files):   # ten colours, so a marker per ten sources besides
-        mine = [(p, q) for row, p, q, _ in results if row["file"] == name]
-        ax.scatter([p for p, _ in mine], [q for _, q in mine], label=name.removesuffix(".csv"),
-                   zorder=3, s=16, marker="os^D"[i // 10 % 4], color=f"C{i % 10}")
-    low = min(min(p, q) for _, p, q, _ in results) * 0.8
-    high = max(max(p, q) for _, p, q, _ in results) * 1.25
-    ax.plot([low, high], [low, high], "k-", lw=0.8)
-    ax.fill_between([low, high], [low * 0.9, high * 0.9], [low * 1.1, high * 1.1],
-                    color="0.85", label="±10%")
-    ax.set(xscale="log", yscale="log", xlabel="published iteration time (s)",
-           ylabel="flowsim predicted (s)", title="flowsim against published training runs")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-    fig.tight_layout()
-    save_figure(fig, path, option="--plot", dpi=120)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+import published_record  # noqa: E402
 import validate_published as vp  # noqa: E402
 
 import flowsim  # noqa: E402
@@ -138,7 +139,7 @@ def test_the_documentation_table_is_generated_from_the_record():
     memory = {run: (float(r["memory_gib"]), float(r["gpu_memory_gib"]))
               for run, r in record.items()}
     page = (ROOT / "validation" / "published" / "results.md").read_text()
-    assert page == vp._markdown(results, memory)
+    assert page == published_record.markdown(results, memory)
     assert "Memory estimate within the GPU's memory" in page
 
 
@@ -177,6 +178,13 @@ def test_parts_of_the_rows_join_into_the_whole_record(tmp_path, capsys):
     with pytest.raises(SystemExit):   # a run twice: refused, naming it
         vp.main(["--from-csv", str(parts[0]), str(RECORD)])
     assert f"run {runs[0][0]} is also in an earlier CSV" in capsys.readouterr().err
+    (tmp_path / "bad.csv").write_text("run,predicted_s\nx,fast\n")
+    for path, said in ((tmp_path / "none.csv", "none.csv: no such file"),
+                       (tmp_path / "bad.csv", "bad.csv:2: expected a row of run, predicted_s"),
+                       (ROOT / "README.md", "README.md:2: expected a row")):
+        with pytest.raises(SystemExit):   # one line naming the file (and row), no traceback
+            vp.main(["--from-csv", str(path)])
+        assert f"argument --from-csv: {path.parent}/{said}" in capsys.readouterr().err
     for bad in ("0/2", "3/2", "1-2", "a/b"):
         with pytest.raises(SystemExit):
             vp.main(["--from-csv", str(RECORD), "--part", bad])
