@@ -71,6 +71,11 @@ class ExpertKernels(LoraShapes):
         return self.spec.moe_ffn // self.spec.expert_tp
 
     @property
+    def expert_fc1_width(self) -> int:
+        """The rank's share of an expert's FC1 output: two halves gated, else its width."""
+        return (2 if self.spec.gated_mlp else 1) * self.expert_width
+
+    @property
     def expert_dim(self) -> int:
         """The width of the vectors the experts take and give: the latent one with
         ``moe_latent``, else the hidden one."""
@@ -151,10 +156,10 @@ class ExpertKernels(LoraShapes):
     def experts(self) -> tuple[Kernel, ...]:
         s = self.spec
         local, m, f, d = s.experts // s.ep, self.expert_rows, self.expert_width, self.expert_dim
-        fc1 = self._gemm(m, (2 if s.gated_mlp else 1) * f, d, local, module=EXPERT_FC1)
+        fc1 = self._gemm(m, self.expert_fc1_width, d, local, module=EXPERT_FC1)
         between: tuple[Kernel, ...] = () if s.fused_grouped_mlp else (
             elementwise((3 if s.gated_mlp else 2) * m * f * ACT * local, "expert_activation"),
-            *fp8_input_store(s, m * (2 if s.gated_mlp else 1) * f * local, backward=False),
+            *fp8_input_store(s, m * self.expert_fc1_width * local, backward=False),
             *self._cast(m * f * local, module=EXPERT_FC2))
         return (*self._cast(m * d * local, module=EXPERT_FC1), fc1, *between,
                 self._gemm(m, d, f, local, module=EXPERT_FC2))
@@ -168,14 +173,14 @@ class ExpertKernels(LoraShapes):
         s = self.spec
         local, m, f = s.experts // s.ep, self.expert_rows, self.expert_width
         return (elementwise((3 if s.gated_mlp else 2) * m * f * ACT * local, "expert_activation"),
-                *fp8_input_store(s, m * (2 if s.gated_mlp else 1) * f * local, backward=False),
+                *fp8_input_store(s, m * self.expert_fc1_width * local, backward=False),
                 *self._cast(m * f * local, module=EXPERT_FC2))
 
     @cached_property
     def experts_dgrad(self) -> tuple[Kernel, ...]:
         s = self.spec
         local, m, f, d = s.experts // s.ep, self.expert_rows, self.expert_width, self.expert_dim
-        fc1 = (2 if s.gated_mlp else 1) * f
+        fc1 = self.expert_fc1_width
         between: tuple[Kernel, ...] = () if s.fused_grouped_mlp else (
             *fp8_input_store(s, m * fc1 * local, backward=True),
             elementwise((5 if s.gated_mlp else 3) * m * f * ACT * local,
@@ -191,7 +196,7 @@ class ExpertKernels(LoraShapes):
         s = self.spec
         local, m, f, d = s.experts // s.ep, self.expert_rows, self.expert_width, self.expert_dim
         return (self._gemm(f, d, m, local, module=EXPERT_FC2),
-                self._gemm(d, (2 if s.gated_mlp else 1) * f, m, local, module=EXPERT_FC1),
+                self._gemm(d, self.expert_fc1_width, m, local, module=EXPERT_FC1),
                 self._gemm16(s.hidden, s.experts, self.moe_tokens), *self.latent_wgrad)
 
     @cached_property
