@@ -20,8 +20,8 @@ import re
 import statistics
 from collections import defaultdict
 
+import _published_record as record
 import numpy as np
-import published_record as record
 import validate_published as vp
 
 #: the columns a weak-scaling pair may differ in (the rest must be equal, but the node count

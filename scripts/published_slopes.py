@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
+import _published_record as record
 import numpy as np
-import published_record as record
 import validate_published as vp
 
 

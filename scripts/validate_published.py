@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-import published_record as record
+import _published_record as record
 from numpy.typing import ArrayLike
 
 from flowsim._atomic import refuse_missing_folder, write_text_atomic

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-import published_record  # noqa: E402
+import _published_record as record_io  # noqa: E402
 import validate_published as vp  # noqa: E402
 
 import flowsim  # noqa: E402
@@ -139,7 +139,7 @@ def test_the_documentation_table_is_generated_from_the_record():
     memory = {run: (float(r["memory_gib"]), float(r["gpu_memory_gib"]))
               for run, r in record.items()}
     page = (ROOT / "validation" / "published" / "results.md").read_text()
-    assert page == published_record.markdown(results, memory)
+    assert page == record_io.markdown(results, memory)
     assert "Memory estimate within the GPU's memory" in page
 
 

@@ -1,6 +1,6 @@
 """The published-run record (``validation/published/results.csv``): what
 ``validate_published.py`` writes and reads back (its CSV, Markdown table and plot), and what
-``published_scaling.py`` and ``published_slopes.py`` read.
+``published_scaling.py`` and ``published_slopes.py`` read (a module of theirs, not a script).
 
 ``results`` below are ``(row, published s, predicted s, error)`` per run, the row a source
 CSV's; ``memory`` maps a run to its memory estimate and its GPU's memory (GiB).
