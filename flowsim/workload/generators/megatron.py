@@ -88,6 +88,7 @@ SWITCHES = {"sequence-parallel": ("sp", True), "swiglu": ("gated_mlp", True),
             "no-align-grad-reduce": ("align_grad_reduce", False),
             "no-delay-grad-reduce": ("align_grad_reduce", False),   # its name in r0.8
             "tp-comm-overlap": ("tp_comm_overlap", True),
+            "tp-comm-overlap-rs-dgrad": ("tp_comm_overlap_rs_dgrad", True),
             "overlap-moe-expert-parallel-comm": ("moe_a2a_overlap", True),
             "grad-reduce-in-bf16": ("grad_reduce_in_bf16", True),
             "fp8-param-gather": ("fp8_param_gather", True),

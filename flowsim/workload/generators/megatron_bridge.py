@@ -39,9 +39,10 @@ entropy's fusion; ``train.global_batch_size`` and ``micro_batch_size``; ``ddp.``
 ``use_distributed_optimizer``; ``dist.align_grad_reduce``; ``optimizer.optimizer`` (Adam,
 Muon or its layer-wise ``dist_muon``);
 ``comm_overlap.tp_comm_overlap_cfg`` (userbuffers settings of their own: NeMo's; none:
-Transformer Engine's defaults); ``peft`` (LoRA: ``dim``, ``target_modules``; any other method
-is refused); ``dataset.packed_sequence_specs`` (packed documents: named in a warning unless
-``document_tokens`` is given beside ``config``). The rest goes through the NeMo importer's
+Transformer Engine's defaults); ``peft`` (LoRA: ``dim``, ``target_modules``,
+``a2a_experimental``; any other method is refused); ``dataset.packed_sequence_specs``
+(packed documents: named in a warning unless ``document_tokens`` is given beside
+``config``). The rest goes through the NeMo importer's
 reading of the same Megatron-Core settings (:func:`.nemo.nemo_keys`), so the two agree on what
 a setting costs.
 """
@@ -82,7 +83,8 @@ _ALSO = ("sequence_parallel", "position_embedding_type", "share_embeddings_and_o
          "cross_entropy_loss_fusion", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
          "moe_router_num_groups", "moe_router_group_topk", "apply_rope_fusion",
          "cpu_offloading", "cpu_offloading_num_layers", "cpu_offloading_weights",
-         "cpu_offloading_activations", "activation_func_fp8_input_store")
+         "cpu_offloading_activations", "activation_func_fp8_input_store",
+         "tp_comm_overlap_disable_qkv", "tp_comm_overlap_rs_dgrad")
 #: the PEFT methods priced (``peft._target_``'s class name)
 LORA = "LoRA"
 
@@ -296,9 +298,11 @@ def _lora(peft: Any, where: str) -> dict[str, Any]:
     if target.rsplit(".", 1)[-1] != LORA:
         raise config_error(where, "peft._target_", "megatron.bridge.peft.lora.LoRA (DoRA, "
                            "canonical LoRA and other methods are not modelled)", target)
-    return lora_keys(peft.get("dim", 32), peft.get("target_modules", list(LORA_TARGETS)),
+    keys = lora_keys(peft.get("dim", 32), peft.get("target_modules", list(LORA_TARGETS)),
                      where, rank_key="peft.dim", names_key="peft.target_modules",
                      layers={t: (t,) for t in LORA_TARGETS})
+    keys["lora_a2a"] = config_switch(peft, where, "peft", "a2a_experimental", False)
+    return keys
 
 
 def saved_run_spec(mapping: Mapping[str, Any], source: str) -> dict[str, Any] | None:

@@ -28,11 +28,13 @@ offloading (``cpu_offloading``, ``cpu_offloading_num_layers``), precision
 ``fp8_dot_product_attention``),
 ``ub_tp_comm_overlap`` (NeMo's userbuffers
 settings, or Transformer Engine's defaults without ``ub_tp_comm_overlap_cfg``; off without
-sequence parallelism, as NeMo turns it off), ``transformer_engine`` (false: unfused
+sequence parallelism, as NeMo turns it off) with ``tp_comm_overlap_disable_qkv`` and
+``tp_comm_overlap_rs_dgrad``, ``transformer_engine`` (false: unfused
 attention), ``position_embedding_type`` (``rope`` prices the rotary kernels), ``mcore_gpt``
 (absent or false: the legacy model, which scatter-gathers pipeline messages),
 ``cross_entropy_loss_fusion``, fine-tuning (``peft.peft_scheme: lora`` with
-``peft.lora_tuning``'s ``adapter_dim`` and ``target_modules``; :mod:`.nemo_peft`) and the
+``peft.lora_tuning``'s ``adapter_dim``, ``target_modules`` and ``a2a_experimental``;
+:mod:`.nemo_peft`) and the
 optimizer
 (``optim.name``: :data:`DISTRIBUTED_OPTIMIZERS`, with ``overlap_grad_sync``,
 ``overlap_param_sync``, ``align_param_gather``, ``align_grad_reduce``, ``grad_sync_dtype``
@@ -119,6 +121,9 @@ def nemo_keys(config: Any, source: str, overrides: Any = None, *, documents: boo
         elif value is not None:   # null: NeMo's default, which the generator's is
             keys[key] = value
     keys.update(peft_keys(model, where))   # fine-tuning: LoRA's rank and targets
+    if keys.get("lora_rank"):   # how the row-parallel adapter's output reaches its shard
+        keys["lora_a2a"] = config_switch(model["peft"].get("lora_tuning") or {}, where,
+                                         "model.peft.lora_tuning", "a2a_experimental", False)
     if packed(model) and not documents:
         packed_warning(where, "model.data.train_ds.packed_sequence")
     if keys.get("experts"):
@@ -186,6 +191,8 @@ def nemo_keys(config: Any, source: str, overrides: Any = None, *, documents: boo
     # Megatron-Core's TransformerConfig fields, which NeMo 1 copies from the model config
     keys["cross_entropy_fusion"] = switch("cross_entropy_loss_fusion", False)
     keys["activation_func_fp8_input_store"] = switch("activation_func_fp8_input_store", False)
+    for key in ("tp_comm_overlap_disable_qkv", "tp_comm_overlap_rs_dgrad"):
+        keys[key] = switch(key, False)
     # Megatron-Core's pipeline sends whole tensors (the legacy models scatter-gather them)
     keys["scatter_gather"] = not switch("mcore_gpt", False)
     if optim.get("name") in DISTRIBUTED_OPTIMIZERS:

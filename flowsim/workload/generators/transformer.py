@@ -240,7 +240,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``shared_ffn``, ``moe_layer_freq`` (every N-th layer a mixture of experts, or a
         list of 0 and 1 per layer), ``mtp_layers`` (multi-token prediction depths),
         ``capacity_factor``, ``expert_tp``, ``expert_layout``
-        (``within_dp``, ``folded``);
+        (``within_dp``, ``folded``); ``lora_rank`` with ``lora_targets`` and ``lora_a2a``,
+        ``document_tokens``;
         ``schedule`` (``1f1b``, ``gpipe``, ``interleaved``, ``dualpipev``),
         ``microbatch_group``,
         ``pipeline_layout``; ``recompute`` (``none``, ``selective``, ``full``,
@@ -261,6 +262,7 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``overlap_grad_reduce``, ``overlap_param_gather``,
         ``align_param_gather``, ``align_grad_reduce``,
         ``tp_comm_overlap`` with ``tp_comm_overlap_cfg`` (``nemo``, ``te_default``),
+        ``tp_comm_overlap_disable_qkv`` and ``tp_comm_overlap_rs_dgrad``,
         ``moe_a2a_overlap``, ``dispatcher`` (``alltoall``, ``deepep``) with ``node_limit``,
         ``routing_groups`` and ``fp8_dispatch``,
         ``scatter_gather``, ``bucket_size``, ``cross_entropy_fusion`` with

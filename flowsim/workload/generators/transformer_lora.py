@@ -96,22 +96,33 @@ class LoraShapes(LayerShapes):
         n, t = self.n, self.spec.tp
         mid = tp_exchange("all_reduce" if row else "all_gather",
                           n * (r if row else a) * ACT, "lora_in")
-        end = (tp_exchange("all_gather", n * b * ACT, "lora_out"),) if row else ()
-        start = () if row or not self._gathers_input else \
+        end = (tp_exchange(self._out_exchange, n * b * ACT, "lora_out"),) if row else ()
+        start = () if row or not self._gathers_input(target) else \
             (tp_exchange("all_gather", self.n_sp * k * ACT, "lora_input"),)
         return (*start, self._gemm16(n, a, k), *((mid,) if t > 1 else ()),
                 self._gemm16(n, b, r), *(end if t > 1 else ()),
                 elementwise(5 * out * width * ACT, "lora_scale_add"))
 
-    @property
-    def _gathers_input(self) -> bool:
+    def _gathers_input(self, target: str) -> bool:
         """Whether a column-parallel adapter gathers its sequence-parallel input itself:
         under userbuffers (Transformer Engine's overlapped all-gather keeps the gathered
         norm output to itself, so Megatron-Bridge's ``get_adapter_attributes_from_linear``
         leaves the adapter's ``gather_from_sequence_parallel_region`` on), and then
-        reduce-scatters its input gradient."""
+        reduce-scatters its input gradient; not on QKV when userbuffers leave QKV's gather
+        to NCCL (``tp_comm_overlap_disable_qkv``: the adapter reads the gathered norm
+        output, its gradient joins the layer's reduce-scatter)."""
         s = self.spec
+        if target == "linear_qkv" and s.tp_comm_overlap_disable_qkv:
+            return False
         return s.tp > 1 and s.sp and s.tp_comm_overlap
+
+    @property
+    def _out_exchange(self) -> str:
+        """How a row-parallel adapter's ``B`` output (split by its width) reaches the
+        sequence shard and back: one all-to-all with ``lora_a2a`` and sequence parallelism
+        (NeMo's ``all2all_hp2sp``), else gathered whole (then split; with sequence
+        parallelism, the backward gathers the shard's gradient)."""
+        return "all_to_all" if self.spec.lora_a2a and self.spec.sp else "all_gather"
 
     def lora_dgrad(self, target: str, k: int, width: int) -> tuple[Kernel, ...]:
         """Its data gradient: the scaling's backward, through ``B`` and ``A``, added to the
@@ -130,11 +141,11 @@ class LoraShapes(LayerShapes):
         last: tuple[Kernel, ...] = ()
         if s.tp > 1:
             if row and s.sp:   # the sequence shard's gradient gathered (the scatter's)
-                first = (tp_exchange("all_gather", out * width * ACT, "lora_out"),)
+                first = (tp_exchange(self._out_exchange, out * width * ACT, "lora_out"),)
             mid = (tp_exchange("all_reduce", n * r * ACT, "lora_mid"),)   # B's input
             if not row and not s.sp:   # A's input: the full activation, all-reduced
                 last = (tp_exchange("all_reduce", n * k * ACT, "lora_in"),)
-            elif not row and self._gathers_input:   # the gather's gradient: scattered
+            elif not row and self._gathers_input(target):   # the gather's gradient
                 last = (tp_exchange("reduce_scatter", n * k * ACT, "lora_input"),)
         return (elementwise(2 * out * width * ACT, "lora_scale_backward"), *first,
                 self._gemm16(n, r, b), *mid, self._gemm16(n, k, a), *last,

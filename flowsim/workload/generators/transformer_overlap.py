@@ -144,6 +144,14 @@ class Userbuffers:
         self.b = builder
         self.settings = UB_SETTINGS[builder.spec.tp_comm_overlap_cfg]
 
+    def rs_dgrad(self, name: str) -> bool:
+        """Whether the column-parallel layer ``name`` reduce-scatters its data gradient
+        pipelined with it (``tp_comm_overlap_rs_dgrad``; not QKV's under
+        ``tp_comm_overlap_disable_qkv``, as Megatron-Core sets it)."""
+        s = self.b.spec
+        return s.tp_comm_overlap_rs_dgrad and not (
+            name.endswith(".qkv") and s.tp_comm_overlap_disable_qkv)
+
     def gather(self, name: str, head: tuple[Kernel, ...], layer: int, pass_: str,
                x: Frontier) -> Frontier:
         """Ring exchange: the all-gather of ``x``'s shards beside the first ``tp - 1`` chunks
@@ -156,31 +164,40 @@ class Userbuffers:
         return (b.compute(f"{name}.last_chunk", (last, *after), layer, pass_, (ag,)),)
 
     def scatter(self, name: str, tail: tuple[Kernel, ...], sms: int, layer: int,
-                x: Frontier) -> Frontier:
-        """Pipeline: ``tail``'s GEMM in :data:`RS_SPLITS` chunks on the SMs left, each
-        chunk's reduce-scatter beside the next chunk."""
-        b, splits = self.b, RS_SPLITS
+                x: Frontier, *, pass_: str = "fwd", splits: int = RS_SPLITS,
+                fp8: bool | None = None) -> Frontier:
+        """Pipeline: ``tail``'s GEMM in ``splits`` chunks on the SMs left, each chunk's
+        reduce-scatter beside the next chunk (``fp8``: FP8 buffers; default the
+        settings'). An adapter's kernels in ``tail`` run after the reduce-scatter forward
+        (its output is added to the layer's), before the GEMM backward (Transformer Engine's
+        backward takes the gradient of the norm output the adapter read with the layer's)."""
+        b = self.b
         casts, chunk, others, after = _split(tail, cols=splits, margin=sms)
-        fp8 = b.spec.dtype == "fp8" and self.settings.rs_fp8   # FP8 buffers (``fp8_buf``)
+        if after and pass_ != "fwd":
+            x, after = (b.compute(f"{name}.adapter", after, layer, pass_, x),), ()
+        if fp8 is None:   # FP8 buffers (``fp8_buf``)
+            fp8 = b.spec.dtype == "fp8" and self.settings.rs_fp8
         nbytes = b.k.activation_bytes // (2 if fp8 else 1)
-        first = b.compute(f"{name}.chunk", casts + (chunk,), layer, "fwd", x)
+        first = b.compute(f"{name}.chunk", casts + (chunk,), layer, pass_, x)
         early = b.collective(f"{name}.reduce_scatter", "reduce_scatter",
-                             nbytes * (splits - 1) // splits, b.groups.tp, layer, "fwd",
+                             nbytes * (splits - 1) // splits, b.groups.tp, layer, pass_,
                              (first,))
-        rest = b.compute(f"{name}.chunks", (others,), layer, "fwd")
+        rest = b.compute(f"{name}.chunks", (others,), layer, pass_)
         out = b.collective(f"{name}.reduce_scatter_last", "reduce_scatter", nbytes // splits,
-                           b.groups.tp, layer, "fwd", (rest, early))
+                           b.groups.tp, layer, pass_, (rest, early))
         if not after:
             return (out,)
         # an adapter's output is added to the layer's, once it is reduce-scattered
-        return (b.compute(f"{name}.adapter", after, layer, "fwd", (out,)),)
+        return (b.compute(f"{name}.adapter", after, layer, pass_, (out,)),)
 
     def forward(self, name: str, block: Block, layer: int, x: Frontier, *, gather: bool,
                 reduce: bool) -> Frontier:
         """A forward block: ring exchange into its head, pipeline out of its tail."""
         b = self.b
         body = block.body
-        if gather and not has_exchange(block.head):
+        # QKV's gather left to NCCL (``tp_comm_overlap_disable_qkv``)
+        nccl = block.head_name == "qkv" and b.spec.tp_comm_overlap_disable_qkv
+        if gather and not has_exchange(block.head) and not nccl:
             x = self.gather(f"{name}.{block.head_name}", block.head, layer, "fwd", x)
         elif gather:   # an adapted layer returns its norm output: Transformer Engine then
             # gathers the input with NCCL, not overlapped (``ub_overlap_ag_fprop`` off)
@@ -221,6 +238,12 @@ class Userbuffers:
         # a frozen layer (LoRA) gathers no input: it has no weight gradient
         regather = () if b.spec.frozen else (b.collective(
             f"{name}.input.all_gather", "all_gather", k.gather_bytes, tp, layer, "ig", g),)
+        if self.rs_dgrad(name):   # the reduce-scatter pipelined with the data gradient
+            out = self.scatter(name, tail, 0, layer, g, pass_="ig", splits=b.spec.tp,
+                               fp8=False)
+            if wgrad:
+                b.compute(f"{name}.wgrad", wgrad, layer, "wg", regather)
+            return out
         dgrad = b.compute(name, tail, layer, "ig", g)
         # TE waits for the bulk all-gather after the GEMM, then launches the reduce-scatter
         rs = b.collective(f"{name}.reduce_scatter", "reduce_scatter", k.activation_bytes, tp,

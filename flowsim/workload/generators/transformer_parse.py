@@ -82,7 +82,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
     v["mtp_layers"] = v["mtp_layers"] or depths
     v["gated_mlp"] = read_bool(values, "gated_mlp", source=source, default=None)
     for key in ("sp", "overlap_grad_reduce", "overlap_param_gather",
-                "tp_comm_overlap", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp",
+                "tp_comm_overlap", "tp_comm_overlap_disable_qkv", "tp_comm_overlap_rs_dgrad",
+                "lora_a2a", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp",
                 "cross_entropy_fusion", "moe_a2a_overlap", "fp8_dispatch",
                 "fsdp_defer_grad_sync", "mtp_repeated",
                 "fused_grouped_mlp", "fp8_attention", "activation_func_fp8_input_store"):

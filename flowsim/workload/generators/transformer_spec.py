@@ -30,7 +30,8 @@ from .transformer_choices import (
     Schedule,
     UbConfig,
 )
-from .transformer_hybrid import ATTENTION, MAMBA, MLP, MOE, MambaMixer
+from .transformer_hybrid import MambaMixer
+from .transformer_layer_kinds import LayerKinds
 
 #: The compute model when neither the spec nor the network names one, and the keys a partial
 #: ``roofline`` mapping leaves out: an A100-like roofline at half of its peaks (312 TFLOP/s
@@ -42,7 +43,7 @@ HEAD_DIM = 128
 #: (``--make-vocab-size-divisible-by``, default 128).
 VOCAB_MULTIPLE = 128
 @dataclass(frozen=True, kw_only=True)
-class TransformerSpec:
+class TransformerSpec(LayerKinds):
     """Validated arguments of :func:`~.transformer.transformer` (hashable); see its docstring
     for every key."""
 
@@ -99,6 +100,9 @@ class TransformerSpec:
     lora_rank: int = 0
     #: the layers with adapters (Megatron-Bridge's ``LoRA.target_modules``; its default: all)
     lora_targets: tuple[LoraTarget, ...] = LORA_TARGETS
+    #: a row-parallel adapter's output moved from hidden- to sequence-parallel by one
+    #: all-to-all (NeMo's ``a2a_experimental``), not gathered whole (sequence parallelism)
+    lora_a2a: bool = False
     #: packed sequences (Megatron's THD format, fine-tuning's packed datasets): each sequence
     #: holds documents of this many tokens (the last one shorter), each attending only to
     #: itself (Transformer Engine's ``cu_seqlens``); 0: one document per sequence
@@ -223,6 +227,14 @@ class TransformerSpec:
     #: (``fine_grained_offloading_max_inflight_offloads``); None: it never waits
     offload_max_inflight: int | None = None
     tp_comm_overlap: bool = False
+    #: QKV's input all-gathered by NCCL, not by userbuffers (Megatron-Core's
+    #: ``tp_comm_overlap_disable_qkv``); an adapter on QKV then reads the gathered norm
+    #: output Transformer Engine returns instead of gathering its input itself
+    tp_comm_overlap_disable_qkv: bool = False
+    #: the column-parallel layers' data-gradient reduce-scatter pipelined with the data
+    #: gradient GEMM (Megatron-Core's ``tp_comm_overlap_rs_dgrad``), not bulk beside the
+    #: weight gradient (:mod:`.transformer_overlap`)
+    tp_comm_overlap_rs_dgrad: bool = False
     #: a micro-batch's forward run beside another's backward, so that the expert all-to-alls
     #: of one hide behind the other's compute (Megatron-Core's combined 1F1B,
     #: ``--overlap-moe-expert-parallel-comm``): one more warm-up forward, then each forward
@@ -332,14 +344,6 @@ class TransformerSpec:
         pipeline, or DualPipeV's V)."""
         return self.pp * self.vpp == 1 or self.schedule == "dualpipev"
 
-    def is_windowed(self, layer: int) -> bool:
-        """Whether ``layer`` attends through the sliding window (else to every key); depth
-        ``j`` of multi-token prediction as decoder layer ``j`` (Megatron-Core numbers the
-        depths' layers from 1 again)."""
-        pattern = self.window_skip_freq
-        index = layer if layer < self.layers else min(layer - self.layers, self.layers - 1)
-        return self.window > 0 and (not pattern or bool(pattern[index]))  # type: ignore
-
     def is_recomputed(self, layer: int, position: int) -> bool:
         """Whether full recomputation re-runs ``layer``, the ``position``-th of its model
         chunk (Megatron-Core's block method counts the layers of each chunk from its first).
@@ -359,29 +363,6 @@ class TransformerSpec:
         if self.recompute != "selective":
             return ()
         return self.recompute_modules or ("core_attn",)
-
-    def is_moe(self, layer: int) -> bool:
-        """Whether ``layer`` is a mixture of experts (else a dense MLP of width ``ffn``); a
-        multi-token prediction layer is of the last layer's kind (Megatron-Core builds it
-        from the decoder's last layer spec)."""
-        pattern = self.moe_layer_freq
-        if self.hybrid_mtp and layer >= self.layers:   # a hybrid model's depth: its own
-            return MOE in self.hybrid_mtp
-        return self.experts > 0 and (not pattern or bool(pattern[min(layer, self.layers - 1)]))  # type: ignore
-
-    def mixer(self, layer: int) -> str:
-        """What mixes ``layer``'s tokens: ``attention``, ``mamba`` or "" (a hybrid model's
-        MLP layer)."""
-        if not self.hybrid_pattern or layer >= self.layers:   # (a depth: attention, MLP)
-            return "attention"
-        kind = self.hybrid_pattern[layer]
-        return "attention" if kind == ATTENTION else "mamba" if kind == MAMBA else ""
-
-    def has_mlp(self, layer: int) -> bool:
-        """Whether ``layer`` has an MLP (dense or experts): every transformer layer, a
-        hybrid model's ``-`` and ``E`` layers."""
-        return not self.hybrid_pattern or layer >= self.layers or \
-            self.hybrid_pattern[layer] in (MLP, MOE)
 
     @property
     def one_tied_weight(self) -> bool:
