@@ -86,6 +86,19 @@ def test_disable_qkv_leaves_qkv_s_gather_to_nccl(net):
     assert _time(net, **UB, tp_comm_overlap_disable_qkv=True) > _time(net, **UB)
 
 
+def test_an_adapted_qkv_left_to_nccl_gathers_its_norm_output_in_16_bits(net):
+    """In FP8 training an adapter that reads the gathered norm output
+    (``return_layernorm_output_gathered``: QKV's under ``tp_comm_overlap_disable_qkv``)
+    has it gathered in 16 bits, then cast; an unadapted QKV left to NCCL gathers its FP8
+    input."""
+    fp8 = dict(UB, dtype="fp8", tp_comm_overlap_disable_qkv=True)
+    shard = SEQ // TP * H
+    assert _collectives(net, "attention.qkv.all_gather", **fp8) == Counter(
+        {("all_gather", shard, "fwd"): 1})
+    assert _collectives(net, "attention.qkv.all_gather", **fp8, **LORA) == Counter(
+        {("all_gather", 2 * shard, "fwd"): 1})
+
+
 @pytest.mark.parametrize("targets", [["linear_qkv"], ["linear_qkv", "linear_fc1"]])
 def test_disable_qkv_spares_the_qkv_adapter_its_own_gather(net, targets):
     """Under userbuffers an adapter on a column-parallel layer gathers its input itself and
@@ -104,22 +117,50 @@ def _dgrad_scatters(net, layer: str, **extra) -> Counter:
     return _collectives(net, f"{layer}.reduce_scatter", **UB, **extra)
 
 
-@pytest.mark.parametrize("frozen", [{}, LORA])
-def test_rs_dgrad_pipelines_the_data_gradient_s_reduce_scatter(net, frozen):
+@pytest.mark.parametrize("tp", [2, TP])
+@pytest.mark.parametrize("extra", [{}, LORA, dict(dtype="fp8")])
+def test_rs_dgrad_pipelines_the_data_gradient_s_reduce_scatter(net, tp, extra):
     """``tp_comm_overlap_rs_dgrad``: FC1's and QKV's data gradients run in ``tp`` chunks of
-    their output, each chunk's reduce-scatter beside the next chunk (16 bits, the whole
-    buffer split ``t - 1`` to 1), instead of one reduce-scatter after the whole GEMM; QKV's
-    stays bulk under ``tp_comm_overlap_disable_qkv``, as Megatron-Core sets it."""
+    their output, each chunk's reduce-scatter beside the next chunk (16 bits also in FP8
+    training: the data gradient's buffer; the whole buffer split ``t - 1`` to 1), instead of
+    one reduce-scatter after the whole GEMM; QKV's stays bulk under
+    ``tp_comm_overlap_disable_qkv``, as Megatron-Core sets it."""
+    layout = dict(extra, tp=tp, dp=8 // tp)
     full = 2 * SEQ * H   # the data gradient, 16 bits, before the reduce-scatter
     bulk = Counter({("reduce_scatter", full, "ig"): 1})
-    split = Counter({("reduce_scatter", full * (TP - 1) // TP, "ig"): 1,
-                     ("reduce_scatter", full // TP, "ig"): 1})
+    split = Counter([("reduce_scatter", full * (tp - 1) // tp, "ig"),
+                     ("reduce_scatter", full // tp, "ig")])
     for layer in ("dgrad.fc1", "dgrad.qkv"):
-        assert _dgrad_scatters(net, layer, **frozen) == bulk
-        assert _dgrad_scatters(net, layer, **frozen, tp_comm_overlap_rs_dgrad=True) == split
+        assert _dgrad_scatters(net, layer, **layout) == bulk
+        assert _dgrad_scatters(net, layer, **layout, tp_comm_overlap_rs_dgrad=True) == split
     both = dict(tp_comm_overlap_rs_dgrad=True, tp_comm_overlap_disable_qkv=True)
-    assert _dgrad_scatters(net, "dgrad.qkv", **frozen, **both) == bulk
-    assert _dgrad_scatters(net, "dgrad.fc1", **frozen, **both) == split
+    assert _dgrad_scatters(net, "dgrad.qkv", **layout, **both) == bulk
+    assert _dgrad_scatters(net, "dgrad.fc1", **layout, **both) == split
+
+
+def test_rs_dgrad_keeps_what_runs_beside_and_before_the_chunks(net):
+    """Under ``tp_comm_overlap_rs_dgrad`` a trained FC1's weight gradient still waits for its
+    input gathered again, and an FC1 adapter's data gradient runs before the chunked GEMM
+    (Transformer Engine's backward takes both gradients of the norm output at once)."""
+    ops = {op.name: op for op in _ops(net, **UB, tp_comm_overlap_rs_dgrad=True)}
+    regather = ops["mb0.layer0.mlp.dgrad.fc1.input.all_gather"]
+    assert ops["mb0.layer0.mlp.dgrad.fc1.wgrad"].deps == (regather.id,)
+    # the compute stream runs its ops in order: the adapter's last, then the first chunk
+    compute = [op.name for op in _ops(net, **UB, tp_comm_overlap_rs_dgrad=True,
+                                      lora_rank=RANK, lora_targets=["linear_fc1"])
+               if op.kind == "compute" and op.name.startswith("mb0.layer0.mlp.dgrad.fc1")]
+    chunk = compute.index("mb0.layer0.mlp.dgrad.fc1.chunk")
+    assert chunk > 0 and all(".adapter" in name for name in compute[:chunk])
+
+
+def test_rs_dgrad_spares_a_shared_expert(net):
+    """Megatron-Core pipelines the data-gradient reduce-scatter of its layer-norm
+    column-parallel layers only: a shared expert's FC1 keeps its bulk one."""
+    moe = dict(UB, experts=8, top_k=2, ep=2, moe_ffn=FFN, shared_ffn=FFN,
+               tp_comm_overlap_rs_dgrad=True)
+    full = 2 * SEQ * H
+    assert _collectives(net, "shared_expert.dgrad.fc1.reduce_scatter", **moe) == Counter(
+        {("reduce_scatter", full, "ig"): 1})
 
 
 def test_rs_dgrad_hides_what_a_frozen_layer_cannot(net):
@@ -164,6 +205,14 @@ def test_the_settings_are_read_from_every_tool():
         run["peft"] = PEFT
         keys = bridge_keys(run, "<test>")
         assert (keys[rs], keys[qkv], keys["lora_a2a"]) == (False, False, False)
+        old = copy.deepcopy(NEMO)   # Megatron-Core core_v0.7's name (MLPerf v4.0's configs)
+        old["model"]["tp_comm_disable_qkv"] = True
+        assert nemo_keys(old, "run.yaml")[qkv] is True
+        old["model"]["tp_comm_disable_qkv"] = "${oc.env:MC_TP_DISABLE_QKV,True}"
+        assert nemo_keys(old, "run.yaml")[qkv] is False   # an interpolation: the default
+    nemo["model"]["peft"]["lora_tuning"]["a2a_experimental"] = "yes"
+    with pytest.raises(flowsim.ConfigError, match=r"model\.peft\.lora_tuning\.a2a_experimental"):
+        nemo_keys(nemo, "run.yaml")
 
 
 @pytest.mark.parametrize("key", ["lora_a2a", "tp_comm_overlap_disable_qkv",
@@ -171,3 +220,8 @@ def test_the_settings_are_read_from_every_tool():
 def test_a_setting_that_is_not_a_switch_is_refused(net, key):
     with pytest.raises(flowsim.ConfigError, match=key):
         transformer(net, **DENSE, **{key: "sometimes"})
+
+
+def test_a2a_without_adapters_is_refused(net):
+    with pytest.raises(flowsim.ConfigError, match="lora_a2a.*lora_rank"):
+        transformer(net, **DENSE, lora_a2a=True)

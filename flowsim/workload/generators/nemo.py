@@ -28,10 +28,11 @@ offloading (``cpu_offloading``, ``cpu_offloading_num_layers``), precision
 ``fp8_dot_product_attention``),
 ``ub_tp_comm_overlap`` (NeMo's userbuffers
 settings, or Transformer Engine's defaults without ``ub_tp_comm_overlap_cfg``; off without
-sequence parallelism, as NeMo turns it off) with ``tp_comm_overlap_disable_qkv`` and
-``tp_comm_overlap_rs_dgrad``, ``transformer_engine`` (false: unfused
-attention), ``position_embedding_type`` (``rope`` prices the rotary kernels), ``mcore_gpt``
-(absent or false: the legacy model, which scatter-gathers pipeline messages),
+sequence parallelism, as NeMo turns it off) with ``tp_comm_overlap_disable_qkv`` (or
+its older name ``tp_comm_disable_qkv``) and ``tp_comm_overlap_rs_dgrad``,
+``transformer_engine`` (false: unfused attention), ``position_embedding_type`` (``rope``
+prices the rotary kernels), ``mcore_gpt`` (absent or false: the legacy model, which
+scatter-gathers pipeline messages),
 ``cross_entropy_loss_fusion``, fine-tuning (``peft.peft_scheme: lora`` with
 ``peft.lora_tuning``'s ``adapter_dim``, ``target_modules`` and ``a2a_experimental``;
 :mod:`.nemo_peft`) and the
@@ -191,8 +192,10 @@ def nemo_keys(config: Any, source: str, overrides: Any = None, *, documents: boo
     # Megatron-Core's TransformerConfig fields, which NeMo 1 copies from the model config
     keys["cross_entropy_fusion"] = switch("cross_entropy_loss_fusion", False)
     keys["activation_func_fp8_input_store"] = switch("activation_func_fp8_input_store", False)
-    for key in ("tp_comm_overlap_disable_qkv", "tp_comm_overlap_rs_dgrad"):
-        keys[key] = switch(key, False)
+    keys["tp_comm_overlap_rs_dgrad"] = switch("tp_comm_overlap_rs_dgrad", False)
+    # Megatron-Core core_v0.7's name of it (NeMo 24.05's configs, MLPerf v4.0's) too
+    keys["tp_comm_overlap_disable_qkv"] = switch("tp_comm_overlap_disable_qkv", False) or \
+        switch("tp_comm_disable_qkv", False)
     # Megatron-Core's pipeline sends whole tensors (the legacy models scatter-gather them)
     keys["scatter_gather"] = not switch("mcore_gpt", False)
     if optim.get("name") in DISTRIBUTED_OPTIMIZERS:

@@ -254,6 +254,8 @@ def check_consistent(spec: Any) -> None:
              "sliding window (not modelled)", spec.document_tokens)
     need(spec.lora_rank or set(spec.lora_targets) == set(LORA_TARGETS), "lora_targets",
          "unset without lora_rank (the layers LoRA adapts)", list(spec.lora_targets))
+    need(spec.lora_rank or not spec.lora_a2a, "lora_a2a",
+         "false without lora_rank (how LoRA's adapters exchange their output)", spec.lora_a2a)
     if spec.lora_rank:   # adapters on the dense layers
         for key, ok, expected in (
                 ("lora_rank", spec.lora_rank % spec.tp == 0 or set(spec.lora_targets) <= set(

@@ -40,10 +40,13 @@ Every base weight is frozen; each linear layer of ``lora_targets`` (Megatron-Bri
   gradient without SP, a row target's gathered output);
 * under userbuffers (``tp_comm_overlap``) a column-parallel target returns its norm output,
   which turns Transformer Engine's overlapped all-gather off for it (``ub_overlap_ag_fprop``
-  requires ``not return_layernorm_output``, ``module/layernorm_linear.py``): the layer's
-  input is gathered by NCCL, not overlapped, and the adapter gathers it again itself and
-  reduce-scatters its gradient (Megatron-Bridge leaves the adapter's sequence-parallel
-  communication on when the layer overlaps its gather);
+  requires ``not return_layernorm_output``, ``module/layernorm_linear.py``, since TE 2.0;
+  TE 1.x kept the ring exchange, not modelled): the layer's input is gathered by NCCL, not
+  overlapped, and the adapter gathers it again itself and reduce-scatters its gradient
+  (Megatron-Bridge and NeMo leave the adapter's sequence-parallel communication on when the
+  layer overlaps its gather), except on QKV under ``tp_comm_overlap_disable_qkv``, whose
+  adapter reads the gathered norm output; ``lora_a2a`` moves a row-parallel adapter's output
+  to the sequence shard by one all-to-all (NeMo's ``all2all_hp2sp``);
 * a frozen column-parallel layer gathers no input again in the backward
   (``ln_out_needs_gather`` asks for a weight that requires a gradient), with or without
   userbuffers.
@@ -112,9 +115,8 @@ class LoraShapes(LayerShapes):
         to NCCL (``tp_comm_overlap_disable_qkv``: the adapter reads the gathered norm
         output, its gradient joins the layer's reduce-scatter)."""
         s = self.spec
-        if target == "linear_qkv" and s.tp_comm_overlap_disable_qkv:
-            return False
-        return s.tp > 1 and s.sp and s.tp_comm_overlap
+        return s.tp > 1 and s.sp and s.tp_comm_overlap and \
+            not s.nccl_gathers(target.removeprefix("linear_"))
 
     @property
     def _out_exchange(self) -> str:

@@ -146,11 +146,12 @@ class Userbuffers:
 
     def rs_dgrad(self, name: str) -> bool:
         """Whether the column-parallel layer ``name`` reduce-scatters its data gradient
-        pipelined with it (``tp_comm_overlap_rs_dgrad``; not QKV's under
-        ``tp_comm_overlap_disable_qkv``, as Megatron-Core sets it)."""
-        s = self.b.spec
-        return s.tp_comm_overlap_rs_dgrad and not (
-            name.endswith(".qkv") and s.tp_comm_overlap_disable_qkv)
+        pipelined with it (``tp_comm_overlap_rs_dgrad``): Megatron-Core sets it on its
+        layer-norm column-parallel layers, QKV (unless the userbuffers leave QKV to NCCL) and
+        the dense MLP's FC1, not on a shared expert's FC1."""
+        s, layer = self.b.spec, name.rsplit(".", 1)[-1]
+        return s.tp_comm_overlap_rs_dgrad and not s.nccl_gathers(layer) and \
+            name.endswith((".attention.dgrad.qkv", ".mlp.dgrad.fc1"))
 
     def gather(self, name: str, head: tuple[Kernel, ...], layer: int, pass_: str,
                x: Frontier) -> Frontier:
@@ -195,14 +196,17 @@ class Userbuffers:
         """A forward block: ring exchange into its head, pipeline out of its tail."""
         b = self.b
         body = block.body
-        # QKV's gather left to NCCL (``tp_comm_overlap_disable_qkv``)
-        nccl = block.head_name == "qkv" and b.spec.tp_comm_overlap_disable_qkv
-        if gather and not has_exchange(block.head) and not nccl:
+        adapted, nccl = has_exchange(block.head), b.spec.nccl_gathers(block.head_name)
+        if gather and not adapted and not nccl:
             x = self.gather(f"{name}.{block.head_name}", block.head, layer, "fwd", x)
         elif gather:   # an adapted layer returns its norm output: Transformer Engine then
-            # gathers the input with NCCL, not overlapped (``ub_overlap_ag_fprop`` off)
-            x = (b.collective(f"{name}.{block.head_name}.all_gather", "all_gather",
-                              b.k.gather_bytes, b.groups.tp, layer, "fwd", x),)
+            # gathers the input with NCCL, not overlapped (``ub_overlap_ag_fprop`` off), as
+            # it does a layer the userbuffers leave to NCCL; an adapter that reads the
+            # gathered norm output (``return_layernorm_output_gathered``) has it in 16 bits
+            size = b.k.shard_bytes if adapted and nccl else \
+                b.k.gather_bytes if adapted else b.k.gather_both_bytes
+            x = (b.collective(f"{name}.{block.head_name}.all_gather", "all_gather", size,
+                              b.groups.tp, layer, "fwd", x),)
             body = block.head + body
         else:
             body = block.head + body

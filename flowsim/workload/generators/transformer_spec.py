@@ -344,6 +344,12 @@ class TransformerSpec(LayerKinds):
         pipeline, or DualPipeV's V)."""
         return self.pp * self.vpp == 1 or self.schedule == "dualpipev"
 
+    def nccl_gathers(self, layer: str) -> bool:
+        """Whether userbuffers leave ``layer``'s (``qkv``, ``fc1``: a layer-norm
+        column-parallel layer) all-gather to NCCL and its data-gradient reduce-scatter
+        unpipelined (Megatron-Core's ``tp_comm_overlap_disable_qkv`` for QKV)."""
+        return layer == "qkv" and self.tp_comm_overlap_disable_qkv
+
     def is_recomputed(self, layer: int, position: int) -> bool:
         """Whether full recomputation re-runs ``layer``, the ``position``-th of its model
         chunk (Megatron-Core's block method counts the layers of each chunk from its first).
