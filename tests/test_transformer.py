@@ -668,6 +668,18 @@ def test_interleaving_shrinks_the_pipeline_bubble():
     assert t[2] < t[1]
 
 
+@pytest.mark.parametrize("p, m, v", [(4, 8, 2), (4, 8, 4), (8, 16, 12)])
+def test_the_interleaved_bubble_is_megatron_s(p, m, v):
+    """Equal stages on a network too fast to matter: Megatron's interleaved 1F1B with ``v``
+    model chunks per rank idles (p - 1) / (v m) of its compute (Narayanan et al. 2021,
+    sec. 2.2), down to GPT-3's layout in MLPerf (PP 8, 12 chunks of one layer)."""
+    net = {"topology": ["Switch"], "npus_count": [p], "bandwidth": [1e9], "latency": [0]}
+    spec = dict(SMALL, layers=p * v, pp=p, vpp=v, micro_batches=m, device="h100")
+    ds = simulate(net, dict(generator="transformer", **spec), {"endpoint-delay": 0})
+    assert float(ds.time_ns) / float(ds.compute_ns.max()) == pytest.approx(
+        1 + (p - 1) / (v * m), rel=2e-3)
+
+
 def test_the_breakdown_separates_the_pipeline_bubble():
     """Equal stages, no collectives, a network too fast to matter: every stage idles
     (p - 1) forward-and-backward slots of the iteration (1F1B's bubble, Narayanan et al.
