@@ -284,9 +284,10 @@ GB200 = Device(
 #: step, GB200 ``tyche`` 1.485 s). 0.65 is the X at which ``validate_published.py --only
 #: mlperf50_b200_llama2_70b_lora_8gpu_nyx --sustained X`` gives the B200 row GB200's row's
 #: error at GB200's constant (+11.6% and +12.2%; 0.64: +13.3%); the other compute-bound
-#: pairs of one release imply 0.64-0.66. At GB200's 0.59, B200's 72 runs came out slow by a
-#: median 21.6%: inverting the tile model at each GPU's best-GEMM shape lifts GB200's
-#: mainloop rate 21% above its measured best, B200's 9%, and the constant carries that.
+#: pairs of one release imply 0.64-0.66 (NVFP4's 0.59-0.60). At GB200's 0.59, B200's 72 runs
+#: came out slow by a median 21.6%: inverting the tile model at each GPU's best-GEMM shape
+#: (GB200's loses 9% to a partial wave in the model, B200's under 1%) lifts GB200's mainloop
+#: rate 21% above its measured best, B200's 9%, and the constant carries that.
 B200_SUSTAINED = 0.65
 B200_SXM = Device(
     name="b200_sxm", sms=148,
