@@ -225,3 +225,33 @@ def test_a_setting_that_is_not_a_switch_is_refused(net, key):
 def test_a2a_without_adapters_is_refused(net):
     with pytest.raises(flowsim.ConfigError, match="lora_a2a.*lora_rank"):
         transformer(net, **DENSE, lora_a2a=True)
+
+
+def test_the_training_workloads_page_s_command_prints_what_it_says():
+    """The Training workloads page's command with the three settings prints the time it
+    quotes, and the same command without them the time it compares it with."""
+    import json
+    import re
+    import shlex
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    page = (REPO / "docs" / "guide" / "workloads.md").read_text()
+    start = page.index("Three switches of the tensor-parallel communication")
+    begin = page.index("flowsim run", start)
+    args = shlex.split(page[begin:page.index("```", begin)].replace("\\\n", " "))[2:]
+    said = re.search(r"prints ([\d.]+) s; without the last three settings, ([\d.]+) s",
+                     page[start:])
+    keys = ("lora_a2a", "tp_comm_overlap_disable_qkv", "tp_comm_overlap_rs_dgrad")
+    pairs = [args[i:i + 2] for i in range(0, len(args), 2)]   # --workload x, --set k=v, ...
+    assert sum(any(f"workload.{k}=true" == p[1] for k in keys) for p in pairs) == 3
+    without = [p for p in pairs if not any(p[1].startswith(f"workload.{k}=") for k in keys)]
+    times = []
+    for variant in (pairs, without):
+        out = subprocess.run([sys.executable, "-m", "flowsim", "run", "--json",
+                              *sum(variant, [])],
+                             capture_output=True, text=True, check=True, cwd=REPO).stdout
+        times.append(json.loads(out)["time_ns"] / 1e9)
+    assert [f"{t:.3f}" for t in times] == [said.group(1), said.group(2)]
