@@ -9,15 +9,28 @@ stage's program asks before a unit's compute (:meth:`FullySharded.unshard`) and 
 its forward and its backward (:meth:`~FullySharded.after_forward`,
 :meth:`~FullySharded.after_backward`); this module keeps which units are gathered and issues
 the collectives. Without ``fsdp`` it does nothing.
+
+PyTorch's FSDP1 (``fsdp1``: ``FullyShardedDataParallel``, which Composer and LLM Foundry
+run) prepares each unit's gradient before reducing it, where FSDP2 reduces it as it is: its
+post-backward hook casts the whole unsharded gradient to the reduction's type when that
+differs from the parameters' (mixed precision reducing in FP32: 16 bits read, 32 written per
+element), and its reduce-scatter hook divides it in place by the pre-divide factor, which is
+above 1 for any group of two ranks or more (``torch/distributed/fsdp/_runtime_utils.py``,
+``_post_backward_hook``, and ``_comm_hooks/default_hooks.py``, ``reduce_scatter_hook``, in
+PyTorch 2.1). Both are memory-bound kernels over the unit's every parameter; FSDP1 runs them
+on its post-backward stream beside the next unit's backward, and flowsim prices them on the
+compute stream, as the SMs and memory bandwidth they take from it.
 """
 
 from __future__ import annotations
 
+from ..kernels import Kernel
 from . import transformer_values as tv
 from .transformer_kernels import LayerKernels
 from .transformer_mapping import StageContext
 from .transformer_overlap import Frontier
 from .transformer_passes import PassBuilder
+from .transformer_shapes import ACT, elementwise
 from .transformer_spec import TransformerSpec
 
 
@@ -139,10 +152,15 @@ class FullySharded:
         replicate = self.ctx.groups.replicate if final or spec.fsdp_outer == "all_reduce" \
             else ()   # Megatron-FSDP's replicas reduce after the last micro-batch only
         outer = "reduce_scatter" if spec.fsdp_outer == "optim" else "all_reduce"
+        first: Frontier = () if ready is None else (ready,)
+        if spec.fsdp1 and any(dims for dims, _ in self.ctx.shard_groups()):
+            prepared = self.b.compute(f"{name}.grads.fsdp1_prepare",
+                                      self._fsdp1_prepare(dense + expert), layer, "wg", first)
+            first = first if prepared < 0 else (prepared,)
         for params, (dims, size) in zip((dense, expert), self.ctx.shard_groups()):
             if not params:
                 continue
-            after: Frontier = () if ready is None else (ready,)
+            after: Frontier = first
             if dims:
                 after = (self.b.collective(
                     f"{name}.grads.reduce_scatter", "reduce_scatter",
@@ -152,3 +170,10 @@ class FullySharded:
                     f"{name}.grads.{outer}", outer,
                     int(params * self.grad_bytes / size), replicate, layer, "wg", after),)
             self.grad_ops.extend(after)
+
+    def _fsdp1_prepare(self, params: float) -> tuple[Kernel, ...]:
+        """FSDP1's kernels on a unit's unsharded gradient before its reduce-scatter: the cast
+        to a 32-bit reduction (when the gradient is 16-bit) and the in-place pre-divide."""
+        cast = (elementwise(params * (ACT + self.grad_bytes), "fsdp1_grad_cast"),) \
+            if self.grad_bytes > ACT else ()
+        return (*cast, elementwise(2 * params * self.grad_bytes, "fsdp1_grad_predivide"))

@@ -85,7 +85,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                 "tp_comm_overlap", "tp_comm_overlap_disable_qkv", "tp_comm_overlap_rs_dgrad",
                 "lora_a2a", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp",
                 "cross_entropy_fusion", "moe_a2a_overlap", "fp8_dispatch",
-                "fsdp_defer_grad_sync", "mtp_repeated",
+                "fsdp_defer_grad_sync", "fsdp1", "mtp_repeated",
                 "fused_grouped_mlp", "fp8_attention", "activation_func_fp8_input_store"):
         v[key] = read_bool(values, key, source=source, default=False)
     v["tied_embeddings"] = read_bool(values, "tied_embeddings", source=source, default=True)

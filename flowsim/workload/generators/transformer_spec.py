@@ -217,6 +217,10 @@ class TransformerSpec(LayerKinds):
     #: step's first forward and backward (``optim``: Megatron-FSDP's
     #: ``outer_dp_sharding_strategy``)
     fsdp_outer: FsdpOuter = "all_reduce"
+    #: with ``fsdp``, PyTorch's FSDP1 (``FullyShardedDataParallel``, Composer's and LLM
+    #: Foundry's) instead of FSDP2: each unit's whole gradient cast to the reduction's type
+    #: and pre-divided before its reduce-scatter (:mod:`.transformer_fsdp`)
+    fsdp1: bool = False
     #: Megatron-Core's fine-grained activation offloading (``--offload-modules``): the
     #: modules whose saved tensors are copied to host memory and back
     #: (:mod:`.transformer_module_offload`)

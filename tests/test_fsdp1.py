@@ -1,0 +1,93 @@
+"""PyTorch FSDP1's gradient preparation (``fsdp1``): each unit's unsharded gradient cast to
+the reduction's type and pre-divided before its reduce-scatter, priced on the compute
+stream (:mod:`flowsim.workload.generators.transformer_fsdp`)."""
+
+from __future__ import annotations
+
+import pytest
+
+import flowsim
+from flowsim.errors import ConfigError
+from flowsim.workload.generators import transformer
+
+#: one node of 8 GPUs, FSDP over all of them
+NODE = {"topology": ["Switch"], "npus_count": [8], "bandwidth": [300], "latency": [500]}
+H, FFN, DP, LAYERS = 512, 2048, 8, 4
+SMALL = dict(layers=LAYERS, hidden=H, ffn=FFN, heads=8, sequence=256, micro_batch=2, vocab=0,
+             dp=DP, global_batch=2 * DP * 3, fsdp=True)
+#: one layer's weights: QKV and projection (4 h^2), FC1 and FC2 (2 h ffn), two norms
+LAYER_PARAMS = 4 * H * H + 2 * H * FFN + 2 * H
+
+
+@pytest.fixture(scope="module")
+def node():
+    return flowsim.load_network(NODE)
+
+
+def _prepare_ops(program):
+    return [op for op in program.ops if op.name.endswith("fsdp1_prepare")]
+
+
+@pytest.mark.parametrize("bf16_reduce, per_param", [(False, 2 + 4 + 2 * 4), (True, 2 * 2)])
+def test_each_units_gradient_is_prepared_once_per_micro_batch_before_its_reduction(
+        node, bf16_reduce, per_param):
+    """Per layer and micro-batch one op before the reduce-scatter: the cast (16-bit read,
+    32-bit written) and the in-place pre-divide of the reduction's type; with a 16-bit
+    reduction (Composer's PURE) only the pre-divide, on 16-bit elements."""
+    (program,) = transformer(node, **SMALL, fsdp1=True,
+                             grad_reduce_in_bf16=bf16_reduce).programs
+    prepared = _prepare_ops(program)
+    assert len(prepared) == LAYERS * 3
+    assert {op.mem_bytes for op in prepared} == {per_param * LAYER_PARAMS}
+    kinds = {k.name for op in prepared for k in op.kernels}
+    assert kinds == ({"fsdp1_grad_predivide"} if bf16_reduce else
+                     {"fsdp1_grad_cast", "fsdp1_grad_predivide"})
+    by_id = {op.id: op for op in program.ops}
+    for op in program.ops:   # every gradient reduce-scatter waits for its unit's preparation
+        if op.kind == "collective" and op.collective == "reduce_scatter":
+            (dep,) = op.deps
+            assert by_id[dep].name.endswith("fsdp1_prepare") and by_id[dep].layer == op.layer
+
+
+def test_fsdp2_prepares_nothing_and_fsdp1_costs_the_bytes_it_moves(node):
+    """FSDP2 (the default) has no preparation op. FSDP1's ops add their memory traffic to
+    the step: priced at the device's memory rate, the compute time grows by what they
+    move, one op per layer and micro-batch."""
+    spec = dict(generator="transformer", **SMALL, device="h100")
+    fsdp2 = flowsim.run_training(node, spec, "nccl").record
+    fsdp1 = flowsim.run_training(node, dict(spec, fsdp1=True), "nccl").record
+    (program,) = transformer(node, **SMALL).programs
+    assert not _prepare_ops(program)
+    moved = LAYERS * 3 * (2 + 4 + 8) * LAYER_PARAMS
+    device = flowsim.compute.device("h100")
+    rate = device.memory_gbps * device.memory_efficiency * device.sustained   # bytes per ns
+    extra = float(fsdp1.npu_compute_ns.max() - fsdp2.npu_compute_ns.max())
+    launches = LAYERS * 3 * 2 * device.launch_us * 1e3 / device.sustained
+    assert extra == pytest.approx(moved / rate + launches, rel=0.02)
+    # on a 100x faster network the step grows, by at most that (the ops may fill time the
+    # compute stream spent waiting for a gather)
+    fast = flowsim.load_network(dict(NODE, bandwidth=[30_000]))
+    fast2 = flowsim.run_training(fast, spec, "nccl").record
+    fast1 = flowsim.run_training(fast, dict(spec, fsdp1=True), "nccl").record
+    assert 0 < float(fast1.time_ns - fast2.time_ns) <= extra * (1 + 1e-9)
+
+
+def test_fsdp1_without_fsdp_is_one_line_naming_the_key(node):
+    with pytest.raises(ConfigError, match="fsdp1.*false without fsdp"):
+        transformer(node, **dict(SMALL, fsdp=False), fsdp1=True)
+    with pytest.raises(ConfigError, match="fsdp1"):
+        transformer(node, **SMALL, fsdp1="sometimes")
+
+
+def test_llm_foundry_configs_are_read_as_fsdp1(tmp_path):
+    """Composer wraps LLM Foundry's model in PyTorch's FSDP1: a sharded config sets fsdp1,
+    one without ``fsdp_config`` (DDP) does not."""
+    from flowsim.workload.generators.llmfoundry import _sharding
+
+    def flag(block, key, where, default):
+        return block.get(key, default)
+
+    sharded = _sharding({"fsdp_config": {"sharding_strategy": "FULL_SHARD"}}, "c.yaml", flag,
+                        frozenset())
+    assert sharded["fsdp"] and sharded["fsdp1"]
+    assert "fsdp1" not in _sharding({}, "c.yaml", flag, frozenset())
