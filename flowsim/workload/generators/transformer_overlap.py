@@ -144,14 +144,15 @@ class Userbuffers:
         self.b = builder
         self.settings = UB_SETTINGS[builder.spec.tp_comm_overlap_cfg]
 
-    def rs_dgrad(self, name: str) -> bool:
-        """Whether the column-parallel layer ``name`` reduce-scatters its data gradient
-        pipelined with it (``tp_comm_overlap_rs_dgrad``): Megatron-Core sets it on its
-        layer-norm column-parallel layers, QKV (unless the userbuffers leave QKV to NCCL) and
-        the dense MLP's FC1, not on a shared expert's FC1."""
-        s, layer = self.b.spec, name.rsplit(".", 1)[-1]
-        return s.tp_comm_overlap_rs_dgrad and not s.nccl_gathers(layer) and \
-            name.endswith((".attention.dgrad.qkv", ".mlp.dgrad.fc1"))
+    def rs_dgrad(self, layer_norm_linear: str) -> bool:
+        """Whether a column-parallel layer reduce-scatters its data gradient pipelined with
+        it (``tp_comm_overlap_rs_dgrad``). Megatron-Core sets it on its layer-norm
+        column-parallel layers, which the caller names (``qkv``, ``fc1``; empty for any other
+        layer, a shared expert's FC1 among them), unless the userbuffers leave the layer's
+        collectives to NCCL."""
+        s = self.b.spec
+        return bool(layer_norm_linear) and s.tp_comm_overlap_rs_dgrad and \
+            not s.nccl_gathers(layer_norm_linear)
 
     def gather(self, name: str, head: tuple[Kernel, ...], layer: int, pass_: str,
                x: Frontier) -> Frontier:
@@ -234,15 +235,16 @@ class Userbuffers:
         return g
 
     def bulk(self, name: str, tail: tuple[Kernel, ...], wgrad: tuple[Kernel, ...],
-             layer: int, g: Frontier) -> Frontier:
+             layer: int, g: Frontier, layer_norm_linear: str = "") -> Frontier:
         """A column-parallel layer's backward with bulk overlap: its input (saved sharded)
         all-gathered again beside its data-gradient GEMM, which is reduce-scattered beside
-        its weight gradient."""
+        its weight gradient, or pipelined with it (:meth:`rs_dgrad` of
+        ``layer_norm_linear``)."""
         b, tp, k = self.b, self.b.groups.tp, self.b.k
         # a frozen layer (LoRA) gathers no input: it has no weight gradient
         regather = () if b.spec.frozen else (b.collective(
             f"{name}.input.all_gather", "all_gather", k.gather_bytes, tp, layer, "ig", g),)
-        if self.rs_dgrad(name):   # the reduce-scatter pipelined with the data gradient
+        if self.rs_dgrad(layer_norm_linear):   # reduce-scatter pipelined with the dgrad
             out = self.scatter(name, tail, 0, layer, g, pass_="ig", splits=b.spec.tp,
                                fp8=False)
             if wgrad:

@@ -203,7 +203,8 @@ class PassBuilder(OpStream):
                 m = k.of_layer(layer)
                 g = self._dgrad_wgrad(f"{name}.mlp", Block(
                     m.fc2_dgrad, m.activation_backward, m.fc1_dgrad, "fc2", "fc1"),
-                    m.mlp_wgrad, layer, g, head_wgrads=m.head_wgrads("linear_fc2"))
+                    m.mlp_wgrad, layer, g, head_wgrads=m.head_wgrads("linear_fc2"),
+                    layer_norm_linear="fc1")
             if not s.mixer(layer):
                 return g
             g = (self.compute(f"{name}.norm2_backward", k.norm_backward + k.residual_backward,
@@ -243,10 +244,12 @@ class PassBuilder(OpStream):
                                      (*x, reduced)),)
         if not isinstance(k, LatentKernels):
             return self._dgrad_wgrad(f"{name}.attention", dgrad, k.attention_wgrad, layer, g,
-                                     between, head_wgrads=k.head_wgrads("linear_proj"))
+                                     between, head_wgrads=k.head_wgrads("linear_proj"),
+                                     layer_norm_linear="qkv")
         # latent attention: the latents' gradients reduced, then the down projections'
         g = self._dgrad_wgrad(f"{name}.attention", dgrad, k.attention_wgrad, layer, g,
-                              reduced=k.latent_bytes, regathered=k.latent_gather_bytes)
+                              reduced=k.latent_bytes, regathered=k.latent_gather_bytes,
+                              layer_norm_linear="qkv")
         g = (self.compute(f"{name}.attention.down.dgrad", k.down_dgrad, layer, "ig", g),)
         self.compute(f"{name}.attention.down.wgrad", k.down_wgrad, layer, "wg")
         return g
@@ -258,14 +261,17 @@ class PassBuilder(OpStream):
     def _dgrad_wgrad(self, name: str, dgrad: Block, wgrad: tuple[Kernel, ...],
                      layer: int, g: Frontier,
                      between: Callable[[Frontier], Frontier] | None = None, *,
-                     reduced: int = 0, regathered: int = 0, head_wgrads: int = 1) -> Frontier:
+                     reduced: int = 0, regathered: int = 0, head_wgrads: int = 1,
+                     layer_norm_linear: str = "") -> Frontier:
         """A block's data gradient between tensor-parallel collectives, then its weight
         gradients, which run while the data gradient's collective does. ``between`` adds
         what the tail (the column-parallel layer) also waits for, given the frontier before
         it. The tail's backward starts with its input gathered again (sequence
         parallelism), beside its data gradient; under ``tp_comm_overlap`` the head's weight
         gradient (the first ``head_wgrads`` kernels of ``wgrad``) runs right after the head,
-        and the tail's collectives are overlapped."""
+        and the tail's collectives are overlapped (the tail's reduce-scatter pipelined with
+        its data gradient if it is a layer-norm column-parallel layer, ``layer_norm_linear``
+        ``qkv`` or ``fc1``, and ``tp_comm_overlap_rs_dgrad`` says so)."""
         ub, s = self.ub, self.spec
         if ub is None and between is None and not (s.sp and s.tp > 1):
             # nothing starts inside the block: one op
@@ -282,7 +288,7 @@ class PassBuilder(OpStream):
             x = (*x, *between(x))
         tail = f"{name}.dgrad.{dgrad.tail_name}"
         if ub is not None:
-            return ub.bulk(tail, dgrad.tail, wgrad[head_wgrads:], layer, x)
+            return ub.bulk(tail, dgrad.tail, wgrad[head_wgrads:], layer, x, layer_norm_linear)
         regather = self.regather(tail, layer, x, regathered)
         out = self.tp_block(tail, dgrad.tail, layer, "ig", x, gather=False, reduce=True,
                             after=regather, reduced=reduced)
