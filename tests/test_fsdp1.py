@@ -9,6 +9,7 @@ import pytest
 import flowsim
 from flowsim.errors import ConfigError
 from flowsim.workload.generators import transformer
+from flowsim.workload.generators.llmfoundry import _sharding
 
 #: one node of 8 GPUs, FSDP over all of them
 NODE = {"topology": ["Switch"], "npus_count": [8], "bandwidth": [300], "latency": [500]}
@@ -22,6 +23,11 @@ LAYER_PARAMS = 4 * H * H + 2 * H * FFN + 2 * H
 @pytest.fixture(scope="module")
 def node():
     return flowsim.load_network(NODE)
+
+
+def flag(block, key, where, default):
+    """The reader's boolean lookup, plain (the tests give booleans)."""
+    return block.get(key, default)
 
 
 def _prepare_ops(program):
@@ -82,12 +88,52 @@ def test_fsdp1_without_fsdp_is_one_line_naming_the_key(node):
 def test_llm_foundry_configs_are_read_as_fsdp1(tmp_path):
     """Composer wraps LLM Foundry's model in PyTorch's FSDP1: a sharded config sets fsdp1,
     one without ``fsdp_config`` (DDP) does not."""
-    from flowsim.workload.generators.llmfoundry import _sharding
-
-    def flag(block, key, where, default):
-        return block.get(key, default)
-
     sharded = _sharding({"fsdp_config": {"sharding_strategy": "FULL_SHARD"}}, "c.yaml", flag,
                         frozenset())
     assert sharded["fsdp"] and sharded["fsdp1"]
     assert "fsdp1" not in _sharding({}, "c.yaml", flag, frozenset())
+
+
+def test_a_sharding_group_of_one_casts_but_does_not_divide(node):
+    """Hybrid sharding over groups of one rank (every rank a replica): FSDP1's pre-divide
+    factor over one rank is 1, so only the cast runs; the replicas still all-reduce."""
+    (program,) = transformer(node, **SMALL, fsdp_shard=1, fsdp1=True).programs
+    prepared = _prepare_ops(program)
+    assert len(prepared) == LAYERS * 3
+    assert {k.name for op in prepared for k in op.kernels} == {"fsdp1_grad_cast"}
+    assert {op.mem_bytes for op in prepared} == {(2 + 4) * LAYER_PARAMS}
+
+
+@pytest.mark.parametrize("tied, units", [(True, 1), (False, 2)])
+def test_the_embedding_and_output_layer_are_prepared_like_any_unit(node, tied, units):
+    """The vocabulary's units (one tied weight, or the embedding and the output layer) are
+    units too: each gradient prepared once per micro-batch, 14 bytes per parameter."""
+    vocab = 1024
+    (program,) = transformer(node, **dict(SMALL, vocab=vocab), tied_embeddings=tied,
+                             fsdp1=True).programs
+    prepared = _prepare_ops(program)
+    vocab_ops = [op for op in prepared if op.mem_bytes != 14 * LAYER_PARAMS]
+    assert len(prepared) == (LAYERS + units) * 3
+    assert {op.mem_bytes for op in vocab_ops} == {14 * vocab * H} and \
+        len(vocab_ops) == units * 3
+
+
+def test_a_mixture_of_experts_unit_prepares_its_local_experts_too(node):
+    """With experts (EP 4 of the 8 ranks: 2 of 8 experts per rank) the unit's gradient is
+    its dense weights (attention, norms, router) and its local experts' three matrices."""
+    experts, ep, moe_ffn = 8, 4, 1024
+    (program,) = transformer(node, **SMALL, experts=experts, top_k=2, ep=ep, moe_ffn=moe_ffn,
+                             gated_mlp=True, fsdp1=True).programs
+    dense = 4 * H * H + 2 * H + H * experts
+    local = experts // ep * 3 * H * moe_ffn
+    assert {op.mem_bytes for op in _prepare_ops(program)} == {14 * (dense + local)}
+
+
+@pytest.mark.parametrize("strategy, fsdp1", [("FULL_SHARD", True), ("HYBRID_SHARD", True),
+                                             ("SHARD_GRAD_OP", False)])
+def test_the_reader_sets_fsdp1_for_the_strategies_that_shard_parameters(strategy, fsdp1):
+    """FULL_SHARD and HYBRID_SHARD are read as ``fsdp`` with ``fsdp1``; SHARD_GRAD_OP is read
+    as a distributed optimizer, which has no FSDP1 preparation in flowsim."""
+    keys = _sharding({"fsdp_config": {"sharding_strategy": strategy}}, "c.yaml", flag,
+                     frozenset({"fsdp_shard"}))
+    assert keys.get("fsdp1", False) is fsdp1 and keys["fsdp"] is fsdp1

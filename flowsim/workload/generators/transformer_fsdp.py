@@ -11,15 +11,17 @@ its forward and its backward (:meth:`~FullySharded.after_forward`,
 the collectives. Without ``fsdp`` it does nothing.
 
 PyTorch's FSDP1 (``fsdp1``: ``FullyShardedDataParallel``, which Composer and LLM Foundry
-run) prepares each unit's gradient before reducing it, where FSDP2 reduces it as it is: its
-post-backward hook casts the whole unsharded gradient to the reduction's type when that
-differs from the parameters' (mixed precision reducing in FP32: 16 bits read, 32 written per
-element), and its reduce-scatter hook divides it in place by the pre-divide factor, which is
-above 1 for any group of two ranks or more (``torch/distributed/fsdp/_runtime_utils.py``,
-``_post_backward_hook``, and ``_comm_hooks/default_hooks.py``, ``reduce_scatter_hook``, in
-PyTorch 2.1). Both are memory-bound kernels over the unit's every parameter; FSDP1 runs them
-on its post-backward stream beside the next unit's backward, and flowsim prices them on the
-compute stream, as the SMs and memory bandwidth they take from it.
+run) prepares each unit's gradient before reducing it: its post-backward hook casts the
+whole unsharded gradient to the reduction's type when that differs from the parameters'
+(mixed precision reducing in FP32: 16 bits read, 32 written per element), then divides it in
+place by the pre-divide factor, which is above 1 for any group of two ranks or more
+(``torch/distributed/fsdp/_runtime_utils.py``, ``_post_backward_hook``; the division in
+``_comm_hooks/default_hooks.py``'s ``reduce_scatter_hook`` in PyTorch 2.0, in
+``_runtime_utils.py``'s default path later). Both are memory-bound kernels over the unit's
+every parameter. FSDP1 runs them on its post-backward stream beside the next unit's
+backward; flowsim prices them on the compute stream, an assumption that gives the most they
+can cost. (FSDP2 skips the pre-divide for FP32 and BF16 reductions but copies the gradients
+into its reduction's buffer, and the gathered parameters out of theirs: not priced.)
 """
 
 from __future__ import annotations
@@ -153,9 +155,10 @@ class FullySharded:
             else ()   # Megatron-FSDP's replicas reduce after the last micro-batch only
         outer = "reduce_scatter" if spec.fsdp_outer == "optim" else "all_reduce"
         first: Frontier = () if ready is None else (ready,)
-        if spec.fsdp1 and any(dims for dims, _ in self.ctx.shard_groups()):
-            prepared = self.b.compute(f"{name}.grads.fsdp1_prepare",
-                                      self._fsdp1_prepare(dense + expert), layer, "wg", first)
+        prepare = self._fsdp1_prepare(dense, expert) if spec.fsdp1 else ()
+        if prepare:
+            prepared = self.b.compute(f"{name}.grads.fsdp1_prepare", prepare, layer, "wg",
+                                      first)
             first = first if prepared < 0 else (prepared,)
         for params, (dims, size) in zip((dense, expert), self.ctx.shard_groups()):
             if not params:
@@ -171,9 +174,14 @@ class FullySharded:
                     int(params * self.grad_bytes / size), replicate, layer, "wg", after),)
             self.grad_ops.extend(after)
 
-    def _fsdp1_prepare(self, params: float) -> tuple[Kernel, ...]:
-        """FSDP1's kernels on a unit's unsharded gradient before its reduce-scatter: the cast
-        to a 32-bit reduction (when the gradient is 16-bit) and the in-place pre-divide."""
-        cast = (elementwise(params * (ACT + self.grad_bytes), "fsdp1_grad_cast"),) \
+    def _fsdp1_prepare(self, dense: float, expert: float) -> tuple[Kernel, ...]:
+        """FSDP1's kernels on a unit's unsharded gradient before its reduction: the cast to a
+        32-bit reduction (when the gradient is 16-bit), and the in-place pre-divide of the
+        parameters sharded over two ranks or more (a group of one has a factor of 1)."""
+        cast = (elementwise((dense + expert) * (ACT + self.grad_bytes), "fsdp1_grad_cast"),) \
             if self.grad_bytes > ACT else ()
-        return (*cast, elementwise(2 * params * self.grad_bytes, "fsdp1_grad_predivide"))
+        sharded = sum(params for params, (dims, _) in zip((dense, expert),
+                                                          self.ctx.shard_groups()) if dims)
+        divide = (elementwise(2 * sharded * self.grad_bytes, "fsdp1_grad_predivide"),) \
+            if sharded else ()
+        return (*cast, *divide)
