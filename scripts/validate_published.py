@@ -123,7 +123,7 @@ def spec(row: dict[str, str]) -> dict:
                 "moe_a2a_overlap", "fp8_dispatch", "fused_grouped_mlp",
                 "fp8_attention", "mtp_repeated",
                 "activation_func_fp8_input_store", "tp_comm_overlap_disable_qkv",
-                "tp_comm_overlap_rs_dgrad", "lora_a2a", "fsdp1"):   # a row's own columns
+                "tp_comm_overlap_rs_dgrad", "lora_a2a"):   # a row's own columns
         if row.get(key):
             out[key] = _BOOL[row[key]]
     for key in ("head_dim", "moe_ffn", "shared_ffn", "moe_latent", "expert_tp", "window",
@@ -150,7 +150,7 @@ def spec(row: dict[str, str]) -> dict:
         out["dispatcher"] = row["dispatcher"]
     if row.get("fsdp_defer_grad_sync"):   # FSDP2 under gradient accumulation: a row's own
         out["fsdp_defer_grad_sync"] = _BOOL[row["fsdp_defer_grad_sync"]]
-    for key in ("fsdp_reshard", "fsdp_outer"):   # a row's own; else FSDP2's
+    for key in ("fsdp_reshard", "fsdp_outer", "fsdp_impl"):   # a row's own; else FSDP2's
         if row.get(key):
             out[key] = row[key]
     if row.get("offload_modules"):   # fine-grained offloading's modules, ";"-separated

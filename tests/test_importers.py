@@ -259,14 +259,16 @@ def test_the_fused_cross_entropy_is_read_from_both_tools():
 def test_fully_sharded_data_parallelism_is_read_from_both_tools(reference):
     """``--use-torch-fsdp2`` (which Megatron-LM refuses with pipelining, expert parallelism
     or its distributed optimizer), ``--use-megatron-fsdp`` with its default sharding
-    strategy (``optim_grads_params``) and NeMo's ``fsdp`` with its default ``full``
-    sharding are ``fsdp``; NeMo's ``hybrid`` shards over a node's data-parallel ranks;
+    strategy (``optim_grads_params``, ``fsdp_impl: megatron``) and NeMo 1's ``fsdp`` with
+    its default ``full`` sharding (PyTorch's FSDP1, reducing in ``fsdp_grad_reduce_dtype``,
+    FP32 unless set) are ``fsdp``; NeMo's ``hybrid`` shards over a node's data-parallel ranks;
     Megatron-FSDP sharding only the optimizer is the distributed optimizer; NeMo's other
     sharding strategies are named as left out."""
     fsdp = _time(dict(SPEC, fsdp=True))
     assert fsdp != reference
     megatron_fsdp = ARGS.replace("--use-distributed-optimizer", "--use-megatron-fsdp")
-    assert _time({"generator": "megatron", "device": "h100", "args": megatron_fsdp}) == fsdp
+    assert _time({"generator": "megatron", "device": "h100", "args": megatron_fsdp}) == \
+        _time(dict(SPEC, fsdp=True, fsdp_impl="megatron"))
     zero1 = megatron_fsdp + " --data-parallel-sharding-strategy optim"
     assert _time({"generator": "megatron", "device": "h100", "args": zero1}) == reference
     no_pp = ARGS.replace("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-"
@@ -279,12 +281,16 @@ def test_fully_sharded_data_parallelism_is_read_from_both_tools(reference):
         simulate(NET, {"generator": "megatron", "device": "h100",
                        "args": ARGS + " --use-torch-fsdp2"}, "nccl")
     model = dict(NEMO["model"], ub_tp_comm_overlap_cfg=None, fsdp=True)
+    nemo_fsdp = dict(SPEC, fsdp=True, fsdp_impl="fsdp1", grad_reduce_in_bf16=False)
     assert _time({"generator": "nemo", "device": "h100",
-                  "config": dict(NEMO, model=model)}) == fsdp
+                  "config": dict(NEMO, model=model)}) == _time(nemo_fsdp)
+    bf16 = dict(model, fsdp_grad_reduce_dtype="bf16")
+    assert _time({"generator": "nemo", "device": "h100", "config": dict(NEMO, model=bf16)}) \
+        == _time(dict(nemo_fsdp, grad_reduce_in_bf16=True))
     hybrid = dict(model, fsdp_sharding_strategy="hybrid")   # 8 GPUs a node, TP 2: shard 4
     assert _time({"generator": "nemo", "device": "h100",
                   "config": dict(NEMO, model=hybrid)}) == \
-        _time(dict(SPEC, fsdp=True, fsdp_shard=4))
+        _time(dict(nemo_fsdp, fsdp_shard=4))
     deep = dict(hybrid, tensor_model_parallel_size=1, pipeline_model_parallel_size=8,
                 virtual_pipeline_model_parallel_size=None, sequence_parallel=False,
                 ub_tp_comm_overlap=False)   # dp 2, but 8 data-parallel ranks a node asked

@@ -186,7 +186,8 @@ def _sharding(config: Mapping[str, Any], where: str, flag, beside: frozenset[str
                       "data-parallel rank shares the shards", FlowsimWarning, stacklevel=4)
     keys: dict[str, Any] = {}
     keys["fsdp"], keys["distributed_optimizer"] = SHARDING[strategy]
-    keys["fsdp1"] = keys["fsdp"]   # Composer wraps the model in PyTorch's FSDP1
+    if keys["fsdp"]:   # Composer wraps the model in PyTorch's FSDP1
+        keys["fsdp_impl"] = "fsdp1"
     mixed = _value(config, fsdp, "mixed_precision", where, "fsdp_config.mixed_precision",
                    "DEFAULT")
     if mixed not in ("PURE", "DEFAULT", "FULL"):

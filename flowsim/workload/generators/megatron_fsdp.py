@@ -54,6 +54,8 @@ def megatron_fsdp_keys(strategy: Any, instances: Any, outer: Any, where: str,
         raise config_error(where, names[1], "a positive integer", instances)
     key = SHARDING[strategy]
     keys: dict[str, Any] = {} if key is None else {key: True}
+    if key == "fsdp":   # its own buffers, not PyTorch's FSDP2
+        keys["fsdp_impl"] = "megatron"
     if instances > 1:
         if key != "fsdp":
             raise config_error(where, names[1], f"1 unless {names[0]} is optim_grads_params "

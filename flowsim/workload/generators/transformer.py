@@ -177,8 +177,9 @@ Communication:
   needs, both where the forward's gather serves the backward. Megatron's bucketed
   gradient reduction and ``distributed_optimizer``'s gathers are replaced
   (``overlap_grad_reduce``, ``overlap_param_gather`` and ``bucket_size`` do nothing with
-  it). Left out: FSDP's copies into and out of its flat buffers
-  (:mod:`.transformer_fsdp`).
+  it). ``fsdp_impl`` says what runs around the collectives: FSDP2's copies out of the
+  gathered buffer and into the reduced one (``fsdp2``), FSDP1's cast and pre-divide of each
+  gradient (``fsdp1``), or nothing (``megatron``: Megatron-FSDP) (:mod:`.transformer_fsdp`).
 
 Tied embeddings (``tied_embeddings``, GPT's) are one weight when one stage holds both the
 embedding and the output layer: one gradient, one optimizer shard, one parameter all-gather.
@@ -250,7 +251,8 @@ def transformer(network: Any, **values: Any) -> Workload:
         ``cpu_offload_layers``, ``offload_modules`` with ``offload_min_elements`` and
         ``offload_max_inflight``;
         ``distributed_optimizer`` (alias ``zero``), ``optimizer`` (``adam``, ``muon``,
-        ``dist_muon``), ``fsdp``, ``fsdp_shard`` or ``fsdp_replicas``, ``fsdp_outer``
+        ``dist_muon``), ``fsdp``, ``fsdp_impl`` (``fsdp2``, ``fsdp1``, ``megatron``),
+        ``fsdp_shard`` or ``fsdp_replicas``, ``fsdp_outer``
         (``all_reduce``, ``all_reduce_last``, ``optim``),
         ``fsdp_defer_grad_sync``, ``fsdp_reshard`` (``after_forward``, ``after_backward``,
         ``after_step``),

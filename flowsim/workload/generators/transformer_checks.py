@@ -232,7 +232,8 @@ def check_consistent(spec: Any) -> None:
                                     spec.fsdp_shard and spec.dp % spec.fsdp_replicas == 0),
          "fsdp_replicas", f"0 (unset) without fsdp, else a divisor of dp={spec.dp} (and "
          "dp / fsdp_shard if both are given)", spec.fsdp_replicas)
-    need(spec.fsdp or not spec.fsdp1, "fsdp1", "false without fsdp", spec.fsdp1)
+    need(spec.fsdp or spec.fsdp_impl == "fsdp2", "fsdp_impl", "fsdp2 (unset) without fsdp",
+         spec.fsdp_impl)
     need(spec.fsdp or spec.fsdp_shard == spec.dp, "fsdp_shard",
          "unset without fsdp (it shards FSDP's units)", spec.fsdp_shard)
     shard = ("fsdp_replicas", spec.fsdp_replicas) if spec.fsdp_replicas else \

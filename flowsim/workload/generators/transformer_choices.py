@@ -68,6 +68,10 @@ DTYPES: tuple[DType, ...] = choices_of(DType)
 #: (:attr:`~.transformer_spec.TransformerSpec.fsdp_outer`)
 FsdpOuter = Literal["all_reduce", "all_reduce_last", "optim"]
 FSDP_OUTERS: tuple[FsdpOuter, ...] = choices_of(FsdpOuter)
+#: whose fully sharded data parallelism runs ``fsdp`` (the copies and casts around its
+#: collectives: :attr:`~.transformer_spec.TransformerSpec.fsdp_impl`)
+FsdpImpl = Literal["fsdp2", "fsdp1", "megatron"]
+FSDP_IMPLS: tuple[FsdpImpl, ...] = choices_of(FsdpImpl)
 #: the modules whose saved tensors Megatron-Core's fine-grained activation offloading copies
 #: to the host (``--offload-modules``; :mod:`.transformer_module_offload`)
 OffloadModule = Literal["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm",

@@ -10,18 +10,22 @@ its forward and its backward (:meth:`~FullySharded.after_forward`,
 :meth:`~FullySharded.after_backward`); this module keeps which units are gathered and issues
 the collectives. Without ``fsdp`` it does nothing.
 
-PyTorch's FSDP1 (``fsdp1``: ``FullyShardedDataParallel``, which Composer and LLM Foundry
-run) prepares each unit's gradient before reducing it: its post-backward hook casts the
-whole unsharded gradient to the reduction's type when that differs from the parameters'
-(mixed precision reducing in FP32: 16 bits read, 32 written per element), then divides it in
-place by the pre-divide factor, which is above 1 for any group of two ranks or more
-(``torch/distributed/fsdp/_runtime_utils.py``, ``_post_backward_hook``; the division in
-``_comm_hooks/default_hooks.py``'s ``reduce_scatter_hook`` in PyTorch 2.0, in
-``_runtime_utils.py``'s default path later). Both are memory-bound kernels over the unit's
-every parameter. FSDP1 runs them on its post-backward stream beside the next unit's
-backward; flowsim prices them on the compute stream, an assumption that gives the most they
-can cost. (FSDP2 skips the pre-divide for FP32 and BF16 reductions but copies the gradients
-into its reduction's buffer, and the gathered parameters out of theirs: not priced.)
+What runs around the collectives is ``fsdp_impl``'s. PyTorch's FSDP2 (``fsdp2``) copies, on
+the compute stream, each unit's gathered parameters out of the all-gather's buffer before
+the unit runs (read and written in the gathered type) and its gradient into the reduction's
+buffer, in the reduction's type, before the reduce-scatter
+(``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``,
+``foreach_all_gather_copy_out`` and ``foreach_reduce``). PyTorch's FSDP1 (``fsdp1``:
+``FullyShardedDataParallel``, which Composer, LLM Foundry and NeMo 1 run) gathers into the
+parameters' own buffer, but its post-backward hook casts the whole unsharded gradient to the
+reduction's type when that differs from the parameters' (16 bits read, 32 written per
+element), then divides it in place by the pre-divide factor, above 1 for any group of two
+ranks or more (``torch/distributed/fsdp/_runtime_utils.py``, ``_post_backward_hook``; the
+division in ``_comm_hooks/default_hooks.py``'s ``reduce_scatter_hook`` in PyTorch 2.0, in
+``_runtime_utils.py``'s default path later). FSDP1 runs the two on its post-backward stream
+beside the next unit's backward; flowsim prices them on the compute stream, an assumption
+that gives the most they can cost. Megatron-FSDP (``megatron``) keeps parameters and
+gradients in the buffers it communicates: nothing around the collectives.
 """
 
 from __future__ import annotations
@@ -111,6 +115,11 @@ class FullySharded:
                 gathers.append(self.b.collective(
                     f"{name}.params.all_gather", "all_gather", int(2 * params / size), dims,
                     layer, pass_, after))
+        if gathers and self.spec.fsdp_impl == "fsdp2":   # out of the all-gather's buffer
+            gathers.append(self.b.compute(
+                f"{name}.params.fsdp2_copy_out",
+                (elementwise(2 * 2 * (dense + expert), "fsdp2_copy_out"),), layer, pass_,
+                tuple(gathers)))
         x = (*x, *gathers)
         self.prefetch_after = x
         return x
@@ -155,10 +164,10 @@ class FullySharded:
             else ()   # Megatron-FSDP's replicas reduce after the last micro-batch only
         outer = "reduce_scatter" if spec.fsdp_outer == "optim" else "all_reduce"
         first: Frontier = () if ready is None else (ready,)
-        prepare = self._fsdp1_prepare(dense, expert) if spec.fsdp1 else ()
+        prepare = self._prepare(dense, expert)
         if prepare:
-            prepared = self.b.compute(f"{name}.grads.fsdp1_prepare", prepare, layer, "wg",
-                                      first)
+            prepared = self.b.compute(f"{name}.grads.{spec.fsdp_impl}_prepare", prepare,
+                                      layer, "wg", first)
             first = first if prepared < 0 else (prepared,)
         for params, (dims, size) in zip((dense, expert), self.ctx.shard_groups()):
             if not params:
@@ -174,14 +183,20 @@ class FullySharded:
                     int(params * self.grad_bytes / size), replicate, layer, "wg", after),)
             self.grad_ops.extend(after)
 
-    def _fsdp1_prepare(self, dense: float, expert: float) -> tuple[Kernel, ...]:
-        """FSDP1's kernels on a unit's unsharded gradient before its reduction: the cast to a
-        32-bit reduction (when the gradient is 16-bit), and the in-place pre-divide of the
-        parameters sharded over two ranks or more (a group of one has a factor of 1)."""
-        cast = (elementwise((dense + expert) * (ACT + self.grad_bytes), "fsdp1_grad_cast"),) \
+    def _prepare(self, dense: float, expert: float) -> tuple[Kernel, ...]:
+        """The kernels on a unit's unsharded gradient before its reduction: FSDP2's copy into
+        the reduction's buffer (in its type); FSDP1's cast to a 32-bit reduction (when the
+        gradient is 16-bit) and in-place pre-divide of the parameters sharded over two ranks
+        or more (a group of one has a factor of 1); none for Megatron-FSDP."""
+        impl, params = self.spec.fsdp_impl, dense + expert
+        if impl == "fsdp2":
+            return (elementwise(params * (ACT + self.grad_bytes), "fsdp2_copy_in"),)
+        if impl == "megatron":
+            return ()
+        cast = (elementwise(params * (ACT + self.grad_bytes), "fsdp1_grad_cast"),) \
             if self.grad_bytes > ACT else ()
-        sharded = sum(params for params, (dims, _) in zip((dense, expert),
-                                                          self.ctx.shard_groups()) if dims)
+        sharded = sum(part for part, (dims, _) in zip((dense, expert),
+                                                      self.ctx.shard_groups()) if dims)
         divide = (elementwise(2 * sharded * self.grad_bytes, "fsdp1_grad_predivide"),) \
             if sharded else ()
         return (*cast, *divide)

@@ -37,6 +37,7 @@ from .transformer_choices import (
     DTYPES,
     EXPERT_LAYOUTS,
     FP8_LIBRARIES,
+    FSDP_IMPLS,
     FSDP_OUTERS,
     FSDP_RESHARDS,
     LORA_TARGETS,
@@ -85,7 +86,7 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                 "tp_comm_overlap", "tp_comm_overlap_disable_qkv", "tp_comm_overlap_rs_dgrad",
                 "lora_a2a", "grad_reduce_in_bf16", "fp8_param_gather", "fsdp",
                 "cross_entropy_fusion", "moe_a2a_overlap", "fp8_dispatch",
-                "fsdp_defer_grad_sync", "fsdp1", "mtp_repeated",
+                "fsdp_defer_grad_sync", "mtp_repeated",
                 "fused_grouped_mlp", "fp8_attention", "activation_func_fp8_input_store"):
         v[key] = read_bool(values, key, source=source, default=False)
     v["tied_embeddings"] = read_bool(values, "tied_embeddings", source=source, default=True)
@@ -135,6 +136,8 @@ def parse_transformer(values: Mapping[str, Any], source: str) -> TransformerSpec
                                     default="after_forward", case_insensitive=True)
     v["fsdp_outer"] = read_choice(values, "fsdp_outer", FSDP_OUTERS, source=source,
                                   default="all_reduce", case_insensitive=True)
+    v["fsdp_impl"] = read_choice(values, "fsdp_impl", FSDP_IMPLS, source=source,
+                                 default="fsdp2", case_insensitive=True)
     v["cp_comm_type"] = read_choice(values, "cp_comm_type", CP_COMM_TYPES, source=source,
                                     default="p2p", case_insensitive=True)
     v["lora_targets"] = tuple(dict.fromkeys(read_list(   # each once, in the order given

@@ -19,6 +19,7 @@ from .transformer_choices import (
     DType,
     ExpertLayout,
     Fp8Library,
+    FsdpImpl,
     FsdpOuter,
     FsdpReshard,
     LoraTarget,
@@ -217,10 +218,13 @@ class TransformerSpec(LayerKinds):
     #: step's first forward and backward (``optim``: Megatron-FSDP's
     #: ``outer_dp_sharding_strategy``)
     fsdp_outer: FsdpOuter = "all_reduce"
-    #: with ``fsdp``, PyTorch's FSDP1 (``FullyShardedDataParallel``, Composer's and LLM
-    #: Foundry's) instead of FSDP2: each unit's whole gradient cast to the reduction's type
-    #: and pre-divided before its reduce-scatter (:mod:`.transformer_fsdp`)
-    fsdp1: bool = False
+    #: with ``fsdp``, whose implementation (:data:`~.transformer_choices.FSDP_IMPLS`):
+    #: PyTorch's FSDP2 (torchtitan, NeMo AutoModel, ``--use-torch-fsdp2``) copies each unit's
+    #: gathered parameters out of the all-gather's buffer and its gradient into the
+    #: reduction's; FSDP1 (``FullyShardedDataParallel``: Composer, NeMo 1) casts the gradient
+    #: to the reduction's type and pre-divides it; Megatron-FSDP keeps both in the buffers it
+    #: communicates (:mod:`.transformer_fsdp`)
+    fsdp_impl: FsdpImpl = "fsdp2"
     #: Megatron-Core's fine-grained activation offloading (``--offload-modules``): the
     #: modules whose saved tensors are copied to host memory and back
     #: (:mod:`.transformer_module_offload`)

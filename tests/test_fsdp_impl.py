@@ -1,6 +1,7 @@
-"""PyTorch FSDP1's gradient preparation (``fsdp1``): each unit's unsharded gradient cast to
-the reduction's type and pre-divided before its reduce-scatter, priced on the compute
-stream (:mod:`flowsim.workload.generators.transformer_fsdp`)."""
+"""What each implementation of fully sharded data parallelism runs around its collectives
+(``fsdp_impl``, :mod:`flowsim.workload.generators.transformer_fsdp`): PyTorch FSDP2's copies
+out of the all-gather's buffer and into the reduction's, FSDP1's cast and pre-divide of each
+unit's gradient, nothing for Megatron-FSDP."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ def flag(block, key, where, default):
     return block.get(key, default)
 
 
-def _prepare_ops(program):
-    return [op for op in program.ops if op.name.endswith("fsdp1_prepare")]
+def _prepare_ops(program, impl="fsdp1"):
+    return [op for op in program.ops if op.name.endswith(f"{impl}_prepare")]
 
 
 @pytest.mark.parametrize("bf16_reduce, per_param", [(False, 2 + 4 + 2 * 4), (True, 2 * 2)])
@@ -40,7 +41,7 @@ def test_each_units_gradient_is_prepared_once_per_micro_batch_before_its_reducti
     """Per layer and micro-batch one op before the reduce-scatter: the cast (16-bit read,
     32-bit written) and the in-place pre-divide of the reduction's type; with a 16-bit
     reduction (Composer's PURE) only the pre-divide, on 16-bit elements."""
-    (program,) = transformer(node, **SMALL, fsdp1=True,
+    (program,) = transformer(node, **SMALL, fsdp_impl="fsdp1",
                              grad_reduce_in_bf16=bf16_reduce).programs
     prepared = _prepare_ops(program)
     assert len(prepared) == LAYERS * 3
@@ -55,34 +56,61 @@ def test_each_units_gradient_is_prepared_once_per_micro_batch_before_its_reducti
             assert by_id[dep].name.endswith("fsdp1_prepare") and by_id[dep].layer == op.layer
 
 
-def test_fsdp2_prepares_nothing_and_fsdp1_costs_the_bytes_it_moves(node):
-    """FSDP2 (the default) has no preparation op. FSDP1's ops add their memory traffic to
-    the step: priced at the device's memory rate, the compute time grows by what they
-    move, one op per layer and micro-batch."""
+def test_megatron_fsdp_copies_nothing_and_fsdp1_costs_the_bytes_it_moves(node):
+    """Megatron-FSDP runs no op around its collectives. FSDP1's ops add their memory
+    traffic to the step: priced at the device's memory rate, the compute time grows by
+    what they move, one op per layer and micro-batch."""
     spec = dict(generator="transformer", **SMALL, device="h100")
-    fsdp2 = flowsim.run_training(node, spec, "nccl").record
-    fsdp1 = flowsim.run_training(node, dict(spec, fsdp1=True), "nccl").record
-    (program,) = transformer(node, **SMALL).programs
-    assert not _prepare_ops(program)
+    megatron = flowsim.run_training(node, dict(spec, fsdp_impl="megatron"), "nccl").record
+    fsdp1 = flowsim.run_training(node, dict(spec, fsdp_impl="fsdp1"), "nccl").record
+    (program,) = transformer(node, **SMALL, fsdp_impl="megatron").programs
+    assert not [op for op in program.ops if op.kind == "compute" and "fsdp" in op.name]
     moved = LAYERS * 3 * (2 + 4 + 8) * LAYER_PARAMS
     device = flowsim.compute.device("h100")
     rate = device.memory_gbps * device.memory_efficiency * device.sustained   # bytes per ns
-    extra = float(fsdp1.npu_compute_ns.max() - fsdp2.npu_compute_ns.max())
+    extra = float(fsdp1.npu_compute_ns.max() - megatron.npu_compute_ns.max())
     launches = LAYERS * 3 * 2 * device.launch_us * 1e3 / device.sustained
     assert extra == pytest.approx(moved / rate + launches, rel=0.02)
     # on a 100x faster network the step grows, by at most that (the ops may fill time the
     # compute stream spent waiting for a gather)
     fast = flowsim.load_network(dict(NODE, bandwidth=[30_000]))
-    fast2 = flowsim.run_training(fast, spec, "nccl").record
-    fast1 = flowsim.run_training(fast, dict(spec, fsdp1=True), "nccl").record
-    assert 0 < float(fast1.time_ns - fast2.time_ns) <= extra * (1 + 1e-9)
+    fast_megatron = flowsim.run_training(fast, dict(spec, fsdp_impl="megatron"), "nccl").record
+    fast1 = flowsim.run_training(fast, dict(spec, fsdp_impl="fsdp1"), "nccl").record
+    assert 0 < float(fast1.time_ns - fast_megatron.time_ns) <= extra * (1 + 1e-9)
 
 
-def test_fsdp1_without_fsdp_is_one_line_naming_the_key(node):
-    with pytest.raises(ConfigError, match="fsdp1.*false without fsdp"):
-        transformer(node, **dict(SMALL, fsdp=False), fsdp1=True)
-    with pytest.raises(ConfigError, match="fsdp1"):
-        transformer(node, **SMALL, fsdp1="sometimes")
+@pytest.mark.parametrize("fp8_gather", [False, True])
+def test_fsdp2_copies_each_gather_out_and_each_gradient_in(node, fp8_gather):
+    """FSDP2 (the default): after every all-gather, before the unit's compute, the gathered
+    parameters copied out of the all-gather's buffer (read and written, in the gathered
+    type: one byte per weight with FP8 gathers, the norms in two); before every reduction
+    the gradient copied into the reduction's buffer (16 bits read, 32 written)."""
+    keys = dict(SMALL, dtype="fp8", fp8_param_gather=True) if fp8_gather else SMALL
+    (program,) = transformer(node, **keys).programs
+    by_id = {op.id: op for op in program.ops}
+    out = [op for op in program.ops if op.name.endswith("fsdp2_copy_out")]
+    gathers = [op for op in program.ops if op.kind == "collective" and
+               op.collective == "all_gather"]
+    assert len(out) == len(gathers) == LAYERS * 3 * 2
+    for op in out:   # each waits for its gather and moves its whole buffer twice
+        (dep,) = op.deps
+        assert by_id[dep].collective == "all_gather" and by_id[dep].layer == op.layer
+        assert op.mem_bytes == pytest.approx(2 * DP * by_id[dep].size, abs=2 * DP)
+    if not fp8_gather:
+        assert {op.mem_bytes for op in out} == {2 * 2 * LAYER_PARAMS}
+    else:   # the weights in one byte: half
+        assert 0.5 <= min(op.mem_bytes for op in out) / (2 * 2 * LAYER_PARAMS) < 0.51
+    copied_in = _prepare_ops(program, "fsdp2")
+    assert len(copied_in) == LAYERS * 3
+    assert {op.mem_bytes for op in copied_in} == {(2 + 4) * LAYER_PARAMS}
+    assert {k.name for op in copied_in for k in op.kernels} == {"fsdp2_copy_in"}
+
+
+def test_bad_implementations_are_one_line_naming_the_key(node):
+    with pytest.raises(ConfigError, match="fsdp_impl.*fsdp2 \\(unset\\) without fsdp"):
+        transformer(node, **dict(SMALL, fsdp=False), fsdp_impl="fsdp1")
+    with pytest.raises(ConfigError, match="fsdp_impl.*fsdp2, fsdp1, megatron"):
+        transformer(node, **SMALL, fsdp_impl="deepspeed")
 
 
 def test_llm_foundry_configs_are_read_as_fsdp1(tmp_path):
@@ -90,14 +118,14 @@ def test_llm_foundry_configs_are_read_as_fsdp1(tmp_path):
     one without ``fsdp_config`` (DDP) does not."""
     sharded = _sharding({"fsdp_config": {"sharding_strategy": "FULL_SHARD"}}, "c.yaml", flag,
                         frozenset())
-    assert sharded["fsdp"] and sharded["fsdp1"]
-    assert "fsdp1" not in _sharding({}, "c.yaml", flag, frozenset())
+    assert sharded["fsdp"] and sharded["fsdp_impl"] == "fsdp1"
+    assert "fsdp_impl" not in _sharding({}, "c.yaml", flag, frozenset())
 
 
 def test_a_sharding_group_of_one_casts_but_does_not_divide(node):
     """Hybrid sharding over groups of one rank (every rank a replica): FSDP1's pre-divide
     factor over one rank is 1, so only the cast runs; the replicas still all-reduce."""
-    (program,) = transformer(node, **SMALL, fsdp_shard=1, fsdp1=True).programs
+    (program,) = transformer(node, **SMALL, fsdp_shard=1, fsdp_impl="fsdp1").programs
     prepared = _prepare_ops(program)
     assert len(prepared) == LAYERS * 3
     assert {k.name for op in prepared for k in op.kernels} == {"fsdp1_grad_cast"}
@@ -110,7 +138,7 @@ def test_the_embedding_and_output_layer_are_prepared_like_any_unit(node, tied, u
     units too: each gradient prepared once per micro-batch, 14 bytes per parameter."""
     vocab = 1024
     (program,) = transformer(node, **dict(SMALL, vocab=vocab), tied_embeddings=tied,
-                             fsdp1=True).programs
+                             fsdp_impl="fsdp1").programs
     prepared = _prepare_ops(program)
     vocab_ops = [op for op in prepared if op.mem_bytes != 14 * LAYER_PARAMS]
     assert len(prepared) == (LAYERS + units) * 3
@@ -123,7 +151,7 @@ def test_a_mixture_of_experts_unit_prepares_its_local_experts_too(node):
     its dense weights (attention, norms, router) and its local experts' three matrices."""
     experts, ep, moe_ffn = 8, 4, 1024
     (program,) = transformer(node, **SMALL, experts=experts, top_k=2, ep=ep, moe_ffn=moe_ffn,
-                             gated_mlp=True, fsdp1=True).programs
+                             gated_mlp=True, fsdp_impl="fsdp1").programs
     dense = 4 * H * H + 2 * H + H * experts
     local = experts // ep * 3 * H * moe_ffn
     assert {op.mem_bytes for op in _prepare_ops(program)} == {14 * (dense + local)}
@@ -136,4 +164,4 @@ def test_the_reader_sets_fsdp1_for_the_strategies_that_shard_parameters(strategy
     as a distributed optimizer, which has no FSDP1 preparation in flowsim."""
     keys = _sharding({"fsdp_config": {"sharding_strategy": strategy}}, "c.yaml", flag,
                      frozenset({"fsdp_shard"}))
-    assert keys.get("fsdp1", False) is fsdp1 and keys["fsdp"] is fsdp1
+    assert (keys.get("fsdp_impl") == "fsdp1") is fsdp1 and keys["fsdp"] is fsdp1
