@@ -165,3 +165,43 @@ def test_the_reader_sets_fsdp1_for_the_strategies_that_shard_parameters(strategy
     keys = _sharding({"fsdp_config": {"sharding_strategy": strategy}}, "c.yaml", flag,
                      frozenset({"fsdp_shard"}))
     assert (keys.get("fsdp_impl") == "fsdp1") is fsdp1 and keys["fsdp"] is fsdp1
+
+
+@pytest.mark.parametrize("bf16_reduce, per_step", [
+    (False, [(2 + 4), (4 + 2 + 4), (4 + 2 + 4) + (4 + 4)]),   # an FP32 accumulator
+    (True, [None, 3 * 2, 3 * 2 + (2 + 2)])])                  # autograd's 16-bit one
+def test_fsdp2_accumulates_deferred_gradients_on_the_compute_stream(node, bf16_reduce,
+                                                                     per_step):
+    """``fsdp_defer_grad_sync`` over 3 micro-batches: reducing in FP32, FSDP2 casts the first
+    gradient into an FP32 accumulator and adds each later one to it, and the reduction's
+    copy-in reads the accumulator; reducing in 16 bits, autograd adds each later gradient
+    to the first. Per layer, bytes per parameter of each micro-batch's op (None: no op)."""
+    (program,) = transformer(node, **SMALL, fsdp_defer_grad_sync=True,
+                             grad_reduce_in_bf16=bf16_reduce).programs
+    for layer in range(LAYERS):
+        ops = {op.name.split(".")[0]: op for op in program.ops
+               if op.layer == layer and op.kind == "compute" and
+               op.name.endswith(("fsdp2_accumulate", "fsdp2_prepare"))}
+        got = [ops[f"mb{m}"].mem_bytes / LAYER_PARAMS if f"mb{m}" in ops else None
+               for m in range(3)]
+        assert got == per_step, layer
+
+
+def test_megatron_fsdp_accumulates_inside_its_gemms(node):
+    """Megatron-FSDP accumulates into its own buffer in the weight-gradient GEMM: no op."""
+    (program,) = transformer(node, **SMALL, fsdp_defer_grad_sync=True,
+                             fsdp_impl="megatron").programs
+    assert not [op for op in program.ops if op.kind == "compute" and "fsdp" in op.name]
+
+
+def test_megatron_bridge_and_megatron_lm_read_megatron_fsdp_as_megatron():
+    """Megatron-Bridge's ``ddp.use_megatron_fsdp`` and Megatron-LM's ``--use-megatron-fsdp``
+    are Megatron-FSDP; the bridge without it sets nothing."""
+    from flowsim.workload.generators.megatron_fsdp import bridge_fsdp_keys, flag_fsdp_keys
+
+    bridge = bridge_fsdp_keys({"use_megatron_fsdp": True,
+                               "data_parallel_sharding_strategy": "optim_grads_params"}, "c")
+    assert bridge["fsdp"] and bridge["fsdp_impl"] == "megatron"
+    assert bridge_fsdp_keys({}, "c") == {}
+    flags = flag_fsdp_keys({"use-megatron-fsdp": None}, "args")
+    assert flags["fsdp"] and flags["fsdp_impl"] == "megatron"

@@ -258,7 +258,8 @@ def test_the_fused_cross_entropy_is_read_from_both_tools():
 
 def test_fully_sharded_data_parallelism_is_read_from_both_tools(reference):
     """``--use-torch-fsdp2`` (which Megatron-LM refuses with pipelining, expert parallelism
-    or its distributed optimizer), ``--use-megatron-fsdp`` with its default sharding
+    or its distributed optimizer; reducing in the 16-bit parameters' type, as ``fully_shard``
+    without a mixed-precision policy does), ``--use-megatron-fsdp`` with its default sharding
     strategy (``optim_grads_params``, ``fsdp_impl: megatron``) and NeMo 1's ``fsdp`` with
     its default ``full`` sharding (PyTorch's FSDP1, reducing in ``fsdp_grad_reduce_dtype``,
     FP32 unless set) are ``fsdp``; NeMo's ``hybrid`` shards over a node's data-parallel ranks;
@@ -275,7 +276,7 @@ def test_fully_sharded_data_parallelism_is_read_from_both_tools(reference):
                          "stage 2", "")
     torch_fsdp2 = no_pp.replace("--use-distributed-optimizer", "--use-torch-fsdp2")
     assert _time({"generator": "megatron", "device": "h100", "args": torch_fsdp2}) == \
-        _time(dict(SPEC, fsdp=True, pp=1, vpp=1, dp=8))
+        _time(dict(SPEC, fsdp=True, pp=1, vpp=1, dp=8, grad_reduce_in_bf16=True))
     with pytest.raises(flowsim.ConfigError, match=r"--use-torch-fsdp2 with "
                                                    r"--use-distributed-optimizer, --pp 2"):
         simulate(NET, {"generator": "megatron", "device": "h100",
@@ -284,9 +285,11 @@ def test_fully_sharded_data_parallelism_is_read_from_both_tools(reference):
     nemo_fsdp = dict(SPEC, fsdp=True, fsdp_impl="fsdp1", grad_reduce_in_bf16=False)
     assert _time({"generator": "nemo", "device": "h100",
                   "config": dict(NEMO, model=model)}) == _time(nemo_fsdp)
-    bf16 = dict(model, fsdp_grad_reduce_dtype="bf16")
-    assert _time({"generator": "nemo", "device": "h100", "config": dict(NEMO, model=bf16)}) \
-        == _time(dict(nemo_fsdp, grad_reduce_in_bf16=True))
+    for dtype in ("bf16", "bf16-mixed", 16):
+        bf16 = dict(model, fsdp_grad_reduce_dtype=dtype)
+        assert _time({"generator": "nemo", "device": "h100",
+                      "config": dict(NEMO, model=bf16)}) == \
+            _time(dict(nemo_fsdp, grad_reduce_in_bf16=True))
     hybrid = dict(model, fsdp_sharding_strategy="hybrid")   # 8 GPUs a node, TP 2: shard 4
     assert _time({"generator": "nemo", "device": "h100",
                   "config": dict(NEMO, model=hybrid)}) == \

@@ -344,6 +344,8 @@ def _special(flags: Mapping[str, str | None], keys: dict[str, Any], where: str) 
         if refused:
             raise ConfigError(f"{where}: --use-torch-fsdp2 with {', '.join(refused)}: "
                               "Megatron-LM refuses these together")
+        # fully_shard without a mixed-precision policy reduces in the 16-bit parameters' type
+        keys["grad_reduce_in_bf16"] = True   # (core/distributed/torch_fully_sharded_...py)
     keys.update(megatron_fsdp.flag_fsdp_keys(flags, where))
     keys.update(megatron_offload.flag_offload_keys(flags, where))
     tokenizer = flags.get("tokenizer-type")

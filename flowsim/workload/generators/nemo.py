@@ -217,8 +217,8 @@ def nemo_keys(config: Any, source: str, overrides: Any = None, *, documents: boo
     if fsdp:
         if sharding in ("full", "hybrid"):   # ZeRO-3; hybrid: sharded inside a node
             # PyTorch's FSDP1 (NLPFSDPStrategy), reducing in fsdp_grad_reduce_dtype (32)
-            keys.update(fsdp=True, fsdp_impl="fsdp1", grad_reduce_in_bf16=str(
-                model.get("fsdp_grad_reduce_dtype", 32)).lower() in ("16", "bf16", "bfloat16"))
+            keys.update(fsdp=True, fsdp_impl="fsdp1", grad_reduce_in_bf16="16" in str(
+                model.get("fsdp_grad_reduce_dtype", 32)))   # 16, bf16, 16-mixed, bf16-mixed
         if sharding == "hybrid":   # the data-parallel ranks of a node (bad values: later)
             sizes = [trainer.get("devices"), keys.get("tp", 1), keys.get("cp", 1)]
             if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):

@@ -65,6 +65,8 @@ class FullySharded:
         self.prefetch_after: Frontier = ()
         #: (unit, pass) whose shard the replicas gathered this step (``fsdp_outer: optim``)
         self.outer_gathered: set[tuple[str, str]] = set()
+        #: units holding gradients of earlier micro-batches, their reduction deferred
+        self.accumulated: set[str] = set()
 
     def unit(self, layer: int) -> str:
         """The unit of a layer or depth: a repeated depth's is the first depth's."""
@@ -155,16 +157,21 @@ class FullySharded:
             return
         if final or (spec.pp == 1 and spec.fsdp_reshard != "after_step"):
             self.unsharded.discard(unit)
-        if not final and (spec.pp > 1 or spec.fsdp_defer_grad_sync):
-            return
+        deferred = not final and (spec.pp > 1 or spec.fsdp_defer_grad_sync)
         if unit.startswith("layer") and unit != f"layer{layer}":   # a repeated depth's:
             return   # reduced once, after the first depth's backward (its last use)
         dense, expert, _ = self._parameters(unit)
+        first: Frontier = () if ready is None else (ready,)
+        accumulate, source = self._accumulate(unit, dense + expert, deferred)
+        if deferred:
+            if accumulate:
+                self.b.compute(f"{name}.grads.{spec.fsdp_impl}_accumulate", accumulate,
+                               layer, "wg", first)
+            return
         replicate = self.ctx.groups.replicate if final or spec.fsdp_outer == "all_reduce" \
             else ()   # Megatron-FSDP's replicas reduce after the last micro-batch only
         outer = "reduce_scatter" if spec.fsdp_outer == "optim" else "all_reduce"
-        first: Frontier = () if ready is None else (ready,)
-        prepare = self._prepare(dense, expert)
+        prepare = (*accumulate, *self._prepare(dense, expert, source))
         if prepare:
             prepared = self.b.compute(f"{name}.grads.{spec.fsdp_impl}_prepare", prepare,
                                       layer, "wg", first)
@@ -183,14 +190,36 @@ class FullySharded:
                     int(params * self.grad_bytes / size), replicate, layer, "wg", after),)
             self.grad_ops.extend(after)
 
-    def _prepare(self, dense: float, expert: float) -> tuple[Kernel, ...]:
-        """The kernels on a unit's unsharded gradient before its reduction: FSDP2's copy into
-        the reduction's buffer (in its type); FSDP1's cast to a 32-bit reduction (when the
-        gradient is 16-bit) and in-place pre-divide of the parameters sharded over two ranks
-        or more (a group of one has a factor of 1); none for Megatron-FSDP."""
+    def _accumulate(self, unit: str, params: float, deferred: bool
+                    ) -> tuple[tuple[Kernel, ...], int]:
+        """A micro-batch's gradient added to the unit's earlier ones when the reduction is
+        deferred (and at the reduction, the last one), with the bytes per element of what
+        the reduction then reads. FSDP2 reducing in FP32 keeps an FP32 accumulator: the first
+        gradient cast into it, each later one added (``FSDPParam``'s
+        ``to_accumulated_grad_if_needed`` and ``accumulate_unsharded_grad_if_needed``);
+        otherwise autograd adds each later gradient to the 16-bit one. Megatron-FSDP
+        accumulates in its buffer, inside the weight-gradient GEMM: nothing."""
+        if self.spec.fsdp_impl == "megatron":
+            return (), ACT
+        before = unit in self.accumulated
+        (self.accumulated.add if deferred else self.accumulated.discard)(unit)
+        wide = self.spec.fsdp_impl == "fsdp2" and self.grad_bytes > ACT
+        held = self.grad_bytes if wide else ACT   # the accumulated gradient's bytes
+        if before:
+            return (elementwise(params * (2 * held + ACT), "fsdp_grad_accumulate"),), held
+        if deferred and wide:
+            return (elementwise(params * (ACT + held), "fsdp_grad_accumulate"),), held
+        return (), ACT
+
+    def _prepare(self, dense: float, expert: float, source: int) -> tuple[Kernel, ...]:
+        """The kernels on a unit's unsharded gradient (``source`` bytes an element) before
+        its reduction: FSDP2's copy into the reduction's buffer (in its type); FSDP1's cast
+        to a 32-bit reduction (when the gradient is 16-bit) and in-place pre-divide of the
+        parameters sharded over two ranks or more (a group of one has a factor of 1); none
+        for Megatron-FSDP."""
         impl, params = self.spec.fsdp_impl, dense + expert
         if impl == "fsdp2":
-            return (elementwise(params * (ACT + self.grad_bytes), "fsdp2_copy_in"),)
+            return (elementwise(params * (source + self.grad_bytes), "fsdp2_copy_in"),)
         if impl == "megatron":
             return ()
         cast = (elementwise(params * (ACT + self.grad_bytes), "fsdp1_grad_cast"),) \
