@@ -11,7 +11,9 @@ is Megatron-LM's command line run by DeepSpeed (``--deepspeed``). Read here:
   unfused attention, as Megatron-DeepSpeed does unless ``--use-flash-attn`` (``-v1``, ``-v2``,
   ``-triton``: priced as FlashAttention-2);
 * ZeRO (``--zero-stage``, Megatron-DeepSpeed's default 1): stages 1 and 2 shard the optimizer
-  states (flowsim's distributed optimizer), 3 the parameters too (``fsdp``); stage 0 with
+  states (flowsim's distributed optimizer), 3 the parameters too (``fsdp``, with FSDP2's
+  copies around its collectives, ``fsdp_impl``'s default: an approximation of ZeRO-3's own
+  buckets, which no published row checks); stage 0 with
   ``--bf16`` is DeepSpeed's ``BF16_Optimizer``, which shards the optimizer states as stage 1
   does (``deepspeed/runtime/bf16_optimizer.py``);
 * DeepSpeed's pipeline engine (``--deepspeed`` with pipeline parallelism, unless
