@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 import flowsim
 from flowsim.cli_args import build_parser
@@ -146,3 +147,10 @@ def test_the_importers_runs_print_what_the_workloads_page_says(section, tmp_path
     decimals = len(seconds.split(".")[1])
     assert f"{float(ds.time_ns) / 1e9:.{decimals}f}" == seconds
     assert f"{ds.attrs['memory_gib']:.1f}" == gib
+    # the same run with one key changed, as the prose quotes it
+    for seconds, key, value in re.findall(r"([\d.]+) s with `--set workload\.(\w+)=(\w+)`",
+                                          " ".join(text.split())):
+        spec = dict(yaml.safe_load((tmp_path / workload).read_text()), **{key: value})
+        spec["config"] = str(tmp_path / spec["config"])
+        ds = flowsim.simulate(str(tmp_path / network), spec)
+        assert f"{float(ds.time_ns) / 1e9:.{len(seconds.split('.')[1])}f}" == seconds, key
