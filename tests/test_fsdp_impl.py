@@ -111,6 +111,8 @@ def test_bad_implementations_are_one_line_naming_the_key(node):
         transformer(node, **dict(SMALL, fsdp=False), fsdp_impl="fsdp1")
     with pytest.raises(ConfigError, match="fsdp_impl.*fsdp2, fsdp1, megatron"):
         transformer(node, **SMALL, fsdp_impl="deepspeed")
+    with pytest.raises(ConfigError, match="fsdp_outer.*unless fsdp_impl is megatron"):
+        transformer(node, **SMALL, fsdp_shard=4, fsdp_outer="optim")
 
 
 def test_llm_foundry_configs_are_read_as_fsdp1(tmp_path):

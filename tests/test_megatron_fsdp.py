@@ -22,7 +22,7 @@ TWO_NODES = {"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth"
              "latency": [500, 2000]}
 H, FFN, M = 256, 1024, 3
 KEYS = dict(layers=4, hidden=H, ffn=FFN, heads=8, sequence=128, micro_batch=2, vocab=0, tp=1,
-            dp=16, global_batch=2 * 16 * M, fsdp=True, fsdp_replicas=2)
+            dp=16, global_batch=2 * 16 * M, fsdp=True, fsdp_replicas=2, fsdp_impl="megatron")
 #: one layer's weights: QKV and projection, FC1 and FC2, two norms
 LAYER = 4 * H * H + 2 * H * FFN + 2 * H
 

@@ -234,6 +234,9 @@ def check_consistent(spec: Any) -> None:
          "dp / fsdp_shard if both are given)", spec.fsdp_replicas)
     need(spec.fsdp or spec.fsdp_impl == "fsdp2", "fsdp_impl", "fsdp2 (unset) without fsdp",
          spec.fsdp_impl)
+    need(spec.fsdp_outer == "all_reduce" or spec.fsdp_impl == "megatron", "fsdp_outer",
+         "all_reduce (unset) unless fsdp_impl is megatron (the other choices are "
+         "Megatron-FSDP's)", spec.fsdp_outer)
     need(spec.fsdp or spec.fsdp_shard == spec.dp, "fsdp_shard",
          "unset without fsdp (it shards FSDP's units)", spec.fsdp_shard)
     shard = ("fsdp_replicas", spec.fsdp_replicas) if spec.fsdp_replicas else \
